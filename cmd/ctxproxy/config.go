@@ -1,0 +1,530 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"reflect"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/viper"
+)
+
+// Config is ctxproxy's whole configuration, as read from the YAML file,
+// CTXPROXY_* environment variables and flags (flags > env > file >
+// defaults). Keys are snake_case; config.example.yaml documents each one.
+type Config struct {
+	Listen        string        `mapstructure:"listen"`
+	MaxBody       ByteSize      `mapstructure:"max_body"`
+	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
+
+	Backend   BackendConfig          `mapstructure:"backend"`
+	Session   SessionConfig          `mapstructure:"session"`
+	Tokens    TokensConfig           `mapstructure:"tokens"`
+	Context   ContextConfig          `mapstructure:"context"`
+	Strategy  StrategyConfig         `mapstructure:"strategy"`
+	Summarize SummarizeConfig        `mapstructure:"summarize"`
+	GPU       GPUConfig              `mapstructure:"gpu"`
+	Snapshots SnapshotsConfig        `mapstructure:"snapshots"`
+	Models    map[string]ModelConfig `mapstructure:"models"`
+	Commands  CommandsConfig         `mapstructure:"commands"`
+	Admin     AdminConfig            `mapstructure:"admin"`
+	Log       LogConfig              `mapstructure:"log"`
+}
+
+// BackendConfig is the server ctxproxy forwards to.
+type BackendConfig struct {
+	URL                   string        `mapstructure:"url"`
+	Kind                  string        `mapstructure:"kind"`
+	TranslateOpenAI       string        `mapstructure:"translate_openai"`
+	ResponseHeaderTimeout time.Duration `mapstructure:"response_header_timeout"`
+	DialTimeout           time.Duration `mapstructure:"dial_timeout"`
+}
+
+// SessionConfig says how requests map to sessions.
+type SessionConfig struct {
+	Header      string `mapstructure:"header"`
+	Fingerprint bool   `mapstructure:"fingerprint"`
+	Accumulate  bool   `mapstructure:"accumulate"`
+}
+
+// TokensConfig is how tokens are counted.
+type TokensConfig struct {
+	Encoding            string  `mapstructure:"encoding"`
+	ApproxCharsPerToken float64 `mapstructure:"approx_chars_per_token"`
+	ImageTokens         int     `mapstructure:"image_tokens"`
+	Calibrate           bool    `mapstructure:"calibrate"`
+	CacheEntries        int     `mapstructure:"cache_entries"`
+}
+
+// ContextConfig is how the context window (Ollama's num_ctx) is sized.
+type ContextConfig struct {
+	AutoSize       bool     `mapstructure:"auto_size"`
+	TargetSize     int      `mapstructure:"target_size"`
+	MinSize        int      `mapstructure:"min_size"`
+	MaxSize        int      `mapstructure:"max_size"`
+	VRAMBuffer     ByteSize `mapstructure:"vram_buffer"`
+	KVQuantization string   `mapstructure:"kv_quantization"`
+	NumParallel    int      `mapstructure:"num_parallel"`
+	ReserveOutput  int      `mapstructure:"reserve_output"`
+	RespectClient  bool     `mapstructure:"respect_client"`
+}
+
+// StrategyConfig is how a conversation is cut when it outgrows the window.
+type StrategyConfig struct {
+	Mode          string   `mapstructure:"mode"`
+	Threshold     float64  `mapstructure:"threshold"`
+	Target        float64  `mapstructure:"target"`
+	OnOverflow    string   `mapstructure:"on_overflow"`
+	SlidingWindow struct {
+		WindowSize     int  `mapstructure:"window_size"`
+		PreserveSystem bool `mapstructure:"preserve_system"`
+	} `mapstructure:"sliding_window"`
+	Smart struct {
+		PreserveFirst int `mapstructure:"preserve_first"`
+		PreserveLast  int `mapstructure:"preserve_last"`
+	} `mapstructure:"smart"`
+	Selective struct {
+		PreserveRoles  []string `mapstructure:"preserve_roles"`
+		PreserveMarked bool     `mapstructure:"preserve_marked"`
+	} `mapstructure:"selective"`
+	Importance struct {
+		PreserveAbove  float64 `mapstructure:"preserve_above"`
+		PreserveRecent int     `mapstructure:"preserve_recent"`
+	} `mapstructure:"importance"`
+	ToolResults struct {
+		MaxTokens int `mapstructure:"max_tokens"`
+	} `mapstructure:"tool_results"`
+	Composite []string `mapstructure:"composite"`
+}
+
+// SummarizeConfig is how old turns are folded into summaries.
+type SummarizeConfig struct {
+	Model       string        `mapstructure:"model"`
+	KeepRecent  int           `mapstructure:"keep_recent"`
+	MinMessages int           `mapstructure:"min_messages"`
+	MaxTokens   int           `mapstructure:"max_tokens"`
+	Timeout     time.Duration `mapstructure:"timeout"`
+	PrefetchAt  float64       `mapstructure:"prefetch_at"`
+	Wait        time.Duration `mapstructure:"wait"`
+}
+
+// GPUConfig is how memory is measured and guarded.
+type GPUConfig struct {
+	Probe      string        `mapstructure:"probe"`
+	PollActive time.Duration `mapstructure:"poll_active"`
+	PollIdle   time.Duration `mapstructure:"poll_idle"`
+	Guard      struct {
+		CompressAt  float64 `mapstructure:"compress_at"`
+		ShrinkAt    float64 `mapstructure:"shrink_at"`
+		EmergencyAt float64 `mapstructure:"emergency_at"`
+	} `mapstructure:"guard"`
+}
+
+// SnapshotsConfig is where sessions and snapshots are kept.
+type SnapshotsConfig struct {
+	Store         string  `mapstructure:"store"`
+	Dir           string  `mapstructure:"dir"`
+	AutoThreshold float64 `mapstructure:"auto_threshold"`
+	MaxCount      int     `mapstructure:"max_count"`
+	Redis         struct {
+		Addr     string `mapstructure:"addr"`
+		Password string `mapstructure:"password"`
+		DB       int    `mapstructure:"db"`
+		Prefix   string `mapstructure:"prefix"`
+	} `mapstructure:"redis"`
+}
+
+// ModelConfig overrides what ctxproxy knows of one model.
+type ModelConfig struct {
+	MaxTokens       int `mapstructure:"max_tokens"`
+	MaxOutputTokens int `mapstructure:"max_output_tokens"`
+}
+
+// CommandsConfig turns on in-band /context commands.
+type CommandsConfig struct {
+	Inband bool `mapstructure:"inband"`
+}
+
+// AdminConfig protects the admin API.
+type AdminConfig struct {
+	Token string `mapstructure:"token"`
+}
+
+// LogConfig is how ctxproxy logs.
+type LogConfig struct {
+	Level  string `mapstructure:"level"`
+	Format string `mapstructure:"format"`
+}
+
+// defaultConfig is DESIGN.md's configuration with every default filled in.
+func defaultConfig() Config {
+	var c Config
+	c.Listen = "127.0.0.1:11435"
+	c.MaxBody = 32 << 20
+	c.ShutdownGrace = 30 * time.Second
+	c.Backend = BackendConfig{URL: "http://127.0.0.1:11434", Kind: "auto", TranslateOpenAI: "auto",
+		ResponseHeaderTimeout: 5 * time.Minute, DialTimeout: 10 * time.Second}
+	c.Session = SessionConfig{Header: "X-Session-ID", Fingerprint: true}
+	c.Tokens = TokensConfig{Encoding: "auto", ApproxCharsPerToken: 4, ImageTokens: 768, Calibrate: true, CacheEntries: 100000}
+	c.Context = ContextConfig{AutoSize: true, MinSize: 2048, MaxSize: 131072, VRAMBuffer: 512 << 20,
+		KVQuantization: "f16", NumParallel: 1, ReserveOutput: 1024, RespectClient: true}
+	c.Strategy.Mode = "smart"
+	c.Strategy.Threshold = 0.80
+	c.Strategy.Target = 0.60
+	c.Strategy.OnOverflow = "shrink"
+	c.Strategy.SlidingWindow.WindowSize = 10
+	c.Strategy.SlidingWindow.PreserveSystem = true
+	c.Strategy.Smart.PreserveFirst = 2
+	c.Strategy.Smart.PreserveLast = 10
+	c.Strategy.Selective.PreserveRoles = []string{"system", "user"}
+	c.Strategy.Selective.PreserveMarked = true
+	c.Strategy.Importance.PreserveAbove = 0.8
+	c.Strategy.Importance.PreserveRecent = 5
+	c.Strategy.ToolResults.MaxTokens = 1000
+	c.Strategy.Composite = []string{"smart", "token_budget"}
+	c.Summarize = SummarizeConfig{KeepRecent: 3, MinMessages: 6, MaxTokens: 256, Timeout: 60 * time.Second,
+		PrefetchAt: 0.70, Wait: 2 * time.Second}
+	c.GPU.Probe = "auto"
+	c.GPU.PollActive = 5 * time.Second
+	c.GPU.PollIdle = 60 * time.Second
+	c.GPU.Guard.CompressAt = 0.80
+	c.GPU.Guard.ShrinkAt = 0.90
+	c.GPU.Guard.EmergencyAt = 0.95
+	c.Snapshots.Store = "file"
+	c.Snapshots.Dir = "./ctxproxy-data"
+	c.Snapshots.AutoThreshold = 0.80
+	c.Snapshots.MaxCount = 20
+	c.Snapshots.Redis.Addr = "127.0.0.1:6379"
+	c.Snapshots.Redis.Prefix = "ctxproxy:"
+	c.Models = map[string]ModelConfig{}
+	c.Log = LogConfig{Level: "info", Format: "auto"}
+	return c
+}
+
+// ByteSize is a size in bytes that config files may write as "32MiB",
+// "512MB", "1GiB" or a plain number.
+type ByteSize int64
+
+var sizeUnits = map[string]int64{
+	"": 1, "b": 1,
+	"k": 1 << 10, "kb": 1000, "kib": 1 << 10,
+	"m": 1 << 20, "mb": 1000 * 1000, "mib": 1 << 20,
+	"g": 1 << 30, "gb": 1000 * 1000 * 1000, "gib": 1 << 30,
+	"t": 1 << 40, "tb": 1000 * 1000 * 1000 * 1000, "tib": 1 << 40,
+}
+
+// ParseByteSize parses "32MiB", "1.5GB", "4096".
+func ParseByteSize(s string) (ByteSize, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
+		i++
+	}
+	n, err := strconv.ParseFloat(t[:i], 64)
+	unit, ok := sizeUnits[strings.ToLower(strings.TrimSpace(t[i:]))]
+	if err != nil || !ok || n < 0 {
+		return 0, fmt.Errorf("%q is not a size (use e.g. 512MiB, 32MB, 1GiB or a number of bytes)", s)
+	}
+	return ByteSize(n * float64(unit)), nil
+}
+
+// String formats the size with the largest binary unit that divides it.
+func (b ByteSize) String() string {
+	for _, u := range []struct {
+		name string
+		n    int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if b != 0 && int64(b)%u.n == 0 {
+			return fmt.Sprintf("%d%s", int64(b)/u.n, u.name)
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+func byteSizeHook(_ reflect.Type, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeFor[ByteSize]() {
+		return data, nil
+	}
+	switch v := data.(type) {
+	case string:
+		return ParseByteSize(v)
+	case int:
+		return ByteSize(v), nil
+	case int64:
+		return ByteSize(v), nil
+	case float64:
+		return ByteSize(v), nil
+	case ByteSize:
+		return v, nil
+	}
+	return data, nil
+}
+
+// loadOptions is where configuration comes from.
+type loadOptions struct {
+	// path is the --config file; "" means ./ctxproxy.yaml when it exists.
+	path   string
+	getenv func(string) string
+	// flags are the config keys set on the command line, highest precedence.
+	flags map[string]string
+}
+
+// loadConfig reads the configuration and returns it with every problem
+// found (unknown keys, bad values), so check-config can print them all.
+func loadConfig(opts loadOptions) (Config, string, []string) {
+	v := viper.New()
+	def := defaultConfig()
+	keys := leafKeys(def)
+	var defMap map[string]any
+	_ = mapstructure.Decode(def, &defMap)
+	for _, k := range keys {
+		v.SetDefault(k, lookup(defMap, k))
+	}
+
+	var problems []string
+	path := opts.path
+	if path == "" {
+		if _, err := os.Stat("ctxproxy.yaml"); err == nil {
+			path = "ctxproxy.yaml"
+		}
+	}
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return def, path, []string{fmt.Sprintf("config file: %v", err)}
+		}
+		v.SetConfigType("yaml")
+		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+			return def, path, []string{fmt.Sprintf("config file %s: %v", path, err)}
+		}
+	}
+	// Environment: CTXPROXY_<SECTION>_<KEY>, read through getenv so tests
+	// can inject it. Set before flags so that flags win.
+	if opts.getenv != nil {
+		for _, k := range keys {
+			name := "CTXPROXY_" + strings.ToUpper(strings.ReplaceAll(k, ".", "_"))
+			if val := opts.getenv(name); val != "" {
+				v.Set(k, val)
+			}
+		}
+	}
+	for k, val := range opts.flags {
+		v.Set(k, val)
+	}
+
+	// Decode over the defaults: a field that fails to decode keeps its
+	// default, so validation can still report every other problem.
+	c := defaultConfig()
+	hook := viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
+		byteSizeHook,
+		mapstructure.StringToTimeDurationHookFunc(),
+		mapstructure.StringToSliceHookFunc(","),
+	))
+	if err := v.UnmarshalExact(&c, hook); err != nil {
+		problems = append(problems, splitDecodeError(err)...)
+	}
+	problems = append(problems, c.validate()...)
+	return c, path, problems
+}
+
+// splitDecodeError turns mapstructure's combined error into one problem a
+// line, and names unknown keys plainly.
+func splitDecodeError(err error) []string {
+	var out []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "*"))
+		if line == "" || strings.HasSuffix(line, "error(s) decoding:") || strings.HasPrefix(line, "decoding failed") {
+			continue
+		}
+		if strings.Contains(line, "has invalid keys:") {
+			i := strings.Index(line, "has invalid keys:")
+			section := strings.Trim(strings.TrimSpace(line[:i]), "'")
+			for _, k := range strings.Split(line[i+len("has invalid keys:"):], ",") {
+				k = strings.TrimSpace(k)
+				if section != "" {
+					k = section + "." + k
+				}
+				out = append(out, fmt.Sprintf("unknown key %q", k))
+			}
+			continue
+		}
+		out = append(out, line)
+	}
+	if len(out) == 0 {
+		out = append(out, err.Error())
+	}
+	return out
+}
+
+func oneOf(problems *[]string, key, val string, allowed ...string) {
+	if !slices.Contains(allowed, val) {
+		*problems = append(*problems, fmt.Sprintf("%s: %q is not one of %s", key, val, strings.Join(allowed, ", ")))
+	}
+}
+
+func fraction(problems *[]string, key string, val float64) {
+	if val <= 0 || val > 1 {
+		*problems = append(*problems, fmt.Sprintf("%s: %v must be in (0, 1]", key, val))
+	}
+}
+
+func positive(problems *[]string, key string, val int64) {
+	if val <= 0 {
+		*problems = append(*problems, fmt.Sprintf("%s: %d must be positive", key, val))
+	}
+}
+
+// validate returns every problem with c at once.
+func (c Config) validate() []string {
+	var p []string
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		p = append(p, fmt.Sprintf("listen: %q is not host:port", c.Listen))
+	}
+	positive(&p, "max_body", int64(c.MaxBody))
+	if c.ShutdownGrace < 0 {
+		p = append(p, "shutdown_grace: must not be negative")
+	}
+	if u, err := url.Parse(c.Backend.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		p = append(p, fmt.Sprintf("backend.url: %q is not an http(s) URL", c.Backend.URL))
+	}
+	oneOf(&p, "backend.kind", c.Backend.Kind, "auto", "ollama", "openai")
+	oneOf(&p, "backend.translate_openai", c.Backend.TranslateOpenAI, "auto", "on", "off")
+	positive(&p, "backend.response_header_timeout", int64(c.Backend.ResponseHeaderTimeout))
+	positive(&p, "backend.dial_timeout", int64(c.Backend.DialTimeout))
+	if c.Session.Header == "" {
+		p = append(p, "session.header: must not be empty")
+	}
+	oneOf(&p, "tokens.encoding", c.Tokens.Encoding, "auto", "cl100k_base", "o200k_base", "approximate")
+	if c.Tokens.ApproxCharsPerToken <= 0 {
+		p = append(p, "tokens.approx_chars_per_token: must be positive")
+	}
+	if c.Tokens.ImageTokens < 0 {
+		p = append(p, "tokens.image_tokens: must not be negative")
+	}
+	positive(&p, "tokens.cache_entries", int64(c.Tokens.CacheEntries))
+	positive(&p, "context.min_size", int64(c.Context.MinSize))
+	if c.Context.MaxSize < c.Context.MinSize {
+		p = append(p, fmt.Sprintf("context.max_size: %d is below context.min_size %d", c.Context.MaxSize, c.Context.MinSize))
+	}
+	if c.Context.TargetSize < 0 {
+		p = append(p, "context.target_size: must not be negative")
+	}
+	if c.Context.VRAMBuffer < 0 {
+		p = append(p, "context.vram_buffer: must not be negative")
+	}
+	oneOf(&p, "context.kv_quantization", c.Context.KVQuantization, "f16", "q8_0", "q4_0")
+	positive(&p, "context.num_parallel", int64(c.Context.NumParallel))
+	if c.Context.ReserveOutput < 0 {
+		p = append(p, "context.reserve_output: must not be negative")
+	}
+	modes := []string{"none", "sliding_window", "token_budget", "smart", "selective", "importance", "summarize", "hybrid", "composite"}
+	oneOf(&p, "strategy.mode", c.Strategy.Mode, modes...)
+	fraction(&p, "strategy.threshold", c.Strategy.Threshold)
+	fraction(&p, "strategy.target", c.Strategy.Target)
+	if c.Strategy.Target > c.Strategy.Threshold {
+		p = append(p, fmt.Sprintf("strategy.target: %v is above strategy.threshold %v", c.Strategy.Target, c.Strategy.Threshold))
+	}
+	oneOf(&p, "strategy.on_overflow", c.Strategy.OnOverflow, "shrink", "reject", "forward")
+	positive(&p, "strategy.sliding_window.window_size", int64(c.Strategy.SlidingWindow.WindowSize))
+	if c.Strategy.Smart.PreserveFirst < 0 || c.Strategy.Smart.PreserveLast < 1 {
+		p = append(p, "strategy.smart: preserve_first must be ≥ 0 and preserve_last ≥ 1")
+	}
+	if c.Strategy.Importance.PreserveAbove < 0 || c.Strategy.Importance.PreserveAbove > 1 {
+		p = append(p, "strategy.importance.preserve_above: must be in [0, 1]")
+	}
+	if c.Strategy.Importance.PreserveRecent < 0 {
+		p = append(p, "strategy.importance.preserve_recent: must not be negative")
+	}
+	positive(&p, "strategy.tool_results.max_tokens", int64(c.Strategy.ToolResults.MaxTokens))
+	for _, m := range c.Strategy.Composite {
+		if m == "composite" || !slices.Contains(modes, m) {
+			p = append(p, fmt.Sprintf("strategy.composite: %q is not a strategy", m))
+		}
+	}
+	if c.Summarize.KeepRecent < 0 || c.Summarize.MinMessages < 0 {
+		p = append(p, "summarize: keep_recent and min_messages must not be negative")
+	}
+	positive(&p, "summarize.max_tokens", int64(c.Summarize.MaxTokens))
+	positive(&p, "summarize.timeout", int64(c.Summarize.Timeout))
+	fraction(&p, "summarize.prefetch_at", c.Summarize.PrefetchAt)
+	if c.Summarize.Wait < 0 {
+		p = append(p, "summarize.wait: must not be negative")
+	}
+	oneOf(&p, "gpu.probe", c.GPU.Probe, "auto", "nvidia", "amd", "apple", "cpu")
+	positive(&p, "gpu.poll_active", int64(c.GPU.PollActive))
+	positive(&p, "gpu.poll_idle", int64(c.GPU.PollIdle))
+	g := c.GPU.Guard
+	fraction(&p, "gpu.guard.compress_at", g.CompressAt)
+	fraction(&p, "gpu.guard.shrink_at", g.ShrinkAt)
+	fraction(&p, "gpu.guard.emergency_at", g.EmergencyAt)
+	if g.CompressAt > g.ShrinkAt || g.ShrinkAt > g.EmergencyAt {
+		p = append(p, "gpu.guard: compress_at ≤ shrink_at ≤ emergency_at must hold")
+	}
+	oneOf(&p, "snapshots.store", c.Snapshots.Store, "file", "redis")
+	if c.Snapshots.Store == "file" && c.Snapshots.Dir == "" {
+		p = append(p, "snapshots.dir: must not be empty with the file store")
+	}
+	fraction(&p, "snapshots.auto_threshold", c.Snapshots.AutoThreshold)
+	positive(&p, "snapshots.max_count", int64(c.Snapshots.MaxCount))
+	names := make([]string, 0, len(c.Models))
+	for name := range c.Models {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		m := c.Models[name]
+		if m.MaxTokens < 0 || m.MaxOutputTokens < 0 || (m.MaxTokens > 0 && m.MaxOutputTokens >= m.MaxTokens) {
+			p = append(p, fmt.Sprintf("models.%s: max_output_tokens must be below max_tokens, both ≥ 0", name))
+		}
+	}
+	oneOf(&p, "log.level", strings.ToLower(c.Log.Level), "debug", "info", "warn", "error")
+	oneOf(&p, "log.format", c.Log.Format, "auto", "text", "json")
+	return p
+}
+
+// leafKeys lists the dotted keys of every leaf of the config (maps such as
+// models count as one leaf).
+func leafKeys(c Config) []string {
+	var out []string
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name := f.Tag.Get("mapstructure")
+			if name == "" {
+				continue
+			}
+			key := prefix + name
+			if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[time.Duration]() {
+				walk(f.Type, key+".")
+				continue
+			}
+			out = append(out, key)
+		}
+	}
+	walk(reflect.TypeOf(c), "")
+	return out
+}
+
+func lookup(m map[string]any, dotted string) any {
+	var cur any = m
+	for _, part := range strings.Split(dotted, ".") {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = mm[part]
+	}
+	return cur
+}
+
+var errConfig = errors.New("invalid configuration")

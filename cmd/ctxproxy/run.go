@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/lmittmann/tint"
+	"github.com/mattn/go-isatty"
+
+	"github.com/ctxproxy/ctxproxy/proxy"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+// env is what a command gets from the process: tests call run with their
+// own.
+type env struct {
+	getenv func(string) string
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+const usage = `ctxproxy keeps every chat request inside the model's context window.
+
+Usage:
+  ctxproxy [serve] [flags]       run the proxy (the default)
+  ctxproxy check-config [flags]  check the configuration and print every problem
+  ctxproxy health [flags]        exit 0 when the proxy at --listen answers (for container health checks)
+  ctxproxy version               print the version
+
+Run "ctxproxy COMMAND -h" for a command's flags.
+`
+
+// run is ctxproxy's whole program; main only wires it to the process.
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	e := env{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, e)
+	case "check-config":
+		return checkConfig(args, e)
+	case "health":
+		return health(ctx, args, e)
+	case "version":
+		_, err := fmt.Fprintf(stdout, "ctxproxy %s\n", versionString())
+		return err
+	case "help", "-h", "--help":
+		_, err := io.WriteString(stdout, usage)
+		return err
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+func versionString() string {
+	v := version
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if v == "dev" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+			v = info.Main.Version
+		}
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += " (" + s.Value[:12] + ")"
+			}
+		}
+	}
+	return v
+}
+
+// configFlags are the flags every config-reading command takes.
+type configFlags struct {
+	fs   *flag.FlagSet
+	path *string
+}
+
+// newConfigFlags declares --config, --listen, --backend, --log-level and
+// --log-format on a new flag set.
+func newConfigFlags(name string, e env) configFlags {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	cf := configFlags{fs: fs}
+	cf.path = fs.String("config", "", "config file (default ./ctxproxy.yaml when it exists)")
+	fs.String("listen", "127.0.0.1:11435", "address to listen on")
+	fs.String("backend", "http://127.0.0.1:11434", "URL of the Ollama or OpenAI-compatible server")
+	fs.String("log-level", "info", "debug, info, warn or error")
+	fs.String("log-format", "auto", "auto (colored text on a terminal, JSON otherwise), text or json")
+	return cf
+}
+
+// flagKeys maps flags to the config keys they set.
+var flagKeys = map[string]string{
+	"listen":     "listen",
+	"backend":    "backend.url",
+	"log-level":  "log.level",
+	"log-format": "log.format",
+}
+
+// load parses args and loads the configuration. Only flags given on the
+// command line override the file and the environment.
+func (cf configFlags) load(args []string, e env) (Config, string, []string, error) {
+	if err := cf.fs.Parse(args); err != nil {
+		return Config{}, "", nil, err
+	}
+	set := map[string]string{}
+	cf.fs.Visit(func(f *flag.Flag) {
+		if key, ok := flagKeys[f.Name]; ok {
+			set[key] = f.Value.String()
+		}
+	})
+	path := *cf.path
+	if path == "" && e.getenv != nil {
+		path = e.getenv("CTXPROXY_CONFIG")
+	}
+	c, used, problems := loadConfig(loadOptions{path: path, getenv: e.getenv, flags: set})
+	return c, used, problems, nil
+}
+
+func checkConfig(args []string, e env) error {
+	cf := newConfigFlags("check-config", e)
+	c, path, problems, err := cf.load(args, e)
+	if err != nil {
+		return err
+	}
+	if path == "" {
+		path = "(no file: defaults, environment and flags)"
+	}
+	if len(problems) > 0 {
+		fmt.Fprintf(e.stderr, "%s: %d problem(s):\n", path, len(problems))
+		for _, p := range problems {
+			fmt.Fprintf(e.stderr, "  - %s\n", p)
+		}
+		return errConfig
+	}
+	_, err = fmt.Fprintf(e.stdout, "%s: ok (listen %s, backend %s, strategy %s)\n", path, c.Listen, c.Backend.URL, c.Strategy.Mode)
+	return err
+}
+
+// newLogger builds the process logger: tint for a terminal, JSON otherwise.
+func newLogger(c LogConfig, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	format := c.Format
+	if format == "auto" {
+		format = "json"
+		if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+			format = "text"
+		}
+	}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	}
+	noColor := true
+	if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) && os.Getenv("NO_COLOR") == "" {
+		noColor = false
+	}
+	return slog.New(tint.NewTextHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly, NoColor: noColor}))
+}
+
+func serve(ctx context.Context, args []string, e env) error {
+	cf := newConfigFlags("serve", e)
+	c, path, problems, err := cf.load(args, e)
+	if err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintf(e.stderr, "config: %s\n", p)
+		}
+		return errConfig
+	}
+	log := newLogger(c.Log, e.stderr)
+
+	srv, err := proxy.New(proxy.Config{
+		Backend:               c.Backend.URL,
+		MaxBody:               int64(c.MaxBody),
+		ResponseHeaderTimeout: c.Backend.ResponseHeaderTimeout,
+		DialTimeout:           c.Backend.DialTimeout,
+		SessionHeader:         c.Session.Header,
+		NoFingerprint:         !c.Session.Fingerprint,
+		Version:               versionString(),
+	}, log)
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		// No ReadTimeout or WriteTimeout: a streamed answer may take as
+		// long as the model needs.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	log.Info("ctxproxy listening", "addr", ln.Addr().String(), "backend", c.Backend.URL,
+		"config", path, "version", versionString())
+
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing in-flight requests", "grace", c.ShutdownGrace)
+	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn("grace period over; closing remaining connections", "err", err)
+		_ = hs.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// health asks a running ctxproxy's /ctxproxy/healthz; containers without
+// curl use it as their health check.
+func health(ctx context.Context, args []string, e env) error {
+	cf := newConfigFlags("health", e)
+	c, _, _, err := cf.load(args, e)
+	if err != nil {
+		return err
+	}
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return err
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/ctxproxy/healthz", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("health: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("health: %s", resp.Status)
+	}
+	_, err = fmt.Fprintln(e.stdout, "ok")
+	return err
+}

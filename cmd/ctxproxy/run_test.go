@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// syncBuffer is a bytes.Buffer safe for the server goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startServe runs "ctxproxy serve" in the background and waits until it
+// is ready. The returned stop cancels it and returns run's error.
+func startServe(t *testing.T, args []string, env map[string]string) (addr string, logs *syncBuffer, stop func() error) {
+	t.Helper()
+	addr = freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	logs = &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(ctx, append([]string{"serve", "--listen", addr, "--log-format", "json"}, args...),
+			envOf(env), strings.NewReader(""), io.Discard, logs)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/ctxproxy/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		select {
+		case err := <-errc:
+			cancel()
+			t.Fatalf("serve exited: %v\n%s", err, logs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("serve did not start\n%s", logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var once sync.Once
+	var result error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case result = <-errc:
+			case <-time.After(20 * time.Second):
+				result = fmt.Errorf("serve did not stop")
+			}
+		})
+		return result
+	}
+	t.Cleanup(func() { stop() })
+	return addr, logs, stop
+}
+
+func TestServeEndToEnd(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Reply: "pong"})
+	addr, logs, stop := startServe(t, []string{"--backend", be.URL}, nil)
+
+	resp, err := http.Get("http://" + addr + "/ctxproxy/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("readyz: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	resp, err = http.Post("http://"+addr+"/api/chat", "application/json",
+		strings.NewReader(`{"model":"llama3.1","stream":false,"messages":[{"role":"user","content":"ping secret-content"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "pong") {
+		t.Errorf("reply: %s", body)
+	}
+	var hout bytes.Buffer
+	if err := run(context.Background(), []string{"health", "--listen", addr}, envOf(nil), nil, &hout, io.Discard); err != nil {
+		t.Errorf("health: %v", err)
+	}
+	if err := stop(); err != nil {
+		t.Errorf("serve returned %v", err)
+	}
+	if err := run(context.Background(), []string{"health", "--listen", addr}, envOf(nil), nil, io.Discard, io.Discard); err == nil {
+		t.Errorf("health succeeded with the proxy stopped")
+	}
+	out := logs.String()
+	if !strings.Contains(out, `"msg":"chat"`) || !strings.Contains(out, `"model":"llama3.1"`) {
+		t.Errorf("no chat log line:\n%s", out)
+	}
+	if strings.Contains(out, "secret-content") {
+		t.Errorf("message content was logged:\n%s", out)
+	}
+}
+
+// TestGracefulShutdown stops the server while a stream is in flight: the
+// stream finishes, new connections are refused.
+func TestGracefulShutdown(t *testing.T) {
+	hold := make(chan struct{})
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Hold: hold, Reply: "abcdef"})
+	addr, _, stop := startServe(t, []string{"--backend", be.URL}, map[string]string{"CTXPROXY_SHUTDOWN_GRACE": "10s"})
+
+	resp, err := http.Post("http://"+addr+"/api/chat", "application/json",
+		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	// Wait until the listener is closed, then let the stream finish.
+	for i := 0; i < 200; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			break
+		}
+		c.Close()
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(hold)
+	rest, err := io.ReadAll(br)
+	if err != nil || !strings.Contains(string(rest), `"done":true`) {
+		t.Errorf("in-flight stream cut by shutdown: %v %q", err, rest)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("serve: %v", err)
+	}
+}
+
+func TestVersionAndUnknownCommand(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"version"}, envOf(nil), nil, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "ctxproxy ") {
+		t.Errorf("version: %q", out.String())
+	}
+	if err := run(context.Background(), []string{"frobnicate"}, envOf(nil), nil, io.Discard, io.Discard); err == nil {
+		t.Error("unknown command accepted")
+	}
+}
+
+// TestConfigExampleMatchesDefaults loads config.example.yaml: it must be
+// valid, name every key, and hold exactly the defaults, so it never drifts
+// from the code.
+func TestConfigExampleMatchesDefaults(t *testing.T) {
+	path := filepath.Join("..", "..", "config.example.yaml")
+	c, _, problems := loadConfig(loadOptions{path: path})
+	if len(problems) > 0 {
+		t.Fatalf("config.example.yaml: %v", problems)
+	}
+	if diff := cmp.Diff(defaultConfig(), c); diff != "" {
+		t.Errorf("config.example.yaml differs from the defaults (-code +file):\n%s", diff)
+	}
+	data, _ := os.ReadFile(path)
+	for _, key := range leafKeys(defaultConfig()) {
+		last := key[strings.LastIndex(key, ".")+1:]
+		if !bytes.Contains(data, []byte(last+":")) {
+			t.Errorf("config.example.yaml does not document %s", key)
+		}
+	}
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	os.WriteFile(file, []byte("listen: 127.0.0.1:1001\nstrategy:\n  mode: token_budget\n  threshold: 0.9\nlog:\n  level: warn\n"), 0o644)
+	env := map[string]string{"CTXPROXY_LISTEN": "127.0.0.1:1002", "CTXPROXY_STRATEGY_THRESHOLD": "0.85",
+		"CTXPROXY_STRATEGY_COMPOSITE": "sliding_window,token_budget", "CTXPROXY_CONTEXT_VRAM_BUFFER": "1GiB"}
+	cf := newConfigFlags("serve", envs(env))
+	c, used, problems, err := cf.load([]string{"--config", file, "--listen", "127.0.0.1:1003"}, envs(env))
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("%v %v", err, problems)
+	}
+	if used != file {
+		t.Errorf("file used = %q", used)
+	}
+	for _, tc := range []struct{ name, got, want string }{
+		{"flag beats env and file", c.Listen, "127.0.0.1:1003"},
+		{"env beats file", fmt.Sprint(c.Strategy.Threshold), "0.85"},
+		{"file beats default", c.Strategy.Mode, "token_budget"},
+		{"file level", c.Log.Level, "warn"},
+		{"default", c.Backend.URL, "http://127.0.0.1:11434"},
+		{"env list", strings.Join(c.Strategy.Composite, "|"), "sliding_window|token_budget"},
+		{"env size", c.Context.VRAMBuffer.String(), "1GiB"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.name, tc.got, tc.want)
+		}
+	}
+}
+
+func envs(m map[string]string) env { return env{getenv: envOf(m), stderr: io.Discard, stdout: io.Discard} }
+
+func TestCheckConfigReportsEveryProblem(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(file, []byte(`listen: nope
+max_body: lots
+strategy:
+  mode: magic
+  threshold: 0.5
+  target: 0.7
+  unknown_knob: 1
+context:
+  kv_quantization: q2
+gpu:
+  guard: {compress_at: 0.9, shrink_at: 0.8}
+models:
+  llama3.1: {max_tokens: 1000, max_output_tokens: 2000}
+`), 0o644)
+	var stderr bytes.Buffer
+	err := run(context.Background(), []string{"check-config", "--config", file}, envOf(nil), nil, io.Discard, &stderr)
+	if err == nil {
+		t.Fatal("check-config accepted a bad file")
+	}
+	for _, want := range []string{
+		`unknown key "strategy.unknown_knob"`, `"lots" is not a size`, `listen: "nope" is not host:port`,
+		`strategy.mode: "magic"`, `strategy.target: 0.7 is above strategy.threshold 0.5`,
+		`context.kv_quantization: "q2"`, `gpu.guard: compress_at ≤ shrink_at`, `models.llama3.1`,
+	} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("missing problem %q in:\n%s", want, stderr.String())
+		}
+	}
+
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"check-config"}, envOf(nil), nil, &stdout, io.Discard); err != nil {
+		t.Fatalf("defaults rejected: %v", err)
+	}
+	if !strings.Contains(stdout.String(), "ok") {
+		t.Errorf("check-config output: %q", stdout.String())
+	}
+}
+
+func TestServeRefusesBadConfig(t *testing.T) {
+	var stderr bytes.Buffer
+	err := run(context.Background(), []string{"serve", "--backend", "ftp://x"}, envOf(nil), nil, io.Discard, &stderr)
+	if err == nil || !strings.Contains(stderr.String(), "backend.url") {
+		t.Errorf("err %v, stderr %q", err, stderr.String())
+	}
+}
+
+func TestParseByteSize(t *testing.T) {
+	for in, want := range map[string]ByteSize{"32MiB": 32 << 20, "512MB": 512e6, "1GiB": 1 << 30, "4096": 4096, "1.5KiB": 1536, " 2 gib ": 2 << 30} {
+		got, err := ParseByteSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1", "12XB", "1e3"} {
+		if _, err := ParseByteSize(in); err == nil {
+			t.Errorf("ParseByteSize(%q) succeeded", in)
+		}
+	}
+}

@@ -1,0 +1,425 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ctxproxy/ctxproxy/rewrite"
+)
+
+// Dialect is the wire format of an intercepted chat route.
+type Dialect int
+
+const (
+	// Ollama is POST /api/chat: NDJSON streams, {"error": "..."} errors,
+	// streaming on unless "stream": false.
+	Ollama Dialect = iota
+	// OpenAI is POST /v1/chat/completions: SSE streams ending in
+	// "data: [DONE]", {"error": {...}} errors, streaming off unless asked.
+	OpenAI
+)
+
+func (d Dialect) String() string {
+	if d == OpenAI {
+		return "openai"
+	}
+	return "ollama"
+}
+
+// Annotation keys a client may put on a message to steer the strategies.
+// They are ctxproxy's own and never reach the backend (DESIGN.md rule 2):
+// OpenAI rejects unknown message keys.
+const (
+	keyPreserve   = "_preserve"
+	keyImportance = "_importance"
+)
+
+// chatRequest is a decoded chat request: just what ctxproxy needs, plus the
+// original bytes so that everything else is forwarded as sent.
+type chatRequest struct {
+	dialect Dialect
+	body    []byte
+	model   string
+	// stream is the effective streaming flag (Ollama defaults to true).
+	stream bool
+	// messages are dialect-neutral; each keeps its raw JSON.
+	messages []rewrite.Message
+	// annotated reports that some message carried _preserve/_importance,
+	// so the messages must be re-encoded even if no strategy changes them.
+	annotated bool
+	tools     json.RawMessage
+	// numCtx is the client's options.num_ctx (Ollama), 0 when unset.
+	numCtx int
+	// maxOutput is the request's own output limit (max_tokens,
+	// max_completion_tokens or options.num_predict), 0 when unset.
+	maxOutput int
+	// firstSystem and firstUser feed the session fingerprint.
+	firstSystem, firstUser string
+}
+
+// errNotChat means the body is not a chat request ctxproxy understands; it
+// is forwarded unchanged (DESIGN.md rule 3).
+var errNotChat = errors.New("not a chat request")
+
+// decodeChat decodes body as a chat request of dialect d. Any error means
+// the request should be forwarded unchanged.
+//
+// It validates the body once, then reads only what ctxproxy needs: objects
+// are scanned for their members and only small values are decoded (the
+// known cost: decoding a 100 KB body into maps and back is ~1 ms).
+func decodeChat(d Dialect, body []byte) (*chatRequest, error) {
+	if !json.Valid(body) {
+		return nil, fmt.Errorf("%w: invalid JSON", errNotChat)
+	}
+	ms, err := members(body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNotChat, err)
+	}
+	req := &chatRequest{dialect: d, body: body, stream: d == Ollama}
+	var msgs []byte
+	for _, m := range ms {
+		v := body[m.valueStart:m.end]
+		switch m.key {
+		case "messages":
+			msgs = v
+		case "model":
+			err = json.Unmarshal(v, &req.model)
+		case "stream":
+			var b *bool
+			if err = json.Unmarshal(v, &b); err == nil && b != nil {
+				req.stream = *b
+			}
+		case "tools":
+			if !bytes.Equal(v, []byte("null")) {
+				req.tools = v
+			}
+		case "max_tokens", "max_completion_tokens":
+			var n *int
+			if err = json.Unmarshal(v, &n); err == nil && n != nil && (m.key == "max_completion_tokens" || req.maxOutput == 0) {
+				req.maxOutput = *n
+			}
+		case "options":
+			req.decodeOptions(v)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", errNotChat, m.key, err)
+		}
+	}
+	if msgs == nil || msgs[0] != '[' {
+		return nil, fmt.Errorf("%w: messages is not an array", errNotChat)
+	}
+	spans, err := elements(msgs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: messages: %v", errNotChat, err)
+	}
+	req.messages = make([]rewrite.Message, len(spans))
+	for i, sp := range spans {
+		m, annotated, err := decodeMessage(msgs[sp[0]:sp[1]:sp[1]])
+		if err != nil {
+			return nil, fmt.Errorf("%w: message %d: %v", errNotChat, i, err)
+		}
+		req.messages[i] = m
+		req.annotated = req.annotated || annotated
+		switch {
+		case req.firstSystem == "" && isSystemRole(m.Role):
+			req.firstSystem = m.Content
+		case req.firstUser == "" && m.Role == "user":
+			req.firstUser = m.Content
+		}
+	}
+	return req, nil
+}
+
+// decodeOptions reads Ollama's options.num_ctx and options.num_predict.
+func (req *chatRequest) decodeOptions(v []byte) {
+	if v[0] != '{' {
+		return
+	}
+	var opts struct {
+		NumCtx     *float64 `json:"num_ctx"`
+		NumPredict *float64 `json:"num_predict"`
+	}
+	// Ollama takes options loosely; a malformed option is the backend's
+	// business, not a reason to stop managing the context.
+	if json.Unmarshal(v, &opts) == nil {
+		if opts.NumCtx != nil && *opts.NumCtx > 0 {
+			req.numCtx = int(*opts.NumCtx)
+		}
+		if opts.NumPredict != nil && *opts.NumPredict > 0 {
+			req.maxOutput = int(*opts.NumPredict)
+		}
+	}
+}
+
+// isSystemRole reports whether role carries instructions: OpenAI's newer
+// "developer" role plays the part of "system".
+func isSystemRole(role string) bool { return role == "system" || role == "developer" }
+
+type wireToolCall struct {
+	ID       string `json:"id"`
+	Function struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"function"`
+}
+
+type wirePart struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+// decodeString decodes a JSON string value, without the decoder when it
+// holds no escapes (the common case for long chat content).
+func decodeString(v []byte) (string, error) {
+	if len(v) >= 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {
+		return string(v[1 : len(v)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(v, &s)
+	return s, err
+}
+
+// decodeMessage reads the fields ctxproxy needs from one message object.
+// The caller has validated the body, so values are scanned, not checked.
+func decodeMessage(raw json.RawMessage) (rewrite.Message, bool, error) {
+	ms, err := members(raw)
+	if err != nil {
+		return rewrite.Message{}, false, err
+	}
+	m := rewrite.Message{Raw: raw}
+	annotated := false
+	for _, mem := range ms {
+		v := raw[mem.valueStart:mem.end]
+		null := bytes.Equal(v, []byte("null"))
+		switch mem.key {
+		case "role":
+			m.Role, err = decodeString(v)
+		case "content":
+			err = decodeContent(&m, v)
+		case "name":
+			if !null {
+				m.Name, err = decodeString(v)
+			}
+		case "tool_call_id":
+			if !null {
+				m.ToolCallID, err = decodeString(v)
+			}
+		case "images":
+			if v[0] == '[' {
+				var sp [][2]int
+				sp, err = elements(v)
+				m.Images += len(sp)
+			}
+		case "tool_calls":
+			if !null {
+				m.ToolCalls, err = decodeToolCalls(v)
+			}
+		case keyPreserve:
+			annotated = true
+			var b bool
+			if json.Unmarshal(v, &b) == nil {
+				m.Preserve = b
+			}
+		case keyImportance:
+			annotated = true
+			var f float64
+			if json.Unmarshal(v, &f) == nil {
+				m.Importance = min(max(f, 0), 1)
+				m.HasImportance = true
+			}
+		}
+		if err != nil {
+			return rewrite.Message{}, false, fmt.Errorf("%s: %v", mem.key, err)
+		}
+	}
+	if m.Role == "" {
+		return rewrite.Message{}, false, errors.New("message has no role")
+	}
+	if annotated {
+		clean, err := removeMembers(raw, func(k string) bool { return k == keyPreserve || k == keyImportance })
+		if err != nil {
+			return rewrite.Message{}, false, err
+		}
+		m.Raw = clean
+	}
+	return m, annotated, nil
+}
+
+// decodeContent reads a string content, or the text parts of a parts
+// array (counting its images).
+func decodeContent(m *rewrite.Message, v []byte) error {
+	switch v[0] {
+	case 'n':
+		return nil
+	case '"':
+		var err error
+		m.Content, err = decodeString(v)
+		return err
+	case '[':
+		var parts []json.RawMessage
+		if err := json.Unmarshal(v, &parts); err != nil {
+			return err
+		}
+		var texts []string
+		for _, p := range parts {
+			var part wirePart
+			if json.Unmarshal(p, &part) != nil {
+				continue // an unknown part shape is the backend's business
+			}
+			switch part.Type {
+			case "text", "input_text":
+				texts = append(texts, part.Text)
+			case "image_url", "input_image", "image":
+				m.Images++
+			}
+		}
+		m.Content = strings.Join(texts, "\n")
+		return nil
+	}
+	return errors.New("neither a string nor an array")
+}
+
+func decodeToolCalls(v []byte) ([]rewrite.ToolCall, error) {
+	var calls []wireToolCall
+	if err := json.Unmarshal(v, &calls); err != nil {
+		return nil, err
+	}
+	out := make([]rewrite.ToolCall, 0, len(calls))
+	for _, tc := range calls {
+		call := rewrite.ToolCall{ID: tc.ID, Name: tc.Function.Name}
+		args := tc.Function.Arguments
+		if len(args) > 0 && args[0] == '"' {
+			// OpenAI sends the arguments as a string of JSON.
+			var s string
+			if json.Unmarshal(args, &s) == nil {
+				call.Arguments = s
+			}
+		} else if len(args) > 0 && !bytes.Equal(args, []byte("null")) {
+			call.Arguments = string(args)
+		}
+		out = append(out, call)
+	}
+	return out, nil
+}
+
+// encodeMessages returns the JSON array for msgs: each message's raw bytes
+// when it has them, its edited form when a strategy changed its content,
+// and a plain {"role","content"} object for messages ctxproxy made.
+func encodeMessages(msgs []rewrite.Message) ([]byte, error) {
+	size := 2
+	for i := range msgs {
+		size += len(msgs[i].Raw) + 1
+	}
+	out := make([]byte, 0, size)
+	out = append(out, '[')
+	for i := range msgs {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		b, err := encodeMessage(&msgs[i])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b...)
+	}
+	return append(out, ']'), nil
+}
+
+func encodeMessage(m *rewrite.Message) ([]byte, error) {
+	if m.Raw == nil {
+		return json.Marshal(struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		}{m.Role, m.Content})
+	}
+	if !m.Edited {
+		return m.Raw, nil
+	}
+	content, err := editedContent(m)
+	if err != nil {
+		return nil, err
+	}
+	return setMember(m.Raw, "content", content)
+}
+
+// editedContent is the new "content" value of an edited message. A parts
+// array keeps its non-text parts (images stay attached) and gets the new
+// text as its first text part.
+func editedContent(m *rewrite.Message) ([]byte, error) {
+	text, err := json.Marshal(m.Content)
+	if err != nil {
+		return nil, err
+	}
+	ms, err := members(m.Raw)
+	if err != nil {
+		return nil, err
+	}
+	cm, ok := findMember(ms, "content")
+	if !ok || m.Raw[cm.valueStart] != '[' {
+		return text, nil
+	}
+	var parts []json.RawMessage
+	if err := json.Unmarshal(m.Raw[cm.valueStart:cm.end], &parts); err != nil {
+		return text, nil
+	}
+	out := []byte(`[{"type":"text","text":`)
+	out = append(out, text...)
+	out = append(out, '}')
+	for _, p := range parts {
+		var part wirePart
+		if json.Unmarshal(p, &part) == nil && (part.Type == "text" || part.Type == "input_text") {
+			continue
+		}
+		out = append(out, ',')
+		out = append(out, p...)
+	}
+	return append(out, ']'), nil
+}
+
+// rebuildBody returns the request body with messages replaced by msgs and,
+// when numCtx > 0, options.num_ctx set to it. Every other byte of the body
+// is kept as the client sent it.
+func rebuildBody(body []byte, msgs []rewrite.Message, setMessages bool, numCtx int) ([]byte, error) {
+	out := body
+	if setMessages {
+		arr, err := encodeMessages(msgs)
+		if err != nil {
+			return nil, err
+		}
+		out, err = setMember(out, "messages", arr)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if numCtx > 0 {
+		var err error
+		out, err = setOption(out, "num_ctx", appendInt(nil, numCtx))
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// setOption sets options.<key> in an Ollama request body, creating the
+// options object when the request has none.
+func setOption(body []byte, key string, value []byte) ([]byte, error) {
+	ms, err := members(body)
+	if err != nil {
+		return nil, err
+	}
+	if m, ok := findMember(ms, "options"); ok && body[m.valueStart] == '{' {
+		opts, err := setMember(body[m.valueStart:m.end], key, value)
+		if err != nil {
+			return nil, err
+		}
+		return replaceValue(body, m, opts), nil
+	}
+	k, _ := json.Marshal(key)
+	opts := append(append(append([]byte{'{'}, k...), ':'), value...)
+	opts = append(opts, '}')
+	return setMember(body, "options", opts)
+}

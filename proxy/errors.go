@@ -1,0 +1,54 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// apiError is an error a client sees, written in its dialect's shape: a Go
+// error string with internals never reaches a client.
+type apiError struct {
+	status  int
+	message string
+	// code is OpenAI's machine-readable code (e.g. context_length_exceeded).
+	code string
+}
+
+// writeError writes e in the shape clients of dialect d parse:
+// OpenAI {"error":{"message","type","param","code"}}, Ollama {"error":"..."}.
+func writeError(w http.ResponseWriter, d Dialect, e apiError) {
+	var body []byte
+	if d == OpenAI {
+		typ := "invalid_request_error"
+		switch {
+		case e.status >= 500:
+			typ = "server_error"
+		case e.status == http.StatusUnauthorized:
+			typ = "authentication_error"
+		}
+		var code any
+		if e.code != "" {
+			code = e.code
+		}
+		body, _ = json.Marshal(map[string]any{"error": map[string]any{
+			"message": e.message, "type": typ, "param": nil, "code": code,
+		}})
+	} else {
+		body, _ = json.Marshal(map[string]string{"error": e.message})
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(e.status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// dialectOf returns the dialect whose error shape fits a request path: the
+// OpenAI shape for /v1/..., Ollama's for everything else.
+func dialectOf(path string) Dialect {
+	if strings.HasPrefix(path, "/v1/") {
+		return OpenAI
+	}
+	return Ollama
+}

@@ -1,0 +1,369 @@
+// Package proxy is ctxproxy's HTTP side: the server, routing, the Ollama
+// and OpenAI dialect codecs, forwarding through httputil.ReverseProxy, the
+// response headers, the admin API and metrics.
+//
+// Two routes are intercepted: POST /api/chat (Ollama) and POST
+// /v1/chat/completions (OpenAI). Everything else, and every byte of an
+// intercepted request that ctxproxy does not need to change, passes through
+// as the client sent it.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Server is the ctxproxy HTTP handler.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	backend  *url.URL
+	rp       *httputil.ReverseProxy
+	client   *http.Client // ctxproxy's own calls to the backend (readiness)
+	metrics  *metrics
+	registry *prometheus.Registry
+	mux      *http.ServeMux
+
+	// lastBackendOK is the time (unix ns) the backend last answered.
+	lastBackendOK atomic.Int64
+}
+
+var _ http.Handler = (*Server)(nil)
+
+// New returns a Server for cfg. log may be nil.
+func New(cfg Config, log *slog.Logger) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	u, err := url.Parse(cfg.Backend)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("proxy: backend %q is not an http(s) URL", cfg.Backend)
+	}
+	s := &Server{cfg: cfg, log: log, backend: u, registry: prometheus.NewRegistry()}
+	s.metrics = newMetrics(s.registry)
+	transport := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          cfg.MaxIdleConns,
+		MaxIdleConnsPerHost:   cfg.MaxIdleConns,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
+		ExpectContinueTimeout: time.Second,
+		// Never let the transport add Accept-Encoding and inflate the
+		// answer behind the client's back: bytes pass through as sent.
+		DisableCompression: true,
+	}
+	s.rp = &httputil.ReverseProxy{
+		Rewrite:        s.rewrite,
+		Transport:      transport,
+		FlushInterval:  -1, // flush every chunk: NDJSON streams are not auto-flushed
+		ModifyResponse: s.modifyResponse,
+		ErrorHandler:   s.proxyError,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	s.client = &http.Client{Transport: transport, Timeout: 5 * time.Second}
+	s.mux = http.NewServeMux()
+	s.routes()
+	return s, nil
+}
+
+// routes registers the admin API, metrics and the intercepted chat routes.
+// Everything not registered falls through to the plain reverse proxy.
+func (s *Server) routes() {
+	s.mux.HandleFunc("GET /ctxproxy/healthz", s.healthz)
+	s.mux.HandleFunc("GET /ctxproxy/readyz", s.readyz)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("POST /api/chat", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, Ollama) })
+	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, OpenAI) })
+	s.mux.HandleFunc("/", s.passthrough)
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mux.ServeHTTP(w, r)
+}
+
+// Registry is the Prometheus registry behind /metrics.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// exchange is the state of one intercepted chat request, carried to the
+// ReverseProxy hooks through the request context.
+type exchange struct {
+	dialect Dialect
+	route   string
+	model   string
+	session string
+	stream  bool
+	start   time.Time
+	status  int
+	// headers are added to the response (X-Ctxproxy-*).
+	headers http.Header
+}
+
+type exchangeKey struct{}
+
+func exchangeFrom(ctx context.Context) *exchange {
+	ex, _ := ctx.Value(exchangeKey{}).(*exchange)
+	return ex
+}
+
+func (s *Server) passthrough(w http.ResponseWriter, r *http.Request) {
+	s.rp.ServeHTTP(w, r)
+}
+
+// chat handles an intercepted chat route.
+func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
+	route := r.URL.Path
+	if r.Header.Get("X-Ctxproxy-Bypass") == "1" {
+		s.metrics.requests.WithLabelValues(route, d.String(), "bypass").Inc()
+		s.rp.ServeHTTP(w, r)
+		return
+	}
+	ex := &exchange{dialect: d, route: route, start: time.Now(), headers: http.Header{}}
+	defer func() { s.logChat(ex) }()
+
+	body, aerr := s.readBody(r)
+	if aerr != nil {
+		ex.status = aerr.status
+		writeError(w, d, *aerr)
+		return
+	}
+	if depthExceeds(body, s.cfg.MaxDepth) {
+		ex.status = http.StatusBadRequest
+		writeError(w, d, apiError{status: http.StatusBadRequest,
+			message: fmt.Sprintf("request JSON nests deeper than %d levels", s.cfg.MaxDepth)})
+		return
+	}
+	req, err := decodeChat(d, body)
+	if err != nil {
+		// Not a chat request ctxproxy understands: the backend decides
+		// (DESIGN.md rule 3).
+		s.metrics.unparsable.WithLabelValues(d.String()).Inc()
+		s.log.Debug("forwarding unparsable chat request unchanged", "route", route, "err", err)
+		s.forward(w, r, ex, body)
+		return
+	}
+	ex.model, ex.stream = req.model, req.stream
+	session, aerr := s.sessionID(r, req)
+	if aerr != nil {
+		ex.status = aerr.status
+		writeError(w, d, *aerr)
+		return
+	}
+	ex.session = session
+	if session != "" {
+		ex.headers.Set("X-Ctxproxy-Session", session)
+	}
+
+	out := body
+	if req.annotated {
+		out, err = rebuildBody(body, req.messages, true, 0)
+		if err != nil {
+			s.log.Error("re-encoding messages failed; forwarding as sent", "err", err)
+			out = body
+		}
+	}
+	s.forward(w, r, ex, out)
+}
+
+// readBody reads a chat request body, refusing one over MaxBody before it
+// is read whole.
+func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
+	tooLarge := &apiError{status: http.StatusRequestEntityTooLarge,
+		message: fmt.Sprintf("request body is larger than the %d bytes ctxproxy accepts (max_body)", s.cfg.MaxBody)}
+	if r.ContentLength > s.cfg.MaxBody {
+		return nil, tooLarge
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBody+1))
+	if err != nil {
+		return nil, &apiError{status: http.StatusBadRequest, message: "reading the request body failed"}
+	}
+	if int64(len(body)) > s.cfg.MaxBody {
+		return nil, tooLarge
+	}
+	return body, nil
+}
+
+// maxSessionID bounds a client-chosen session id.
+const maxSessionID = 256
+
+// sessionID returns the session of a request: the session header, else a
+// fingerprint of the model and the first system and user messages (so a
+// client that resends its whole history keeps one session without saying
+// so), else "".
+func (s *Server) sessionID(r *http.Request, req *chatRequest) (string, *apiError) {
+	if id := r.Header.Get(s.cfg.SessionHeader); id != "" {
+		if len(id) > maxSessionID {
+			return "", &apiError{status: http.StatusBadRequest,
+				message: fmt.Sprintf("%s is longer than %d bytes", s.cfg.SessionHeader, maxSessionID)}
+		}
+		return id, nil
+	}
+	if s.cfg.NoFingerprint || req.firstUser == "" {
+		return "", nil
+	}
+	h := sha256.New()
+	for _, part := range []string{req.model, req.firstSystem, req.firstUser} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	return "fp-" + hex.EncodeToString(h.Sum(nil)[:8]), nil
+}
+
+// forward sends body to the backend in place of r's body.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, ex *exchange, body []byte) {
+	out := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
+	out.Body = io.NopCloser(bytes.NewReader(body))
+	out.ContentLength = int64(len(body))
+	out.TransferEncoding = nil
+	out.Header = r.Header.Clone()
+	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	s.rp.ServeHTTP(w, out)
+}
+
+// rewrite is the ReverseProxy hook that shapes the outbound request.
+func (s *Server) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(s.backend)
+	// Keep the client's X-Forwarded-For chain and add this hop.
+	pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+	pr.SetXForwarded()
+	// ctxproxy's own annotations never reach the backend (DESIGN.md rule 2).
+	for k := range pr.Out.Header {
+		if strings.HasPrefix(k, "X-Ctxproxy-") {
+			delete(pr.Out.Header, k)
+		}
+	}
+	pr.Out.Header.Del(s.cfg.SessionHeader)
+	if exchangeFrom(pr.In.Context()) != nil {
+		// ctxproxy reads intercepted responses (usage, the reply), so ask
+		// for them uncompressed; only the transfer encoding changes.
+		pr.Out.Header.Del("Accept-Encoding")
+	}
+}
+
+// modifyResponse runs when the backend's response headers arrive.
+func (s *Server) modifyResponse(resp *http.Response) error {
+	s.lastBackendOK.Store(time.Now().UnixNano())
+	ex := exchangeFrom(resp.Request.Context())
+	if ex == nil {
+		return nil
+	}
+	ex.status = resp.StatusCode
+	for k, v := range ex.headers {
+		resp.Header[k] = v
+	}
+	return nil
+}
+
+// proxyError answers a request the backend could not serve, in the
+// client's dialect.
+func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	d := dialectOf(r.URL.Path)
+	ex := exchangeFrom(r.Context())
+	if ex != nil {
+		d = ex.dialect
+		for k, v := range ex.headers {
+			w.Header()[k] = v
+		}
+	}
+	if r.Context().Err() != nil {
+		// The client went away; there is nobody to answer.
+		s.log.Debug("client gone before the backend answered", "path", r.URL.Path)
+		if ex != nil {
+			ex.status = 499
+		}
+		return
+	}
+	e := apiError{status: http.StatusBadGateway,
+		message: fmt.Sprintf("ctxproxy could not reach the backend at %s", s.backend.Redacted())}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() && !isDialError(err) {
+		e = apiError{status: http.StatusGatewayTimeout,
+			message: fmt.Sprintf("the backend at %s sent no response headers within %s (backend.response_header_timeout)",
+				s.backend.Redacted(), s.cfg.ResponseHeaderTimeout)}
+	}
+	if ex != nil {
+		ex.status = e.status
+	}
+	s.log.Warn("backend request failed", "path", r.URL.Path, "status", e.status, "err", err)
+	writeError(w, d, e)
+}
+
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+func (s *Server) logChat(ex *exchange) {
+	status := ex.status
+	s.metrics.requests.WithLabelValues(ex.route, ex.dialect.String(), strconv.Itoa(status)).Inc()
+	s.metrics.duration.WithLabelValues(ex.route).Observe(time.Since(ex.start).Seconds())
+	level := slog.LevelInfo
+	if status >= 500 {
+		level = slog.LevelWarn
+	}
+	s.log.Log(context.Background(), level, "chat",
+		"route", ex.route, "dialect", ex.dialect.String(), "model", ex.model, "session", ex.session,
+		"stream", ex.stream, "status", status, "duration", time.Since(ex.start).Round(time.Millisecond))
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+// readyWindow is how recently the backend must have answered for readyz to
+// succeed without asking it again.
+const readyWindow = 15 * time.Second
+
+// readyz answers 200 when the backend answered recently, asking it (GET /)
+// when it has not.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if time.Since(time.Unix(0, s.lastBackendOK.Load())) < readyWindow || s.probeBackend(r.Context()) {
+		_, _ = io.WriteString(w, "ready\n")
+		return
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = fmt.Fprintf(w, "backend %s is not answering\n", s.backend.Redacted())
+}
+
+// probeBackend reports whether the backend answers HTTP at all; any status
+// counts, since an OpenAI-compatible server may 404 on "/".
+func (s *Server) probeBackend(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.backend.JoinPath("/").String(), nil)
+	if err != nil {
+		return false
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	s.lastBackendOK.Store(time.Now().UnixNano())
+	return true
+}
