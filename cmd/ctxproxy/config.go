@@ -80,10 +80,10 @@ type ContextConfig struct {
 
 // StrategyConfig is how a conversation is cut when it outgrows the window.
 type StrategyConfig struct {
-	Mode          string   `mapstructure:"mode"`
-	Threshold     float64  `mapstructure:"threshold"`
-	Target        float64  `mapstructure:"target"`
-	OnOverflow    string   `mapstructure:"on_overflow"`
+	Mode          string  `mapstructure:"mode"`
+	Threshold     float64 `mapstructure:"threshold"`
+	Target        float64 `mapstructure:"target"`
+	OnOverflow    string  `mapstructure:"on_overflow"`
 	SlidingWindow struct {
 		WindowSize     int  `mapstructure:"window_size"`
 		PreserveSystem bool `mapstructure:"preserve_system"`

@@ -239,7 +239,9 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 }
 
-func envs(m map[string]string) env { return env{getenv: envOf(m), stderr: io.Discard, stdout: io.Discard} }
+func envs(m map[string]string) env {
+	return env{getenv: envOf(m), stderr: io.Discard, stdout: io.Discard}
+}
 
 func TestCheckConfigReportsEveryProblem(t *testing.T) {
 	dir := t.TempDir()
