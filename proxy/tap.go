@@ -1,0 +1,304 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"mime"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// reply is what ctxproxy learned from a chat response as it streamed by:
+// the backend's token counts (the truth calibration needs), the assistant's
+// message (what a session records), and whether the response was complete.
+type reply struct {
+	status int
+	// complete: the stream ended with its end marker ("done": true,
+	// "data: [DONE]" or a finish_reason) or the JSON body was whole.
+	complete bool
+	// promptTokens is prompt_eval_count / usage.prompt_tokens; -1 when the
+	// backend did not say.
+	promptTokens int
+	outputTokens int
+	content      string
+	thinking     string
+	toolCalls    []replyToolCall
+	finishReason string
+	// truncated reports that content was cut at maxCapture.
+	truncated bool
+}
+
+type replyToolCall struct {
+	ID        string `json:"id,omitempty"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// maxCapture bounds the reply text kept for the session; the client still
+// gets every byte.
+const maxCapture = 4 << 20
+
+// tap wraps a response body: every byte goes to the client unchanged while
+// a parser reads the stream's events on the side. done runs once, when the
+// body ends or is closed.
+type tap struct {
+	rc      io.ReadCloser
+	dialect Dialect
+	kind    string // "ndjson", "sse" or "json"
+	buf     []byte // an incomplete line, or the whole JSON body
+	r       reply
+	calls   map[int]*replyToolCall
+	content strings.Builder
+	think   strings.Builder
+	once    sync.Once
+	done    func(reply)
+}
+
+func newTap(rc io.ReadCloser, d Dialect, status int, contentType string, done func(reply)) *tap {
+	kind := "json"
+	if mt, _, err := mime.ParseMediaType(contentType); err == nil {
+		switch mt {
+		case "application/x-ndjson", "application/jsonl":
+			kind = "ndjson"
+		case "text/event-stream":
+			kind = "sse"
+		}
+	}
+	return &tap{rc: rc, dialect: d, kind: kind, r: reply{status: status, promptTokens: -1}, done: done}
+}
+
+func (t *tap) Read(p []byte) (int, error) {
+	n, err := t.rc.Read(p)
+	if n > 0 {
+		t.feed(p[:n])
+	}
+	if err == io.EOF {
+		t.finish()
+	}
+	return n, err
+}
+
+func (t *tap) Close() error {
+	err := t.rc.Close()
+	t.finish()
+	return err
+}
+
+func (t *tap) feed(b []byte) {
+	if t.kind == "json" {
+		if len(t.buf)+len(b) <= maxCapture {
+			t.buf = append(t.buf, b...)
+		} else {
+			t.r.truncated = true
+		}
+		return
+	}
+	t.buf = append(t.buf, b...)
+	for {
+		i := bytes.IndexByte(t.buf, '\n')
+		if i < 0 {
+			break
+		}
+		t.line(bytes.TrimRight(t.buf[:i], "\r"))
+		t.buf = t.buf[i+1:]
+	}
+	if len(t.buf) > maxCapture { // a line without end: stop looking at it
+		t.buf = t.buf[:0]
+	}
+}
+
+func (t *tap) finish() {
+	t.once.Do(func() {
+		switch t.kind {
+		case "json":
+			if !t.r.truncated {
+				t.event(t.buf, true)
+			}
+		default:
+			if len(bytes.TrimSpace(t.buf)) > 0 {
+				t.line(t.buf) // a last NDJSON line without newline
+			}
+		}
+		t.r.content = t.content.String()
+		t.r.thinking = t.think.String()
+		if len(t.calls) > 0 {
+			idx := make([]int, 0, len(t.calls))
+			for i := range t.calls {
+				idx = append(idx, i)
+			}
+			sort.Ints(idx)
+			for _, i := range idx {
+				t.r.toolCalls = append(t.r.toolCalls, *t.calls[i])
+			}
+		}
+		if t.done != nil {
+			t.done(t.r)
+		}
+	})
+}
+
+func (t *tap) line(l []byte) {
+	if t.kind == "sse" {
+		data, ok := bytes.CutPrefix(l, []byte("data:"))
+		if !ok {
+			return
+		}
+		data = bytes.TrimSpace(data)
+		if bytes.Equal(data, []byte("[DONE]")) {
+			t.r.complete = true
+			return
+		}
+		t.event(data, false)
+		return
+	}
+	if len(bytes.TrimSpace(l)) > 0 {
+		t.event(l, false)
+	}
+}
+
+// event is one NDJSON line, one SSE data payload, or a whole JSON body.
+type event struct {
+	// Ollama
+	Message *struct {
+		Content   string `json:"content"`
+		Thinking  string `json:"thinking"`
+		ToolCalls []struct {
+			ID       string `json:"id"`
+			Function struct {
+				Index     *int            `json:"index"`
+				Name      string          `json:"name"`
+				Arguments json.RawMessage `json:"arguments"`
+			} `json:"function"`
+		} `json:"tool_calls"`
+	} `json:"message"`
+	Done            bool   `json:"done"`
+	DoneReason      string `json:"done_reason"`
+	PromptEvalCount *int   `json:"prompt_eval_count"`
+	EvalCount       int    `json:"eval_count"`
+	// OpenAI
+	Choices []struct {
+		Index        int             `json:"index"`
+		Message      *openaiDelta    `json:"message"`
+		Delta        *openaiDelta    `json:"delta"`
+		FinishReason json.RawMessage `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+	Error json.RawMessage `json:"error"`
+}
+
+type openaiDelta struct {
+	Content          *string `json:"content"`
+	ReasoningContent *string `json:"reasoning_content"`
+	Reasoning        *string `json:"reasoning"`
+	ToolCalls        []struct {
+		Index    *int   `json:"index"`
+		ID       string `json:"id"`
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
+}
+
+func (t *tap) call(i int) *replyToolCall {
+	if t.calls == nil {
+		t.calls = map[int]*replyToolCall{}
+	}
+	c, ok := t.calls[i]
+	if !ok {
+		c = &replyToolCall{}
+		t.calls[i] = c
+	}
+	return c
+}
+
+func (t *tap) appendContent(sb *strings.Builder, s string) {
+	if sb.Len()+len(s) > maxCapture {
+		t.r.truncated = true
+		return
+	}
+	sb.WriteString(s)
+}
+
+func (t *tap) event(data []byte, whole bool) {
+	var e event
+	if json.Unmarshal(data, &e) != nil {
+		return
+	}
+	if len(e.Error) > 0 && !bytes.Equal(e.Error, []byte("null")) {
+		return // an error event: the response is not a complete reply
+	}
+	if m := e.Message; m != nil {
+		t.appendContent(&t.content, m.Content)
+		t.appendContent(&t.think, m.Thinking)
+		for i, tc := range m.ToolCalls {
+			idx := len(t.calls) + i
+			if tc.Function.Index != nil {
+				idx = *tc.Function.Index
+			}
+			c := t.call(idx)
+			c.ID, c.Name = tc.ID, tc.Function.Name
+			c.Arguments = string(tc.Function.Arguments)
+		}
+	}
+	if e.PromptEvalCount != nil {
+		t.r.promptTokens = *e.PromptEvalCount
+		t.r.outputTokens = e.EvalCount
+	}
+	if e.Done || (whole && e.Message != nil) {
+		t.r.complete = true
+		t.r.finishReason = e.DoneReason
+	}
+	for _, ch := range e.Choices {
+		if ch.Index != 0 {
+			continue // ctxproxy records the first choice
+		}
+		d := ch.Delta
+		if d == nil {
+			d = ch.Message
+		}
+		if d != nil {
+			if d.Content != nil {
+				t.appendContent(&t.content, *d.Content)
+			}
+			if d.ReasoningContent != nil {
+				t.appendContent(&t.think, *d.ReasoningContent)
+			} else if d.Reasoning != nil {
+				t.appendContent(&t.think, *d.Reasoning)
+			}
+			for i, tc := range d.ToolCalls {
+				idx := i
+				if tc.Index != nil {
+					idx = *tc.Index
+				}
+				c := t.call(idx)
+				if tc.ID != "" {
+					c.ID = tc.ID
+				}
+				if tc.Function.Name != "" {
+					c.Name = tc.Function.Name
+				}
+				c.Arguments += tc.Function.Arguments
+			}
+		}
+		var fr string
+		if json.Unmarshal(ch.FinishReason, &fr) == nil && fr != "" {
+			t.r.finishReason = fr
+			if whole {
+				t.r.complete = true
+			}
+		}
+	}
+	if e.Usage != nil {
+		t.r.promptTokens = e.Usage.PromptTokens
+		t.r.outputTokens = e.Usage.CompletionTokens
+		if whole {
+			t.r.complete = true
+		}
+	}
+}

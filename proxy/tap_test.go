@@ -1,0 +1,121 @@
+package proxy
+
+import (
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// readInPieces reads r through a tap in pieces of n bytes, so event
+// boundaries fall mid-line.
+func tapThrough(t *testing.T, body, contentType string, d Dialect, n int) (string, reply) {
+	t.Helper()
+	var got reply
+	calls := 0
+	tp := newTap(io.NopCloser(strings.NewReader(body)), d, 200, contentType, func(r reply) { got = r; calls++ })
+	var sb strings.Builder
+	buf := make([]byte, n)
+	for {
+		k, err := tp.Read(buf)
+		sb.WriteString(string(buf[:k]))
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	tp.Close()
+	if calls != 1 {
+		t.Errorf("done ran %d times, want once", calls)
+	}
+	return sb.String(), got
+}
+
+func TestTap(t *testing.T) {
+	cases := []struct {
+		name, ctype, body string
+		d                 Dialect
+		want              reply
+	}{
+		{
+			name:  "ollama stream",
+			ctype: "application/x-ndjson",
+			d:     Ollama,
+			body: `{"model":"m","message":{"role":"assistant","content":"Hel"},"done":false}
+{"model":"m","message":{"role":"assistant","content":"lo"},"done":false}
+{"model":"m","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":42,"eval_count":2}
+`,
+			want: reply{status: 200, complete: true, promptTokens: 42, outputTokens: 2, content: "Hello", finishReason: "stop"},
+		},
+		{
+			name:  "ollama stream cut off",
+			ctype: "application/x-ndjson",
+			d:     Ollama,
+			body:  `{"model":"m","message":{"role":"assistant","content":"Hel"},"done":false}` + "\n",
+			want:  reply{status: 200, promptTokens: -1, content: "Hel"},
+		},
+		{
+			name:  "ollama tool calls and thinking",
+			ctype: "application/json; charset=utf-8",
+			d:     Ollama,
+			body:  `{"model":"m","message":{"role":"assistant","content":"","thinking":"hmm","tool_calls":[{"function":{"index":0,"name":"f","arguments":{"a":1}}}]},"done":true,"done_reason":"stop","prompt_eval_count":7,"eval_count":3}`,
+			want: reply{status: 200, complete: true, promptTokens: 7, outputTokens: 3, thinking: "hmm", finishReason: "stop",
+				toolCalls: []replyToolCall{{Name: "f", Arguments: `{"a":1}`}}},
+		},
+		{
+			name:  "openai stream with usage and tool call deltas",
+			ctype: "text/event-stream",
+			d:     OpenAI,
+			body: "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n" +
+				"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get\",\"arguments\":\"{\\\"ci\"}}]}}]}\n\n" +
+				"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"ty\\\":1}\"}}]}}]}\n\n" +
+				"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n" +
+				"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":99,\"completion_tokens\":5,\"total_tokens\":104}}\n\n" +
+				"data: [DONE]\n\n",
+			want: reply{status: 200, complete: true, promptTokens: 99, outputTokens: 5, finishReason: "tool_calls",
+				toolCalls: []replyToolCall{{ID: "call_1", Name: "get", Arguments: `{"city":1}`}}},
+		},
+		{
+			name:  "openai stream without done",
+			ctype: "text/event-stream",
+			d:     OpenAI,
+			body:  "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"par\"}}]}\n\n",
+			want:  reply{status: 200, promptTokens: -1, content: "par"},
+		},
+		{
+			name:  "openai whole",
+			ctype: "application/json",
+			d:     OpenAI,
+			body:  `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi","reasoning_content":"r"},"finish_reason":"length"}],"usage":{"prompt_tokens":11,"completion_tokens":1,"total_tokens":12}}`,
+			want:  reply{status: 200, complete: true, promptTokens: 11, outputTokens: 1, content: "Hi", thinking: "r", finishReason: "length"},
+		},
+		{
+			name:  "error body",
+			ctype: "application/json",
+			d:     OpenAI,
+			body:  `{"error":{"message":"bad","type":"invalid_request_error"}}`,
+			want:  reply{status: 200, promptTokens: -1},
+		},
+		{
+			name:  "garbage",
+			ctype: "application/x-ndjson",
+			d:     Ollama,
+			body:  "not json\n{\"done\":\n",
+			want:  reply{status: 200, promptTokens: -1},
+		},
+	}
+	for _, tc := range cases {
+		for _, n := range []int{1, 7, 4096} {
+			out, got := tapThrough(t, tc.body, tc.ctype, tc.d, n)
+			if out != tc.body {
+				t.Errorf("%s/%d: the tap changed the bytes", tc.name, n)
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(reply{})); diff != "" {
+				t.Errorf("%s/%d: (-want +got)\n%s", tc.name, n, diff)
+			}
+		}
+	}
+}
