@@ -5,16 +5,21 @@
 //
 // The proxy wires it up once and then reads cached values per request:
 //
-//	probe, err := gpu.Detect(ctx, cfg, log)   // logs which probe and why
+//	probe, err := gpu.Detect(ctx, cfg, log) // logs which probe and why
 //	sizer := gpu.NewSizer(cfg)
-//	mon := gpu.NewMonitor(probe, cfg, gpu.MonitorOptions{Logger: log, Loaded: sizer.Loaded})
+//	mon := gpu.NewMonitor(probe, cfg, gpu.MonitorOptions{
+//		Logger: log,
+//		Loaded: listRunning, // Ollama's /api/ps as []gpu.LoadedModel
+//	})
 //	go mon.Run(ctx)
-//	mon.Subscribe(func(e gpu.Event) { /* e.Level == gpu.LevelEmergency: snapshot and clear */ })
+//	mon.Subscribe(func(e gpu.Event) { /* LevelEmergency: snapshot and clear sessions */ })
 //
 //	// per chat request to Ollama:
 //	defer mon.Active()()
-//	d := sizer.Decide(model, mon.Snapshot())  // model facts from /api/show, /api/ps
-//	numCtx, warning := d.Client(clientNumCtx)
+//	model := gpu.Model{Name: name, Facts: facts, Weights: size} // /api/show model_info, /api/tags size
+//	d := sizer.Decide(model, mon.Snapshot())
+//	numCtx, warning := d.Client(clientNumCtx) // options.num_ctx, X-Ctxproxy-Num-Ctx
+//	if mon.Snapshot().Level >= gpu.LevelCompress { /* lower the strategy threshold */ }
 //
 // Nothing here makes HTTP calls; model facts are passed in.
 package gpu

@@ -106,9 +106,11 @@ func TestSnapshotUsage(t *testing.T) {
 		{"no devices", Snapshot{}, 0},
 		{"plain", Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 40)}}, 0.6},
 		{"sums devices", Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 40), newDevice("nvidia", "b", 100, 100)}}, 0.3},
-		// The KV cache ctxproxy sized is not pressure (see Snapshot.Usage).
-		{"leaves out ctxproxy's KV cache", Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 5)}, KVCache: 70}, 0.25},
-		{"KV cache larger than used", Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 50)}, KVCache: 70}, 0},
+		// Ollama's loaded models are not pressure (see Snapshot.Usage).
+		{"leaves out loaded models", loaded(Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 5)}}, LoadedModel{Size: 80, SizeVRAM: 70}), 0.25},
+		{"models unknown: all used memory", Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 5)}, Models: []LoadedModel{{SizeVRAM: 70}}}, 0.95},
+		{"models larger than used", loaded(Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 50)}}, LoadedModel{SizeVRAM: 70}), 0},
+		{"cpu probe counts the part in RAM", loaded(Snapshot{Probe: "cpu", Devices: []Device{newDevice("cpu", "RAM", 100, 40)}}, LoadedModel{Size: 30, SizeVRAM: 10}), 0.4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

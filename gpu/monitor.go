@@ -22,10 +22,12 @@ func (e Event) Low() bool { return e.Level > e.Prev && e.Level >= LevelCompress 
 type MonitorOptions struct {
 	// Logger receives level changes and probe failures; nil discards.
 	Logger *slog.Logger
-	// Loaded reports the memory and the KV cache of the models ctxproxy
-	// sized, normally (*Sizer).Loaded; the guard leaves that cache out of
-	// its usage (see Snapshot.Usage).
-	Loaded func() (memory, kvCache uint64)
+	// Loaded lists the models Ollama has loaded (the proxy asks its
+	// /api/ps). It is called with each sample so that memory and loaded
+	// models agree; the Sizer needs it to count a loaded model's KV cache
+	// as its own, and the guard to leave the models out of its usage (see
+	// Snapshot.Usage). Without it both treat every model as not loaded.
+	Loaded func(ctx context.Context) ([]LoadedModel, error)
 	// Now and After stand in for time.Now and time.After in tests.
 	Now   func() time.Time
 	After func(time.Duration) <-chan time.Time
@@ -75,6 +77,9 @@ func NewMonitor(p Probe, cfg Config, opts MonitorOptions) *Monitor {
 		subs:  make(map[int]func(Event)),
 	}
 	m.snap.Store(&Snapshot{Probe: p.Name()})
+	if opts.Loaded == nil {
+		m.log.Warn("gpu: no source of loaded models: sizing treats models as not loaded and the memory guard counts their memory as pressure")
+	}
 	return m
 }
 
@@ -149,19 +154,25 @@ func (m *Monitor) Sample(ctx context.Context) Snapshot {
 		devices = nil
 	}
 	m.seq++
-	s := Snapshot{Seq: m.seq, Time: m.opts.Now(), Probe: m.probe.Name(), Devices: devices, Err: err}
+	s := Snapshot{Seq: m.seq, Probe: m.probe.Name(), Devices: devices, Err: err}
+	old := m.snap.Load()
 	if m.opts.Loaded != nil {
-		s.ModelMemory, s.KVCache = m.opts.Loaded()
+		models, lerr := m.opts.Loaded(ctx)
+		s.Models, s.ModelsKnown = models, lerr == nil
+		if lerr != nil && (old.Seq == 0 || old.ModelsKnown) {
+			m.log.Warn("gpu: listing loaded models failed", "err", lerr)
+		}
 	}
+	s.Time = m.opts.Now()
 	prev := m.guard.Level()
 	s.Level = prev // no devices: keep the level rather than call it normal
 	if s.OK() {
 		s.Level = m.guard.Observe(s.Usage())
 	}
-	old := m.snap.Swap(&s)
+	m.snap.Store(&s)
 
 	switch {
-	case err != nil && old.Err == nil:
+	case err != nil && (old.Err == nil || old.Seq == 0):
 		m.log.Warn("gpu: memory sample failed", "probe", s.Probe, "err", err)
 	case err == nil && old.Err != nil:
 		m.log.Info("gpu: memory sample recovered", "probe", s.Probe)

@@ -190,21 +190,44 @@ func TestMonitorRecentSampleIsNotRepeated(t *testing.T) {
 }
 
 // Seed 004 1.2: a sample has total, used, available and model-loaded
-// memory.
+// memory, taken together.
 func TestSeed004_1_2_SnapshotHasTotalUsedAvailableAndModelMemory(t *testing.T) {
 	p := &fakeProbe{}
 	p.set(60*gb, nil)
-	m := NewMonitor(p, Config{}, MonitorOptions{Loaded: func() (uint64, uint64) { return 20 * gb, 15 * gb }})
+	models := []LoadedModel{
+		{Name: "llama3.1:8b", Size: 20 * gb, SizeVRAM: 20 * gb, NumCtx: 65536},
+		{Name: "qwen2.5:7b", Size: 10 * gb, SizeVRAM: 6 * gb, NumCtx: 8192},
+	}
+	var listed int
+	m := NewMonitor(p, Config{}, MonitorOptions{Loaded: func(context.Context) ([]LoadedModel, error) {
+		listed++
+		return models, nil
+	}})
 	s := m.Sample(context.Background())
-	got := [4]uint64{s.Total(), s.Used(), s.Free(), s.ModelMemory}
-	if want := [4]uint64{100 * gb, 40 * gb, 60 * gb, 20 * gb}; got != want {
+	got := [4]uint64{s.Total(), s.Used(), s.Free(), s.ModelMemory()}
+	if want := [4]uint64{100 * gb, 40 * gb, 60 * gb, 26 * gb}; got != want {
 		t.Errorf("total, used, free, model = %v, want %v", got, want)
 	}
-	if s.KVCache != 15*gb {
-		t.Errorf("KVCache = %d", s.KVCache)
+	if !s.ModelsKnown || listed != 1 || p.calls != 1 {
+		t.Errorf("ModelsKnown %v, listed %d times, sampled %d times", s.ModelsKnown, listed, p.calls)
+	}
+	if lm, ok := s.Model("llama3.1:8b"); !ok || lm.NumCtx != 65536 {
+		t.Errorf("Model(llama3.1:8b) = %+v, %v", lm, ok)
 	}
 	if m.Snapshot().Seq != s.Seq {
 		t.Error("Snapshot() is not the sample just taken")
+	}
+}
+
+func TestMonitorLoadedFails(t *testing.T) {
+	p := &fakeProbe{}
+	p.set(10*gb, nil)
+	m := NewMonitor(p, Config{}, MonitorOptions{Loaded: func(context.Context) ([]LoadedModel, error) {
+		return nil, errors.New("connection refused")
+	}})
+	s := m.Sample(context.Background())
+	if s.ModelsKnown || !s.OK() {
+		t.Errorf("snapshot = %+v; want devices but no models", s)
 	}
 }
 

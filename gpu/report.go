@@ -20,6 +20,8 @@ type Report struct {
 	Err   string  `json:"-"`
 	Level Level   `json:"-"`
 	Usage float64 `json:"-"`
+	// ModelMemory is what Ollama's loaded models hold; -1 when unknown.
+	ModelMemory int64 `json:"-"`
 }
 
 // ModelReport is a Decision as Report shows it.
@@ -34,10 +36,14 @@ type ModelReport struct {
 // decision for a model.
 func NewReport(snap Snapshot, d *Decision) Report {
 	r := Report{
-		Devices: append([]Device{}, snap.Devices...), // [] rather than null in JSON
-		Probe:   snap.Probe,
-		Level:   snap.Level,
-		Usage:   snap.Usage(),
+		Devices:     append([]Device{}, snap.Devices...), // [] rather than null in JSON
+		Probe:       snap.Probe,
+		Level:       snap.Level,
+		Usage:       snap.Usage(),
+		ModelMemory: -1,
+	}
+	if snap.ModelsKnown {
+		r.ModelMemory = int64(snap.ModelMemory())
 	}
 	if snap.Err != nil {
 		r.Err = snap.Err.Error()
@@ -56,7 +62,11 @@ func (r Report) WriteText(w io.Writer) error {
 	if len(r.Devices) > 0 {
 		usage = fmt.Sprintf("%.0f%%", r.Usage*100)
 	}
-	fmt.Fprintf(&b, "probe %s, memory guard %s (usage %s)\n", orDash(r.Probe), r.Level, usage)
+	fmt.Fprintf(&b, "probe %s, memory guard %s (usage %s)", orDash(r.Probe), r.Level, usage)
+	if r.ModelMemory >= 0 {
+		fmt.Fprintf(&b, ", loaded models %s", gib(uint64(r.ModelMemory)))
+	}
+	b.WriteString("\n")
 	if r.Err != "" {
 		fmt.Fprintf(&b, "error: %s\n", r.Err)
 	}

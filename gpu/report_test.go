@@ -49,6 +49,8 @@ func TestReport(t *testing.T) {
 		cfg   Config
 	}{
 		{name: "nvidia-two-gpus-llama", snap: twoGPUs, model: &llama},
+		{name: "nvidia-llama-loaded", model: &llama, snap: loaded(twoGPUs, LoadedModel{
+			Name: "llama3.1:8b", Size: 4920753328 + 512*mib, SizeVRAM: 4920753328 + 512*mib, NumCtx: 4096})},
 		{name: "devices-only", snap: twoGPUs},
 		{name: "cpu-unknown-model", snap: Snapshot{Seq: 1, Probe: "cpu", Devices: []Device{newDevice("cpu", "system RAM (cgroup limit)", 8*gb, 6*gb)}},
 			model: &Model{Name: "mystery:latest"}},

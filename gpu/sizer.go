@@ -14,14 +14,10 @@ type Model struct {
 	// Facts come from /api/show model_info (ParseModelInfo). Zero facts
 	// mean unknown.
 	Facts ModelFacts
-	// Weights is the size of the model's weights in bytes (/api/tags or
-	// /api/show size); 0 when unknown.
+	// Weights is the size of the model's weights in bytes (/api/tags
+	// size); 0 when unknown. Whether the model is loaded, and with what
+	// num_ctx, comes from the Snapshot (MonitorOptions.Loaded).
 	Weights uint64
-	// Loaded says /api/ps lists the model; SizeVRAM and NumCtx are its
-	// size_vram and context_length there (0 when unknown).
-	Loaded   bool
-	SizeVRAM uint64
-	NumCtx   int
 }
 
 // Decision is the num_ctx chosen for one model and why.
@@ -37,8 +33,8 @@ type Decision struct {
 	// facts are unknown.
 	BytesPerToken uint64
 	// Headroom is the memory this model's KV cache may take: free memory
-	// (plus the cache it holds, when loaded; less its weights, when not)
-	// less the safety buffer. Valid when Limit > 0.
+	// (plus what a reload gives back, when loaded; less its weights, when
+	// not) less the safety buffer. Valid when Limit > 0.
 	Headroom uint64
 	// Auto says NumCtx was sized from memory rather than fixed.
 	Auto bool
@@ -82,10 +78,13 @@ func (d Decision) CanAllocate(tokens int) bool {
 //
 // Sizing: num_ctx = floor((available − vram_buffer) / bytes_per_token),
 // where available is free memory less the model's weights when it is not
-// loaded, or free memory plus its current KV cache when it is (a reload
-// gives that cache back). The result is capped by max_size, the trained
-// context length and, with auto_size, target_size; rounded down to a
-// multiple of Bucket; and raised to min_size.
+// loaded, or free memory plus its KV cache (and compute buffers) when the
+// snapshot lists it as loaded, since a reload gives those back. Without
+// the loaded models in the snapshot, a model Ollama loaded looks like
+// memory gone and its num_ctx would fall after every load and rise after
+// every unload: wire MonitorOptions.Loaded. The result is capped by
+// max_size, the trained context length and, with auto_size, target_size;
+// rounded down to a multiple of Bucket; and raised to min_size.
 //
 // Hysteresis: a model's num_ctx moves to another bucket only when two
 // consecutive samples (not requests) both call for a move the same way,
@@ -110,8 +109,6 @@ type modelState struct {
 	held    int    // num_ctx in use; 0 until first sized from memory
 	pending int    // bucket one sample called for; 0 when none
 	seq     uint64 // Snapshot.Seq last counted
-	memory  uint64 // loaded memory (size_vram), for Loaded
-	kv      uint64 // loaded KV cache, for Loaded
 }
 
 // NewSizer returns a Sizer; zero fields of cfg mean their defaults.
@@ -165,20 +162,8 @@ func (s *Sizer) mode() (auto bool, target int) {
 	return false, s.cfg.TargetSize
 }
 
-// Loaded returns the memory and the KV cache of the loaded models, as the
-// last Decide for each saw them; pass it as MonitorOptions.Loaded.
-func (s *Sizer) Loaded() (memory, kvCache uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, st := range s.models {
-		memory += st.memory
-		kvCache += st.kv
-	}
-	return memory, kvCache
-}
-
-// Forget drops what the Sizer holds for a model (e.g. when /api/ps no
-// longer lists it).
+// Forget drops what the Sizer holds for a model, so that its next
+// decision starts afresh.
 func (s *Sizer) Forget(model string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -198,10 +183,6 @@ func (s *Sizer) Decide(m Model, snap Snapshot) Decision {
 		s.models[m.Name] = st
 	}
 	bpt := m.Facts.BytesPerToken(c.KVQuantization, c.NumParallel)
-	st.memory, st.kv = 0, 0
-	if m.Loaded {
-		st.memory, st.kv = m.SizeVRAM, loadedKV(m, bpt)
-	}
 
 	d := Decision{Model: m.Name, BytesPerToken: bpt, Auto: auto, Level: snap.Level}
 	lower := c.MinSize
@@ -318,10 +299,10 @@ func (s *Sizer) Decide(m Model, snap Snapshot) Decision {
 func (s *Sizer) fit(m Model, snap Snapshot, bpt uint64, why *strings.Builder) (fit, fitNoBuffer, headroom uint64) {
 	avail := snap.Free()
 	fmt.Fprintf(why, "free %s", formatBytes(avail))
-	if m.Loaded {
-		if kv := loadedKV(m, bpt); kv > 0 {
-			avail += kv
-			fmt.Fprintf(why, " + its KV cache %s", formatBytes(kv))
+	if lm, loaded := snap.Model(m.Name); loaded {
+		if n, what := reclaimable(lm, m.Weights, bpt, snap.Probe); n > 0 {
+			avail += n
+			fmt.Fprintf(why, " + %s %s", what, formatBytes(n))
 		}
 	} else if m.Weights > 0 {
 		fmt.Fprintf(why, " − weights %s", formatBytes(m.Weights))
@@ -375,21 +356,21 @@ func (st *modelState) step(b int, seq uint64, danger, allowUp bool) bool {
 	return st.held != prev
 }
 
-// loadedKV is the KV cache a loaded model holds: its num_ctx × bytes per
-// token when /api/ps reports context_length, else size_vram less weights.
-// It is never more than size_vram, when that is known.
-func loadedKV(m Model, bpt uint64) uint64 {
-	var kv uint64
+// reclaimable is the memory a loaded model gives back on the device when
+// Ollama reloads it with another num_ctx: its memory beyond its weights
+// (KV cache and compute buffers) when the weights are known, so that the
+// sizing before and after a load agree exactly; else num_ctx × bytes per
+// token from /api/ps context_length. Never more than its memory on the
+// device.
+func reclaimable(lm LoadedModel, weights, bpt uint64, probe string) (n uint64, what string) {
+	onDevice := lm.onDevice(probe)
 	switch {
-	case m.NumCtx > 0 && bpt > 0:
-		kv = uint64(m.NumCtx) * bpt
-	case m.Weights > 0 && m.SizeVRAM > m.Weights:
-		kv = m.SizeVRAM - m.Weights
+	case weights > 0 && onDevice > weights:
+		return onDevice - weights, "its memory beyond weights"
+	case lm.NumCtx > 0 && bpt > 0:
+		return min(uint64(lm.NumCtx)*bpt, onDevice), "its KV cache"
 	}
-	if m.SizeVRAM > 0 {
-		kv = min(kv, m.SizeVRAM)
-	}
-	return kv
+	return 0, ""
 }
 
 func clampInt(n, lo, hi int) int {

@@ -14,6 +14,12 @@ func snap(seq uint64, free uint64) Snapshot {
 	return Snapshot{Seq: seq, Probe: "nvidia", Devices: []Device{newDevice("nvidia", "test GPU", total, free)}}
 }
 
+// loaded adds Ollama's loaded models to a snapshot.
+func loaded(s Snapshot, models ...LoadedModel) Snapshot {
+	s.Models, s.ModelsKnown = models, true
+	return s
+}
+
 func boolp(b bool) *bool { return &b }
 
 func TestSizerDecide(t *testing.T) {
@@ -44,25 +50,39 @@ func TestSizerDecide(t *testing.T) {
 			wantReason: "free 20.0 GiB − weights 4.0 GiB − buffer 512.0 MiB = 15.5 GiB / 128.0 KiB per token → 126976",
 		},
 		{
-			name: "a loaded model's KV cache counts as available",
-			model: func(t *testing.T) Model {
-				m := llama(t)
-				m.Weights, m.Loaded, m.NumCtx, m.SizeVRAM = 4*gb, true, 65536, 12*gb+200*mib
-				return m
-			},
-			snap:       snap(1, 2*gb),
+			name: "a loaded model's KV cache counts as available", model: llama,
+			snap:       loaded(snap(1, 2*gb), LoadedModel{Name: "llama3.1:8b", Size: 12*gb + 200*mib, SizeVRAM: 12*gb + 200*mib, NumCtx: 65536}),
 			wantNumCtx: 77824, wantLimit: 77824,
 			wantReason: "free 2.0 GiB + its KV cache 8.0 GiB − buffer 512.0 MiB = 9.5 GiB / 128.0 KiB per token → 77824",
 		},
 		{
-			name: "loaded without context_length: size_vram less weights",
+			name: "loaded without context_length: its memory less weights",
 			model: func(t *testing.T) Model {
 				m := llama(t)
-				m.Weights, m.Loaded, m.SizeVRAM = 4*gb, true, 12*gb
+				m.Weights = 4 * gb
 				return m
 			},
-			snap:       snap(1, 2*gb),
+			snap:       loaded(snap(1, 2*gb), LoadedModel{Name: "llama3.1:8b", Size: 12 * gb, SizeVRAM: 12 * gb}),
 			wantNumCtx: 77824, wantLimit: 77824,
+		},
+		{
+			name: "loaded on the CPU: nothing to give back on the GPU", model: llama,
+			snap:       loaded(snap(1, 2*gb), LoadedModel{Name: "llama3.1:8b", Size: 12 * gb, NumCtx: 65536}),
+			wantNumCtx: 12288, wantLimit: 12288,
+		},
+		{
+			name: "loaded in system RAM under the cpu probe", model: llama,
+			snap: func() Snapshot {
+				s := loaded(snap(1, 2*gb), LoadedModel{Name: "llama3.1:8b", Size: 12 * gb, NumCtx: 65536})
+				s.Probe = "cpu"
+				return s
+			}(),
+			wantNumCtx: 77824, wantLimit: 77824,
+		},
+		{
+			name: "another loaded model is just used memory", model: llama,
+			snap:       loaded(snap(1, 2*gb), LoadedModel{Name: "qwen2.5:7b", Size: 12 * gb, SizeVRAM: 12 * gb, NumCtx: 65536}),
+			wantNumCtx: 12288, wantLimit: 12288,
 		},
 		{
 			name: "rounded down to a bucket", model: llama, snap: snap(1, 10*gb+100*mib),
@@ -280,25 +300,25 @@ func TestSizerHysteresis(t *testing.T) {
 func TestSizerStableAcrossReload(t *testing.T) {
 	s := NewSizer(Config{})
 	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b"), Weights: 4 * gb}
-	first := s.Decide(m, snap(1, 20*gb))
+	first := s.Decide(m, loaded(snap(1, 20*gb)))
 	if first.NumCtx != 126976 {
 		t.Fatalf("first NumCtx = %d", first.NumCtx)
 	}
 	kv := uint64(first.NumCtx) * first.BytesPerToken
-	loaded := m
-	loaded.Loaded, loaded.NumCtx, loaded.SizeVRAM = true, first.NumCtx, 4*gb+kv
-	free := 20*gb - 4*gb - kv
+	lm := LoadedModel{Name: "llama3.1:8b", Size: 4*gb + kv + 300*mib, SizeVRAM: 4*gb + kv + 300*mib, NumCtx: first.NumCtx}
+	free := 20*gb - lm.SizeVRAM
 	for seq := uint64(2); seq < 10; seq++ {
-		if d := s.Decide(loaded, snap(seq, free)); d.NumCtx != first.NumCtx {
+		if d := s.Decide(m, loaded(snap(seq, free), lm)); d.NumCtx != first.NumCtx {
 			t.Fatalf("sample %d: NumCtx = %d, want %d (%s)", seq, d.NumCtx, first.NumCtx, d.Reason)
 		}
 	}
-	if mem, gotKV := s.Loaded(); mem != 4*gb+kv || gotKV != kv {
-		t.Errorf("Loaded() = %d, %d; want %d, %d", mem, gotKV, 4*gb+kv, kv)
+	// Unloaded again (keep_alive ran out): the same memory is free again.
+	if d := s.Decide(m, loaded(snap(10, 20*gb))); d.NumCtx != first.NumCtx {
+		t.Errorf("after unload: NumCtx = %d, want %d", d.NumCtx, first.NumCtx)
 	}
 	s.Forget(m.Name)
-	if mem, gotKV := s.Loaded(); mem != 0 || gotKV != 0 {
-		t.Errorf("Loaded() after Forget = %d, %d", mem, gotKV)
+	if d := s.Decide(m, loaded(snap(11, 8*gb))); d.NumCtx != 28672 {
+		t.Errorf("after Forget the first sample is taken at once: NumCtx = %d (%s)", d.NumCtx, d.Reason)
 	}
 }
 
@@ -522,7 +542,7 @@ func TestSizerConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for j := range 100 {
 				s.Decide(m, snap(uint64(j), uint64(4+i)*gb))
-				s.Loaded()
+				s.Mode()
 				if j%10 == 0 {
 					s.SetAuto()
 				}
