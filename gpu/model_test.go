@@ -184,3 +184,27 @@ func BenchmarkParseModelInfo(b *testing.B) {
 		}
 	}
 }
+
+// Bad input never panics, and whatever parses has a sane size.
+func FuzzParseModelInfoJSON(f *testing.F) {
+	for _, name := range []string{"llama3.1-8b", "qwen2.5-7b", "tiny", "hybrid", "elided"} {
+		data, err := os.ReadFile(filepath.Join("testdata", "model_info", name+".json"))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte(`{"general.architecture": "x", "x.block_count": 65536, "x.attention.head_count_kv": 65536, "x.attention.key_length": 1048576, "x.attention.value_length": 1048576}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		facts, err := ParseModelInfoJSON(data)
+		if err != nil {
+			return
+		}
+		if !facts.Known() {
+			t.Fatalf("parsed facts are not known: %+v", facts)
+		}
+		for _, q := range []string{"f16", "q8_0", "q4_0"} {
+			facts.BytesPerToken(q, 4)
+		}
+	})
+}

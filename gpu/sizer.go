@@ -101,14 +101,28 @@ type Sizer struct {
 	cfg Config
 
 	mu       sync.Mutex
-	override *int // nil: config; 0: auto; n > 0: fixed at n
+	override *int   // nil: config; 0: auto; n > 0: fixed at n
+	epoch    uint64 // bumped by SetTarget and SetAuto
 	models   map[string]*modelState
 }
+
+// maxModels bounds the models a Sizer remembers.
+const maxModels = 256
 
 type modelState struct {
 	held    int    // num_ctx in use; 0 until first sized from memory
 	pending int    // bucket one sample called for; 0 when none
 	seq     uint64 // Snapshot.Seq last counted
+
+	// The last decision and what it was made from: requests between two
+	// samples get it again without rebuilding the reason.
+	last    Decision
+	lastKey decisionKey
+}
+
+type decisionKey struct {
+	seq, epoch, bpt, weights uint64
+	contextLength            int
 }
 
 // NewSizer returns a Sizer; zero fields of cfg mean their defaults.
@@ -129,6 +143,7 @@ func (s *Sizer) SetTarget(n int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.override = &n
+	s.epoch++
 	return nil
 }
 
@@ -139,6 +154,7 @@ func (s *Sizer) SetAuto() {
 	defer s.mu.Unlock()
 	zero := 0
 	s.override = &zero
+	s.epoch++
 	for _, st := range s.models {
 		st.held, st.pending, st.seq = 0, 0, 0
 	}
@@ -179,10 +195,29 @@ func (s *Sizer) Decide(m Model, snap Snapshot) Decision {
 	auto, target := s.mode()
 	st := s.models[m.Name]
 	if st == nil {
+		if len(s.models) >= maxModels {
+			// Clients choose model names; keep the map bounded.
+			for name := range s.models {
+				delete(s.models, name)
+				break
+			}
+		}
 		st = &modelState{}
 		s.models[m.Name] = st
 	}
 	bpt := m.Facts.BytesPerToken(c.KVQuantization, c.NumParallel)
+	key := decisionKey{seq: snap.Seq, epoch: s.epoch, bpt: bpt, weights: m.Weights, contextLength: m.Facts.ContextLength}
+	if snap.Seq > 0 && key == st.lastKey {
+		return st.last
+	}
+	d := s.decide(m, snap, st, auto, target, bpt)
+	st.last, st.lastKey = d, key
+	return d
+}
+
+// decide makes a decision for m under snap; the caller holds s.mu.
+func (s *Sizer) decide(m Model, snap Snapshot, st *modelState, auto bool, target int, bpt uint64) Decision {
+	c := s.cfg
 
 	d := Decision{Model: m.Name, BytesPerToken: bpt, Auto: auto, Level: snap.Level}
 	lower := c.MinSize

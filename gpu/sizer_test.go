@@ -552,6 +552,7 @@ func TestSizerConcurrent(t *testing.T) {
 	wg.Wait()
 }
 
+// BenchmarkDecide is a request between samples (the common case).
 func BenchmarkDecide(b *testing.B) {
 	s := NewSizer(Config{})
 	m := Model{Name: "llama3.1:8b", Facts: facts(b, "llama3.1-8b"), Weights: 4 * gb}
@@ -559,5 +560,43 @@ func BenchmarkDecide(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s.Decide(m, sn)
+	}
+}
+
+// BenchmarkDecideNewSample is the first request after each sample.
+func BenchmarkDecideNewSample(b *testing.B) {
+	s := NewSizer(Config{})
+	m := Model{Name: "llama3.1:8b", Facts: facts(b, "llama3.1-8b"), Weights: 4 * gb}
+	sn := snap(1, 20*gb)
+	b.ReportAllocs()
+	for b.Loop() {
+		sn.Seq++
+		s.Decide(m, sn)
+	}
+}
+
+func TestSizerRemembersBoundedModels(t *testing.T) {
+	s := NewSizer(Config{})
+	f := facts(t, "tiny")
+	for i := range 3 * maxModels {
+		s.Decide(Model{Name: fmt.Sprint("m", i), Facts: f}, snap(1, gb))
+	}
+	if n := len(s.models); n > maxModels {
+		t.Errorf("%d models remembered, want at most %d", n, maxModels)
+	}
+}
+
+// Requests between two samples get the same decision, made once.
+func TestSizerDecisionReusedWithinASample(t *testing.T) {
+	s := NewSizer(Config{})
+	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
+	a := s.Decide(m, snap(1, 8*gb))
+	b := s.Decide(m, snap(1, 8*gb))
+	if a != b {
+		t.Errorf("decisions differ: %+v, %+v", a, b)
+	}
+	m.Weights = 2 * gb // new facts about the model are not ignored
+	if c := s.Decide(m, snap(1, 8*gb)); c.Reason == a.Reason {
+		t.Errorf("weights change gave the cached decision: %s", c.Reason)
 	}
 }
