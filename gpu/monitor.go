@@ -33,6 +33,9 @@ type MonitorOptions struct {
 	After func(time.Duration) <-chan time.Time
 }
 
+// loadedTimeout bounds MonitorOptions.Loaded.
+const loadedTimeout = 5 * time.Second
+
 // Monitor samples a Probe off the request path: every poll_active while a
 // chat request is in flight (seed 004 1.7), every poll_idle otherwise. The
 // request path reads the latest Snapshot, which costs an atomic load.
@@ -157,7 +160,10 @@ func (m *Monitor) Sample(ctx context.Context) Snapshot {
 	s := Snapshot{Seq: m.seq, Probe: m.probe.Name(), Devices: devices, Err: err}
 	old := m.snap.Load()
 	if m.opts.Loaded != nil {
-		models, lerr := m.opts.Loaded(ctx)
+		// A backend that does not answer must not stall sampling.
+		lctx, cancel := context.WithTimeout(ctx, loadedTimeout)
+		models, lerr := m.opts.Loaded(lctx)
+		cancel()
 		s.Models, s.ModelsKnown = models, lerr == nil
 		if lerr != nil && (old.Seq == 0 || old.ModelsKnown) {
 			m.log.Warn("gpu: listing loaded models failed", "err", lerr)

@@ -310,7 +310,11 @@ func (s *Sizer) decide(m Model, snap Snapshot, st *modelState, auto bool, target
 	}
 	if b < lower {
 		b = lower
-		fmt.Fprintf(&why, ", raised to min_size %d", lower)
+		if lower < c.MinSize {
+			fmt.Fprintf(&why, ", raised to context_length %d", lower)
+		} else {
+			fmt.Fprintf(&why, ", raised to min_size %d", lower)
+		}
 	}
 	danger := uint64(st.held) > fitNoBuffer
 	prev := st.held
