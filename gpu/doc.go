@@ -2,4 +2,24 @@
 // NVML, AMD through sysfs, Apple unified memory, or system RAM and cgroup
 // limits), turns model facts into KV-cache bytes per token, picks Ollama's
 // num_ctx from that, and guards against running out of memory.
+//
+// The proxy wires it up once and then reads cached values per request:
+//
+//	probe, err := gpu.Detect(ctx, cfg, log) // logs which probe and why
+//	sizer := gpu.NewSizer(cfg)
+//	mon := gpu.NewMonitor(probe, cfg, gpu.MonitorOptions{
+//		Logger: log,
+//		Loaded: listRunning, // Ollama's /api/ps as []gpu.LoadedModel
+//	})
+//	go mon.Run(ctx)
+//	mon.Subscribe(func(e gpu.Event) { /* LevelEmergency: snapshot and clear sessions */ })
+//
+//	// per chat request to Ollama:
+//	defer mon.Active()()
+//	model := gpu.Model{Name: name, Facts: facts, Weights: size} // /api/show model_info, /api/tags size
+//	d := sizer.Decide(model, mon.Snapshot())
+//	numCtx, warning := d.Client(clientNumCtx) // options.num_ctx, X-Ctxproxy-Num-Ctx
+//	if mon.Snapshot().Level >= gpu.LevelCompress { /* lower the strategy threshold */ }
+//
+// Nothing here makes HTTP calls; model facts are passed in.
 package gpu

@@ -1,0 +1,212 @@
+package gpu
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Event tells a subscriber that the guard's level changed.
+type Event struct {
+	Prev, Level Level
+	Snapshot    Snapshot
+}
+
+// Low reports a low-memory event: usage rose to the compress level or
+// above (seed 004 1.8; the threshold is gpu.guard.compress_at).
+func (e Event) Low() bool { return e.Level > e.Prev && e.Level >= LevelCompress }
+
+// MonitorOptions are a Monitor's collaborators; every field may be nil.
+type MonitorOptions struct {
+	// Logger receives level changes and probe failures; nil discards.
+	Logger *slog.Logger
+	// Loaded lists the models Ollama has loaded (the proxy asks its
+	// /api/ps). It is called with each sample so that memory and loaded
+	// models agree; the Sizer needs it to count a loaded model's KV cache
+	// as its own, and the guard to leave the models out of its usage (see
+	// Snapshot.Usage). Without it both treat every model as not loaded.
+	Loaded func(ctx context.Context) ([]LoadedModel, error)
+	// Now and After stand in for time.Now and time.After in tests.
+	Now   func() time.Time
+	After func(time.Duration) <-chan time.Time
+}
+
+// loadedTimeout bounds MonitorOptions.Loaded.
+const loadedTimeout = 5 * time.Second
+
+// Monitor samples a Probe off the request path: every poll_active while a
+// chat request is in flight (seed 004 1.7), every poll_idle otherwise. The
+// request path reads the latest Snapshot, which costs an atomic load.
+type Monitor struct {
+	probe Probe
+	cfg   Config
+	log   *slog.Logger
+	opts  MonitorOptions
+
+	snap   atomic.Pointer[Snapshot]
+	active atomic.Int64
+	wake   chan struct{}
+
+	sampleMu sync.Mutex // one sample at a time; guards guard and seq
+	guard    *Guard
+	seq      uint64
+
+	subMu sync.Mutex
+	subs  map[int]func(Event)
+	subID int
+}
+
+// NewMonitor returns a Monitor of p; call Run to start sampling.
+func NewMonitor(p Probe, cfg Config, opts MonitorOptions) *Monitor {
+	cfg = cfg.withDefaults()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.After == nil {
+		opts.After = time.After
+	}
+	m := &Monitor{
+		probe: p,
+		cfg:   cfg,
+		log:   opts.Logger,
+		opts:  opts,
+		wake:  make(chan struct{}, 1),
+		guard: NewGuard(cfg.Guard),
+		subs:  make(map[int]func(Event)),
+	}
+	m.snap.Store(&Snapshot{Probe: p.Name()})
+	if opts.Loaded == nil {
+		m.log.Warn("gpu: no source of loaded models: sizing treats models as not loaded and the memory guard counts their memory as pressure")
+	}
+	return m
+}
+
+// Snapshot returns the latest sample (Seq 0 before the first).
+func (m *Monitor) Snapshot() Snapshot { return *m.snap.Load() }
+
+// Active marks a chat request in flight until the returned func is called
+// (more calls do nothing): `defer m.Active()()`. The first request after an
+// idle spell wakes the sampler, which samples at once if the last sample
+// is older than poll_active.
+func (m *Monitor) Active() (done func()) {
+	if m.active.Add(1) == 1 {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
+	}
+	var once sync.Once
+	return func() { once.Do(func() { m.active.Add(-1) }) }
+}
+
+// Subscribe calls fn on each guard level change until cancel is called. fn
+// runs on the sampling goroutine: it must return quickly and not call
+// Sample.
+func (m *Monitor) Subscribe(fn func(Event)) (cancel func()) {
+	m.subMu.Lock()
+	defer m.subMu.Unlock()
+	id := m.subID
+	m.subID++
+	m.subs[id] = fn
+	return func() {
+		m.subMu.Lock()
+		defer m.subMu.Unlock()
+		delete(m.subs, id)
+	}
+}
+
+// Run samples until ctx is done: once at start, then on the schedule.
+func (m *Monitor) Run(ctx context.Context) {
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		interval := m.cfg.PollIdle
+		if m.active.Load() > 0 {
+			interval = m.cfg.PollActive
+		}
+		last := m.Snapshot()
+		elapsed := m.opts.Now().Sub(last.Time)
+		if last.Seq == 0 || elapsed >= interval {
+			m.Sample(ctx)
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.opts.After(interval - elapsed):
+		case <-m.wake:
+			// A request began: the loop recomputes the wait with
+			// poll_active.
+		}
+	}
+}
+
+// Sample takes a sample now, publishes it and returns it (the `ctxproxy
+// gpu` command uses it without Run).
+func (m *Monitor) Sample(ctx context.Context) Snapshot {
+	m.sampleMu.Lock()
+	defer m.sampleMu.Unlock()
+	devices, err := m.probe.Devices(ctx)
+	if err != nil {
+		devices = nil
+	}
+	m.seq++
+	s := Snapshot{Seq: m.seq, Probe: m.probe.Name(), Devices: devices, Err: err}
+	old := m.snap.Load()
+	if m.opts.Loaded != nil {
+		// A backend that does not answer must not stall sampling.
+		lctx, cancel := context.WithTimeout(ctx, loadedTimeout)
+		models, lerr := m.opts.Loaded(lctx)
+		cancel()
+		s.Models, s.ModelsKnown = models, lerr == nil
+		if lerr != nil && (old.Seq == 0 || old.ModelsKnown) {
+			m.log.Warn("gpu: listing loaded models failed", "err", lerr)
+		}
+	}
+	s.Time = m.opts.Now()
+	prev := m.guard.Level()
+	s.Level = prev // no devices: keep the level rather than call it normal
+	if s.OK() {
+		s.Level = m.guard.Observe(s.Usage())
+	}
+	m.snap.Store(&s)
+
+	switch {
+	case err != nil && (old.Err == nil || old.Seq == 0):
+		m.log.Warn("gpu: memory sample failed", "probe", s.Probe, "err", err)
+	case err == nil && old.Err != nil:
+		m.log.Info("gpu: memory sample recovered", "probe", s.Probe)
+	}
+	if s.Level != prev {
+		m.levelChanged(Event{Prev: prev, Level: s.Level, Snapshot: s})
+	}
+	return s
+}
+
+func (m *Monitor) levelChanged(e Event) {
+	s := e.Snapshot
+	attrs := []any{
+		"from", e.Prev.String(), "to", e.Level.String(),
+		"usage", int(s.Usage()*100 + 0.5), "free", formatBytes(s.Free()), "total", formatBytes(s.Total()),
+	}
+	if e.Level > e.Prev {
+		m.log.Warn("gpu: memory guard level rose", attrs...)
+	} else {
+		m.log.Info("gpu: memory guard level fell", attrs...)
+	}
+	m.subMu.Lock()
+	subs := make([]func(Event), 0, len(m.subs))
+	for _, fn := range m.subs {
+		subs = append(subs, fn)
+	}
+	m.subMu.Unlock()
+	for _, fn := range subs {
+		fn(e)
+	}
+}

@@ -1,0 +1,142 @@
+package gpu
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Report is what `ctxproxy gpu` and the status page show: the devices and,
+// for a model, the num_ctx it would get. Its JSON form is the external
+// contract of `ctxproxy gpu --json` (DESIGN.md): {"devices": [{"vendor",
+// "name", "total", "used", "free"}], "model": {"name", "bytes_per_token",
+// "num_ctx", "reason"}}, bytes as integers.
+type Report struct {
+	Devices []Device     `json:"devices"`
+	Model   *ModelReport `json:"model,omitempty"`
+
+	// Shown in the text form only.
+	Probe string  `json:"-"`
+	Err   string  `json:"-"`
+	Level Level   `json:"-"`
+	Usage float64 `json:"-"`
+	// ModelMemory is what Ollama's loaded models hold; -1 when unknown.
+	ModelMemory int64 `json:"-"`
+}
+
+// ModelReport is a Decision as Report shows it.
+type ModelReport struct {
+	Name          string `json:"name"`
+	BytesPerToken uint64 `json:"bytes_per_token"`
+	NumCtx        int    `json:"num_ctx"`
+	Reason        string `json:"reason"`
+}
+
+// NewReport builds a Report from a snapshot and, when d is not nil, the
+// decision for a model.
+func NewReport(snap Snapshot, d *Decision) Report {
+	r := Report{
+		Devices:     append([]Device{}, snap.Devices...), // [] rather than null in JSON
+		Probe:       snap.Probe,
+		Level:       snap.Level,
+		Usage:       snap.Usage(),
+		ModelMemory: -1,
+	}
+	if snap.ModelsKnown {
+		r.ModelMemory = int64(snap.ModelMemory())
+	}
+	if snap.Err != nil {
+		r.Err = snap.Err.Error()
+	}
+	if d != nil {
+		r.Model = &ModelReport{Name: d.Model, BytesPerToken: d.BytesPerToken, NumCtx: d.NumCtx, Reason: d.Reason}
+	}
+	return r
+}
+
+// WriteText writes the readable form: a table of devices with sizes in
+// GiB, then the model's sizing.
+func (r Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	usage := "unknown"
+	if len(r.Devices) > 0 {
+		usage = fmt.Sprintf("%.0f%%", r.Usage*100)
+	}
+	fmt.Fprintf(&b, "probe %s, memory guard %s (usage %s)", orDash(r.Probe), r.Level, usage)
+	if r.ModelMemory >= 0 {
+		fmt.Fprintf(&b, ", loaded models %s", gib(uint64(r.ModelMemory)))
+	}
+	b.WriteString("\n")
+	if r.Err != "" {
+		fmt.Fprintf(&b, "error: %s\n", r.Err)
+	}
+	rows := [][]string{{"VENDOR", "NAME", "TOTAL", "USED", "FREE"}}
+	var total, used, free uint64
+	for _, d := range r.Devices {
+		rows = append(rows, []string{d.Vendor, d.Name, gib(d.Total), gib(d.Used), gib(d.Free)})
+		total, used, free = total+d.Total, used+d.Used, free+d.Free
+	}
+	if len(r.Devices) > 1 {
+		rows = append(rows, []string{"", "total", gib(total), gib(used), gib(free)})
+	}
+	if len(r.Devices) == 0 {
+		b.WriteString("no devices\n")
+	} else {
+		writeTable(&b, rows, []bool{false, false, true, true, true})
+	}
+	if m := r.Model; m != nil {
+		bpt := "unknown"
+		if m.BytesPerToken > 0 {
+			bpt = fmt.Sprintf("%d (%s)", m.BytesPerToken, formatBytes(m.BytesPerToken))
+		}
+		numCtx := "not set"
+		if m.NumCtx > 0 {
+			numCtx = fmt.Sprint(m.NumCtx)
+		}
+		b.WriteString("\n")
+		writeTable(&b, [][]string{
+			{"model", m.Name},
+			{"bytes per token", bpt},
+			{"num_ctx", numCtx},
+			{"reason", m.Reason},
+		}, []bool{false, false})
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeTable writes rows in columns two spaces apart, right-aligning the
+// columns marked in right, with no trailing spaces.
+func writeTable(b *strings.Builder, rows [][]string, right []bool) {
+	widths := make([]int, len(right))
+	for _, row := range rows {
+		for i, cell := range row {
+			widths[i] = max(widths[i], len([]rune(cell)))
+		}
+	}
+	for _, row := range rows {
+		var line strings.Builder
+		for i, cell := range row {
+			if i > 0 {
+				line.WriteString("  ")
+			}
+			pad := strings.Repeat(" ", widths[i]-len([]rune(cell)))
+			if right[i] {
+				line.WriteString(pad + cell)
+			} else {
+				line.WriteString(cell + pad)
+			}
+		}
+		b.WriteString(strings.TrimRight(line.String(), " "))
+		b.WriteByte('\n')
+	}
+}
+
+func gib(n uint64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
