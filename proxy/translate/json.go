@@ -1,9 +1,12 @@
 package translate
 
 import (
-	"encoding/json"
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"strconv"
+	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -143,10 +146,30 @@ var plain = func() (t [256]bool) {
 	return t
 }()
 
+// Constants for testing eight bytes at once (SWAR).
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// special reports whether any of the eight bytes in x is a quote, a
+// backslash or a control character: a byte is zero in x^('"'*ones) or in
+// x^('\\'*ones), or below 0x20. It may report true for a plain byte only
+// when a special one is also present; the byte loop then finds it.
+func special(x uint64) bool {
+	q := x ^ ('"' * ones)
+	b := x ^ ('\\' * ones)
+	return ((q-ones)&^q|(b-ones)&^b|(x-0x20*ones)&^x)&highs != 0
+}
+
 // skipString validates the string token at d[i] == '"'.
 func skipString(d []byte, i int) (int, error) {
 	i++
 	for {
+		// Chat text is long runs of plain bytes: test eight at a time.
+		for i+8 <= len(d) && !special(binary.LittleEndian.Uint64(d[i:])) {
+			i += 8
+		}
 		for i < len(d) && plain[d[i]] {
 			i++
 		}
@@ -288,24 +311,86 @@ func skipArray(d []byte, i, depth int) (int, error) {
 	}
 }
 
+// skipValid returns the index just past the value at d[i], which is known
+// to be valid JSON (a part of a body validValue accepted): it does not
+// check the grammar again, and finds string ends with bytes.IndexByte.
+// On input that is not valid after all it still returns an index past i
+// (at most len(d)), never panics and never loops.
+func skipValid(d []byte, i int) int {
+	if i >= len(d) {
+		return len(d)
+	}
+	switch d[i] {
+	case '"':
+		return skipValidString(d, i)
+	case '{', '[':
+		depth := 0
+		for i < len(d) {
+			switch d[i] {
+			case '"':
+				i = skipValidString(d, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(d)
+	}
+	// A number or a literal: up to the next delimiter.
+	i++
+	for i < len(d) {
+		switch d[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
+}
+
+// skipValidString returns the index just past the string token at
+// d[i] == '"': the first quote not escaped by an odd run of backslashes.
+func skipValidString(d []byte, i int) int {
+	i++
+	for {
+		j := bytes.IndexByte(d[i:], '"')
+		if j < 0 {
+			return len(d)
+		}
+		i += j
+		n := 0
+		for k := i - 1; k >= 0 && d[k] == '\\'; k-- {
+			n++
+		}
+		i++
+		if n%2 == 0 {
+			return i
+		}
+	}
+}
+
 // members calls fn for each member of obj, a trimmed and already validated
 // JSON object, with the key's raw token (quotes included) and the trimmed
-// value. It stops at fn's first error.
+// value. It stops at fn's first error. Validation happens once, in
+// validValue; walking a value again only looks for where things end.
 func members(obj []byte, fn func(key, val []byte) error) error {
 	i := skipSpace(obj, 1)
 	if i < len(obj) && obj[i] == '}' {
 		return nil
 	}
 	for i < len(obj) {
-		kEnd, err := skipString(obj, i)
-		if err != nil {
-			return err
-		}
+		kEnd := skipValidString(obj, i)
 		vStart := skipSpace(obj, skipSpace(obj, kEnd)+1) // past ':'
-		vEnd, err := skipValue(obj, vStart, 0)
-		if err != nil {
-			return err
+		if vStart >= len(obj) {
+			return errSyntax
 		}
+		vEnd := skipValid(obj, vStart)
 		if err := fn(obj[i:kEnd], obj[vStart:vEnd]); err != nil {
 			return err
 		}
@@ -323,10 +408,7 @@ func members(obj []byte, fn func(key, val []byte) error) error {
 func elements(arr []byte, fn func(i int, val []byte) error) error {
 	i := skipSpace(arr, 1)
 	for n := 0; i < len(arr) && arr[i] != ']'; n++ {
-		end, err := skipValue(arr, i, 0)
-		if err != nil {
-			return err
-		}
+		end := skipValid(arr, i)
 		if err := fn(n, arr[i:end]); err != nil {
 			return err
 		}
@@ -364,15 +446,82 @@ func keyName(key []byte) string {
 
 // unquote decodes a valid JSON string token.
 func unquote(tok []byte) (string, error) {
+	if len(tok) < 2 || tok[0] != '"' || tok[len(tok)-1] != '"' {
+		return "", errSyntax
+	}
 	inner := tok[1 : len(tok)-1]
-	for _, c := range inner {
-		if c == '\\' || c >= utf8.RuneSelf {
-			var s string
-			err := json.Unmarshal(tok, &s)
-			return s, err
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return string(inner), nil
+	}
+	return string(appendUnescaped(nil, tok)), nil
+}
+
+// appendUnescaped appends the text of a valid JSON string token, escapes
+// decoded. A lone UTF-16 surrogate becomes U+FFFD, as in encoding/json.
+func appendUnescaped(dst, tok []byte) []byte {
+	s := tok[1 : len(tok)-1]
+	for {
+		j := bytes.IndexByte(s, '\\')
+		if j < 0 || j+1 >= len(s) {
+			return append(dst, s...)
+		}
+		dst = append(dst, s[:j]...)
+		c := s[j+1]
+		s = s[j+2:]
+		switch c {
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r, ok := hex4(s)
+			if !ok {
+				return dst // not valid; callers pass valid tokens
+			}
+			s = s[4:]
+			if utf16.IsSurrogate(r) {
+				r2 := unicode.ReplacementChar
+				if len(s) >= 6 && s[0] == '\\' && s[1] == 'u' {
+					if lo, ok := hex4(s[2:]); ok {
+						if d := utf16.DecodeRune(r, lo); d != unicode.ReplacementChar {
+							s, r2 = s[6:], d
+						}
+					}
+				}
+				r = r2
+			}
+			dst = utf8.AppendRune(dst, r)
+		default: // '"', '\\', '/'
+			dst = append(dst, c)
 		}
 	}
-	return string(inner), nil
+}
+
+func hex4(s []byte) (rune, bool) {
+	if len(s) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range s[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }
 
 // appendString appends s as a JSON string token.

@@ -23,10 +23,10 @@ func appendMessages(dst, raw []byte, info *Info) ([]byte, error) {
 	if kindOf(raw) != kindArray {
 		return nil, invalid("messages", codeInvalidType, "messages must be an array")
 	}
-	// names maps tool call ids to function names, so that a tool result
-	// without a name gets its tool_name from the call it answers, as
-	// Ollama's /v1 layer does.
-	var names map[string]string
+	// calls are the tool calls seen so far, so that a tool result without
+	// a name gets its tool_name from the call it answers, as Ollama's /v1
+	// layer does.
+	var calls []call
 	count := 0
 	dst = append(dst, '[')
 	err := elements(raw, func(i int, m []byte) error {
@@ -35,7 +35,7 @@ func appendMessages(dst, raw []byte, info *Info) ([]byte, error) {
 		}
 		count++
 		var err error
-		dst, err = appendMessage(dst, i, m, &names, info)
+		dst, err = appendMessage(dst, i, m, &calls, info)
 		return err
 	})
 	if err != nil {
@@ -47,7 +47,7 @@ func appendMessages(dst, raw []byte, info *Info) ([]byte, error) {
 	return append(dst, ']'), nil
 }
 
-func appendMessage(dst []byte, i int, raw []byte, names *map[string]string, info *Info) ([]byte, error) {
+func appendMessage(dst []byte, i int, raw []byte, calls *[]call, info *Info) ([]byte, error) {
 	if kindOf(raw) != kindObject {
 		return nil, invalid(messagePath(i, ""), codeInvalidType, "a message must be an object")
 	}
@@ -146,7 +146,7 @@ func appendMessage(dst []byte, i int, raw []byte, names *map[string]string, info
 		if role != "assistant" {
 			return nil, invalid(messagePath(i, ".tool_calls"), codeInvalidValue, "only assistant messages may have tool_calls")
 		}
-		if dst, err = appendToolCalls(dst, i, m.toolCalls, names); err != nil {
+		if dst, err = appendToolCalls(dst, i, m.toolCalls, calls); err != nil {
 			return nil, err
 		}
 	}
@@ -159,11 +159,8 @@ func appendMessage(dst []byte, i int, raw []byte, names *map[string]string, info
 	}
 	if role == "tool" {
 		name := m.name
-		if name == nil && m.toolCallID != nil && *names != nil {
-			id, _ := unquote(m.toolCallID)
-			if n, ok := (*names)[id]; ok {
-				name = appendString(nil, n)
-			}
+		if name == nil && m.toolCallID != nil {
+			name = nameFor(*calls, m.toolCallID)
 		}
 		if name != nil && !isEmptyString(name) {
 			dst = append(dst, `,"tool_name":`...)
@@ -224,9 +221,10 @@ func appendParts(dst []byte, i int, parts []byte) ([]byte, [][]byte, error) {
 	var texts [][]byte
 	var images [][]byte
 	err := elements(parts, func(j int, p []byte) error {
-		param := messagePath(i, ".content["+strconv.Itoa(j)+"]")
+		// at names a field of this part; built only for an error.
+		at := func(suffix string) string { return messagePath(i, ".content["+strconv.Itoa(j)+"]"+suffix) }
 		if kindOf(p) != kindObject {
-			return invalid(param, codeInvalidType, "a content part must be an object")
+			return invalid(at(""), codeInvalidType, "a content part must be an object")
 		}
 		var typ, text, refusal, imageURL []byte
 		_ = members(p, func(key, val []byte) error {
@@ -245,28 +243,29 @@ func appendParts(dst []byte, i int, parts []byte) ([]byte, [][]byte, error) {
 		switch string(typ) {
 		case `"text"`:
 			if kindOf(text) != kindString {
-				return invalid(param+".text", codeInvalidType, "text must be a string")
+				return invalid(at(".text"), codeInvalidType, "text must be a string")
 			}
 			texts = append(texts, text)
 		case `"refusal"`:
 			// An assistant's refusal, replayed in history: it is what the
 			// assistant said.
 			if kindOf(refusal) != kindString {
-				return invalid(param+".refusal", codeInvalidType, "refusal must be a string")
+				return invalid(at(".refusal"), codeInvalidType, "refusal must be a string")
 			}
 			texts = append(texts, refusal)
 		case `"image_url"`:
-			img, err := imageData(param+".image_url", imageURL)
+			img, err := imageData(imageURL)
 			if err != nil {
+				err.Param = at(".image_url" + err.Param)
 				return err
 			}
 			images = append(images, img)
 		case `"input_audio"`, `"file"`:
-			return invalid(param+".type", codeUnsupportedValue, "only text and image content parts are supported")
+			return invalid(at(".type"), codeUnsupportedValue, "only text and image content parts are supported")
 		case "":
-			return invalid(param+".type", codeMissing, "a content part needs a type")
+			return invalid(at(".type"), codeMissing, "a content part needs a type")
 		default:
-			return invalid(param+".type", codeInvalidValue, "content part type must be text or image_url")
+			return invalid(at(".type"), codeInvalidValue, "content part type must be text or image_url")
 		}
 		return nil
 	})
@@ -294,9 +293,10 @@ func appendParts(dst []byte, i int, parts []byte) ([]byte, [][]byte, error) {
 // imageData returns the base64 data of an image_url part, which must be a
 // data: URL: ctxproxy does not fetch remote images, and neither does
 // Ollama's /v1 layer. The part is {"url": …, "detail": …} or, as Ollama
-// also accepts, a bare string; detail has no Ollama equivalent.
-func imageData(param string, v []byte) ([]byte, error) {
-	url := v
+// also accepts, a bare string; detail has no Ollama equivalent. An error's
+// Param is relative to the image_url field.
+func imageData(v []byte) ([]byte, *Error) {
+	url, param := v, ""
 	if kindOf(v) == kindObject {
 		url = nil
 		_ = members(v, func(key, val []byte) error {
@@ -305,7 +305,7 @@ func imageData(param string, v []byte) ([]byte, error) {
 			}
 			return nil
 		})
-		param += ".url"
+		param = ".url"
 	}
 	if kindOf(url) != kindString {
 		return nil, invalid(param, codeInvalidType, "image_url must be an object with a url string")
@@ -367,7 +367,7 @@ func validBase64(b []byte) bool {
 // appendBase64 writes image data as a JSON string; base64 needs no escapes
 // except for line breaks.
 func appendBase64(dst, data []byte) []byte {
-	if bytes.IndexAny(data, "\r\n") >= 0 {
+	if bytes.ContainsAny(data, "\r\n") {
 		return appendStringBytes(dst, data)
 	}
 	dst = append(dst, '"')
@@ -375,10 +375,35 @@ func appendBase64(dst, data []byte) []byte {
 	return append(dst, '"')
 }
 
+// call is a tool call seen in an assistant message: its id and function
+// name as raw JSON string tokens.
+type call struct{ id, name []byte }
+
+// nameFor returns the name token of the latest call with the id token id,
+// as Ollama's /v1 layer looks it up ("last one wins").
+func nameFor(calls []call, id []byte) []byte {
+	for k := len(calls) - 1; k >= 0; k-- {
+		if bytes.Equal(calls[k].id, id) {
+			return calls[k].name
+		}
+	}
+	if bytes.IndexByte(id, '\\') < 0 {
+		return nil
+	}
+	// The same id spelled with other escapes: compare decoded.
+	want, _ := unquote(id)
+	for k := len(calls) - 1; k >= 0; k-- {
+		if got, _ := unquote(calls[k].id); got == want {
+			return calls[k].name
+		}
+	}
+	return nil
+}
+
 // appendToolCalls translates an assistant's tool calls: the arguments, a
 // JSON string in OpenAI's shape, become the object Ollama expects; ids are
-// kept (Ollama's api.ToolCall has an id).
-func appendToolCalls(dst []byte, i int, raw []byte, names *map[string]string) ([]byte, error) {
+// kept (Ollama's api.ToolCall has an id). It adds each call to calls.
+func appendToolCalls(dst []byte, i int, raw []byte, calls *[]call) ([]byte, error) {
 	if kindOf(raw) != kindArray {
 		return nil, invalid(messagePath(i, ".tool_calls"), codeInvalidType, "tool_calls must be an array")
 	}
@@ -386,9 +411,10 @@ func appendToolCalls(dst []byte, i int, raw []byte, names *map[string]string) ([
 	dst = append(dst, `,"tool_calls":[`...)
 	n := 0
 	err := elements(raw, func(j int, tc []byte) error {
-		param := messagePath(i, ".tool_calls["+strconv.Itoa(j)+"]")
+		// at names a field of this call; built only for an error.
+		at := func(suffix string) string { return messagePath(i, ".tool_calls["+strconv.Itoa(j)+"]"+suffix) }
 		if kindOf(tc) != kindObject {
-			return invalid(param, codeInvalidType, "a tool call must be an object")
+			return invalid(at(""), codeInvalidType, "a tool call must be an object")
 		}
 		var id, typ, fn []byte
 		_ = members(tc, func(key, val []byte) error {
@@ -403,10 +429,10 @@ func appendToolCalls(dst []byte, i int, raw []byte, names *map[string]string) ([
 			return nil
 		})
 		if typ != nil && string(typ) != `"function"` && kindOf(typ) != kindNull {
-			return invalid(param+".type", codeUnsupportedValue, "only function tool calls are supported")
+			return invalid(at(".type"), codeUnsupportedValue, "only function tool calls are supported")
 		}
 		if kindOf(fn) != kindObject {
-			return invalid(param+".function", codeInvalidType, "function must be an object")
+			return invalid(at(".function"), codeInvalidType, "function must be an object")
 		}
 		var name, args []byte
 		_ = members(fn, func(key, val []byte) error {
@@ -419,13 +445,16 @@ func appendToolCalls(dst []byte, i int, raw []byte, names *map[string]string) ([
 			return nil
 		})
 		if kindOf(name) != kindString {
-			return invalid(param+".function.name", codeInvalidType, "function name must be a string")
+			return invalid(at(".function.name"), codeInvalidType, "function name must be a string")
 		}
-		obj, err := argumentsObject(args)
-		if err != nil {
-			return invalid(param+".function.arguments", codeInvalidValue, err.Error())
+		switch kindOf(id) {
+		case kindString:
+			*calls = append(*calls, call{id, name})
+		case kindInvalid, kindNull:
+		default:
+			return invalid(at(".id"), codeInvalidType, "id must be a string")
 		}
-		if j > 0 {
+		if n > 0 {
 			dst = append(dst, ',')
 		}
 		n++
@@ -434,20 +463,16 @@ func appendToolCalls(dst []byte, i int, raw []byte, names *map[string]string) ([
 			dst = append(dst, `"id":`...)
 			dst = append(dst, id...)
 			dst = append(dst, ',')
-			if *names == nil {
-				*names = make(map[string]string)
-			}
-			idStr, _ := unquote(id)
-			(*names)[idStr], _ = unquote(name)
-		} else if id != nil && kindOf(id) != kindNull {
-			return invalid(param+".id", codeInvalidType, "id must be a string")
 		}
 		dst = append(dst, `"function":{"index":`...)
 		dst = strconv.AppendInt(dst, int64(j), 10)
 		dst = append(dst, `,"name":`...)
 		dst = append(dst, name...)
 		dst = append(dst, `,"arguments":`...)
-		dst = append(dst, obj...)
+		var msg string
+		if dst, msg = appendArguments(dst, args); msg != "" {
+			return invalid(at(".function.arguments"), codeInvalidValue, msg)
+		}
 		dst = append(dst, "}}"...)
 		return nil
 	})
@@ -460,33 +485,31 @@ func appendToolCalls(dst []byte, i int, raw []byte, names *map[string]string) ([
 	return append(dst, ']'), nil
 }
 
-type argumentsError string
-
-func (e argumentsError) Error() string { return string(e) }
-
-// argumentsObject returns the tool call arguments as a JSON object. OpenAI
-// sends a string holding JSON; some clients send the object itself; an
-// empty string means no arguments.
-func argumentsObject(args []byte) ([]byte, error) {
+// appendArguments appends tool call arguments as a JSON object. OpenAI
+// sends a string holding JSON, decoded here straight into dst; some
+// clients send the object itself; an empty string means no arguments. On
+// bad input it returns a message saying why.
+func appendArguments(dst, args []byte) ([]byte, string) {
 	switch kindOf(args) {
 	case kindInvalid, kindNull:
-		return []byte("{}"), nil
+		return append(dst, "{}"...), ""
 	case kindObject:
-		return args, nil
+		return append(dst, args...), ""
 	case kindString:
 	default:
-		return nil, argumentsError("arguments must be a string of JSON")
+		return dst, "arguments must be a string of JSON"
 	}
-	s, err := unquote(args)
-	if err != nil {
-		return nil, argumentsError("arguments must be a string of JSON")
+	start := len(dst)
+	dst = appendUnescaped(dst, args)
+	text := dst[start:]
+	if skipSpace(text, 0) == len(text) {
+		return append(dst[:start], "{}"...), ""
 	}
-	if len(bytes.TrimSpace([]byte(s))) == 0 {
-		return []byte("{}"), nil
-	}
-	obj, err := validValue([]byte(s))
+	obj, err := validValue(text)
 	if err != nil || kindOf(obj) != kindObject {
-		return nil, argumentsError("arguments must hold a JSON object")
+		return dst[:start], "arguments must hold a JSON object"
 	}
-	return obj, nil
+	// Drop the white space around the object.
+	n := copy(dst[start:], obj)
+	return dst[:start+n], ""
 }

@@ -182,8 +182,9 @@ func TestOpenAIClientRequestStream(t *testing.T) {
 	cfg := openai.DefaultConfig("k")
 	cfg.BaseURL = srv.URL + "/v1"
 	stream, err := openai.NewClientWithConfig(cfg).CreateChatCompletionStream(context.Background(), openai.ChatCompletionRequest{
-		Model:         "llama3",
-		Messages:      []openai.ChatCompletionMessage{{Role: "user", Content: "hi"}},
+		Model:    "llama3",
+		Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "hi"}},
+		//lint:ignore SA1019 clients still send max_tokens, so the translation must map it.
 		MaxTokens:     10,
 		StreamOptions: &openai.StreamOptions{IncludeUsage: true},
 	})

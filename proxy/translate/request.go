@@ -50,12 +50,12 @@ type Drop struct {
 
 // request holds the raw values of the top-level fields Request reads.
 type request struct {
-	model, messages, stream, streamOptions                       []byte
-	temperature, topP, topK, minP, repeatPenalty                 []byte
-	presencePenalty, frequencyPenalty, seed, stop                []byte
-	maxTokens, maxCompletionTokens                               []byte
-	tools, toolChoice, responseFormat                            []byte
-	reasoningEffort, reasoning, think, keepAlive, options        []byte
+	model, messages, stream, streamOptions                        []byte
+	temperature, topP, topK, minP, repeatPenalty                  []byte
+	presencePenalty, frequencyPenalty, seed, stop                 []byte
+	maxTokens, maxCompletionTokens                                []byte
+	tools, toolChoice, responseFormat                             []byte
+	reasoningEffort, reasoning, think, keepAlive, options         []byte
 	logprobs, topLogprobs, n, modalities, functions, functionCall []byte
 }
 
@@ -687,7 +687,7 @@ func isInteger(tok []byte) bool {
 	if kindOf(tok) != kindNumber {
 		return false
 	}
-	return bytes.IndexAny(tok, ".eE") < 0
+	return !bytes.ContainsAny(tok, ".eE")
 }
 
 // keyBytes returns a key token's name without quotes, decoding escapes in
