@@ -3,6 +3,7 @@ package translate
 import (
 	"crypto/rand"
 	"errors"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -240,16 +241,23 @@ func appendReasoning(dst, thinking []byte) []byte {
 	return append(dst, thinking...)
 }
 
+// errUnreadable answers a backend body that is not an Ollama answer.
+var errUnreadable = &Error{
+	Status:  http.StatusBadGateway,
+	Type:    "api_error",
+	Message: "the backend's answer could not be read",
+}
+
 // Response translates a whole (non-stream) Ollama /api/chat answer into an
 // OpenAI chat.completion body. The proxy calls it on a 2xx answer to a
 // request that Request translated with Info.Stream false; for a non-2xx
-// answer it calls BackendError instead. A body that is not an Ollama answer
-// returns an error (the proxy answers 502); an Ollama {"error": …} body
-// returns its *Error.
+// answer it calls BackendError instead. Its errors are *Error, ready to
+// send: 502 for a body that is not an Ollama answer, and BackendError's
+// mapping for an Ollama {"error": …} body.
 func Response(body []byte, info Info, opts ResponseOptions) ([]byte, error) {
 	r, err := parseReply(body)
 	if err != nil {
-		return nil, errors.New("translate: backend answer is not a JSON object")
+		return nil, errUnreadable
 	}
 	if r.errorMessage != nil {
 		return nil, BackendError(0, body)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 )
 
 // Stream converts Ollama's /api/chat NDJSON stream into OpenAI's
@@ -158,7 +159,7 @@ func appendErrorEvent(dst []byte, e *Error) []byte {
 
 // errCutOff is the event a client gets when Ollama's stream ends early.
 var errCutOff = &Error{
-	Status:  502,
+	Status:  http.StatusBadGateway,
 	Type:    "api_error",
 	Code:    codeIncomplete,
 	Message: "the backend's stream ended before the answer was complete",

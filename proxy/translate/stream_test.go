@@ -156,11 +156,13 @@ func TestStreamDefaults(t *testing.T) {
 }
 
 func TestResponseRejects(t *testing.T) {
-	if _, err := Response([]byte(`[1]`), Info{}, ResponseOptions{}); err == nil {
-		t.Error("Response of an array: no error")
+	var e *Error
+	for _, body := range []string{`[1]`, `{"model":`, ``} {
+		if _, err := Response([]byte(body), Info{}, ResponseOptions{}); !errors.As(err, &e) || e.Status != 502 {
+			t.Errorf("Response(%q) = %v, want a 502 *Error", body, err)
+		}
 	}
 	_, err := Response([]byte(`{"error":"model runner crashed"}`), Info{}, ResponseOptions{})
-	var e *Error
 	if !errors.As(err, &e) || e.Status != 500 || e.Message != "model runner crashed" {
 		t.Errorf("Response of an error body = %v", err)
 	}
