@@ -1,0 +1,21 @@
+// Package translate carries OpenAI chat completion traffic to Ollama's
+// native chat API and back, so that OpenAI-SDK clients in front of an
+// Ollama backend get ctxproxy's context control: Ollama's own /v1 layer
+// cannot set num_ctx (Ollama #5356, #2722), /api/chat can.
+//
+// It is pure functions and a stream converter over bytes; the proxy does
+// the HTTP. For a POST /v1/chat/completions bound for Ollama:
+//
+//	body, info, err := translate.Request(openaiBody, translate.RequestOptions{NumCtx: n})
+//	// err is a *translate.Error: answer err.Status with err.JSON().
+//	// forward body to /api/chat; log info.Dropped at debug level.
+//
+// then, for a non-2xx answer, translate.BackendError(status, body); for a
+// whole answer, translate.Response(body, info, opts); for a stream,
+// translate.NewStream(info, opts) and Append per NDJSON line (or Copy),
+// then Finish.
+//
+// The decoder reads only what it maps and moves everything else (message
+// text, tool definitions, schemas) as the original bytes; see json.go.
+// FIELDS.md lists every OpenAI field and what happens to it.
+package translate

@@ -1,0 +1,591 @@
+package translate
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"strconv"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// This file holds the small JSON reader and writer the translation runs on.
+//
+// encoding/json needs two passes over a body even into json.RawMessage fields
+// (a validity check, then the decode) and copies every raw value; on a 100 KB
+// chat body that is about 0.4 ms, more than the whole translation costs here.
+// The reader here validates a body once (validValue, eight bytes at a time
+// inside strings), then walks it without checking again (members, elements)
+// and hands out sub-slices of the input, so string contents (the bulk of a
+// chat) are never copied into values or re-escaped: a JSON string token in
+// the OpenAI body is already a valid JSON string token for the Ollama body.
+// Fuzz tests hold the reader to json.Valid and the string codec to
+// encoding/json.
+
+// maxDepth bounds nesting, as encoding/json does, so hostile input cannot
+// exhaust the stack.
+const maxDepth = 10000
+
+var (
+	errSyntax = errors.New("invalid JSON")
+	errDepth  = errors.New("JSON nested too deeply")
+)
+
+// kind is the type of a JSON value, read from its first byte.
+type kind byte
+
+const (
+	kindInvalid kind = iota
+	kindNull
+	kindBool
+	kindNumber
+	kindString
+	kindArray
+	kindObject
+)
+
+func (k kind) String() string {
+	switch k {
+	case kindNull:
+		return "null"
+	case kindBool:
+		return "boolean"
+	case kindNumber:
+		return "number"
+	case kindString:
+		return "string"
+	case kindArray:
+		return "array"
+	case kindObject:
+		return "object"
+	}
+	return "invalid"
+}
+
+// kindOf reports the kind of a trimmed, valid JSON value.
+func kindOf(v []byte) kind {
+	if len(v) == 0 {
+		return kindInvalid
+	}
+	switch c := v[0]; {
+	case c == 'n':
+		return kindNull
+	case c == 't' || c == 'f':
+		return kindBool
+	case c == '"':
+		return kindString
+	case c == '[':
+		return kindArray
+	case c == '{':
+		return kindObject
+	case c == '-' || (c >= '0' && c <= '9'):
+		return kindNumber
+	}
+	return kindInvalid
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func skipSpace(d []byte, i int) int {
+	for i < len(d) && isSpace(d[i]) {
+		i++
+	}
+	return i
+}
+
+// validValue reports whether d is exactly one JSON value, with optional
+// surrounding white space, and returns it trimmed.
+func validValue(d []byte) ([]byte, error) {
+	i := skipSpace(d, 0)
+	end, err := skipValue(d, i, 0)
+	if err != nil {
+		return nil, err
+	}
+	if skipSpace(d, end) != len(d) {
+		return nil, errSyntax
+	}
+	return d[i:end], nil
+}
+
+// skipValue validates the value starting at d[i] and returns the index just
+// past it.
+func skipValue(d []byte, i, depth int) (int, error) {
+	if i >= len(d) {
+		return 0, errSyntax
+	}
+	switch c := d[i]; {
+	case c == '"':
+		return skipString(d, i)
+	case c == '{':
+		return skipObject(d, i, depth+1)
+	case c == '[':
+		return skipArray(d, i, depth+1)
+	case c == 't':
+		return skipLiteral(d, i, "true")
+	case c == 'f':
+		return skipLiteral(d, i, "false")
+	case c == 'n':
+		return skipLiteral(d, i, "null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return skipNumber(d, i)
+	}
+	return 0, errSyntax
+}
+
+func skipLiteral(d []byte, i int, lit string) (int, error) {
+	if len(d)-i < len(lit) || string(d[i:i+len(lit)]) != lit {
+		return 0, errSyntax
+	}
+	return i + len(lit), nil
+}
+
+// plain marks the bytes a JSON string may hold unescaped; the scan loop
+// stops only on the quote, the backslash and control characters.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// Constants for testing eight bytes at once (SWAR).
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// special reports whether any of the eight bytes in x is a quote, a
+// backslash or a control character: a byte is zero in x^('"'*ones) or in
+// x^('\\'*ones), or below 0x20. It may report true for a plain byte only
+// when a special one is also present; the byte loop then finds it.
+func special(x uint64) bool {
+	q := x ^ ('"' * ones)
+	b := x ^ ('\\' * ones)
+	return ((q-ones)&^q|(b-ones)&^b|(x-0x20*ones)&^x)&highs != 0
+}
+
+// skipString validates the string token at d[i] == '"'.
+func skipString(d []byte, i int) (int, error) {
+	i++
+	for {
+		// Chat text is long runs of plain bytes: test eight at a time.
+		for i+8 <= len(d) && !special(binary.LittleEndian.Uint64(d[i:])) {
+			i += 8
+		}
+		for i < len(d) && plain[d[i]] {
+			i++
+		}
+		if i >= len(d) {
+			return 0, errSyntax
+		}
+		switch d[i] {
+		case '"':
+			return i + 1, nil
+		case '\\':
+			if i+1 >= len(d) {
+				return 0, errSyntax
+			}
+			switch d[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if len(d)-i < 6 || !isHex(d[i+2]) || !isHex(d[i+3]) || !isHex(d[i+4]) || !isHex(d[i+5]) {
+					return 0, errSyntax
+				}
+				i += 6
+			default:
+				return 0, errSyntax
+			}
+		default: // a control character
+			return 0, errSyntax
+		}
+	}
+}
+
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// skipNumber validates a number token: -?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?
+func skipNumber(d []byte, i int) (int, error) {
+	if d[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(d) && d[i] == '0':
+		i++
+	case i < len(d) && d[i] >= '1' && d[i] <= '9':
+		for i < len(d) && isDigit(d[i]) {
+			i++
+		}
+	default:
+		return 0, errSyntax
+	}
+	if i < len(d) && d[i] == '.' {
+		i++
+		if i >= len(d) || !isDigit(d[i]) {
+			return 0, errSyntax
+		}
+		for i < len(d) && isDigit(d[i]) {
+			i++
+		}
+	}
+	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
+		i++
+		if i < len(d) && (d[i] == '+' || d[i] == '-') {
+			i++
+		}
+		if i >= len(d) || !isDigit(d[i]) {
+			return 0, errSyntax
+		}
+		for i < len(d) && isDigit(d[i]) {
+			i++
+		}
+	}
+	return i, nil
+}
+
+func skipObject(d []byte, i, depth int) (int, error) {
+	if depth > maxDepth {
+		return 0, errDepth
+	}
+	i = skipSpace(d, i+1)
+	if i < len(d) && d[i] == '}' {
+		return i + 1, nil
+	}
+	for {
+		if i >= len(d) || d[i] != '"' {
+			return 0, errSyntax
+		}
+		var err error
+		if i, err = skipString(d, i); err != nil {
+			return 0, err
+		}
+		i = skipSpace(d, i)
+		if i >= len(d) || d[i] != ':' {
+			return 0, errSyntax
+		}
+		if i, err = skipValue(d, skipSpace(d, i+1), depth); err != nil {
+			return 0, err
+		}
+		i = skipSpace(d, i)
+		if i >= len(d) {
+			return 0, errSyntax
+		}
+		switch d[i] {
+		case ',':
+			i = skipSpace(d, i+1)
+		case '}':
+			return i + 1, nil
+		default:
+			return 0, errSyntax
+		}
+	}
+}
+
+func skipArray(d []byte, i, depth int) (int, error) {
+	if depth > maxDepth {
+		return 0, errDepth
+	}
+	i = skipSpace(d, i+1)
+	if i < len(d) && d[i] == ']' {
+		return i + 1, nil
+	}
+	for {
+		var err error
+		if i, err = skipValue(d, i, depth); err != nil {
+			return 0, err
+		}
+		i = skipSpace(d, i)
+		if i >= len(d) {
+			return 0, errSyntax
+		}
+		switch d[i] {
+		case ',':
+			i = skipSpace(d, i+1)
+		case ']':
+			return i + 1, nil
+		default:
+			return 0, errSyntax
+		}
+	}
+}
+
+// skipValid returns the index just past the value at d[i], which is known
+// to be valid JSON (a part of a body validValue accepted): it does not
+// check the grammar again, and finds string ends with bytes.IndexByte.
+// On input that is not valid after all it still returns an index past i
+// (at most len(d)), never panics and never loops.
+func skipValid(d []byte, i int) int {
+	if i >= len(d) {
+		return len(d)
+	}
+	switch d[i] {
+	case '"':
+		return skipValidString(d, i)
+	case '{', '[':
+		depth := 0
+		for i < len(d) {
+			switch d[i] {
+			case '"':
+				i = skipValidString(d, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(d)
+	}
+	// A number or a literal: up to the next delimiter.
+	i++
+	for i < len(d) {
+		switch d[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
+}
+
+// skipValidString returns the index just past the string token at
+// d[i] == '"': the first quote not escaped by an odd run of backslashes.
+func skipValidString(d []byte, i int) int {
+	i++
+	for {
+		j := bytes.IndexByte(d[i:], '"')
+		if j < 0 {
+			return len(d)
+		}
+		i += j
+		n := 0
+		for k := i - 1; k >= 0 && d[k] == '\\'; k-- {
+			n++
+		}
+		i++
+		if n%2 == 0 {
+			return i
+		}
+	}
+}
+
+// members calls fn for each member of obj, a trimmed and already validated
+// JSON object, with the key's raw token (quotes included) and the trimmed
+// value. It stops at fn's first error. Validation happens once, in
+// validValue; walking a value again only looks for where things end.
+func members(obj []byte, fn func(key, val []byte) error) error {
+	i := skipSpace(obj, 1)
+	if i < len(obj) && obj[i] == '}' {
+		return nil
+	}
+	for i < len(obj) {
+		kEnd := skipValidString(obj, i)
+		vStart := skipSpace(obj, skipSpace(obj, kEnd)+1) // past ':'
+		if vStart >= len(obj) {
+			return errSyntax
+		}
+		vEnd := skipValid(obj, vStart)
+		if err := fn(obj[i:kEnd], obj[vStart:vEnd]); err != nil {
+			return err
+		}
+		i = skipSpace(obj, vEnd)
+		if i >= len(obj) || obj[i] == '}' {
+			return nil
+		}
+		i = skipSpace(obj, i+1) // past ','
+	}
+	return nil
+}
+
+// elements calls fn for each element of arr, a trimmed and already
+// validated JSON array.
+func elements(arr []byte, fn func(i int, val []byte) error) error {
+	i := skipSpace(arr, 1)
+	for n := 0; i < len(arr) && arr[i] != ']'; n++ {
+		end := skipValid(arr, i)
+		if err := fn(n, arr[i:end]); err != nil {
+			return err
+		}
+		i = skipSpace(arr, end)
+		if i < len(arr) && arr[i] == ',' {
+			i = skipSpace(arr, i+1)
+		}
+	}
+	return nil
+}
+
+// keyIs reports whether the raw key token names name. Keys with escapes
+// are rare; they are decoded before comparing.
+func keyIs(key []byte, name string) bool {
+	if len(key) == len(name)+2 && string(key[1:len(key)-1]) == name {
+		return true
+	}
+	for _, c := range key {
+		if c == '\\' {
+			s, err := unquote(key)
+			return err == nil && s == name
+		}
+	}
+	return false
+}
+
+// keyName returns the key as a Go string.
+func keyName(key []byte) string {
+	s, err := unquote(key)
+	if err != nil {
+		return string(key)
+	}
+	return s
+}
+
+// unquote decodes a valid JSON string token.
+func unquote(tok []byte) (string, error) {
+	if len(tok) < 2 || tok[0] != '"' || tok[len(tok)-1] != '"' {
+		return "", errSyntax
+	}
+	inner := tok[1 : len(tok)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return string(inner), nil
+	}
+	return string(appendUnescaped(nil, tok)), nil
+}
+
+// appendUnescaped appends the text of a valid JSON string token, escapes
+// decoded. A lone UTF-16 surrogate becomes U+FFFD, as in encoding/json.
+func appendUnescaped(dst, tok []byte) []byte {
+	s := tok[1 : len(tok)-1]
+	for {
+		j := bytes.IndexByte(s, '\\')
+		if j < 0 || j+1 >= len(s) {
+			return append(dst, s...)
+		}
+		dst = append(dst, s[:j]...)
+		c := s[j+1]
+		s = s[j+2:]
+		switch c {
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r, ok := hex4(s)
+			if !ok {
+				return dst // not valid; callers pass valid tokens
+			}
+			s = s[4:]
+			if utf16.IsSurrogate(r) {
+				r2 := unicode.ReplacementChar
+				if len(s) >= 6 && s[0] == '\\' && s[1] == 'u' {
+					if lo, ok := hex4(s[2:]); ok {
+						if d := utf16.DecodeRune(r, lo); d != unicode.ReplacementChar {
+							s, r2 = s[6:], d
+						}
+					}
+				}
+				r = r2
+			}
+			dst = utf8.AppendRune(dst, r)
+		default: // '"', '\\', '/'
+			dst = append(dst, c)
+		}
+	}
+}
+
+func hex4(s []byte) (rune, bool) {
+	if len(s) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range s[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// appendString appends s as a JSON string token.
+func appendString(dst []byte, s string) []byte {
+	return appendStringBytes(dst, []byte(s))
+}
+
+// appendStringBytes appends the raw bytes s as a JSON string token. Invalid
+// UTF-8 becomes U+FFFD, as encoding/json does, so the output is always valid.
+func appendStringBytes(dst, s []byte) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendKey appends `"name":` for a name that needs no escaping.
+func appendKey(dst []byte, name string) []byte {
+	dst = append(dst, '"')
+	dst = append(dst, name...)
+	return append(dst, '"', ':')
+}
+
+// appendInt appends n in decimal.
+func appendInt(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }
+
+// isEmptyString reports whether tok is the token "".
+func isEmptyString(tok []byte) bool { return len(tok) == 2 && tok[0] == '"' }

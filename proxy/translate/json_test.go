@@ -1,0 +1,100 @@
+package translate
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestValidValue(t *testing.T) {
+	cases := []string{
+		``, ` `, `0`, `-0`, `01`, `-`, `1.`, `.5`, `1.5e`, `1e+5`, `1E-0`, `-12.5e10`, `+1`,
+		`""`, `"`, `"\"`, `"\u12"`, `"\u12G4"`, `"\uABCD"`, `"\x"`, "\"\t\"", "\"\x7f\"", "\"\xff\"",
+		`true`, `tru`, `truex`, `null`, `nul`, `false`,
+		`[]`, `[`, `[1,]`, `[,1]`, `[1 2]`, `[1,2]`, ` [ 1 , [ ] , { } ] `,
+		`{}`, `{`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{"a":1 "b":2}`, `{1:2}`, `{"a":1}`, `{"a":{"b":[null]}}`,
+		`1 2`, `{}x`, `[]]`,
+		strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth),
+		strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1),
+	}
+	for _, c := range cases {
+		_, err := validValue([]byte(c))
+		if got, want := err == nil, json.Valid([]byte(c)); got != want {
+			t.Errorf("validValue(%.40q) ok = %v, json.Valid = %v", c, got, want)
+		}
+	}
+}
+
+func TestMembersAndElements(t *testing.T) {
+	obj := []byte(`{ "a" : 1 , "b\u0021" : [ 1 , "x" , {} ] , "c":null }`)
+	v, err := validValue(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	_ = members(v, func(key, val []byte) error {
+		got = append(got, keyName(key)+"="+string(val))
+		if keyIs(key, "b!") {
+			_ = elements(val, func(i int, e []byte) error {
+				got = append(got, string(e))
+				return nil
+			})
+		}
+		return nil
+	})
+	want := `a=1|b!=[ 1 , "x" , {} ]|1|"x"|{}|c=null`
+	if g := strings.Join(got, "|"); g != want {
+		t.Errorf("got %s, want %s", g, want)
+	}
+}
+
+// FuzzValidValue holds the scanner to encoding/json's idea of valid JSON.
+func FuzzValidValue(f *testing.F) {
+	for _, s := range []string{`{"a":[1,2.5e-3,"x\n\u00e9",true,null]}`, `"\ud83d\ude00"`, `[{}]`, `-0.0E+1`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, err := validValue(b)
+		if got, want := err == nil, json.Valid(b); got != want {
+			t.Fatalf("validValue(%q) ok = %v, json.Valid = %v", b, got, want)
+		}
+	})
+}
+
+// FuzzAppendString checks that any bytes encode to a valid JSON string that
+// decodes to the same text (invalid UTF-8 replaced, as encoding/json does).
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "plain", "q\"b\\n\n\t\x00\x1f", "café ☃", "\xff\xfe", "\u2028"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tok := appendString(nil, s)
+		var got string
+		if err := json.Unmarshal(tok, &got); err != nil {
+			t.Fatalf("appendString(%q) = %s: %v", s, tok, err)
+		}
+		if want := strings.ToValidUTF8(s, "\uFFFD"); got != want && utf8.ValidString(s) {
+			t.Fatalf("round trip of %q = %q", s, got)
+		}
+		if back, err := unquote(tok); err != nil || back != got {
+			t.Fatalf("unquote(%s) = %q, %v; want %q", tok, back, err, got)
+		}
+	})
+}
+
+// FuzzUnquote holds the string decoder to encoding/json's.
+func FuzzUnquote(f *testing.F) {
+	for _, s := range []string{`""`, `"a\"b\\c\/d\b\f\n\r\t"`, `"\u00e9\ud83d\ude00"`, `"\ud800x"`, `"\udc00\ud800\u0041"`, `"\ud83d\u0041"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, tok []byte) {
+		var want string
+		if json.Unmarshal(tok, &want) != nil || tok[0] != '"' || tok[len(tok)-1] != '"' || !utf8.Valid(tok) {
+			return
+		}
+		if got, err := unquote(tok); err != nil || got != want {
+			t.Fatalf("unquote(%s) = %q, %v; want %q", tok, got, err, want)
+		}
+	})
+}
