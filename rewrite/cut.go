@@ -97,6 +97,17 @@ func (ToolResults) Name() string { return "tool_results" }
 
 // Apply implements Strategy.
 func (t ToolResults) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
+	limit := orDefault(t.MaxTokens, DefaultToolResultTokens)
+	long := false
+	for i := range msgs {
+		long = long || (isToolResult(&msgs[i]) && cost(&msgs[i], c) > limit)
+	}
+	if !long || limit <= 0 { // the common case: no plan needed
+		if err := ctx.Err(); err != nil {
+			return Result{}, err
+		}
+		return Result{Messages: msgs}, nil
+	}
 	return run(ctx, t, msgs, target, c)
 }
 
@@ -104,7 +115,7 @@ func (t ToolResults) Apply(ctx context.Context, msgs []Message, target int, c Co
 // unchanged when it is short enough; it does so whatever m's role.
 func (t ToolResults) Compact(m Message, c Counter) Message {
 	limit := orDefault(t.MaxTokens, DefaultToolResultTokens)
-	if limit <= 0 {
+	if limit <= 0 || c == nil {
 		return m
 	}
 	out, ok := cutMiddle(m.Content, limit, c)

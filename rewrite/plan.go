@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -12,7 +13,7 @@ import (
 // counted, once, from the original conversation.
 type plan struct {
 	in   []Message // as given; returned as is when nothing changes
-	msgs []Message // working copy; edits land here
+	msgs []Message // in, until the first edit copies it (see own)
 	tok  []int     // cost of msgs[i]
 	g    grouping
 	utok []int // cost of each unit
@@ -67,17 +68,15 @@ func newPlan(msgs []Message, c Counter) *plan {
 	n := len(msgs)
 	p := &plan{
 		in:      msgs,
-		msgs:    make([]Message, n),
+		msgs:    msgs,
 		tok:     make([]int, n),
 		g:       groupUnits(msgs),
 		dropped: make([]bool, n),
 		c:       c,
 	}
-	copy(p.msgs, msgs)
-	for i := range p.msgs {
-		t := cost(&p.msgs[i], c)
+	for i := range msgs {
+		t := cost(&msgs[i], c)
 		p.tok[i] = t
-		p.msgs[i].Tokens = t
 		p.kept += t
 	}
 	nu := p.g.count()
@@ -99,7 +98,7 @@ func newPlan(msgs []Message, c Counter) *plan {
 		if m.Synthetic {
 			p.pinned[u] = true
 		}
-		if m.Role == roleUser {
+		if m.Role == roleUser && !m.Synthetic { // a user marker is no user turn
 			newestUser = i
 		}
 	}
@@ -133,9 +132,18 @@ func (p *plan) drop(u int) {
 	}
 }
 
+// own gives the plan its own copy of the messages before the first edit;
+// most plans only drop, and never pay for the copy.
+func (p *plan) own() {
+	if p.edits == 0 {
+		p.msgs = slices.Clone(p.in)
+	}
+}
+
 // edit replaces the content of message i, marking it Edited and recounting
 // it.
 func (p *plan) edit(i int, content string) {
+	p.own()
 	m := &p.msgs[i]
 	m.Content = content
 	m.Edited = true
@@ -330,7 +338,10 @@ func (p *plan) result() Result {
 		return Result{Messages: p.in}
 	}
 	out := make([]Message, 0, len(p.msgs)-p.ndrop+2)
-	p.walk(func(i int) { out = append(out, p.msgs[i]) }, func(role string, n int) {
+	p.walk(func(i int) {
+		out = append(out, p.msgs[i])
+		out[len(out)-1].Tokens = p.tok[i]
+	}, func(role string, n int) {
 		m := marker(role, n)
 		m.Tokens = p.markerTokens(role, n)
 		out = append(out, m)

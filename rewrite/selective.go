@@ -7,9 +7,9 @@ import (
 	"sort"
 )
 
-// DefaultPreserveRoles are the roles Selective keeps when PreserveRoles is
+// defaultPreserveRoles are the roles Selective keeps when PreserveRoles is
 // nil (DESIGN.md: selective.preserve_roles).
-var DefaultPreserveRoles = []string{roleSystem, roleUser}
+var defaultPreserveRoles = []string{roleSystem, roleUser}
 
 // Selective keeps every message whose role is in PreserveRoles, and with
 // PreserveMarked every message marked _preserve, and drops the others
@@ -19,9 +19,15 @@ var DefaultPreserveRoles = []string{roleSystem, roleUser}
 // user messages next to each other, which strict templates reject; the gap
 // then gets an assistant marker "[1 message omitted]" (see plan.walk), and
 // the markers count against the target.
+//
+// Its cut is stable across turns (see Budget) while the preserved messages
+// fit the target. Once they alone do not, New's TokenBudget also drops the
+// oldest of them, and that cut moves back a little with every new reply
+// Selective drops: prefer smart or token_budget where the prompt cache
+// matters.
 type Selective struct {
-	// PreserveRoles are the roles never dropped; nil means
-	// DefaultPreserveRoles. The leading system messages, the newest user
+	// PreserveRoles are the roles never dropped; nil means system and
+	// user. The leading system messages, the newest user
 	// message and the last unit are kept whatever the roles.
 	PreserveRoles []string
 	// PreserveMarked keeps the messages the client marked _preserve.
@@ -39,7 +45,7 @@ func (s Selective) Apply(ctx context.Context, msgs []Message, target int, c Coun
 func (s Selective) prune(p *plan, target int) {
 	roles := s.PreserveRoles
 	if roles == nil {
-		roles = DefaultPreserveRoles
+		roles = defaultPreserveRoles
 	}
 	keep := make([]bool, p.g.count())
 	for i := range p.msgs {

@@ -39,8 +39,8 @@ const (
 	DefaultTarget    = 0.60
 )
 
-// DefaultComposite is the default of strategy.composite.
-var DefaultComposite = []string{"smart", "token_budget"}
+// defaultComposite is the default of strategy.composite.
+var defaultComposite = []string{"smart", "token_budget"}
 
 // Config mirrors DESIGN.md's strategy: section. Its zero value works: every
 // zero field means the default DESIGN.md lists.
@@ -64,7 +64,7 @@ type Config struct {
 	Importance    ImportanceConfig    `mapstructure:"importance"`
 	ToolResults   ToolResultsConfig   `mapstructure:"tool_results"`
 	// Composite lists the modes the composite mode runs in order; nil
-	// means DefaultComposite.
+	// means smart, then token_budget.
 	Composite []string `mapstructure:"composite"`
 }
 
@@ -86,7 +86,7 @@ type SmartConfig struct {
 
 // SelectiveConfig configures Selective.
 type SelectiveConfig struct {
-	// PreserveRoles: nil means DefaultPreserveRoles.
+	// PreserveRoles: nil means system and user.
 	PreserveRoles []string `mapstructure:"preserve_roles"`
 	// PreserveMarked: nil means true.
 	PreserveMarked *bool `mapstructure:"preserve_marked"`
@@ -121,7 +121,7 @@ func (c Config) withDefaults() Config {
 		c.OnOverflow = OverflowShrink
 	}
 	if c.Composite == nil {
-		c.Composite = DefaultComposite
+		c.Composite = defaultComposite
 	}
 	return c
 }
