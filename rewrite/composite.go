@@ -97,3 +97,25 @@ func (None) Apply(ctx context.Context, msgs []Message, _ int, _ Counter) (Result
 	}
 	return Result{Messages: msgs}, nil
 }
+
+// The strategies of this package, and the ones Composite can chain on one
+// plan.
+var (
+	_ Strategy = SlidingWindow{}
+	_ Strategy = TokenBudget{}
+	_ Strategy = Smart{}
+	_ Strategy = Selective{}
+	_ Strategy = Importance{}
+	_ Strategy = ToolResults{}
+	_ Strategy = Shrink{}
+	_ Strategy = Composite{}
+	_ Strategy = None{}
+
+	_ pruner = SlidingWindow{}
+	_ pruner = TokenBudget{}
+	_ pruner = Smart{}
+	_ pruner = Selective{}
+	_ pruner = Importance{}
+	_ pruner = ToolResults{}
+	_ pruner = Shrink{}
+)

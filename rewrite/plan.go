@@ -18,9 +18,10 @@ type plan struct {
 	g    grouping
 	utok []int // cost of each unit
 
-	// pinned units are never dropped by any strategy: the leading system
-	// messages, the newest user message, the last unit (what the model
-	// answers now) and messages ctxproxy made (markers of an earlier pass).
+	// pinned units are never dropped (but by TokenBudget's seed rule, see
+	// there): the leading system messages, the newest user message, the
+	// last unit (what the model answers now) and messages ctxproxy made
+	// (markers of an earlier pass).
 	pinned   []bool
 	preserve []bool // units holding a message the client marked _preserve
 	system   []bool // units holding a system message
@@ -66,53 +67,43 @@ func cost(m *Message, c Counter) int {
 
 func newPlan(msgs []Message, c Counter) *plan {
 	n := len(msgs)
+	g := groupUnits(msgs)
+	nu := g.count()
 	p := &plan{
-		in:      msgs,
-		msgs:    msgs,
-		tok:     make([]int, n),
-		g:       groupUnits(msgs),
-		dropped: make([]bool, n),
-		c:       c,
+		in:       msgs,
+		msgs:     msgs,
+		tok:      make([]int, n),
+		g:        g,
+		utok:     make([]int, nu),
+		pinned:   make([]bool, nu),
+		preserve: make([]bool, nu),
+		system:   make([]bool, nu),
+		dropped:  make([]bool, n),
+		c:        c,
 	}
+	newestUser := -1
+	leading := true
 	for i := range msgs {
-		t := cost(&msgs[i], c)
+		m := &msgs[i]
+		u := g.unitOf[i]
+		t := cost(m, c)
 		p.tok[i] = t
 		p.kept += t
-	}
-	nu := p.g.count()
-	p.utok = make([]int, nu)
-	p.pinned = make([]bool, nu)
-	p.preserve = make([]bool, nu)
-	p.system = make([]bool, nu)
-	newestUser := -1
-	for i := range p.msgs {
-		m := &p.msgs[i]
-		u := p.g.unitOf[i]
-		p.utok[u] += p.tok[i]
-		if m.Preserve {
-			p.preserve[u] = true
-		}
-		if isSystem(m) {
-			p.system[u] = true
-		}
-		if m.Synthetic {
-			p.pinned[u] = true
-		}
+		p.utok[u] += t
+		sys := isSystem(m)
+		leading = leading && sys
+		p.pinned[u] = p.pinned[u] || leading || m.Synthetic
+		p.preserve[u] = p.preserve[u] || m.Preserve
+		p.system[u] = p.system[u] || sys
 		if m.Role == roleUser && !m.Synthetic { // a user marker is no user turn
 			newestUser = i
 		}
 	}
-	for i := range p.msgs {
-		if !isSystem(&p.msgs[i]) {
-			break
-		}
-		p.pinned[p.g.unitOf[i]] = true
-	}
 	if newestUser >= 0 {
-		p.pinned[p.g.unitOf[newestUser]] = true
+		p.pinned[g.unitOf[newestUser]] = true
 	}
 	if n > 0 {
-		p.pinned[p.g.unitOf[n-1]] = true
+		p.pinned[g.unitOf[n-1]] = true
 	}
 	return p
 }
