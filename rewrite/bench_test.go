@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // benchConversation is an agent session of n messages — user questions,
@@ -52,12 +53,17 @@ func BenchmarkTrim(b *testing.B) {
 			}
 			ctx := context.Background()
 			b.ReportAllocs()
+			defer lockThread()()
+			start, ok := threadCPU()
+			n := 0
 			for b.Loop() {
 				res, err := tr.Trim(ctx, "", msgs, limit, counter)
 				if err != nil || res.Dropped == 0 {
 					b.Fatalf("Trim: %v, dropped %d", err, res.Dropped)
 				}
+				n++
 			}
+			reportCPU(b, start, ok, n)
 		})
 	}
 }
@@ -66,9 +72,14 @@ func BenchmarkTrim(b *testing.B) {
 func BenchmarkUnits(b *testing.B) {
 	msgs := benchConversation(1000)
 	b.ReportAllocs()
+	defer lockThread()()
+	start, ok := threadCPU()
+	n := 0
 	for b.Loop() {
 		Units(msgs)
+		n++
 	}
+	reportCPU(b, start, ok, n)
 }
 
 // BenchmarkTrimBelowThreshold is the common case: the conversation fits and
@@ -81,7 +92,21 @@ func BenchmarkTrimBelowThreshold(b *testing.B) {
 	}
 	limit := Total(msgs, counter) * 2
 	b.ReportAllocs()
+	defer lockThread()()
+	start, ok := threadCPU()
+	n := 0
 	for b.Loop() {
 		tr.Trim(context.Background(), "", msgs, limit, counter)
+		n++
+	}
+	reportCPU(b, start, ok, n)
+}
+
+// reportCPU adds cpu-ns/op: the CPU time of the benchmark's thread per
+// operation (garbage collection on other threads not included).
+func reportCPU(b *testing.B, start time.Duration, ok bool, n int) {
+	end, ok2 := threadCPU()
+	if ok && ok2 && n > 0 {
+		b.ReportMetric(float64(end-start)/float64(n), "cpu-ns/op")
 	}
 }

@@ -75,33 +75,52 @@ func groupUnits(msgs []Message) grouping {
 	n := len(msgs)
 	unitOf := make([]int, n)
 	units := 0
-	// owner maps a call ID to the unit of the newest assistant message
-	// that made it; built lazily because most conversations have no tools.
+	// owner maps a call ID to the unit of the newest assistant message that
+	// made it. Most results answer the call right before their run, so the
+	// map is only built, from callers, when one does not.
 	var owner map[string]int
-	run := -1 // unit of the assistant whose consecutive tool run we are in
+	var callers []int // message indexes of the assistant messages with calls
+	run := -1         // message index of the caller whose run of results we are in
+	addOwner := func(i int) {
+		for _, tc := range msgs[i].ToolCalls {
+			if tc.ID != "" {
+				owner[tc.ID] = unitOf[i]
+			}
+		}
+	}
 	for i := range msgs {
 		m := &msgs[i]
 		switch {
 		case isToolCaller(m):
 			unitOf[i] = units
-			for _, tc := range m.ToolCalls {
-				if tc.ID == "" {
-					continue
-				}
-				if owner == nil {
-					owner = make(map[string]int)
-				}
-				owner[tc.ID] = units
-			}
-			run = units
 			units++
+			callers = append(callers, i)
+			if owner != nil {
+				addOwner(i)
+			}
+			run = i
 			continue
 		case isToolResult(m):
-			if u, ok := owner[m.ToolCallID]; ok && m.ToolCallID != "" {
-				unitOf[i] = u
-			} else if run >= 0 {
-				unitOf[i] = run
-			} else {
+			id := m.ToolCallID
+			switch {
+			case run >= 0 && (id == "" || callsID(&msgs[run], id)):
+				unitOf[i] = unitOf[run]
+			case id != "":
+				if owner == nil {
+					owner = make(map[string]int)
+					for _, c := range callers {
+						addOwner(c)
+					}
+				}
+				if u, ok := owner[id]; ok {
+					unitOf[i] = u
+				} else if run >= 0 {
+					unitOf[i] = unitOf[run]
+				} else {
+					unitOf[i] = units
+					units++
+				}
+			default:
 				unitOf[i] = units
 				units++
 			}
@@ -130,4 +149,14 @@ func groupUnits(msgs []Message) grouping {
 		next[u]++
 	}
 	return grouping{unitOf: unitOf, order: order, start: start}
+}
+
+// callsID reports whether m makes a call with the given ID.
+func callsID(m *Message, id string) bool {
+	for _, tc := range m.ToolCalls {
+		if tc.ID == id {
+			return true
+		}
+	}
+	return false
 }
