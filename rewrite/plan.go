@@ -383,7 +383,7 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// nonSystem returns the indexes of the kept messages that count towards a
+// window returns the indexes of the kept messages that count towards a
 // window: not synthetic, and not system messages unless withSystem is set
 // (the leading system block never counts).
 func (p *plan) window(withSystem bool) []int {
