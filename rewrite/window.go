@@ -1,0 +1,136 @@
+package rewrite
+
+import "context"
+
+// Defaults from seed 000 and DESIGN.md's strategy keys.
+const (
+	DefaultWindowSize    = 10
+	DefaultPreserveFirst = 2
+	DefaultPreserveLast  = 10
+)
+
+// orDefault returns def for 0, 0 for a negative n, and n otherwise: the
+// convention of every count in this package ("0 means the default, a
+// negative value means none").
+func orDefault(n, def int) int {
+	switch {
+	case n == 0:
+		return def
+	case n < 0:
+		return 0
+	}
+	return n
+}
+
+// SlidingWindow keeps the last WindowSize messages (seed 001: 25 messages,
+// window 10 → the last 10, system messages kept). The window is widened to
+// whole units, so a tool call at its edge comes with all its results.
+//
+// It is a count rule: it ignores the target. ctxproxy composes it with
+// TokenBudget (see New), so the result also fits the target. A window of
+// the last N messages moves on every turn, so the backend's prompt cache
+// misses after the kept system block each time; smart and token_budget keep
+// the forwarded prefix stable.
+type SlidingWindow struct {
+	// WindowSize is how many messages to keep; 0 means
+	// DefaultWindowSize, a negative value none (only what is always kept).
+	WindowSize int
+	// PreserveSystem keeps every system message, not only the leading
+	// ones, and leaves them out of the window's count.
+	PreserveSystem bool
+}
+
+// Name implements Strategy.
+func (SlidingWindow) Name() string { return "sliding_window" }
+
+// Apply implements Strategy.
+func (s SlidingWindow) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
+	return run(ctx, s, msgs, target, c)
+}
+
+func (s SlidingWindow) prune(p *plan, _ int) {
+	win := p.window(!s.PreserveSystem)
+	size := orDefault(s.WindowSize, DefaultWindowSize)
+	if len(win) <= size {
+		return
+	}
+	keep := make([]bool, p.g.count())
+	for _, i := range win[len(win)-size:] {
+		keep[p.g.unitOf[i]] = true
+	}
+	for _, u := range p.candidates(func(u int) bool {
+		return !keep[u] && !p.preserve[u] && !(s.PreserveSystem && p.system[u])
+	}) {
+		p.drop(u)
+	}
+	p.style = styleWindow
+}
+
+// Smart keeps the first PreserveFirst and the last PreserveLast messages
+// and replaces what it drops between them with a marker whose text is
+// "[N messages omitted]" (seed 000: first 2 and last 10 turns, a turn being
+// one message; seed 001: 100 messages with 2 and 5 → "[93 messages
+// omitted]"). System messages and messages marked _preserve are kept
+// wherever they are. A conversation no longer than PreserveFirst +
+// PreserveLast is returned unchanged, without a marker. Both ends are
+// widened to whole units.
+//
+// Without Fill it is a count rule that ignores the target, as in the seeds.
+// With Fill, the messages between the two ends are dropped oldest first
+// only until the conversation fits the target: the result keeps as much
+// recent history as fits, and the cut stays put while the conversation
+// grows (see Budget), so the backend's prompt cache keeps hitting. New sets
+// Fill.
+type Smart struct {
+	// PreserveFirst is how many leading messages to keep; 0 means
+	// DefaultPreserveFirst, a negative value none.
+	PreserveFirst int
+	// PreserveLast is how many trailing messages to keep; 0 means
+	// DefaultPreserveLast, a negative value none.
+	PreserveLast int
+	// Fill keeps, of the messages between the two ends, the newest that
+	// fit the target.
+	Fill bool
+}
+
+// Name implements Strategy.
+func (Smart) Name() string { return "smart" }
+
+// Apply implements Strategy.
+func (s Smart) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
+	return run(ctx, s, msgs, target, c)
+}
+
+func (s Smart) prune(p *plan, target int) {
+	win := p.window(false)
+	first := orDefault(s.PreserveFirst, DefaultPreserveFirst)
+	last := orDefault(s.PreserveLast, DefaultPreserveLast)
+	if len(win) <= first+last {
+		return
+	}
+	keep := make([]bool, p.g.count())
+	for _, i := range win[:first] {
+		keep[p.g.unitOf[i]] = true
+	}
+	for _, i := range win[len(win)-last:] {
+		keep[p.g.unitOf[i]] = true
+	}
+	cands := p.candidates(func(u int) bool { return !keep[u] && !p.preserve[u] && !p.system[u] })
+	if len(cands) == 0 {
+		return
+	}
+	before, mark := p.ndrop, p.markAll
+	p.markAll = true // so that Fill counts the markers it will need
+	if s.Fill {
+		p.dropUntilFits(cands, target)
+	} else {
+		for _, u := range cands {
+			p.drop(u)
+		}
+	}
+	if p.ndrop == before {
+		p.markAll = mark
+		return
+	}
+	p.style = styleWindow
+}
