@@ -1,0 +1,210 @@
+package budget
+
+import (
+	"bytes"
+	"encoding/json"
+	"hash/maphash"
+	"runtime"
+	"sync"
+
+	"github.com/ctxproxy/ctxproxy/rewrite"
+)
+
+// Prompt structure overhead, as OpenAI's chat format bills it ("How to
+// count tokens with tiktoken", OpenAI cookbook): every message is wrapped
+// in <|start|>{role}<|message|>…<|end|>, a name adds one token, and the
+// prompt ends with the priming of the reply, <|start|>assistant<|message|>.
+// Ollama's templates wrap messages the same way with a few tokens more or
+// less per message; calibration absorbs the difference.
+const (
+	perMessage   = 3
+	perName      = 1
+	replyPriming = 3
+	// perToolCall is the structure around one call in an assistant
+	// message: Ollama's templates write {"name": …, "arguments": …}.
+	perToolCall = 8
+	// toolsOverhead is the preamble of a tools section ("# Tools",
+	// "namespace functions {", a template's instructions) beyond the
+	// definitions themselves.
+	toolsOverhead = 12
+	// DefaultImageTokens is what one image costs: Ollama represents a CLIP
+	// image as 768 embeddings (server/prompt.go).
+	DefaultImageTokens = 768
+)
+
+// MessageCounter counts chat messages the way backends bill them. It
+// implements rewrite.Counter, so strategies measure with it. Counts are
+// corrected by the model's calibration when it has one. A MessageCounter
+// is safe for concurrent use.
+type MessageCounter struct {
+	text        Counter
+	imageTokens int
+	cal         *calibrator // nil: no correction
+	learn       bool        // cal learns from observations
+
+	toolsSeed maphash.Seed
+	tools     *countStore // counts of tools arrays by their raw JSON
+}
+
+var _ rewrite.Counter = (*MessageCounter)(nil)
+
+// NewMessageCounter returns an uncalibrated counter of messages whose text
+// is counted by text; imageTokens is the cost of one image (0 means
+// DefaultImageTokens). Give it a *Caching so that resent messages are not
+// tokenized again.
+func NewMessageCounter(text Counter, imageTokens int) *MessageCounter {
+	if imageTokens == 0 {
+		imageTokens = DefaultImageTokens
+	}
+	return &MessageCounter{
+		text:        text,
+		imageTokens: max(0, imageTokens),
+		toolsSeed:   maphash.MakeSeed(),
+		tools:       newCountStore(256),
+	}
+}
+
+// Name returns the name of the text encoding.
+func (mc *MessageCounter) Name() string { return mc.text.Name() }
+
+// Calibration returns the correction in use (Ratio 1 when none).
+func (mc *MessageCounter) Calibration() Calibration {
+	if mc.cal == nil {
+		return Calibration{Ratio: 1}
+	}
+	return mc.cal.get()
+}
+
+// CountText returns the corrected tokens of plain text.
+func (mc *MessageCounter) CountText(s string) int {
+	return mc.Calibration().scale(mc.text.Count(s))
+}
+
+// CountMessage returns the corrected tokens m costs in a prompt, structure
+// overhead included. The count is cached in m.Tokens: a message already
+// counted (Tokens > 0) is not counted again.
+func (mc *MessageCounter) CountMessage(m *rewrite.Message) int {
+	if m.Tokens > 0 {
+		return m.Tokens
+	}
+	m.Tokens = mc.Calibration().scale(mc.raw(m))
+	return m.Tokens
+}
+
+// Estimate is the count of a whole prompt.
+type Estimate struct {
+	// Tokens is the calibrated estimate: compare it with limits and report
+	// it (X-Ctxproxy-Tokens).
+	Tokens int
+	// Raw is the uncalibrated count; pass the Estimate to Observe with
+	// the backend's report so the calibration learns.
+	Raw int
+}
+
+// Prompt counts a whole prompt: every message, the tools definitions (the
+// request's raw "tools" value; nil if none) and the reply priming. It
+// fills each message's Tokens when zero. Messages not seen before are
+// tokenized in parallel when there is enough new text to pay for it;
+// resent ones cost a hash and a cache look-up each.
+func (mc *MessageCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) Estimate {
+	raw := mc.Tools(tools)
+	if len(msgs) > 0 {
+		raw += replyPriming
+	}
+	mc.warm(msgs)
+	cal := mc.Calibration()
+	for i := range msgs {
+		m := &msgs[i]
+		r := mc.raw(m)
+		if m.Tokens == 0 {
+			m.Tokens = cal.scale(r)
+		}
+		raw += r
+	}
+	return Estimate{Tokens: cal.Apply(raw), Raw: raw}
+}
+
+// Tools returns the raw tokens of a request's tools definitions. Ollama's
+// chat templates render each definition as JSON (llama3.1, qwen2.5 and
+// mistral all do), so the compact JSON of the array is counted, plus the
+// section's preamble. Anything that is not a JSON array is counted as
+// text; null or empty costs nothing. Counts are cached by the raw bytes,
+// since agents resend the same tools with every request.
+func (mc *MessageCounter) Tools(tools json.RawMessage) int {
+	t := bytes.TrimSpace(tools)
+	if len(t) == 0 || string(t) == "null" || string(t) == "[]" {
+		return 0
+	}
+	key := maphash.Bytes(mc.toolsSeed, t)
+	if n, ok := mc.tools.get(key, len(t)); ok {
+		return n
+	}
+	buf := bufPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	text := string(t)
+	if t[0] == '[' && json.Compact(buf, t) == nil {
+		text = buf.String()
+	}
+	bufPool.Put(buf)
+	n := toolsOverhead + mc.text.Count(text)
+	mc.tools.put(key, len(t), n)
+	return n
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// raw returns the uncorrected tokens of one message.
+func (mc *MessageCounter) raw(m *rewrite.Message) int {
+	n := perMessage + mc.role(m.Role) + mc.text.Count(m.Content)
+	if m.Name != "" {
+		n += perName + mc.text.Count(m.Name)
+	}
+	for i := range m.ToolCalls {
+		tc := &m.ToolCalls[i]
+		n += perToolCall + mc.text.Count(tc.Name) + mc.text.Count(tc.Arguments)
+	}
+	if m.Images > 0 {
+		n += m.Images * mc.imageTokens
+	}
+	return n
+}
+
+// role returns the tokens of a role name: one for the usual roles in both
+// OpenAI encodings.
+func (mc *MessageCounter) role(r string) int {
+	switch r {
+	case "system", "user", "assistant", "tool", "developer", "function":
+		return 1
+	}
+	return mc.text.Count(r)
+}
+
+// Parallel counting thresholds: a goroutine costs about a microsecond and
+// tokenizing runs at a few MB/s, so 32 KB of new text (several ms) is
+// worth spreading over cores.
+const parallelMessageBytes = 32 << 10
+
+// warm counts, in parallel, the contents of messages that the text cache
+// does not know yet, when there are several and enough text.
+func (mc *MessageCounter) warm(msgs []rewrite.Message) {
+	c, ok := mc.text.(*Caching)
+	if !ok || len(msgs) < 2 || runtime.GOMAXPROCS(0) == 1 {
+		return
+	}
+	var pending []int
+	size := 0
+	for i := range msgs {
+		s := msgs[i].Content
+		if len(s) == 0 {
+			continue
+		}
+		if _, hit := c.peek(s); !hit {
+			pending = append(pending, i)
+			size += len(s)
+		}
+	}
+	if len(pending) < 2 || size < parallelMessageBytes {
+		return
+	}
+	parallel(len(pending), func(i int) { c.Count(msgs[pending[i]].Content) })
+}
