@@ -132,7 +132,7 @@ func (mc *MessageCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) 
 // since agents resend the same tools with every request.
 func (mc *MessageCounter) Tools(tools json.RawMessage) int {
 	t := bytes.TrimSpace(tools)
-	if len(t) == 0 || string(t) == "null" || string(t) == "[]" {
+	if len(t) == 0 || string(t) == "null" {
 		return 0
 	}
 	key := maphash.Bytes(mc.toolsSeed, t)
@@ -146,7 +146,10 @@ func (mc *MessageCounter) Tools(tools json.RawMessage) int {
 		text = buf.String()
 	}
 	bufPool.Put(buf)
-	n := toolsOverhead + mc.text.Count(text)
+	n := 0
+	if text != "[]" {
+		n = toolsOverhead + mc.text.Count(text)
+	}
 	mc.tools.put(key, len(t), n)
 	return n
 }

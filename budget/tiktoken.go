@@ -89,6 +89,11 @@ func (t *Tiktoken) Count(text string) int {
 	if text == "" {
 		return 0
 	}
+	if !utf8.ValidString(text) {
+		// tiktoken-go would turn each invalid byte into a U+FFFD of three
+		// bytes; one per invalid sequence keeps runs of garbage short.
+		text = strings.ToValidUTF8(text, "\uFFFD")
+	}
 	if len(text) > exactBytes {
 		return t.sampled(text)
 	}
