@@ -42,8 +42,8 @@ type MessageCounter struct {
 	cal         *calibrator // nil: no correction
 	learn       bool        // cal learns from observations
 
-	toolsSeed maphash.Seed
-	tools     *countStore // counts of tools arrays by their raw JSON
+	toolsSeed  maphash.Seed
+	toolCounts *countStore // counts of tools arrays by their raw JSON
 }
 
 var _ rewrite.Counter = (*MessageCounter)(nil)
@@ -60,7 +60,7 @@ func NewMessageCounter(text Counter, imageTokens int) *MessageCounter {
 		text:        text,
 		imageTokens: max(0, imageTokens),
 		toolsSeed:   maphash.MakeSeed(),
-		tools:       newCountStore(256),
+		toolCounts:  newCountStore(256),
 	}
 }
 
@@ -77,7 +77,7 @@ func (mc *MessageCounter) Calibration() Calibration {
 
 // CountText returns the corrected tokens of plain text.
 func (mc *MessageCounter) CountText(s string) int {
-	return mc.Calibration().scale(mc.text.Count(s))
+	return mc.Calibration().scale(mc.text.Count(s), chars(s))
 }
 
 // CountMessage returns the corrected tokens m costs in a prompt, structure
@@ -96,9 +96,11 @@ type Estimate struct {
 	// Tokens is the calibrated estimate: compare it with limits and report
 	// it (X-Ctxproxy-Tokens).
 	Tokens int
-	// Raw is the uncalibrated count; pass the Estimate to Observe with
-	// the backend's report so the calibration learns.
-	Raw int
+	// Raw is the uncalibrated tiktoken count, and Chars the count at 4
+	// characters per token (both with structure overhead); pass the
+	// Estimate to Registry.Observe with the backend's report so the
+	// calibration learns.
+	Raw, Chars int
 }
 
 // Prompt counts a whole prompt: every message, the tools definitions (the
@@ -107,21 +109,25 @@ type Estimate struct {
 // tokenized in parallel when there is enough new text to pay for it;
 // resent ones cost a hash and a cache look-up each.
 func (mc *MessageCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) Estimate {
-	raw := mc.Tools(tools)
+	var e Estimate
+	e.Raw, e.Chars = mc.tools(tools)
 	if len(msgs) > 0 {
-		raw += replyPriming
+		e.Raw += replyPriming
+		e.Chars += replyPriming
 	}
 	mc.warm(msgs)
 	cal := mc.Calibration()
 	for i := range msgs {
 		m := &msgs[i]
-		r := mc.raw(m)
+		t, c := mc.raw(m)
 		if m.Tokens == 0 {
-			m.Tokens = cal.scale(r)
+			m.Tokens = cal.scale(t, c)
 		}
-		raw += r
+		e.Raw += t
+		e.Chars += c
 	}
-	return Estimate{Tokens: cal.Apply(raw), Raw: raw}
+	e.Tokens = cal.Apply(e)
+	return e
 }
 
 // Tools returns the raw tokens of a request's tools definitions. Ollama's
@@ -131,13 +137,22 @@ func (mc *MessageCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) 
 // text; null or empty costs nothing. Counts are cached by the raw bytes,
 // since agents resend the same tools with every request.
 func (mc *MessageCounter) Tools(tools json.RawMessage) int {
+	n, _ := mc.tools(tools)
+	return n
+}
+
+// tools returns the raw tiktoken and characters/4 counts of a tools array.
+func (mc *MessageCounter) tools(tools json.RawMessage) (tokens, chr int) {
 	t := bytes.TrimSpace(tools)
 	if len(t) == 0 || string(t) == "null" {
-		return 0
+		return 0, 0
 	}
 	key := maphash.Bytes(mc.toolsSeed, t)
-	if n, ok := mc.tools.get(key, len(t)); ok {
-		return n
+	if n, ok := mc.toolCounts.get(key, len(t)); ok {
+		if n == 0 {
+			return 0, 0
+		}
+		return n, toolsOverhead + ceil(float64(len(t))/DefaultCharsPerToken)
 	}
 	buf := bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
@@ -146,31 +161,37 @@ func (mc *MessageCounter) Tools(tools json.RawMessage) int {
 		text = buf.String()
 	}
 	bufPool.Put(buf)
-	n := 0
-	if text != "[]" {
-		n = toolsOverhead + mc.text.Count(text)
+	if text == "[]" {
+		mc.toolCounts.put(key, len(t), 0)
+		return 0, 0
 	}
-	mc.tools.put(key, len(t), n)
-	return n
+	n := toolsOverhead + mc.text.Count(text)
+	mc.toolCounts.put(key, len(t), n)
+	return n, toolsOverhead + chars(text)
 }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// raw returns the uncorrected tokens of one message.
-func (mc *MessageCounter) raw(m *rewrite.Message) int {
-	n := perMessage + mc.role(m.Role) + mc.text.Count(m.Content)
+// raw returns the uncorrected tiktoken and characters/4 counts of one
+// message.
+func (mc *MessageCounter) raw(m *rewrite.Message) (tokens, chr int) {
+	fixed := perMessage + mc.role(m.Role) + m.Images*mc.imageTokens
+	tokens = fixed + mc.text.Count(m.Content)
+	chr = fixed + chars(m.Content)
 	if m.Name != "" {
-		n += perName + mc.text.Count(m.Name)
+		tokens += perName + mc.text.Count(m.Name)
+		chr += perName + chars(m.Name)
 	}
 	for i := range m.ToolCalls {
 		tc := &m.ToolCalls[i]
-		n += perToolCall + mc.text.Count(tc.Name) + mc.text.Count(tc.Arguments)
+		tokens += perToolCall + mc.text.Count(tc.Name) + mc.text.Count(tc.Arguments)
+		chr += perToolCall + chars(tc.Name) + chars(tc.Arguments)
 	}
-	if m.Images > 0 {
-		n += m.Images * mc.imageTokens
-	}
-	return n
+	return tokens, chr
 }
+
+// chars is the 4-characters-per-token count calibration also learns from.
+func chars(s string) int { return ceil(float64(len(s)) / DefaultCharsPerToken) }
 
 // role returns the tokens of a role name: one for the usual roles in both
 // OpenAI encodings.

@@ -129,20 +129,32 @@ func (r *Registry) MessageCounter(model string) *MessageCounter {
 // Observe records what the backend reported for a prompt estimated as
 // sent: Ollama's prompt_eval_count or OpenAI's usage.prompt_tokens. Call it
 // after each response that reports usage, with the Estimate of what was
-// forwarded.
+// forwarded and the num_ctx it was sent with (0 if unknown).
 //
 // It returns true when the report looks like silent truncation (see
 // Truncated; the margin narrows as the model's calibration matures): the
-// proxy should then warn, count it and mark the session. Such a report
-// is not learned from, so it cannot drag the correction down.
-func (r *Registry) Observe(model string, sent Estimate, reported int) (truncated bool) {
+// proxy should then warn, count it and mark the session. Such a report is
+// not learned from, so it cannot drag the correction down. Without a
+// num_ctx, a third such report in a row is taken to mean the calibration
+// is off (a user switched language, say) and is learned from instead.
+func (r *Registry) Observe(model string, sent Estimate, reported, numCtx int) (truncated bool) {
 	st := r.state(model)
-	cal := st.cal.get()
-	if Truncated(cal.Apply(sent.Raw), reported, margin(cal.Observations)) {
-		return true
+	c := st.cal
+	cal := c.get()
+	if Truncated(cal.Apply(sent), reported, numCtx, margin(cal.Observations)) {
+		c.mu.Lock()
+		c.unexplained++
+		n := c.unexplained
+		c.mu.Unlock()
+		if numCtx > 0 || n < unexplainedLimit {
+			return true
+		}
 	}
+	c.mu.Lock()
+	c.unexplained = 0
+	c.mu.Unlock()
 	if r.cfg.calibrate() {
-		st.cal.observe(sent.Raw, reported)
+		c.observe(sent, reported)
 	}
 	return false
 }

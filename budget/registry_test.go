@@ -114,7 +114,7 @@ func TestConfigValidate(t *testing.T) {
 func TestRegistryBoundsModels(t *testing.T) {
 	r := NewRegistry(Config{}, nil)
 	for i := range maxModels + 10 {
-		r.Observe("model-"+strconv.Itoa(i), Estimate{Raw: 100, Tokens: 100}, 100)
+		r.Observe("model-"+strconv.Itoa(i), Estimate{Raw: 100, Tokens: 100}, 100, 0)
 	}
 	if n := len(r.models); n > maxModels {
 		t.Errorf("registry holds %d models, bound is %d", n, maxModels)
