@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"hash/maphash"
+	"math"
 	"runtime"
 	"sync"
 
@@ -40,7 +41,6 @@ type MessageCounter struct {
 	text        Counter
 	imageTokens int
 	cal         *calibrator // nil: no correction
-	learn       bool        // cal learns from observations
 
 	toolsSeed  maphash.Seed
 	toolCounts *countStore // counts of tools arrays by their raw JSON
@@ -130,6 +130,16 @@ func (mc *MessageCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) 
 	return e
 }
 
+// Overhead returns the corrected tokens of a prompt that belong to no
+// message: the tools definitions, the reply priming and the calibration's
+// per-request offset. A strategy cutting messages down to a target should
+// be given the target less this, since Prompt's total includes it.
+func (mc *MessageCounter) Overhead(tools json.RawMessage) int {
+	t, c := mc.tools(tools)
+	cal := mc.Calibration()
+	return max(0, cal.scale(t+replyPriming, c+replyPriming)+int(math.Round(cal.Offset)))
+}
+
 // Tools returns the raw tokens of a request's tools definitions. Ollama's
 // chat templates render each definition as JSON (llama3.1, qwen2.5 and
 // mistral all do), so the compact JSON of the array is counted, plus the
@@ -167,7 +177,7 @@ func (mc *MessageCounter) tools(tools json.RawMessage) (tokens, chr int) {
 	}
 	n := toolsOverhead + mc.text.Count(text)
 	mc.toolCounts.put(key, len(t), n)
-	return n, toolsOverhead + chars(text)
+	return n, toolsOverhead + ceil(float64(len(t))/DefaultCharsPerToken)
 }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -175,7 +185,7 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // raw returns the uncorrected tiktoken and characters/4 counts of one
 // message.
 func (mc *MessageCounter) raw(m *rewrite.Message) (tokens, chr int) {
-	fixed := perMessage + mc.role(m.Role) + m.Images*mc.imageTokens
+	fixed := perMessage + mc.role(m.Role) + max(0, m.Images)*mc.imageTokens
 	tokens = fixed + mc.text.Count(m.Content)
 	chr = fixed + chars(m.Content)
 	if m.Name != "" {

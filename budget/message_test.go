@@ -256,3 +256,20 @@ func TestCountsAreCalibrated(t *testing.T) {
 		t.Errorf("MessageCounter is not kept per model")
 	}
 }
+
+// Prompt's total is its messages plus Overhead.
+func TestOverhead(t *testing.T) {
+	r := NewRegistry(Config{}, nil)
+	r.Observe("m", Estimate{Tokens: 1000, Raw: 1000, Chars: 1100}, 1100, 0)
+	mc := r.MessageCounter("m")
+	tools := json.RawMessage(`[{"type":"function","function":{"name":"f","parameters":{}}}]`)
+	msgs := conversation(readTestdata(t, "chat_en.txt"), 5, 300, "overhead")
+	est := mc.Prompt(msgs, tools)
+	sum := 0
+	for _, m := range msgs {
+		sum += m.Tokens
+	}
+	if d := est.Tokens - (sum + mc.Overhead(tools)); d < -len(msgs) || d > len(msgs) { // rounding per message
+		t.Errorf("Prompt = %d, messages %d + overhead %d", est.Tokens, sum, mc.Overhead(tools))
+	}
+}
