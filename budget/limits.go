@@ -200,7 +200,7 @@ func lookup[T any](model string, key func(T) string, rows []T) (T, bool) {
 		}
 		for _, n := range []string{name, squeezed} {
 			for i := 0; i+len(k) <= len(n); i++ {
-				if (i == 0 || !isAlnum(n[i-1])) && strings.HasPrefix(n[i:], k) {
+				if (i == 0 || !asciiAlnum(n[i-1])) && strings.HasPrefix(n[i:], k) {
 					return true
 				}
 			}
@@ -244,7 +244,7 @@ func squeeze(s string) string {
 	}
 	b := make([]byte, 0, len(s))
 	for i := 0; i < len(s); i++ {
-		if s[i] == '-' && i > 0 && i+1 < len(s) && isLetter(s[i-1]) && isDigit(s[i+1]) {
+		if s[i] == '-' && i > 0 && i+1 < len(s) && asciiLetter(s[i-1]) && asciiDigit(s[i+1]) {
 			continue
 		}
 		b = append(b, s[i])
@@ -252,6 +252,6 @@ func squeeze(s string) string {
 	return string(b)
 }
 
-func isLetter(c byte) bool { return c >= 'a' && c <= 'z' }
-func isDigit(c byte) bool  { return c >= '0' && c <= '9' }
-func isAlnum(c byte) bool  { return isLetter(c) || isDigit(c) }
+func asciiLetter(c byte) bool { return c >= 'a' && c <= 'z' }
+func asciiDigit(c byte) bool  { return c >= '0' && c <= '9' }
+func asciiAlnum(c byte) bool  { return asciiLetter(c) || asciiDigit(c) }

@@ -8,49 +8,59 @@ import (
 	"sync/atomic"
 	"unicode/utf8"
 
-	"github.com/pkoukk/tiktoken-go"
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 )
 
-// Tiktoken counts with one of OpenAI's BPE encodings (pkoukk/tiktoken-go
-// with the vocabularies embedded in the binary: no download at run time).
+// Tiktoken counts with one of OpenAI's BPE encodings, cl100k_base or
+// o200k_base, with the vocabularies embedded in the binary
+// (pkoukk/tiktoken-go-loader: no download at run time).
 //
-// Text is counted as ordinary text: a special-token string such as
-// "<|endoftext|>" in a message costs what its characters cost, as it does
-// when a backend renders user content, and never panics.
+// Counts are tiktoken's: the same pieces, merged the same way, checked
+// against pkoukk/tiktoken-go's EncodeOrdinary on generated and real text
+// (TestTiktokenMatchesReference). The pre-tokenizer is hand-written
+// instead of a backtracking regular expression and only counts are kept,
+// which makes counting several times faster and free of allocations
+// (BENCHMARKS.md). Text is counted as ordinary text: a special-token
+// string such as "<|endoftext|>" in a message costs what its characters
+// cost, as it does when a backend renders user content.
 type Tiktoken struct {
 	name string
-	enc  *tiktoken.Tiktoken
+	enc  *bpe
 }
 
-var (
-	loaderOnce sync.Once
-	encodings  sync.Map // encoding name → *encodingOnce
-)
+var encodings sync.Map // encoding name → *encodingOnce
 
 type encodingOnce struct {
 	once sync.Once
-	enc  *tiktoken.Tiktoken
+	enc  *bpe
 	err  error
 }
 
+// pieceFuncs are the pre-tokenizers of the supported encodings.
+var pieceFuncs = map[string]func(string, int) int{
+	EncodingCL100K: cl100kPiece,
+	EncodingO200K:  o200kPiece,
+}
+
 // NewTiktoken returns a counter for the named encoding ("cl100k_base",
-// "o200k_base"). Each encoding is built once per process (building one
-// takes 90–190 ms and 7–14 MB) and shared by every counter that uses it;
-// an error is remembered too.
+// "o200k_base"). Each encoding is built once per process (reading its
+// vocabulary takes about 100 ms and 10–20 MB) and shared by every counter
+// that uses it; an error is remembered too.
 func NewTiktoken(encoding string) (*Tiktoken, error) {
-	loaderOnce.Do(func() {
-		// The default loader downloads the vocabulary; the offline one
-		// reads it from the binary.
-		tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader())
-	})
 	v, _ := encodings.LoadOrStore(encoding, new(encodingOnce))
 	e := v.(*encodingOnce)
 	e.once.Do(func() {
-		e.enc, e.err = tiktoken.GetEncoding(encoding)
-		if e.err != nil {
-			e.err = fmt.Errorf("budget: load encoding %q: %w", encoding, e.err)
+		piece, ok := pieceFuncs[encoding]
+		if !ok {
+			e.err = fmt.Errorf("budget: encoding %q is not supported (cl100k_base, o200k_base)", encoding)
+			return
 		}
+		ranks, err := tiktoken_loader.NewOfflineLoader().LoadTiktokenBpe(encoding + ".tiktoken")
+		if err != nil {
+			e.err = fmt.Errorf("budget: load encoding %q: %w", encoding, err)
+			return
+		}
+		e.enc = &bpe{ranks: ranks, piece: piece}
 	})
 	if e.err != nil {
 		return nil, e.err
@@ -63,15 +73,17 @@ func (t *Tiktoken) Name() string { return t.name }
 
 // Sizes that keep tokenizing fast and bounded.
 const (
-	// chunkBytes is the length of text handed to the tokenizer at once; a
-	// cut is made only before a space that follows a word, where the
-	// encoding's pre-tokenizer would split anyway.
+	// chunkBytes is the length of text counted at once, and the unit of
+	// parallel work. A cut is made only before an ASCII space that
+	// follows a non-space: every piece of both encodings ends there (no
+	// pattern takes a space after a non-space; a line break it may), so
+	// such cuts change no count.
 	chunkBytes = 16 << 10
-	// maxRun bounds a run of non-space (or of space) bytes. tiktoken-go's
-	// byte-pair merge is quadratic in the length of one pre-token: 4 KB of
-	// "aaaa…" costs 8 ms, 1 MB would cost minutes. Real text rarely has
-	// 512-byte runs (long URLs, base64, unspaced CJK); cutting one costs
-	// at most a token per cut.
+	// maxRun bounds a run of non-space (or of space) bytes. Byte-pair
+	// merging is quadratic in the length of one piece: 4 KB of "aaaa…"
+	// cost tiktoken-go 8 ms, and 1 MB would cost minutes. Real text
+	// rarely has 512-byte runs (long URLs, base64, unspaced CJK); cutting
+	// one costs at most a token per cut.
 	maxRun = 512
 	// exactBytes is the largest text counted in full; beyond it the count
 	// is extrapolated from evenly spaced samples, so a 10 MB message costs
@@ -81,7 +93,7 @@ const (
 	sampleSize = 32 << 10
 	// parallelBytes is the text length from which chunks are counted on
 	// several cores.
-	parallelBytes = 128 << 10
+	parallelBytes = 64 << 10
 )
 
 // Count returns the number of tokens of text.
@@ -98,18 +110,18 @@ func (t *Tiktoken) Count(text string) int {
 		return t.sampled(text)
 	}
 	if len(text) <= maxRun {
-		return len(t.enc.EncodeOrdinary(text))
+		return t.enc.count(text)
 	}
 	if len(text) < parallelBytes || runtime.GOMAXPROCS(0) == 1 {
 		n := 0
-		split(text, func(s string) { n += len(t.enc.EncodeOrdinary(s)) })
+		split(text, func(s string) { n += t.enc.count(s) })
 		return n
 	}
 	var parts []string
 	split(text, func(s string) { parts = append(parts, s) })
 	var total atomic.Int64
 	parallel(len(parts), func(i int) {
-		total.Add(int64(len(t.enc.EncodeOrdinary(parts[i]))))
+		total.Add(int64(t.enc.count(parts[i])))
 	})
 	return int(total.Load())
 }
@@ -126,7 +138,7 @@ func (t *Tiktoken) sampled(text string) int {
 		}
 		s := text[start:end]
 		n := 0
-		split(s, func(s string) { n += len(t.enc.EncodeOrdinary(s)) })
+		split(s, func(s string) { n += t.enc.count(s) })
 		tokens.Add(int64(n))
 		size.Add(int64(len(s)))
 	})
@@ -146,8 +158,8 @@ func runeStart(s string, i int) int {
 }
 
 // split calls fn with consecutive pieces of s that together are s: pieces
-// of about chunkBytes cut before a space that ends a word, and runs longer
-// than maxRun cut at a rune boundary.
+// of about chunkBytes cut before an ASCII space that follows a non-space,
+// and runs longer than maxRun cut at a rune boundary.
 func split(s string, fn func(string)) {
 	start, run := 0, 0
 	space := false
@@ -156,7 +168,7 @@ func split(s string, fn func(string)) {
 		sp := c == ' ' || c == '\n' || c == '\t' || c == '\r'
 		if sp != space {
 			space, run = sp, 0
-			if sp && i-start >= chunkBytes {
+			if c == ' ' && i-start >= chunkBytes {
 				fn(s[start:i])
 				start = i
 			}
