@@ -248,3 +248,35 @@ func TestEncodingFor(t *testing.T) {
 		t.Errorf("EncodingFor (-want +got):\n%s", diff)
 	}
 }
+
+// Seed 002: estimateTokens is ceil(length / 3.5).
+func TestSeed002_EstimateTokens(t *testing.T) {
+	a := Approx{CharsPerToken: 3.5}
+	for text, want := range map[string]int{"hello": 2, "": 0, "abcdefg": 2, "abcdefgh": 3} {
+		if got := a.Count(text); got != want {
+			t.Errorf("Count(%q) = %d, want %d", text, got, want)
+		}
+	}
+}
+
+// Seed 004, requirement 2.3: without a tokenizer, ceil(length / 4).
+func TestSeed004_EstimateCharsOver4(t *testing.T) {
+	for text, want := range map[string]int{"hello": 2, "abcd": 1, "abcde": 2, "": 0} {
+		if got := (Approx{}).Count(text); got != want {
+			t.Errorf("Count(%q) = %d, want %d", text, got, want)
+		}
+	}
+}
+
+// Seed 003: cl100k_base for counting, about 4 characters a token when
+// the tokenizer is unavailable.
+func TestSeed003_CL100KWithApproximateFallback(t *testing.T) {
+	if got := NewRegistry(Config{}, nil).CounterFor("llama3").Name(); got != EncodingCL100K {
+		t.Errorf("local model counter = %q, want %q", got, EncodingCL100K)
+	}
+	r := NewRegistry(Config{}, nil)
+	r.newTiktoken = func(string) (Counter, error) { return nil, os.ErrNotExist }
+	if got, want := r.CounterFor("llama3").Count(strings.Repeat("x", 400)), 100; got != want {
+		t.Errorf("fallback Count(400 chars) = %d, want %d", got, want)
+	}
+}

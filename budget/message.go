@@ -31,6 +31,9 @@ const (
 	// DefaultImageTokens is what one image costs: Ollama represents a CLIP
 	// image as 768 embeddings (server/prompt.go).
 	DefaultImageTokens = 768
+	// maxImages bounds the images counted in one message, so that a
+	// nonsensical count cannot overflow the total.
+	maxImages = 1 << 16
 )
 
 // MessageCounter counts chat messages the way backends bill them. It
@@ -185,7 +188,7 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // raw returns the uncorrected tiktoken and characters/4 counts of one
 // message.
 func (mc *MessageCounter) raw(m *rewrite.Message) (tokens, chr int) {
-	fixed := perMessage + mc.role(m.Role) + max(0, m.Images)*mc.imageTokens
+	fixed := perMessage + mc.role(m.Role) + min(max(0, m.Images), maxImages)*mc.imageTokens
 	tokens = fixed + mc.text.Count(m.Content)
 	chr = fixed + chars(m.Content)
 	if m.Name != "" {

@@ -196,9 +196,10 @@ func fresh(msgs []rewrite.Message) []rewrite.Message {
 	return out
 }
 
-// A resent conversation tokenizes only its new message (seed 004,
-// requirement 2.4); the rest comes from the cache of text counts.
-func TestResendTokenizesOnlyNewMessage(t *testing.T) {
+// Seed 004, requirement 2.1 and 2.4: counts are cached per message, and a
+// resent conversation tokenizes only its new message; the rest comes from
+// the cache of text counts (the proxy decodes messages afresh each time).
+func TestSeed004_CachedCountsForResentMessages(t *testing.T) {
 	inner := &countingCounter{Counter: mustTiktoken(t, EncodingCL100K)}
 	mc := NewMessageCounter(NewCaching(inner, 0), 0)
 	msgs := conversation(readTestdata(t, "chat_en.txt"), 100, 1000, "resend")
@@ -238,7 +239,8 @@ func TestPromptEmpty(t *testing.T) {
 	}
 }
 
-func TestCountsAreCalibrated(t *testing.T) {
+// Seed 004, requirement 2.6: per-model multipliers apply to every count.
+func TestSeed004_PerModelMultipliers(t *testing.T) {
 	r := NewRegistry(Config{Models: map[string]Model{"slow": {Multiplier: 2}}}, nil)
 	mc := r.MessageCounter("slow")
 	m := rewrite.Message{Role: "user", Content: "Hello"}
@@ -271,5 +273,22 @@ func TestOverhead(t *testing.T) {
 	}
 	if d := est.Tokens - (sum + mc.Overhead(tools)); d < -len(msgs) || d > len(msgs) { // rounding per message
 		t.Errorf("Prompt = %d, messages %d + overhead %d", est.Tokens, sum, mc.Overhead(tools))
+	}
+}
+
+// Odd messages are counted, never a panic.
+func TestCountMessageOddValues(t *testing.T) {
+	mc := newCL100K(t)
+	for name, m := range map[string]rewrite.Message{
+		"negative images":    {Role: "user", Images: -3},
+		"absurd images":      {Role: "user", Images: 1 << 40},
+		"empty tool call":    {Role: "assistant", ToolCalls: []rewrite.ToolCall{{}}},
+		"arguments not json": {Role: "assistant", ToolCalls: []rewrite.ToolCall{{Name: "f", Arguments: "{{{\xff"}}},
+		"only a name":        {Name: "bob"},
+		"nul bytes":          {Role: "user\x00", Content: "\x00\x00"},
+	} {
+		if got := mc.CountMessage(&m); got <= 0 || got > 1<<30 {
+			t.Errorf("%s: CountMessage = %d", name, got)
+		}
 	}
 }
