@@ -47,7 +47,10 @@ var pieceFuncs = map[string]func(string, int) int{
 // vocabulary takes about 100 ms and 10–20 MB) and shared by every counter
 // that uses it; an error is remembered too.
 func NewTiktoken(encoding string) (*Tiktoken, error) {
-	v, _ := encodings.LoadOrStore(encoding, new(encodingOnce))
+	v, ok := encodings.Load(encoding)
+	if !ok {
+		v, _ = encodings.LoadOrStore(encoding, new(encodingOnce))
+	}
 	e := v.(*encodingOnce)
 	e.once.Do(func() {
 		piece, ok := pieceFuncs[encoding]
