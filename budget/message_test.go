@@ -292,3 +292,19 @@ func TestCountMessageOddValues(t *testing.T) {
 		}
 	}
 }
+
+// FuzzPrompt: any message counts, without a panic
+// (go test -fuzz FuzzPrompt ./budget).
+func FuzzPrompt(f *testing.F) {
+	f.Add("user", "Hello", "", "f", `{"a":1}`, 0, `[{"type":"function"}]`)
+	f.Add("", "\xff\xfe", "n\x00", "", "", -1, "null")
+	mc := newCL100K(f)
+	f.Fuzz(func(t *testing.T, role, content, name, call, args string, images int, tools string) {
+		msgs := []rewrite.Message{{Role: role, Content: content, Name: name, Images: images,
+			ToolCalls: []rewrite.ToolCall{{Name: call, Arguments: args}}}}
+		est := mc.Prompt(msgs, json.RawMessage(tools))
+		if est.Tokens < 0 || est.Raw < 0 || msgs[0].Tokens <= 0 {
+			t.Errorf("Prompt = %+v, message Tokens %d", est, msgs[0].Tokens)
+		}
+	})
+}

@@ -120,3 +120,15 @@ func TestRegistryBoundsModels(t *testing.T) {
 		t.Errorf("registry holds %d models, bound is %d", n, maxModels)
 	}
 }
+
+func TestRegistryCacheStats(t *testing.T) {
+	r := NewRegistry(Config{CacheEntries: 500}, nil)
+	c := r.CounterFor("gpt-4")
+	c.Count("hello there")
+	c.Count("hello there")
+	r.CounterFor("gpt-4o").Count("hello there") // another encoding, same store
+	st := r.CacheStats()
+	if st.Hits != 1 || st.Misses != 2 || st.Entries != 2 || st.Capacity < 500 {
+		t.Errorf("CacheStats() = %+v, want 1 hit, 2 misses, 2 entries, capacity ≥ 500", st)
+	}
+}

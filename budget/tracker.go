@@ -1,14 +1,36 @@
 package budget
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
-// NearLimit is the usage fraction at which a conversation is near its
-// limit: DESIGN's first warning (seed 000's 80%).
-const NearLimit = 0.80
+// Warning thresholds, as fractions of the effective limit (seed 000,
+// "Context Warnings"; DESIGN's defaults, configurable by the proxy).
+const (
+	WarnAt     = 0.80
+	CriticalAt = 0.90
+)
+
+// Warning returns seed 000's warning for usage, a fraction of the
+// effective limit, at the default thresholds: "" below 80%.
+func Warning(usage float64) string {
+	return WarningAt(usage, WarnAt, CriticalAt)
+}
+
+// WarningAt is Warning with the thresholds given: the texts name them
+// ("Context at 85% capacity. …").
+func WarningAt(usage, warn, critical float64) string {
+	switch {
+	case usage >= critical:
+		return fmt.Sprintf("Context at %.0f%% capacity. Auto-trimming soon.", 100*critical)
+	case usage >= warn:
+		return fmt.Sprintf("Context at %.0f%% capacity. Consider /clear or /save.", 100*warn)
+	}
+	return ""
+}
 
 // Tracker follows one conversation's token use against a model's limits
 // (seed 001, "Context Tracker"). The running total is kept incrementally
@@ -139,6 +161,6 @@ func (t *Tracker) Usage() float64 {
 	return 100 * float64(n) / float64(limit)
 }
 
-// NearLimit reports whether usage has reached NearLimit (80%) of the
-// effective limit.
-func (t *Tracker) NearLimit() bool { return t.Usage() >= 100*NearLimit }
+// NearLimit reports whether usage has reached WarnAt (80%) of the
+// effective limit (seed 001: 85% is near).
+func (t *Tracker) NearLimit() bool { return t.Usage() >= 100*WarnAt }
