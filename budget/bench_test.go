@@ -1,0 +1,174 @@
+package budget
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ctxproxy/ctxproxy/rewrite"
+)
+
+// benchConversation is 100 messages of about 1 KB: a ~100 KB chat.
+func benchConversation(b *testing.B, seed string) ([]rewrite.Message, int) {
+	msgs := conversation(readTestdata(b, "chat_en.txt"), 100, 1000, seed)
+	size := 0
+	for _, m := range msgs {
+		size += len(m.Content)
+	}
+	return msgs, size
+}
+
+// BenchmarkResend is the proxy's common case: a 100-message, ~100 KB
+// conversation resent (decoded afresh, no cached Tokens) with one new
+// message. Only the new message is tokenized.
+func BenchmarkResend(b *testing.B) {
+	r := NewRegistry(Config{}, nil)
+	mc := r.MessageCounter("llama3.1:8b")
+	msgs, _ := benchConversation(b, "resend")
+	mc.Prompt(fresh(msgs), nil) // the conversation so far is known
+	batch := make([]rewrite.Message, len(msgs)+1)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		copy(batch, msgs)
+		for j := range msgs {
+			batch[j].Tokens = 0
+		}
+		batch[len(msgs)] = rewrite.Message{Role: "user", Content: "Thanks! One more question, number " + strconv.Itoa(i) + ": how do I rotate the logs?"}
+		mc.Prompt(batch, nil)
+	}
+}
+
+// BenchmarkResendWithTools adds a resent 5-tool definitions array.
+func BenchmarkResendWithTools(b *testing.B) {
+	r := NewRegistry(Config{}, nil)
+	mc := r.MessageCounter("llama3.1:8b")
+	msgs, _ := benchConversation(b, "tools")
+	var defs []string
+	for i := range 5 {
+		defs = append(defs, `{"type":"function","function":{"name":"tool_`+strconv.Itoa(i)+`","description":"Does thing number `+strconv.Itoa(i)+` to a file","parameters":{"type":"object","properties":{"path":{"type":"string","description":"file path"}},"required":["path"]}}}`)
+	}
+	tools := json.RawMessage("[" + strings.Join(defs, ",") + "]")
+	mc.Prompt(fresh(msgs), tools)
+	batch := make([]rewrite.Message, len(msgs)+1)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		copy(batch, msgs)
+		for j := range msgs {
+			batch[j].Tokens = 0
+		}
+		batch[len(msgs)] = rewrite.Message{Role: "user", Content: "Next step " + strconv.Itoa(i)}
+		mc.Prompt(batch, tools)
+	}
+}
+
+// BenchmarkCold counts a ~100 KB conversation nobody has seen: plain
+// pkoukk/tiktoken-go (EncodeOrdinary per message), the Tiktoken counter on
+// one goroutine, and Prompt with an empty cache, which spreads new
+// messages over GOMAXPROCS goroutines. Run with -cpu 1,N.
+func BenchmarkCold(b *testing.B) {
+	msgs, size := benchConversation(b, "cold")
+	tk := mustTiktoken(b, EncodingCL100K)
+	enc := reference(b, EncodingCL100K)
+	b.Run("plain-tiktoken-go", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		b.ReportAllocs()
+		for b.Loop() {
+			n := 0
+			for _, m := range msgs {
+				n += len(enc.EncodeOrdinary(m.Content))
+			}
+		}
+	})
+	b.Run("Tiktoken", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		b.ReportAllocs()
+		for b.Loop() {
+			n := 0
+			for _, m := range msgs {
+				n += tk.Count(m.Content)
+			}
+		}
+	})
+	b.Run("Prompt", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		b.ReportAllocs()
+		for b.Loop() {
+			NewMessageCounter(NewCaching(tk, 0), 0).Prompt(fresh(msgs), nil)
+		}
+	})
+}
+
+// BenchmarkCountLarge counts one 512 KB tool result: chunks are counted
+// in parallel.
+func BenchmarkCountLarge(b *testing.B) {
+	b.Run("plain-tiktoken-go", func(b *testing.B) {
+		text := strings.Repeat(readTestdata(b, "chat_en.txt"), 100)[:512<<10]
+		enc := reference(b, EncodingCL100K)
+		b.SetBytes(int64(len(text)))
+		b.ReportAllocs()
+		for b.Loop() {
+			enc.EncodeOrdinary(text)
+		}
+	})
+	b.Run("Tiktoken", benchCountLarge)
+}
+
+func benchCountLarge(b *testing.B) {
+	text := strings.Repeat(readTestdata(b, "chat_en.txt"), 100)[:512<<10]
+	tk := mustTiktoken(b, EncodingCL100K)
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		tk.Count(text)
+	}
+}
+
+// BenchmarkCount10MB estimates a 10 MB message from samples.
+func BenchmarkCount10MB(b *testing.B) {
+	text := strings.Repeat(readTestdata(b, "chat_en.txt"), 10<<20/5295)
+	tk := mustTiktoken(b, EncodingCL100K)
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		tk.Count(text)
+	}
+}
+
+func BenchmarkCachingHit(b *testing.B) {
+	c := NewCaching(mustTiktoken(b, EncodingCL100K), 0)
+	text := readTestdata(b, "chat_en.txt")[:1000]
+	c.Count(text)
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		c.Count(text)
+	}
+}
+
+func BenchmarkCachingMiss(b *testing.B) {
+	c := NewCaching(mustTiktoken(b, EncodingCL100K), 0)
+	text := readTestdata(b, "chat_en.txt")[:1000]
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		c.Count(strconv.Itoa(i) + text)
+	}
+}
+
+func BenchmarkApprox(b *testing.B) {
+	text := readTestdata(b, "chat_en.txt")
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		Approx{}.Count(text)
+	}
+}
+
+func BenchmarkNewTiktokenShared(b *testing.B) {
+	mustTiktoken(b, EncodingO200K)
+	b.ReportAllocs()
+	for b.Loop() {
+		mustTiktoken(b, EncodingO200K)
+	}
+}

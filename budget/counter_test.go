@@ -1,0 +1,282 @@
+package budget
+
+import (
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func readTestdata(t testing.TB, name string) string {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func mustTiktoken(t testing.TB, enc string) *Tiktoken {
+	t.Helper()
+	tk, err := NewTiktoken(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+func within(got, want int, frac float64) bool {
+	return math.Abs(float64(got-want)) <= frac*float64(want)
+}
+
+// Seed 001, "Count tokens in simple text": positive, accurate within 5%.
+// cl100k_base encodes "Hello, world!" as Hello | , | world | ! (4 tokens).
+func TestSeed001_CountTokensInSimpleText(t *testing.T) {
+	for _, enc := range []string{EncodingCL100K, EncodingO200K} {
+		got := mustTiktoken(t, enc).Count("Hello, world!")
+		if got <= 0 || !within(got, 4, 0.05) {
+			t.Errorf("%s: Count(%q) = %d, want 4 (±5%%)", enc, "Hello, world!", got)
+		}
+	}
+}
+
+// Seed 001, "Count tokens with tiktoken unavailable": the counter falls
+// back to the approximate one and still counts, with one warning.
+func TestSeed001_CountTokensWithTiktokenUnavailable(t *testing.T) {
+	log, logs := captureLog()
+	r := NewRegistry(Config{}, log)
+	r.newTiktoken = func(enc string) (Counter, error) { return nil, os.ErrNotExist }
+	c := r.CounterFor("gpt-4")
+	if got, want := c.Name(), EncodingApproximate; got != want {
+		t.Errorf("Name() = %q, want %q", got, want)
+	}
+	if got, want := c.Count("Hello, world!"), 4; got != want { // 13 bytes / 4, rounded up
+		t.Errorf("Count = %d, want %d", got, want)
+	}
+	r.CounterFor("gpt-4")
+	r.CounterFor("llama3")
+	if got := strings.Count(logs.String(), "tokenizer unavailable"); got != 1 {
+		t.Errorf("logged %d warnings, want 1:\n%s", got, logs)
+	}
+}
+
+func TestNewTiktokenUnknownEncoding(t *testing.T) {
+	if _, err := NewTiktoken("no_such_base"); err == nil {
+		t.Fatal("NewTiktoken(no_such_base) succeeded")
+	}
+	// The failure is remembered, not retried.
+	if _, err := NewTiktoken("no_such_base"); err == nil {
+		t.Fatal("second NewTiktoken(no_such_base) succeeded")
+	}
+}
+
+// Seed 001, "Approximate token counting": 1.3 tokens per word.
+func TestSeed001_ApproximateTokenCounting(t *testing.T) {
+	got := Approx{TokensPerWord: WordTokens}.Count("one two three four five")
+	if got < 6 || got > 7 {
+		t.Errorf("Count = %d, want 6–7", got)
+	}
+}
+
+func TestApprox(t *testing.T) {
+	tests := []struct {
+		name string
+		a    Approx
+		text string
+		want int
+	}{
+		{"empty", Approx{}, "", 0},
+		{"one byte", Approx{}, "a", 1},
+		{"four per token", Approx{}, strings.Repeat("x", 400), 100},
+		{"rounds up", Approx{}, "hello", 2},
+		{"seed 002 3.5", Approx{CharsPerToken: 3.5}, strings.Repeat("x", 35), 10},
+		{"negative rate means default", Approx{CharsPerToken: -1}, strings.Repeat("x", 8), 2},
+		{"infinite rate means default", Approx{CharsPerToken: math.Inf(1)}, strings.Repeat("x", 8), 2},
+		{"bytes not runes", Approx{}, "日本語", 3}, // 9 bytes
+		{"words", Approx{TokensPerWord: 1.3}, "  a\tb\nc  ", 4},
+		{"words unicode space", Approx{TokensPerWord: 1}, "a\u3000b\u00a0c", 3},
+		{"words none", Approx{TokensPerWord: 1.3}, " \n\t ", 0},
+		{"invalid utf-8", Approx{}, "\xff\xfe\xfd\xfc\xfb", 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.a.Count(tt.text); got != tt.want {
+				t.Errorf("Count(%q) = %d, want %d", tt.text, got, tt.want)
+			}
+		})
+	}
+}
+
+// Seed 000, "Estimate Token Count": the 4-characters-per-token heuristic is
+// within ±20% of the real count on a realistic English chat.
+func TestSeed000_EstimateWithin20Percent(t *testing.T) {
+	text := readTestdata(t, "chat_en.txt")
+	for _, enc := range []string{EncodingCL100K, EncodingO200K} {
+		want := mustTiktoken(t, enc).Count(text)
+		got := Approx{}.Count(text)
+		if !within(got, want, 0.20) {
+			t.Errorf("%s: chars/4 = %d, tiktoken = %d: off by more than 20%%", enc, got, want)
+		}
+		t.Logf("%s: chars/4 = %d, tiktoken = %d (%+.1f%%)", enc, got, want, 100*float64(got-want)/float64(want))
+	}
+}
+
+// The approximate counter divides bytes, not runes: on mixed-script text
+// that is the closer estimate of a BPE count.
+func TestApproxBytesNotRunes(t *testing.T) {
+	text := readTestdata(t, "mixed.txt")
+	want := mustTiktoken(t, EncodingCL100K).Count(text)
+	bytes := Approx{}.Count(text)
+	runes := ceil(float64(utf8.RuneCountInString(text)) / 4)
+	t.Logf("cl100k %d, bytes/4 %d (%+.0f%%), runes/4 %d (%+.0f%%)", want,
+		bytes, 100*float64(bytes-want)/float64(want), runes, 100*float64(runes-want)/float64(want))
+	if math.Abs(float64(bytes-want)) >= math.Abs(float64(runes-want)) {
+		t.Errorf("bytes/4 (%d) is not closer to %d than runes/4 (%d)", bytes, want, runes)
+	}
+	if !within(bytes, want, 0.20) {
+		t.Errorf("bytes/4 = %d, cl100k = %d: off by more than 20%%", bytes, want)
+	}
+}
+
+func TestTiktokenKnownCounts(t *testing.T) {
+	tests := []struct {
+		enc, text string
+		want      int
+	}{
+		{EncodingCL100K, "", 0},
+		{EncodingCL100K, "hello world", 2},
+		{EncodingCL100K, "Hi there!", 3},
+		// Special-token text is ordinary text in a message: counted, no panic.
+		{EncodingCL100K, "<|endoftext|>", 7},
+		{EncodingO200K, "<|endoftext|>", 7},
+		{EncodingO200K, "hello world", 2},
+	}
+	for _, tt := range tests {
+		if got := mustTiktoken(t, tt.enc).Count(tt.text); got != tt.want {
+			t.Errorf("%s Count(%q) = %d, want %d", tt.enc, tt.text, got, tt.want)
+		}
+	}
+}
+
+// Chunking, and counting chunks in parallel, changes no count: cuts fall
+// where pieces end anyway.
+func TestTiktokenChunkedMatchesWhole(t *testing.T) {
+	tk := mustTiktoken(t, EncodingCL100K)
+	text := strings.Repeat(readTestdata(t, "chat_en.txt")+"\n", 40) // ~210 KB: chunked and parallel
+	if got, want := tk.Count(text), len(reference(t, EncodingCL100K).EncodeOrdinary(text)); got != want {
+		t.Errorf("Count = %d, tiktoken-go = %d", got, want)
+	}
+}
+
+func TestSplitCoversText(t *testing.T) {
+	tests := map[string]string{
+		"empty":       "",
+		"short":       "hello world",
+		"long run":    strings.Repeat("a", 3*maxRun+7),
+		"long spaces": strings.Repeat(" ", 2*maxRun+1) + "x",
+		"prose":       strings.Repeat("lorem ipsum dolor sit amet ", 2000),
+		"cjk run":     strings.Repeat("会議は木曜日", 200),
+		"invalid":     strings.Repeat("\xff\xfe", maxRun),
+	}
+	for name, s := range tests {
+		t.Run(name, func(t *testing.T) {
+			var parts []string
+			split(s, func(p string) { parts = append(parts, p) })
+			if got := strings.Join(parts, ""); got != s {
+				t.Fatalf("pieces do not rebuild the text")
+			}
+			for _, p := range parts {
+				if p == "" {
+					t.Errorf("empty piece")
+				}
+				if utf8.ValidString(s) && !utf8.ValidString(p) {
+					t.Errorf("piece cuts a rune: %q", p[:min(len(p), 16)])
+				}
+			}
+		})
+	}
+}
+
+// Bad input is counted, never a panic.
+func TestTiktokenBadInput(t *testing.T) {
+	tk := mustTiktoken(t, EncodingCL100K)
+	huge := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 10<<20/45)
+	tests := []struct {
+		name string
+		text string
+		min  int
+		max  int
+	}{
+		{"invalid utf-8", "\xff\xfe abc \xc3", 1, 20},
+		{"nul bytes", "a\x00b\x00c", 1, 10},
+		{"special tokens", "<|im_start|>user<|im_end|><|endoftext|><|fim_prefix|>", 10, 60},
+		{"pathological run", strings.Repeat("a", 1<<20), 1 << 15, 1 << 19},
+		{"pathological spaces", strings.Repeat(" ", 200000), 1, 200000},
+		// 10 MB: estimated from samples, about 10 tokens per sentence.
+		{"10 MB message", huge, 10 * len(huge) / 45 * 95 / 100, 10 * len(huge) / 45 * 105 / 100},
+		{"10 MB invalid", strings.Repeat("\xff", 10<<20), 1, 20 << 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tk.Count(tt.text); got < tt.min || got > tt.max {
+				t.Errorf("Count = %d, want in [%d, %d]", got, tt.min, tt.max)
+			}
+		})
+	}
+}
+
+func TestEncodingFor(t *testing.T) {
+	got := map[string]string{}
+	for _, m := range []string{
+		"gpt-4o", "gpt-4o-mini-2024-07-18", "openai/gpt-4.1-nano", "o1", "o3-mini", "o4-mini",
+		"gpt-5", "gpt-oss:20b", "chatgpt-4o-latest",
+		"gpt-4", "gpt-4-turbo", "gpt-3.5-turbo", "claude-3-opus", "llama3.1:8b", "",
+	} {
+		got[m] = EncodingFor(m)
+	}
+	want := map[string]string{
+		"gpt-4o": EncodingO200K, "gpt-4o-mini-2024-07-18": EncodingO200K, "openai/gpt-4.1-nano": EncodingO200K,
+		"o1": EncodingO200K, "o3-mini": EncodingO200K, "o4-mini": EncodingO200K, "gpt-5": EncodingO200K,
+		"gpt-oss:20b": EncodingO200K, "chatgpt-4o-latest": EncodingO200K,
+		"gpt-4": EncodingCL100K, "gpt-4-turbo": EncodingCL100K, "gpt-3.5-turbo": EncodingCL100K,
+		"claude-3-opus": EncodingCL100K, "llama3.1:8b": EncodingCL100K, "": EncodingCL100K,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("EncodingFor (-want +got):\n%s", diff)
+	}
+}
+
+// Seed 002: estimateTokens is ceil(length / 3.5).
+func TestSeed002_EstimateTokens(t *testing.T) {
+	a := Approx{CharsPerToken: 3.5}
+	for text, want := range map[string]int{"hello": 2, "": 0, "abcdefg": 2, "abcdefgh": 3} {
+		if got := a.Count(text); got != want {
+			t.Errorf("Count(%q) = %d, want %d", text, got, want)
+		}
+	}
+}
+
+// Seed 004, requirement 2.3: without a tokenizer, ceil(length / 4).
+func TestSeed004_EstimateCharsOver4(t *testing.T) {
+	for text, want := range map[string]int{"hello": 2, "abcd": 1, "abcde": 2, "": 0} {
+		if got := (Approx{}).Count(text); got != want {
+			t.Errorf("Count(%q) = %d, want %d", text, got, want)
+		}
+	}
+}
+
+// Seed 003: cl100k_base for counting, about 4 characters a token when
+// the tokenizer is unavailable.
+func TestSeed003_CL100KWithApproximateFallback(t *testing.T) {
+	if got := NewRegistry(Config{}, nil).CounterFor("llama3").Name(); got != EncodingCL100K {
+		t.Errorf("local model counter = %q, want %q", got, EncodingCL100K)
+	}
+	r := NewRegistry(Config{}, nil)
+	r.newTiktoken = func(string) (Counter, error) { return nil, os.ErrNotExist }
+	if got, want := r.CounterFor("llama3").Count(strings.Repeat("x", 400)), 100; got != want {
+		t.Errorf("fallback Count(400 chars) = %d, want %d", got, want)
+	}
+}

@@ -1,0 +1,247 @@
+package budget
+
+import (
+	"bytes"
+	"encoding/json"
+	"hash/maphash"
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/ctxproxy/ctxproxy/rewrite"
+)
+
+// Prompt structure overhead, as OpenAI's chat format bills it ("How to
+// count tokens with tiktoken", OpenAI cookbook): every message is wrapped
+// in <|start|>{role}<|message|>…<|end|>, a name adds one token, and the
+// prompt ends with the priming of the reply, <|start|>assistant<|message|>.
+// Ollama's templates wrap messages the same way with a few tokens more or
+// less per message; calibration absorbs the difference.
+const (
+	perMessage   = 3
+	perName      = 1
+	replyPriming = 3
+	// perToolCall is the structure around one call in an assistant
+	// message: Ollama's templates write {"name": …, "arguments": …}.
+	perToolCall = 8
+	// toolsOverhead is the preamble of a tools section ("# Tools",
+	// "namespace functions {", a template's instructions) beyond the
+	// definitions themselves.
+	toolsOverhead = 12
+	// DefaultImageTokens is what one image costs: Ollama represents a CLIP
+	// image as 768 embeddings (server/prompt.go).
+	DefaultImageTokens = 768
+	// maxImages bounds the images counted in one message, so that a
+	// nonsensical count cannot overflow the total.
+	maxImages = 1 << 16
+)
+
+// MessageCounter counts chat messages the way backends bill them. It
+// implements rewrite.Counter, so strategies measure with it. Counts are
+// corrected by the model's calibration when it has one. A MessageCounter
+// is safe for concurrent use.
+type MessageCounter struct {
+	text        Counter
+	imageTokens int
+	cal         *calibrator // nil: no correction
+
+	toolsSeed  maphash.Seed
+	toolCounts *countStore // counts of tools arrays by their raw JSON
+}
+
+var _ rewrite.Counter = (*MessageCounter)(nil)
+
+// NewMessageCounter returns an uncalibrated counter of messages whose text
+// is counted by text; imageTokens is the cost of one image (0 means
+// DefaultImageTokens). Give it a *Caching so that resent messages are not
+// tokenized again.
+func NewMessageCounter(text Counter, imageTokens int) *MessageCounter {
+	if imageTokens == 0 {
+		imageTokens = DefaultImageTokens
+	}
+	return &MessageCounter{
+		text:        text,
+		imageTokens: max(0, imageTokens),
+		toolsSeed:   maphash.MakeSeed(),
+		toolCounts:  newCountStore(256),
+	}
+}
+
+// Name returns the name of the text encoding.
+func (mc *MessageCounter) Name() string { return mc.text.Name() }
+
+// Calibration returns the correction in use (Ratio 1 when none).
+func (mc *MessageCounter) Calibration() Calibration {
+	if mc.cal == nil {
+		return Calibration{Ratio: 1}
+	}
+	return mc.cal.get()
+}
+
+// CountText returns the corrected tokens of plain text.
+func (mc *MessageCounter) CountText(s string) int {
+	return mc.Calibration().scale(mc.text.Count(s), chars(s))
+}
+
+// CountMessage returns the corrected tokens m costs in a prompt, structure
+// overhead included. The count is cached in m.Tokens: a message already
+// counted (Tokens > 0) is not counted again.
+func (mc *MessageCounter) CountMessage(m *rewrite.Message) int {
+	if m.Tokens > 0 {
+		return m.Tokens
+	}
+	m.Tokens = mc.Calibration().scale(mc.raw(m))
+	return m.Tokens
+}
+
+// Estimate is the count of a whole prompt.
+type Estimate struct {
+	// Tokens is the calibrated estimate: compare it with limits and report
+	// it (X-Ctxproxy-Tokens).
+	Tokens int
+	// Raw is the uncalibrated tiktoken count, and Chars the count at 4
+	// characters per token (both with structure overhead); pass the
+	// Estimate to Registry.Observe with the backend's report so the
+	// calibration learns.
+	Raw, Chars int
+}
+
+// Prompt counts a whole prompt: every message, the tools definitions (the
+// request's raw "tools" value; nil if none) and the reply priming. It
+// fills each message's Tokens when zero. Messages not seen before are
+// tokenized in parallel when there is enough new text to pay for it;
+// resent ones cost a hash and a cache look-up each.
+func (mc *MessageCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) Estimate {
+	var e Estimate
+	e.Raw, e.Chars = mc.tools(tools)
+	if len(msgs) > 0 {
+		e.Raw += replyPriming
+		e.Chars += replyPriming
+	}
+	mc.warm(msgs)
+	cal := mc.Calibration()
+	for i := range msgs {
+		m := &msgs[i]
+		t, c := mc.raw(m)
+		if m.Tokens == 0 {
+			m.Tokens = cal.scale(t, c)
+		}
+		e.Raw += t
+		e.Chars += c
+	}
+	e.Tokens = cal.Apply(e)
+	return e
+}
+
+// Overhead returns the corrected tokens of a prompt that belong to no
+// message: the tools definitions, the reply priming and the calibration's
+// per-request offset. A strategy cutting messages down to a target should
+// be given the target less this, since Prompt's total includes it.
+func (mc *MessageCounter) Overhead(tools json.RawMessage) int {
+	t, c := mc.tools(tools)
+	cal := mc.Calibration()
+	return max(0, cal.scale(t+replyPriming, c+replyPriming)+int(math.Round(cal.Offset)))
+}
+
+// Tools returns the raw tokens of a request's tools definitions. Ollama's
+// chat templates render each definition as JSON (llama3.1, qwen2.5 and
+// mistral all do), so the compact JSON of the array is counted, plus the
+// section's preamble. Anything that is not a JSON array is counted as
+// text; null or empty costs nothing. Counts are cached by the raw bytes,
+// since agents resend the same tools with every request.
+func (mc *MessageCounter) Tools(tools json.RawMessage) int {
+	n, _ := mc.tools(tools)
+	return n
+}
+
+// tools returns the raw tiktoken and characters/4 counts of a tools array.
+func (mc *MessageCounter) tools(tools json.RawMessage) (tokens, chr int) {
+	t := bytes.TrimSpace(tools)
+	if len(t) == 0 || string(t) == "null" {
+		return 0, 0
+	}
+	key := maphash.Bytes(mc.toolsSeed, t)
+	if n, ok := mc.toolCounts.get(key, len(t)); ok {
+		if n == 0 {
+			return 0, 0
+		}
+		return n, toolsOverhead + ceil(float64(len(t))/DefaultCharsPerToken)
+	}
+	buf := bufPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	text := string(t)
+	if t[0] == '[' && json.Compact(buf, t) == nil {
+		text = buf.String()
+	}
+	bufPool.Put(buf)
+	if text == "[]" {
+		mc.toolCounts.put(key, len(t), 0)
+		return 0, 0
+	}
+	n := toolsOverhead + mc.text.Count(text)
+	mc.toolCounts.put(key, len(t), n)
+	return n, toolsOverhead + ceil(float64(len(t))/DefaultCharsPerToken)
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// raw returns the uncorrected tiktoken and characters/4 counts of one
+// message.
+func (mc *MessageCounter) raw(m *rewrite.Message) (tokens, chr int) {
+	fixed := perMessage + mc.role(m.Role) + min(max(0, m.Images), maxImages)*mc.imageTokens
+	tokens = fixed + mc.text.Count(m.Content)
+	chr = fixed + chars(m.Content)
+	if m.Name != "" {
+		tokens += perName + mc.text.Count(m.Name)
+		chr += perName + chars(m.Name)
+	}
+	for i := range m.ToolCalls {
+		tc := &m.ToolCalls[i]
+		tokens += perToolCall + mc.text.Count(tc.Name) + mc.text.Count(tc.Arguments)
+		chr += perToolCall + chars(tc.Name) + chars(tc.Arguments)
+	}
+	return tokens, chr
+}
+
+// chars is the 4-characters-per-token count calibration also learns from.
+func chars(s string) int { return ceil(float64(len(s)) / DefaultCharsPerToken) }
+
+// role returns the tokens of a role name: one for the usual roles in both
+// OpenAI encodings.
+func (mc *MessageCounter) role(r string) int {
+	switch r {
+	case "system", "user", "assistant", "tool", "developer", "function":
+		return 1
+	}
+	return mc.text.Count(r)
+}
+
+// Parallel counting thresholds: a goroutine costs about a microsecond and
+// tokenizing runs at a few MB/s, so 32 KB of new text (several ms) is
+// worth spreading over cores.
+const parallelMessageBytes = 32 << 10
+
+// warm counts, in parallel, the contents of messages that the text cache
+// does not know yet, when there are several and enough text.
+func (mc *MessageCounter) warm(msgs []rewrite.Message) {
+	c, ok := mc.text.(*Caching)
+	if !ok || len(msgs) < 2 || runtime.GOMAXPROCS(0) == 1 {
+		return
+	}
+	var pending []int
+	size := 0
+	for i := range msgs {
+		s := msgs[i].Content
+		if len(s) == 0 {
+			continue
+		}
+		if _, hit := c.peek(s); !hit {
+			pending = append(pending, i)
+			size += len(s)
+		}
+	}
+	if len(pending) < 2 || size < parallelMessageBytes {
+		return
+	}
+	parallel(len(pending), func(i int) { c.Count(msgs[pending[i]].Content) })
+}

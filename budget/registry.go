@@ -1,0 +1,253 @@
+package budget
+
+import (
+	"cmp"
+	"log/slog"
+	"slices"
+	"sync"
+)
+
+// maxModels bounds the per-model state a Registry keeps (calibration, the
+// unknown-model warning), since model names come from clients. Past it,
+// new models are served without remembered state.
+const maxModels = 4096
+
+// Registry hands out counters and limits per model and keeps what it
+// learns about each model: its calibration, and whether it was warned
+// about. The proxy holds one for the life of the process. It is safe for
+// concurrent use.
+type Registry struct {
+	cfg   Config
+	log   *slog.Logger
+	store *countStore // text counts, shared by every encoding
+
+	overrides []override
+
+	mu     sync.Mutex
+	texts  map[string]Counter // by encoding
+	models map[string]*modelState
+
+	// newTiktoken builds an encoding; tests replace it to make loading fail.
+	newTiktoken func(encoding string) (Counter, error)
+}
+
+type override struct {
+	name string
+	Model
+}
+
+type modelState struct {
+	cal     *calibrator
+	counter *MessageCounter
+	warned  sync.Once
+}
+
+// NewRegistry returns a Registry for cfg (validate it first with
+// Config.Validate). A nil log discards.
+func NewRegistry(cfg Config, log *slog.Logger) *Registry {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Registry{
+		cfg:    cfg,
+		log:    log,
+		store:  newCountStore(cfg.CacheEntries),
+		texts:  make(map[string]Counter),
+		models: make(map[string]*modelState),
+		newTiktoken: func(enc string) (Counter, error) {
+			t, err := NewTiktoken(enc)
+			if err != nil {
+				return nil, err
+			}
+			return t, nil
+		},
+	}
+	for name, m := range cfg.Models {
+		r.overrides = append(r.overrides, override{name: name, Model: m})
+	}
+	// Deterministic choice between equally long names.
+	slices.SortFunc(r.overrides, func(a, b override) int { return cmp.Compare(a.name, b.name) })
+	return r
+}
+
+// Encoding returns the encoding used for model: the configured one, or by
+// family (EncodingFor) when it is auto.
+func (r *Registry) Encoding(model string) string {
+	if r.cfg.Encoding == "" || r.cfg.Encoding == EncodingAuto {
+		return EncodingFor(model)
+	}
+	return r.cfg.Encoding
+}
+
+// CounterFor returns the text counter for model: a *Caching over the
+// model's tiktoken encoding (seed 001: "claude-3-opus" → caching over
+// tiktoken), or over the approximate counter when the encoding is
+// "approximate" or cannot load — then one warning is logged.
+func (r *Registry) CounterFor(model string) Counter {
+	enc := r.Encoding(model)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.texts[enc]; ok {
+		return c
+	}
+	var inner Counter = r.cfg.approx()
+	if enc != EncodingApproximate {
+		t, err := r.newTiktoken(enc)
+		if err != nil {
+			r.log.Warn("budget: tokenizer unavailable; approximating token counts",
+				"encoding", enc, "chars_per_token", inner.(Approx).CharsPerToken, "err", err)
+		} else {
+			inner = t
+		}
+	}
+	c := newCaching(inner, r.store)
+	r.texts[enc] = c
+	return c
+}
+
+// MessageCounter returns the counter of messages for model, corrected by
+// the model's calibration. The proxy counts every intercepted request with
+// it (Prompt) and hands it to the strategy as its rewrite.Counter.
+func (r *Registry) MessageCounter(model string) *MessageCounter {
+	st := r.state(model)
+	r.mu.Lock()
+	mc := st.counter
+	r.mu.Unlock()
+	if mc != nil {
+		return mc
+	}
+	mc = NewMessageCounter(r.CounterFor(model), r.cfg.ImageTokens)
+	mc.cal = st.cal
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st.counter == nil {
+		st.counter = mc
+	}
+	return st.counter
+}
+
+// Observe records what the backend reported for a prompt estimated as
+// sent: Ollama's prompt_eval_count or OpenAI's usage.prompt_tokens. Call it
+// after each response that reports usage, with the Estimate of what was
+// forwarded and the num_ctx it was sent with (0 if unknown).
+//
+// It returns true when the report looks like silent truncation (see
+// Truncated; the margin narrows as the model's calibration matures): the
+// proxy should then warn, count it and mark the session. Such a report is
+// not learned from, so it cannot drag the correction down. Without a
+// num_ctx, a third such report in a row is taken to mean the calibration
+// is off (a user switched language, say) and is learned from instead.
+func (r *Registry) Observe(model string, sent Estimate, reported, numCtx int) (truncated bool) {
+	st := r.state(model)
+	c := st.cal
+	cal := c.get()
+	if Truncated(cal.Apply(sent), reported, numCtx, margin(cal.Observations)) {
+		c.mu.Lock()
+		c.unexplained++
+		n := c.unexplained
+		c.mu.Unlock()
+		if numCtx > 0 || n < unexplainedLimit {
+			return true
+		}
+	}
+	c.mu.Lock()
+	c.unexplained = 0
+	c.mu.Unlock()
+	if r.cfg.calibrate() {
+		c.observe(sent, reported)
+	}
+	return false
+}
+
+// Calibration returns model's current correction, for status output.
+func (r *Registry) Calibration(model string) Calibration {
+	return r.state(model).cal.get()
+}
+
+// Calibrations returns the correction of every model that has learned
+// from at least one response, by model name.
+func (r *Registry) Calibrations() map[string]Calibration {
+	r.mu.Lock()
+	states := make(map[string]*modelState, len(r.models))
+	for name, st := range r.models {
+		states[name] = st
+	}
+	r.mu.Unlock()
+	out := make(map[string]Calibration)
+	for name, st := range states {
+		if c := st.cal.get(); c.Observations > 0 {
+			out[name] = c
+		}
+	}
+	return out
+}
+
+// CacheStats reports the shared cache of text counts.
+func (r *Registry) CacheStats() CacheStats { return r.store.stats() }
+
+// Limits returns model's limits. trained is the model's trained context
+// length when the backend told it (Ollama /api/show), else 0.
+//
+// In order of precedence: a models: override's fields; for a local model
+// (no output limit in the table) the trained length, which is the model
+// file's own fact and more precise than a family guess (phi3 comes in 4k
+// and 128k variants); for a hosted model, the table capped by the trained
+// length; an unknown model with a trained length gets that; an unknown
+// model without one gets DefaultMaxTokens and one warning, the first time
+// only. A model without an output limit of its own reserves
+// Config.ReserveOutput for the reply. Config.Reserved is kept free from
+// every model.
+func (r *Registry) Limits(model string, trained int) Limits {
+	l, known := Known(model)
+	if trained > 0 {
+		switch {
+		case !known || l.MaxOutputTokens == 0:
+			l.MaxTokens = trained
+		default:
+			l.MaxTokens = min(l.MaxTokens, trained)
+		}
+	}
+	ov, has := lookup(model, func(o override) string { return o.name }, r.overrides)
+	if has && ov.MaxTokens > 0 {
+		l.MaxTokens = ov.MaxTokens
+	}
+	if has && ov.MaxOutputTokens > 0 {
+		l.MaxOutputTokens = ov.MaxOutputTokens
+	}
+	if l.MaxTokens == 0 {
+		l.MaxTokens = DefaultMaxTokens
+		r.state(model).warned.Do(func() {
+			r.log.Warn("budget: unknown model; assuming default limits (set them under models:)",
+				"model", model, "max_tokens", DefaultMaxTokens, "max_output_tokens", r.cfg.reserveOutput())
+		})
+	}
+	if l.MaxOutputTokens == 0 {
+		l.MaxOutputTokens = r.cfg.reserveOutput()
+	}
+	l.Reserved = r.cfg.Reserved
+	return l
+}
+
+// Tracker returns a tracker of a conversation with model, counting with
+// the model's message counter and limited by its Limits.
+func (r *Registry) Tracker(model string) *Tracker {
+	return NewTracker(r.MessageCounter(model), r.Limits(model, 0))
+}
+
+// state returns the remembered state of model, creating it.
+func (r *Registry) state(model string) *modelState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st, ok := r.models[model]; ok {
+		return st
+	}
+	var prior float64
+	if ov, ok := lookup(model, func(o override) string { return o.name }, r.overrides); ok {
+		prior = ov.Multiplier
+	}
+	st := &modelState{cal: newCalibrator(prior)}
+	if len(r.models) < maxModels {
+		r.models[model] = st
+	}
+	return st
+}

@@ -1,0 +1,134 @@
+package budget
+
+import (
+	"bytes"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// lockedBuffer is a log sink safe for concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func captureLog() (*slog.Logger, *lockedBuffer) {
+	var b lockedBuffer
+	return slog.New(slog.NewTextHandler(&b, nil)), &b
+}
+
+// Seed 001, "Get counter for model": a caching counter over tiktoken.
+func TestSeed001_GetCounterForModel(t *testing.T) {
+	r := NewRegistry(Config{}, nil)
+	c, ok := r.CounterFor("claude-3-opus").(*Caching)
+	if !ok {
+		t.Fatalf("CounterFor(claude-3-opus) is %T, want *Caching", r.CounterFor("claude-3-opus"))
+	}
+	if _, ok := c.Inner().(*Tiktoken); !ok {
+		t.Errorf("inner counter is %T, want *Tiktoken", c.Inner())
+	}
+	if got, want := c.Name(), EncodingCL100K; got != want {
+		t.Errorf("encoding = %q, want %q", got, want)
+	}
+	if got, want := r.CounterFor("gpt-4o").Name(), EncodingO200K; got != want {
+		t.Errorf("gpt-4o encoding = %q, want %q", got, want)
+	}
+	if r.CounterFor("llama3") != r.CounterFor("mistral") {
+		t.Errorf("two models of one encoding got different counters")
+	}
+}
+
+func TestRegistryEncodingConfig(t *testing.T) {
+	tests := []struct {
+		encoding, model, want string
+	}{
+		{"", "gpt-4o", EncodingO200K},
+		{EncodingAuto, "llama3", EncodingCL100K},
+		{EncodingO200K, "llama3", EncodingO200K},
+		{EncodingCL100K, "gpt-4o", EncodingCL100K},
+		{EncodingApproximate, "gpt-4o", EncodingApproximate},
+	}
+	for _, tt := range tests {
+		r := NewRegistry(Config{Encoding: tt.encoding}, nil)
+		if got := r.CounterFor(tt.model).Name(); got != tt.want {
+			t.Errorf("encoding %q, model %q: counter %q, want %q", tt.encoding, tt.model, got, tt.want)
+		}
+	}
+	r := NewRegistry(Config{Encoding: EncodingApproximate, ApproxCharsPerToken: 3.5}, nil)
+	if got, want := r.CounterFor("x").Count(strings.Repeat("a", 35)), 10; got != want {
+		t.Errorf("approximate 3.5: Count = %d, want %d", got, want)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := (Config{}).Validate(); err != nil {
+		t.Errorf("zero Config: %v", err)
+	}
+	bad := Config{
+		Encoding:            "p50k",
+		ApproxCharsPerToken: -1,
+		ImageTokens:         -1,
+		CacheEntries:        -5,
+		ReserveOutput:       -1,
+		Reserved:            -1,
+		Models: map[string]Model{
+			"x":  {MaxTokens: 100, MaxOutputTokens: 100},
+			"y":  {MaxTokens: -1},
+			"z":  {Multiplier: 9},
+			" ":  {},
+			"ok": {MaxTokens: 4096, MaxOutputTokens: 512, Multiplier: 1.2},
+		},
+	}
+	err := bad.Validate()
+	if err == nil {
+		t.Fatal("Validate accepted a bad config")
+	}
+	for _, want := range []string{
+		"tokens.encoding", "approx_chars_per_token", "image_tokens", "cache_entries",
+		"reserve_output", "reserved", "models.x", "models.y", "models.z.multiplier", `" "`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %s:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "models.ok") {
+		t.Errorf("error mentions a valid model:\n%v", err)
+	}
+}
+
+func TestRegistryBoundsModels(t *testing.T) {
+	r := NewRegistry(Config{}, nil)
+	for i := range maxModels + 10 {
+		r.Observe("model-"+strconv.Itoa(i), Estimate{Raw: 100, Tokens: 100}, 100, 0)
+	}
+	if n := len(r.models); n > maxModels {
+		t.Errorf("registry holds %d models, bound is %d", n, maxModels)
+	}
+}
+
+func TestRegistryCacheStats(t *testing.T) {
+	r := NewRegistry(Config{CacheEntries: 500}, nil)
+	c := r.CounterFor("gpt-4")
+	c.Count("hello there")
+	c.Count("hello there")
+	r.CounterFor("gpt-4o").Count("hello there") // another encoding, same store
+	st := r.CacheStats()
+	if st.Hits != 1 || st.Misses != 2 || st.Entries != 2 || st.Capacity < 500 {
+		t.Errorf("CacheStats() = %+v, want 1 hit, 2 misses, 2 entries, capacity ≥ 500", st)
+	}
+}

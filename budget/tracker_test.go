@@ -1,0 +1,167 @@
+package budget
+
+import (
+	"testing"
+
+	"github.com/ctxproxy/ctxproxy/rewrite"
+)
+
+// Seed 001, "Create tracker for model".
+func TestSeed001_CreateTrackerForModel(t *testing.T) {
+	r := NewRegistry(Config{}, nil)
+	tr := r.Tracker("gpt-4")
+	if got, want := tr.Limits(), (Limits{MaxTokens: 8192, MaxOutputTokens: 4096}); got != want {
+		t.Errorf("Limits() = %+v, want %+v", got, want)
+	}
+	if got, want := tr.counter.(*MessageCounter).Name(), EncodingCL100K; got != want {
+		t.Errorf("counter encoding = %q, want %q", got, want)
+	}
+}
+
+// Seed 001, "Set system prompt".
+func TestSeed001_SetSystemPrompt(t *testing.T) {
+	tr := NewTracker(newCL100K(t), Limits{MaxTokens: 100000})
+	n := tr.SetSystemPrompt("You are a helpful assistant.")
+	if want := 3 + 1 + 6; n != want { // structure, role, 6 tokens of text
+		t.Errorf("SetSystemPrompt = %d, want %d", n, want)
+	}
+	if got := tr.Budget().SystemPrompt; got != n {
+		t.Errorf("Budget().SystemPrompt = %d, want %d", got, n)
+	}
+	if got := tr.Tokens(); got != n {
+		t.Errorf("Tokens() = %d, want %d", got, n)
+	}
+}
+
+// messagesOf returns n messages already counted at tokens each.
+func messagesOf(n, tokens int) []rewrite.Message {
+	msgs := make([]rewrite.Message, n)
+	for i := range msgs {
+		msgs[i] = rewrite.Message{Role: "user", Content: "x", Tokens: tokens}
+	}
+	return msgs
+}
+
+// Seed 001, "Update with messages": 10 messages totaling 5000 tokens.
+func TestSeed001_UpdateWithMessages(t *testing.T) {
+	tr := NewTracker(newCL100K(t), Limits{MaxTokens: 100000})
+	tr.Update(messagesOf(10, 500))
+	if got, want := tr.Tokens(), 5000; got != want {
+		t.Errorf("Tokens() = %d, want %d", got, want)
+	}
+	if got, want := tr.Budget().Conversation, 5000; got != want {
+		t.Errorf("Budget().Conversation = %d, want %d", got, want)
+	}
+	tr.Update(messagesOf(2, 500))
+	if got, want := tr.Tokens(), 1000; got != want {
+		t.Errorf("after a second Update: Tokens() = %d, want %d", got, want)
+	}
+}
+
+// Seed 001, "Detect context overflow".
+func TestSeed001_DetectContextOverflow(t *testing.T) {
+	tr := NewTracker(newCL100K(t), Limits{MaxTokens: 10000})
+	tr.Update(messagesOf(3, 4000))
+	if !tr.ExceedsLimit() {
+		t.Errorf("ExceedsLimit() = false at 12000 of 10000")
+	}
+	if got, want := tr.Overflow(), 2000; got != want {
+		t.Errorf("Overflow() = %d, want %d", got, want)
+	}
+}
+
+// Seed 001, "Calculate usage percentage".
+func TestSeed001_CalculateUsagePercentage(t *testing.T) {
+	tr := NewTracker(newCL100K(t), Limits{MaxTokens: 100000})
+	tr.Update(messagesOf(3, 25000))
+	if got, want := tr.Usage(), 75.0; got != want {
+		t.Errorf("Usage() = %v, want %v", got, want)
+	}
+	if tr.ExceedsLimit() || tr.Overflow() != 0 {
+		t.Errorf("within limit but ExceedsLimit %v, Overflow %d", tr.ExceedsLimit(), tr.Overflow())
+	}
+}
+
+// Seed 001, "Check near limit status": 85% is near the limit.
+func TestSeed001_CheckNearLimitStatus(t *testing.T) {
+	tests := []struct {
+		tokens int
+		want   bool
+	}{{85000, true}, {80000, true}, {79999, false}, {0, false}}
+	for _, tt := range tests {
+		tr := NewTracker(newCL100K(t), Limits{MaxTokens: 100000})
+		if tt.tokens > 0 {
+			tr.Update(messagesOf(1, tt.tokens))
+		}
+		if got := tr.NearLimit(); got != tt.want {
+			t.Errorf("at %d of 100000: NearLimit() = %v, want %v", tt.tokens, got, tt.want)
+		}
+	}
+}
+
+// Seed 000, "Track Running Token Total": the total is kept as turns are
+// added, counting only the new turn.
+func TestSeed000_TrackRunningTokenTotal(t *testing.T) {
+	inner := &countingCounter{Counter: mustTiktoken(t, EncodingCL100K)}
+	mc := NewMessageCounter(inner, 0) // no cache: every count reaches inner
+	tr := NewTracker(mc, Limits{MaxTokens: 8192})
+	turns := []string{"Hello", "Hi there! How can I help?", "Tell me a joke.", "Why did the chicken cross the road?"}
+	want := 0
+	for i, s := range turns {
+		m := &rewrite.Message{Role: "user", Content: s}
+		calls := inner.calls()
+		got := tr.Add(m)
+		want += m.Tokens
+		if got != want || tr.Tokens() != want {
+			t.Errorf("turn %d: total %d, Tokens() %d, want %d", i, got, tr.Tokens(), want)
+		}
+		if n := inner.calls() - calls; n != 1 {
+			t.Errorf("turn %d: counted %d texts, want only the new turn's", i, n)
+		}
+	}
+	if got := tr.Messages(); got != len(turns) {
+		t.Errorf("Messages() = %d, want %d", got, len(turns))
+	}
+	tr.Reset()
+	if tr.Tokens() != 0 || tr.Messages() != 0 {
+		t.Errorf("after Reset: Tokens %d, Messages %d", tr.Tokens(), tr.Messages())
+	}
+}
+
+func TestTrackerZeroLimit(t *testing.T) {
+	tr := NewTracker(newCL100K(t), Limits{})
+	if tr.Usage() != 0 {
+		t.Errorf("empty: Usage() = %v", tr.Usage())
+	}
+	tr.Add(&rewrite.Message{Role: "user", Content: "hi"})
+	if tr.Usage() != 100 || !tr.ExceedsLimit() {
+		t.Errorf("zero limit: Usage() = %v, ExceedsLimit() = %v", tr.Usage(), tr.ExceedsLimit())
+	}
+	tr.SetTools(-5)
+	if got := tr.Budget().Tools; got != 0 {
+		t.Errorf("negative tools recorded as %d", got)
+	}
+}
+
+// Seed 000, "Warn at 80% Capacity" and "Warn at 90% Capacity".
+func TestSeed000_ContextWarnings(t *testing.T) {
+	tests := []struct {
+		usage float64
+		want  string
+	}{
+		{0, ""},
+		{0.7999, ""},
+		{0.80, "Context at 80% capacity. Consider /clear or /save."},
+		{0.85, "Context at 80% capacity. Consider /clear or /save."},
+		{0.90, "Context at 90% capacity. Auto-trimming soon."},
+		{1.5, "Context at 90% capacity. Auto-trimming soon."},
+	}
+	for _, tt := range tests {
+		if got := Warning(tt.usage); got != tt.want {
+			t.Errorf("Warning(%v) = %q, want %q", tt.usage, got, tt.want)
+		}
+	}
+	if got, want := WarningAt(0.86, 0.85, 0.95), "Context at 85% capacity. Consider /clear or /save."; got != want {
+		t.Errorf("WarningAt = %q, want %q", got, want)
+	}
+}
