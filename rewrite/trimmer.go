@@ -357,7 +357,9 @@ func (t *Trimmer) Trim(ctx context.Context, mode string, msgs []Message, limit i
 		return Result{}, err
 	}
 	total := Total(msgs, c)
-	if _, act := Budget(total, limit, t.cfg.Threshold, t.cfg.Target); !act {
+	th := threshold(ctx, t.cfg.Threshold)
+	target := min(t.cfg.Target, th)
+	if _, act := Budget(total, limit, th, target); !act {
 		return Result{Messages: msgs}, nil
 	}
 	res := Result{Messages: msgs}
@@ -379,7 +381,7 @@ func (t *Trimmer) Trim(ctx context.Context, mode string, msgs []Message, limit i
 			return Result{}, err
 		}
 		total = Total(res.Messages, c)
-		if budget, act := Budget(total, limit, t.cfg.Threshold, t.cfg.Target); act {
+		if budget, act := Budget(total, limit, th, target); act {
 			if err := step(s, budget); err != nil {
 				return Result{}, err
 			}
