@@ -35,7 +35,7 @@ type Export struct {
 func EncodeExport(s *Session) ([]byte, error) {
 	var b bytes.Buffer
 	field := func(name string, v any) error {
-		j, err := json.Marshal(v)
+		j, err := marshal(v)
 		if err != nil {
 			return fmt.Errorf("snapshots: export %s: %w", name, err)
 		}

@@ -161,7 +161,7 @@ func encodeSession(s *Session) ([]byte, error) {
 		}
 	}
 	head.Stats.Usage = finite(head.Stats.Usage)
-	b, err := json.Marshal(&head)
+	b, err := marshal(&head)
 	if err != nil {
 		return nil, fmt.Errorf("snapshots: encode session %q: %w", s.ID, err)
 	}
@@ -174,7 +174,7 @@ func encodeSnapshot(snap *Snapshot) ([]byte, error) {
 	head.Messages = nil
 	head.Created = head.Created.UTC()
 	head.Usage = finite(head.Usage)
-	b, err := json.Marshal(&head)
+	b, err := marshal(&head)
 	if err != nil {
 		return nil, fmt.Errorf("snapshots: encode snapshot %q: %w", snap.ID, err)
 	}
@@ -210,7 +210,7 @@ func appendMessages(out []byte, msgs []Message) ([]byte, error) {
 		}
 		m.Raw = nil
 		m.Timestamp = m.Timestamp.UTC()
-		b, err := json.Marshal(&m)
+		b, err := marshal(&m)
 		if err != nil {
 			return nil, fmt.Errorf("snapshots: message %d: %w", i, err)
 		}
@@ -238,6 +238,19 @@ func checkMessage(m *Message, raw []byte) error {
 		return errors.New("raw is not a JSON object")
 	}
 	return nil
+}
+
+// marshal is json.Marshal without escaping <, > and &, which chat text is
+// full of: records and exports stay readable (seed 003: human-readable
+// format).
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'}), nil
 }
 
 // finite returns v, or 0 for NaN and infinities, which JSON cannot carry:

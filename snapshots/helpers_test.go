@@ -2,6 +2,7 @@ package snapshots
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -92,3 +93,5 @@ func ticker() func() time.Time {
 	var n atomic.Int64
 	return func() time.Time { return t0.Add(time.Duration(n.Add(1)) * time.Millisecond) }
 }
+
+func isCorrupt(err error) bool { return errors.Is(err, ErrCorrupt) }
