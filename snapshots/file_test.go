@@ -308,3 +308,25 @@ func TestFileStoreRetentionOnOpen(t *testing.T) {
 		t.Errorf("%d snapshot files, want 2", len(files))
 	}
 }
+
+func TestOpen(t *testing.T) {
+	st, err := Open(ctx, Config{Dir: t.TempDir()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st.(*FileStore); !ok {
+		t.Errorf("Open with the zero store = %T, want *FileStore", st)
+	}
+	if _, err := Open(ctx, Config{Store: "s3"}, nil); err == nil {
+		t.Error("Open with an unknown store succeeded")
+	}
+	addr := startRedis(t)
+	st, err = Open(ctx, Config{Store: StoreRedis, Redis: RedisConfig{Addr: addr}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, ok := st.(*RedisStore); !ok {
+		t.Errorf("Open with store redis = %T, want *RedisStore", st)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,9 +39,7 @@ func conversation(n, size int, tag string) []Message {
 			role = "assistant"
 		}
 		text := fmt.Sprintf("%s message %d: ", tag, i)
-		for len(text) < size {
-			text += "the quick brown fox jumps over the lazy dog <b>&</b> "
-		}
+		text += strings.Repeat("the quick brown fox jumps over the lazy dog <b>&</b> ", size/52+1)
 		m := msg(role, text[:size])
 		m.Timestamp = t0.Add(time.Duration(i) * time.Second)
 		msgs[i] = m
