@@ -93,7 +93,7 @@ func (c Config) Validate() error {
 	if c.Store != StoreFile && c.Store != StoreRedis {
 		errs = append(errs, fmt.Errorf("snapshots.store: %q is neither %q nor %q", c.Store, StoreFile, StoreRedis))
 	}
-	if c.AutoThreshold > 1 {
+	if !(c.AutoThreshold <= 1) { // NaN too
 		errs = append(errs, fmt.Errorf("snapshots.auto_threshold: %v is above 1 (a negative value turns it off)", c.AutoThreshold))
 	}
 	if c.MaxCount < 0 {

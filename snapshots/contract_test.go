@@ -49,14 +49,14 @@ func testContract(t *testing.T, fresh func(t *testing.T) opener) {
 
 var ctx = context.Background()
 
-func mustUpdate(t *testing.T, st Store, id string, fn func(*Session)) {
+func mustUpdate(t testing.TB, st Store, id string, fn func(*Session)) {
 	t.Helper()
 	if err := st.Update(ctx, id, func(s *Session) error { fn(s); return nil }); err != nil {
 		t.Fatalf("Update(%q): %v", id, err)
 	}
 }
 
-func mustGet(t *testing.T, st Store, id string) *Session {
+func mustGet(t testing.TB, st Store, id string) *Session {
 	t.Helper()
 	s, err := st.Get(ctx, id)
 	if err != nil {

@@ -297,20 +297,24 @@ func (st *FileStore) write(dir, name string, data []byte) (err error) {
 		os.Remove(tmp)
 		return err
 	}
-	return syncDir(dir)
+	st.syncDir(dir)
+	return nil
 }
 
-// syncDir makes a rename or removal in dir durable.
-func syncDir(dir string) error {
+// syncDir makes a rename or removal in dir durable. Once the rename is
+// done the new file is what every reader sees, so a failure here is
+// logged, not returned: only its survival of a power cut is in doubt.
+func (st *FileStore) syncDir(dir string) {
 	d, err := os.Open(dir)
+	if err == nil {
+		err = d.Sync()
+		if cerr := d.Close(); err == nil {
+			err = cerr
+		}
+	}
 	if err != nil {
-		return err
+		st.log.Warn("snapshots: fsync directory", "dir", dir, "err", err)
 	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // Get returns session id.
@@ -458,7 +462,7 @@ func (st *FileStore) Delete(ctx context.Context, id string) error {
 	switch {
 	case err == nil:
 		found = true
-		err = syncDir(st.sessDir)
+		st.syncDir(st.sessDir)
 	case errors.Is(err, fs.ErrNotExist):
 		err = nil
 	}
@@ -478,9 +482,7 @@ func (st *FileStore) Delete(ctx context.Context, id string) error {
 			return fmt.Errorf("snapshots: delete snapshots of %q: %w", id, err)
 		}
 		found = true
-		if err := syncDir(st.snapDir); err != nil {
-			return fmt.Errorf("snapshots: delete snapshots of %q: %w", id, err)
-		}
+		st.syncDir(st.snapDir)
 	}
 	if !found {
 		return ErrNotFound
@@ -520,9 +522,10 @@ func (st *FileStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (Snapshot
 		return SnapshotInfo{}, err
 	}
 	dir := filepath.Join(st.snapDir, k)
-	if err := os.Mkdir(dir, privateDir); err == nil {
-		err = syncDir(st.snapDir)
-	} else if !errors.Is(err, fs.ErrExist) {
+	switch err := os.Mkdir(dir, privateDir); {
+	case err == nil:
+		st.syncDir(st.snapDir)
+	case !errors.Is(err, fs.ErrExist):
 		st.counters.writeErrors.Add(1)
 		err = fmt.Errorf("snapshots: %w", err)
 		st.log.Error("snapshots: save snapshot", "session", s.SessionID, "err", err)
@@ -559,9 +562,7 @@ func (st *FileStore) prune(k string) {
 			st.log.Warn("snapshots: delete old snapshot", "session", info.SessionID, "snapshot", info.ID, "err", err)
 		}
 	}
-	if err := syncDir(filepath.Join(st.snapDir, k)); err != nil {
-		st.log.Warn("snapshots: delete old snapshots", "err", err)
-	}
+	st.syncDir(filepath.Join(st.snapDir, k))
 }
 
 // sortedSnaps returns the infos newest first.
@@ -645,7 +646,8 @@ func (st *FileStore) DeleteSnapshot(ctx context.Context, id, snapID string) erro
 	if err != nil {
 		return ErrNotFound
 	}
-	return syncDir(filepath.Join(st.snapDir, k))
+	st.syncDir(filepath.Join(st.snapDir, k))
+	return nil
 }
 
 // Counters returns the store's running totals.

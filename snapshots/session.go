@@ -44,14 +44,15 @@ type Message struct {
 	// Raw is the message object exactly as the client sent it (ctxproxy's
 	// own annotation keys removed), kept byte for byte so that a stored
 	// conversation replays exactly: images, tool calls and unknown keys
-	// live only here. Nil for a message built from Role and Content. It
-	// must be a JSON object or nil; stores refuse anything else.
+	// live only here. Nil for a message built from Role and Content.
+	// Otherwise it must be a JSON object as a JSON decoder produced it:
+	// stores refuse anything not in braces, but do not parse it again.
 	Raw json.RawMessage `json:"raw,omitempty"`
 }
 
-// Stats are a session's numbers. Tokens, Limit, Usage, NumCtx, Dropped and
-// Summarized describe the last request; Requests and Truncations count
-// every request.
+// Stats are a session's numbers. Requests, Truncations and LastTruncation
+// cover the whole session; the others describe the last request. The proxy
+// fills them; Writer reads Usage for automatic snapshots.
 type Stats struct {
 	// Tokens is the prompt tokens of the conversation as the client sent
 	// it, Limit the effective limit, Usage Tokens/Limit.
