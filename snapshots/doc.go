@@ -1,4 +1,22 @@
-// Package snapshots keeps session state and snapshot history: a file store
-// (the default) and a Redis store shared by replicas, with atomic,
-// checksummed, compressed writes off the request path.
+// Package snapshots keeps ctxproxy's per-session state and snapshot history
+// so that a conversation is never lost: the conversation as last seen, its
+// statistics and metadata, cached summaries, and point-in-time snapshots
+// that can be listed, restored and deleted (seed 004 Requirements 4 and 10,
+// seed 003 session persistence, seed 000 accumulation, /clear and
+// export/import).
+//
+// Two stores implement one API: [FileStore] (the default, files under a
+// directory, one process) and [RedisStore] (shared by several ctxproxy
+// replicas). Both write gzip-compressed, checksummed JSON (see format.go);
+// the file store replaces files atomically and keeps an in-memory index for
+// listing. A corrupt or truncated record is reported, set aside and skipped;
+// every other record still loads.
+//
+// Saving happens off the request path: the proxy hands session changes and
+// snapshots to a [Writer], a bounded queue drained by a few workers and
+// flushed on shutdown.
+//
+// Session ids are opaque client data. They never appear in a path or key:
+// records are stored under the SHA-256 of the id and carry the id inside, so
+// one session can never be read or written through another's id.
 package snapshots

@@ -1,0 +1,183 @@
+package snapshots
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// benchSession is a 100-message session of chat-sized messages (about 600
+// bytes of text each, 60 KB of conversation), in words drawn at random so
+// that it compresses about as well as real chat text.
+func benchSession(id string) *Session {
+	s := fullSession(id)
+	s.Messages = conversation(100, 600, "bench")
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range s.Messages {
+		var text strings.Builder
+		for text.Len() < 600 {
+			text.WriteString(benchWords[r.IntN(len(benchWords))])
+			text.WriteByte(" \n.,"[r.IntN(20)%4])
+		}
+		s.Messages[i] = msg(s.Messages[i].Role, text.String())
+		s.Messages[i].Timestamp = t0
+	}
+	return s
+}
+
+var benchWords = strings.Fields(`the of and to in is you that it for are with on as this be at have
+or from not by but what all were when we there can an your which their said if do will each about how
+up out them then she many some so these would other into has more her two like him see time could no
+make than first been its who now people my made over did down only way find use may water long little
+very after words called just where most know get through back much before go good new write our used me
+man too any day same right look think also around another came come work three word must because does
+part even place well such here take why things help put years different away again off went old number
+func return err nil string int struct package import type var const range defer go select chan map make
+error context request response header token tokens model session snapshot window limit usage summary
+{ } ( ) [ ] := == != <= >= && || ; // # * - 1 2 3 10 42 100 1024 4096 8192 http://localhost:11434`)
+
+// benchStores runs fn against each kind of store (Redis when installed).
+func benchStores(b *testing.B, fn func(b *testing.B, st Store)) {
+	b.Run("file", func(b *testing.B) { fn(b, newFileStore(b, b.TempDir(), Config{MaxCount: 1 << 30})) })
+	b.Run("redis", func(b *testing.B) {
+		addr := startRedis(b)
+		fn(b, newRedisStore(b, addr, "bench:", Config{MaxCount: 1 << 30}))
+	})
+}
+
+// Update of a 100-message session: read, decode, change, encode, write
+// (fsync included for the file store).
+func BenchmarkUpdate100(b *testing.B) {
+	benchStores(b, func(b *testing.B, st Store) {
+		s := benchSession("bench")
+		mustUpdate(b, st, "bench", func(x *Session) { *x = *s.Clone() })
+		b.ReportAllocs()
+		defer reportCPU(b)()
+		for b.Loop() {
+			if err := st.Update(ctx, "bench", incr); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(st.Counters().WriteBytes)/float64(st.Counters().Writes), "B/record")
+	})
+}
+
+// Get of a 100-message session.
+func BenchmarkGet100(b *testing.B) {
+	benchStores(b, func(b *testing.B, st Store) {
+		s := benchSession("bench")
+		mustUpdate(b, st, "bench", func(x *Session) { *x = *s.Clone() })
+		b.ReportAllocs()
+		defer reportCPU(b)()
+		for b.Loop() {
+			if _, err := st.Get(ctx, "bench"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// SaveSnapshot of a 100-message conversation.
+func BenchmarkSaveSnapshot(b *testing.B) {
+	benchStores(b, func(b *testing.B, st Store) {
+		snap := NewSnapshot(benchSession("bench"), ReasonAuto)
+		b.ReportAllocs()
+		defer reportCPU(b)()
+		for b.Loop() {
+			if _, err := st.SaveSnapshot(ctx, snap); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// List with 1000 sessions.
+func BenchmarkList1000(b *testing.B) {
+	benchStores(b, func(b *testing.B, st Store) {
+		for i := range 1000 {
+			id := fmt.Sprintf("session-%d", i)
+			mustUpdate(b, st, id, func(s *Session) { s.Messages = conversation(4, 50, id) })
+		}
+		b.ReportAllocs()
+		defer reportCPU(b)()
+		for b.Loop() {
+			list, err := st.List(ctx)
+			if err != nil || len(list) != 1000 {
+				b.Fatal(len(list), err)
+			}
+		}
+	})
+}
+
+// The record codec alone, without the store: what a write costs in CPU.
+func BenchmarkCodec100(b *testing.B) {
+	s := benchSession("bench")
+	data, _, _ := sessionRecord(s)
+	b.Run("encode", func(b *testing.B) {
+		b.ReportAllocs()
+		defer reportCPU(b)()
+		for b.Loop() {
+			if _, _, err := sessionRecord(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("decode", func(b *testing.B) {
+		b.ReportAllocs()
+		defer reportCPU(b)()
+		for b.Loop() {
+			if _, err := readSession(data, "bench"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// The gzip level behind the choice of BestSpeed in format.go.
+func BenchmarkGzipLevel(b *testing.B) {
+	body, _ := encodeSession(benchSession("bench"))
+	for _, level := range []int{gzip.BestSpeed, gzip.DefaultCompression} {
+		b.Run(fmt.Sprint("level=", level), func(b *testing.B) {
+			var out bytes.Buffer
+			zw, _ := gzip.NewWriterLevel(&out, level)
+			b.SetBytes(int64(len(body)))
+			defer reportCPU(b)()
+			for b.Loop() {
+				out.Reset()
+				zw.Reset(&out)
+				zw.Write(body)
+				zw.Close()
+			}
+			b.ReportMetric(float64(out.Len()), "B/record")
+		})
+	}
+}
+
+// nopStore applies updates to a throwaway session and writes nothing.
+type nopStore struct{ Store }
+
+func (nopStore) Update(_ context.Context, id string, fn func(*Session) error) error {
+	return fn(&Session{ID: id})
+}
+
+// What handing a session change to the Writer costs the request path.
+func BenchmarkWriterUpdate(b *testing.B) {
+	w := NewWriter(nopStore{}, Config{}, nil)
+	defer w.Close(context.Background())
+	msgs := benchSession("bench").Messages
+	b.ReportAllocs()
+	defer reportCPU(b)()
+	i := 0
+	for b.Loop() {
+		i++
+		w.Update(fmt.Sprint("session-", i%64), func(s *Session) error {
+			s.Messages = msgs
+			s.Stats.Requests++
+			return nil
+		})
+	}
+}

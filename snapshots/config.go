@@ -1,0 +1,112 @@
+package snapshots
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Store kinds for Config.Store.
+const (
+	StoreFile  = "file"
+	StoreRedis = "redis"
+)
+
+// Config is the snapshots section of ctxproxy's configuration. Its zero
+// value works: a file store under ./ctxproxy-data, automatic snapshots at
+// 80% usage, at most 20 snapshots per session.
+type Config struct {
+	// Store is "file" (default) or "redis" (several replicas sharing
+	// sessions).
+	Store string `mapstructure:"store"`
+	// Dir is the file store's directory; default ./ctxproxy-data.
+	Dir string `mapstructure:"dir"`
+	// AutoThreshold is the usage at which Writer takes an automatic
+	// snapshot when a session crosses it (seed 004 4.6); default 0.80. A
+	// negative value turns automatic snapshots off.
+	AutoThreshold float64 `mapstructure:"auto_threshold"`
+	// MaxCount is how many snapshots a session keeps; the oldest beyond it
+	// are deleted (seed 004 4.8); default 20.
+	MaxCount int `mapstructure:"max_count"`
+	// QueueSize bounds how many sessions may wait in Writer's queue;
+	// default 1024.
+	QueueSize int `mapstructure:"queue_size"`
+	// Workers is how many of Writer's writes run at once; default 4.
+	Workers int         `mapstructure:"workers"`
+	Redis   RedisConfig `mapstructure:"redis"`
+}
+
+// RedisConfig says where the Redis store is.
+type RedisConfig struct {
+	// Addr is host:port; default 127.0.0.1:6379.
+	Addr     string `mapstructure:"addr"`
+	Password string `mapstructure:"password"`
+	DB       int    `mapstructure:"db"`
+	// Prefix starts every key ctxproxy writes; default "ctxproxy:".
+	Prefix string `mapstructure:"prefix"`
+}
+
+// Defaults.
+const (
+	DefaultDir           = "./ctxproxy-data"
+	DefaultAutoThreshold = 0.80
+	DefaultMaxCount      = 20
+	DefaultQueueSize     = 1024
+	DefaultWorkers       = 4
+	DefaultRedisAddr     = "127.0.0.1:6379"
+	DefaultRedisPrefix   = "ctxproxy:"
+)
+
+// withDefaults fills the zero fields.
+func (c Config) withDefaults() Config {
+	if c.Store == "" {
+		c.Store = StoreFile
+	}
+	if c.Dir == "" {
+		c.Dir = DefaultDir
+	}
+	if c.AutoThreshold == 0 {
+		c.AutoThreshold = DefaultAutoThreshold
+	}
+	if c.MaxCount == 0 {
+		c.MaxCount = DefaultMaxCount
+	}
+	if c.QueueSize == 0 {
+		c.QueueSize = DefaultQueueSize
+	}
+	if c.Workers == 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.Redis.Addr == "" {
+		c.Redis.Addr = DefaultRedisAddr
+	}
+	if c.Redis.Prefix == "" {
+		c.Redis.Prefix = DefaultRedisPrefix
+	}
+	return c
+}
+
+// Validate reports every problem in c at once (zero fields count as their
+// defaults).
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if c.Store != StoreFile && c.Store != StoreRedis {
+		errs = append(errs, fmt.Errorf("snapshots.store: %q is neither %q nor %q", c.Store, StoreFile, StoreRedis))
+	}
+	if !(c.AutoThreshold <= 1) { // NaN too
+		errs = append(errs, fmt.Errorf("snapshots.auto_threshold: %v is above 1 (a negative value turns it off)", c.AutoThreshold))
+	}
+	if c.MaxCount < 0 {
+		errs = append(errs, fmt.Errorf("snapshots.max_count: %d is negative", c.MaxCount))
+	}
+	if c.QueueSize < 0 {
+		errs = append(errs, fmt.Errorf("snapshots.queue_size: %d is negative", c.QueueSize))
+	}
+	if c.Workers < 0 {
+		errs = append(errs, fmt.Errorf("snapshots.workers: %d is negative", c.Workers))
+	}
+	if c.Redis.DB < 0 {
+		errs = append(errs, fmt.Errorf("snapshots.redis.db: %d is negative", c.Redis.DB))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,184 @@
+package snapshots
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// startRedis starts a throwaway redis-server on a free loopback port and
+// returns its address; t.Cleanup stops it. Without redis-server the test
+// is skipped, except under CI, which must run it (.ci/run installs it).
+func startRedis(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("redis-server is not installed; CI must run the Redis store tests")
+		}
+		t.Skip("redis-server is not installed")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	for i := 0; ; i++ {
+		if rdb.Ping(context.Background()).Err() == nil {
+			return addr
+		}
+		if i == 500 {
+			t.Fatalf("redis-server did not answer on %s:\n%s", addr, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+var prefixes atomic.Int64
+
+// newRedisStore opens a Redis store on addr under prefix, with the tests'
+// clock.
+func newRedisStore(t testing.TB, addr, prefix string, cfg Config) *RedisStore {
+	t.Helper()
+	cfg.Redis.Addr, cfg.Redis.Prefix = addr, prefix
+	st, err := NewRedisStore(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.now = ticker()
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func TestRedisStoreContract(t *testing.T) {
+	addr := startRedis(t)
+	testContract(t, func(t *testing.T) opener {
+		prefix := fmt.Sprintf("test%d:", prefixes.Add(1))
+		return func(t *testing.T, cfg Config) Store { return newRedisStore(t, addr, prefix, cfg) }
+	})
+}
+
+// Replicas behind a load balancer update one session at once: the
+// optimistic transaction must keep every update.
+func TestRedisStoreReplicasShareSessions(t *testing.T) {
+	addr := startRedis(t)
+	replicas := []*RedisStore{
+		newRedisStore(t, addr, "shared:", Config{}),
+		newRedisStore(t, addr, "shared:", Config{}),
+		newRedisStore(t, addr, "shared:", Config{}),
+	}
+	const perReplica = 40
+	var wg sync.WaitGroup
+	for r, st := range replicas {
+		for i := range perReplica {
+			wg.Go(func() {
+				err := st.Update(ctx, "shared", func(s *Session) error {
+					s.Stats.Requests++
+					s.Messages = append(s.Messages, msg("user", fmt.Sprintf("%d/%d", r, i)))
+					return nil
+				})
+				if err != nil {
+					t.Errorf("replica %d update %d: %v", r, i, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	want := len(replicas) * perReplica
+	for r, st := range replicas {
+		s := mustGet(t, st, "shared")
+		if s.Stats.Requests != want || len(s.Messages) != want {
+			t.Errorf("replica %d sees %d requests, %d messages; want %d", r, s.Stats.Requests, len(s.Messages), want)
+		}
+	}
+	// A snapshot saved by one replica is listed and loaded by another.
+	info, err := TakeSnapshot(ctx, replicas[0], "shared", ReasonManual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := replicas[2].LoadSnapshot(ctx, "shared", info.ID); err != nil {
+		t.Errorf("another replica cannot load the snapshot: %v", err)
+	}
+}
+
+// A record damaged in Redis is reported and set aside; the rest loads.
+func TestRedisStoreCorruptRecord(t *testing.T) {
+	addr := startRedis(t)
+	st := newRedisStore(t, addr, "corrupt:", Config{})
+	mustUpdate(t, st, "bad", func(s *Session) { s.Messages = conversation(4, 50, "bad") })
+	mustUpdate(t, st, "good", func(s *Session) { s.Messages = conversation(4, 50, "good") })
+	good, _ := TakeSnapshot(ctx, st, "good", ReasonManual)
+	badSnap, _ := TakeSnapshot(ctx, st, "bad", ReasonManual)
+
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	for _, k := range []string{st.sessionKey(key("bad")), st.snapKey(key("bad"), badSnap.ID)} {
+		v, _ := rdb.Get(ctx, k).Bytes()
+		rdb.Set(ctx, k, v[:len(v)/2], 0) // truncated
+	}
+
+	if _, err := st.Get(ctx, "bad"); !isCorrupt(err) {
+		t.Errorf("Get of a truncated session: %v, want ErrCorrupt", err)
+	}
+	if _, err := st.LoadSnapshot(ctx, "bad", badSnap.ID); !isCorrupt(err) {
+		t.Errorf("LoadSnapshot of a truncated snapshot: %v, want ErrCorrupt", err)
+	}
+	if list, _ := st.ListSnapshots(ctx, "bad"); len(list) != 0 {
+		t.Errorf("the corrupt snapshot is still listed: %+v", list)
+	}
+	mustGet(t, st, "good")
+	if _, err := st.LoadSnapshot(ctx, "good", good.ID); err != nil {
+		t.Errorf("a healthy snapshot no longer loads: %v", err)
+	}
+	// The session stays usable: the next update starts it again and keeps
+	// the damaged bytes aside.
+	mustUpdate(t, st, "bad", func(s *Session) { s.Messages = []Message{msg("user", "again")} })
+	if s := mustGet(t, st, "bad"); len(s.Messages) != 1 {
+		t.Errorf("after an update of a corrupt session: %d messages", len(s.Messages))
+	}
+	if n, _ := rdb.Exists(ctx, st.sessionKey(key("bad"))+":corrupt").Result(); n != 1 {
+		t.Error("the damaged session record was not kept aside")
+	}
+	if c := st.Counters(); c.Corrupt != 3 {
+		t.Errorf("Counters.Corrupt = %d, want 3", c.Corrupt)
+	}
+}
+
+func TestRedisStoreUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := NewRedisStore(ctx, Config{Redis: RedisConfig{Addr: addr}}, nil); err == nil {
+		t.Error("NewRedisStore succeeded without a Redis")
+	}
+}

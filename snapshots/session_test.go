@@ -1,0 +1,77 @@
+package snapshots
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAccumulate(t *testing.T) {
+	sys := msg("system", "be brief")
+	sys2 := msg("system", "be verbose")
+	u1, a1, u2 := msg("user", "q1"), msg("assistant", "a1"), msg("user", "q2")
+	tests := []struct {
+		name   string
+		stored []Message
+		sent   []Message
+		want   []Message
+	}{
+		{"no session", nil, []Message{u1}, []Message{u1}},
+		{"history then new turn", []Message{u1, a1}, []Message{u2}, []Message{u1, a1, u2}},
+		{"stored system kept", []Message{sys, u1, a1}, []Message{u2}, []Message{sys, u1, a1, u2}},
+		{"resent system not doubled", []Message{sys, u1, a1}, []Message{sys, u2}, []Message{sys, u1, a1, u2}},
+		{"new system replaces old", []Message{sys, u1, a1}, []Message{sys2, u2}, []Message{sys2, u1, a1, u2}},
+		{"system added later", []Message{u1, a1}, []Message{sys, u2}, []Message{sys, u1, a1, u2}},
+		{"nothing sent", []Message{u1, a1}, nil, []Message{u1, a1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s *Session
+			if tt.stored != nil {
+				s = &Session{Messages: tt.stored}
+			}
+			got := Accumulate(s, tt.sent)
+			if d := diff(tt.want, got); d != "" {
+				t.Errorf("Accumulate (-want +got):\n%s", d)
+			}
+			if s != nil && len(s.Messages) != len(tt.stored) {
+				t.Error("Accumulate changed the session")
+			}
+		})
+	}
+}
+
+// A client that resends its whole history keeps the stored timestamps,
+// importance and metadata of the messages that did not change.
+func TestSetMessages(t *testing.T) {
+	later := t0.Add(time.Hour)
+	old := []Message{msg("user", "q1"), msg("assistant", "a1")}
+	old[0].Timestamp, old[1].Timestamp = t0, t0
+	old[0].Importance = ptr(0.9)
+	old[1].Metadata = map[string]any{"k": "v"}
+	s := &Session{Messages: old}
+
+	edited := msg("assistant", "a1 edited")
+	s.SetMessages([]Message{msg("user", "q1"), edited, msg("user", "q2")}, later)
+	want := []Message{old[0], edited, msg("user", "q2")}
+	want[1].Timestamp, want[2].Timestamp = later, later
+	if d := diff(want, s.Messages); d != "" {
+		t.Errorf("SetMessages (-want +got):\n%s", d)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	if err := (Config{}).Validate(); err != nil {
+		t.Errorf("zero Config: %v", err)
+	}
+	d := Config{}.withDefaults()
+	if d.Store != StoreFile || d.Dir != "./ctxproxy-data" || d.AutoThreshold != 0.80 || d.MaxCount != 20 || d.Redis.Prefix != "ctxproxy:" {
+		t.Errorf("defaults %+v", d)
+	}
+	err := Config{Store: "s3", AutoThreshold: 1.5, MaxCount: -1, QueueSize: -1, Workers: -2, Redis: RedisConfig{DB: -1}}.Validate()
+	for _, key := range []string{"snapshots.store", "auto_threshold", "max_count", "queue_size", "workers", "redis.db"} {
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("Validate does not report %s: %v", key, err)
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package snapshots
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrNotFound reports a session or snapshot that does not exist.
+var ErrNotFound = errors.New("snapshots: not found")
+
+// Store is what FileStore and RedisStore both provide. The proxy declares
+// the subset it needs; Writer, Open and the helpers in this package use
+// this one.
+type Store interface {
+	// Get returns the session id, or ErrNotFound.
+	Get(ctx context.Context, id string) (*Session, error)
+	// Update reads session id (a new one when there is none), lets fn
+	// change it and writes it back, atomically: concurrent updates of one
+	// session, from this process or (RedisStore) from other replicas, all
+	// apply, none is lost. An error from fn aborts the update and is
+	// returned as is. fn may run more than once (RedisStore retries on a
+	// conflict) and must not call the store's session methods for id.
+	Update(ctx context.Context, id string, fn func(*Session) error) error
+	// List returns every session, most recently updated first.
+	List(ctx context.Context) ([]SessionInfo, error)
+	// Delete removes session id and all its snapshots, or returns
+	// ErrNotFound when there was neither.
+	Delete(ctx context.Context, id string) error
+	// Clear removes session id's messages, stats and summaries and keeps
+	// its metadata (seed 000 /clear), or returns ErrNotFound.
+	Clear(ctx context.Context, id string) error
+
+	// SaveSnapshot stores snap, making its ID and Created when they are
+	// empty, and then deletes the session's oldest snapshots beyond
+	// snapshots.max_count (seed 004 4.8).
+	SaveSnapshot(ctx context.Context, snap *Snapshot) (SnapshotInfo, error)
+	// ListSnapshots returns session id's snapshots newest first, from the
+	// in-memory index (seed 004 4.4, 10.4); none is not an error.
+	ListSnapshots(ctx context.Context, id string) ([]SnapshotInfo, error)
+	// LoadSnapshot returns snapshot snapID of session id, or ErrNotFound,
+	// or an error wrapping ErrCorrupt.
+	LoadSnapshot(ctx context.Context, id, snapID string) (*Snapshot, error)
+	// DeleteSnapshot removes a snapshot and its index entry (seed 004 4.5).
+	DeleteSnapshot(ctx context.Context, id, snapID string) error
+
+	// Counters returns the store's running totals, for metrics.
+	Counters() Counters
+	Close() error
+}
+
+var (
+	_ Store = (*FileStore)(nil)
+	_ Store = (*RedisStore)(nil)
+)
+
+// Counters are a store's running totals since it was opened, meant for
+// Prometheus counters (a CounterFunc per field).
+type Counters struct {
+	// Writes counts records written, WriteBytes their compressed bytes,
+	// WriteErrors the writes that failed (disk full, read-only, Redis
+	// down).
+	Writes      uint64
+	WriteBytes  uint64
+	WriteErrors uint64
+	// Reads counts records read, ReadErrors the reads that failed for a
+	// reason other than absence or corruption.
+	Reads      uint64
+	ReadErrors uint64
+	// Corrupt counts records that failed their checks and were set aside.
+	Corrupt uint64
+}
+
+type counters struct {
+	writes, writeBytes, writeErrors, reads, readErrors, corrupt atomic.Uint64
+}
+
+func (c *counters) get() Counters {
+	return Counters{
+		Writes:      c.writes.Load(),
+		WriteBytes:  c.writeBytes.Load(),
+		WriteErrors: c.writeErrors.Load(),
+		Reads:       c.reads.Load(),
+		ReadErrors:  c.readErrors.Load(),
+		Corrupt:     c.corrupt.Load(),
+	}
+}
+
+// Open returns the store cfg.Store names, FileStore or RedisStore.
+func Open(ctx context.Context, cfg Config, log *slog.Logger) (Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Store == StoreRedis {
+		return NewRedisStore(ctx, cfg, log)
+	}
+	return NewFileStore(cfg, log)
+}
+
+// TakeSnapshot saves a snapshot of session id as it is stored now.
+func TakeSnapshot(ctx context.Context, st Store, id, reason string) (SnapshotInfo, error) {
+	s, err := st.Get(ctx, id)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	return st.SaveSnapshot(ctx, NewSnapshot(s, reason))
+}
+
+// Restore replaces session id's conversation and metadata with those of
+// snapshot snapID (seed 004 4.3). The session keeps its request counters
+// and summaries; its token count and usage become the snapshot's.
+//
+// A restore can be undone: the conversation it replaces is first saved as
+// a ReasonRestore snapshot, returned as undo (zero when the session had no
+// messages). When that save fails nothing is restored.
+func Restore(ctx context.Context, st Store, id, snapID string) (undo SnapshotInfo, err error) {
+	snap, err := st.LoadSnapshot(ctx, id, snapID)
+	if err != nil {
+		return undo, err
+	}
+	cur, err := st.Get(ctx, id)
+	switch {
+	case err == nil && len(cur.Messages) > 0:
+		if undo, err = st.SaveSnapshot(ctx, NewSnapshot(cur, ReasonRestore)); err != nil {
+			return undo, fmt.Errorf("snapshots: restore %s: save the current state first: %w", snapID, err)
+		}
+	case err != nil && !errors.Is(err, ErrNotFound):
+		return undo, err
+	}
+	return undo, st.Update(ctx, id, func(s *Session) error {
+		s.Messages = slices.Clone(snap.Messages)
+		s.Metadata = snap.Metadata
+		if snap.Model != "" {
+			s.Model = snap.Model
+		}
+		s.Stats = Stats{
+			Tokens:         snap.Tokens,
+			Limit:          s.Stats.Limit,
+			Usage:          snap.Usage,
+			Requests:       s.Stats.Requests,
+			Truncations:    s.Stats.Truncations,
+			LastTruncation: s.Stats.LastTruncation,
+		}
+		return nil
+	})
+}
+
+// keyLocks hands out one mutex per key, kept only while in use, so that
+// updates of one session serialize in this process and updates of others
+// do not wait on them.
+type keyLocks struct {
+	mu sync.Mutex
+	m  map[string]*keyLock
+}
+
+type keyLock struct {
+	sync.Mutex
+	refs int
+}
+
+// lock locks k and returns its unlock.
+func (l *keyLocks) lock(k string) (unlock func()) {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = make(map[string]*keyLock)
+	}
+	kl := l.m[k]
+	if kl == nil {
+		kl = new(keyLock)
+		l.m[k] = kl
+	}
+	kl.refs++
+	l.mu.Unlock()
+	kl.Lock()
+	return func() {
+		kl.Unlock()
+		l.mu.Lock()
+		if kl.refs--; kl.refs == 0 {
+			delete(l.m, k)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// discard is the logger used when none is given.
+var discard = slog.New(slog.DiscardHandler)

@@ -1,0 +1,335 @@
+package snapshots
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrQueueFull reports a change that Writer dropped because as many
+// sessions as its queue holds were already waiting.
+var ErrQueueFull = errors.New("snapshots: write queue full")
+
+// ErrClosed reports a change handed to a Writer after Close.
+var ErrClosed = errors.New("snapshots: writer closed")
+
+// Writer saves session changes and snapshots off the request path, so that
+// saving never blocks or slows a response (seed 004 10.5). The proxy hands
+// it work and returns at once; a few workers write to the Store.
+//
+// The queue holds sessions, not changes. Changes to a session that is
+// already waiting join it and are written together in one Store.Update, in
+// the order they came: a session's newest state wins and no change is lost
+// (every counter increment applies), however many arrive while the store
+// is slow. Only when QueueSize distinct sessions are waiting is a change
+// for yet another session dropped, with ErrQueueFull, counted and logged,
+// rather than making a response wait on the disk.
+//
+// Writer also takes the automatic snapshots of seed 004 4.6: when a
+// session's Stats.Usage crosses Config.AutoThreshold upwards in an update,
+// the state after the update is saved as a ReasonAuto snapshot.
+type Writer struct {
+	st        Store
+	log       *slog.Logger
+	threshold float64
+	capacity  int
+
+	mu      sync.Mutex
+	wake    *sync.Cond // work queued, or closing
+	idle    *sync.Cond // a session finished
+	pending map[string]*pending
+	ready   []string // ids with work and no worker, oldest first
+	closed  bool
+	wg      sync.WaitGroup
+
+	updates, snapshots, failures, dropped, coalesced, auto atomic.Uint64
+}
+
+// pending is one session's queued work.
+type pending struct {
+	ops    []op
+	queued bool // in ready
+	busy   bool // a worker is writing it
+}
+
+// op is one queued change: an update (fn), a snapshot of the stored state
+// (reason), or a given snapshot (snap).
+type op struct {
+	fn     func(*Session) error
+	reason string
+	snap   *Snapshot
+}
+
+// WriterCounters are a Writer's running totals, for metrics.
+type WriterCounters struct {
+	// Updates and Snapshots count what was written; Auto the snapshots
+	// Writer took itself; Failures the writes the store refused.
+	Updates   uint64
+	Snapshots uint64
+	Auto      uint64
+	Failures  uint64
+	// Dropped counts changes refused with ErrQueueFull or ErrClosed;
+	// Coalesced the updates that joined another in one write.
+	Dropped   uint64
+	Coalesced uint64
+	// Pending is how many sessions are waiting now.
+	Pending int
+}
+
+// NewWriter starts a Writer over st with cfg's queue size, workers and
+// automatic-snapshot threshold. Close stops it.
+func NewWriter(st Store, cfg Config, log *slog.Logger) *Writer {
+	cfg = cfg.withDefaults()
+	if log == nil {
+		log = discard
+	}
+	w := &Writer{
+		st:        st,
+		log:       log,
+		threshold: cfg.AutoThreshold,
+		capacity:  cfg.QueueSize,
+		pending:   make(map[string]*pending),
+	}
+	w.wake = sync.NewCond(&w.mu)
+	w.idle = sync.NewCond(&w.mu)
+	for range cfg.Workers {
+		w.wg.Go(w.work)
+	}
+	return w
+}
+
+// Update queues fn to change session id (see Store.Update). fn runs later,
+// on a worker, against the stored state, and may run more than once; it
+// must not keep or change what the caller goes on using. An error from fn
+// is logged and counted, and the session's other queued changes still
+// apply.
+func (w *Writer) Update(id string, fn func(*Session) error) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	return w.enqueue(id, op{fn: fn})
+}
+
+// Snapshot queues a snapshot of session id as stored once the changes
+// queued before it are written.
+func (w *Writer) Snapshot(id, reason string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	return w.enqueue(id, op{reason: reason})
+}
+
+// SaveSnapshot queues snap to be saved, for a snapshot of something other
+// than the stored state: the conversation as sent just before an overflow
+// cut (ReasonOverflow), or at the memory guard's emergency. snap must not
+// change afterwards.
+func (w *Writer) SaveSnapshot(snap *Snapshot) error {
+	if err := checkID(snap.SessionID); err != nil {
+		return err
+	}
+	return w.enqueue(snap.SessionID, op{snap: snap})
+}
+
+func (w *Writer) enqueue(id string, o op) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		w.dropped.Add(1)
+		return ErrClosed
+	}
+	p := w.pending[id]
+	if p == nil {
+		if len(w.pending) >= w.capacity {
+			w.dropped.Add(1)
+			w.log.Warn("snapshots: write queue full, change dropped", "session", id, "queue", w.capacity)
+			return ErrQueueFull
+		}
+		p = new(pending)
+		w.pending[id] = p
+	}
+	p.ops = append(p.ops, o)
+	if !p.queued && !p.busy {
+		p.queued = true
+		w.ready = append(w.ready, id)
+		w.wake.Signal()
+	}
+	return nil
+}
+
+// work writes sessions until the Writer is closed and the queue is empty.
+func (w *Writer) work() {
+	w.mu.Lock()
+	for {
+		for len(w.ready) == 0 && !w.closed {
+			w.wake.Wait()
+		}
+		if len(w.ready) == 0 {
+			w.mu.Unlock()
+			return
+		}
+		id := w.ready[0]
+		w.ready[0] = ""
+		w.ready = w.ready[1:]
+		p := w.pending[id]
+		p.queued, p.busy = false, true
+		ops := p.ops
+		p.ops = nil
+		w.mu.Unlock()
+
+		w.safeWrite(id, ops)
+
+		w.mu.Lock()
+		p.busy = false
+		if len(p.ops) > 0 {
+			p.queued = true
+			w.ready = append(w.ready, id)
+			w.wake.Signal()
+		} else {
+			delete(w.pending, id)
+		}
+		w.idle.Broadcast()
+	}
+}
+
+// safeWrite is write that survives a panicking change: the proxy's
+// closures run here, and one bad change must not stop every later save.
+func (w *Writer) safeWrite(id string, ops []op) {
+	defer func() {
+		if v := recover(); v != nil {
+			w.failures.Add(1)
+			w.log.Error("snapshots: session change panicked", "session", id, "panic", v)
+		}
+	}()
+	w.write(id, ops)
+}
+
+// write applies one session's queued ops in order, joining consecutive
+// updates into one Store.Update.
+func (w *Writer) write(id string, ops []op) {
+	// The store's own timeouts bound each write; a shutdown waits for
+	// them through Close's context.
+	ctx := context.Background()
+	for len(ops) > 0 {
+		n := 0
+		for n < len(ops) && ops[n].fn != nil {
+			n++
+		}
+		if n > 0 {
+			w.update(ctx, id, ops[:n])
+			ops = ops[n:]
+			continue
+		}
+		o := ops[0]
+		ops = ops[1:]
+		var err error
+		switch {
+		case o.snap != nil:
+			_, err = w.st.SaveSnapshot(ctx, o.snap)
+		default:
+			_, err = TakeSnapshot(ctx, w.st, id, o.reason)
+		}
+		if err != nil {
+			w.failures.Add(1)
+			w.log.Error("snapshots: save snapshot", "session", id, "err", err)
+			continue
+		}
+		w.snapshots.Add(1)
+	}
+}
+
+func (w *Writer) update(ctx context.Context, id string, ops []op) {
+	var auto *Snapshot
+	err := w.st.Update(ctx, id, func(s *Session) error {
+		auto = nil
+		before := s.Stats.Usage
+		for _, o := range ops {
+			if err := o.fn(s); err != nil {
+				w.failures.Add(1)
+				w.log.Error("snapshots: session change failed", "session", id, "err", err)
+			}
+		}
+		if w.threshold > 0 && before < w.threshold && s.Stats.Usage >= w.threshold {
+			auto = NewSnapshot(s, ReasonAuto)
+		}
+		return nil
+	})
+	if err != nil {
+		w.failures.Add(1)
+		w.log.Error("snapshots: save session", "session", id, "err", err)
+		return
+	}
+	w.updates.Add(1)
+	w.coalesced.Add(uint64(len(ops) - 1))
+	if auto != nil {
+		if _, err := w.st.SaveSnapshot(ctx, auto); err != nil {
+			w.failures.Add(1)
+			w.log.Error("snapshots: save automatic snapshot", "session", id, "err", err)
+			return
+		}
+		w.snapshots.Add(1)
+		w.auto.Add(1)
+		w.log.Info("snapshots: automatic snapshot", "session", id, "usage", auto.Usage, "tokens", auto.Tokens)
+	}
+}
+
+// Flush waits until everything queued so far is written, or ctx is done.
+func (w *Writer) Flush(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		w.idle.Broadcast()
+		w.mu.Unlock()
+	})
+	defer stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for len(w.pending) > 0 {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("snapshots: flush: %d sessions not yet written: %w", len(w.pending), err)
+		}
+		w.idle.Wait()
+	}
+	return nil
+}
+
+// Close stops taking changes, writes everything queued and waits for it,
+// or until ctx is done (graceful shutdown). It does not close the store.
+func (w *Writer) Close(ctx context.Context) error {
+	w.mu.Lock()
+	w.closed = true
+	w.wake.Broadcast()
+	w.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		w.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		w.mu.Lock()
+		n := len(w.pending)
+		w.mu.Unlock()
+		w.log.Error("snapshots: shutdown before every session was saved", "unsaved", n)
+		return fmt.Errorf("snapshots: close: %d sessions not yet written: %w", n, ctx.Err())
+	}
+}
+
+// Counters returns the Writer's running totals.
+func (w *Writer) Counters() WriterCounters {
+	w.mu.Lock()
+	n := len(w.pending)
+	w.mu.Unlock()
+	return WriterCounters{
+		Updates:   w.updates.Load(),
+		Snapshots: w.snapshots.Load(),
+		Auto:      w.auto.Load(),
+		Failures:  w.failures.Load(),
+		Dropped:   w.dropped.Load(),
+		Coalesced: w.coalesced.Load(),
+		Pending:   n,
+	}
+}

@@ -1,0 +1,248 @@
+package snapshots
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// gated holds every write until release is called, as a stalled disk or
+// Redis would.
+type gated struct {
+	Store
+	open    chan struct{}
+	release func()
+}
+
+func newGated(st Store) *gated {
+	g := &gated{Store: st, open: make(chan struct{})}
+	g.release = sync.OnceFunc(func() { close(g.open) })
+	return g
+}
+
+func (g *gated) Update(ctx context.Context, id string, fn func(*Session) error) error {
+	<-g.open
+	return g.Store.Update(ctx, id, fn)
+}
+
+func (g *gated) SaveSnapshot(ctx context.Context, snap *Snapshot) (SnapshotInfo, error) {
+	<-g.open
+	return g.Store.SaveSnapshot(ctx, snap)
+}
+
+func newWriter(t *testing.T, st Store, cfg Config) *Writer {
+	t.Helper()
+	w := NewWriter(st, cfg, nil)
+	t.Cleanup(func() { w.Close(context.Background()) })
+	return w
+}
+
+func incr(s *Session) error {
+	s.Stats.Requests++
+	return nil
+}
+
+// Changes to a waiting session join it: one write, every change applied,
+// in order.
+func TestWriterCoalesces(t *testing.T) {
+	g := newGated(newFileStore(t, t.TempDir(), Config{}))
+	w := newWriter(t, g, Config{})
+	for i := range 100 {
+		err := w.Update("s", func(s *Session) error {
+			s.Stats.Requests++
+			s.Messages = append(s.Messages, msg("user", fmt.Sprint(i)))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := w.Counters(); c.Pending != 1 {
+		t.Errorf("Pending = %d with one session queued, want 1", c.Pending)
+	}
+	g.release()
+	if err := w.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := mustGet(t, g, "s")
+	for i, m := range s.Messages {
+		if m.Content != fmt.Sprint(i) {
+			t.Fatalf("message %d is %q: changes applied out of order", i, m.Content)
+		}
+	}
+	c := w.Counters()
+	if s.Stats.Requests != 100 || len(s.Messages) != 100 || c.Updates > 2 || c.Coalesced < 98 {
+		t.Errorf("requests %d, %d messages, counters %+v; want 100 changes in at most 2 writes", s.Stats.Requests, len(s.Messages), c)
+	}
+}
+
+// A full queue drops a new session's change rather than block.
+func TestWriterQueueFull(t *testing.T) {
+	var logs bytes.Buffer
+	g := newGated(newFileStore(t, t.TempDir(), Config{}))
+	w := NewWriter(g, Config{QueueSize: 2, Workers: 1}, slog.New(slog.NewTextHandler(&logs, nil)))
+	defer w.Close(context.Background())
+	for _, id := range []string{"a", "b"} {
+		if err := w.Update(id, incr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Update("c", incr); !errors.Is(err, ErrQueueFull) {
+		t.Errorf("third session in a queue of 2: %v, want ErrQueueFull", err)
+	}
+	if err := w.Update("a", incr); err != nil {
+		t.Errorf("a change to a waiting session must join it: %v", err)
+	}
+	g.release()
+	w.Flush(context.Background())
+	if s := mustGet(t, g, "a"); s.Stats.Requests != 2 {
+		t.Errorf("session a has %d requests, want 2", s.Stats.Requests)
+	}
+	if _, err := g.Get(ctx, "c"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the dropped change was written: %v", err)
+	}
+	if c := w.Counters(); c.Dropped != 1 {
+		t.Errorf("Dropped = %d, want 1", c.Dropped)
+	}
+	if !strings.Contains(logs.String(), "queue full") {
+		t.Errorf("the drop was not logged:\n%s", logs.String())
+	}
+}
+
+// 100 concurrent requests on one session (under -race): every change is
+// in the stored state.
+func TestWriterConcurrentRequests(t *testing.T) {
+	st := newFileStore(t, t.TempDir(), Config{})
+	w := newWriter(t, st, Config{})
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Go(func() {
+			w.Update("one", func(s *Session) error {
+				s.Stats.Requests++
+				s.Metadata = map[string]any{"last": float64(i)}
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := mustGet(t, st, "one"); s.Stats.Requests != 100 {
+		t.Errorf("requests %d after 100 concurrent updates", s.Stats.Requests)
+	}
+}
+
+// Close writes everything queued before returning (graceful shutdown).
+func TestWriterCloseFlushes(t *testing.T) {
+	st := newFileStore(t, t.TempDir(), Config{})
+	w := NewWriter(st, Config{Workers: 2}, nil)
+	for i := range 30 {
+		for range 3 {
+			w.Update(fmt.Sprint(i), incr)
+		}
+		w.Snapshot(fmt.Sprint(i), ReasonManual)
+	}
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		if s := mustGet(t, st, fmt.Sprint(i)); s.Stats.Requests != 3 {
+			t.Errorf("session %d: %d requests, want 3", i, s.Stats.Requests)
+		}
+		if list, _ := st.ListSnapshots(ctx, fmt.Sprint(i)); len(list) != 1 || list[0].Reason != ReasonManual {
+			t.Errorf("session %d snapshots: %+v", i, list)
+		}
+	}
+	if err := w.Update("late", incr); !errors.Is(err, ErrClosed) {
+		t.Errorf("Update after Close: %v, want ErrClosed", err)
+	}
+}
+
+// A shutdown deadline that passes before the store answers is reported.
+func TestWriterCloseDeadline(t *testing.T) {
+	g := newGated(newFileStore(t, t.TempDir(), Config{}))
+	w := NewWriter(g, Config{}, nil)
+	w.Update("s", incr)
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := w.Close(cctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Close past its deadline: %v", err)
+	}
+	if err := w.Flush(cctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Flush past its deadline: %v", err)
+	}
+	g.release()
+	if err := w.Close(context.Background()); err != nil {
+		t.Error(err)
+	}
+	if s := mustGet(t, g, "s"); s.Stats.Requests != 1 {
+		t.Error("the queued change was lost")
+	}
+}
+
+// A failing store is logged and counted; the writer goes on.
+func TestWriterStoreFailure(t *testing.T) {
+	var logs bytes.Buffer
+	st := newFileStore(t, t.TempDir(), Config{})
+	w := NewWriter(st, Config{}, slog.New(slog.NewTextHandler(&logs, nil)))
+	defer w.Close(context.Background())
+	create := st.createTemp
+	diskFull(st)
+	w.Update("s", incr)
+	w.Flush(context.Background())
+	if c := w.Counters(); c.Failures != 1 || c.Updates != 0 {
+		t.Errorf("counters after a failed write: %+v", c)
+	}
+	if !strings.Contains(logs.String(), "no space left") {
+		t.Errorf("the failure was not logged:\n%s", logs.String())
+	}
+	st.createTemp = create
+	w.Update("s", incr)
+	w.Flush(context.Background())
+	if s := mustGet(t, st, "s"); s.Stats.Requests != 1 {
+		t.Errorf("after the disk recovered: %d requests, want 1", s.Stats.Requests)
+	}
+}
+
+// A change that fails or panics is counted; the others still apply.
+func TestWriterBadChange(t *testing.T) {
+	st := newFileStore(t, t.TempDir(), Config{})
+	w := newWriter(t, newGated(st), Config{})
+	g := w.st.(*gated)
+	w.Update("s", incr)
+	w.Update("s", func(*Session) error { return errors.New("bad change") })
+	w.Update("s", incr)
+	w.Update("p", func(*Session) error { panic("bug") })
+	g.release()
+	w.Flush(context.Background())
+	w.Update("p", incr)
+	w.Flush(context.Background())
+	if s := mustGet(t, st, "s"); s.Stats.Requests != 2 {
+		t.Errorf("requests %d, want the 2 good changes", s.Stats.Requests)
+	}
+	if s := mustGet(t, st, "p"); s.Stats.Requests != 1 {
+		t.Errorf("after a panicking change, the next one: %d requests, want 1", s.Stats.Requests)
+	}
+	if c := w.Counters(); c.Failures != 2 {
+		t.Errorf("Failures = %d, want 2", c.Failures)
+	}
+}
+
+func TestWriterInvalidID(t *testing.T) {
+	w := newWriter(t, newFileStore(t, t.TempDir(), Config{}), Config{})
+	if err := w.Update("", incr); !errors.Is(err, ErrInvalidID) {
+		t.Errorf("Update: %v", err)
+	}
+	if err := w.Snapshot(strings.Repeat("x", MaxIDLen+1), ReasonManual); !errors.Is(err, ErrInvalidID) {
+		t.Errorf("Snapshot: %v", err)
+	}
+	if err := w.SaveSnapshot(&Snapshot{}); !errors.Is(err, ErrInvalidID) {
+		t.Errorf("SaveSnapshot: %v", err)
+	}
+}
