@@ -44,8 +44,8 @@ var pieceFuncs = map[string]func(string, int) int{
 
 // NewTiktoken returns a counter for the named encoding ("cl100k_base",
 // "o200k_base"). Each encoding is built once per process (reading its
-// vocabulary takes about 100 ms and 10–20 MB) and shared by every counter
-// that uses it; an error is remembered too.
+// vocabulary takes 60–80 ms and 5–10 MB) and shared by every counter that
+// uses it; an error is remembered too.
 func NewTiktoken(encoding string) (*Tiktoken, error) {
 	v, ok := encodings.Load(encoding)
 	if !ok {
