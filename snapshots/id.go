@@ -13,8 +13,9 @@ import (
 // record and index entry that carries it.
 const MaxIDLen = 256
 
-// ErrInvalidID reports a session or snapshot id that is empty, too long or
-// not valid UTF-8.
+// ErrInvalidID reports an id that cannot be one: a session id that is
+// empty, longer than MaxIDLen or not valid UTF-8, or a snapshot id that is
+// not 1 to 64 of [A-Za-z0-9._-] or starts with a dot.
 var ErrInvalidID = errors.New("snapshots: invalid id")
 
 // checkID validates a session id. Any non-empty UTF-8 string up to MaxIDLen

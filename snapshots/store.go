@@ -32,7 +32,9 @@ type Store interface {
 	// ErrNotFound when there was neither.
 	Delete(ctx context.Context, id string) error
 	// Clear removes session id's messages, stats and summaries and keeps
-	// its metadata (seed 000 /clear), or returns ErrNotFound.
+	// its metadata and model (seed 000 /clear), or returns ErrNotFound. It
+	// takes no snapshot: to make a /clear undoable, TakeSnapshot with
+	// ReasonClear first.
 	Clear(ctx context.Context, id string) error
 
 	// SaveSnapshot stores snap, making its ID and Created when they are
