@@ -218,10 +218,10 @@ func (s *Server) fetchModelInfo(ctx context.Context, name string) modelInfo {
 	return info
 }
 
-// loadedModels is the gpu monitor's view of /api/ps: which models Ollama
+// LoadedModels is the gpu monitor's view of /api/ps: which models Ollama
 // holds in memory and how much each takes, so their memory is not taken
 // for memory someone else uses.
-func (s *Server) loadedModels(ctx context.Context) ([]gpu.LoadedModel, error) {
+func (s *Server) LoadedModels(ctx context.Context) ([]gpu.LoadedModel, error) {
 	if s.kind(ctx) != KindOllama {
 		return nil, nil
 	}

@@ -35,7 +35,7 @@ func BenchmarkPassthrough(b *testing.B) {
 		io.WriteString(w, `{"model":"llama3.1:8b","message":{"role":"assistant","content":"ok"},"done":true,"prompt_eval_count":10,"eval_count":1}`)
 	}))
 	defer backend.Close()
-	s, err := New(Config{Backend: backend.URL}, nil)
+	s, err := New(Config{Backend: backend.URL}, Deps{}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

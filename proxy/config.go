@@ -35,6 +35,17 @@ type Config struct {
 	// has no session header.
 	NoFingerprint bool
 
+	// BackendKind is ollama, openai or auto (default: ask the backend).
+	BackendKind string
+	// TranslateOpenAI is auto (default: translate OpenAI chat requests to
+	// Ollama's /api/chat when the backend is Ollama), on or off.
+	TranslateOpenAI string
+	// RespectClient keeps a client's own options.num_ctx when it fits.
+	RespectClient bool
+	// Accumulate prepends the stored history to every request (clients
+	// that send only the new turn), as X-Ctxproxy-Accumulate: 1 does.
+	Accumulate bool
+
 	// Version is reported by /ctxproxy/status.
 	Version string
 }
@@ -57,6 +68,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxIdleConns <= 0 {
 		c.MaxIdleConns = 256
+	}
+	if c.BackendKind == "" {
+		c.BackendKind = KindAuto
 	}
 	if c.SessionHeader == "" {
 		c.SessionHeader = "X-Session-ID"

@@ -13,13 +13,18 @@ type apiError struct {
 	message string
 	// code is OpenAI's machine-readable code (e.g. context_length_exceeded).
 	code string
+	// raw, when set, is the complete OpenAI error body to send (from the
+	// translator, which fills param and type itself).
+	raw []byte
 }
 
 // writeError writes e in the shape clients of dialect d parse:
 // OpenAI {"error":{"message","type","param","code"}}, Ollama {"error":"..."}.
 func writeError(w http.ResponseWriter, d Dialect, e apiError) {
 	var body []byte
-	if d == OpenAI {
+	if d == OpenAI && e.raw != nil {
+		body = e.raw
+	} else if d == OpenAI {
 		typ := "invalid_request_error"
 		switch {
 		case e.status >= 500:

@@ -8,6 +8,12 @@ type metrics struct {
 	requests   *prometheus.CounterVec
 	unparsable *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
+
+	tokensBefore, tokensAfter prometheus.Histogram
+	dropped, summarized       prometheus.Counter
+	truncations               prometheus.Counter
+	calibrationError          prometheus.Histogram
+	added                     prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -26,6 +32,29 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.005, 4, 10),
 		}, []string{"route"}),
 	}
-	reg.MustRegister(m.requests, m.unparsable, m.duration)
+	tokenBuckets := prometheus.ExponentialBuckets(256, 2, 12)
+	m.tokensBefore = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "ctxproxy_prompt_tokens_before", Help: "Estimated prompt tokens of chat requests as clients sent them.",
+		Buckets: tokenBuckets})
+	m.tokensAfter = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "ctxproxy_prompt_tokens_after", Help: "Estimated prompt tokens of chat requests as forwarded.",
+		Buckets: tokenBuckets})
+	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ctxproxy_messages_dropped_total", Help: "Messages removed from chat requests by trimming."})
+	m.summarized = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ctxproxy_messages_summarized_total", Help: "Messages folded into summaries."})
+	m.truncations = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ctxproxy_backend_truncations_total",
+		Help: "Responses whose reported prompt tokens show the backend cut the prompt silently."})
+	m.calibrationError = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "ctxproxy_token_estimate_error_ratio",
+		Help:    "Relative error of the forwarded prompt's token estimate against the backend's count.",
+		Buckets: []float64{0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1}})
+	m.added = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "ctxproxy_added_latency_seconds",
+		Help:    "Time ctxproxy spent on a chat request before forwarding it (decode, count, trim, encode).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)})
+	reg.MustRegister(m.requests, m.unparsable, m.duration, m.tokensBefore, m.tokensAfter, m.dropped,
+		m.summarized, m.truncations, m.calibrationError, m.added)
 	return m
 }

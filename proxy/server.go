@@ -23,12 +23,53 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/snapshots"
 )
+
+// Store is what the proxy needs of the session store (snapshots.FileStore
+// or snapshots.RedisStore).
+type Store interface {
+	Get(ctx context.Context, id string) (*snapshots.Session, error)
+	Update(ctx context.Context, id string, fn func(*snapshots.Session) error) error
+	List(ctx context.Context) ([]snapshots.SessionInfo, error)
+	Delete(ctx context.Context, id string) error
+	Clear(ctx context.Context, id string) error
+	SaveSnapshot(ctx context.Context, snap *snapshots.Snapshot) (snapshots.SnapshotInfo, error)
+	ListSnapshots(ctx context.Context, id string) ([]snapshots.SnapshotInfo, error)
+	LoadSnapshot(ctx context.Context, id, snapID string) (*snapshots.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, id, snapID string) error
+}
+
+// Writer queues session writes off the request path
+// (snapshots.Writer).
+type Writer interface {
+	Update(id string, fn func(*snapshots.Session) error) error
+	Snapshot(id, reason string) error
+	SaveSnapshot(snap *snapshots.Snapshot) error
+}
+
+// Deps are the parts of ctxproxy the proxy drives. A nil field turns its
+// feature off: without Tokens nothing is counted or trimmed, without
+// Sizer num_ctx is left to the client, without Store and Writer no
+// session is kept.
+type Deps struct {
+	Tokens  *budget.Registry
+	Trimmer *rewrite.Trimmer
+	Sizer   *gpu.Sizer
+	Monitor *gpu.Monitor
+	Store   Store
+	Writer  Writer
+}
 
 // Server is the ctxproxy HTTP handler.
 type Server struct {
@@ -41,14 +82,64 @@ type Server struct {
 	registry *prometheus.Registry
 	mux      *http.ServeMux
 
+	tokens  *budget.Registry
+	trimmer atomic.Pointer[rewrite.Trimmer]
+	sizer   *gpu.Sizer
+	monitor *gpu.Monitor
+	store   Store
+	writer  Writer
+
+	bk      backendKind
+	models  models
+	usage   usageCache
+	cleared emergencies
+
 	// lastBackendOK is the time (unix ns) the backend last answered.
 	lastBackendOK atomic.Int64
 }
 
+// usageCache remembers each session's last usage and when it was seen,
+// to notice when usage crosses a threshold and which sessions are active.
+// Session ids are client data: it is bounded.
+type usageCache struct {
+	mu sync.Mutex
+	m  map[string]usageEntry
+}
+
+type usageEntry struct {
+	usage float64
+	seen  time.Time
+}
+
+// swap stores usage for id and returns the previous value.
+func (u *usageCache) swap(id string, usage float64) (prev float64, seen bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.m == nil || len(u.m) >= 100000 {
+		u.m = map[string]usageEntry{}
+	}
+	e, seen := u.m[id]
+	u.m[id] = usageEntry{usage: usage, seen: time.Now()}
+	return e.usage, seen
+}
+
+// active lists the sessions seen within d.
+func (u *usageCache) active(d time.Duration) []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []string
+	for id, e := range u.m {
+		if time.Since(e.seen) < d {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 var _ http.Handler = (*Server)(nil)
 
-// New returns a Server for cfg. log may be nil.
-func New(cfg Config, log *slog.Logger) (*Server, error) {
+// New returns a Server for cfg driving deps. log may be nil.
+func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -57,7 +148,13 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("proxy: backend %q is not an http(s) URL", cfg.Backend)
 	}
-	s := &Server{cfg: cfg, log: log, backend: u, registry: prometheus.NewRegistry()}
+	s := &Server{cfg: cfg, log: log, backend: u, registry: prometheus.NewRegistry(),
+		tokens: deps.Tokens, sizer: deps.Sizer, monitor: deps.Monitor, store: deps.Store, writer: deps.Writer}
+	s.bk.configured = cfg.BackendKind
+	s.trimmer.Store(deps.Trimmer)
+	if deps.Monitor != nil {
+		deps.Monitor.Subscribe(s.onMemoryEvent)
+	}
 	s.metrics = newMetrics(s.registry)
 	transport := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
@@ -118,6 +215,19 @@ type exchange struct {
 	status  int
 	// headers are added to the response (X-Ctxproxy-*).
 	headers http.Header
+	plan    *plan
+	// outPath, when set, replaces the request path (an OpenAI request
+	// translated to Ollama's /api/chat).
+	outPath  string
+	logAttrs []any
+	// ready is when the request was ready to forward: what ctxproxy
+	// added before the backend saw it.
+	ready time.Time
+}
+
+// warn adds a warning for the client (X-Ctxproxy-Warning) and the log.
+func (ex *exchange) warn(msg string) {
+	ex.headers.Add("X-Ctxproxy-Warning", msg)
 }
 
 type exchangeKey struct{}
@@ -173,16 +283,21 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 	ex.session = session
 	if session != "" {
 		ex.headers.Set("X-Ctxproxy-Session", session)
-	}
-
-	out := body
-	if req.annotated {
-		out, err = rebuildBody(body, req.messages, true, 0)
-		if err != nil {
-			s.log.Error("re-encoding messages failed; forwarding as sent", "err", err)
-			out = body
+		if snap, ok := s.cleared.take(session); ok {
+			ex.warn(emergencyWarning(session, snap))
 		}
 	}
+
+	out, aerr := s.prepare(r.Context(), r, ex, req)
+	if aerr != nil {
+		ex.status = aerr.status
+		for k, v := range ex.headers {
+			w.Header()[k] = v
+		}
+		writeError(w, d, *aerr)
+		return
+	}
+	ex.ready = time.Now()
 	s.forward(w, r, ex, out)
 }
 
@@ -255,6 +370,10 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 		}
 	}
 	pr.Out.Header.Del(s.cfg.SessionHeader)
+	if ex := exchangeFrom(pr.In.Context()); ex != nil && ex.outPath != "" {
+		pr.Out.URL.Path = s.backend.JoinPath(ex.outPath).Path
+		pr.Out.URL.RawPath = ""
+	}
 	if exchangeFrom(pr.In.Context()) != nil {
 		// ctxproxy reads intercepted responses (usage, the reply), so ask
 		// for them uncompressed; only the transfer encoding changes.
@@ -272,6 +391,15 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	ex.status = resp.StatusCode
 	for k, v := range ex.headers {
 		resp.Header[k] = v
+	}
+	if !ex.ready.IsZero() {
+		s.metrics.added.Observe(ex.ready.Sub(ex.start).Seconds())
+	}
+	resp.Body = newTap(resp.Body, ex.dialect, resp.StatusCode, resp.Header.Get("Content-Type"), func(rep reply) {
+		s.afterReply(ex, rep)
+	})
+	if ex.plan != nil && ex.plan.translate {
+		return s.translateResponse(resp, ex)
 	}
 	return nil
 }
@@ -306,6 +434,9 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if ex != nil {
 		ex.status = e.status
 	}
+	if isDialError(err) {
+		s.forgetKind()
+	}
 	s.log.Warn("backend request failed", "path", r.URL.Path, "status", e.status, "err", err)
 	writeError(w, d, e)
 }
@@ -323,9 +454,29 @@ func (s *Server) logChat(ex *exchange) {
 	if status >= 500 {
 		level = slog.LevelWarn
 	}
-	s.log.Log(context.Background(), level, "chat",
-		"route", ex.route, "dialect", ex.dialect.String(), "model", ex.model, "session", ex.session,
-		"stream", ex.stream, "status", status, "duration", time.Since(ex.start).Round(time.Millisecond))
+	attrs := []any{"route", ex.route, "dialect", ex.dialect.String(), "model", ex.model, "session", ex.session,
+		"stream", ex.stream, "status", status, "duration", time.Since(ex.start).Round(time.Millisecond)}
+	if p := ex.plan; p != nil {
+		if p.counter != nil {
+			attrs = append(attrs, "tokens_before", p.before.Tokens, "tokens", p.after.Tokens, "limit", p.limit,
+				"usage", fmt.Sprintf("%.1f%%", p.usage()*100))
+			s.metrics.tokensBefore.Observe(float64(p.before.Tokens))
+			s.metrics.tokensAfter.Observe(float64(p.after.Tokens))
+		}
+		if p.numCtx > 0 {
+			attrs = append(attrs, "num_ctx", p.numCtx)
+		}
+		if p.result.Notice != "" {
+			attrs = append(attrs, "dropped", p.result.Dropped, "summarized", p.result.Summarized, "notice", p.result.Notice)
+			s.metrics.dropped.Add(float64(p.result.Dropped))
+			s.metrics.summarized.Add(float64(p.result.Summarized))
+		}
+		if p.translate {
+			attrs = append(attrs, "translated", true)
+		}
+	}
+	attrs = append(attrs, ex.logAttrs...)
+	s.log.Log(context.Background(), level, "chat", attrs...)
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {

@@ -29,7 +29,7 @@ var update = flag.Bool("update", false, "rewrite golden files")
 func newProxy(t *testing.T, backendURL string, cfg Config) (*Server, *httptest.Server) {
 	t.Helper()
 	cfg.Backend = backendURL
-	s, err := New(cfg, nil)
+	s, err := New(cfg, Deps{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,7 +486,7 @@ func TestHealthAndReady(t *testing.T) {
 
 func TestNewRejectsBadBackend(t *testing.T) {
 	for _, u := range []string{"ftp://x", "localhost:11434", "http://"} {
-		if _, err := New(Config{Backend: u}, nil); err == nil {
+		if _, err := New(Config{Backend: u}, Deps{}, nil); err == nil {
 			t.Errorf("New(%q) succeeded", u)
 		}
 	}

@@ -147,6 +147,9 @@ type SnapshotsConfig struct {
 type ModelConfig struct {
 	MaxTokens       int `mapstructure:"max_tokens"`
 	MaxOutputTokens int `mapstructure:"max_output_tokens"`
+	// Multiplier is the starting correction of token estimates (seed 004
+	// R2.6); calibration refines it. 0 means 1.
+	Multiplier float64 `mapstructure:"multiplier"`
 }
 
 // CommandsConfig turns on in-band /context commands.
@@ -333,6 +336,9 @@ func loadConfig(opts loadOptions) (Config, string, []string) {
 		problems = append(problems, splitDecodeError(err)...)
 	}
 	problems = append(problems, c.validate()...)
+	if len(problems) == 0 {
+		problems = append(problems, c.packageProblems()...)
+	}
 	return c, path, problems
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/lmittmann/tint"
 	"github.com/mattn/go-isatty"
 
+	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/proxy"
 )
 
@@ -186,18 +187,21 @@ func serve(ctx context.Context, args []string, e env) error {
 	}
 	log := newLogger(c.Log, e.stderr)
 
-	srv, err := proxy.New(proxy.Config{
-		Backend:               c.Backend.URL,
-		MaxBody:               int64(c.MaxBody),
-		ResponseHeaderTimeout: c.Backend.ResponseHeaderTimeout,
-		DialTimeout:           c.Backend.DialTimeout,
-		SessionHeader:         c.Session.Header,
-		NoFingerprint:         !c.Session.Fingerprint,
-		Version:               versionString(),
-	}, log)
+	var srv *proxy.Server
+	sys, err := build(ctx, c, log, func(ctx context.Context) ([]gpu.LoadedModel, error) {
+		return srv.LoadedModels(ctx)
+	})
 	if err != nil {
 		return err
 	}
+	defer sys.store.Close()
+	srv, err = proxy.New(c.proxyConfig(), sys.deps, log)
+	if err != nil {
+		return err
+	}
+	bg, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+	go sys.monitor.Run(bg)
 
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
@@ -230,6 +234,12 @@ func serve(ctx context.Context, args []string, e env) error {
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
+	}
+	stopBG()
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if err := sys.writer.Close(wctx); err != nil {
+		log.Warn("session writes not all flushed", "err", err)
 	}
 	log.Info("stopped")
 	return nil

@@ -57,6 +57,12 @@ func (s *syncBuffer) String() string {
 func startServe(t *testing.T, args []string, env map[string]string) (addr string, logs *syncBuffer, stop func() error) {
 	t.Helper()
 	addr = freeAddr(t)
+	if env == nil {
+		env = map[string]string{}
+	}
+	if env["CTXPROXY_SNAPSHOTS_DIR"] == "" {
+		env["CTXPROXY_SNAPSHOTS_DIR"] = t.TempDir()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	logs = &syncBuffer{}
 	errc := make(chan error, 1)

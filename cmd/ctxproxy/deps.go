@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/proxy"
+	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/snapshots"
+)
+
+// This file turns the one configuration into each package's own Config.
+
+func (c Config) proxyConfig() proxy.Config {
+	return proxy.Config{
+		Backend:               c.Backend.URL,
+		BackendKind:           c.Backend.Kind,
+		TranslateOpenAI:       c.Backend.TranslateOpenAI,
+		MaxBody:               int64(c.MaxBody),
+		ResponseHeaderTimeout: c.Backend.ResponseHeaderTimeout,
+		DialTimeout:           c.Backend.DialTimeout,
+		SessionHeader:         c.Session.Header,
+		NoFingerprint:         !c.Session.Fingerprint,
+		Accumulate:            c.Session.Accumulate,
+		RespectClient:         c.Context.RespectClient,
+		Version:               versionString(),
+	}
+}
+
+func (c Config) budgetConfig() budget.Config {
+	calibrate := c.Tokens.Calibrate
+	models := make(map[string]budget.Model, len(c.Models))
+	for name, m := range c.Models {
+		models[name] = budget.Model{MaxTokens: m.MaxTokens, MaxOutputTokens: m.MaxOutputTokens, Multiplier: m.Multiplier}
+	}
+	return budget.Config{
+		Encoding:            c.Tokens.Encoding,
+		ApproxCharsPerToken: c.Tokens.ApproxCharsPerToken,
+		ImageTokens:         c.Tokens.ImageTokens,
+		Calibrate:           &calibrate,
+		CacheEntries:        c.Tokens.CacheEntries,
+		Models:              models,
+		ReserveOutput:       c.Context.ReserveOutput,
+	}
+}
+
+func (c Config) strategyConfig() rewrite.Config {
+	s := c.Strategy
+	preserveSystem, preserveMarked := s.SlidingWindow.PreserveSystem, s.Selective.PreserveMarked
+	return rewrite.Config{
+		Mode:       s.Mode,
+		Threshold:  s.Threshold,
+		Target:     s.Target,
+		OnOverflow: s.OnOverflow,
+		SlidingWindow: rewrite.SlidingWindowConfig{
+			WindowSize: s.SlidingWindow.WindowSize, PreserveSystem: &preserveSystem},
+		Smart:       rewrite.SmartConfig{PreserveFirst: orNone(s.Smart.PreserveFirst), PreserveLast: orNone(s.Smart.PreserveLast)},
+		Selective:   rewrite.SelectiveConfig{PreserveRoles: s.Selective.PreserveRoles, PreserveMarked: &preserveMarked},
+		Importance:  rewrite.ImportanceConfig{PreserveAbove: s.Importance.PreserveAbove, PreserveRecent: orNone(s.Importance.PreserveRecent)},
+		ToolResults: rewrite.ToolResultsConfig{MaxTokens: s.ToolResults.MaxTokens},
+		Composite:   s.Composite,
+	}
+}
+
+// orNone maps a configured count to rewrite's convention, where 0 means
+// the default and a negative number means none.
+func orNone(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+func (c Config) gpuConfig() gpu.Config {
+	auto := c.Context.AutoSize
+	return gpu.Config{
+		Probe:          c.GPU.Probe,
+		PollActive:     c.GPU.PollActive,
+		PollIdle:       c.GPU.PollIdle,
+		Guard:          gpu.GuardConfig{CompressAt: c.GPU.Guard.CompressAt, ShrinkAt: c.GPU.Guard.ShrinkAt, EmergencyAt: c.GPU.Guard.EmergencyAt},
+		AutoSize:       &auto,
+		TargetSize:     c.Context.TargetSize,
+		MinSize:        c.Context.MinSize,
+		MaxSize:        c.Context.MaxSize,
+		VRAMBuffer:     uint64(c.Context.VRAMBuffer),
+		KVQuantization: c.Context.KVQuantization,
+		NumParallel:    c.Context.NumParallel,
+	}
+}
+
+func (c Config) snapshotsConfig() snapshots.Config {
+	s := c.Snapshots
+	return snapshots.Config{
+		Store:         s.Store,
+		Dir:           s.Dir,
+		AutoThreshold: s.AutoThreshold,
+		MaxCount:      s.MaxCount,
+		Redis:         snapshots.RedisConfig{Addr: s.Redis.Addr, Password: s.Redis.Password, DB: s.Redis.DB, Prefix: s.Redis.Prefix},
+	}
+}
+
+// packageProblems asks each package to validate its own configuration, so
+// check-config reports what they would refuse at start.
+func (c Config) packageProblems() []string {
+	var out []string
+	for name, err := range map[string]error{
+		"tokens":    c.budgetConfig().Validate(),
+		"strategy":  c.strategyConfig().Validate(),
+		"gpu":       c.gpuConfig().Validate(),
+		"snapshots": c.snapshotsConfig().Validate(),
+	} {
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", name, err))
+		}
+	}
+	return out
+}
+
+// system is every long-lived part of a running ctxproxy.
+type system struct {
+	deps    proxy.Deps
+	monitor *gpu.Monitor
+	writer  *snapshots.Writer
+	store   snapshots.Store
+}
+
+// build creates the parts serve runs with. loaded is the monitor's view
+// of the backend's loaded models (the proxy's, once it exists).
+func build(ctx context.Context, c Config, log *slog.Logger, loaded func(context.Context) ([]gpu.LoadedModel, error)) (*system, error) {
+	tokens := budget.NewRegistry(c.budgetConfig(), log.With("component", "budget"))
+	trimmer, err := rewrite.NewTrimmer(c.strategyConfig(), log.With("component", "rewrite"))
+	if err != nil {
+		return nil, err
+	}
+	gcfg := c.gpuConfig()
+	probe, err := gpu.Detect(ctx, gcfg, log.With("component", "gpu"))
+	if err != nil {
+		return nil, fmt.Errorf("gpu: %w", err)
+	}
+	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: log.With("component", "gpu"), Loaded: loaded})
+	store, err := snapshots.Open(ctx, c.snapshotsConfig(), log.With("component", "snapshots"))
+	if err != nil {
+		return nil, err
+	}
+	writer := snapshots.NewWriter(store, c.snapshotsConfig(), log.With("component", "snapshots"))
+	return &system{
+		deps: proxy.Deps{Tokens: tokens, Trimmer: trimmer, Sizer: gpu.NewSizer(gcfg), Monitor: mon,
+			Store: store, Writer: writer},
+		monitor: mon, writer: writer, store: store,
+	}, nil
+}

@@ -1,0 +1,413 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/proxy/translate"
+	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/snapshots"
+)
+
+// Seed 000's warnings, sent as X-Ctxproxy-Warning from the usage of the
+// conversation as the client sent it.
+const (
+	warn80 = "Context at 80% capacity. Consider /clear or /save."
+	warn90 = "Context at 90% capacity. Auto-trimming soon."
+)
+
+// ollamaDefaultCtx is the window Ollama uses when a request sets no
+// num_ctx (its documented default); ctxproxy assumes it when it does not
+// set num_ctx itself.
+const ollamaDefaultCtx = 4096
+
+// plan is what ctxproxy decided for one chat request.
+type plan struct {
+	model     string
+	messages  []rewrite.Message // what is forwarded
+	sent      []rewrite.Message // the conversation as the client meant it (history included when accumulating)
+	newTurn   []rewrite.Message // what the client sent this time (accumulate mode)
+	accum     bool
+	changed   bool
+	numCtx    int
+	numReason string
+	limit     int
+	before    budget.Estimate
+	after     budget.Estimate
+	result    rewrite.Result
+	translate bool
+	info      translate.Info
+	counter   *budget.MessageCounter
+}
+
+// prepare runs the request path of DESIGN.md: accumulate, size num_ctx,
+// count, trim, encode. It returns the body to forward, or an error for the
+// client.
+func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req *chatRequest) ([]byte, *apiError) {
+	p := &plan{model: req.model, messages: req.messages, sent: req.messages}
+	ex.plan = p
+	kind := s.kind(ctx)
+	switch s.cfg.TranslateOpenAI {
+	case "on":
+		p.translate = req.dialect == OpenAI && kind != KindOpenAI
+	case "off":
+	default:
+		p.translate = req.dialect == OpenAI && kind == KindOllama
+	}
+	toOllama := (req.dialect == Ollama && kind != KindOpenAI) || p.translate
+
+	// Accumulate: the client sends only its new turn (seed 000).
+	if ex.session != "" && s.store != nil && (s.cfg.Accumulate || r.Header.Get("X-Ctxproxy-Accumulate") == "1") {
+		p.accum = true
+		p.newTurn = req.messages
+		stored, err := s.store.Get(ctx, ex.session)
+		if err != nil && !errors.Is(err, snapshots.ErrNotFound) {
+			s.log.Warn("reading the session failed; sending the new turn alone", "session", ex.session, "err", err)
+		}
+		history := snapshots.Accumulate(stored, toStored(req.messages))
+		msgs, err := fromStored(history)
+		if err != nil {
+			s.log.Warn("stored session unreadable; sending the new turn alone", "session", ex.session, "err", err)
+		} else {
+			p.messages, p.sent, p.changed = msgs, msgs, len(msgs) != len(req.messages)
+		}
+	}
+
+	// num_ctx from the memory actually free (Ollama only).
+	var facts gpu.ModelFacts
+	if toOllama {
+		mi := s.modelInfo(ctx, req.model)
+		facts = mi.facts
+		p.numCtx = req.numCtx
+		if s.sizer != nil {
+			var snap gpu.Snapshot
+			if s.monitor != nil {
+				snap = s.monitor.Snapshot()
+			}
+			d := s.sizer.Decide(gpu.Model{Name: req.model, Facts: mi.facts, Weights: mi.weights}, snap)
+			p.numReason = d.Reason
+			if req.numCtx > 0 && s.cfg.RespectClient {
+				var why string
+				p.numCtx, why = d.Client(req.numCtx)
+				if p.numCtx != req.numCtx {
+					ex.warn("num_ctx " + strconv.Itoa(req.numCtx) + " lowered to " + strconv.Itoa(p.numCtx) + ": " + why)
+				}
+			} else if d.NumCtx > 0 {
+				p.numCtx = d.NumCtx
+			}
+		}
+	}
+
+	// The window: the model's limits, capped by num_ctx, less the reply.
+	var lim budget.Limits
+	if s.tokens != nil {
+		lim = s.tokens.Limits(req.model, facts.ContextLength)
+		switch {
+		case p.numCtx > 0:
+			lim = lim.Cap(p.numCtx)
+		case toOllama:
+			lim = lim.Cap(ollamaDefaultCtx)
+		}
+		if req.maxOutput > 0 {
+			lim = lim.WithOutput(req.maxOutput)
+		}
+		p.limit = lim.Effective()
+		p.counter = s.tokens.MessageCounter(req.model)
+		p.before = p.counter.Prompt(p.messages, req.tools)
+		p.after = p.before
+	}
+
+	// Trim when the conversation outgrows the window.
+	if trimmer := s.trimmer.Load(); trimmer != nil && p.counter != nil && p.limit > 0 {
+		mode := r.Header.Get("X-Ctxproxy-Strategy")
+		if _, err := trimmer.Strategy(mode); err != nil {
+			return nil, &apiError{status: http.StatusBadRequest, message: "X-Ctxproxy-Strategy: " + err.Error()}
+		}
+		tctx := ctx
+		if s.monitor != nil && s.monitor.Snapshot().Level >= gpu.LevelCompress {
+			// Seed 004 R6.2: under memory pressure, compress earlier.
+			tctx = rewrite.WithThreshold(tctx, max(trimmer.Threshold()-0.2, trimmer.Target()))
+		}
+		overhead := p.counter.Overhead(req.tools)
+		res, err := trimmer.Trim(tctx, mode, p.messages, p.limit-overhead, p.counter)
+		switch {
+		case errors.Is(err, rewrite.ErrOverflow):
+			return nil, &apiError{status: http.StatusBadRequest, code: "context_length_exceeded",
+				message: fmt.Sprintf("the conversation needs about %d tokens and the model's context window leaves %d; "+
+					"ctxproxy could not cut it down (strategy.on_overflow: %s)", p.before.Tokens, p.limit, trimmer.OnOverflow())}
+		case err != nil:
+			s.log.Error("trimming failed; forwarding the conversation as sent", "err", err)
+		case res.Notice != "":
+			p.result = res
+			p.messages = res.Messages
+			p.changed = true
+			p.after = p.counter.Prompt(p.messages, req.tools)
+		}
+	}
+
+	body := req.body
+	if p.changed || req.annotated || (toOllama && req.dialect == Ollama && p.numCtx > 0 && p.numCtx != req.numCtx) {
+		numCtx := 0
+		if req.dialect == Ollama && toOllama && p.numCtx != req.numCtx {
+			numCtx = p.numCtx
+		}
+		var err error
+		if body, err = rebuildBody(req.body, p.messages, p.changed || req.annotated, numCtx); err != nil {
+			s.log.Error("re-encoding the request failed; forwarding it as sent", "err", err)
+			body = req.body
+		}
+	}
+	if p.translate {
+		out, info, err := translate.Request(body, translate.RequestOptions{NumCtx: p.numCtx})
+		if err != nil {
+			var te *translate.Error
+			if errors.As(err, &te) {
+				return nil, &apiError{status: te.Status, message: te.Message, code: te.Code, raw: te.JSON()}
+			}
+			return nil, &apiError{status: http.StatusBadRequest, message: err.Error()}
+		}
+		for _, d := range info.Dropped {
+			s.log.Debug("translate: field not forwarded to Ollama", "field", d.Field, "reason", d.Reason)
+		}
+		p.info = info
+		body = out
+		ex.outPath = "/api/chat"
+	}
+	s.setPlanHeaders(ex, p)
+	return body, nil
+}
+
+// setPlanHeaders sets the X-Ctxproxy-* response headers of DESIGN.md.
+func (s *Server) setPlanHeaders(ex *exchange, p *plan) {
+	h := ex.headers
+	if p.counter != nil {
+		h.Set("X-Ctxproxy-Tokens", strconv.Itoa(p.after.Tokens))
+		h.Set("X-Ctxproxy-Tokens-Before", strconv.Itoa(p.before.Tokens))
+		h.Set("X-Ctxproxy-Limit", strconv.Itoa(p.limit))
+		usage := p.usage()
+		h.Set("X-Ctxproxy-Usage", strconv.FormatFloat(usage*100, 'f', 1, 64))
+		switch {
+		case usage >= 0.9:
+			ex.warn(warn90)
+		case usage >= 0.8:
+			ex.warn(warn80)
+		}
+	}
+	h.Set("X-Ctxproxy-Dropped", strconv.Itoa(p.result.Dropped))
+	h.Set("X-Ctxproxy-Summarized", strconv.Itoa(p.result.Summarized))
+	if p.numCtx > 0 {
+		h.Set("X-Ctxproxy-Num-Ctx", strconv.Itoa(p.numCtx))
+	}
+	if p.result.Notice != "" {
+		h.Set("X-Ctxproxy-Notice", p.result.Notice)
+	}
+}
+
+// usage is the share of the effective limit the conversation, as the
+// client sent it, takes.
+func (p *plan) usage() float64 {
+	if p.limit <= 0 {
+		return 0
+	}
+	return float64(p.before.Tokens) / float64(p.limit)
+}
+
+// afterReply runs when the response has ended: calibrate the counter from
+// the backend's truth, detect silent truncation, and record the session.
+// It runs on the request's goroutine after the last byte reached the
+// client; store writes are queued, never waited for.
+func (s *Server) afterReply(ex *exchange, rep reply) {
+	p := ex.plan
+	if p == nil {
+		return
+	}
+	truncated := false
+	if s.tokens != nil && rep.status == http.StatusOK && rep.complete && rep.promptTokens > 0 {
+		numCtx := 0
+		if p.numCtx > 0 && (ex.dialect == Ollama || p.translate) {
+			numCtx = p.numCtx
+		}
+		truncated = s.tokens.Observe(p.model, p.after, rep.promptTokens, numCtx)
+		s.metrics.calibrationError.Observe(relErr(p.after.Tokens, rep.promptTokens))
+		ex.logAttrs = append(ex.logAttrs, "prompt_tokens", rep.promptTokens)
+		if truncated {
+			s.metrics.truncations.Inc()
+			s.log.Warn("backend truncated the prompt silently: it reports far fewer prompt tokens than were sent",
+				"model", p.model, "session", ex.session, "sent_estimate", p.after.Tokens, "reported", rep.promptTokens,
+				"num_ctx", p.numCtx)
+		}
+	}
+	s.record(ex, rep, truncated)
+}
+
+func relErr(est, actual int) float64 {
+	if actual <= 0 {
+		return 0
+	}
+	d := float64(est-actual) / float64(actual)
+	if d < 0 {
+		d = -d
+	}
+	return d
+}
+
+// record queues the session update for this exchange.
+func (s *Server) record(ex *exchange, rep reply, truncated bool) {
+	p := ex.plan
+	if s.writer == nil || ex.session == "" || p == nil {
+		return
+	}
+	var replyMsg *snapshots.Message
+	if rep.status == http.StatusOK && rep.complete {
+		m := replyMessage(ex.dialect, rep)
+		replyMsg = &m
+	}
+	sent := toStored(p.sent)
+	newTurn := toStored(p.newTurn)
+	now := time.Now()
+	usage := p.usage()
+	stats := snapshots.Stats{
+		Tokens: p.before.Tokens, Limit: p.limit, Usage: usage, Sent: p.after.Tokens, NumCtx: p.numCtx,
+		Dropped: p.result.Dropped, Summarized: p.result.Summarized,
+	}
+	if rep.promptTokens > 0 {
+		stats.PromptTokens, stats.CompletionTokens = rep.promptTokens, rep.outputTokens
+	}
+	model, accum := p.model, p.accum
+	err := s.writer.Update(ex.session, func(sess *snapshots.Session) error {
+		if model != "" {
+			sess.Model = model
+		}
+		if accum {
+			sess.AppendTurn(newTurn, replyMsg, now)
+		} else {
+			msgs := sent
+			if replyMsg != nil {
+				msgs = append(msgs[:len(msgs):len(msgs)], *replyMsg)
+			}
+			sess.SetMessages(msgs, now)
+		}
+		st := stats
+		st.Requests = sess.Stats.Requests + 1
+		st.Truncations = sess.Stats.Truncations
+		st.LastTruncation = sess.Stats.LastTruncation
+		if truncated {
+			st.Truncations++
+			st.LastTruncation = now.UTC()
+		}
+		sess.Stats = st
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("session not recorded", "session", ex.session, "err", err)
+		return
+	}
+	// Snapshot before the first cut of a conversation that has outgrown
+	// the window (seed 004 4.7, the pre-overflow event). The writer takes
+	// the automatic snapshot at snapshots.auto_threshold itself, from the
+	// usage recorded above (seed 004 4.6).
+	prev, seen := s.usage.swap(ex.session, usage)
+	if p.result.Dropped > 0 && (!seen || prev < s.threshold()) {
+		s.log.Info("pre-overflow: conversation outgrew the window; snapshot taken before the first cut",
+			"session", ex.session, "tokens", p.before.Tokens, "limit", p.limit)
+		snap := snapshots.NewSnapshot(&snapshots.Session{ID: ex.session, Model: p.model, Messages: sent,
+			Stats: stats}, snapshots.ReasonOverflow)
+		if err := s.writer.SaveSnapshot(snap); err != nil {
+			s.log.Warn("snapshot not queued", "session", ex.session, "err", err)
+		}
+	}
+}
+
+func (s *Server) threshold() float64 {
+	if t := s.trimmer.Load(); t != nil {
+		return t.Threshold()
+	}
+	return 0.8
+}
+
+// toStored converts messages for the session store, keeping raw bytes.
+func toStored(msgs []rewrite.Message) []snapshots.Message {
+	out := make([]snapshots.Message, len(msgs))
+	for i, m := range msgs {
+		sm := snapshots.Message{Role: m.Role, Content: m.Content, Raw: m.Raw, Preserve: m.Preserve}
+		if m.Edited || m.Raw == nil {
+			sm.Raw = nil
+			if enc, err := encodeMessage(&msgs[i]); err == nil {
+				sm.Raw = enc
+			}
+		}
+		if m.HasImportance {
+			imp := m.Importance
+			sm.Importance = &imp
+		}
+		out[i] = sm
+	}
+	return out
+}
+
+// fromStored converts stored messages back, decoding their raw bytes.
+func fromStored(msgs []snapshots.Message) ([]rewrite.Message, error) {
+	out := make([]rewrite.Message, len(msgs))
+	for i, sm := range msgs {
+		raw := sm.Raw
+		if raw == nil {
+			b, err := json.Marshal(struct {
+				Role    string `json:"role"`
+				Content string `json:"content"`
+			}{sm.Role, sm.Content})
+			if err != nil {
+				return nil, err
+			}
+			raw = b
+		}
+		m, _, err := decodeMessage(raw)
+		if err != nil {
+			return nil, fmt.Errorf("stored message %d: %w", i, err)
+		}
+		if sm.Importance != nil {
+			m.Importance, m.HasImportance = *sm.Importance, true
+		}
+		m.Preserve = m.Preserve || sm.Preserve
+		out[i] = m
+	}
+	return out, nil
+}
+
+// replyMessage is the assistant's reply as a message the client would
+// send back in its next request, in the request's dialect.
+func replyMessage(d Dialect, rep reply) snapshots.Message {
+	m := map[string]any{"role": "assistant", "content": rep.content}
+	if len(rep.toolCalls) > 0 {
+		calls := make([]any, 0, len(rep.toolCalls))
+		for _, tc := range rep.toolCalls {
+			if d == OpenAI {
+				calls = append(calls, map[string]any{"id": tc.ID, "type": "function",
+					"function": map[string]any{"name": tc.Name, "arguments": tc.Arguments}})
+				continue
+			}
+			var args any = map[string]any{}
+			if tc.Arguments != "" {
+				_ = json.Unmarshal([]byte(tc.Arguments), &args)
+			}
+			fn := map[string]any{"name": tc.Name, "arguments": args}
+			call := map[string]any{"function": fn}
+			if tc.ID != "" {
+				call["id"] = tc.ID
+			}
+			calls = append(calls, call)
+		}
+		m["tool_calls"] = calls
+	}
+	if rep.thinking != "" && d == Ollama {
+		m["thinking"] = rep.thinking
+	}
+	raw, _ := json.Marshal(m)
+	return snapshots.Message{Role: "assistant", Content: rep.content, Raw: raw}
+}

@@ -1,0 +1,91 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/snapshots"
+)
+
+// activeWindow is how recently a session must have been used to count as
+// active when the memory guard reaches its emergency level.
+const activeWindow = 10 * time.Minute
+
+// emergencies remembers, per session, the snapshot the memory guard took
+// before clearing it, so the session's next response can say how to get
+// it back (seed 004 R6.5).
+type emergencies struct {
+	mu sync.Mutex
+	m  map[string]string // session → snapshot id
+}
+
+func (e *emergencies) set(session, snap string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.m == nil {
+		e.m = map[string]string{}
+	}
+	e.m[session] = snap
+}
+
+// take returns and forgets the emergency snapshot of session.
+func (e *emergencies) take(session string) (string, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	snap, ok := e.m[session]
+	delete(e.m, session)
+	return snap, ok
+}
+
+// onMemoryEvent is the memory guard's hook (gpu.Monitor.Subscribe). At the
+// emergency level (seed 004 R6.4: 95% of memory used) every active session
+// is snapshotted and cleared, and told how to restore itself. The lower
+// levels act on the request path: compress earlier (80%) and a smaller
+// num_ctx (90%, in the sizer).
+func (s *Server) onMemoryEvent(e gpu.Event) {
+	if e.Level != e.Prev {
+		s.log.Warn("memory guard level changed", "from", e.Prev.String(), "to", e.Level.String(),
+			"used", e.Snapshot.Used(), "total", e.Snapshot.Total())
+	}
+	if e.Level < gpu.LevelEmergency || e.Prev >= gpu.LevelEmergency || s.store == nil || s.writer == nil {
+		return
+	}
+	go s.emergency()
+}
+
+func (s *Server) emergency() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, id := range s.usage.active(activeWindow) {
+		sess, err := s.store.Get(ctx, id)
+		if err != nil || len(sess.Messages) == 0 {
+			continue
+		}
+		snap := snapshots.NewSnapshot(sess, snapshots.ReasonEmergency)
+		info, err := s.store.SaveSnapshot(ctx, snap)
+		if err != nil {
+			s.log.Error("emergency snapshot failed; session left as it is", "session", id, "err", err)
+			continue
+		}
+		if err := s.writer.Update(id, func(sess *snapshots.Session) error {
+			sess.Messages, sess.Summaries = nil, nil
+			sess.Stats = snapshots.Stats{Requests: sess.Stats.Requests, Truncations: sess.Stats.Truncations}
+			return nil
+		}); err != nil {
+			s.log.Error("emergency clear failed", "session", id, "err", err)
+			continue
+		}
+		s.cleared.set(id, info.ID)
+		s.log.Warn("memory emergency: session saved and cleared", "session", id, "snapshot", info.ID)
+	}
+}
+
+// emergencyWarning is what a session's client is told after the guard
+// cleared it.
+func emergencyWarning(session, snap string) string {
+	return fmt.Sprintf("GPU memory reached the emergency level: ctxproxy saved this session as snapshot %s and cleared it. "+
+		"Restore it with: ctxproxy context restore %s --session %q", snap, snap, session)
+}

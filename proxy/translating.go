@@ -1,0 +1,113 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/ctxproxy/ctxproxy/proxy/translate"
+)
+
+// translateResponse turns Ollama's answer to a translated request back into
+// OpenAI's shape: errors into OpenAI error objects, a JSON body into a
+// chat.completion, an NDJSON stream into SSE chunks, line by line so every
+// chunk is flushed as it comes.
+func (s *Server) translateResponse(resp *http.Response, ex *exchange) error {
+	info := ex.plan.info
+	h := resp.Header
+	h.Del("Content-Length")
+	resp.ContentLength = -1
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		e := translate.BackendError(resp.StatusCode, body)
+		out := e.JSON()
+		resp.StatusCode = e.Status
+		h.Set("Content-Type", "application/json")
+		h.Set("Content-Length", strconv.Itoa(len(out)))
+		resp.ContentLength = int64(len(out))
+		resp.Body = io.NopCloser(bytes.NewReader(out))
+		return nil
+	}
+	if !info.Stream {
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close() // runs the tap's done
+		if err != nil {
+			return err
+		}
+		out, err := translate.Response(body, info, translate.ResponseOptions{})
+		if err != nil {
+			var te *translate.Error
+			if errors.As(err, &te) {
+				out = te.JSON()
+				resp.StatusCode = te.Status
+			} else {
+				return err
+			}
+		}
+		h.Set("Content-Type", "application/json")
+		h.Set("Content-Length", strconv.Itoa(len(out)))
+		resp.ContentLength = int64(len(out))
+		resp.Body = io.NopCloser(bytes.NewReader(out))
+		return nil
+	}
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	resp.Body = &sseBody{src: resp.Body, st: translate.NewStream(info, translate.ResponseOptions{})}
+	return nil
+}
+
+// sseBody reads Ollama NDJSON from src and yields OpenAI SSE events. Each
+// Read returns the events of the lines that have arrived, so the proxy
+// flushes them before reading further.
+type sseBody struct {
+	src  io.ReadCloser
+	st   *translate.Stream
+	in   []byte // an incomplete line
+	out  []byte // converted, not yet read
+	buf  [32 << 10]byte
+	done bool
+}
+
+func (b *sseBody) Read(p []byte) (int, error) {
+	for len(b.out) == 0 {
+		if b.done {
+			return 0, io.EOF
+		}
+		n, err := b.src.Read(b.buf[:])
+		b.in = append(b.in, b.buf[:n]...)
+		for {
+			i := bytes.IndexByte(b.in, '\n')
+			if i < 0 {
+				break
+			}
+			out, aerr := b.st.Append(b.out, b.in[:i])
+			b.out = out
+			b.in = b.in[i+1:]
+			if aerr != nil {
+				b.done = true // an error line ends the stream
+				break
+			}
+		}
+		if err != nil {
+			if len(bytes.TrimSpace(b.in)) > 0 && !b.done {
+				b.out, _ = b.st.Append(b.out, b.in)
+			}
+			// Finish adds nothing after a clean end; after a cut-off it
+			// adds an error event and no [DONE], so the client sees the
+			// answer is incomplete.
+			b.out, _ = b.st.Finish(b.out)
+			b.done = true
+			if err != io.EOF && len(b.out) == 0 {
+				return 0, err
+			}
+		}
+	}
+	n := copy(p, b.out)
+	b.out = b.out[n:]
+	return n, nil
+}
+
+func (b *sseBody) Close() error { return b.src.Close() }
