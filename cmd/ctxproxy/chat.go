@@ -400,11 +400,11 @@ type replyWriter struct {
 }
 
 func (w *replyWriter) show(text string, thinking bool) {
-	if thinking && !w.p.on {
+	if text == "" || (thinking && !w.p.on) {
 		return
 	}
 	if w.thinking && !thinking {
-		// The answer begins on a line of its own after the thoughts.
+		// A blank line parts the thoughts from the answer.
 		w.end()
 		io.WriteString(w.w, "\n")
 	}
@@ -492,7 +492,12 @@ func (t *terminalInput) readLine() (string, error) {
 	if w, h, err := term.GetSize(t.outFd); err == nil {
 		_ = t.t.SetSize(w, h)
 	}
-	return t.t.ReadLine()
+	line, err := t.t.ReadLine()
+	if errors.Is(err, io.EOF) {
+		// Ctrl-D: leave the shell's prompt a line of its own.
+		_, _ = io.WriteString(t.t, "\n")
+	}
+	return line, err
 }
 
 // during runs fn while watching the keyboard: in raw mode Ctrl-C is a

@@ -636,3 +636,38 @@ func TestHistory(t *testing.T) {
 		t.Error("a history without a file is not empty")
 	}
 }
+
+// TestChatThinking: a thinking model's thoughts show dimmed on a terminal
+// and are left out of plain output, so scripts get only the answer.
+func TestChatThinking(t *testing.T) {
+	f := newFakeProxy(t)
+	f.setBackend(fakebackend.Options{Reply: "42", Thinking: "Let me count."})
+	plain := runChat(t, f, nil, lines("question"), "--session", "s1", "--model", "llama3.1", "--status=false")
+	if plain.stdout != "42\n" {
+		t.Errorf("plain stdout = %q, want only the answer", plain.stdout)
+	}
+	colored := runChat(t, f, nil, lines("question"), "--session", "s2", "--model", "llama3.1", "--status=false", "--color", "always")
+	if want := colorDim + "Let me count." + colorReset + "\n\n42\n"; colored.stdout != want {
+		t.Errorf("colored stdout = %q, want %q", colored.stdout, want)
+	}
+}
+
+// TestChatFlags: bad flags and arguments are refused before anything runs.
+func TestChatFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"chat", "extra"},
+		{"chat", "--dialect", "anthropic"},
+		{"chat", "--color", "sometimes"},
+		{"chat", "--proxy", "localhost:11435"},
+	} {
+		var out, errw bytes.Buffer
+		if err := run(context.Background(), args, envOf(nil), strings.NewReader(""), &out, &errw); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+	var out, errw bytes.Buffer
+	err := run(context.Background(), []string{"context", "-h"}, envOf(nil), strings.NewReader(""), &out, &errw)
+	if err == nil || !strings.Contains(errw.String(), "ctxproxy context add --session S --importance 0.9") {
+		t.Errorf("context -h: %v\n%s", err, errw.String())
+	}
+}
