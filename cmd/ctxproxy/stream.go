@@ -272,11 +272,16 @@ func readSSE(r io.Reader, reply *chatReply, show func(string, bool)) error {
 }
 
 // readLine reads one line without its end (LF or CRLF), up to maxEvent.
+// The line is valid until the next read.
 func readLine(br *bufio.Reader) ([]byte, error) {
 	var line []byte
 	for {
 		part, err := br.ReadSlice('\n')
-		line = append(line, part...)
+		if line == nil && err != bufio.ErrBufferFull {
+			line = part // the common case: the whole line was buffered
+		} else {
+			line = append(line, part...)
+		}
 		if len(line) > maxEvent {
 			return nil, fmt.Errorf("a reply line is larger than %d bytes", maxEvent)
 		}

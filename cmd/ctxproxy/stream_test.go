@@ -219,3 +219,45 @@ func FuzzReadStreams(f *testing.F) {
 		_ = clean(s)
 	})
 }
+
+// streamOf builds a reply stream of n chunks of one short token each.
+func streamOf(n int, sse bool) string {
+	var b strings.Builder
+	for range n {
+		if sse {
+			b.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":" word"},"finish_reason":null}]}` + "\n\n")
+		} else {
+			b.WriteString(`{"model":"llama3.1","created_at":"2026-11-21T12:00:00Z","message":{"role":"assistant","content":" word"},"done":false}` + "\n")
+		}
+	}
+	if sse {
+		b.WriteString("data: [DONE]\n\n")
+	} else {
+		b.WriteString(`{"model":"llama3.1","message":{"role":"assistant","content":""},"done":true,"prompt_eval_count":10,"eval_count":1000}` + "\n")
+	}
+	return b.String()
+}
+
+// BenchmarkReadNDJSON and BenchmarkReadSSE measure reading a 1,000-chunk
+// reply, the client's only per-token work.
+func BenchmarkReadNDJSON(b *testing.B) {
+	s := streamOf(1000, false)
+	b.SetBytes(int64(len(s)))
+	for b.Loop() {
+		var r chatReply
+		if err := readNDJSON(strings.NewReader(s), &r, func(string, bool) {}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkReadSSE(b *testing.B) {
+	s := streamOf(1000, true)
+	b.SetBytes(int64(len(s)))
+	for b.Loop() {
+		var r chatReply
+		if err := readSSE(strings.NewReader(s), &r, func(string, bool) {}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
