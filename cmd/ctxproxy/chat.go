@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -262,10 +263,24 @@ func (r *repl) command(ctx context.Context, text string) bool {
 		r.fail(fmt.Errorf("unknown command %s: /help lists the commands", clean(name)))
 		return false
 	}
+	var ae *apiError
+	if errors.As(err, &ae) && ae.status == http.StatusNotFound && readOnly[strings.TrimSpace(name+" "+rest)] {
+		// A new chat's session exists once something was sent.
+		_, err = fmt.Fprintf(r.out, "Session %s is empty: nothing was sent in it yet.\n", clean(r.session))
+	}
 	if err != nil {
 		r.fail(err)
 	}
 	return false
+}
+
+// readOnly are the commands that only look at the session.
+var readOnly = map[string]bool{"/stats": true, "/context": true, "/context status": true,
+	"/context list": true, "/context stats": true}
+
+// fail shows an error in one line; the chat goes on.
+func (r *repl) fail(err error) {
+	fmt.Fprintln(r.errw, r.errP.error(strings.TrimPrefix(err.Error(), errUsage.Error()+": ")))
 }
 
 // contextCommands are seed 004 R7's /context subcommands (with
@@ -383,11 +398,6 @@ func (r *repl) facts(ctx context.Context) facts {
 	})
 	wg.Wait()
 	return f
-}
-
-// fail shows an error in one line; the chat goes on.
-func (r *repl) fail(err error) {
-	fmt.Fprintln(r.errw, r.errP.error(strings.TrimPrefix(err.Error(), errUsage.Error()+": ")))
 }
 
 // replyWriter writes a streamed reply, thinking dimmed (and left out

@@ -181,8 +181,8 @@ func TestSeed000_TrackRunningTokenTotal(t *testing.T) {
 		totals = append(totals, m[1])
 	}
 	// The session does not exist before the first turn.
-	if !strings.Contains(out.stderr, `session "s1" not found (HTTP 404)`) {
-		t.Errorf("stderr %q: want the first /stats to say the session is not there yet", out.stderr)
+	if !strings.Contains(out.stdout, "Session s1 is empty: nothing was sent in it yet.\n") {
+		t.Errorf("stdout %q: want the first /stats to say the session is empty", out.stdout)
 	}
 	// "a question of some length" 7 + "echo: ..." 8; then 4 + 6 more.
 	if diff := cmp.Diff([]string{"15", "25"}, totals); diff != "" {
