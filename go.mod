@@ -11,6 +11,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/sashabaranov/go-openai v1.43.0
 	github.com/spf13/viper v1.21.0
+	golang.org/x/term v0.46.0
 )
 
 require (

@@ -37,6 +37,8 @@ const usage = `ctxproxy keeps every chat request inside the model's context wind
 
 Usage:
   ctxproxy [serve] [flags]       run the proxy (the default)
+  ctxproxy chat [flags]          chat with a model through a running ctxproxy
+  ctxproxy context CMD [flags]   manage a running ctxproxy's sessions and context
   ctxproxy check-config [flags]  check the configuration and print every problem
   ctxproxy health [flags]        exit 0 when the proxy at --listen answers (for container health checks)
   ctxproxy version               print the version
@@ -54,6 +56,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	switch cmd {
 	case "serve":
 		return serve(ctx, args, e)
+	case "chat":
+		return chatCmd(ctx, args, e)
+	case "context":
+		return contextCmd(ctx, args, e)
 	case "check-config":
 		return checkConfig(args, e)
 	case "health":

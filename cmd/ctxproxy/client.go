@@ -1,0 +1,519 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The admin API's JSON, as ADMIN_API.md lays it out. Only the fields the
+// terminal commands show are declared; the rest passes through --json
+// untouched.
+
+// sessionInfo is one row of GET /ctxproxy/sessions.
+type sessionInfo struct {
+	SessionID string    `json:"session_id"`
+	Model     string    `json:"model"`
+	Created   time.Time `json:"created"`
+	Updated   time.Time `json:"updated"`
+	Messages  int       `json:"messages"`
+	Tokens    int       `json:"tokens"`
+	Limit     int       `json:"limit"`
+	Usage     float64   `json:"usage"`
+	Requests  int       `json:"requests"`
+	Snapshots int       `json:"snapshots"`
+}
+
+// sessionStats are a session's running counters.
+type sessionStats struct {
+	Tokens           int     `json:"tokens"`
+	Limit            int     `json:"limit"`
+	Usage            float64 `json:"usage"`
+	Sent             int     `json:"sent"`
+	NumCtx           int     `json:"num_ctx"`
+	Dropped          int     `json:"dropped"`
+	Summarized       int     `json:"summarized"`
+	PromptTokens     int     `json:"prompt_tokens"`
+	CompletionTokens int     `json:"completion_tokens"`
+	Requests         int     `json:"requests"`
+	Truncations      int     `json:"truncations"`
+	// LastTruncation is shown as sent: a time, or null.
+	LastTruncation any `json:"last_truncation"`
+}
+
+// sessionDetail is GET /ctxproxy/sessions/{id}.
+type sessionDetail struct {
+	SessionID string         `json:"session_id"`
+	Model     string         `json:"model"`
+	Created   time.Time      `json:"created"`
+	Updated   time.Time      `json:"updated"`
+	Metadata  map[string]any `json:"metadata"`
+	Stats     sessionStats   `json:"stats"`
+	Messages  int            `json:"messages"`
+	Snapshots int            `json:"snapshots"`
+	// Warning is seed 000's 80% or 90% text; empty below 80%.
+	Warning string `json:"warning"`
+}
+
+// snapshotInfo describes one snapshot.
+type snapshotInfo struct {
+	ID        string    `json:"id"`
+	SessionID string    `json:"session_id"`
+	Created   time.Time `json:"created"`
+	Model     string    `json:"model"`
+	Tokens    int       `json:"tokens"`
+	Usage     float64   `json:"usage"`
+	Reason    string    `json:"reason"`
+	Messages  int       `json:"messages"`
+	Bytes     int64     `json:"bytes"`
+}
+
+// modelStatus is one entry of status.models.
+type modelStatus struct {
+	Name            string  `json:"name"`
+	MaxTokens       int     `json:"max_tokens"`
+	MaxOutputTokens int     `json:"max_output_tokens"`
+	Effective       int     `json:"effective"`
+	NumCtx          int     `json:"num_ctx"`
+	BytesPerToken   float64 `json:"bytes_per_token"`
+	Calibration     struct {
+		Ratio        float64 `json:"ratio"`
+		Observations int     `json:"observations"`
+	} `json:"calibration"`
+	Reason string `json:"reason"`
+}
+
+// device is one GPU (or the system memory) in status.gpu.devices.
+type device struct {
+	Vendor string `json:"vendor"`
+	Name   string `json:"name"`
+	Total  int64  `json:"total"`
+	Used   int64  `json:"used"`
+	Free   int64  `json:"free"`
+}
+
+// proxyStatus is GET /ctxproxy/status.
+type proxyStatus struct {
+	Version       string  `json:"version"`
+	UptimeSeconds float64 `json:"uptime_seconds"`
+	Backend       struct {
+		URL   string `json:"url"`
+		Kind  string `json:"kind"`
+		Ready bool   `json:"ready"`
+	} `json:"backend"`
+	Strategy struct {
+		Mode               string  `json:"mode"`
+		Threshold          float64 `json:"threshold"`
+		Target             float64 `json:"target"`
+		OnOverflow         string  `json:"on_overflow"`
+		EffectiveThreshold float64 `json:"effective_threshold"`
+	} `json:"strategy"`
+	Context struct {
+		Auto           bool   `json:"auto"`
+		TargetSize     int    `json:"target_size"`
+		MinSize        int    `json:"min_size"`
+		MaxSize        int    `json:"max_size"`
+		KVQuantization string `json:"kv_quantization"`
+		NumParallel    int    `json:"num_parallel"`
+	} `json:"context"`
+	GPU struct {
+		Probe   string   `json:"probe"`
+		Level   string   `json:"level"`
+		Total   int64    `json:"total"`
+		Used    int64    `json:"used"`
+		Free    int64    `json:"free"`
+		Usage   float64  `json:"usage"`
+		Devices []device `json:"devices"`
+	} `json:"gpu"`
+	Models    []modelStatus `json:"models"`
+	Snapshots struct {
+		Store         string  `json:"store"`
+		AutoThreshold float64 `json:"auto_threshold"`
+		MaxCount      int     `json:"max_count"`
+	} `json:"snapshots"`
+	Summarize struct {
+		Model      string `json:"model"`
+		KeepRecent int    `json:"keep_recent"`
+	} `json:"summarize"`
+	Sessions int `json:"sessions"`
+	Inflight int `json:"inflight"`
+}
+
+// model returns the status entry for a model name; "llama3.1" and
+// "llama3.1:latest" are the same model to Ollama.
+func (s *proxyStatus) model(name string) (modelStatus, bool) {
+	for _, m := range s.Models {
+		if sameModel(m.Name, name) {
+			return m, true
+		}
+	}
+	return modelStatus{}, false
+}
+
+func sameModel(a, b string) bool {
+	return a != "" && strings.TrimSuffix(a, ":latest") == strings.TrimSuffix(b, ":latest")
+}
+
+// newMessage is a message for POST sessions/{id}/messages (seed 003's add).
+type newMessage struct {
+	Role       string         `json:"role"`
+	Content    string         `json:"content"`
+	Importance *float64       `json:"importance,omitempty"`
+	Metadata   map[string]any `json:"metadata,omitempty"`
+}
+
+type appendResult struct {
+	Appended int `json:"appended"`
+	Messages int `json:"messages"`
+}
+
+type importResult struct {
+	Imported int           `json:"imported"`
+	Undo     *snapshotInfo `json:"undo"`
+}
+
+type restoreResult struct {
+	Restored string        `json:"restored"`
+	Messages int           `json:"messages"`
+	Undo     *snapshotInfo `json:"undo"`
+}
+
+type compressResult struct {
+	Before     int    `json:"before"`
+	After      int    `json:"after"`
+	Dropped    int    `json:"dropped"`
+	Summarized int    `json:"summarized"`
+	Notice     string `json:"notice"`
+}
+
+type contextSize struct {
+	Auto   bool `json:"auto"`
+	Target int  `json:"target"`
+}
+
+// runningModel is one entry of Ollama's GET /api/ps, which ctxproxy passes
+// through: the only place that says how much memory the model itself takes.
+type runningModel struct {
+	Name     string `json:"name"`
+	Model    string `json:"model"`
+	Size     int64  `json:"size"`
+	SizeVRAM int64  `json:"size_vram"`
+}
+
+// client talks to a running ctxproxy: its admin API under /ctxproxy/ and,
+// for chat, its chat routes.
+type client struct {
+	base string
+	// token is admin.token; it goes to admin routes only, never to the
+	// backend through a chat route.
+	token string
+	// apiKey is sent as the Authorization of chat requests, for an
+	// OpenAI-compatible backend that needs one.
+	apiKey string
+	// admin bounds admin calls; chat has no timeout, as a reply takes as
+	// long as the model needs (the caller's context ends it).
+	admin, chat *http.Client
+}
+
+// maxAnswer bounds what is read from one admin answer (an export of a
+// long conversation is the largest).
+const maxAnswer = 512 << 20
+
+func newClient(base, token string) (*client, error) {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("proxy URL %q: want http://host:port", base)
+	}
+	return &client{
+		base:  strings.TrimSuffix(base, "/"),
+		token: token,
+		// Compress may run a summary on the model: give it room.
+		admin: &http.Client{Timeout: 3 * time.Minute},
+		chat:  &http.Client{},
+	}, nil
+}
+
+// apiError is an error answer from ctxproxy or from the backend behind it.
+type apiError struct {
+	status  int
+	message string
+}
+
+func (e *apiError) Error() string {
+	msg := e.message
+	if msg == "" && e.status != 0 {
+		msg = strings.ToLower(http.StatusText(e.status))
+	}
+	switch e.status {
+	case 0:
+		return msg // reported inside a stream
+	case http.StatusUnauthorized:
+		return fmt.Sprintf("%s (HTTP 401): set --token or CTXPROXY_ADMIN_TOKEN to ctxproxy's admin.token", msg)
+	}
+	return fmt.Sprintf("%s (HTTP %d)", msg, e.status)
+}
+
+// errorFrom reads an error answer: ctxproxy's and Ollama's {"error": "..."},
+// OpenAI's {"error": {"message": "..."}}, or a short text.
+func errorFrom(status int, body []byte) error {
+	var v struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &v) == nil && len(v.Error) > 0 {
+		var s string
+		if json.Unmarshal(v.Error, &s) == nil {
+			return &apiError{status: status, message: s}
+		}
+		var o struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(v.Error, &o) == nil && o.Message != "" {
+			return &apiError{status: status, message: o.Message}
+		}
+	}
+	text := strings.TrimSpace(string(body))
+	if i := strings.IndexByte(text, '\n'); i >= 0 {
+		text = text[:i]
+	}
+	if len(text) > 200 || strings.HasPrefix(text, "<") || strings.HasPrefix(text, "{") {
+		text = ""
+	}
+	return &apiError{status: status, message: text}
+}
+
+// unreachableError says that nothing answered at the proxy URL.
+type unreachableError struct {
+	base string
+	err  error
+}
+
+func (e *unreachableError) Error() string {
+	return fmt.Sprintf("cannot reach ctxproxy at %s: %s", e.base, cause(e.err))
+}
+
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// cause is the readable end of a transport error chain, without the
+// method and URL that url.Error repeats.
+func cause(err error) string {
+	var dns *net.DNSError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused (is ctxproxy running?)"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timed out"
+	case errors.As(err, &dns):
+		return "unknown host " + dns.Name
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err.Error()
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+// transportErr turns a failed round trip into an error for the user: the
+// caller's own cancellation stays itself.
+func (c *client) transportErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return &unreachableError{base: c.base, err: err}
+}
+
+// call sends one admin request and returns the answer's bytes, decoding
+// them into out when out is not nil.
+func (c *client) call(ctx context.Context, method, path string, in, out any) ([]byte, error) {
+	var body io.Reader
+	if in != nil {
+		data, ok := in.([]byte)
+		if !ok {
+			var err error
+			if data, err = json.Marshal(in); err != nil {
+				return nil, err
+			}
+		}
+		body = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	// The admin token is for ctxproxy alone: on a passthrough route
+	// (/api/ps, /v1/models) it would reach the backend.
+	switch {
+	case strings.HasPrefix(path, "/ctxproxy/"):
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+	case c.apiKey != "":
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	resp, err := c.admin.Do(req)
+	if err != nil {
+		return nil, c.transportErr(ctx, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return nil, c.transportErr(ctx, err)
+	}
+	if resp.StatusCode >= 300 {
+		return data, errorFrom(resp.StatusCode, data)
+	}
+	if out != nil && len(bytes.TrimSpace(data)) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return data, fmt.Errorf("unexpected answer to %s %s: %v", method, path, err)
+		}
+	}
+	return data, nil
+}
+
+// get is call for a typed answer.
+func get[T any](ctx context.Context, c *client, method, path string, in any) (T, []byte, error) {
+	var v T
+	raw, err := c.call(ctx, method, path, in, &v)
+	return v, raw, err
+}
+
+// sessionPath is the admin path of a session: ids are path-escaped, as
+// the contract says, so any string (slashes included) round-trips.
+func sessionPath(id string) string {
+	return "/ctxproxy/sessions/" + url.PathEscape(id)
+}
+
+func (c *client) status(ctx context.Context) (proxyStatus, []byte, error) {
+	return get[proxyStatus](ctx, c, http.MethodGet, "/ctxproxy/status", nil)
+}
+
+func (c *client) sessions(ctx context.Context) ([]sessionInfo, []byte, error) {
+	v, raw, err := get[struct {
+		Sessions []sessionInfo `json:"sessions"`
+	}](ctx, c, http.MethodGet, "/ctxproxy/sessions", nil)
+	return v.Sessions, raw, err
+}
+
+func (c *client) session(ctx context.Context, id string) (sessionDetail, []byte, error) {
+	return get[sessionDetail](ctx, c, http.MethodGet, sessionPath(id), nil)
+}
+
+// putSession creates a session or merges metadata into it.
+func (c *client) putSession(ctx context.Context, id string, metadata map[string]any, model string) (sessionDetail, []byte, error) {
+	body := map[string]any{"metadata": metadata}
+	if model != "" {
+		body["model"] = model
+	}
+	return get[sessionDetail](ctx, c, http.MethodPut, sessionPath(id), body)
+}
+
+// clear empties a session's conversation and stats and keeps its metadata
+// (seed 000 /clear); purge removes the session and its snapshots.
+func (c *client) clear(ctx context.Context, id string, purge bool) ([]byte, error) {
+	path := sessionPath(id)
+	if purge {
+		path += "?purge=1"
+	}
+	return c.call(ctx, http.MethodDelete, path, nil, nil)
+}
+
+func (c *client) addMessages(ctx context.Context, id string, msgs []newMessage) (appendResult, []byte, error) {
+	return get[appendResult](ctx, c, http.MethodPost, sessionPath(id)+"/messages",
+		map[string]any{"messages": msgs})
+}
+
+func (c *client) export(ctx context.Context, id string) ([]byte, error) {
+	return c.call(ctx, http.MethodGet, sessionPath(id)+"/export", nil, nil)
+}
+
+// importSession sends an export, a bare array of messages or a chat
+// request body as it is: ctxproxy validates it.
+func (c *client) importSession(ctx context.Context, id string, body []byte) (importResult, []byte, error) {
+	return get[importResult](ctx, c, http.MethodPost, sessionPath(id)+"/import", body)
+}
+
+func (c *client) snapshots(ctx context.Context, id string) ([]snapshotInfo, []byte, error) {
+	v, raw, err := get[struct {
+		Snapshots []snapshotInfo `json:"snapshots"`
+	}](ctx, c, http.MethodGet, sessionPath(id)+"/snapshots", nil)
+	return v.Snapshots, raw, err
+}
+
+func (c *client) snapshot(ctx context.Context, id, reason string) (snapshotInfo, []byte, error) {
+	return get[snapshotInfo](ctx, c, http.MethodPost, sessionPath(id)+"/snapshots",
+		map[string]string{"reason": reason})
+}
+
+func (c *client) restore(ctx context.Context, id, snap string) (restoreResult, []byte, error) {
+	return get[restoreResult](ctx, c, http.MethodPost,
+		sessionPath(id)+"/snapshots/"+url.PathEscape(snap)+"/restore", nil)
+}
+
+func (c *client) compress(ctx context.Context, id string) (compressResult, []byte, error) {
+	return get[compressResult](ctx, c, http.MethodPost, sessionPath(id)+"/compress", nil)
+}
+
+func (c *client) contextSize(ctx context.Context) (contextSize, []byte, error) {
+	return get[contextSize](ctx, c, http.MethodGet, "/ctxproxy/context/size", nil)
+}
+
+// setContextSize fixes the context at tokens, or with tokens 0 returns it
+// to sizing from free VRAM.
+func (c *client) setContextSize(ctx context.Context, tokens int) (contextSize, []byte, error) {
+	var body any = map[string]int{"tokens": tokens}
+	if tokens == 0 {
+		body = map[string]bool{"auto": true}
+	}
+	return get[contextSize](ctx, c, http.MethodPut, "/ctxproxy/context/size", body)
+}
+
+// runningModels asks Ollama, through the proxy's passthrough, which
+// models are loaded and how much memory they take.
+func (c *client) runningModels(ctx context.Context) ([]runningModel, []byte, error) {
+	v, raw, err := get[struct {
+		Models []runningModel `json:"models"`
+	}](ctx, c, http.MethodGet, "/api/ps", nil)
+	return v.Models, raw, err
+}
+
+// availableModels lists the backend's models through the passthrough:
+// Ollama's /api/tags, or /v1/models for an OpenAI-compatible server.
+func (c *client) availableModels(ctx context.Context, dialect string) ([]string, error) {
+	var names []string
+	if dialect == dialectOpenAI {
+		v, _, err := get[struct {
+			Data []struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}](ctx, c, http.MethodGet, "/v1/models", nil)
+		for _, m := range v.Data {
+			names = append(names, m.ID)
+		}
+		return names, err
+	}
+	v, _, err := get[struct {
+		Models []struct {
+			Name string `json:"name"`
+		} `json:"models"`
+	}](ctx, c, http.MethodGet, "/api/tags", nil)
+	for _, m := range v.Models {
+		names = append(names, m.Name)
+	}
+	return names, err
+}

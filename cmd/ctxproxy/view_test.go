@@ -1,0 +1,94 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestFormatting(t *testing.T) {
+	tests := []struct{ name, got, want string }{
+		{"grouped 0", grouped(0), "0"},
+		{"grouped 999", grouped(999), "999"},
+		{"grouped 1000", grouped(1000), "1,000"},
+		{"grouped 131072", grouped(131072), "131,072"},
+		{"grouped negative", grouped(-1234567), "-1,234,567"},
+		{"bytes", bytesIEC(512), "512 B"},
+		{"KiB", bytesIEC(131072), "128.0 KiB"},
+		{"MiB", bytesIEC(432 << 20), "432.0 MiB"},
+		{"GiB", bytesIEC(5.5 * (1 << 30)), "5.5 GiB"},
+		{"TiB", bytesIEC(3 << 50), "3072.0 TiB"},
+		{"percent", percent(0.4219, 1), "42.2%"},
+		{"percent NaN", percent(ratio(1, 0), 0), "0%"},
+		{"gib", gib(5<<30, 24<<30, "/"), "5.0/24.0 GiB"},
+		{"shellQuote plain", shellQuote("chat-1a2b"), "chat-1a2b"},
+		{"shellQuote space", shellQuote("team/a b"), "'team/a b'"},
+		{"shellQuote quote", shellQuote("it's"), `'it'\''s'`},
+		{"shellQuote empty", shellQuote(""), "''"},
+		{"clean control", clean("ok\x1b[31mred\x07"), "ok?[31mred?"},
+		{"clean unicode", clean("café ⚠"), "café ⚠"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.name, tt.got, tt.want)
+		}
+	}
+}
+
+// TestWarningColors: seed 000's 80% warning is yellow and its 90% one
+// orange; the level is read from the text.
+func TestWarningColors(t *testing.T) {
+	p := palette{on: true}
+	tests := []struct{ text, want string }{
+		{"Context at 80% capacity. Consider /clear or /save.", "\x1b[33m⚠ Context at 80% capacity. Consider /clear or /save.\x1b[0m"},
+		{"Context at 90% capacity. Auto-trimming soon.", "\x1b[38;5;208m⚠ Context at 90% capacity. Auto-trimming soon.\x1b[0m"},
+		{"Context at 95% capacity.", "\x1b[38;5;208m⚠ Context at 95% capacity.\x1b[0m"},
+		{"Context almost full.", "\x1b[33m⚠ Context almost full.\x1b[0m"},
+	}
+	for _, tt := range tests {
+		if got := p.warning(tt.text); got != tt.want {
+			t.Errorf("warning(%q) = %q, want %q", tt.text, got, tt.want)
+		}
+	}
+	if got := (palette{}).warning("Context at 90% capacity. Auto-trimming soon."); got != "⚠ Context at 90% capacity. Auto-trimming soon." {
+		t.Errorf("without colors: %q", got)
+	}
+	if got := p.notice("Context trimmed. Kept first 2 and last 10 turns."); got != "\x1b[36mℹ Context trimmed. Kept first 2 and last 10 turns.\x1b[0m" {
+		t.Errorf("notice: %q", got)
+	}
+	for _, s := range []struct {
+		in   string
+		want int
+	}{{"at 80% x", 80}, {"100%", 100}, {"no number", -1}, {"5 of 90%", 90}, {"%", -1}, {"99999999999999999999%", -1}} {
+		if got := percentIn(s.in); got != s.want {
+			t.Errorf("percentIn(%q) = %d, want %d", s.in, got, s.want)
+		}
+	}
+}
+
+func TestStatusBar(t *testing.T) {
+	st := proxyStatus{}
+	st.GPU.Probe, st.GPU.Total, st.GPU.Used = "cpu", 32<<30, 8<<30
+	st.Context.KVQuantization = "q8_0"
+	st.Strategy.Mode = "none"
+	session := &sessionDetail{Model: "qwen3", Snapshots: 1, Stats: sessionStats{Tokens: 7372, Limit: 8192, Usage: 0.9}}
+	tests := []struct {
+		name string
+		f    facts
+		want string
+	}{
+		{"nothing known", facts{}, ""},
+		{"headers only", facts{model: "llama3.1", head: &answerHeaders{seen: true, tokens: 3456, limit: 8192, usage: 42.2}},
+			"llama3.1 · 3,456/8,192 tokens (42%)"},
+		{"system memory, compression off, 90%", facts{status: &st, session: session},
+			"⚠ qwen3 · 7,372/8,192 tokens (90%) · RAM 8.0/32.0 GiB (25%) · q8_0 · 1 snapshot · auto-compress off"},
+	}
+	for _, tt := range tests {
+		if got := statusBar(palette{}, tt.f); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	colored := statusBar(palette{on: true}, facts{status: &st, session: session})
+	if !strings.HasPrefix(colored, colorOrange+"⚠"+colorReset+" "+colorDim) {
+		t.Errorf("colored bar %q: want an orange ⚠ before the dim line", colored)
+	}
+}
