@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -371,7 +372,7 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 	}
 	pr.Out.Header.Del(s.cfg.SessionHeader)
 	if ex := exchangeFrom(pr.In.Context()); ex != nil && ex.outPath != "" {
-		pr.Out.URL.Path = s.backend.JoinPath(ex.outPath).Path
+		pr.Out.URL.Path = path.Join("/", s.backend.Path, ex.outPath)
 		pr.Out.URL.RawPath = ""
 	}
 	if exchangeFrom(pr.In.Context()) != nil {
