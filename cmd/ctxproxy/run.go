@@ -41,6 +41,10 @@ Usage:
   ctxproxy context CMD [flags]   manage a running ctxproxy's sessions and context
   ctxproxy check-config [flags]  check the configuration and print every problem
   ctxproxy health [flags]        exit 0 when the proxy at --listen answers (for container health checks)
+  ctxproxy count [--model M] [--json] [FILE|-]
+                                 tokens of a chat request body (either dialect) or plain text
+  ctxproxy gpu [--model M] [--json]
+                                 detected memory, and the num_ctx ctxproxy would pick for a model
   ctxproxy version               print the version
 
 Run "ctxproxy COMMAND -h" for a command's flags.
@@ -64,6 +68,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return checkConfig(args, e)
 	case "health":
 		return health(ctx, args, e)
+	case "count":
+		return count(args, e)
+	case "gpu":
+		return gpuCmd(ctx, args, e)
 	case "version":
 		_, err := fmt.Fprintf(stdout, "ctxproxy %s\n", versionString())
 		return err

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/proxy"
+	"github.com/ctxproxy/ctxproxy/rewrite"
+)
+
+// countReport is `ctxproxy count --json` (DESIGN.md).
+type countReport struct {
+	Model    string         `json:"model"`
+	Total    int            `json:"total"`
+	Limit    int            `json:"limit"`
+	Usage    float64        `json:"usage"`
+	Messages []countMessage `json:"messages"`
+}
+
+type countMessage struct {
+	Role   string `json:"role"`
+	Tokens int    `json:"tokens"`
+}
+
+// count prints the tokens of a chat request body (either dialect) or of
+// plain text, per message and in total, against the model's limit.
+func count(args []string, e env) error {
+	cf := newConfigFlags("count", e)
+	model := cf.fs.String("model", "", "model to count for (default: the request's own, else gpt-4o)")
+	asJSON := cf.fs.Bool("json", false, "print JSON")
+	cf.fs.Usage = func() {
+		fmt.Fprintln(e.stderr, "usage: ctxproxy count [--model M] [--json] [FILE|-]")
+		cf.fs.PrintDefaults()
+	}
+	c, _, problems, err := cf.load(args, e)
+	if err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s", errConfig, strings.Join(problems, "; "))
+	}
+	var in io.Reader = e.stdin
+	if name := cf.fs.Arg(0); name != "" && name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	data, err := io.ReadAll(io.LimitReader(in, int64(c.MaxBody)+1))
+	if err != nil {
+		return err
+	}
+	if int64(len(data)) > int64(c.MaxBody) {
+		return fmt.Errorf("input is larger than max_body (%s)", c.MaxBody)
+	}
+	chat, err := proxy.ParseChat(data)
+	if err != nil {
+		// Not a chat body: count it as one user message of plain text.
+		chat = proxy.Chat{Messages: []rewrite.Message{{Role: "user", Content: string(data)}}}
+	}
+	if *model != "" {
+		chat.Model = *model
+	}
+	if chat.Model == "" {
+		chat.Model = "gpt-4o"
+	}
+	reg := budget.NewRegistry(c.budgetConfig(), slog.New(slog.DiscardHandler))
+	mc := reg.MessageCounter(chat.Model)
+	est := mc.Prompt(chat.Messages, chat.Tools)
+	lim := reg.Limits(chat.Model, 0)
+	if chat.NumCtx > 0 {
+		lim = lim.Cap(chat.NumCtx)
+	}
+	if chat.MaxOutput > 0 {
+		lim = lim.WithOutput(chat.MaxOutput)
+	}
+	rep := countReport{Model: chat.Model, Total: est.Tokens, Limit: lim.Effective(), Messages: []countMessage{}}
+	if rep.Limit > 0 {
+		rep.Usage = float64(rep.Total) / float64(rep.Limit)
+	}
+	for i := range chat.Messages {
+		rep.Messages = append(rep.Messages, countMessage{Role: chat.Messages[i].Role, Tokens: chat.Messages[i].Tokens})
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "#\trole\ttokens\t")
+	for i, m := range rep.Messages {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t\n", i+1, m.Role, m.Tokens)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	overhead := rep.Total
+	for _, m := range rep.Messages {
+		overhead -= m.Tokens
+	}
+	_, err = fmt.Fprintf(e.stdout, "\nmodel %s (%s): %d tokens (%d of structure, tools and reply priming), limit %d, usage %.1f%%\n",
+		rep.Model, reg.Encoding(rep.Model), rep.Total, overhead, rep.Limit, rep.Usage*100)
+	return err
+}
+
+// gpuCmd prints the detected memory and, for a model, the num_ctx
+// ctxproxy would choose and why.
+func gpuCmd(ctx context.Context, args []string, e env) error {
+	cf := newConfigFlags("gpu", e)
+	model := cf.fs.String("model", "", "model to size num_ctx for (its facts come from the backend's /api/show)")
+	asJSON := cf.fs.Bool("json", false, "print JSON")
+	c, _, problems, err := cf.load(args, e)
+	if err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s", errConfig, strings.Join(problems, "; "))
+	}
+	log := newLogger(LogConfig{Level: "warn", Format: "text"}, e.stderr)
+	gcfg := c.gpuConfig()
+	probe, err := gpu.Detect(ctx, gcfg, log)
+	if err != nil {
+		return err
+	}
+	defer probe.Close()
+	loaded := func(ctx context.Context) ([]gpu.LoadedModel, error) { return ollamaPS(ctx, c.Backend.URL) }
+	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: slog.New(slog.DiscardHandler), Loaded: loaded})
+	snap := mon.Sample(ctx)
+	var d *gpu.Decision
+	if *model != "" {
+		facts, weights, err := ollamaFacts(ctx, c.Backend.URL, *model)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "model facts: %v (sizing without them)\n", err)
+		}
+		dec := gpu.NewSizer(gcfg).Decide(gpu.Model{Name: *model, Facts: facts, Weights: weights}, snap)
+		d = &dec
+	}
+	rep := gpu.NewReport(snap, d)
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return rep.WriteText(e.stdout)
+}
+
+// ollamaFacts asks an Ollama backend for a model's facts and weights size.
+func ollamaFacts(ctx context.Context, backend, model string) (gpu.ModelFacts, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var show struct {
+		ModelInfo map[string]any `json:"model_info"`
+	}
+	body, _ := json.Marshal(map[string]string{"model": model})
+	if err := getJSON(ctx, http.MethodPost, backend+"/api/show", body, &show); err != nil {
+		return gpu.ModelFacts{}, 0, err
+	}
+	facts, err := gpu.ParseModelInfo(show.ModelInfo)
+	var tags struct {
+		Models []struct {
+			Name string `json:"name"`
+			Size uint64 `json:"size"`
+		} `json:"models"`
+	}
+	var weights uint64
+	if getJSON(ctx, http.MethodGet, backend+"/api/tags", nil, &tags) == nil {
+		for _, m := range tags.Models {
+			if m.Name == model || m.Name == model+":latest" {
+				weights = m.Size
+			}
+		}
+	}
+	return facts, weights, err
+}
+
+func ollamaPS(ctx context.Context, backend string) ([]gpu.LoadedModel, error) {
+	var ps struct {
+		Models []struct {
+			Name     string `json:"name"`
+			Size     uint64 `json:"size"`
+			SizeVRAM uint64 `json:"size_vram"`
+		} `json:"models"`
+	}
+	if err := getJSON(ctx, http.MethodGet, backend+"/api/ps", nil, &ps); err != nil {
+		return nil, err
+	}
+	var out []gpu.LoadedModel
+	for _, m := range ps.Models {
+		out = append(out, gpu.LoadedModel{Name: m.Name, Size: m.Size, SizeVRAM: m.SizeVRAM})
+	}
+	return out, nil
+}
+
+func getJSON(ctx context.Context, method, url string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return errors.New(method + " " + url + ": " + resp.Status)
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(out)
+}

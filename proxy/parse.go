@@ -1,0 +1,29 @@
+package proxy
+
+import (
+	"encoding/json"
+
+	"github.com/ctxproxy/ctxproxy/rewrite"
+)
+
+// Chat is a chat request body as ctxproxy reads it, for tools outside the
+// request path (`ctxproxy count`).
+type Chat struct {
+	Model    string
+	Messages []rewrite.Message
+	Tools    json.RawMessage
+	// MaxOutput is the request's own output limit, 0 when unset.
+	MaxOutput int
+	// NumCtx is the request's options.num_ctx, 0 when unset.
+	NumCtx int
+}
+
+// ParseChat reads a chat request body of either dialect; both carry
+// "messages", and the fields ctxproxy reads have one meaning in each.
+func ParseChat(body []byte) (Chat, error) {
+	req, err := decodeChat(Ollama, body)
+	if err != nil {
+		return Chat{}, err
+	}
+	return Chat{Model: req.model, Messages: req.messages, Tools: req.tools, MaxOutput: req.maxOutput, NumCtx: req.numCtx}, nil
+}
