@@ -78,6 +78,7 @@ func runSuite(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
+	wd.removeDir(tmp)
 
 	if err := buildCtxproxy(tmp); err != nil {
 		suite.broken = err.Error()
@@ -341,6 +342,10 @@ func (wd *watchdog) add(pgid int) { wd.send("+" + strconv.Itoa(pgid)) }
 // process reusing the id is left alone.
 func (wd *watchdog) remove(pgid int) { wd.send("-" + strconv.Itoa(pgid)) }
 
+// removeDir has the watchdog remove dir after stopping the groups, when
+// this process could not.
+func (wd *watchdog) removeDir(dir string) { wd.send("d" + dir) }
+
 // close ends the watchdog after a clean teardown.
 func (wd *watchdog) close() {
 	wd.mu.Lock()
@@ -355,14 +360,21 @@ func (wd *watchdog) close() {
 	}
 }
 
-// runWatchdog is the watchdog process: it reads "+PGID" and "-PGID" lines
-// until its stdin closes, then stops the groups still registered.
+// runWatchdog is the watchdog process: it reads "+PGID", "-PGID" and
+// "dPATH" lines until its stdin closes, then stops the groups still
+// registered and removes the directories, which a clean teardown has
+// already removed.
 func runWatchdog(r io.Reader) int {
 	groups := map[int]bool{}
+	var dirs []string
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if len(line) < 2 {
+			continue
+		}
+		if line[0] == 'd' {
+			dirs = append(dirs, line[1:])
 			continue
 		}
 		pgid, err := strconv.Atoi(line[1:])
@@ -376,6 +388,11 @@ func runWatchdog(r io.Reader) int {
 			delete(groups, pgid)
 		}
 	}
+	defer func() {
+		for _, d := range dirs {
+			_ = os.RemoveAll(d)
+		}
+	}()
 	var wg sync.WaitGroup
 	for pgid := range groups {
 		fmt.Fprintf(os.Stderr, "e2e watchdog: the suite ended without stopping process group %d; stopping it\n", pgid)

@@ -189,13 +189,14 @@ func (p *ctxproxy) metric(t *testing.T, name string) (float64, bool) {
 	if status != http.StatusOK {
 		t.Fatalf("GET /metrics: %d", status)
 	}
-	var sum float64
-	found := false
-	for line := range strings.Lines(string(body)) {
+	return metricSum(string(body), name)
+}
+
+// metricSum adds up the samples of the metric name in a Prometheus text
+// exposition; found is false when it has none.
+func metricSum(text, name string) (sum float64, found bool) {
+	for line := range strings.Lines(text) {
 		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' {
-			continue
-		}
 		rest, ok := strings.CutPrefix(line, name)
 		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
 			continue
