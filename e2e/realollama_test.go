@@ -477,7 +477,7 @@ func TestRealOllama_ToolUnits(t *testing.T) {
 // says so in its log, in ctxproxy_backend_truncations_total and in the
 // session's stats.
 //
-// Needs from ctxproxy: strategy.mode none, calibration, truncation
+// Needs from ctxproxy: strategy.mode none with on_overflow forward (mode none still shrinks an overflow by default, DESIGN.md rule 6), calibration, truncation
 // detection, the metric and GET /ctxproxy/sessions/{id}.
 func TestRealOllama_TruncationDetected(t *testing.T) {
 	o := need(t)
@@ -485,7 +485,7 @@ func TestRealOllama_TruncationDetected(t *testing.T) {
 backend: {kind: ollama}
 context: {auto_size: false, target_size: 2048, reserve_output: 256}
 tokens: {calibrate: true}
-strategy: {mode: none}
+strategy: {mode: none, on_overflow: forward}
 `)
 	rows := warmUp(t, p, plainWarmUps(610))
 	const session = "e2e-truncation-detected"
