@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+)
+
+func TestCountJSON(t *testing.T) {
+	body := `{"model":"gpt-4","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Hello, world!"}]}`
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"count", "--json"}, envOf(nil), strings.NewReader(body), &out, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep countReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if rep.Model != "gpt-4" || rep.Limit != 8192-4096 || len(rep.Messages) != 2 {
+		t.Errorf("report %+v", rep)
+	}
+	// OpenAI bills 3 tokens a message + the role + the content, and 3 of
+	// reply priming; in cl100k_base "You are terse." and "Hello, world!"
+	// are 4 tokens each, "system" and "user" 1.
+	if rep.Messages[0].Tokens != 8 || rep.Messages[1].Tokens != 8 || rep.Total != 19 {
+		t.Errorf("tokens %+v total %d, want 8, 8 and 19", rep.Messages, rep.Total)
+	}
+	sum := 0
+	for _, m := range rep.Messages {
+		sum += m.Tokens
+	}
+	if rep.Usage <= 0 || sum > rep.Total {
+		t.Errorf("usage %v, messages %d of total %d", rep.Usage, sum, rep.Total)
+	}
+}
+
+func TestCountPlainTextAndFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "req.json")
+	os.WriteFile(file, []byte(`{"model":"llama3.1","messages":[{"role":"user","content":"hi"}],"options":{"num_ctx":4096}}`), 0o644)
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"count", file}, envOf(nil), nil, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "model llama3.1") || !strings.Contains(out.String(), "limit 3072") {
+		t.Errorf("text output:\n%s", out.String())
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"count", "--model", "gpt-4o", "-"}, envOf(nil),
+		strings.NewReader("just some plain text, not JSON"), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "1       user") && !strings.Contains(out.String(), "user") {
+		t.Errorf("plain text output:\n%s", out.String())
+	}
+	if err := run(context.Background(), []string{"count", filepath.Join(dir, "missing.json")}, envOf(nil), nil, io.Discard, io.Discard); err == nil {
+		t.Error("missing file accepted")
+	}
+}
+
+func TestGPUCommand(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"gpu", "--json", "--backend", be.URL, "--model", "llama3.1:8b"},
+		envOf(nil), nil, &out, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Devices []struct {
+			Vendor            string
+			Total, Used, Free uint64
+		} `json:"devices"`
+		Model struct {
+			Name          string `json:"name"`
+			BytesPerToken uint64 `json:"bytes_per_token"`
+			NumCtx        int    `json:"num_ctx"`
+			Reason        string `json:"reason"`
+		} `json:"model"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	// This machine has no GPU: ctxproxy falls back to system memory.
+	if len(rep.Devices) == 0 || rep.Devices[0].Total == 0 {
+		t.Errorf("devices %+v", rep.Devices)
+	}
+	if rep.Model.BytesPerToken != 128<<10 || rep.Model.NumCtx%2048 != 0 || rep.Model.NumCtx == 0 || rep.Model.Reason == "" {
+		t.Errorf("model %+v", rep.Model)
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"gpu"}, envOf(nil), nil, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "TOTAL") {
+		t.Errorf("text output:\n%s", out.String())
+	}
+}
