@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"log/slog"
+
 	"bytes"
 	"fmt"
+	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -71,5 +74,32 @@ func BenchmarkDecodeChat(b *testing.B) {
 		if _, err := decodeChat(Ollama, body); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkChat measures a small chat request through the whole pipeline
+// (session, sizing, counting, trimming check, recording) against a fake
+// Ollama, next to the same request sent direct.
+func BenchmarkChat(b *testing.B) {
+	be := fakebackend.New(b, fakebackend.Ollama, fakebackend.Options{Reply: "ok"})
+	sys := newSystem(b, be.URL, setup{})
+	sys.srv.log = slog.New(slog.DiscardHandler)
+	body := []byte(`{"model":"llama3.1:8b","stream":false,"messages":[{"role":"user","content":"hi"}]}`)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	for _, tc := range []struct{ name, url string }{{"direct", be.URL}, {"ctxproxy", sys.url}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					resp, err := client.Post(tc.url+"/api/chat", "application/json", bytes.NewReader(body))
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		})
 	}
 }

@@ -49,7 +49,7 @@ type setup struct {
 	free     uint64 // bytes of GPU memory free (default 20 GiB of 24)
 }
 
-func newSystem(t *testing.T, backendURL string, su setup) *system {
+func newSystem(t testing.TB, backendURL string, su setup) *system {
 	t.Helper()
 	log := testLogger(t)
 	trimmer, err := rewrite.NewTrimmer(su.strategy, log)

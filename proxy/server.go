@@ -252,6 +252,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 	}
 	ex := &exchange{dialect: d, route: route, start: time.Now(), headers: http.Header{}}
 	defer func() { s.logChat(ex) }()
+	if s.monitor != nil {
+		// Memory is sampled every poll_active while a request is in
+		// flight (seed 004 1.7), every poll_idle otherwise.
+		defer s.monitor.Active()()
+	}
 
 	body, aerr := s.readBody(r)
 	if aerr != nil {
