@@ -879,6 +879,9 @@ func (s *Server) compress(ctx context.Context, id string) (compressed, error) {
 	if trimmer == nil || s.tokens == nil {
 		return compressed{}, errorf(http.StatusServiceUnavailable, "compress needs token counting and a strategy, and ctxproxy runs without them")
 	}
+	if trimmer.Mode() == "none" {
+		return compressed{}, errorf(http.StatusConflict, "nothing to compress with: strategy.mode is none")
+	}
 	sess, err := s.store.Get(ctx, id)
 	if err != nil {
 		return compressed{}, notFound(err, "session %q not found", id)
@@ -917,7 +920,8 @@ func (s *Server) compress(ctx context.Context, id string) (compressed, error) {
 		if !cur.Updated.Equal(sess.Updated) || len(cur.Messages) != len(sess.Messages) {
 			return errChanged
 		}
-		cur.Messages, cur.Summaries = kept, nil
+		// Cached summaries stay: they are keyed by the messages they cover.
+		cur.Messages = kept
 		cur.Stats.Tokens, cur.Stats.Limit = after, limit
 		cur.Stats.Usage = finite(float64(after) / float64(max(limit, 1)))
 		cur.Stats.Dropped, cur.Stats.Summarized = out.Dropped, out.Summarized

@@ -846,3 +846,36 @@ func stable(s string) string {
 	s = regexp.MustCompile(`\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC`).ReplaceAllString(s, "YYYY-MM-DD HH:MM:SS UTC")
 	return s
 }
+
+// TestAdminCorruptSnapshot: a snapshot file damaged on disk is reported
+// as such (and set aside), not as missing.
+func TestAdminCorruptSnapshot(t *testing.T) {
+	e := newAdminEnv(t, "")
+	e.fill("s", 2, 20)
+	snap := e.json("POST", sessionPath("s")+"/snapshots", nil, 201)["id"].(string)
+	files, _ := filepath.Glob(filepath.Join(e.dir, "snapshots", "*", snap+".json.gz"))
+	if len(files) != 1 {
+		t.Fatalf("snapshot file of %s: %v", snap, files)
+	}
+	if err := os.WriteFile(files[0], []byte("not gzip at all"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	status, data := e.do("POST", sessionPath("s")+"/snapshots/"+snap+"/restore", nil)
+	if status != 500 || !strings.Contains(errorOf(t, data), "corrupt") {
+		t.Errorf("restore of a corrupt snapshot: %d %s", status, data)
+	}
+	// Nothing was restored or lost.
+	if got := e.json("GET", sessionPath("s"), nil, 200); got["messages"].(float64) != 2 {
+		t.Errorf("session after the failed restore: %v", got)
+	}
+}
+
+func TestAdminCompressModeNone(t *testing.T) {
+	e := newAdminEnv(t, "", func(_ *Config, d *Deps) {
+		d.Trimmer, _ = rewrite.NewTrimmer(rewrite.Config{Mode: "none"}, nil)
+	})
+	e.fill("s", 4, 20)
+	if status, data := e.do("POST", sessionPath("s")+"/compress", nil); status != 409 || !strings.Contains(errorOf(t, data), "strategy.mode is none") {
+		t.Errorf("compress with mode none: %d %s", status, data)
+	}
+}
