@@ -57,6 +57,7 @@ type Writer interface {
 	Update(id string, fn func(*snapshots.Session) error) error
 	Snapshot(id, reason string) error
 	SaveSnapshot(snap *snapshots.Snapshot) error
+	Flush(ctx context.Context) error
 }
 
 // Deps are the parts of ctxproxy the proxy drives. A nil field turns its
@@ -94,6 +95,7 @@ type Server struct {
 	models  models
 	usage   usageCache
 	cleared emergencies
+	admin   adminState // admin.go
 
 	// lastBackendOK is the time (unix ns) the backend last answered.
 	lastBackendOK atomic.Int64
@@ -190,6 +192,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 func (s *Server) routes() {
 	s.mux.HandleFunc("GET /ctxproxy/healthz", s.healthz)
 	s.mux.HandleFunc("GET /ctxproxy/readyz", s.readyz)
+	s.adminRoutes()
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("POST /api/chat", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, Ollama) })
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, OpenAI) })
@@ -292,6 +295,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 		if snap, ok := s.cleared.take(session); ok {
 			ex.warn(emergencyWarning(session, snap))
 		}
+	}
+	if s.cfg.Inband && s.inband(w, r, ex, req) {
+		return
 	}
 
 	out, aerr := s.prepare(r.Context(), r, ex, req)

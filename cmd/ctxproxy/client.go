@@ -394,8 +394,14 @@ func get[T any](ctx context.Context, c *client, method, path string, in any) (T,
 }
 
 // sessionPath is the admin path of a session: ids are path-escaped, as
-// the contract says, so any string (slashes included) round-trips.
+// the contract says, so any string (slashes included) round-trips. The
+// ids "." and ".." have their dots escaped too: PathEscape leaves them,
+// and HTTP servers resolve them as dot segments (ServeMux redirects
+// /ctxproxy/sessions/.. to /ctxproxy/).
 func sessionPath(id string) string {
+	if id == "." || id == ".." {
+		return "/ctxproxy/sessions/" + strings.ReplaceAll(id, ".", "%2E")
+	}
 	return "/ctxproxy/sessions/" + url.PathEscape(id)
 }
 

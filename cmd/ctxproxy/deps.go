@@ -27,6 +27,15 @@ func (c Config) proxyConfig() proxy.Config {
 		Accumulate:            c.Session.Accumulate,
 		RespectClient:         c.Context.RespectClient,
 		Version:               versionString(),
+		AdminToken:            c.Admin.Token,
+		AdminOff:              c.Admin.Token == "" && !proxy.Loopback(c.Listen),
+		Inband:                c.Commands.Inband,
+		Status: proxy.StatusInfo{
+			MinSize: c.Context.MinSize, MaxSize: c.Context.MaxSize,
+			KVQuantization: c.Context.KVQuantization, NumParallel: c.Context.NumParallel,
+			SnapshotStore: c.Snapshots.Store, AutoThreshold: c.Snapshots.AutoThreshold, MaxCount: c.Snapshots.MaxCount,
+			SummarizeModel: c.Summarize.Model, KeepRecent: c.Summarize.KeepRecent,
+		},
 	}
 }
 

@@ -213,6 +213,10 @@ func serve(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
+	if c.proxyConfig().AdminOff {
+		log.Warn("admin API off: ctxproxy listens beyond loopback and admin.token is not set; set admin.token to turn it on",
+			"listen", c.Listen)
+	}
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	go sys.monitor.Run(bg)
