@@ -152,6 +152,7 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 		}
 	}
 
+	s.noteModel(p, facts)
 	body := req.body
 	if p.changed || req.annotated || (toOllama && req.dialect == Ollama && p.numCtx > 0 && p.numCtx != req.numCtx) {
 		numCtx := 0

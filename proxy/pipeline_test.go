@@ -22,14 +22,14 @@ import (
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
-// fakeProbe reports fixed memory.
-type fakeProbe struct{ devices []gpu.Device }
+// memProbe reports fixed memory.
+type memProbe struct{ devices []gpu.Device }
 
-func (p *fakeProbe) Name() string { return "nvidia" }
-func (p *fakeProbe) Devices(context.Context) ([]gpu.Device, error) {
+func (p *memProbe) Name() string { return "nvidia" }
+func (p *memProbe) Devices(context.Context) ([]gpu.Device, error) {
 	return p.devices, nil
 }
-func (p *fakeProbe) Close() error { return nil }
+func (p *memProbe) Close() error { return nil }
 
 // system is a full ctxproxy in front of a fake backend.
 type system struct {
@@ -38,7 +38,7 @@ type system struct {
 	store   *snapshots.FileStore
 	writer  *snapshots.Writer
 	monitor *gpu.Monitor
-	probe   *fakeProbe
+	probe   *memProbe
 }
 
 type setup struct {
@@ -60,7 +60,7 @@ func newSystem(t testing.TB, backendURL string, su setup) *system {
 	if free == 0 {
 		free = 20 << 30
 	}
-	probe := &fakeProbe{devices: []gpu.Device{{Vendor: "nvidia", Name: "Fake GPU", Total: 24 << 30, Used: 24<<30 - free, Free: free}}}
+	probe := &memProbe{devices: []gpu.Device{{Vendor: "nvidia", Name: "Fake GPU", Total: 24 << 30, Used: 24<<30 - free, Free: free}}}
 	mon := gpu.NewMonitor(probe, su.gpu, gpu.MonitorOptions{Logger: log})
 	mon.Sample(context.Background())
 	scfg := snapshots.Config{Dir: t.TempDir()}

@@ -30,6 +30,10 @@ type Export struct {
 	Messages  []Message      `json:"messages"`
 }
 
+// DefaultImportance is the importance of a message the client did not
+// mark: the neutral weight ctxproxy's importance strategy uses.
+const DefaultImportance = 0.5
+
 // EncodeExport writes s in the export format: indented, one message per
 // line, each Raw verbatim.
 func EncodeExport(s *Session) ([]byte, error) {
@@ -64,7 +68,15 @@ func EncodeExport(s *Session) ([]byte, error) {
 	}
 	b.WriteString(`  "messages": [`)
 	for i := range s.Messages {
-		line, err := appendMessages(nil, s.Messages[i:i+1])
+		m := s.Messages[i]
+		if m.Importance == nil {
+			// Seed 003's format gives every message an importance; an
+			// unmarked one is exported with the weight ctxproxy's
+			// importance strategy gives it.
+			imp := DefaultImportance
+			m.Importance = &imp
+		}
+		line, err := appendMessages(nil, []Message{m})
 		if err != nil {
 			return nil, fmt.Errorf("snapshots: export: %w", err)
 		}

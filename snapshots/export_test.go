@@ -120,6 +120,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	}
 	want := s.Clone()
 	want.Messages[len(want.Messages)-1].Timestamp = t0.UTC()
+	withDefaultImportance(want.Messages)
 	if d := diff(want.Messages, exp.Messages); d != "" {
 		t.Errorf("messages after export and import (-want +got):\n%s", d)
 	}
@@ -141,5 +142,16 @@ func TestExportEmpty(t *testing.T) {
 	golden(t, "export-empty.golden", data)
 	if exp, err := DecodeImport(data); err != nil || len(exp.Messages) != 0 {
 		t.Errorf("an empty export does not import: %+v, %v", exp, err)
+	}
+}
+
+// withDefaultImportance gives unmarked messages the importance an export
+// writes for them.
+func withDefaultImportance(msgs []Message) {
+	for i := range msgs {
+		if msgs[i].Importance == nil {
+			imp := DefaultImportance
+			msgs[i].Importance = &imp
+		}
 	}
 }
