@@ -75,6 +75,7 @@ func (t *tap) Read(p []byte) (int, error) {
 		t.feed(p[:n])
 	}
 	if err == io.EOF {
+		t.rest()
 		t.finish()
 	}
 	return n, err
@@ -109,18 +110,26 @@ func (t *tap) feed(b []byte) {
 	}
 }
 
+// rest reads what is left at the end of the body: the whole JSON body, or
+// a last NDJSON line without a newline.
+func (t *tap) rest() {
+	if t.kind == "json" {
+		if !t.r.truncated {
+			t.event(t.buf, true)
+		}
+		return
+	}
+	if len(bytes.TrimSpace(t.buf)) > 0 {
+		last := t.buf
+		t.buf = nil
+		t.line(last)
+	}
+}
+
+// finish hands what was learned to done, once: at the stream's end marker,
+// at EOF, or when the body is closed early.
 func (t *tap) finish() {
 	t.once.Do(func() {
-		switch t.kind {
-		case "json":
-			if !t.r.truncated {
-				t.event(t.buf, true)
-			}
-		default:
-			if len(bytes.TrimSpace(t.buf)) > 0 {
-				t.line(t.buf) // a last NDJSON line without newline
-			}
-		}
 		t.r.content = t.content.String()
 		t.r.thinking = t.think.String()
 		if len(t.calls) > 0 {
@@ -148,13 +157,17 @@ func (t *tap) line(l []byte) {
 		data = bytes.TrimSpace(data)
 		if bytes.Equal(data, []byte("[DONE]")) {
 			t.r.complete = true
-			return
+		} else {
+			t.event(data, false)
 		}
-		t.event(data, false)
-		return
-	}
-	if len(bytes.TrimSpace(l)) > 0 {
+	} else if len(bytes.TrimSpace(l)) > 0 {
 		t.event(l, false)
+	}
+	if t.r.complete {
+		// The end marker has passed: record the turn now rather than at
+		// EOF, so a client that stops reading at the marker and asks the
+		// admin API at once sees it.
+		t.finish()
 	}
 }
 
