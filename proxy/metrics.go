@@ -138,10 +138,10 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 		reg.MustRegister(gpuCollector{deps.Monitor})
 	}
 	sc := storeCollector{}
-	if c, ok := deps.Store.(interface{ Counters() snapshots.Counters }); ok {
+	if c, ok := deps.Store.(storeCounters); ok {
 		sc.store = c
 	}
-	if c, ok := deps.Writer.(interface{ Counters() snapshots.WriterCounters }); ok {
+	if c, ok := deps.Writer.(writerCounters); ok {
 		sc.writer = c
 	}
 	if sc.store != nil || sc.writer != nil {
@@ -278,9 +278,16 @@ func (c gpuCollector) Collect(ch chan<- prometheus.Metric) {
 // storeCollector reports the session store's and the session writer's
 // running totals at scrape time.
 type storeCollector struct {
-	store  interface{ Counters() snapshots.Counters }
-	writer interface{ Counters() snapshots.WriterCounters }
+	store  storeCounters
+	writer writerCounters
 }
+
+// storeCounters and writerCounters are what snapshots.FileStore,
+// snapshots.RedisStore and snapshots.Writer report for metrics.
+type (
+	storeCounters  interface{ Counters() snapshots.Counters }
+	writerCounters interface{ Counters() snapshots.WriterCounters }
+)
 
 var (
 	descStoreWrites = prometheus.NewDesc("ctxproxy_store_writes_total",

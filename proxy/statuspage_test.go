@@ -263,7 +263,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		"smart", "80% of the window", "shrink", // strategy and thresholds
 		"llama3.1:8b", "qwen2.5:14b", "×1.043 (37)", // models in use
 		"snap-20250101-0002", "overflow", "&lt;b&gt;manual&lt;/b&gt;", // the open session's snapshots
-		"&lt;i&gt;docs&lt;/i&gt;",            // its metadata, as text
+		"&lt;i&gt;docs&lt;/i&gt;",               // its metadata, as text
 		"backend truncations", "≥ 90%", "≥ 80%", // stats and warnings
 	} {
 		if !strings.Contains(dom, want) {
