@@ -284,10 +284,13 @@ type storeCollector struct {
 
 // storeCounters and writerCounters are what snapshots.FileStore,
 // snapshots.RedisStore and snapshots.Writer report for metrics.
-type (
-	storeCounters  interface{ Counters() snapshots.Counters }
-	writerCounters interface{ Counters() snapshots.WriterCounters }
-)
+type storeCounters interface {
+	Counters() snapshots.Counters
+}
+
+type writerCounters interface {
+	Counters() snapshots.WriterCounters
+}
 
 var (
 	descStoreWrites = prometheus.NewDesc("ctxproxy_store_writes_total",
