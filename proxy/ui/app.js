@@ -177,11 +177,15 @@
     setText('session-count', num(s.sessions));
     setText('inflight', num(s.inflight));
     const c = s.context || {};
-    setText('ctx-mode', c.auto
-      ? 'auto from free memory (' + num(c.min_size) + '–' + num(c.max_size) + ', KV ' + (c.kv_quantization || '?') + ')'
-      : 'fixed at ' + num(c.target_size));
+    let ctxMode = '';
+    if (c.auto === true) {
+      ctxMode = 'auto from free memory (' + num(c.min_size) + '–' + num(c.max_size) + ', KV ' + (c.kv_quantization || '?') + ')';
+    } else if (c.auto === false) {
+      ctxMode = 'fixed at ' + num(c.target_size);
+    }
+    setText('ctx-mode', ctxMode);
     const sn = s.snapshots || {};
-    setText('snap-store', (sn.store || '–') + ', auto at ' + pct(sn.auto_threshold) + ', keep ' + num(sn.max_count));
+    setText('snap-store', sn.store ? sn.store + ', auto at ' + pct(sn.auto_threshold) + ', keep ' + num(sn.max_count) : '');
     const su = s.summarize || {};
     setText('summarizer', su.model ? su.model + ' (keeps ' + num(su.keep_recent) + ' recent)' : 'off');
 
@@ -294,12 +298,12 @@
       stat('tokens forwarded', num(st.sent)),
       stat('num_ctx', st.num_ctx ? num(st.num_ctx) : '–'),
       stat('messages', num(sess.messages)),
-      stat('dropped (last request)', num(st.dropped)),
-      stat('summarized (last request)', num(st.summarized)),
+      stat('dropped (last request)', num(st.dropped || 0)),
+      stat('summarized (last request)', num(st.summarized || 0)),
       stat('prompt tokens (backend)', num(st.prompt_tokens)),
       stat('completion tokens', num(st.completion_tokens)),
-      stat('requests', num(st.requests)),
-      stat('backend truncations' + (st.truncations ? ', last ' + ago(st.last_truncation) : ''), num(st.truncations)));
+      stat('requests', num(st.requests || 0)),
+      stat('backend truncations' + (st.truncations ? ', last ' + ago(st.last_truncation) : ''), num(st.truncations || 0)));
     const list = (snaps && snaps.snapshots) || [];
     $('snapshots').tBodies[0].replaceChildren(...list.map((sn) => el('tr', null,
       el('td', { class: 'mono', text: sn.id }),
