@@ -274,3 +274,27 @@ func BenchmarkScrape(b *testing.B) {
 		s.ServeHTTP(w, req)
 	}
 }
+
+// BenchmarkChatWithMetrics is the whole request path with every part
+// ctxproxy runs with (counting, trimming, num_ctx sizing, the session
+// store) and every metric observed, for a 40-turn conversation that is
+// trimmed. BenchmarkMetricsPerRequest is the metrics' share of it.
+func BenchmarkChatWithMetrics(b *testing.B) {
+	be := fakebackend.New(b, fakebackend.Ollama, fakebackend.Options{Reply: "ok"})
+	_, base := fullServer(b, be.URL)
+	body := longChat(40, false)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := client.Post(base+"/api/chat", "application/json", strings.NewReader(string(body)))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+}
