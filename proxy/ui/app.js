@@ -228,10 +228,13 @@
   }
 
   let sessions = [];
+  const rowSession = new WeakMap(); // table row → session id
   let selected = null;
 
   function renderSessions() {
     const q = $('filter').value.trim().toLowerCase();
+    // Keep the keyboard focus on its session across the refresh.
+    const focused = rowSession.get(document.activeElement);
     const shown = sessions.filter((s) => !q ||
       String(s.session_id).toLowerCase().includes(q) || String(s.model || '').toLowerCase().includes(q));
     const rows = shown.map((s) => {
@@ -243,6 +246,7 @@
         el('td', { class: 'num', text: num(s.messages) }),
         el('td', { class: 'num', text: num(s.snapshots) }),
         el('td', null, ...warningBadges(s.usage)));
+      rowSession.set(tr, s.session_id);
       if (s.session_id === selected) tr.classList.add('selected');
       tr.addEventListener('click', () => open(s.session_id));
       tr.addEventListener('keydown', (e) => {
@@ -251,6 +255,10 @@
       return tr;
     });
     $('sessions').tBodies[0].replaceChildren(...rows);
+    if (focused !== undefined) {
+      const again = rows.find((tr) => rowSession.get(tr) === focused);
+      if (again) again.focus();
+    }
     const empty = $('sessions-empty');
     empty.hidden = rows.length > 0;
     empty.textContent = sessions.length > 0
