@@ -314,7 +314,9 @@ func checkDockerfile(path string) []error {
 		return []error{err}
 	}
 	var problems []error
-	add := func(format string, args ...any) { problems = append(problems, fmt.Errorf("Dockerfile: "+format, args...)) }
+	add := func(format string, args ...any) {
+		problems = append(problems, fmt.Errorf("Dockerfile: "+format, args...))
+	}
 	text := string(data)
 	froms := fromLine.FindAllStringSubmatch(text, -1)
 	if len(froms) < 2 {
