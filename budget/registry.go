@@ -1,10 +1,9 @@
 package budget
 
 import (
-	"cmp"
 	"log/slog"
-	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // maxModels bounds the per-model state a Registry keeps (calibration, the
@@ -21,7 +20,9 @@ type Registry struct {
 	log   *slog.Logger
 	store *countStore // text counts, shared by every encoding
 
-	overrides []override
+	// overrides are the models: section, sorted by name; SetModels
+	// replaces them while requests read them.
+	overrides atomic.Pointer[[]override]
 
 	mu     sync.Mutex
 	texts  map[string]Counter // by encoding
@@ -62,11 +63,7 @@ func NewRegistry(cfg Config, log *slog.Logger) *Registry {
 			return t, nil
 		},
 	}
-	for name, m := range cfg.Models {
-		r.overrides = append(r.overrides, override{name: name, Model: m})
-	}
-	// Deterministic choice between equally long names.
-	slices.SortFunc(r.overrides, func(a, b override) int { return cmp.Compare(a.name, b.name) })
+	r.overrides.Store(sortedOverrides(cfg.Models))
 	return r
 }
 
@@ -207,7 +204,7 @@ func (r *Registry) Limits(model string, trained int) Limits {
 			l.MaxTokens = min(l.MaxTokens, trained)
 		}
 	}
-	ov, has := lookup(model, func(o override) string { return o.name }, r.overrides)
+	ov, has := r.override(model)
 	if has && ov.MaxTokens > 0 {
 		l.MaxTokens = ov.MaxTokens
 	}
@@ -242,7 +239,7 @@ func (r *Registry) state(model string) *modelState {
 		return st
 	}
 	var prior float64
-	if ov, ok := lookup(model, func(o override) string { return o.name }, r.overrides); ok {
+	if ov, ok := r.override(model); ok {
 		prior = ov.Multiplier
 	}
 	st := &modelState{cal: newCalibrator(prior)}

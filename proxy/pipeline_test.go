@@ -22,14 +22,14 @@ import (
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
-// memProbe reports fixed memory.
-type memProbe struct{ devices []gpu.Device }
+// fixedProbe reports fixed memory.
+type fixedProbe struct{ devices []gpu.Device }
 
-func (p *memProbe) Name() string { return "nvidia" }
-func (p *memProbe) Devices(context.Context) ([]gpu.Device, error) {
+func (p *fixedProbe) Name() string { return "nvidia" }
+func (p *fixedProbe) Devices(context.Context) ([]gpu.Device, error) {
 	return p.devices, nil
 }
-func (p *memProbe) Close() error { return nil }
+func (p *fixedProbe) Close() error { return nil }
 
 // system is a full ctxproxy in front of a fake backend.
 type system struct {
@@ -38,7 +38,7 @@ type system struct {
 	store   *snapshots.FileStore
 	writer  *snapshots.Writer
 	monitor *gpu.Monitor
-	probe   *memProbe
+	probe   *fixedProbe
 }
 
 type setup struct {
@@ -60,7 +60,7 @@ func newSystem(t testing.TB, backendURL string, su setup) *system {
 	if free == 0 {
 		free = 20 << 30
 	}
-	probe := &memProbe{devices: []gpu.Device{{Vendor: "nvidia", Name: "Fake GPU", Total: 24 << 30, Used: 24<<30 - free, Free: free}}}
+	probe := &fixedProbe{devices: []gpu.Device{{Vendor: "nvidia", Name: "Fake GPU", Total: 24 << 30, Used: 24<<30 - free, Free: free}}}
 	mon := gpu.NewMonitor(probe, su.gpu, gpu.MonitorOptions{Logger: log})
 	mon.Sample(context.Background())
 	scfg := snapshots.Config{Dir: t.TempDir()}

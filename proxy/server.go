@@ -158,7 +158,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	if deps.Monitor != nil {
 		deps.Monitor.Subscribe(s.onMemoryEvent)
 	}
-	s.metrics = newMetrics(s.registry)
+	s.metrics = newMetrics(s.registry, deps)
 	transport := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
@@ -194,6 +194,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /ctxproxy/readyz", s.readyz)
 	s.adminRoutes()
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	s.statusRoutes()
 	s.mux.HandleFunc("POST /api/chat", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, Ollama) })
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, OpenAI) })
 	s.mux.HandleFunc("/", s.passthrough)
@@ -360,6 +361,7 @@ func (s *Server) sessionID(r *http.Request, req *chatRequest) (string, *apiError
 
 // forward sends body to the backend in place of r's body.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, ex *exchange, body []byte) {
+	defer s.metrics.track(ex.stream)()
 	out := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.ContentLength = int64(len(body))
@@ -478,6 +480,7 @@ func (s *Server) logChat(ex *exchange) {
 		}
 		if p.numCtx > 0 {
 			attrs = append(attrs, "num_ctx", p.numCtx)
+			s.metrics.observeNumCtx(p.numCtx)
 		}
 		if p.result.Notice != "" {
 			attrs = append(attrs, "dropped", p.result.Dropped, "summarized", p.result.Summarized, "notice", p.result.Notice)

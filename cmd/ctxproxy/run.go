@@ -167,9 +167,14 @@ func checkConfig(args []string, e env) error {
 }
 
 // newLogger builds the process logger: tint for a terminal, JSON otherwise.
-func newLogger(c LogConfig, w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.Level))
+// It sets level to c.Level; a configuration reload changes it later.
+func newLogger(c LogConfig, w io.Writer, level *slog.LevelVar) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(c.Level))
+	if level == nil {
+		level = new(slog.LevelVar)
+	}
+	level.Set(l)
 	format := c.Format
 	if format == "auto" {
 		format = "json"
@@ -199,7 +204,8 @@ func serve(ctx context.Context, args []string, e env) error {
 		}
 		return errConfig
 	}
-	log := newLogger(c.Log, e.stderr)
+	level := new(slog.LevelVar)
+	log := newLogger(c.Log, e.stderr, level)
 
 	var srv *proxy.Server
 	sys, err := build(ctx, c, log, func(ctx context.Context) ([]gpu.LoadedModel, error) {
@@ -220,6 +226,8 @@ func serve(ctx context.Context, args []string, e env) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	go sys.monitor.Run(bg)
+	// SIGHUP and config file changes apply to the next request.
+	newReloader(cf, args, e, c, path, srv, level, log).start(bg)
 
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {

@@ -130,7 +130,7 @@ func gpuCmd(ctx context.Context, args []string, e env) error {
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %s", errConfig, strings.Join(problems, "; "))
 	}
-	log := newLogger(LogConfig{Level: "warn", Format: "text"}, e.stderr)
+	log := newLogger(LogConfig{Level: "warn", Format: "text"}, e.stderr, nil)
 	gcfg := c.gpuConfig()
 	probe, err := gpu.Detect(ctx, gcfg, log)
 	if err != nil {
