@@ -284,13 +284,16 @@ type loadOptions struct {
 // loadConfig reads the configuration and returns it with every problem
 // found (unknown keys, bad values), so check-config can print them all.
 func loadConfig(opts loadOptions) (Config, string, []string) {
-	v := viper.New()
+	// Viper's key delimiter is "::", not ".": model names under models:
+	// carry dots (llama3.1, qwen2.5) and must stay one key.
+	v := viper.NewWithOptions(viper.KeyDelimiter("::"))
+	vkey := func(dotted string) string { return strings.ReplaceAll(dotted, ".", "::") }
 	def := defaultConfig()
 	keys := leafKeys(def)
 	var defMap map[string]any
 	_ = mapstructure.Decode(def, &defMap)
 	for _, k := range keys {
-		v.SetDefault(k, lookup(defMap, k))
+		v.SetDefault(vkey(k), lookup(defMap, k))
 	}
 
 	var problems []string
@@ -316,12 +319,12 @@ func loadConfig(opts loadOptions) (Config, string, []string) {
 		for _, k := range keys {
 			name := "CTXPROXY_" + strings.ToUpper(strings.ReplaceAll(k, ".", "_"))
 			if val := opts.getenv(name); val != "" {
-				v.Set(k, val)
+				v.Set(vkey(k), val)
 			}
 		}
 	}
 	for k, val := range opts.flags {
-		v.Set(k, val)
+		v.Set(vkey(k), val)
 	}
 
 	// Decode over the defaults: a field that fails to decode keeps its

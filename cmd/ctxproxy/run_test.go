@@ -219,7 +219,8 @@ func TestConfigExampleMatchesDefaults(t *testing.T) {
 func TestConfigPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "c.yaml")
-	os.WriteFile(file, []byte("listen: 127.0.0.1:1001\nstrategy:\n  mode: token_budget\n  threshold: 0.9\nlog:\n  level: warn\n"), 0o644)
+	os.WriteFile(file, []byte("listen: 127.0.0.1:1001\nstrategy:\n  mode: token_budget\n  threshold: 0.9\nlog:\n  level: warn\n"+
+		"models:\n  llama3.1: {max_tokens: 32768, max_output_tokens: 2048}\n  qwen2.5:7b: {max_tokens: 16384}\n"), 0o644)
 	env := map[string]string{"CTXPROXY_LISTEN": "127.0.0.1:1002", "CTXPROXY_STRATEGY_THRESHOLD": "0.85",
 		"CTXPROXY_STRATEGY_COMPOSITE": "sliding_window,token_budget", "CTXPROXY_CONTEXT_VRAM_BUFFER": "1GiB"}
 	cf := newConfigFlags("serve", envs(env))
@@ -238,6 +239,10 @@ func TestConfigPrecedence(t *testing.T) {
 		{"default", c.Backend.URL, "http://127.0.0.1:11434"},
 		{"env list", strings.Join(c.Strategy.Composite, "|"), "sliding_window|token_budget"},
 		{"env size", c.Context.VRAMBuffer.String(), "1GiB"},
+		// Model names with dots stay one key (viper splits keys on dots
+		// by default).
+		{"dotted model name", fmt.Sprint(c.Models["llama3.1"]), "{32768 2048 0}"},
+		{"dotted model with tag", fmt.Sprint(c.Models["qwen2.5:7b"].MaxTokens), "16384"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s: got %q, want %q", tc.name, tc.got, tc.want)
