@@ -208,18 +208,15 @@ func (v *conv) foldFor(need, most, per, limit int) int {
 }
 
 // windowFold returns how many of the oldest iterations fall outside a
-// window of the newest ones worth keep tokens (Hybrid): the newest
-// iteration is always inside.
+// window of the newest ones worth at least keep tokens (Hybrid: seed 004
+// 5.4 preserves that many recent tokens uncompressed, rounded up to whole
+// iterations). The newest iteration is always inside.
 func (v *conv) windowFold(keep int) int {
-	n := len(v.its)
-	if n <= 1 {
-		return 0
-	}
 	sum := 0
-	for i := n - 1; i >= 0; i-- {
+	for i := len(v.its) - 1; i > 0; i-- {
 		sum += v.its[i].cost + v.pinnedCost(i)
-		if sum > keep && i < n-1 {
-			return i + 1
+		if sum >= keep {
+			return i
 		}
 	}
 	return 0
