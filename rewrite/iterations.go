@@ -108,31 +108,42 @@ func (v *conv) foldable(i int) bool {
 // key returns the key of the summary of iterations 0..i: a hash of the
 // previous key and of what the model reads of iteration i.
 func (v *conv) key(i int) string {
+	h := sha256.New()
+	var buf []byte
 	for len(v.keys) <= i {
 		k := len(v.keys)
-		h := sha256.New()
+		h.Reset()
+		buf = buf[:0]
 		if k > 0 {
-			h.Write([]byte(v.keys[k-1]))
+			buf = append(buf, v.keys[k-1]...)
 		}
-		var buf []byte
+		// Each field length-prefixed, so that no two iterations write the
+		// same bytes; written through one reused buffer (hashing a string
+		// would copy it into a new []byte each time).
 		field := func(s string) {
-			buf = binary.AppendUvarint(buf[:0], uint64(len(s)))
-			h.Write(buf)
-			h.Write([]byte(s))
+			buf = binary.AppendUvarint(buf, uint64(len(s)))
+			buf = append(buf, s...)
+			if len(buf) >= 32<<10 {
+				h.Write(buf)
+				buf = buf[:0]
+			}
 		}
 		it := v.its[k]
-		for _, m := range v.msgs[it.start:it.end] {
+		for j := it.start; j < it.end; j++ {
+			m := &v.msgs[j]
 			field(m.Role)
 			field(m.Name)
 			field(m.ToolCallID)
 			field(m.Content)
-			field(fmt.Sprint(m.Images, len(m.ToolCalls)))
+			buf = binary.AppendUvarint(buf, uint64(m.Images))
+			buf = binary.AppendUvarint(buf, uint64(len(m.ToolCalls)))
 			for _, tc := range m.ToolCalls {
 				field(tc.ID)
 				field(tc.Name)
 				field(tc.Arguments)
 			}
 		}
+		h.Write(buf)
 		v.keys = append(v.keys, hex.EncodeToString(h.Sum(nil)[:16]))
 	}
 	return v.keys[i]
