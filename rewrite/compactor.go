@@ -113,6 +113,26 @@ func (c *Compactor) Close() error {
 	return nil
 }
 
+// Idle waits until no summary is being written, or ctx ends: on shutdown,
+// to let the summaries in flight finish within the grace period before
+// Close; in tests, to stand for the time a user reads an answer.
+func (c *Compactor) Idle(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		n := len(c.jobs)
+		ch := c.changed
+		c.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // SummaryStats are a Compactor's counters since it was made, for metrics.
 type SummaryStats struct {
 	// Calls is the number of summarizer calls, Failures those that failed

@@ -157,18 +157,7 @@ func newCompactor(t *testing.T, cfg SummarizeConfig, s Summarizer, opts Compacto
 
 // idle waits until c has no job in flight: the time a user spends reading
 // an answer before sending the next message.
-func idle(c *Compactor) {
-	for {
-		c.mu.Lock()
-		n := len(c.jobs)
-		ch := c.changed
-		c.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		<-ch
-	}
-}
+func idle(c *Compactor) { c.Idle(context.Background()) }
 
 // summarizingTrimmer returns a Trimmer whose summarize and hybrid modes use
 // c.
