@@ -205,11 +205,15 @@ func (s *Summarizer) openai(ctx context.Context, model, system, user string, req
 			{Role: openai.ChatMessageRoleSystem, Content: system},
 			{Role: openai.ChatMessageRoleUser, Content: user},
 		},
+		// max_tokens, not max_completion_tokens: Ollama's OpenAI layer (and
+		// most OpenAI-compatible servers) read only the older name.
+		//lint:ignore SA1019 see above
 		MaxTokens: req.MaxTokens,
 	}
 	resp, err := client.CreateChatCompletion(ctx, creq)
 	if errors.Is(err, openai.ErrReasoningModelMaxTokensDeprecated) {
 		// o-series and gpt-5 models take max_completion_tokens only.
+		//lint:ignore SA1019 clearing the field the model refuses
 		creq.MaxTokens, creq.MaxCompletionTokens = 0, req.MaxTokens
 		resp, err = client.CreateChatCompletion(ctx, creq)
 	}
