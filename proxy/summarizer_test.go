@@ -259,3 +259,42 @@ type summCounter struct{}
 func (summCounter) CountText(s string) int { return (len(s) + 3) / 4 }
 
 func (c summCounter) CountMessage(m *rewrite.Message) int { return 4 + c.CountText(m.Content) }
+
+// TestSummarizerReasoningModel: go-openai refuses max_tokens for o-series
+// and gpt-5 models; the call goes again with max_completion_tokens.
+func TestSummarizerReasoningModel(t *testing.T) {
+	b := fakebackend.New(t, fakebackend.OpenAI, fakebackend.Options{Reply: "Summary."})
+	s := NewSummarizer(b.URL, summKindOf(fakebackend.OpenAI), SummarizerConfig{Model: "o3-mini"}, b.Client(), nil)
+	if _, err := s.Summarize(context.Background(), summRequest()); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := b.Last("/v1/chat/completions")
+	var body map[string]any
+	json.Unmarshal(r.Body, &body)
+	if body["max_completion_tokens"] != 64.0 || body["max_tokens"] != nil {
+		t.Errorf("max_completion_tokens %v, max_tokens %v", body["max_completion_tokens"], body["max_tokens"])
+	}
+}
+
+// TestSummarizerGetsTheClientsKey: the Authorization header of the chat
+// request, carried in rewrite.RequestInfo, authorizes the summary calls.
+func TestSummarizerGetsTheClientsKey(t *testing.T) {
+	b := fakebackend.New(t, fakebackend.OpenAI, fakebackend.Options{Reply: "Summary."})
+	s := NewSummarizer(b.URL, summKindOf(fakebackend.OpenAI), SummarizerConfig{}, b.Client(), nil)
+	c := rewrite.NewCompactor(rewrite.SummarizeConfig{KeepRecent: 1}, s, rewrite.CompactorOptions{})
+	t.Cleanup(func() { c.Close() })
+	ctx := rewrite.WithRequestInfo(context.Background(), rewrite.RequestInfo{Session: "k", Model: "gpt-4o", Auth: "Bearer sk-client"})
+	var msgs []rewrite.Message
+	for i := range 4 {
+		msgs = append(msgs, rewrite.Message{Role: "user", Content: fmt.Sprint("q", i)}, rewrite.Message{Role: "assistant", Content: "a"})
+	}
+	got, err := c.Compact(ctx, msgs, summCounter{})
+	if err != nil || got.Summaries != 3 {
+		t.Fatalf("%v, %d summaries", err, got.Summaries)
+	}
+	for _, r := range b.Requests() {
+		if g := r.Header.Get("Authorization"); g != "Bearer sk-client" {
+			t.Errorf("summary call with Authorization %q", g)
+		}
+	}
+}
