@@ -165,7 +165,11 @@ func TestSummarizerFaults(t *testing.T) {
 				if tt.down {
 					b.Close()
 				}
-				s := NewSummarizer(b.URL, summKindOf(kind), SummarizerConfig{Timeout: 50 * time.Millisecond}, &http.Client{}, nil)
+				timeout := time.Minute
+				if tt.opts.Stall != nil {
+					timeout = 50 * time.Millisecond
+				}
+				s := NewSummarizer(b.URL, summKindOf(kind), SummarizerConfig{Timeout: timeout}, &http.Client{}, nil)
 				got, err := s.Summarize(context.Background(), summRequest())
 				if tt.wantErr == "" {
 					if err != nil {

@@ -48,9 +48,9 @@ type Compactor struct {
 
 	mu      sync.Mutex
 	cache   summaryCache
-	jobs    map[string]*job      // by scope: one in flight per session
-	retry   map[string]time.Time // scope → no new job before
-	changed chan struct{}        // closed and replaced when cache or jobs change
+	jobs    map[string]*job    // by scope: one in flight per session
+	retry   map[string]failure // scope → its last failure
+	changed chan struct{}      // closed and replaced when cache or jobs change
 	closed  bool
 
 	stats struct {
@@ -87,7 +87,7 @@ func NewCompactor(cfg SummarizeConfig, s Summarizer, opts CompactorOptions) *Com
 		ctx: ctx, cancel: cancel,
 		cache:   newSummaryCache(cacheEntries),
 		jobs:    make(map[string]*job),
-		retry:   make(map[string]time.Time),
+		retry:   make(map[string]failure),
 		changed: make(chan struct{}),
 	}
 	if c.log == nil {
@@ -201,9 +201,17 @@ func (c *Compactor) Compact(ctx context.Context, msgs []Message, cnt Counter) (C
 	}
 	texts := c.texts(keys)
 	if len(texts) < n {
-		err := fmt.Errorf("rewrite: compact: %d of %d summaries could not be written", n-len(texts), n)
-		if ctx.Err() != nil {
+		c.mu.Lock()
+		cause := c.retry[scope].err
+		c.mu.Unlock()
+		var err error
+		switch {
+		case ctx.Err() != nil:
 			err = fmt.Errorf("rewrite: compact: %w", ctx.Err())
+		case cause != nil:
+			err = fmt.Errorf("rewrite: compact: %w", cause)
+		default:
+			err = fmt.Errorf("rewrite: compact: %d of %d summaries could not be written", n-len(texts), n)
 		}
 		c.log.Warn("summarizing failed; conversation left as is", "err", err)
 		return out, err
@@ -483,8 +491,8 @@ func (c *Compactor) ensure(scope string, info RequestInfo, cnt Counter, v *conv,
 		j.info, j.cnt = info, cnt
 		return true
 	}
-	if t, ok := c.retry[scope]; ok && !force {
-		if c.now().Before(t) {
+	if f, ok := c.retry[scope]; ok && !force {
+		if c.now().Before(f.until) {
 			return false
 		}
 		delete(c.retry, scope)
@@ -519,13 +527,18 @@ func (c *Compactor) run(j *job) {
 
 		s, err := c.call(info, cnt, msgs, prev, key, i+1)
 
-		c.mu.Lock()
 		if err != nil {
-			c.retry[j.scope] = c.now().Add(retryAfter)
+			err = fmt.Errorf("summarizing iteration %d: %w", i+1, err)
+			if c.ctx.Err() == nil {
+				c.log.Warn("summarizer failed; trimming instead until it works again",
+					"session", info.Session, "err", err)
+			}
+			c.mu.Lock()
+			c.retry[j.scope] = failure{until: c.now().Add(retryAfter), err: err}
 			if len(c.retry) > cacheEntries { // forget old failures
 				now := c.now()
-				for k, t := range c.retry {
-					if now.After(t) {
+				for k, f := range c.retry {
+					if now.After(f.until) {
 						delete(c.retry, k)
 					}
 				}
@@ -533,22 +546,27 @@ func (c *Compactor) run(j *job) {
 			delete(c.jobs, j.scope)
 			c.broadcast()
 			c.mu.Unlock()
-			if c.ctx.Err() == nil {
-				c.log.Warn("summarizer failed; trimming instead until it works again",
-					"session", info.Session, "iteration", i+1, "err", err)
-			}
 			return
 		}
-		c.cache.put(s)
-		c.broadcast()
-		c.mu.Unlock()
+		// Stored before it is used, so that what a request folds is what
+		// every replica finds.
 		if j.session != "" && c.store != nil {
 			if err := c.store.Put(c.ctx, j.session, s); err != nil {
 				c.stats.storeErrors.Add(1)
 				c.log.Warn("saving a summary failed", "session", j.session, "err", err)
 			}
 		}
+		c.mu.Lock()
+		c.cache.put(s)
+		c.broadcast()
+		c.mu.Unlock()
 	}
+}
+
+// failure is a scope's last summarizer failure.
+type failure struct {
+	until time.Time // no new job before
+	err   error
 }
 
 // next returns the first iteration of the job's wish that has no summary

@@ -42,10 +42,14 @@ func ContextInjection(summaries []string, omitted int) string {
 
 // An iteration (seed 002) is a user turn and everything after it up to the
 // next user turn: the assistant's answer, its tool calls and their
-// results. Messages between the leading system block and the first user
+// results. In an agent's turn, each step — an assistant message that
+// follows tool results, with its own calls and their results — is an
+// iteration too (seed 002's iterations are an agent loop's), so that an
+// agent working for a long time on one request can be summarized step by
+// step. Messages between the leading system block and the first user
 // turn (a greeting) form an iteration of their own. An iteration never
-// splits a tool unit: a user message that stands between a call and one of
-// its results does not start one.
+// splits a tool unit: a message that stands between a call and one of its
+// results does not start one.
 type iteration struct {
 	start, end int // msgs[start:end]
 	// cost is what its foldable messages cost; folded is how many there
@@ -78,7 +82,8 @@ func analyze(msgs []Message, c Counter) *conv {
 	reach := -1 // the furthest message a unit begun so far extends to
 	for i := v.lead; i < len(msgs); i++ {
 		m := &msgs[i]
-		boundary := i == v.lead || (m.Role == roleUser && !m.Synthetic && reach < i)
+		step := m.Role == roleAssistant && i > v.lead && isToolResult(&msgs[i-1])
+		boundary := i == v.lead || (reach < i && (step || m.Role == roleUser && !m.Synthetic))
 		if boundary {
 			if n := len(v.its); n > 0 {
 				v.its[n-1].end = i
@@ -277,11 +282,20 @@ func (v *conv) fold(texts []string, limit int) Result {
 			}
 		}
 	}
-	folded := p.ndrop
-	res := p.result()
-	if !p.changed() {
-		res.Messages = append([]Message(nil), res.Messages...)
-	}
+	// Assembled as plan.result does, but a gap that needs a marker to keep
+	// the roles alternating (the kept part begins with an agent's step, or
+	// a message the client marked _preserve stands among folded ones) says
+	// where its messages went.
+	res := Result{Messages: make([]Message, 0, len(v.msgs)-p.ndrop+2), Dropped: p.ndrop, Summarized: p.ndrop}
+	p.walk(func(i int) {
+		m := p.msgs[i]
+		m.Tokens = p.tok[i]
+		res.Messages = append(res.Messages, m)
+	}, func(role string, n int) {
+		m := Message{Role: role, Content: foldMarkerText(n), Synthetic: true}
+		m.Tokens = cost(&m, p.c)
+		res.Messages = append(res.Messages, m)
+	})
 	block := v.block(texts, limit)
 	if v.lead > 0 {
 		m := &res.Messages[0]
@@ -294,12 +308,18 @@ func (v *conv) fold(texts []string, limit int) Result {
 		m.Tokens = cost(&m, p.c)
 		res.Messages = append([]Message{m}, res.Messages...)
 	}
-	res.Summarized = folded
 	kept := len(v.its) - len(texts)
 	res.Notice = fmt.Sprintf("Context summarized: %d %s folded into %d %s; kept the last %d %s.",
-		folded, plural(folded, "message", "messages"), len(texts), plural(len(texts), "summary", "summaries"),
+		p.ndrop, plural(p.ndrop, "message", "messages"), len(texts), plural(len(texts), "summary", "summaries"),
 		kept, plural(kept, "iteration", "iterations"))
 	return res
+}
+
+func foldMarkerText(n int) string {
+	if n == 1 {
+		return "[1 message summarized above]"
+	}
+	return fmt.Sprintf("[%d messages summarized above]", n)
 }
 
 // block renders the newest of texts that fit limit tokens.
