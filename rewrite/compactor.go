@@ -260,11 +260,7 @@ func (c *Compactor) compactPlan(msgs []Message, cnt Counter) (*conv, int) {
 	if len(msgs) < c.cfg.MinMessages || v.hasBlock() {
 		return v, 0
 	}
-	n := max(len(v.its)-max(c.cfg.KeepRecent, 1), 0)
-	for n > 0 && v.its[n-1].folded == 0 { // nothing to fold at the end
-		n--
-	}
-	return v, n
+	return v, v.trimEmpty(max(len(v.its)-max(c.cfg.KeepRecent, 1), 0))
 }
 
 // apply folds msgs as mode summarize (hybrid false) or hybrid does.
@@ -287,6 +283,7 @@ func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt C
 	} else {
 		n = v.foldFor(v.p.kept-target, len(v.its)-c.cfg.KeepRecent, c.perSummary(), limit)
 	}
+	n = v.trimEmpty(n)
 	info := RequestInfoFrom(ctx)
 	if hybrid {
 		// Hybrid folds on every turn as its window slides: write now what
@@ -336,7 +333,7 @@ func (c *Compactor) prefetch(ctx context.Context, msgs []Message, target int, cn
 		c.speculate(ctx, info, cnt, v, target)
 		return
 	}
-	n := v.foldFor(v.p.kept-target, len(v.its)-c.cfg.KeepRecent, c.perSummary(), c.blockLimit(ctx))
+	n := v.trimEmpty(v.foldFor(v.p.kept-target, len(v.its)-c.cfg.KeepRecent, c.perSummary(), c.blockLimit(ctx)))
 	if n > 0 && c.cachedPrefix(v.keysTo(n)) < n {
 		c.ensure(c.scope(info.Session, v), info, cnt, v, n, false)
 	}
@@ -350,7 +347,7 @@ func (c *Compactor) speculate(ctx context.Context, info RequestInfo, cnt Counter
 		return
 	}
 	last := len(v.its) - 1
-	next := v.windowFold(c.keepTokens(ctx, target) - v.its[last].cost - v.pinnedCost(last))
+	next := v.trimEmpty(v.windowFold(c.keepTokens(ctx, target) - v.its[last].cost - v.pinnedCost(last)))
 	if next > 0 && c.cachedPrefix(v.keysTo(next)) < next {
 		c.ensure(c.scope(info.Session, v), info, cnt, v, next, false)
 	}

@@ -480,26 +480,33 @@ func TestHybridPrefetchesTheNextTurn(t *testing.T) {
 	}
 }
 
-// TestSummarizeProperties runs the invariants every strategy keeps (order,
-// tool units whole, no new orphans, the newest user turn and the leading
-// system messages kept, alternation, fitting the target, idempotence) over
-// random conversations, with summarize and hybrid followed by TokenBudget
-// as the Trimmer runs them.
-func TestSummarizeProperties(t *testing.T) {
+// summarizeSubjects are summarize and hybrid, followed by TokenBudget as
+// the Trimmer runs them, under a few configurations.
+func summarizeSubjects(t testing.TB) []subject {
 	never := func(time.Duration) <-chan time.Time { return nil }
+	sum := summarizerFunc(func(_ context.Context, req SummaryRequest) (string, error) { return summaryOf(req), nil })
 	var subs []subject
 	for _, cfg := range []SummarizeConfig{
 		{MinMessages: -1},
 		{MinMessages: -1, KeepRecent: -1, MaxTokens: 20},
 		{KeepRecentTokens: 50},
 	} {
-		c := NewCompactor(cfg, &fakeSummarizer{}, CompactorOptions{After: never})
+		c := NewCompactor(cfg, sum, CompactorOptions{After: never})
 		t.Cleanup(func() { c.Close() })
 		budget := TokenBudget{KeepTurn: true}
 		subs = append(subs,
 			subject{s: Composite{Strategies: []Strategy{c.Summarize(), budget}}, fits: true},
 			subject{s: Composite{Strategies: []Strategy{c.Hybrid(), budget}}, fits: true})
 	}
+	return subs
+}
+
+// TestSummarizeProperties runs the invariants every strategy keeps (order,
+// tool units whole, no new orphans, the newest user turn and the leading
+// system messages kept, alternation, fitting the target, idempotence) over
+// random conversations.
+func TestSummarizeProperties(t *testing.T) {
+	subs := summarizeSubjects(t)
 	rng := rand.New(rand.NewPCG(3, 4))
 	n := 300
 	if testing.Short() {
@@ -519,6 +526,21 @@ func TestSummarizeProperties(t *testing.T) {
 			return
 		}
 	}
+}
+
+// FuzzSummarize is TestSummarizeProperties under the fuzzer:
+// go test ./rewrite -run '^$' -fuzz FuzzSummarize.
+func FuzzSummarize(f *testing.F) {
+	f.Add([]byte{0, 2, 5, 200, 3, 1, 4, 9, 100, 2, 3, 0, 7, 1, 1, 1, 128})
+	f.Add([]byte{1, 1, 9, 3, 10, 4, 2, 11, 3, 12, 13, 14, 15, 5, 6, 7, 8, 9, 40})
+	f.Add([]byte("agents call tools; users ask; summaries fold the old turns"))
+	subs := summarizeSubjects(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		msgs, target := conversation(data)
+		for _, sub := range subs {
+			checkInvariants(t, sub, msgs, target)
+		}
+	})
 }
 
 func TestSummarizeCanceledContext(t *testing.T) {

@@ -238,6 +238,16 @@ func (v *conv) windowFold(keep int) int {
 	return 0
 }
 
+// trimEmpty returns n less the iterations at its end that have nothing to
+// fold (all of their messages stay): a summary of them would only add to
+// the prompt.
+func (v *conv) trimEmpty(n int) int {
+	for n > 0 && v.its[n-1].folded == 0 {
+		n--
+	}
+	return n
+}
+
 // pinnedCost is what the messages of iteration i that are never folded
 // cost.
 func (v *conv) pinnedCost(i int) int {
@@ -298,11 +308,15 @@ func (v *conv) fold(texts []string, limit int) Result {
 	})
 	block := v.block(texts, limit)
 	if v.lead > 0 {
+		// Counted as the prompt's count plus the block's: recounting a
+		// long system prompt (an agent's runs to tens of kilobytes) on
+		// every request would cost milliseconds, for a token or two of
+		// difference where the two texts meet.
 		m := &res.Messages[0]
-		m.Content += "\n\n" + block
+		add := "\n\n" + block
+		m.Content += add
 		m.Edited = true
-		m.Tokens = 0
-		m.Tokens = cost(m, p.c)
+		m.Tokens = p.tok[0] + textCost(add, p.c)
 	} else {
 		m := Message{Role: roleSystem, Content: block, Synthetic: true}
 		m.Tokens = cost(&m, p.c)

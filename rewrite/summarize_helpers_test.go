@@ -30,6 +30,13 @@ func (f *fakeSummarizer) Summarize(ctx context.Context, req SummaryRequest) (str
 	return summaryOf(req), nil
 }
 
+// summarizerFunc is a Summarizer that records nothing (for long fuzzing).
+type summarizerFunc func(ctx context.Context, req SummaryRequest) (string, error)
+
+func (f summarizerFunc) Summarize(ctx context.Context, req SummaryRequest) (string, error) {
+	return f(ctx, req)
+}
+
 // summaryOf is the fake's default answer.
 func summaryOf(req SummaryRequest) string {
 	if len(req.Messages) == 0 {
