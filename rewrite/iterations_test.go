@@ -73,6 +73,14 @@ func TestIterationKeys(t *testing.T) {
 	if diff := cmp.Diff(a.keysTo(6), analyze(other, counter).keysTo(6)); diff != "" {
 		t.Errorf("keys depend on Raw or Tokens:\n%s", diff)
 	}
+	// The memo gives the keys SHA-256 gives.
+	keyMemo.mu.Lock()
+	clear(keyMemo.m)
+	keyMemo.mu.Unlock()
+	cold := analyze(turns(6, 20), counter).keysTo(6)
+	if diff := cmp.Diff(a.keysTo(6), cold); diff != "" {
+		t.Errorf("memoized keys differ from computed ones:\n%s", diff)
+	}
 	// Moving text from one field to the next changes the key.
 	x := analyze([]Message{{Role: "user", Content: "ab", Name: ""}}, counter)
 	y := analyze([]Message{{Role: "user", Content: "b", Name: "a"}}, counter)
