@@ -361,12 +361,13 @@ type Summary struct {
 
 // SummaryStore remembers summaries per session, so that a transparent
 // proxy, which sees the whole history again on every request, summarizes
-// each iteration once: across requests, restarts and replicas. The lead
-// implementation lives over snapshots.Session.Summaries.
+// each iteration once: across requests, restarts and replicas. ctxproxy's
+// keeps them in the session state (snapshots.Session.Summaries).
 //
-// A store should keep every summary of a session (they are small; a
-// conversation of 1000 turns has at most 1000): those of the oldest
-// iterations are needed as long as the conversation goes on.
+// A store should keep every summary of a session (a few hundred bytes
+// each, one per iteration): those of the oldest iterations are needed as
+// long as the conversation goes on. Get is called once per background job,
+// Put once per summary written, never on a request's path.
 type SummaryStore interface {
 	// Get returns the summaries of session, in any order; none is not an
 	// error.
