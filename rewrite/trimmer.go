@@ -46,8 +46,8 @@ var defaultComposite = []string{"smart", "token_budget"}
 // zero field means the default DESIGN.md lists.
 type Config struct {
 	// Mode is none, sliding_window, token_budget, smart, selective,
-	// importance or composite; "" means DefaultMode. summarize and hybrid
-	// are not available yet.
+	// importance, summarize, hybrid or composite; "" means DefaultMode.
+	// summarize and hybrid need a Compactor's strategies (NewTrimmer).
 	Mode string `mapstructure:"mode"`
 	// Threshold is the share of the effective limit at which trimming
 	// starts; 0 means DefaultThreshold.
@@ -133,10 +133,14 @@ func boolOr(b *bool, def bool) bool {
 	return *b
 }
 
-// Validate reports every problem with c at once.
+// Validate reports every problem with c at once. summarize and hybrid are
+// valid modes here: their strategies are made at run time (NewCompactor).
 func (c Config) Validate() error { return c.withDefaults().validate(nil) }
 
 func (c Config) validate(extra map[string]Strategy) error {
+	if extra == nil {
+		extra = map[string]Strategy{"summarize": None{}, "hybrid": None{}}
+	}
 	var errs []error
 	if _, err := newStrategy(c.Mode, c, nil, extra); err != nil {
 		errs = append(errs, fmt.Errorf("strategy.mode: %w", err))
@@ -164,8 +168,9 @@ func (c Config) validate(extra map[string]Strategy) error {
 // (sliding_window), or keeps messages the target has no room for
 // (selective, importance). Smart runs with Fill. composite runs cfg.Composite
 // in order, then TokenBudget unless the list ends with it. none returns None.
-// summarize and hybrid return an error wrapping ErrUnknownMode until they
-// exist.
+// summarize and hybrid need a Summarizer: New returns an error wrapping
+// ErrUnknownMode for them, and NewTrimmer takes their strategies
+// (Compactor.Summarize, Compactor.Hybrid).
 func New(mode string, cfg Config, log *slog.Logger) (Strategy, error) {
 	return newStrategy(mode, cfg.withDefaults(), log, nil)
 }
@@ -229,7 +234,7 @@ func baseStrategy(mode string, cfg Config, log *slog.Logger, extra map[string]St
 	case "tool_results":
 		return ToolResults{MaxTokens: cfg.ToolResults.MaxTokens}, nil
 	case "summarize", "hybrid":
-		return nil, fmt.Errorf("%w: %q is not available yet", ErrUnknownMode, mode)
+		return nil, fmt.Errorf("%w: %q needs a summarizer (NewTrimmer with a Compactor's strategies)", ErrUnknownMode, mode)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownMode, mode)
 }
@@ -351,15 +356,25 @@ func (t *Trimmer) Strategy(mode string) (Strategy, error) {
 //
 // Mode none skips step 2. The Result's messages carry their counts in
 // Tokens, so Total of them is cheap.
+//
+// When the strategy is or holds a Prefetcher (summarize, hybrid), Trim
+// also starts it, below the threshold too, as the conversation nears its
+// next trim step (see Prefetcher); the proxy needs to do nothing more.
 func (t *Trimmer) Trim(ctx context.Context, mode string, msgs []Message, limit int, c Counter) (Result, error) {
 	s, err := t.Strategy(mode)
 	if err != nil {
 		return Result{}, err
 	}
+	ctx = withLimit(ctx, limit)
 	total := Total(msgs, c)
 	th := threshold(ctx, t.cfg.Threshold)
 	target := min(t.cfg.Target, th)
-	if _, act := Budget(total, limit, th, target); !act {
+	_, act := Budget(total, limit, th, target)
+	pf := prefetcherOf(s)
+	if pf != nil && (limit <= 0 || pf.PrefetchAt() <= 0 || float64(total) < pf.PrefetchAt()*float64(limit)) {
+		pf = nil // far from any step: the common case costs nothing
+	}
+	if !act && pf == nil {
 		return Result{Messages: msgs}, nil
 	}
 	res := Result{Messages: msgs}
@@ -381,6 +396,16 @@ func (t *Trimmer) Trim(ctx context.Context, mode string, msgs []Message, limit i
 			return Result{}, err
 		}
 		total = Total(res.Messages, c)
+		if pf != nil {
+			// With the tool results compacted as the step will see them,
+			// so that the summaries written now are the ones it asks for.
+			if next, ok := nextStep(total, limit, th, target, pf.PrefetchAt()); ok {
+				pf.Prefetch(ctx, res.Messages, next, c)
+			}
+		}
+		if !act {
+			return Result{Messages: msgs}, nil
+		}
 		if budget, act := Budget(total, limit, th, target); act {
 			if err := step(s, budget); err != nil {
 				return Result{}, err

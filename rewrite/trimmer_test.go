@@ -120,7 +120,7 @@ func TestTrimPerRequestMode(t *testing.T) {
 	if _, err := tr.Trim(context.Background(), "bogus", msgs, 10000, counter); !errors.Is(err, ErrUnknownMode) {
 		t.Errorf("unknown mode: error = %v", err)
 	}
-	if _, err := tr.Strategy("summarize"); !errors.Is(err, ErrUnknownMode) || !strings.Contains(err.Error(), "not available yet") {
+	if _, err := tr.Strategy("summarize"); !errors.Is(err, ErrUnknownMode) || !strings.Contains(err.Error(), "needs a summarizer") {
 		t.Errorf("summarize: error = %v", err)
 	}
 }
@@ -134,7 +134,7 @@ func TestConfigValidate(t *testing.T) {
 		{"zero value", Config{}, nil},
 		{"every mode", Config{Mode: "importance", Composite: []string{"tool_results", "selective"}}, nil},
 		{"bad mode", Config{Mode: "magic"}, []string{"strategy.mode", `"magic"`}},
-		{"later mode", Config{Mode: "hybrid"}, []string{"not available yet"}},
+		{"summarizing mode", Config{Mode: "hybrid", Composite: []string{"summarize", "smart"}}, nil},
 		{"target above threshold", Config{Threshold: 0.5, Target: 0.7}, []string{"strategy.target"}},
 		{"threshold above 1", Config{Threshold: 1.5}, []string{"strategy.threshold"}},
 		{"bad overflow", Config{OnOverflow: "explode"}, []string{"strategy.on_overflow"}},

@@ -50,6 +50,9 @@ type ToolCall struct {
 type Options struct {
 	// Reply is the assistant's answer (default "Hello from the fake backend.").
 	Reply string
+	// ReplyFunc, when set, answers each chat request instead of Reply,
+	// given its body; it may return "" for an empty answer.
+	ReplyFunc func(body []byte) string
 	// Chunks is how many stream chunks the reply is split into (default 3).
 	Chunks int
 	// ToolCalls, when set, makes the reply an assistant tool call.
@@ -367,6 +370,9 @@ func (b *Backend) ollamaChat(w http.ResponseWriter, r *http.Request, body []byte
 		writeJSON(w, o.Status, map[string]any{"error": o.ErrorMessage})
 		return
 	}
+	if o.ReplyFunc != nil {
+		o.Reply = o.ReplyFunc(body)
+	}
 	numCtx := c.Options.NumCtx
 	if numCtx <= 0 {
 		numCtx = o.DefaultNumCtx
@@ -444,6 +450,9 @@ func (b *Backend) openaiChat(w http.ResponseWriter, r *http.Request, body []byte
 	if o.Status != 0 {
 		writeJSON(w, o.Status, openaiError(o.ErrorMessage, "invalid_request_error", ""))
 		return
+	}
+	if o.ReplyFunc != nil {
+		o.Reply = o.ReplyFunc(body)
 	}
 	prompt := promptTokens(c, o.Tokenize)
 	if b.Kind == Ollama {

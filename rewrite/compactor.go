@@ -1,0 +1,708 @@
+package rewrite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// retryAfter is how long a session waits, after a summarizer call failed,
+// before its summaries are asked for again: a backend that is down or a
+// model that answers nothing is not called on every request.
+const retryAfter = 30 * time.Second
+
+// cacheEntries bounds the summaries a Compactor keeps in memory (a few
+// hundred bytes each); the SummaryStore keeps them all.
+const cacheEntries = 16384
+
+// Compactor folds old iterations of conversations into summaries (seed
+// 001's ContextCompactor, seed 002's ContextManager.summarize, seed 004's
+// Compression_Service). It is the engine behind modes summarize and hybrid
+// (Summarize, Hybrid) and the admin API's compress (Compact, Estimate).
+//
+// It summarizes each iteration once, with the summary of the iterations
+// before as context, and remembers the summary in memory and in the
+// SummaryStore under a hash of the iterations it covers: a client resends
+// the whole history on every request, and only the iterations that fold
+// for the first time cost a summarizer call. Summaries are written by at
+// most one background job per session at a time, cancelled by Close.
+//
+// It is safe for concurrent use.
+type Compactor struct {
+	cfg    SummarizeConfig
+	sum    Summarizer
+	store  SummaryStore
+	log    *slog.Logger
+	now    func() time.Time
+	after  func(time.Duration) <-chan time.Time
+	onCall func(time.Duration, error)
+
+	ctx    context.Context // of the background jobs; Close cancels it
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	cache   summaryCache
+	jobs    map[string]*job    // by scope: one in flight per session
+	retry   map[string]failure // scope → its last failure
+	changed chan struct{}      // closed and replaced when cache or jobs change
+	closed  bool
+
+	stats struct {
+		calls, failures, cut, folded, waited, fallbacks, jobs, storeErrors atomic.Uint64
+		latency                                                            atomic.Int64
+	}
+}
+
+// CompactorOptions are a Compactor's collaborators; every field may be
+// left zero.
+type CompactorOptions struct {
+	// Store remembers summaries across requests, restarts and replicas;
+	// nil keeps them in this process only.
+	Store SummaryStore
+	// Log receives summarizer failures (warn) and folds (debug); nil
+	// discards.
+	Log *slog.Logger
+	// Now and After are the clock; nil means time.Now and time.After.
+	Now   func() time.Time
+	After func(time.Duration) <-chan time.Time
+	// OnCall, when set, is told the duration and outcome of every
+	// summarizer call (a Prometheus histogram and failure counter).
+	OnCall func(d time.Duration, err error)
+}
+
+// NewCompactor returns a Compactor that writes summaries with s. A nil s
+// folds nothing: the strategies then leave conversations to the trimming
+// that follows them.
+func NewCompactor(cfg SummarizeConfig, s Summarizer, opts CompactorOptions) *Compactor {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Compactor{
+		cfg: cfg.withDefaults(), sum: s, store: opts.Store, log: opts.Log,
+		now: opts.Now, after: opts.After, onCall: opts.OnCall,
+		ctx: ctx, cancel: cancel,
+		cache:   newSummaryCache(cacheEntries),
+		jobs:    make(map[string]*job),
+		retry:   make(map[string]failure),
+		changed: make(chan struct{}),
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.after == nil {
+		c.after = time.After
+	}
+	return c
+}
+
+// Close cancels the background jobs and waits for them to end. The
+// Compactor still works afterwards, without writing new summaries.
+func (c *Compactor) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+	return nil
+}
+
+// Idle waits until no summary is being written, or ctx ends: on shutdown,
+// to let the summaries in flight finish within the grace period before
+// Close; in tests, to stand for the time a user reads an answer.
+func (c *Compactor) Idle(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		n := len(c.jobs)
+		ch := c.changed
+		c.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// SummaryStats are a Compactor's counters since it was made, for metrics.
+type SummaryStats struct {
+	// Calls is the number of summarizer calls, Failures those that failed
+	// (error, timeout, empty answer), Cut the answers cut to max_tokens,
+	// and Latency the time spent in all of them.
+	Calls, Failures, Cut uint64
+	Latency              time.Duration
+	// Folded is the number of iterations folded into requests, summed over
+	// requests.
+	Folded uint64
+	// Waited counts requests that waited for a summary (at most
+	// summarize.wait); Fallbacks those that did not get all they needed in
+	// time and were trimmed instead.
+	Waited, Fallbacks uint64
+	// Jobs is the number of background jobs started.
+	Jobs uint64
+	// StoreErrors counts failed SummaryStore calls.
+	StoreErrors uint64
+}
+
+// Stats returns the counters.
+func (c *Compactor) Stats() SummaryStats {
+	s := &c.stats
+	return SummaryStats{
+		Calls: s.calls.Load(), Failures: s.failures.Load(), Cut: s.cut.Load(),
+		Latency: time.Duration(s.latency.Load()), Folded: s.folded.Load(),
+		Waited: s.waited.Load(), Fallbacks: s.fallbacks.Load(), Jobs: s.jobs.Load(),
+		StoreErrors: s.storeErrors.Load(),
+	}
+}
+
+// Compaction is the result of Compact or Estimate (seed 004 5.5 and 5.6).
+type Compaction struct {
+	// Messages is the compacted conversation (Estimate: nil).
+	Messages []Message
+	// Folded is the number of messages folded into Summaries summaries;
+	// Kept the number of iterations kept verbatim.
+	Folded, Summaries, Kept int
+	// Before and After are the tokens of the conversation before and after
+	// (Estimate: predicted).
+	Before, After int
+	// Notice says what was done, as Result.Notice.
+	Notice string
+}
+
+// Compact folds every iteration of msgs but the newest keep_recent into
+// summaries (seed 001: old messages summarized, the last ones preserved,
+// the result holding the summary), waiting for every summary it needs
+// until ctx ends. A conversation of fewer than min_messages messages is
+// returned as is without a summarizer call. When summarizing fails, Compact
+// logs the error and returns it with the original messages: the
+// Compaction is always usable. The session in ctx's RequestInfo keys the
+// summaries.
+func (c *Compactor) Compact(ctx context.Context, msgs []Message, cnt Counter) (Compaction, error) {
+	v, n := c.compactPlan(msgs, cnt)
+	out := Compaction{Messages: msgs, Before: Total(msgs, cnt), Kept: len(v.its)}
+	out.After = out.Before
+	if n == 0 || c.sum == nil {
+		return out, nil
+	}
+	info := RequestInfoFrom(ctx)
+	keys := v.keysTo(n)
+	scope := c.scope(info.Session, v)
+	if c.cachedPrefix(keys) < n && c.ensure(scope, info, cnt, v, n, true) {
+		c.await(ctx, scope, keys, nil)
+	}
+	texts := c.texts(keys)
+	if len(texts) < n {
+		c.mu.Lock()
+		cause := c.retry[scope].err
+		c.mu.Unlock()
+		var err error
+		switch {
+		case ctx.Err() != nil:
+			err = fmt.Errorf("rewrite: compact: %w", ctx.Err())
+		case cause != nil:
+			err = fmt.Errorf("rewrite: compact: %w", cause)
+		default:
+			err = fmt.Errorf("rewrite: compact: %d of %d summaries could not be written", n-len(texts), n)
+		}
+		c.log.Warn("summarizing failed; conversation left as is", "err", err)
+		return out, err
+	}
+	res := v.fold(texts, c.blockLimit(ctx))
+	c.stats.folded.Add(uint64(n))
+	return Compaction{
+		Messages: res.Messages, Folded: res.Summarized, Summaries: n, Kept: len(v.its) - n,
+		Before: out.Before, After: Total(res.Messages, cnt), Notice: res.Notice,
+	}, nil
+}
+
+// Estimate predicts what Compact would do, without calling the summarizer
+// (seed 004 5.6): remembered summaries count at their length, the others at
+// the expected length of a summary.
+func (c *Compactor) Estimate(msgs []Message, cnt Counter) Compaction {
+	v, n := c.compactPlan(msgs, cnt)
+	out := Compaction{Before: Total(msgs, cnt), Kept: len(v.its) - n, Summaries: n}
+	out.After = out.Before
+	if n == 0 || c.sum == nil {
+		out.Kept, out.Summaries = len(v.its), 0
+		return out
+	}
+	keys := v.keysTo(n)
+	texts := make([]string, n)
+	missing := 0
+	c.mu.Lock()
+	for i, k := range keys {
+		if s, ok := c.cache.get(k); ok {
+			texts[i] = s.Text
+		} else {
+			missing++ // an empty line, counted at the expected length
+		}
+	}
+	c.mu.Unlock()
+	res := v.fold(texts, c.blockLimit(context.Background()))
+	out.Folded, out.After = res.Summarized, Total(res.Messages, cnt)+missing*c.perSummary()
+	out.Notice = res.Notice
+	return out
+}
+
+// compactPlan returns the conversation and how many iterations Compact
+// folds.
+func (c *Compactor) compactPlan(msgs []Message, cnt Counter) (*conv, int) {
+	v := analyze(msgs, cnt)
+	if len(msgs) < c.cfg.MinMessages || v.hasBlock() {
+		return v, 0
+	}
+	return v, v.trimEmpty(max(len(v.its)-max(c.cfg.KeepRecent, 1), 0))
+}
+
+// apply folds msgs as mode summarize (hybrid false) or hybrid does.
+func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt Counter, hybrid bool) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	unchanged := Result{Messages: msgs}
+	if c.sum == nil || len(msgs) < c.cfg.MinMessages {
+		return unchanged, nil
+	}
+	v := analyze(msgs, cnt)
+	if v.hasBlock() {
+		return unchanged, nil
+	}
+	limit := c.blockLimit(ctx)
+	var n int
+	if hybrid {
+		n = v.windowFold(c.keepTokens(ctx, target))
+	} else {
+		n = v.foldFor(v.p.kept-target, len(v.its)-c.cfg.KeepRecent, c.perSummary(), limit)
+	}
+	n = v.trimEmpty(n)
+	info := RequestInfoFrom(ctx)
+	if hybrid {
+		// Hybrid folds on every turn as its window slides: write now what
+		// the next turn will most likely fold, assuming it is as long as
+		// the newest iteration.
+		defer c.speculate(ctx, info, cnt, v, target)
+	}
+	if n == 0 {
+		return unchanged, nil
+	}
+	keys := v.keysTo(n)
+	got := c.cachedPrefix(keys)
+	if got < n {
+		scope := c.scope(info.Session, v)
+		if c.ensure(scope, info, cnt, v, n, false) && c.cfg.Wait > 0 {
+			c.stats.waited.Add(1)
+			got = c.await(ctx, scope, keys, c.after(c.cfg.Wait))
+		}
+		if err := ctx.Err(); err != nil {
+			return Result{}, err
+		}
+		if got < n {
+			c.stats.fallbacks.Add(1)
+			c.log.Debug("summaries not ready; trimming instead", "ready", got, "needed", n)
+		}
+	}
+	texts := c.texts(keys[:got])
+	if len(texts) == 0 {
+		return unchanged, nil
+	}
+	c.stats.folded.Add(uint64(len(texts)))
+	return v.fold(texts, limit), nil
+}
+
+// prefetch starts writing, in the background, the summaries that folding
+// msgs down to target needs.
+func (c *Compactor) prefetch(ctx context.Context, msgs []Message, target int, cnt Counter, hybrid bool) {
+	if c.sum == nil || len(msgs) < c.cfg.MinMessages {
+		return
+	}
+	v := analyze(msgs, cnt)
+	if v.hasBlock() {
+		return
+	}
+	info := RequestInfoFrom(ctx)
+	if hybrid {
+		c.speculate(ctx, info, cnt, v, target)
+		return
+	}
+	n := v.trimEmpty(v.foldFor(v.p.kept-target, len(v.its)-c.cfg.KeepRecent, c.perSummary(), c.blockLimit(ctx)))
+	if n > 0 && c.cachedPrefix(v.keysTo(n)) < n {
+		c.ensure(c.scope(info.Session, v), info, cnt, v, n, false)
+	}
+}
+
+// speculate starts writing the summaries Hybrid will need when the next
+// turn, as long as the newest iteration, pushes the oldest of its window
+// out.
+func (c *Compactor) speculate(ctx context.Context, info RequestInfo, cnt Counter, v *conv, target int) {
+	if len(v.its) == 0 {
+		return
+	}
+	last := len(v.its) - 1
+	next := v.trimEmpty(v.windowFold(c.keepTokens(ctx, target) - v.its[last].cost - v.pinnedCost(last)))
+	if next > 0 && c.cachedPrefix(v.keysTo(next)) < next {
+		c.ensure(c.scope(info.Session, v), info, cnt, v, next, false)
+	}
+}
+
+func (c *Compactor) perSummary() int { return min(c.cfg.MaxTokens, summaryEstimate) }
+
+// blockLimit is the room for the block of summaries: a quarter of the
+// effective limit, so that summaries never crowd out the conversation
+// they stand for (16 summaries' worth when the limit is unknown).
+func (c *Compactor) blockLimit(ctx context.Context) int {
+	if l := limitFrom(ctx); l > 0 {
+		return l / 4
+	}
+	return 16 * c.cfg.MaxTokens
+}
+
+// keepTokens is Hybrid's window of recent tokens (seed 004 5.4).
+func (c *Compactor) keepTokens(ctx context.Context, target int) int {
+	switch {
+	case c.cfg.KeepRecentTokens > 0:
+		return c.cfg.KeepRecentTokens
+	case limitFrom(ctx) > 0:
+		return limitFrom(ctx) / 3
+	}
+	return target / 2
+}
+
+// scope is what one background job is for: the session, or without one
+// the conversation itself (the key of its first iteration).
+func (c *Compactor) scope(session string, v *conv) string {
+	if session != "" {
+		return "s:" + session
+	}
+	return "k:" + v.key(0)
+}
+
+// cachedPrefix returns how many of keys, from the first, have a summary
+// in memory.
+func (c *Compactor) cachedPrefix(keys []string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, k := range keys {
+		if _, ok := c.cache.get(k); !ok {
+			return i
+		}
+	}
+	return len(keys)
+}
+
+// texts returns the summaries of keys, up to the first missing one.
+func (c *Compactor) texts(keys []string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		s, ok := c.cache.get(k)
+		if !ok {
+			break
+		}
+		out = append(out, s.Text)
+	}
+	return out
+}
+
+// broadcast wakes every waiter; c.mu must be held.
+func (c *Compactor) broadcast() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// await waits until every key has a summary, the scope's job ends,
+// deadline fires or ctx ends, and returns how many keys from the first
+// have one. A nil deadline waits for the job.
+func (c *Compactor) await(ctx context.Context, scope string, keys []string, deadline <-chan time.Time) int {
+	for {
+		c.mu.Lock()
+		n := len(keys)
+		for i, k := range keys {
+			if _, ok := c.cache.get(k); !ok {
+				n = i
+				break
+			}
+		}
+		_, running := c.jobs[scope]
+		ch := c.changed
+		c.mu.Unlock()
+		if n == len(keys) || !running {
+			return n
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			return n
+		case <-ctx.Done():
+			return n
+		}
+	}
+}
+
+// A job writes the summaries of one scope in order, one call at a time.
+type job struct {
+	scope, session string // fixed
+	// The latest request's wishes: its iterations' keys, the messages of
+	// those not yet summarized, and what the calls need of it.
+	keys  []string
+	iters map[int][]Message
+	info  RequestInfo
+	cnt   Counter
+}
+
+// ensure makes sure a job is writing the summaries of v's first n
+// iterations, and reports whether one is (false: nothing is missing, the
+// Compactor is closed, or the scope failed less than retryAfter ago and
+// force is not set).
+func (c *Compactor) ensure(scope string, info RequestInfo, cnt Counter, v *conv, n int, force bool) bool {
+	keys := slices.Clone(v.keysTo(n))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	iters := make(map[int][]Message)
+	for i, k := range keys {
+		if _, ok := c.cache.get(k); !ok {
+			iters[i] = v.iterMessages(i)
+		}
+	}
+	if len(iters) == 0 {
+		return false
+	}
+	if j, ok := c.jobs[scope]; ok {
+		// A job in flight keeps a longer wish of the same conversation
+		// (a prefetch beyond what this request needs).
+		if len(keys) >= len(j.keys) || !slices.Equal(j.keys[:len(keys)], keys) {
+			j.keys, j.iters = keys, iters
+		}
+		j.info, j.cnt = info, cnt
+		return true
+	}
+	if f, ok := c.retry[scope]; ok && !force {
+		if c.now().Before(f.until) {
+			return false
+		}
+		delete(c.retry, scope)
+	}
+	j := &job{scope: scope, session: info.Session, keys: keys, iters: iters, info: info, cnt: cnt}
+	c.jobs[scope] = j
+	c.stats.jobs.Add(1)
+	c.wg.Add(1)
+	go c.run(j)
+	return true
+}
+
+// run is a job: it loads what the store has, then summarizes the missing
+// iterations in order, each with the summaries before it as context.
+func (c *Compactor) run(j *job) {
+	defer c.wg.Done()
+	if j.session != "" && c.store != nil {
+		c.load(j)
+	}
+	for {
+		c.mu.Lock()
+		i, ok := j.next(&c.cache)
+		if !ok || c.ctx.Err() != nil {
+			delete(c.jobs, j.scope)
+			c.broadcast()
+			c.mu.Unlock()
+			return
+		}
+		key, msgs, info, cnt := j.keys[i], j.iters[i], j.info, j.cnt
+		prev := c.previous(j.keys[:i], cnt)
+		c.mu.Unlock()
+
+		s, err := c.call(info, cnt, msgs, prev, key, i+1)
+
+		if err != nil {
+			err = fmt.Errorf("summarizing iteration %d: %w", i+1, err)
+			if c.ctx.Err() == nil {
+				c.log.Warn("summarizer failed; trimming instead until it works again",
+					"session", info.Session, "err", err)
+			}
+			c.mu.Lock()
+			c.retry[j.scope] = failure{until: c.now().Add(retryAfter), err: err}
+			if len(c.retry) > cacheEntries { // forget old failures
+				now := c.now()
+				for k, f := range c.retry {
+					if now.After(f.until) {
+						delete(c.retry, k)
+					}
+				}
+			}
+			delete(c.jobs, j.scope)
+			c.broadcast()
+			c.mu.Unlock()
+			return
+		}
+		// Stored before it is used, so that what a request folds is what
+		// every replica finds.
+		if j.session != "" && c.store != nil {
+			if err := c.store.Put(c.ctx, j.session, s); err != nil {
+				c.stats.storeErrors.Add(1)
+				c.log.Warn("saving a summary failed", "session", j.session, "err", err)
+			}
+		}
+		c.mu.Lock()
+		c.cache.put(s)
+		c.broadcast()
+		c.mu.Unlock()
+	}
+}
+
+// failure is a scope's last summarizer failure.
+type failure struct {
+	until time.Time // no new job before
+	err   error
+}
+
+// next returns the first iteration of the job's wish that has no summary
+// and whose messages it holds.
+func (j *job) next(cache *summaryCache) (int, bool) {
+	for i, k := range j.keys {
+		if _, ok := cache.get(k); ok {
+			continue
+		}
+		if _, ok := j.iters[i]; ok {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// load copies the summaries of the job's keys from the store into memory.
+func (c *Compactor) load(j *job) {
+	session := j.session
+	c.mu.Lock()
+	want := make(map[string]bool, len(j.keys))
+	for _, k := range j.keys {
+		want[k] = true
+	}
+	c.mu.Unlock()
+	ss, err := c.store.Get(c.ctx, session)
+	if err != nil {
+		c.stats.storeErrors.Add(1)
+		c.log.Warn("loading summaries failed", "session", session, "err", err)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range ss {
+		if want[s.Key] && s.Text != "" {
+			c.cache.put(s)
+		}
+	}
+	c.broadcast()
+}
+
+// previous returns the context of the next call: the summaries of the
+// iterations before it, newest first as far as max_tokens·4 tokens go,
+// oldest first in the text. c.mu must be held.
+func (c *Compactor) previous(keys []string, cnt Counter) string {
+	room := 4 * c.cfg.MaxTokens
+	var parts []string
+	for i := len(keys) - 1; i >= 0; i-- {
+		s, ok := c.cache.get(keys[i])
+		if !ok {
+			break
+		}
+		room -= max(textCost(s.Text, cnt), 1)
+		if room < 0 && len(parts) > 0 {
+			break
+		}
+		parts = append(parts, s.Text)
+	}
+	slices.Reverse(parts)
+	out := ""
+	for _, p := range parts {
+		out = joinNotices(out, p)
+	}
+	return out
+}
+
+// call makes one summarizer call and returns its cleaned result.
+func (c *Compactor) call(info RequestInfo, cnt Counter, msgs []Message, prev, key string, covers int) (Summary, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
+	defer cancel()
+	model := c.cfg.Model
+	if model == "" {
+		model = info.Model
+	}
+	start := c.now()
+	text, err := c.sum.Summarize(ctx, SummaryRequest{
+		Model: model, Messages: msgs, Previous: prev, MaxTokens: c.cfg.MaxTokens,
+		NumCtx: info.NumCtx, Auth: info.Auth,
+	})
+	d := c.now().Sub(start)
+	var cut bool
+	if err == nil {
+		text, cut = TrimSummary(text, c.cfg.MaxTokens, cnt)
+		if text == "" {
+			err = ErrEmptySummary
+		}
+	}
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err() // an answer after the deadline is not trusted
+	}
+	c.stats.calls.Add(1)
+	c.stats.latency.Add(int64(d))
+	if cut {
+		c.stats.cut.Add(1)
+	}
+	if err != nil {
+		c.stats.failures.Add(1)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("rewrite: summarizer timed out after %v: %w", c.cfg.Timeout, err)
+		}
+	}
+	if c.onCall != nil {
+		c.onCall(d, err)
+	}
+	if err != nil {
+		return Summary{}, err
+	}
+	return Summary{Key: key, Covers: covers, Text: text, Tokens: textCost(text, cnt), Created: c.now()}, nil
+}
+
+// summaryCache is a bounded map of summaries by key; the oldest entry
+// goes first when it is full.
+type summaryCache struct {
+	max   int
+	m     map[string]Summary
+	order []string // ring of keys in insertion order
+	next  int
+}
+
+func newSummaryCache(n int) summaryCache {
+	return summaryCache{max: n, m: make(map[string]Summary), order: make([]string, 0, min(n, 1024))}
+}
+
+func (sc *summaryCache) get(k string) (Summary, bool) {
+	s, ok := sc.m[k]
+	return s, ok
+}
+
+func (sc *summaryCache) put(s Summary) {
+	if _, ok := sc.m[s.Key]; ok {
+		sc.m[s.Key] = s
+		return
+	}
+	if len(sc.order) < sc.max {
+		sc.order = append(sc.order, s.Key)
+	} else {
+		delete(sc.m, sc.order[sc.next])
+		sc.order[sc.next] = s.Key
+		sc.next = (sc.next + 1) % len(sc.order)
+	}
+	sc.m[s.Key] = s
+}

@@ -1,0 +1,377 @@
+package rewrite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Defaults of DESIGN.md's summarize: keys.
+const (
+	DefaultKeepRecent     = 3
+	DefaultMinMessages    = 6
+	DefaultSummaryTokens  = 256
+	DefaultSummaryTimeout = 60 * time.Second
+	DefaultPrefetchAt     = 0.70
+	DefaultSummaryWait    = 2 * time.Second
+)
+
+// ErrEmptySummary reports a summarizer answer with no text in it.
+var ErrEmptySummary = errors.New("rewrite: summarizer returned an empty summary")
+
+// SummarizeConfig mirrors DESIGN.md's summarize: section. Its zero value
+// works: every zero field means the default its comment names.
+type SummarizeConfig struct {
+	// Model is the model that writes summaries; "" means the model of the
+	// request being summarized (seed 004 5.1: "use the active model").
+	Model string `mapstructure:"model"`
+	// KeepRecent is how many of the newest iterations mode summarize keeps
+	// verbatim at least (seed 002's keepRecentIterations); 0 means
+	// DefaultKeepRecent, negative none (the newest one is always kept).
+	KeepRecent int `mapstructure:"keep_recent"`
+	// KeepRecentTokens is how many tokens of the newest messages mode
+	// hybrid keeps verbatim (seed 004 5.4); 0 means a third of the
+	// effective limit.
+	KeepRecentTokens int `mapstructure:"keep_recent_tokens"`
+	// MinMessages is the shortest conversation worth summarizing (seed
+	// 001's min_messages_to_summarize); 0 means DefaultMinMessages,
+	// negative no minimum.
+	MinMessages int `mapstructure:"min_messages"`
+	// MaxTokens bounds one summary; a longer answer is cut. 0 means
+	// DefaultSummaryTokens.
+	MaxTokens int `mapstructure:"max_tokens"`
+	// Timeout bounds one summarizer call; 0 means DefaultSummaryTimeout.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// PrefetchAt is the usage, as a share of the effective limit, from
+	// which the summaries the next trim will need are written in the
+	// background; 0 means DefaultPrefetchAt, negative never.
+	PrefetchAt float64 `mapstructure:"prefetch_at"`
+	// Wait is how long a request that needs summaries waits for them
+	// before it is trimmed instead; 0 means DefaultSummaryWait, negative
+	// not at all.
+	Wait time.Duration `mapstructure:"wait"`
+}
+
+func (c SummarizeConfig) withDefaults() SummarizeConfig {
+	c.KeepRecent = orDefault(c.KeepRecent, DefaultKeepRecent)
+	c.MinMessages = orDefault(c.MinMessages, DefaultMinMessages)
+	if c.MaxTokens <= 0 {
+		c.MaxTokens = DefaultSummaryTokens
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultSummaryTimeout
+	}
+	if c.PrefetchAt == 0 {
+		c.PrefetchAt = DefaultPrefetchAt
+	}
+	if c.Wait == 0 {
+		c.Wait = DefaultSummaryWait
+	}
+	return c
+}
+
+// Validate reports every problem with c at once.
+func (c SummarizeConfig) Validate() error {
+	var errs []error
+	if c.MaxTokens < 0 {
+		errs = append(errs, fmt.Errorf("summarize.max_tokens: %d is negative", c.MaxTokens))
+	}
+	if c.KeepRecentTokens < 0 {
+		errs = append(errs, fmt.Errorf("summarize.keep_recent_tokens: %d is negative", c.KeepRecentTokens))
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("summarize.timeout: %v is negative", c.Timeout))
+	}
+	if c.PrefetchAt > 1 {
+		errs = append(errs, fmt.Errorf("summarize.prefetch_at: %v is above 1", c.PrefetchAt))
+	}
+	return errors.Join(errs...)
+}
+
+// Summarizer writes the summary of one iteration of a conversation. The
+// proxy's implementation calls the backend itself; an implementation must
+// be safe for concurrent use and honour ctx's deadline.
+type Summarizer interface {
+	Summarize(ctx context.Context, req SummaryRequest) (string, error)
+}
+
+// SummaryRequest is one summarizer call.
+type SummaryRequest struct {
+	// Model writes the summary (summarize.model, else the request's).
+	Model string
+	// Messages are the messages to fold: one iteration, a user turn and
+	// what followed it up to the next.
+	Messages []Message
+	// Previous is the summary of the iterations before, for context only:
+	// the new summary extends it and does not repeat it.
+	Previous string
+	// MaxTokens bounds the answer (summarize.max_tokens).
+	MaxTokens int
+	// NumCtx is the context size the proxy sets for Model on Ollama; the
+	// call sends the same, because every distinct num_ctx makes Ollama
+	// reload the model (DESIGN.md, Known costs). 0 sets none.
+	NumCtx int
+	// Auth is the Authorization header value of the client's request, for
+	// backends that need a key; "" sends none. Never log it.
+	Auth string
+}
+
+// SummaryPrompt is the system prompt of every summarizer call. Seed 002
+// asks for 2-3 sentences per iteration; what a later turn most often needs
+// back — names, decisions, numbers, file paths, open tasks, the user's
+// goals — is named so that the model keeps it.
+const SummaryPrompt = `You condense one exchange of a conversation between a user and an AI assistant, so that the assistant can continue the conversation without seeing the exchange again.
+
+Write 2 to 3 plain sentences about the exchange inside <exchange>. Keep every name, decision, number, file path, identifier, URL, error message, open task and goal the user stated; say which tools were called and what they returned. Use <earlier_summary> only to understand references: do not repeat it. Write in the language of the conversation. No preamble, no lists, no markdown: only the sentences.`
+
+// Bounds on what a summarizer call reads: a long tool result is cut in the
+// middle so that the prompt fits the summarizing model's context.
+const (
+	maxSummaryInput  = 24000 // bytes of <exchange> when the context size is unknown
+	minSummaryInput  = 2000
+	bytesPerTokenLow = 3 // a conservative bytes-per-token for sizing the input
+)
+
+// Prompt returns the system and user messages of the summarizer call for
+// r: SummaryPrompt, and the previous summary and the exchange, each in its
+// own delimited block. Long message contents are cut in the middle so the
+// exchange fits the summarizing model's context (r.NumCtx when known).
+func (r SummaryRequest) Prompt() (system, user string) {
+	budget := maxSummaryInput
+	if r.NumCtx > 0 {
+		budget = min(budget, max((r.NumCtx-r.MaxTokens-512)*bytesPerTokenLow-len(SummaryPrompt)-len(r.Previous), minSummaryInput))
+	}
+	var b strings.Builder
+	if p := strings.TrimSpace(r.Previous); p != "" {
+		b.WriteString("<earlier_summary>\n")
+		b.WriteString(p)
+		b.WriteString("\n</earlier_summary>\n\n")
+	}
+	b.WriteString("<exchange>\n")
+	for _, line := range renderExchange(r.Messages, budget) {
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	b.WriteString("</exchange>")
+	return SummaryPrompt, b.String()
+}
+
+// renderExchange writes each message as "role: content", tool calls as
+// "assistant called name(arguments)", cutting the longest contents in the
+// middle until the whole fits budget bytes.
+func renderExchange(msgs []Message, budget int) []string {
+	type part struct {
+		head, body string
+	}
+	var parts []part
+	for _, m := range msgs {
+		if m.Synthetic {
+			continue
+		}
+		head := m.Role
+		if isToolResult(&m) {
+			head = "tool result"
+			if m.ToolCallID != "" {
+				head += " (" + m.ToolCallID + ")"
+			}
+		}
+		if m.Name != "" {
+			head += " " + m.Name
+		}
+		body := m.Content
+		if m.Images > 0 {
+			body = strings.TrimSpace(body + " [" + strconv.Itoa(m.Images) + " " + plural(m.Images, "image", "images") + "]")
+		}
+		if body != "" || len(m.ToolCalls) == 0 {
+			parts = append(parts, part{head + ": ", body})
+		}
+		for _, tc := range m.ToolCalls {
+			parts = append(parts, part{m.Role + " called ", tc.Name + "(" + tc.Arguments + ")"})
+		}
+	}
+	// Water-filling: find the largest per-part cap under which everything
+	// fits, so that short messages stay whole and only long ones are cut.
+	total := 0
+	lens := make([]int, len(parts))
+	for i, p := range parts {
+		lens[i] = len(p.body)
+		total += len(p.head) + len(p.body) + 1
+	}
+	limit := -1 // no cut
+	if total > budget && len(parts) > 0 {
+		lo, hi := 0, budget
+		for lo < hi {
+			mid := (lo + hi + 1) / 2
+			sum := 0
+			for i, p := range parts {
+				sum += len(p.head) + min(lens[i], mid) + 1
+			}
+			if sum <= budget {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		limit = max(lo, 200)
+	}
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		body := p.body
+		if limit >= 0 && len(body) > limit {
+			body = cutBytes(body, limit)
+		}
+		out[i] = p.head + body
+	}
+	return out
+}
+
+// cutBytes keeps the start and end of s, about n bytes in all, with a note
+// in between; it never splits a UTF-8 sequence.
+func cutBytes(s string, n int) string {
+	const note = " […] "
+	head := snapHead(s, n/2)
+	tail := snapTail(s, len(s)-(n-n/2), head)
+	return s[:head] + note + s[tail:]
+}
+
+// TrimSummary cleans a summarizer's answer: it drops a <think> block that
+// reasoning models put first, joins the lines into one paragraph (a
+// summary is a line of the injected block), removes anything that would
+// close that block early, and cuts the text to maxTokens (as c counts;
+// nil c means about 4 bytes a token) at a sentence end where it can. It
+// reports whether it had to cut.
+func TrimSummary(text string, maxTokens int, c Counter) (string, bool) {
+	if i := strings.Index(text, "</think>"); i >= 0 && strings.Contains(text[:i], "<think>") {
+		text = text[i+len("</think>"):]
+	}
+	text = strings.ReplaceAll(text, blockClose, "")
+	text = strings.ReplaceAll(text, blockOpen, "")
+	text = strings.Join(strings.Fields(text), " ")
+	if text == "" || maxTokens <= 0 {
+		return text, false
+	}
+	count := func(s string) int {
+		if c == nil {
+			return (len(s) + 3) / 4
+		}
+		return c.CountText(s)
+	}
+	total := count(text)
+	if total <= maxTokens {
+		return text, false
+	}
+	n := len(text) * maxTokens / total
+	for n > 0 && count(text[:n]) > maxTokens {
+		n = n * 9 / 10
+	}
+	for n > 0 && !utf8.RuneStart(text[n]) {
+		n--
+	}
+	cut := text[:n]
+	// Prefer the end of the last whole sentence in the second half.
+	if i := lastSentenceEnd(cut); i >= len(cut)/2 {
+		return cut[:i], true
+	}
+	if i := strings.LastIndexByte(cut, ' '); i > 0 {
+		cut = cut[:i]
+	}
+	return strings.TrimRight(cut, " ,;:") + "…", true
+}
+
+func lastSentenceEnd(s string) int {
+	for i := len(s) - 1; i > 0; i-- {
+		switch s[i] {
+		case '.', '!', '?':
+			if i == len(s)-1 || s[i+1] == ' ' {
+				return i + 1
+			}
+		}
+	}
+	if i := strings.LastIndex(s, "。"); i >= 0 {
+		return i + len("。")
+	}
+	return -1
+}
+
+// RequestInfo is what a strategy may need to know about the chat request it
+// runs for, beyond its messages. The proxy puts it in the context it passes
+// to Trimmer.Trim (WithRequestInfo).
+type RequestInfo struct {
+	// Session keys remembered summaries (SummaryStore); "" keeps them in
+	// this process only.
+	Session string
+	// Model is the request's model: the default summarizing model.
+	Model string
+	// Auth is the client's Authorization header value, handed to the
+	// Summarizer; never logged.
+	Auth string
+	// NumCtx is the num_ctx the proxy sends to Ollama for this request (0:
+	// none); summarizer calls send the same (see SummaryRequest.NumCtx).
+	NumCtx int
+}
+
+type requestInfoKey struct{}
+
+// WithRequestInfo returns ctx carrying info.
+func WithRequestInfo(ctx context.Context, info RequestInfo) context.Context {
+	return context.WithValue(ctx, requestInfoKey{}, info)
+}
+
+// RequestInfoFrom returns the RequestInfo in ctx, or the zero value.
+func RequestInfoFrom(ctx context.Context) RequestInfo {
+	info, _ := ctx.Value(requestInfoKey{}).(RequestInfo)
+	return info
+}
+
+// limitKey carries the effective limit from Trimmer.Trim to the strategies
+// that size things by the window rather than the target (Summarize's
+// block of summaries, Hybrid's recent tokens).
+type limitKey struct{}
+
+func withLimit(ctx context.Context, limit int) context.Context {
+	return context.WithValue(ctx, limitKey{}, limit)
+}
+
+func limitFrom(ctx context.Context) int {
+	n, _ := ctx.Value(limitKey{}).(int)
+	return n
+}
+
+// Summary is one remembered summary: the 2-3 sentences of one iteration.
+// Its fields match snapshots.Summary.
+type Summary struct {
+	// Key is a hash of the iteration and of every iteration before it
+	// (the iterations it covers), so a summary is only reused for the
+	// very conversation it was written for.
+	Key string
+	// Covers is how many iterations, from the first, the key covers: this
+	// summary is of iteration Covers-1.
+	Covers int
+	// Text is the summary.
+	Text string
+	// Tokens is what Text cost when it was written.
+	Tokens int
+	// Created is when it was written.
+	Created time.Time
+}
+
+// SummaryStore remembers summaries per session, so that a transparent
+// proxy, which sees the whole history again on every request, summarizes
+// each iteration once: across requests, restarts and replicas. ctxproxy's
+// keeps them in the session state (snapshots.Session.Summaries).
+//
+// A store should keep every summary of a session (a few hundred bytes
+// each, one per iteration): those of the oldest iterations are needed as
+// long as the conversation goes on. Get is called once per background job,
+// Put once per summary written, never on a request's path.
+type SummaryStore interface {
+	// Get returns the summaries of session, in any order; none is not an
+	// error.
+	Get(ctx context.Context, session string) ([]Summary, error)
+	// Put adds s to session, replacing one with the same Key.
+	Put(ctx context.Context, session string, s Summary) error
+}

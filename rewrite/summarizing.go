@@ -1,0 +1,134 @@
+package rewrite
+
+import "context"
+
+// Prefetcher is a Strategy that can prepare, off the request path, what a
+// later trim will need (Summarize and Hybrid: the summaries). Trimmer.Trim
+// calls Prefetch itself — on requests below the threshold too — once the
+// conversation is within (threshold − PrefetchAt)·limit tokens of its next
+// trim step (see Budget), with the target that step will cut to. Prefetch
+// must return at once.
+type Prefetcher interface {
+	Strategy
+	// PrefetchAt is the usage, as a share of the limit, from which the
+	// first trim step is prepared; later steps are prepared the same
+	// distance ahead. Zero or less turns prefetching off.
+	PrefetchAt() float64
+	// Prefetch starts the work that cutting msgs to target will need.
+	Prefetch(ctx context.Context, msgs []Message, target int, c Counter)
+}
+
+// Summarize is the strategy of mode summarize (seeds 001, 002, 004 5.1):
+// it folds the oldest iterations into 2-3 sentence summaries, which reach
+// the model as a delimited block in the system prompt, keeping at least
+// keep_recent iterations verbatim. The Trimmer runs it first and trimming
+// after it (Composite{Summarize, TokenBudget}), so whatever summaries
+// cannot save — or could not be written in time — is trimmed.
+//
+// It folds the fewest iterations that bring the conversation to the
+// target. As the Trimmer's targets move in steps (Budget), the same
+// iterations stay folded, and the system prompt unchanged, until the
+// conversation has grown by a step; then the next iterations fold at once.
+// Their summaries are written in the background as the conversation
+// nears that step (Prefetch, summarize.prefetch_at), so the request that
+// reaches it finds them ready. If they are not ready within summarize.wait,
+// the request is trimmed instead and the summaries are used from the next
+// request on: no request waits longer for a summary, and none waits for
+// one it does not need.
+type Summarize struct{ c *Compactor }
+
+// Summarize returns the strategy of mode summarize.
+func (c *Compactor) Summarize() Summarize { return Summarize{c} }
+
+// Name implements Strategy.
+func (Summarize) Name() string { return "summarize" }
+
+// Apply implements Strategy.
+func (s Summarize) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
+	return s.c.apply(ctx, msgs, target, c, false)
+}
+
+// PrefetchAt implements Prefetcher.
+func (s Summarize) PrefetchAt() float64 { return s.c.cfg.PrefetchAt }
+
+// Prefetch implements Prefetcher.
+func (s Summarize) Prefetch(ctx context.Context, msgs []Message, target int, c Counter) {
+	s.c.prefetch(ctx, msgs, target, c, false)
+}
+
+// Compactor returns the engine behind s.
+func (s Summarize) Compactor() *Compactor { return s.c }
+
+// Hybrid is the strategy of mode hybrid (seed 004 5.3 and 5.4): it keeps
+// the newest messages worth summarize.keep_recent_tokens verbatim and
+// folds every older iteration into summaries, like a summary buffer.
+// Unlike Summarize it folds all it can whenever the Trimmer acts, so its
+// window slides on every turn; after each request it writes, in the
+// background, the summary the next turn will most likely need.
+type Hybrid struct{ c *Compactor }
+
+// Hybrid returns the strategy of mode hybrid.
+func (c *Compactor) Hybrid() Hybrid { return Hybrid{c} }
+
+// Name implements Strategy.
+func (Hybrid) Name() string { return "hybrid" }
+
+// Apply implements Strategy.
+func (h Hybrid) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
+	return h.c.apply(ctx, msgs, target, c, true)
+}
+
+// PrefetchAt implements Prefetcher.
+func (h Hybrid) PrefetchAt() float64 { return h.c.cfg.PrefetchAt }
+
+// Prefetch implements Prefetcher.
+func (h Hybrid) Prefetch(ctx context.Context, msgs []Message, target int, c Counter) {
+	h.c.prefetch(ctx, msgs, target, c, true)
+}
+
+// Compactor returns the engine behind h.
+func (h Hybrid) Compactor() *Compactor { return h.c }
+
+var (
+	_ Prefetcher = Summarize{}
+	_ Prefetcher = Hybrid{}
+)
+
+// prefetcherOf returns the Prefetcher s is or holds (a Composite's stage).
+func prefetcherOf(s Strategy) Prefetcher {
+	switch s := s.(type) {
+	case Prefetcher:
+		return s
+	case Composite:
+		for _, st := range s.Strategies {
+			if p := prefetcherOf(st); p != nil {
+				return p
+			}
+		}
+	}
+	return nil
+}
+
+// nextStep says whether a conversation of total tokens is within lead
+// tokens of its next trim step, and what that step will cut it to.
+// Budget drops n·Q tokens at step n (Q = (threshold−target)·limit, T =
+// target·limit), and step n+1 begins at T + (n+1)·Q; it will cut to what
+// the conversation is then less (n+1)·Q, which is what a prefetch now,
+// with the same oldest iterations, must save.
+func nextStep(total, limit int, threshold, target, prefetchAt float64) (int, bool) {
+	if limit <= 0 || prefetchAt <= 0 || prefetchAt >= threshold {
+		return 0, false
+	}
+	lead := (threshold - prefetchAt) * float64(limit)
+	t := int(target * float64(limit))
+	q := int((threshold - target) * float64(limit))
+	if q <= 0 { // no hysteresis: every step cuts to the target
+		return t, float64(total) >= threshold*float64(limit)-lead
+	}
+	n := 0
+	if float64(total) >= threshold*float64(limit) {
+		n = max((total-t)/q, 0)
+	}
+	at := t + (n+1)*q
+	return total - (n+1)*q, float64(total) >= float64(at)-lead
+}
