@@ -130,7 +130,8 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 		if _, err := trimmer.Strategy(mode); err != nil {
 			return nil, &apiError{status: http.StatusBadRequest, message: "X-Ctxproxy-Strategy: " + err.Error()}
 		}
-		tctx := ctx
+		tctx := rewrite.WithRequestInfo(ctx, rewrite.RequestInfo{Session: ex.session, Model: req.model,
+			Auth: r.Header.Get("Authorization"), NumCtx: p.numCtx})
 		if s.monitor != nil && s.monitor.Snapshot().Level >= gpu.LevelCompress {
 			// Seed 004 R6.2: under memory pressure, compress earlier.
 			tctx = rewrite.WithThreshold(tctx, max(trimmer.Threshold()-0.2, trimmer.Target()))
@@ -201,7 +202,8 @@ func (s *Server) setPlanHeaders(ex *exchange, p *plan) {
 			ex.warn(warn80)
 		}
 	}
-	h.Set("X-Ctxproxy-Dropped", strconv.Itoa(p.result.Dropped))
+	// Result.Dropped counts every message not forwarded, folded ones too.
+	h.Set("X-Ctxproxy-Dropped", strconv.Itoa(p.result.Dropped-p.result.Summarized))
 	h.Set("X-Ctxproxy-Summarized", strconv.Itoa(p.result.Summarized))
 	if p.numCtx > 0 {
 		h.Set("X-Ctxproxy-Num-Ctx", strconv.Itoa(p.numCtx))
@@ -276,7 +278,7 @@ func (s *Server) record(ex *exchange, rep reply, truncated bool) {
 	usage := p.usage()
 	stats := snapshots.Stats{
 		Tokens: p.before.Tokens, Limit: p.limit, Usage: usage, Sent: p.after.Tokens, NumCtx: p.numCtx,
-		Dropped: p.result.Dropped, Summarized: p.result.Summarized,
+		Dropped: p.result.Dropped - p.result.Summarized, Summarized: p.result.Summarized,
 	}
 	if rep.promptTokens > 0 {
 		stats.PromptTokens, stats.CompletionTokens = rep.promptTokens, rep.outputTokens

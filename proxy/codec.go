@@ -330,10 +330,10 @@ func encodeMessages(msgs []rewrite.Message) ([]byte, error) {
 
 func encodeMessage(m *rewrite.Message) ([]byte, error) {
 	if m.Raw == nil {
-		return json.Marshal(struct {
-			Role    string `json:"role"`
-			Content string `json:"content"`
-		}{m.Role, m.Content})
+		out := append([]byte(`{"role":`), marshalString(m.Role)...)
+		out = append(out, `,"content":`...)
+		out = append(out, marshalString(m.Content)...)
+		return append(out, '}'), nil
 	}
 	if !m.Edited {
 		return m.Raw, nil
@@ -349,10 +349,7 @@ func encodeMessage(m *rewrite.Message) ([]byte, error) {
 // array keeps its non-text parts (images stay attached) and gets the new
 // text as its first text part.
 func editedContent(m *rewrite.Message) ([]byte, error) {
-	text, err := json.Marshal(m.Content)
-	if err != nil {
-		return nil, err
-	}
+	text := marshalString(m.Content)
 	ms, err := members(m.Raw)
 	if err != nil {
 		return nil, err
@@ -422,4 +419,15 @@ func setOption(body []byte, key string, value []byte) ([]byte, error) {
 	opts := append(append(append([]byte{'{'}, k...), ':'), value...)
 	opts = append(opts, '}')
 	return setMember(body, "options", opts)
+}
+
+// marshalString encodes s as a JSON string without encoding/json's HTML
+// escaping: "<conversation_summary>" stays readable in what is forwarded,
+// as a client's own JSON would have it.
+func marshalString(s string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }

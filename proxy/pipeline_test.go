@@ -33,29 +33,27 @@ func (p *fixedProbe) Close() error { return nil }
 
 // system is a full ctxproxy in front of a fake backend.
 type system struct {
-	srv     *Server
-	url     string
-	store   *snapshots.FileStore
-	writer  *snapshots.Writer
-	monitor *gpu.Monitor
-	probe   *fixedProbe
+	compactor *rewrite.Compactor
+	srv       *Server
+	url       string
+	store     *snapshots.FileStore
+	writer    *snapshots.Writer
+	monitor   *gpu.Monitor
+	probe     *fixedProbe
 }
 
 type setup struct {
-	strategy rewrite.Config
-	gpu      gpu.Config
-	tokens   budget.Config
-	cfg      Config
-	free     uint64 // bytes of GPU memory free (default 20 GiB of 24)
+	strategy  rewrite.Config
+	summarize *rewrite.SummarizeConfig // summarize and hybrid modes, over the backend
+	gpu       gpu.Config
+	tokens    budget.Config
+	cfg       Config
+	free      uint64 // bytes of GPU memory free (default 20 GiB of 24)
 }
 
 func newSystem(t testing.TB, backendURL string, su setup) *system {
 	t.Helper()
 	log := testLogger(t)
-	trimmer, err := rewrite.NewTrimmer(su.strategy, log)
-	if err != nil {
-		t.Fatal(err)
-	}
 	free := su.free
 	if free == 0 {
 		free = 20 << 30
@@ -69,12 +67,27 @@ func newSystem(t testing.TB, backendURL string, su setup) *system {
 		t.Fatal(err)
 	}
 	writer := snapshots.NewWriter(store, scfg, log)
+	var comp *rewrite.Compactor
+	var extra []rewrite.Strategy
+	if su.summarize != nil {
+		summ := NewSummarizer(backendURL, func() string { return KindOllama }, SummarizerConfig{}, nil, log)
+		comp = rewrite.NewCompactor(*su.summarize, summ, rewrite.CompactorOptions{Store: SummaryStore{Store: store}, Log: log})
+		extra = []rewrite.Strategy{comp.Summarize(), comp.Hybrid()}
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		if comp != nil {
+			comp.Idle(ctx)
+			comp.Close()
+		}
 		writer.Close(ctx)
 		store.Close()
 	})
+	trimmer, err := rewrite.NewTrimmer(su.strategy, log, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := su.cfg
 	cfg.Backend = backendURL
 	srv, err := New(cfg, Deps{Tokens: budget.NewRegistry(su.tokens, log), Trimmer: trimmer, Sizer: gpu.NewSizer(su.gpu),
@@ -84,7 +97,7 @@ func newSystem(t testing.TB, backendURL string, su setup) *system {
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	return &system{srv: srv, url: ts.URL, store: store, writer: writer, monitor: mon, probe: probe}
+	return &system{srv: srv, url: ts.URL, store: store, writer: writer, monitor: mon, probe: probe, compactor: comp}
 }
 
 // flush waits until every queued session write is stored.

@@ -484,7 +484,7 @@ func (s *Server) logChat(ex *exchange) {
 		}
 		if p.result.Notice != "" {
 			attrs = append(attrs, "dropped", p.result.Dropped, "summarized", p.result.Summarized, "notice", p.result.Notice)
-			s.metrics.dropped.Add(float64(p.result.Dropped))
+			s.metrics.dropped.Add(float64(p.result.Dropped - p.result.Summarized))
 			s.metrics.summarized.Add(float64(p.result.Summarized))
 		}
 		if p.translate {

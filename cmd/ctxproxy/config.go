@@ -108,13 +108,16 @@ type StrategyConfig struct {
 
 // SummarizeConfig is how old turns are folded into summaries.
 type SummarizeConfig struct {
-	Model       string        `mapstructure:"model"`
-	KeepRecent  int           `mapstructure:"keep_recent"`
-	MinMessages int           `mapstructure:"min_messages"`
-	MaxTokens   int           `mapstructure:"max_tokens"`
-	Timeout     time.Duration `mapstructure:"timeout"`
-	PrefetchAt  float64       `mapstructure:"prefetch_at"`
-	Wait        time.Duration `mapstructure:"wait"`
+	Model      string `mapstructure:"model"`
+	KeepRecent int    `mapstructure:"keep_recent"`
+	// KeepRecentTokens is hybrid's verbatim tail, in tokens (0: the
+	// keep_recent iterations).
+	KeepRecentTokens int           `mapstructure:"keep_recent_tokens"`
+	MinMessages      int           `mapstructure:"min_messages"`
+	MaxTokens        int           `mapstructure:"max_tokens"`
+	Timeout          time.Duration `mapstructure:"timeout"`
+	PrefetchAt       float64       `mapstructure:"prefetch_at"`
+	Wait             time.Duration `mapstructure:"wait"`
 }
 
 // GPUConfig is how memory is measured and guarded.
@@ -459,8 +462,8 @@ func (c Config) validate() []string {
 			p = append(p, fmt.Sprintf("strategy.composite: %q is not a strategy", m))
 		}
 	}
-	if c.Summarize.KeepRecent < 0 || c.Summarize.MinMessages < 0 {
-		p = append(p, "summarize: keep_recent and min_messages must not be negative")
+	if c.Summarize.KeepRecent < 0 || c.Summarize.MinMessages < 0 || c.Summarize.KeepRecentTokens < 0 {
+		p = append(p, "summarize: keep_recent, keep_recent_tokens and min_messages must not be negative")
 	}
 	positive(&p, "summarize.max_tokens", int64(c.Summarize.MaxTokens))
 	positive(&p, "summarize.timeout", int64(c.Summarize.Timeout))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
@@ -128,36 +130,74 @@ func (c Config) packageProblems() []string {
 	return out
 }
 
-// system is every long-lived part of a running ctxproxy.
-type system struct {
-	deps    proxy.Deps
-	monitor *gpu.Monitor
-	writer  *snapshots.Writer
-	store   snapshots.Store
+func (c Config) summarizeConfig() rewrite.SummarizeConfig {
+	s := c.Summarize
+	return rewrite.SummarizeConfig{
+		Model:            s.Model,
+		KeepRecent:       s.KeepRecent,
+		KeepRecentTokens: s.KeepRecentTokens,
+		MinMessages:      s.MinMessages,
+		MaxTokens:        s.MaxTokens,
+		Timeout:          s.Timeout,
+		PrefetchAt:       s.PrefetchAt,
+		Wait:             s.Wait,
+	}
 }
 
-// build creates the parts serve runs with. loaded is the monitor's view
-// of the backend's loaded models (the proxy's, once it exists).
-func build(ctx context.Context, c Config, log *slog.Logger, loaded func(context.Context) ([]gpu.LoadedModel, error)) (*system, error) {
+// system is every long-lived part of a running ctxproxy.
+type system struct {
+	deps      proxy.Deps
+	monitor   *gpu.Monitor
+	writer    *snapshots.Writer
+	store     snapshots.Store
+	compactor *rewrite.Compactor
+	// newTrimmer builds the strategies for a configuration, summarize and
+	// hybrid included (start and reload use it alike).
+	newTrimmer func(Config) (*rewrite.Trimmer, error)
+}
+
+// hooks are what the parts built here need of the server, which is built
+// after them: the backend's loaded models and kind, and the summarizer's
+// metrics.
+type hooks struct {
+	loaded    func(context.Context) ([]gpu.LoadedModel, error)
+	kind      func() string
+	summaries func(time.Duration, error)
+}
+
+// build creates the parts serve runs with.
+func build(ctx context.Context, c Config, log *slog.Logger, h hooks) (*system, error) {
 	tokens := budget.NewRegistry(c.budgetConfig(), log.With("component", "budget"))
-	trimmer, err := rewrite.NewTrimmer(c.strategyConfig(), log.With("component", "rewrite"))
+	loaded := h.loaded
+	store, err := snapshots.Open(ctx, c.snapshotsConfig(), log.With("component", "snapshots"))
 	if err != nil {
+		return nil, err
+	}
+	summarizer := proxy.NewSummarizer(c.Backend.URL, h.kind, proxy.SummarizerConfig{
+		Model: c.Summarize.Model, MaxTokens: c.Summarize.MaxTokens, Timeout: c.Summarize.Timeout,
+	}, &http.Client{}, log.With("component", "summarize"))
+	compactor := rewrite.NewCompactor(c.summarizeConfig(), summarizer, rewrite.CompactorOptions{
+		Store: proxy.SummaryStore{Store: store}, Log: log.With("component", "summarize"), OnCall: h.summaries,
+	})
+	newTrimmer := func(c Config) (*rewrite.Trimmer, error) {
+		return rewrite.NewTrimmer(c.strategyConfig(), log.With("component", "rewrite"), compactor.Summarize(), compactor.Hybrid())
+	}
+	trimmer, err := newTrimmer(c)
+	if err != nil {
+		store.Close()
 		return nil, err
 	}
 	gcfg := c.gpuConfig()
 	probe, err := gpu.Detect(ctx, gcfg, log.With("component", "gpu"))
 	if err != nil {
+		store.Close()
 		return nil, fmt.Errorf("gpu: %w", err)
 	}
 	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: log.With("component", "gpu"), Loaded: loaded})
-	store, err := snapshots.Open(ctx, c.snapshotsConfig(), log.With("component", "snapshots"))
-	if err != nil {
-		return nil, err
-	}
 	writer := snapshots.NewWriter(store, c.snapshotsConfig(), log.With("component", "snapshots"))
 	return &system{
 		deps: proxy.Deps{Tokens: tokens, Trimmer: trimmer, Sizer: gpu.NewSizer(gcfg), Monitor: mon,
 			Store: store, Writer: writer},
-		monitor: mon, writer: writer, store: store,
+		monitor: mon, writer: writer, store: store, compactor: compactor, newTrimmer: newTrimmer,
 	}, nil
 }

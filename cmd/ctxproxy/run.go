@@ -208,8 +208,10 @@ func serve(ctx context.Context, args []string, e env) error {
 	log := newLogger(c.Log, e.stderr, level)
 
 	var srv *proxy.Server
-	sys, err := build(ctx, c, log, func(ctx context.Context) ([]gpu.LoadedModel, error) {
-		return srv.LoadedModels(ctx)
+	sys, err := build(ctx, c, log, hooks{
+		loaded:    func(ctx context.Context) ([]gpu.LoadedModel, error) { return srv.LoadedModels(ctx) },
+		kind:      func() string { return srv.Kind() },
+		summaries: func(d time.Duration, err error) { srv.ObserveSummary(d, err) },
 	})
 	if err != nil {
 		return err
@@ -227,7 +229,9 @@ func serve(ctx context.Context, args []string, e env) error {
 	defer stopBG()
 	go sys.monitor.Run(bg)
 	// SIGHUP and config file changes apply to the next request.
-	newReloader(cf, args, e, c, path, srv, level, log).start(bg)
+	rl := newReloader(cf, args, e, c, path, srv, level, log)
+	rl.trimmer = sys.newTrimmer
+	rl.start(bg)
 
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
@@ -264,6 +268,13 @@ func serve(ctx context.Context, args []string, e env) error {
 	stopBG()
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
+	// Summaries being written finish (they are cheap to lose, but a
+	// finished one saves a call after the restart), then the queue of
+	// session writes is flushed.
+	if err := sys.compactor.Idle(wctx); err != nil {
+		log.Warn("summaries still being written were abandoned", "err", err)
+	}
+	sys.compactor.Close()
 	if err := sys.writer.Close(wctx); err != nil {
 		log.Warn("session writes not all flushed", "err", err)
 	}

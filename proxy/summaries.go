@@ -1,0 +1,60 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/snapshots"
+)
+
+// maxSummaries bounds the summaries kept per session; the oldest go
+// first. A conversation folds one iteration at a time, so this covers
+// hundreds of turns.
+const maxSummaries = 512
+
+// SummaryStore keeps the summarize strategy's summaries in the session
+// store (snapshots.Session.Summaries), so they survive restarts and are
+// shared by replicas on Redis. It is called from background summary jobs,
+// never on the request path.
+type SummaryStore struct{ Store Store }
+
+var _ rewrite.SummaryStore = SummaryStore{}
+
+// Get returns session's summaries; a session not stored yet has none.
+func (st SummaryStore) Get(ctx context.Context, session string) ([]rewrite.Summary, error) {
+	sess, err := st.Store.Get(ctx, session)
+	if errors.Is(err, snapshots.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]rewrite.Summary, len(sess.Summaries))
+	for i, s := range sess.Summaries {
+		out[i] = rewrite.Summary{Key: s.Key, Covers: s.Covers, Text: s.Text, Tokens: s.Tokens, Created: s.Created}
+	}
+	return out, nil
+}
+
+// Put adds s to session's summaries, replacing one with the same key.
+func (st SummaryStore) Put(ctx context.Context, session string, s rewrite.Summary) error {
+	return st.Store.Update(ctx, session, func(sess *snapshots.Session) error {
+		stored := snapshots.Summary{Key: s.Key, Covers: s.Covers, Text: s.Text, Tokens: s.Tokens, Created: s.Created}
+		for i := range sess.Summaries {
+			if sess.Summaries[i].Key == s.Key {
+				sess.Summaries[i] = stored
+				return nil
+			}
+		}
+		sess.Summaries = append(sess.Summaries, stored)
+		if n := len(sess.Summaries) - maxSummaries; n > 0 {
+			sess.Summaries = sess.Summaries[n:]
+		}
+		return nil
+	})
+}
+
+// Kind is the backend's kind as detected (ollama, openai, or unknown),
+// for the summarizer, which calls the backend itself.
+func (s *Server) Kind() string { return s.kind(context.Background()) }
