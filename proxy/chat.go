@@ -80,6 +80,12 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 		}
 	}
 
+	if s.cfg.Inband && !p.accum {
+		if msgs, changed := inbandHistory(p.messages); changed {
+			p.messages, p.sent, p.changed = msgs, msgs, true
+		}
+	}
+
 	// num_ctx from the memory actually free (Ollama only).
 	var facts gpu.ModelFacts
 	if toOllama {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/ctxproxy/ctxproxy/rewrite"
 	"maps"
 	"net/http"
 	"slices"
@@ -53,7 +54,11 @@ func inbandCommand(req *chatRequest) (cmd string, args []string, ok bool) {
 	if len(req.messages) == 0 {
 		return "", nil, false
 	}
-	last := req.messages[len(req.messages)-1]
+	return commandOf(&req.messages[len(req.messages)-1])
+}
+
+// commandOf returns the in-band command a message is, if it is one.
+func commandOf(last *rewrite.Message) (cmd string, args []string, ok bool) {
 	if last.Role != "user" || len(last.Content) > 200 {
 		return "", nil, false
 	}
@@ -606,4 +611,45 @@ func randomHex(n int) string {
 		return strings.Repeat("0", n)
 	}
 	return hex.EncodeToString(b)
+}
+
+// inbandHistory takes ctxproxy's own exchanges out of a conversation a
+// client resends whole. A chat UI keeps the in-band commands and
+// ctxproxy's answers in its history; they are not for the model, and a
+// clear must hold for a client that resends everything: after a "/clear"
+// or "/context clear" exchange, only the leading system messages and what
+// came after the clear are forwarded (seed 000: the next prompt starts
+// fresh). It reports whether it changed anything.
+func inbandHistory(msgs []rewrite.Message) ([]rewrite.Message, bool) {
+	// The newest message is never taken out: a command there was answered
+	// in-band before the conversation reached here.
+	cut, skip := -1, map[int]bool{}
+	for i := 0; i+1 < len(msgs)-1; i++ {
+		cmd, _, ok := commandOf(&msgs[i])
+		if !ok || msgs[i+1].Role != "assistant" {
+			continue
+		}
+		skip[i], skip[i+1] = true, true
+		if cmd == "clear" || cmd == "context clear" {
+			cut = i + 2
+		}
+		i++
+	}
+	if len(skip) == 0 {
+		return msgs, false
+	}
+	lead := 0
+	for lead < len(msgs) && isSystemRole(msgs[lead].Role) {
+		lead++
+	}
+	out := make([]rewrite.Message, 0, len(msgs))
+	for i := range msgs {
+		switch {
+		case skip[i]:
+		case i < cut && i >= lead:
+		default:
+			out = append(out, msgs[i])
+		}
+	}
+	return out, true
 }

@@ -289,3 +289,51 @@ func TestInbandSizeRefusedWhenAdminOff(t *testing.T) {
 		t.Error("the size changed")
 	}
 }
+
+// TestInbandHistory: a client that resends its whole history keeps
+// ctxproxy's exchanges in it; they never reach the model, and a clear
+// holds for such a client (seed 000 "Clear Context": the next prompt
+// starts fresh).
+func TestInbandHistory(t *testing.T) {
+	m := func(role, content string) rewrite.Message { return rewrite.Message{Role: role, Content: content} }
+	contents := func(msgs []rewrite.Message) string {
+		var out []string
+		for _, x := range msgs {
+			out = append(out, x.Role+":"+x.Content)
+		}
+		return strings.Join(out, " | ")
+	}
+	cases := []struct {
+		name string
+		in   []rewrite.Message
+		want string
+	}{
+		{"no commands", []rewrite.Message{m("system", "S"), m("user", "a"), m("assistant", "b"), m("user", "c")},
+			"system:S | user:a | assistant:b | user:c"},
+		{"status exchange dropped", []rewrite.Message{m("user", "a"), m("assistant", "b"), m("user", "/context"),
+			m("assistant", "Session demo ..."), m("user", "c")},
+			"user:a | assistant:b | user:c"},
+		{"clear drops what came before, system stays", []rewrite.Message{m("system", "S"), m("user", "a"), m("assistant", "b"),
+			m("user", "/clear"), m("assistant", "Context cleared."), m("user", "c"), m("assistant", "d"), m("user", "e")},
+			"system:S | user:c | assistant:d | user:e"},
+		{"the last clear wins", []rewrite.Message{m("user", "a"), m("assistant", "b"), m("user", "/context clear"),
+			m("assistant", "Context cleared."), m("user", "c"), m("assistant", "d"), m("user", "/clear"),
+			m("assistant", "Context cleared."), m("user", "e")},
+			"user:e"},
+		{"the newest message stays even if it looks like a command", []rewrite.Message{m("user", "a"), m("assistant", "b"),
+			m("user", "/stats")}, "user:a | assistant:b | user:/stats"},
+		{"a command without an answer is the user's text", []rewrite.Message{m("user", "/clear"), m("user", "a")},
+			"user:/clear | user:a"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, changed := inbandHistory(tc.in)
+			if g := contents(got); g != tc.want {
+				t.Errorf("got  %s\nwant %s", g, tc.want)
+			}
+			if changed != (contents(tc.in) != tc.want) {
+				t.Errorf("changed = %v", changed)
+			}
+		})
+	}
+}

@@ -576,3 +576,42 @@ func counterValue(t *testing.T, s *Server, name string) float64 {
 	}
 	return 0
 }
+
+// TestInbandClearHoldsForFullHistoryClients: a chat UI sends "/clear",
+// gets ctxproxy's answer, and keeps resending its whole history; the model
+// sees only what came after the clear.
+func TestInbandClearHoldsForFullHistoryClients(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Reply: "model says"})
+	sys := newSystem(t, be.URL, setup{cfg: Config{Inband: true}})
+	h := map[string]string{"X-Session-ID": "webui"}
+	turn := func(msgs string) string {
+		resp := post(t, sys.url+"/api/chat", []byte(`{"model":"llama3.1","stream":false,"messages":[`+msgs+`]}`), h)
+		var v struct {
+			Message struct{ Content string } `json:"message"`
+		}
+		json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		sys.flush(t)
+		return v.Message.Content
+	}
+	turn(`{"role":"system","content":"S"},{"role":"user","content":"old question"}`)
+	answer := turn(`{"role":"system","content":"S"},{"role":"user","content":"old question"},{"role":"assistant","content":"model says"},{"role":"user","content":"/clear"}`)
+	if !strings.HasPrefix(answer, "Context cleared.") {
+		t.Fatalf("in-band answer %q", answer)
+	}
+	ans, _ := json.Marshal(answer)
+	turn(`{"role":"system","content":"S"},{"role":"user","content":"old question"},{"role":"assistant","content":"model says"},` +
+		`{"role":"user","content":"/clear"},{"role":"assistant","content":` + string(ans) + `},{"role":"user","content":"new question"}`)
+	got, _ := be.Last("/api/chat")
+	var roles []string
+	for _, m := range forwardedMessages(t, got.Body) {
+		roles = append(roles, fmt.Sprint(m["role"], ":", m["content"]))
+	}
+	if want := "system:S|user:new question"; strings.Join(roles, "|") != want {
+		t.Errorf("forwarded %q, want %q", strings.Join(roles, "|"), want)
+	}
+	sess, _ := sys.store.Get(context.Background(), "webui")
+	if len(sess.Messages) != 3 {
+		t.Errorf("stored %d messages after the clear, want system, question and answer", len(sess.Messages))
+	}
+}
