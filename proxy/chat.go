@@ -63,8 +63,10 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	}
 	toOllama := (req.dialect == Ollama && kind != KindOpenAI) || p.translate
 
-	// Accumulate: the client sends only its new turn (seed 000).
-	if ex.session != "" && s.store != nil && (s.cfg.Accumulate || r.Header.Get("X-Ctxproxy-Accumulate") == "1") {
+	// Accumulate: the client sends only its new turn (seed 000). It needs
+	// a session the client names: a fingerprint of the new turn alone
+	// would change every turn.
+	if ex.named && s.store != nil && (s.cfg.Accumulate || r.Header.Get("X-Ctxproxy-Accumulate") == "1") {
 		p.accum = true
 		p.newTurn = req.messages
 		stored, err := s.store.Get(ctx, ex.session)

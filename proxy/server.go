@@ -225,6 +225,9 @@ type exchange struct {
 	// translated to Ollama's /api/chat).
 	outPath  string
 	logAttrs []any
+	// named reports that the client named the session (the session
+	// header) rather than ctxproxy fingerprinting it.
+	named bool
 	// ready is when the request was ready to forward: what ctxproxy
 	// added before the backend saw it.
 	ready time.Time
@@ -292,6 +295,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 		return
 	}
 	ex.session = session
+	ex.named = r.Header.Get(s.cfg.SessionHeader) != ""
 	if session != "" {
 		ex.headers.Set("X-Ctxproxy-Session", session)
 		if snap, ok := s.cleared.take(session); ok {
