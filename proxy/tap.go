@@ -249,8 +249,10 @@ func (t *tap) event(data []byte, whole bool) {
 	if m := e.Message; m != nil {
 		t.appendContent(&t.content, m.Content)
 		t.appendContent(&t.think, m.Thinking)
-		for i, tc := range m.ToolCalls {
-			idx := len(t.calls) + i
+		for _, tc := range m.ToolCalls {
+			// Without function.index (older Ollama) calls come in order:
+			// each is the next one.
+			idx := len(t.calls)
 			if tc.Function.Index != nil {
 				idx = *tc.Function.Index
 			}

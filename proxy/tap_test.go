@@ -66,6 +66,21 @@ func TestTap(t *testing.T) {
 				toolCalls: []replyToolCall{{Name: "f", Arguments: `{"a":1}`}}},
 		},
 		{
+			// Ollama before function.index: calls arrive in order, some
+			// chunks carrying several.
+			name:  "ollama tool calls without index across chunks",
+			ctype: "application/x-ndjson",
+			d:     Ollama,
+			body: `{"message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"a","arguments":{}}},{"function":{"name":"b","arguments":{}}},{"function":{"name":"c","arguments":{}}}]},"done":false}
+{"message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"d","arguments":{}}}]},"done":false}
+{"message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"e","arguments":{}}}]},"done":false}
+{"message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":5,"eval_count":1}
+`,
+			want: reply{status: 200, complete: true, promptTokens: 5, outputTokens: 1, finishReason: "stop",
+				toolCalls: []replyToolCall{{Name: "a", Arguments: "{}"}, {Name: "b", Arguments: "{}"}, {Name: "c", Arguments: "{}"},
+					{Name: "d", Arguments: "{}"}, {Name: "e", Arguments: "{}"}}},
+		},
+		{
 			name:  "openai stream with usage and tool call deltas",
 			ctype: "text/event-stream",
 			d:     OpenAI,
