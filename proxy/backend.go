@@ -61,7 +61,9 @@ func (s *Server) forgetKind() {
 }
 
 func (s *Server) detectKind(ctx context.Context) string {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	// The answer is for every request: a client that goes away must not
+	// leave it unknown for the others.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
 	var v struct {
 		Version string `json:"version"`

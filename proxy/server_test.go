@@ -491,3 +491,17 @@ func TestNewRejectsBadBackend(t *testing.T) {
 		}
 	}
 }
+
+// TestKindDetectionOutlivesClient: the request that happens to detect the
+// backend's kind may be one whose client has gone; its cancelled context
+// must not leave the kind unknown for the requests after it.
+func TestKindDetectionOutlivesClient(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	s, _ := newProxy(t, be.URL, Config{})
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.kind(gone)
+	if got := s.kind(context.Background()); got != KindOllama {
+		t.Errorf("kind after a detection by a departed client = %q, want %q", got, KindOllama)
+	}
+}
