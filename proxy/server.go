@@ -10,6 +10,7 @@ package proxy
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -414,6 +415,21 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	if !ex.ready.IsZero() {
 		s.metrics.added.Observe(ex.ready.Sub(ex.start).Seconds())
 	}
+	if strings.EqualFold(resp.Header.Get("Content-Encoding"), "gzip") {
+		// rewrite asked for identity; a backend that compresses anyway
+		// is inflated here, so the tap and the translation read text and
+		// the client gets what ctxproxy asked for on its behalf.
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			resp.Body.Close()
+			return err
+		}
+		resp.Body = gzipBody{zr, resp.Body}
+		resp.Header.Del("Content-Encoding")
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
+		resp.Uncompressed = true
+	}
 	resp.Body = newTap(resp.Body, ex.dialect, resp.StatusCode, resp.Header.Get("Content-Type"), func(rep reply) {
 		s.afterReply(ex, rep)
 	})
@@ -422,6 +438,14 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	}
 	return nil
 }
+
+// gzipBody inflates a compressed response body and closes the original.
+type gzipBody struct {
+	*gzip.Reader
+	body io.Closer
+}
+
+func (g gzipBody) Close() error { return g.body.Close() }
 
 // proxyError answers a request the backend could not serve, in the
 // client's dialect.
