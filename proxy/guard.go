@@ -59,6 +59,11 @@ func (s *Server) onMemoryEvent(e gpu.Event) {
 func (s *Server) emergency() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// The snapshot is read from the store: write the turns still queued
+	// first, or the clear below would lose them.
+	if err := s.writer.Flush(ctx); err != nil {
+		s.log.Warn("memory emergency: queued session writes not flushed; snapshots may miss the newest turns", "err", err)
+	}
 	for _, id := range s.usage.active(activeWindow) {
 		sess, err := s.store.Get(ctx, id)
 		if err != nil || len(sess.Messages) == 0 {

@@ -1,0 +1,99 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/snapshots"
+)
+
+// heldWriter is a Writer whose updates wait in memory until Flush, as a
+// snapshots.Writer's do while the store is slow.
+type heldWriter struct {
+	store Store
+	mu    sync.Mutex
+	held  []func(context.Context) error
+}
+
+func (w *heldWriter) hold(fn func(context.Context) error) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.held = append(w.held, fn)
+	return nil
+}
+
+func (w *heldWriter) Update(id string, fn func(*snapshots.Session) error) error {
+	return w.hold(func(ctx context.Context) error { return w.store.Update(ctx, id, fn) })
+}
+
+func (w *heldWriter) Snapshot(string, string) error { return nil }
+
+func (w *heldWriter) SaveSnapshot(snap *snapshots.Snapshot) error {
+	return w.hold(func(ctx context.Context) error { _, err := w.store.SaveSnapshot(ctx, snap); return err })
+}
+
+func (w *heldWriter) Flush(ctx context.Context) error {
+	w.mu.Lock()
+	held := w.held
+	w.held = nil
+	w.mu.Unlock()
+	for _, fn := range held {
+		if err := fn(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestEmergencySnapshotHasQueuedTurns: the memory guard's emergency
+// snapshot is the session's last state, turns still queued for the store
+// included; the clear that follows must not lose them.
+func TestEmergencySnapshotHasQueuedTurns(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Reply: "ok"})
+	store, err := snapshots.NewFileStore(snapshots.Config{Dir: t.TempDir()}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	w := &heldWriter{store: store}
+	s, err := New(Config{Backend: be.URL}, Deps{Store: store, Writer: w}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	px := ts.URL
+	h := map[string]string{"X-Session-ID": "busy"}
+	for i, body := range []string{
+		`{"model":"m","stream":false,"messages":[{"role":"user","content":"one"}]}`,
+		`{"model":"m","stream":false,"messages":[{"role":"user","content":"one"},{"role":"assistant","content":"ok"},{"role":"user","content":"two"}]}`,
+	} {
+		resp := post(t, px+"/api/chat", []byte(body), h)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if i == 0 {
+			if err := w.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s.emergency()
+	if err := w.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := store.ListSnapshots(context.Background(), "busy")
+	if err != nil || len(snaps) != 1 {
+		t.Fatalf("snapshots %+v, %v", snaps, err)
+	}
+	snap, err := store.LoadSnapshot(context.Background(), "busy", snaps[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(snap.Messages); n != 4 {
+		t.Errorf("emergency snapshot holds %d messages, want the 4 of the last turn", n)
+	}
+}
