@@ -87,7 +87,10 @@ func (b *sseBody) Read(p []byte) (int, error) {
 			b.out = out
 			b.in = b.in[i+1:]
 			if aerr != nil {
-				b.done = true // an error line ends the stream
+				// A line that is not JSON ends the stream, with the
+				// error event: a bare end would read as a whole answer.
+				b.out, _ = b.st.Finish(b.out)
+				b.done = true
 				break
 			}
 		}
