@@ -175,8 +175,15 @@ func (m byMethod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // with admin.token set only for a request bearing it.
 func (s *Server) adminOnly(h http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(s.cfg.AdminToken))
+	// Without a token the API trusts loopback: a page in the user's
+	// browser must not change sessions by posting to it (CSRF).
+	csrf := http.NewCrossOriginProtection()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
+		if err := csrf.Check(r); err != nil {
+			adminError(w, http.StatusForbidden, "cross-origin admin requests that change state are refused")
+			return
+		}
 		if s.cfg.AdminOff {
 			adminError(w, http.StatusForbidden, "the admin API is off: ctxproxy listens beyond loopback and admin.token "+
 				"is not set; set admin.token to turn it on")

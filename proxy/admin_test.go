@@ -879,3 +879,31 @@ func TestAdminCompressModeNone(t *testing.T) {
 		t.Errorf("compress with mode none: %d %s", status, data)
 	}
 }
+
+// TestAdminRefusesCrossSiteWrites: without admin.token the admin API
+// trusts loopback, so a web page the user visits must not be able to
+// change sessions with a form-like POST to it (CSRF); reads, ctxproxy's
+// own status page and non-browser clients are unaffected.
+func TestAdminRefusesCrossSiteWrites(t *testing.T) {
+	e := newAdminEnv(t, "")
+	e.chat("victim", "m", "hello")
+	path := sessionPath("victim") + "/messages"
+	body := `{"messages":[{"role":"user","content":"injected"}]}`
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		want   int
+	}{
+		{"cross-site browser", map[string]string{"Sec-Fetch-Site": "cross-site", "Content-Type": "text/plain"}, http.StatusForbidden},
+		{"foreign origin", map[string]string{"Origin": "https://evil.example", "Content-Type": "text/plain"}, http.StatusForbidden},
+		{"same origin", map[string]string{"Sec-Fetch-Site": "same-origin"}, http.StatusOK},
+		{"curl", nil, http.StatusOK},
+	} {
+		if got, data := e.doHeader(http.MethodPost, path, body, tc.header); got != tc.want {
+			t.Errorf("%s: status %d, want %d: %s", tc.name, got, tc.want, data)
+		}
+	}
+	if got, _ := e.doHeader(http.MethodGet, path, nil, map[string]string{"Sec-Fetch-Site": "cross-site"}); got != http.StatusOK {
+		t.Errorf("cross-site read: status %d", got)
+	}
+}
