@@ -275,6 +275,11 @@ func (s *Server) record(ex *exchange, rep reply, truncated bool) {
 	if s.writer == nil || ex.session == "" || p == nil {
 		return
 	}
+	if len(p.sent) == 0 || (p.accum && len(p.newTurn) == 0) {
+		// No messages: a model load or unload, not a turn of the
+		// conversation; recording it would replace the conversation.
+		return
+	}
 	var replyMsg *snapshots.Message
 	if rep.status == http.StatusOK && rep.complete {
 		m := replyMessage(ex.dialect, rep)

@@ -615,3 +615,30 @@ func TestInbandClearHoldsForFullHistoryClients(t *testing.T) {
 		t.Errorf("stored %d messages after the clear, want system, question and answer", len(sess.Messages))
 	}
 }
+
+// TestLoadRequestKeepsSession: a request with no messages loads or
+// unloads the model (Ollama answers done_reason "load"/"unload"); a client
+// that sends its session header on every request must not find its
+// conversation replaced by that empty exchange.
+func TestLoadRequestKeepsSession(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Reply: "Hello"})
+	sys := newSystem(t, be.URL, setup{})
+	h := map[string]string{"X-Session-ID": "keep"}
+	for _, body := range []string{
+		`{"model":"llama3.1:8b","stream":false,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"llama3.1:8b","messages":[]}`,
+		`{"model":"llama3.1:8b","messages":[],"keep_alive":0}`,
+	} {
+		resp := post(t, sys.url+"/api/chat", []byte(body), h)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	sys.flush(t)
+	sess, err := sys.store.Get(context.Background(), "keep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sess.Messages) != 2 || sess.Messages[0].Content != "hi" {
+		t.Errorf("stored %d messages: %+v", len(sess.Messages), sess.Messages)
+	}
+}
