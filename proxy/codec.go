@@ -133,6 +133,10 @@ func decodeChat(d Dialect, body []byte) (*chatRequest, error) {
 	return req, nil
 }
 
+// maxWindow bounds token counts a client writes, so an absurd value
+// (1e300) cannot overflow int.
+const maxWindow = 1 << 30
+
 // decodeOptions reads Ollama's options.num_ctx and options.num_predict.
 func (req *chatRequest) decodeOptions(v []byte) {
 	if v[0] != '{' {
@@ -146,10 +150,10 @@ func (req *chatRequest) decodeOptions(v []byte) {
 	// business, not a reason to stop managing the context.
 	if json.Unmarshal(v, &opts) == nil {
 		if opts.NumCtx != nil && *opts.NumCtx > 0 {
-			req.numCtx = int(*opts.NumCtx)
+			req.numCtx = int(min(*opts.NumCtx, maxWindow))
 		}
 		if opts.NumPredict != nil && *opts.NumPredict > 0 {
-			req.maxOutput = int(*opts.NumPredict)
+			req.maxOutput = int(min(*opts.NumPredict, maxWindow))
 		}
 	}
 }

@@ -25,8 +25,8 @@ type emergencies struct {
 func (e *emergencies) set(session, snap string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.m == nil {
-		e.m = map[string]string{}
+	if e.m == nil || len(e.m) >= 100000 {
+		e.m = map[string]string{} // sessions that never came back
 	}
 	e.m[session] = snap
 }

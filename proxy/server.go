@@ -395,14 +395,31 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.URL.RawPath = ""
 	}
 	if exchangeFrom(pr.In.Context()) != nil {
+		// ctxproxy has read the whole body already: waiting for the
+		// backend's 100 Continue would only add latency.
+		pr.Out.Header.Del("Expect")
 		// ctxproxy reads intercepted responses (usage, the reply), so ask
 		// for them uncompressed; only the transfer encoding changes.
 		pr.Out.Header.Del("Accept-Encoding")
 	}
 }
 
+// badAnswer wraps an error in reading the backend's answer (as opposed to
+// reaching the backend), so the client is told which it was.
+type badAnswer struct{ err error }
+
+func (b badAnswer) Error() string { return "reading the backend's answer: " + b.err.Error() }
+func (b badAnswer) Unwrap() error { return b.err }
+
 // modifyResponse runs when the backend's response headers arrive.
 func (s *Server) modifyResponse(resp *http.Response) error {
+	if err := s.shapeResponse(resp); err != nil {
+		return badAnswer{err}
+	}
+	return nil
+}
+
+func (s *Server) shapeResponse(resp *http.Response) error {
 	s.lastBackendOK.Store(time.Now().UnixNano())
 	ex := exchangeFrom(resp.Request.Context())
 	if ex == nil {
@@ -468,6 +485,10 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	e := apiError{status: http.StatusBadGateway,
 		message: fmt.Sprintf("ctxproxy could not reach the backend at %s", s.backend.Redacted())}
+	var bad badAnswer
+	if errors.As(err, &bad) {
+		e.message = fmt.Sprintf("ctxproxy could not read the answer of the backend at %s", s.backend.Redacted())
+	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() && !isDialError(err) {
 		e = apiError{status: http.StatusGatewayTimeout,

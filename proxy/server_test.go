@@ -505,3 +505,29 @@ func TestKindDetectionOutlivesClient(t *testing.T) {
 		t.Errorf("kind after a detection by a departed client = %q, want %q", got, KindOllama)
 	}
 }
+
+func TestExpectContinueNotForwarded(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	_, px := newProxy(t, be.URL, Config{})
+	resp := post(t, px.URL+"/api/chat", []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`),
+		map[string]string{"Expect": "100-continue"})
+	io.Copy(io.Discard, resp.Body)
+	got, _ := be.Last("/api/chat")
+	if got.Header.Get("Expect") != "" {
+		t.Errorf("Expect reached the backend: ctxproxy already has the body")
+	}
+}
+
+func TestUnreadableAnswer(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		io.WriteString(w, "this is not gzip")
+	}))
+	t.Cleanup(backend.Close)
+	_, px := newProxy(t, backend.URL, Config{BackendKind: KindOllama})
+	resp := post(t, px.URL+"/api/chat", []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`), nil)
+	body := readAll(t, resp.Body)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "could not read the answer") {
+		t.Errorf("got %d %s", resp.StatusCode, body)
+	}
+}
