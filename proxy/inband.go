@@ -40,6 +40,9 @@ import (
 // separated by spaces, nothing else. "/context please explain" is not a
 // command and goes to the model.
 
+// inbandCSRF refuses in-band commands from cross-site browser requests.
+var inbandCSRF = http.NewCrossOriginProtection()
+
 // inbandCommands are the /context subcommands answered in-band, and how
 // many arguments each takes.
 var inbandCommands = map[string]int{
@@ -84,6 +87,12 @@ func commandOf(last *rewrite.Message) (cmd string, args []string, ok bool) {
 func (s *Server) inband(w http.ResponseWriter, r *http.Request, ex *exchange, req *chatRequest) bool {
 	cmd, args, ok := inbandCommand(req)
 	if !ok {
+		return false
+	}
+	if inbandCSRF.Check(r) != nil {
+		// A page in the user's browser posting across sites must not
+		// clear or restore sessions: such a request goes to the backend,
+		// whose own origin checks (OLLAMA_ORIGINS) apply.
 		return false
 	}
 	ctx := r.Context()

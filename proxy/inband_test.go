@@ -17,6 +17,7 @@ import (
 	ollama "github.com/ollama/ollama/api"
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
@@ -335,5 +336,17 @@ func TestInbandHistory(t *testing.T) {
 				t.Errorf("changed = %v", changed)
 			}
 		})
+	}
+}
+
+// TestInbandRefusesCrossSite: a page on another site posting "/clear" to
+// the chat route does not run the command; the request goes to the model.
+func TestInbandRefusesCrossSite(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Reply: "from the model"})
+	_, px := newProxy(t, be.URL, Config{Inband: true})
+	body := []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"/clear"}]}`)
+	resp := post(t, px.URL+"/api/chat", body, map[string]string{"Sec-Fetch-Site": "cross-site", "X-Session-ID": "s"})
+	if got := readAll(t, resp.Body); !strings.Contains(got, "from the model") {
+		t.Errorf("a cross-site in-band command was run: %s", got)
 	}
 }
