@@ -371,71 +371,6 @@ func (s *Server) sessionRoutes(w http.ResponseWriter, r *http.Request) {
 	h.ServeHTTP(w, r)
 }
 
-// JSON shapes of ADMIN_API.md. Every field is always there (the
-// snapshots package's own JSON leaves zero fields out).
-
-type sessionInfoJSON struct {
-	SessionID string    `json:"session_id"`
-	Model     string    `json:"model"`
-	Created   time.Time `json:"created"`
-	Updated   time.Time `json:"updated"`
-	Messages  int       `json:"messages"`
-	Tokens    int       `json:"tokens"`
-	Limit     int       `json:"limit"`
-	Usage     float64   `json:"usage"`
-	Requests  int       `json:"requests"`
-	Snapshots int       `json:"snapshots"`
-}
-
-type statsJSON struct {
-	Tokens           int        `json:"tokens"`
-	Limit            int        `json:"limit"`
-	Usage            float64    `json:"usage"`
-	Sent             int        `json:"sent"`
-	NumCtx           int        `json:"num_ctx"`
-	Dropped          int        `json:"dropped"`
-	Summarized       int        `json:"summarized"`
-	PromptTokens     int        `json:"prompt_tokens"`
-	CompletionTokens int        `json:"completion_tokens"`
-	Requests         int        `json:"requests"`
-	Truncations      int        `json:"truncations"`
-	LastTruncation   *time.Time `json:"last_truncation"`
-}
-
-type sessionJSON struct {
-	SessionID string         `json:"session_id"`
-	Model     string         `json:"model"`
-	Created   time.Time      `json:"created"`
-	Updated   time.Time      `json:"updated"`
-	Metadata  map[string]any `json:"metadata"`
-	Stats     statsJSON      `json:"stats"`
-	Messages  int            `json:"messages"`
-	Snapshots int            `json:"snapshots"`
-	// Warning is seed 000's text from 80% usage; absent below.
-	Warning string `json:"warning,omitempty"`
-}
-
-type messageJSON struct {
-	Role       string         `json:"role"`
-	Content    string         `json:"content"`
-	Timestamp  time.Time      `json:"timestamp"`
-	Importance *float64       `json:"importance,omitempty"`
-	Metadata   map[string]any `json:"metadata,omitempty"`
-	Preserve   bool           `json:"preserve,omitempty"`
-}
-
-type snapshotJSON struct {
-	ID        string    `json:"id"`
-	SessionID string    `json:"session_id"`
-	Created   time.Time `json:"created"`
-	Model     string    `json:"model"`
-	Tokens    int       `json:"tokens"`
-	Usage     float64   `json:"usage"`
-	Reason    string    `json:"reason"`
-	Messages  int       `json:"messages"`
-	Bytes     int       `json:"bytes"`
-}
-
 // finite keeps NaN and infinities, which JSON cannot carry, out of
 // answers.
 func finite(f float64) float64 {
@@ -445,23 +380,23 @@ func finite(f float64) float64 {
 	return f
 }
 
-func sessionInfoOf(i snapshots.SessionInfo) sessionInfoJSON {
-	return sessionInfoJSON{SessionID: i.ID, Model: i.Model, Created: i.Created.UTC(), Updated: i.Updated.UTC(),
+func sessionInfoOf(i snapshots.SessionInfo) SessionInfo {
+	return SessionInfo{SessionID: i.ID, Model: i.Model, Created: i.Created.UTC(), Updated: i.Updated.UTC(),
 		Messages: i.Messages, Tokens: i.Tokens, Limit: i.Limit, Usage: finite(i.Usage), Requests: i.Requests,
 		Snapshots: i.Snapshots}
 }
 
 // snapshotOf is a snapshot's JSON; nil for the zero info (no undo).
-func snapshotOf(i snapshots.SnapshotInfo) *snapshotJSON {
+func snapshotOf(i snapshots.SnapshotInfo) *SnapshotInfo {
 	if i.ID == "" {
 		return nil
 	}
-	return &snapshotJSON{ID: i.ID, SessionID: i.SessionID, Created: i.Created.UTC(), Model: i.Model,
+	return &SnapshotInfo{ID: i.ID, SessionID: i.SessionID, Created: i.Created.UTC(), Model: i.Model,
 		Tokens: i.Tokens, Usage: finite(i.Usage), Reason: i.Reason, Messages: i.Messages, Bytes: i.Bytes}
 }
 
-func statsOf(st snapshots.Stats) statsJSON {
-	out := statsJSON{Tokens: st.Tokens, Limit: st.Limit, Usage: finite(usageOf(st)), Sent: st.Sent, NumCtx: st.NumCtx,
+func statsOf(st snapshots.Stats) SessionStats {
+	out := SessionStats{Tokens: st.Tokens, Limit: st.Limit, Usage: finite(usageOf(st)), Sent: st.Sent, NumCtx: st.NumCtx,
 		Dropped: st.Dropped, Summarized: st.Summarized, PromptTokens: st.PromptTokens,
 		CompletionTokens: st.CompletionTokens, Requests: st.Requests, Truncations: st.Truncations}
 	if !st.LastTruncation.IsZero() {
@@ -492,30 +427,30 @@ func usageWarning(usage float64) string {
 	return ""
 }
 
-func messagesOf(msgs []snapshots.Message) []messageJSON {
-	out := make([]messageJSON, len(msgs))
+func messagesOf(msgs []snapshots.Message) []SessionMessage {
+	out := make([]SessionMessage, len(msgs))
 	for i, m := range msgs {
-		out[i] = messageJSON{Role: m.Role, Content: m.Content, Timestamp: m.Timestamp.UTC(), Importance: m.Importance,
+		out[i] = SessionMessage{Role: m.Role, Content: m.Content, Timestamp: m.Timestamp.UTC(), Importance: m.Importance,
 			Metadata: m.Metadata, Preserve: m.Preserve}
 	}
 	return out
 }
 
 // session reads session id with its snapshot count.
-func (s *Server) session(ctx context.Context, id string) (*snapshots.Session, sessionJSON, error) {
+func (s *Server) session(ctx context.Context, id string) (*snapshots.Session, SessionDetail, error) {
 	sess, err := s.store.Get(ctx, id)
 	if err != nil {
-		return nil, sessionJSON{}, notFound(err, "session %q not found", id)
+		return nil, SessionDetail{}, notFound(err, "session %q not found", id)
 	}
 	snaps, err := s.store.ListSnapshots(ctx, id)
 	if err != nil {
-		return nil, sessionJSON{}, err
+		return nil, SessionDetail{}, err
 	}
 	md := sess.Metadata
 	if md == nil {
 		md = map[string]any{}
 	}
-	out := sessionJSON{SessionID: sess.ID, Model: sess.Model, Created: sess.Created.UTC(), Updated: sess.Updated.UTC(),
+	out := SessionDetail{SessionID: sess.ID, Model: sess.Model, Created: sess.Created.UTC(), Updated: sess.Updated.UTC(),
 		Metadata: md, Stats: statsOf(sess.Stats), Messages: len(sess.Messages), Snapshots: len(snaps)}
 	out.Warning = usageWarning(out.Stats.Usage)
 	return sess, out, nil
@@ -532,7 +467,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	out := make([]sessionInfoJSON, len(list))
+	out := make([]SessionInfo, len(list))
 	for i, info := range list {
 		out[i] = sessionInfoOf(info)
 	}
@@ -787,7 +722,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out := make([]*snapshotJSON, len(list))
+	out := make([]*SnapshotInfo, len(list))
 	for i, info := range list {
 		out[i] = snapshotOf(info)
 	}
@@ -871,7 +806,7 @@ type compressed struct {
 	Dropped    int           `json:"dropped"`
 	Summarized int           `json:"summarized"`
 	Notice     string        `json:"notice"`
-	Undo       *snapshotJSON `json:"undo"`
+	Undo       *SnapshotInfo `json:"undo"`
 }
 
 // errChanged aborts a compress whose session changed under it.

@@ -260,7 +260,7 @@ func (s *Server) inbandSize(sub string, args []string) string {
 // proxy's without one.
 func (s *Server) inbandStatus(ctx context.Context, session, model string) string {
 	st := s.status(ctx)
-	var detail *sessionJSON
+	var detail *SessionDetail
 	if session != "" && s.store != nil {
 		s.flush(ctx)
 		if _, d, err := s.session(ctx, session); err == nil {
@@ -293,7 +293,7 @@ func row(label, value string) [2]string { return [2]string{label, value} }
 // contextStatusText is /context: model, tokens of the maximum with the
 // percentage, VRAM, KV cache type and memory, snapshots, auto-compression
 // and its threshold, and the warning from 80% (seed 004 R9).
-func contextStatusText(st statusJSON, session string, d *sessionJSON, model string) string {
+func contextStatusText(st statusJSON, session string, d *SessionDetail, model string) string {
 	var r [][2]string
 	if session != "" {
 		r = append(r, row("Session", session))
@@ -386,7 +386,7 @@ func findModel(models []modelStatus, name string) (modelStatus, bool) {
 
 // sessionStatsText is seed 000's /stats: the session and its running
 // token total.
-func sessionStatsText(d sessionJSON) string {
+func sessionStatsText(d SessionDetail) string {
 	st := d.Stats
 	r := [][2]string{
 		row("Session", d.SessionID),
@@ -412,7 +412,7 @@ func sessionStatsText(d sessionJSON) string {
 
 // memoryStatsText is /context stats: model memory, KV cache size and
 // compression ratios (seed 004 R7.9).
-func (s *Server) memoryStatsText(ctx context.Context, d sessionJSON, model string) string {
+func (s *Server) memoryStatsText(ctx context.Context, d SessionDetail, model string) string {
 	st := s.status(ctx)
 	r := [][2]string{row("Model", cmpOr(model, "-"))}
 	modelMemory := "not reported by the backend"

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/ctxproxy/ctxproxy/proxy"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -18,64 +20,6 @@ import (
 // The admin API's JSON, as ADMIN_API.md lays it out. Only the fields the
 // terminal commands show are declared; the rest passes through --json
 // untouched.
-
-// sessionInfo is one row of GET /ctxproxy/sessions.
-type sessionInfo struct {
-	SessionID string    `json:"session_id"`
-	Model     string    `json:"model"`
-	Created   time.Time `json:"created"`
-	Updated   time.Time `json:"updated"`
-	Messages  int       `json:"messages"`
-	Tokens    int       `json:"tokens"`
-	Limit     int       `json:"limit"`
-	Usage     float64   `json:"usage"`
-	Requests  int       `json:"requests"`
-	Snapshots int       `json:"snapshots"`
-}
-
-// sessionStats are a session's running counters.
-type sessionStats struct {
-	Tokens           int     `json:"tokens"`
-	Limit            int     `json:"limit"`
-	Usage            float64 `json:"usage"`
-	Sent             int     `json:"sent"`
-	NumCtx           int     `json:"num_ctx"`
-	Dropped          int     `json:"dropped"`
-	Summarized       int     `json:"summarized"`
-	PromptTokens     int     `json:"prompt_tokens"`
-	CompletionTokens int     `json:"completion_tokens"`
-	Requests         int     `json:"requests"`
-	Truncations      int     `json:"truncations"`
-	// LastTruncation is shown as sent: a time, or null.
-	LastTruncation any `json:"last_truncation"`
-}
-
-// sessionDetail is GET /ctxproxy/sessions/{id}.
-type sessionDetail struct {
-	SessionID string         `json:"session_id"`
-	Model     string         `json:"model"`
-	Created   time.Time      `json:"created"`
-	Updated   time.Time      `json:"updated"`
-	Metadata  map[string]any `json:"metadata"`
-	Stats     sessionStats   `json:"stats"`
-	Messages  int            `json:"messages"`
-	Snapshots int            `json:"snapshots"`
-	// Warning is seed 000's 80% or 90% text; empty below 80%.
-	Warning string `json:"warning"`
-}
-
-// snapshotInfo describes one snapshot.
-type snapshotInfo struct {
-	ID        string    `json:"id"`
-	SessionID string    `json:"session_id"`
-	Created   time.Time `json:"created"`
-	Model     string    `json:"model"`
-	Tokens    int       `json:"tokens"`
-	Usage     float64   `json:"usage"`
-	Reason    string    `json:"reason"`
-	Messages  int       `json:"messages"`
-	Bytes     int64     `json:"bytes"`
-}
 
 // modelStatus is one entry of status.models.
 type modelStatus struct {
@@ -177,14 +121,14 @@ type appendResult struct {
 }
 
 type importResult struct {
-	Imported int           `json:"imported"`
-	Undo     *snapshotInfo `json:"undo"`
+	Imported int                 `json:"imported"`
+	Undo     *proxy.SnapshotInfo `json:"undo"`
 }
 
 type restoreResult struct {
-	Restored string        `json:"restored"`
-	Messages int           `json:"messages"`
-	Undo     *snapshotInfo `json:"undo"`
+	Restored string              `json:"restored"`
+	Messages int                 `json:"messages"`
+	Undo     *proxy.SnapshotInfo `json:"undo"`
 }
 
 type compressResult struct {
@@ -409,24 +353,24 @@ func (c *client) status(ctx context.Context) (proxyStatus, []byte, error) {
 	return get[proxyStatus](ctx, c, http.MethodGet, "/ctxproxy/status", nil)
 }
 
-func (c *client) sessions(ctx context.Context) ([]sessionInfo, []byte, error) {
+func (c *client) sessions(ctx context.Context) ([]proxy.SessionInfo, []byte, error) {
 	v, raw, err := get[struct {
-		Sessions []sessionInfo `json:"sessions"`
+		Sessions []proxy.SessionInfo `json:"sessions"`
 	}](ctx, c, http.MethodGet, "/ctxproxy/sessions", nil)
 	return v.Sessions, raw, err
 }
 
-func (c *client) session(ctx context.Context, id string) (sessionDetail, []byte, error) {
-	return get[sessionDetail](ctx, c, http.MethodGet, sessionPath(id), nil)
+func (c *client) session(ctx context.Context, id string) (proxy.SessionDetail, []byte, error) {
+	return get[proxy.SessionDetail](ctx, c, http.MethodGet, sessionPath(id), nil)
 }
 
 // putSession creates a session or merges metadata into it.
-func (c *client) putSession(ctx context.Context, id string, metadata map[string]any, model string) (sessionDetail, []byte, error) {
+func (c *client) putSession(ctx context.Context, id string, metadata map[string]any, model string) (proxy.SessionDetail, []byte, error) {
 	body := map[string]any{"metadata": metadata}
 	if model != "" {
 		body["model"] = model
 	}
-	return get[sessionDetail](ctx, c, http.MethodPut, sessionPath(id), body)
+	return get[proxy.SessionDetail](ctx, c, http.MethodPut, sessionPath(id), body)
 }
 
 // clear empties a session's conversation and stats and keeps its metadata
@@ -454,15 +398,15 @@ func (c *client) importSession(ctx context.Context, id string, body []byte) (imp
 	return get[importResult](ctx, c, http.MethodPost, sessionPath(id)+"/import", body)
 }
 
-func (c *client) snapshots(ctx context.Context, id string) ([]snapshotInfo, []byte, error) {
+func (c *client) snapshots(ctx context.Context, id string) ([]proxy.SnapshotInfo, []byte, error) {
 	v, raw, err := get[struct {
-		Snapshots []snapshotInfo `json:"snapshots"`
+		Snapshots []proxy.SnapshotInfo `json:"snapshots"`
 	}](ctx, c, http.MethodGet, sessionPath(id)+"/snapshots", nil)
 	return v.Snapshots, raw, err
 }
 
-func (c *client) snapshot(ctx context.Context, id, reason string) (snapshotInfo, []byte, error) {
-	return get[snapshotInfo](ctx, c, http.MethodPost, sessionPath(id)+"/snapshots",
+func (c *client) snapshot(ctx context.Context, id, reason string) (proxy.SnapshotInfo, []byte, error) {
+	return get[proxy.SnapshotInfo](ctx, c, http.MethodPost, sessionPath(id)+"/snapshots",
 		map[string]string{"reason": reason})
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/ctxproxy/ctxproxy/proxy"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -203,7 +205,7 @@ func (a *admin) printJSON(raw []byte, err error) error {
 
 // undoHint says how to go back after import or restore replaced the
 // context (ctxproxy saved it first).
-func (a *admin) undoHint(undo *snapshotInfo) error {
+func (a *admin) undoHint(undo *proxy.SnapshotInfo) error {
 	if undo == nil || undo.ID == "" {
 		return nil
 	}
@@ -225,11 +227,11 @@ func shellQuote(s string) string {
 }
 
 // gather fetches the proxy status and the session at once.
-func (a *admin) gather(ctx context.Context) (proxyStatus, []byte, sessionDetail, []byte, error) {
+func (a *admin) gather(ctx context.Context) (proxyStatus, []byte, proxy.SessionDetail, []byte, error) {
 	var (
 		wg               sync.WaitGroup
 		st               proxyStatus
-		s                sessionDetail
+		s                proxy.SessionDetail
 		rawSt, rawS      []byte
 		errStatus, errSs error
 	)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/ctxproxy/ctxproxy/proxy"
+
 	"bytes"
 	"encoding/json"
 	"flag"
@@ -75,7 +77,7 @@ type fakeMessage struct {
 }
 
 type fakeSnapshot struct {
-	info     snapshotInfo
+	info     proxy.SnapshotInfo
 	messages []fakeMessage
 }
 
@@ -320,9 +322,9 @@ func (f *fakeProxy) snap(s *fakeSession, reason string) *fakeSnapshot {
 	f.nextSnap++
 	data, _ := json.Marshal(s.messages)
 	tokens := fakeTokens(s.messages)
-	sn := &fakeSnapshot{messages: slices.Clone(s.messages), info: snapshotInfo{
+	sn := &fakeSnapshot{messages: slices.Clone(s.messages), info: proxy.SnapshotInfo{
 		ID: fmt.Sprintf("snap-%d", f.nextSnap), SessionID: s.id, Created: f.tick(), Model: s.model, Tokens: tokens,
-		Usage: float64(tokens) / float64(f.limit), Reason: reason, Messages: len(s.messages), Bytes: int64(len(data))}}
+		Usage: float64(tokens) / float64(f.limit), Reason: reason, Messages: len(s.messages), Bytes: len(data)}}
 	s.snapshots = append(s.snapshots, sn)
 	return sn
 }
@@ -408,7 +410,7 @@ func (f *fakeProxy) importSession(w http.ResponseWriter, r *http.Request) {
 
 func (f *fakeProxy) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	if s := f.found(w, r); s != nil {
-		list := []snapshotInfo{}
+		list := []proxy.SnapshotInfo{}
 		for _, sn := range slices.Backward(s.snapshots) {
 			list = append(list, sn.info)
 		}

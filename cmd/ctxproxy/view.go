@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/ctxproxy/ctxproxy/proxy"
+
 	"encoding/json"
 	"fmt"
 	"io"
@@ -206,7 +208,7 @@ func table(w io.Writer) *tabwriter.Writer {
 type facts struct {
 	model   string
 	status  *proxyStatus
-	session *sessionDetail
+	session *proxy.SessionDetail
 	head    *answerHeaders
 }
 
@@ -395,7 +397,7 @@ func sizeLine(f facts) string {
 
 // writeSessionStats is /stats and "ctxproxy context show": the session
 // and its running token total (seed 000; seed 003's summary).
-func writeSessionStats(w io.Writer, v view, s sessionDetail) error {
+func writeSessionStats(w io.Writer, v view, s proxy.SessionDetail) error {
 	tw := table(w)
 	st := s.Stats
 	usage := st.Usage
@@ -492,7 +494,7 @@ func writeMemoryStats(w io.Writer, f facts, running []runningModel) error {
 			grouped(st.Requests), grouped(st.PromptTokens), grouped(st.CompletionTokens))
 		trunc := grouped(st.Truncations)
 		if st.LastTruncation != nil {
-			trunc += fmt.Sprintf(" (last %s)", clean(fmt.Sprint(st.LastTruncation)))
+			trunc += fmt.Sprintf(" (last %s)", st.LastTruncation.Local().Format(time.DateTime))
 		}
 		fmt.Fprintf(tw, "Truncations\t%s by the backend\n", trunc)
 	}
@@ -583,7 +585,7 @@ func writeProxyStatus(w io.Writer, s proxyStatus) error {
 }
 
 // writeSessions is the table of "ctxproxy context list" without a session.
-func writeSessions(w io.Writer, v view, sessions []sessionInfo) error {
+func writeSessions(w io.Writer, v view, sessions []proxy.SessionInfo) error {
 	if len(sessions) == 0 {
 		_, err := fmt.Fprintln(w, "No sessions yet.")
 		return err
@@ -599,7 +601,7 @@ func writeSessions(w io.Writer, v view, sessions []sessionInfo) error {
 }
 
 // writeSnapshots is /context list: a session's snapshots, newest first.
-func writeSnapshots(w io.Writer, v view, snaps []snapshotInfo) error {
+func writeSnapshots(w io.Writer, v view, snaps []proxy.SnapshotInfo) error {
 	if len(snaps) == 0 {
 		_, err := fmt.Fprintln(w, "No snapshots yet.")
 		return err

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/ctxproxy/ctxproxy/proxy"
+
 	"strings"
 	"testing"
 )
@@ -70,7 +72,7 @@ func TestStatusBar(t *testing.T) {
 	st.GPU.Probe, st.GPU.Total, st.GPU.Used = "cpu", 32<<30, 8<<30
 	st.Context.KVQuantization = "q8_0"
 	st.Strategy.Mode = "none"
-	session := &sessionDetail{Model: "qwen3", Snapshots: 1, Stats: sessionStats{Tokens: 7372, Limit: 8192, Usage: 0.9}}
+	session := &proxy.SessionDetail{Model: "qwen3", Snapshots: 1, Stats: proxy.SessionStats{Tokens: 7372, Limit: 8192, Usage: 0.9}}
 	tests := []struct {
 		name string
 		f    facts
