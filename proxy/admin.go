@@ -550,13 +550,13 @@ func (s *Server) putSession(w http.ResponseWriter, r *http.Request) {
 // the metadata stays; the cleared state is snapshotted first (reason
 // clear) so that a /clear can be undone. With keepSystem (seed 004 R7.7's
 // /context clear) the leading system messages stay.
-func (s *Server) clearSession(ctx context.Context, id string, keepSystem bool) (undo snapshots.SnapshotInfo, err error) {
+func (s *Server) clearSession(ctx context.Context, id string, keepSystem bool, reason string) (undo snapshots.SnapshotInfo, err error) {
 	sess, err := s.store.Get(ctx, id)
 	if err != nil {
 		return undo, notFound(err, "session %q not found", id)
 	}
 	if len(sess.Messages) > 0 {
-		if undo, err = s.store.SaveSnapshot(ctx, snapshots.NewSnapshot(sess, snapshots.ReasonClear)); err != nil {
+		if undo, err = s.store.SaveSnapshot(ctx, snapshots.NewSnapshot(sess, reason)); err != nil {
 			return undo, fmt.Errorf("saving the session before clearing it: %w", err)
 		}
 	}
@@ -594,7 +594,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"purged": true})
 		return
 	}
-	undo, err := s.clearSession(r.Context(), id, false)
+	undo, err := s.clearSession(r.Context(), id, false, snapshots.ReasonClear)
 	if err != nil {
 		s.fail(w, err)
 		return

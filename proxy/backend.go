@@ -245,3 +245,10 @@ func (s *Server) LoadedModels(ctx context.Context) ([]gpu.LoadedModel, error) {
 	}
 	return out, nil
 }
+
+// ModelFacts returns what the backend says of model: the facts that size
+// its KV cache and its weights in bytes (for `ctxproxy gpu`).
+func (s *Server) ModelFacts(ctx context.Context, model string) (gpu.ModelFacts, uint64, error) {
+	mi := s.modelInfo(ctx, model)
+	return mi.facts, mi.weights, mi.err
+}

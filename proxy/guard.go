@@ -65,26 +65,18 @@ func (s *Server) emergency() {
 		s.log.Warn("memory emergency: queued session writes not flushed; snapshots may miss the newest turns", "err", err)
 	}
 	for _, id := range s.usage.active(activeWindow) {
-		sess, err := s.store.Get(ctx, id)
-		if err != nil || len(sess.Messages) == 0 {
-			continue
-		}
-		snap := snapshots.NewSnapshot(sess, snapshots.ReasonEmergency)
-		info, err := s.store.SaveSnapshot(ctx, snap)
+		// The same clear as DELETE /ctxproxy/sessions/{id}, snapshotted
+		// first under its own reason.
+		undo, err := s.clearSession(ctx, id, false, snapshots.ReasonEmergency)
 		if err != nil {
-			s.log.Error("emergency snapshot failed; session left as it is", "session", id, "err", err)
+			s.log.Error("memory emergency: session not cleared", "session", id, "err", err)
 			continue
 		}
-		if err := s.writer.Update(id, func(sess *snapshots.Session) error {
-			sess.Messages, sess.Summaries = nil, nil
-			sess.Stats = snapshots.Stats{Requests: sess.Stats.Requests, Truncations: sess.Stats.Truncations}
-			return nil
-		}); err != nil {
-			s.log.Error("emergency clear failed", "session", id, "err", err)
-			continue
+		if undo.ID == "" {
+			continue // nothing to clear
 		}
-		s.cleared.set(id, info.ID)
-		s.log.Warn("memory emergency: session saved and cleared", "session", id, "snapshot", info.ID)
+		s.cleared.set(id, undo.ID)
+		s.log.Warn("memory emergency: session saved and cleared", "session", id, "snapshot", undo.ID)
 	}
 }
 

@@ -200,7 +200,7 @@ func (s *Server) sessionCommand(ctx context.Context, session, model, cmd string,
 		// Seed 004 R7.7: /context clear keeps the system prompt; seed
 		// 000's /clear removes every turn and keeps the metadata.
 		keepSystem := cmd == "context clear"
-		undo, err := s.clearSession(ctx, session, keepSystem)
+		undo, err := s.clearSession(ctx, session, keepSystem, snapshots.ReasonClear)
 		if err != nil {
 			return "", err
 		}

@@ -1,18 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
@@ -137,12 +133,17 @@ func gpuCmd(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer probe.Close()
-	loaded := func(ctx context.Context) ([]gpu.LoadedModel, error) { return ollamaPS(ctx, c.Backend.URL) }
-	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: slog.New(slog.DiscardHandler), Loaded: loaded})
+	// The proxy's own backend calls (/api/ps, /api/show, /api/tags), as
+	// serve would make them.
+	backend, err := proxy.New(c.proxyConfig(), proxy.Deps{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: slog.New(slog.DiscardHandler), Loaded: backend.LoadedModels})
 	snap := mon.Sample(ctx)
 	var d *gpu.Decision
 	if *model != "" {
-		facts, weights, err := ollamaFacts(ctx, c.Backend.URL, *model)
+		facts, weights, err := backend.ModelFacts(ctx, *model)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "model facts: %v (sizing without them)\n", err)
 		}
@@ -156,67 +157,4 @@ func gpuCmd(ctx context.Context, args []string, e env) error {
 		return enc.Encode(rep)
 	}
 	return rep.WriteText(e.stdout)
-}
-
-// ollamaFacts asks an Ollama backend for a model's facts and weights size.
-func ollamaFacts(ctx context.Context, backend, model string) (gpu.ModelFacts, uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	var show struct {
-		ModelInfo map[string]any `json:"model_info"`
-	}
-	body, _ := json.Marshal(map[string]string{"model": model})
-	if err := getJSON(ctx, http.MethodPost, backend+"/api/show", body, &show); err != nil {
-		return gpu.ModelFacts{}, 0, err
-	}
-	facts, err := gpu.ParseModelInfo(show.ModelInfo)
-	var tags struct {
-		Models []struct {
-			Name string `json:"name"`
-			Size uint64 `json:"size"`
-		} `json:"models"`
-	}
-	var weights uint64
-	if getJSON(ctx, http.MethodGet, backend+"/api/tags", nil, &tags) == nil {
-		for _, m := range tags.Models {
-			if m.Name == model || m.Name == model+":latest" {
-				weights = m.Size
-			}
-		}
-	}
-	return facts, weights, err
-}
-
-func ollamaPS(ctx context.Context, backend string) ([]gpu.LoadedModel, error) {
-	var ps struct {
-		Models []struct {
-			Name     string `json:"name"`
-			Size     uint64 `json:"size"`
-			SizeVRAM uint64 `json:"size_vram"`
-		} `json:"models"`
-	}
-	if err := getJSON(ctx, http.MethodGet, backend+"/api/ps", nil, &ps); err != nil {
-		return nil, err
-	}
-	var out []gpu.LoadedModel
-	for _, m := range ps.Models {
-		out = append(out, gpu.LoadedModel{Name: m.Name, Size: m.Size, SizeVRAM: m.SizeVRAM})
-	}
-	return out, nil
-}
-
-func getJSON(ctx context.Context, method, url string, body []byte, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return errors.New(method + " " + url + ": " + resp.Status)
-	}
-	return json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(out)
 }
