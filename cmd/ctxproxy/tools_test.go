@@ -58,7 +58,9 @@ func TestCountPlainTextAndFile(t *testing.T) {
 		strings.NewReader("just some plain text, not JSON"), &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "1       user") && !strings.Contains(out.String(), "user") {
+	// Plain text is one user message: 3 tokens of structure, 1 for the
+	// role and 7 for the text in o200k_base, plus 3 of reply priming.
+	if !strings.Contains(out.String(), "model gpt-4o (o200k_base): 14 tokens") {
 		t.Errorf("plain text output:\n%s", out.String())
 	}
 	if err := run(context.Background(), []string{"count", filepath.Join(dir, "missing.json")}, envOf(nil), nil, io.Discard, io.Discard); err == nil {
