@@ -18,7 +18,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -44,9 +43,7 @@ import (
 // adminState is the admin API's own state in the Server.
 type adminState struct {
 	start time.Time
-	// inflight counts the intercepted chat requests in progress.
-	inflight atomic.Int64
-	seen     seenModels
+	seen  seenModels
 }
 
 // adminRoutes registers the admin API (healthz and readyz are registered
@@ -63,14 +60,6 @@ func (s *Server) adminRoutes() {
 	s.mux.Handle("/ctxproxy/", s.adminOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusNotFound, fmt.Sprintf("no admin route %s %s", r.Method, r.URL.EscapedPath()))
 	})))
-}
-
-// inFlight counts an intercepted chat request as in flight (status
-// "inflight") until the function it returns is called: Server.chat runs
-// `defer s.inFlight()()` first thing.
-func (s *Server) inFlight() (done func()) {
-	s.admin.inflight.Add(1)
-	return func() { s.admin.inflight.Add(-1) }
 }
 
 // noteModel records what the request path decided for a model, for the
@@ -1146,7 +1135,7 @@ func (s *Server) status(ctx context.Context) statusJSON {
 		Models:    s.modelStatuses(),
 		Snapshots: snapshotsStatus{Store: "off"},
 		Summarize: summarizeStatus{Model: info.SummarizeModel, KeepRecent: info.KeepRecent},
-		Inflight:  s.admin.inflight.Load(),
+		Inflight:  s.metrics.inflight.Load(), // the gauge ctxproxy_inflight_requests reads
 	}
 	if t := s.trimmer.Load(); t != nil {
 		st.Strategy = strategyStatus{Mode: t.Mode(), Threshold: t.Threshold(), Target: t.Target(),

@@ -735,7 +735,7 @@ func TestSeed004_R9_StatusFields(t *testing.T) {
 	e.chat("s", "llama3.1", "hello")
 	e.srv.noteModel(&plan{model: "llama3.1", numCtx: 8192, numReason: "8192 tokens fit", limit: 7168},
 		mustFacts(t))
-	done := e.srv.inFlight()
+	done := e.srv.metrics.track(false)
 	st := e.json("GET", "/ctxproxy/status", nil, 200)
 	done()
 	blank := func(m map[string]any, keys ...string) {

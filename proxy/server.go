@@ -258,7 +258,6 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 		s.rp.ServeHTTP(w, r)
 		return
 	}
-	defer s.inFlight()()
 	ex := &exchange{dialect: d, route: route, start: time.Now(), headers: http.Header{}}
 	defer func() { s.logChat(ex) }()
 	if s.monitor != nil {
