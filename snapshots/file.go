@@ -392,21 +392,7 @@ func (st *FileStore) update(ctx context.Context, id string, create bool, fn func
 	case !errors.Is(err, ErrNotFound):
 		return err
 	}
-	if s == nil {
-		if !create {
-			return ErrNotFound
-		}
-		s = &Session{ID: id, Created: now}
-	}
-	if err := fn(s); err != nil {
-		return err
-	}
-	s.ID = id
-	if s.Created.IsZero() {
-		s.Created = now
-	}
-	s.Updated = now
-	data, info, err := sessionRecord(s)
+	data, info, err := change(s, id, create, now, fn)
 	if err != nil {
 		return err
 	}

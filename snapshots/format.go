@@ -31,6 +31,7 @@ import (
 	"io"
 	"math"
 	"sync"
+	"time"
 )
 
 const (
@@ -291,6 +292,27 @@ func decodeSnapshot(body []byte) (*Snapshot, error) {
 }
 
 // sessionRecord encodes s with its listing entry.
+// change is the part of Update both stores share: fn runs on the stored
+// session s (a new one when s is nil and create is set), which is then
+// stamped and encoded as the record to write.
+func change(s *Session, id string, create bool, now time.Time, fn func(*Session) error) ([]byte, SessionInfo, error) {
+	if s == nil {
+		if !create {
+			return nil, SessionInfo{}, ErrNotFound
+		}
+		s = &Session{ID: id, Created: now}
+	}
+	if err := fn(s); err != nil {
+		return nil, SessionInfo{}, err
+	}
+	s.ID = id
+	if s.Created.IsZero() {
+		s.Created = now
+	}
+	s.Updated = now
+	return sessionRecord(s)
+}
+
 func sessionRecord(s *Session) ([]byte, SessionInfo, error) {
 	body, err := encodeSession(s)
 	if err != nil {

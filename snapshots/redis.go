@@ -176,21 +176,7 @@ func (st *RedisStore) tryUpdate(ctx context.Context, tx *redis.Tx, id, k string,
 			bad, s = data, nil
 		}
 	}
-	if s == nil {
-		if !create {
-			return ErrNotFound
-		}
-		s = &Session{ID: id, Created: now}
-	}
-	if err := fn(s); err != nil {
-		return err
-	}
-	s.ID = id
-	if s.Created.IsZero() {
-		s.Created = now
-	}
-	s.Updated = now
-	rec, info, err := sessionRecord(s)
+	rec, info, err := change(s, id, create, now, fn)
 	if err != nil {
 		return err
 	}
