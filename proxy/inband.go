@@ -1,12 +1,12 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/ctxproxy/ctxproxy/rewrite"
 	"maps"
 	"net/http"
 	"slices"
@@ -14,6 +14,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/rewrite"
 
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -173,7 +175,7 @@ func (s *Server) sessionCommand(ctx context.Context, session, model, cmd string,
 		if err != nil {
 			return "", err
 		}
-		return s.memoryStatsText(ctx, detail, cmpOr(model, detail.Model)), nil
+		return s.memoryStatsText(ctx, detail, cmp.Or(model, detail.Model)), nil
 	case "context snapshot":
 		info, err := s.takeSnapshot(ctx, session, snapshots.ReasonManual)
 		if err != nil {
@@ -301,7 +303,7 @@ func contextStatusText(st statusJSON, session string, d *SessionDetail, model st
 	if model == "" && d != nil {
 		model = d.Model
 	}
-	r = append(r, row("Model", cmpOr(model, "-")))
+	r = append(r, row("Model", cmp.Or(model, "-")))
 	m, haveModel := findModel(st.Models, model)
 	tokens, limit, usage := 0, 0, 0.0
 	haveTokens := d != nil
@@ -390,7 +392,7 @@ func sessionStatsText(d SessionDetail) string {
 	st := d.Stats
 	r := [][2]string{
 		row("Session", d.SessionID),
-		row("Model", cmpOr(d.Model, "-")),
+		row("Model", cmp.Or(d.Model, "-")),
 		row("Messages", grouped(d.Messages)),
 		row("Tokens", fmt.Sprintf("%s / %s (%s)", grouped(st.Tokens), grouped(st.Limit), percent(st.Usage, 1))),
 		row("Requests", fmt.Sprintf("%s (%s prompt + %s completion tokens)", grouped(st.Requests),
@@ -414,7 +416,7 @@ func sessionStatsText(d SessionDetail) string {
 // compression ratios (seed 004 R7.9).
 func (s *Server) memoryStatsText(ctx context.Context, d SessionDetail, model string) string {
 	st := s.status(ctx)
-	r := [][2]string{row("Model", cmpOr(model, "-"))}
+	r := [][2]string{row("Model", cmp.Or(model, "-"))}
 	modelMemory := "not reported by the backend"
 	if s.monitor != nil {
 		if lm, ok := s.monitor.Snapshot().Model(model); ok {
@@ -423,9 +425,9 @@ func (s *Server) memoryStatsText(ctx context.Context, d SessionDetail, model str
 	}
 	r = append(r, row("Model memory", modelMemory))
 	g := st.GPU
-	r = append(r, row(memoryLabel(st), fmt.Sprintf("%s, %s, level %s", memoryLine(st), cmpOr(g.Probe, "-"), g.Level)))
+	r = append(r, row(memoryLabel(st), fmt.Sprintf("%s, %s, level %s", memoryLine(st), cmp.Or(g.Probe, "-"), g.Level)))
 	for _, dev := range g.Devices {
-		r = append(r, row("Device", fmt.Sprintf("%s: %s / %s, %s free", cmpOr(dev.Name, "-"), gib(dev.Used),
+		r = append(r, row("Device", fmt.Sprintf("%s: %s / %s, %s free", cmp.Or(dev.Name, "-"), gib(dev.Used),
 			gib(dev.Total), bytesIEC(float64(dev.Free)))))
 	}
 	stats := d.Stats
@@ -471,7 +473,7 @@ func snapshotsText(list []snapshots.SnapshotInfo) string {
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tCREATED\tREASON\tMESSAGES\tTOKENS\tUSAGE\tSIZE")
 	for _, sn := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sn.ID, when(sn.Created), cmpOr(sn.Reason, "-"),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sn.ID, when(sn.Created), cmp.Or(sn.Reason, "-"),
 			grouped(sn.Messages), grouped(sn.Tokens), percent(sn.Usage, 0), bytesIEC(float64(sn.Bytes)))
 	}
 	_ = tw.Flush()
@@ -497,13 +499,6 @@ func when(t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format("2006-01-02 15:04:05 UTC")
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // grouped writes n with thousands separators: 131072 → "131,072".
