@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 )
 
 // Error is an error in OpenAI's shape, with the HTTP status to answer with.
@@ -45,9 +47,9 @@ func (e *Error) JSON() []byte {
 // appendObject appends {"error":{…}}.
 func (e *Error) appendObject(dst []byte) []byte {
 	dst = append(dst, `{"error":{"message":`...)
-	dst = appendString(dst, e.Message)
+	dst = jsonscan.AppendString(dst, e.Message)
 	dst = append(dst, `,"type":`...)
-	dst = appendString(dst, e.Type)
+	dst = jsonscan.AppendString(dst, e.Type)
 	dst = append(dst, `,"param":`...)
 	dst = appendNullable(dst, e.Param)
 	dst = append(dst, `,"code":`...)
@@ -59,7 +61,7 @@ func appendNullable(dst []byte, s string) []byte {
 	if s == "" {
 		return append(dst, "null"...)
 	}
-	return appendString(dst, s)
+	return jsonscan.AppendString(dst, s)
 }
 
 // OpenAI's error codes that ctxproxy produces.

@@ -3,6 +3,8 @@ package translate
 import (
 	"bytes"
 	"strconv"
+
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 )
 
 // message holds the raw values of one OpenAI message's fields.
@@ -20,7 +22,7 @@ func appendMessages(dst, raw []byte, info *Info) ([]byte, error) {
 	if raw == nil {
 		return nil, invalid("messages", codeMissing, "messages is required")
 	}
-	if kindOf(raw) != kindArray {
+	if jsonscan.KindOf(raw) != jsonscan.KindArray {
 		return nil, invalid("messages", codeInvalidType, "messages must be an array")
 	}
 	// calls are the tool calls seen so far, so that a tool result without
@@ -29,7 +31,7 @@ func appendMessages(dst, raw []byte, info *Info) ([]byte, error) {
 	var calls []call
 	count := 0
 	dst = append(dst, '[')
-	err := elements(raw, func(i int, m []byte) error {
+	err := jsonscan.Elements(raw, func(i int, m []byte) error {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
@@ -48,13 +50,13 @@ func appendMessages(dst, raw []byte, info *Info) ([]byte, error) {
 }
 
 func appendMessage(dst []byte, i int, raw []byte, calls *[]call, info *Info) ([]byte, error) {
-	if kindOf(raw) != kindObject {
+	if jsonscan.KindOf(raw) != jsonscan.KindObject {
 		return nil, invalid(messagePath(i, ""), codeInvalidType, "a message must be an object")
 	}
 	var m message
 	var bad error
-	_ = members(raw, func(key, val []byte) error {
-		if kindOf(val) == kindNull {
+	_ = jsonscan.Members(raw, func(key, val []byte) error {
+		if jsonscan.KindOf(val) == jsonscan.KindNull {
 			return nil
 		}
 		k := keyBytes(key)
@@ -95,18 +97,18 @@ func appendMessage(dst []byte, i int, raw []byte, calls *[]call, info *Info) ([]
 		return nil, err
 	}
 	dst = append(dst, `{"role":`...)
-	dst = appendString(dst, role)
+	dst = jsonscan.AppendString(dst, role)
 
 	var images [][]byte
 	dst = append(dst, `,"content":`...)
-	switch kindOf(m.content) {
-	case kindString:
+	switch jsonscan.KindOf(m.content) {
+	case jsonscan.KindString:
 		dst = append(dst, m.content...)
-	case kindArray:
+	case jsonscan.KindArray:
 		if dst, images, err = appendParts(dst, i, m.content); err != nil {
 			return nil, err
 		}
-	case kindInvalid: // absent or null
+	case jsonscan.KindInvalid: // absent or null
 		// OpenAI lets an assistant message carry only tool calls (or a
 		// refusal); every other role needs content.
 		if role != "assistant" {
@@ -118,11 +120,11 @@ func appendMessage(dst []byte, i int, raw []byte, calls *[]call, info *Info) ([]
 	}
 
 	if m.thinking != nil {
-		if kindOf(m.thinking) != kindString {
+		if jsonscan.KindOf(m.thinking) != jsonscan.KindString {
 			return nil, invalid(messagePath(i, "."+m.thinkingKey), codeInvalidType, m.thinkingKey+" must be a string")
 		}
 		if role == "assistant" {
-			if !isEmptyString(m.thinking) {
+			if !jsonscan.IsEmptyString(m.thinking) {
 				dst = append(dst, `,"thinking":`...)
 				dst = append(dst, m.thinking...)
 			}
@@ -151,10 +153,10 @@ func appendMessage(dst []byte, i int, raw []byte, calls *[]call, info *Info) ([]
 		}
 	}
 
-	if m.name != nil && kindOf(m.name) != kindString {
+	if m.name != nil && jsonscan.KindOf(m.name) != jsonscan.KindString {
 		return nil, invalid(messagePath(i, ".name"), codeInvalidType, "name must be a string")
 	}
-	if m.toolCallID != nil && kindOf(m.toolCallID) != kindString {
+	if m.toolCallID != nil && jsonscan.KindOf(m.toolCallID) != jsonscan.KindString {
 		return nil, invalid(messagePath(i, ".tool_call_id"), codeInvalidType, "tool_call_id must be a string")
 	}
 	if role == "tool" {
@@ -162,7 +164,7 @@ func appendMessage(dst []byte, i int, raw []byte, calls *[]call, info *Info) ([]
 		if name == nil && m.toolCallID != nil {
 			name = nameFor(*calls, m.toolCallID)
 		}
-		if name != nil && !isEmptyString(name) {
+		if name != nil && !jsonscan.IsEmptyString(name) {
 			dst = append(dst, `,"tool_name":`...)
 			dst = append(dst, name...)
 		}
@@ -188,7 +190,7 @@ func messageRole(i int, raw []byte) (string, error) {
 	if raw == nil {
 		return "", invalid(messagePath(i, ".role"), codeMissing, "role is required")
 	}
-	if kindOf(raw) != kindString {
+	if jsonscan.KindOf(raw) != jsonscan.KindString {
 		return "", invalid(messagePath(i, ".role"), codeInvalidType, "role must be a string")
 	}
 	r := raw
@@ -220,36 +222,36 @@ func messageRole(i int, raw []byte) (string, error) {
 func appendParts(dst []byte, i int, parts []byte) ([]byte, [][]byte, error) {
 	var texts [][]byte
 	var images [][]byte
-	err := elements(parts, func(j int, p []byte) error {
+	err := jsonscan.Elements(parts, func(j int, p []byte) error {
 		// at names a field of this part; built only for an error.
 		at := func(suffix string) string { return messagePath(i, ".content["+strconv.Itoa(j)+"]"+suffix) }
-		if kindOf(p) != kindObject {
+		if jsonscan.KindOf(p) != jsonscan.KindObject {
 			return invalid(at(""), codeInvalidType, "a content part must be an object")
 		}
 		var typ, text, refusal, imageURL []byte
-		_ = members(p, func(key, val []byte) error {
+		_ = jsonscan.Members(p, func(key, val []byte) error {
 			switch {
-			case keyIs(key, "type"):
+			case jsonscan.KeyIs(key, "type"):
 				typ = val
-			case keyIs(key, "text"):
+			case jsonscan.KeyIs(key, "text"):
 				text = val
-			case keyIs(key, "refusal"):
+			case jsonscan.KeyIs(key, "refusal"):
 				refusal = val
-			case keyIs(key, "image_url"):
+			case jsonscan.KeyIs(key, "image_url"):
 				imageURL = val
 			}
 			return nil
 		})
 		switch string(typ) {
 		case `"text"`:
-			if kindOf(text) != kindString {
+			if jsonscan.KindOf(text) != jsonscan.KindString {
 				return invalid(at(".text"), codeInvalidType, "text must be a string")
 			}
 			texts = append(texts, text)
 		case `"refusal"`:
 			// An assistant's refusal, replayed in history: it is what the
 			// assistant said.
-			if kindOf(refusal) != kindString {
+			if jsonscan.KindOf(refusal) != jsonscan.KindString {
 				return invalid(at(".refusal"), codeInvalidType, "refusal must be a string")
 			}
 			texts = append(texts, refusal)
@@ -297,24 +299,24 @@ func appendParts(dst []byte, i int, parts []byte) ([]byte, [][]byte, error) {
 // Param is relative to the image_url field.
 func imageData(v []byte) ([]byte, *Error) {
 	url, param := v, ""
-	if kindOf(v) == kindObject {
+	if jsonscan.KindOf(v) == jsonscan.KindObject {
 		url = nil
-		_ = members(v, func(key, val []byte) error {
-			if keyIs(key, "url") {
+		_ = jsonscan.Members(v, func(key, val []byte) error {
+			if jsonscan.KeyIs(key, "url") {
 				url = val
 			}
 			return nil
 		})
 		param = ".url"
 	}
-	if kindOf(url) != kindString {
+	if jsonscan.KindOf(url) != jsonscan.KindString {
 		return nil, invalid(param, codeInvalidType, "image_url must be an object with a url string")
 	}
 	s := url[1 : len(url)-1]
 	if bytes.IndexByte(s, '\\') >= 0 {
 		// Escapes (some encoders write "\/"): decode. Otherwise the
 		// token's inside is the URL itself and is used without a copy.
-		d, err := unquote(url)
+		d, err := jsonscan.Unquote(url)
 		if err != nil {
 			return nil, invalid(param, codeInvalidValue, "image_url.url is not a valid string")
 		}
@@ -368,7 +370,7 @@ func validBase64(b []byte) bool {
 // except for line breaks.
 func appendBase64(dst, data []byte) []byte {
 	if bytes.ContainsAny(data, "\r\n") {
-		return appendStringBytes(dst, data)
+		return jsonscan.AppendStringBytes(dst, data)
 	}
 	dst = append(dst, '"')
 	dst = append(dst, data...)
@@ -391,9 +393,9 @@ func nameFor(calls []call, id []byte) []byte {
 		return nil
 	}
 	// The same id spelled with other escapes: compare decoded.
-	want, _ := unquote(id)
+	want, _ := jsonscan.Unquote(id)
 	for k := len(calls) - 1; k >= 0; k-- {
-		if got, _ := unquote(calls[k].id); got == want {
+		if got, _ := jsonscan.Unquote(calls[k].id); got == want {
 			return calls[k].name
 		}
 	}
@@ -404,53 +406,53 @@ func nameFor(calls []call, id []byte) []byte {
 // JSON string in OpenAI's shape, become the object Ollama expects; ids are
 // kept (Ollama's api.ToolCall has an id). It adds each call to calls.
 func appendToolCalls(dst []byte, i int, raw []byte, calls *[]call) ([]byte, error) {
-	if kindOf(raw) != kindArray {
+	if jsonscan.KindOf(raw) != jsonscan.KindArray {
 		return nil, invalid(messagePath(i, ".tool_calls"), codeInvalidType, "tool_calls must be an array")
 	}
 	start := len(dst)
 	dst = append(dst, `,"tool_calls":[`...)
 	n := 0
-	err := elements(raw, func(j int, tc []byte) error {
+	err := jsonscan.Elements(raw, func(j int, tc []byte) error {
 		// at names a field of this call; built only for an error.
 		at := func(suffix string) string { return messagePath(i, ".tool_calls["+strconv.Itoa(j)+"]"+suffix) }
-		if kindOf(tc) != kindObject {
+		if jsonscan.KindOf(tc) != jsonscan.KindObject {
 			return invalid(at(""), codeInvalidType, "a tool call must be an object")
 		}
 		var id, typ, fn []byte
-		_ = members(tc, func(key, val []byte) error {
+		_ = jsonscan.Members(tc, func(key, val []byte) error {
 			switch {
-			case keyIs(key, "id"):
+			case jsonscan.KeyIs(key, "id"):
 				id = val
-			case keyIs(key, "type"):
+			case jsonscan.KeyIs(key, "type"):
 				typ = val
-			case keyIs(key, "function"):
+			case jsonscan.KeyIs(key, "function"):
 				fn = val
 			}
 			return nil
 		})
-		if typ != nil && string(typ) != `"function"` && kindOf(typ) != kindNull {
+		if typ != nil && string(typ) != `"function"` && jsonscan.KindOf(typ) != jsonscan.KindNull {
 			return invalid(at(".type"), codeUnsupportedValue, "only function tool calls are supported")
 		}
-		if kindOf(fn) != kindObject {
+		if jsonscan.KindOf(fn) != jsonscan.KindObject {
 			return invalid(at(".function"), codeInvalidType, "function must be an object")
 		}
 		var name, args []byte
-		_ = members(fn, func(key, val []byte) error {
+		_ = jsonscan.Members(fn, func(key, val []byte) error {
 			switch {
-			case keyIs(key, "name"):
+			case jsonscan.KeyIs(key, "name"):
 				name = val
-			case keyIs(key, "arguments"):
+			case jsonscan.KeyIs(key, "arguments"):
 				args = val
 			}
 			return nil
 		})
-		if kindOf(name) != kindString {
+		if jsonscan.KindOf(name) != jsonscan.KindString {
 			return invalid(at(".function.name"), codeInvalidType, "function name must be a string")
 		}
-		switch kindOf(id) {
-		case kindString:
+		switch jsonscan.KindOf(id) {
+		case jsonscan.KindString:
 			*calls = append(*calls, call{id, name})
-		case kindInvalid, kindNull:
+		case jsonscan.KindInvalid, jsonscan.KindNull:
 		default:
 			return invalid(at(".id"), codeInvalidType, "id must be a string")
 		}
@@ -459,7 +461,7 @@ func appendToolCalls(dst []byte, i int, raw []byte, calls *[]call) ([]byte, erro
 		}
 		n++
 		dst = append(dst, '{')
-		if kindOf(id) == kindString {
+		if jsonscan.KindOf(id) == jsonscan.KindString {
 			dst = append(dst, `"id":`...)
 			dst = append(dst, id...)
 			dst = append(dst, ',')
@@ -490,23 +492,23 @@ func appendToolCalls(dst []byte, i int, raw []byte, calls *[]call) ([]byte, erro
 // clients send the object itself; an empty string means no arguments. On
 // bad input it returns a message saying why.
 func appendArguments(dst, args []byte) ([]byte, string) {
-	switch kindOf(args) {
-	case kindInvalid, kindNull:
+	switch jsonscan.KindOf(args) {
+	case jsonscan.KindInvalid, jsonscan.KindNull:
 		return append(dst, "{}"...), ""
-	case kindObject:
+	case jsonscan.KindObject:
 		return append(dst, args...), ""
-	case kindString:
+	case jsonscan.KindString:
 	default:
 		return dst, "arguments must be a string of JSON"
 	}
 	start := len(dst)
-	dst = appendUnescaped(dst, args)
+	dst = jsonscan.AppendUnescaped(dst, args)
 	text := dst[start:]
-	if skipSpace(text, 0) == len(text) {
+	if jsonscan.SkipSpace(text, 0) == len(text) {
 		return append(dst[:start], "{}"...), ""
 	}
-	obj, err := validValue(text)
-	if err != nil || kindOf(obj) != kindObject {
+	obj, err := jsonscan.Valid(text)
+	if err != nil || jsonscan.KindOf(obj) != jsonscan.KindObject {
 		return dst[:start], "arguments must hold a JSON object"
 	}
 	// Drop the white space around the object.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 )
 
 // RequestOptions tune Request. The zero value sends what Ollama's own /v1
@@ -87,16 +89,16 @@ var dropReasons = map[string]string{
 // FIELDS.md has the table of every field and what happens to it.
 func Request(body []byte, opts RequestOptions) ([]byte, Info, error) {
 	var info Info
-	v, err := validValue(body)
+	v, err := jsonscan.Valid(body)
 	if err != nil {
 		return nil, info, invalid("", "", "the request body is not valid JSON")
 	}
-	if kindOf(v) != kindObject {
+	if jsonscan.KindOf(v) != jsonscan.KindObject {
 		return nil, info, invalid("", codeInvalidType, "the request body must be a JSON object")
 	}
 	var r request
-	err = members(v, func(key, val []byte) error {
-		if kindOf(val) == kindNull {
+	err = jsonscan.Members(v, func(key, val []byte) error {
+		if jsonscan.KindOf(val) == jsonscan.KindNull {
 			return nil // null means absent, as OpenAI treats it
 		}
 		k := keyBytes(key)
@@ -187,13 +189,13 @@ func (r *request) translate(dst []byte, opts RequestOptions, info *Info) ([]byte
 	if r.model == nil {
 		return nil, invalid("model", codeMissing, "model is required")
 	}
-	if kindOf(r.model) != kindString || isEmptyString(r.model) {
+	if jsonscan.KindOf(r.model) != jsonscan.KindString || jsonscan.IsEmptyString(r.model) {
 		return nil, invalid("model", codeInvalidType, "model must be a non-empty string")
 	}
-	info.Model, _ = unquote(r.model)
+	info.Model, _ = jsonscan.Unquote(r.model)
 
 	if r.stream != nil {
-		if kindOf(r.stream) != kindBool {
+		if jsonscan.KindOf(r.stream) != jsonscan.KindBool {
 			return nil, invalid("stream", codeInvalidType, "stream must be a boolean")
 		}
 		info.Stream = r.stream[0] == 't'
@@ -226,14 +228,14 @@ func (r *request) translate(dst []byte, opts RequestOptions, info *Info) ([]byte
 		return nil, err
 	}
 	if r.keepAlive != nil {
-		if k := kindOf(r.keepAlive); k != kindString && k != kindNumber {
+		if k := jsonscan.KindOf(r.keepAlive); k != jsonscan.KindString && k != jsonscan.KindNumber {
 			return nil, invalid("keep_alive", codeInvalidType, "keep_alive must be a duration string or a number of seconds")
 		}
 		dst = append(dst, `,"keep_alive":`...)
 		dst = append(dst, r.keepAlive...)
 	}
 	if r.logprobs != nil {
-		if kindOf(r.logprobs) != kindBool {
+		if jsonscan.KindOf(r.logprobs) != jsonscan.KindBool {
 			return nil, invalid("logprobs", codeInvalidType, "logprobs must be a boolean")
 		}
 		if r.logprobs[0] == 't' {
@@ -257,7 +259,7 @@ func (r *request) translate(dst []byte, opts RequestOptions, info *Info) ([]byte
 // must not be silently ignored.
 func (r *request) unsupported() error {
 	if r.n != nil {
-		if kindOf(r.n) != kindNumber {
+		if jsonscan.KindOf(r.n) != jsonscan.KindNumber {
 			return invalid("n", codeInvalidType, "n must be an integer")
 		}
 		if string(r.n) != "1" {
@@ -271,11 +273,11 @@ func (r *request) unsupported() error {
 		return invalid("function_call", codeUnsupportedParam, "the legacy function_call parameter is not supported; use tool_choice")
 	}
 	if r.modalities != nil {
-		if kindOf(r.modalities) != kindArray {
+		if jsonscan.KindOf(r.modalities) != jsonscan.KindArray {
 			return invalid("modalities", codeInvalidType, "modalities must be an array")
 		}
 		var err error
-		_ = elements(r.modalities, func(_ int, m []byte) error {
+		_ = jsonscan.Elements(r.modalities, func(_ int, m []byte) error {
 			if string(m) != `"text"` {
 				err = invalid("modalities", codeUnsupportedValue, "only text output is supported")
 			}
@@ -287,22 +289,22 @@ func (r *request) unsupported() error {
 }
 
 func (r *request) includeUsage(info *Info) (bool, error) {
-	if kindOf(r.streamOptions) != kindObject {
+	if jsonscan.KindOf(r.streamOptions) != jsonscan.KindObject {
 		return false, invalid("stream_options", codeInvalidType, "stream_options must be an object")
 	}
 	var include bool
 	var bad error
-	_ = members(r.streamOptions, func(key, val []byte) error {
+	_ = jsonscan.Members(r.streamOptions, func(key, val []byte) error {
 		switch {
-		case kindOf(val) == kindNull:
-		case keyIs(key, "include_usage"):
-			if kindOf(val) != kindBool {
+		case jsonscan.KindOf(val) == jsonscan.KindNull:
+		case jsonscan.KeyIs(key, "include_usage"):
+			if jsonscan.KindOf(val) != jsonscan.KindBool {
 				bad = invalid("stream_options.include_usage", codeInvalidType, "include_usage must be a boolean")
 				return bad
 			}
 			include = val[0] == 't'
 		default:
-			info.Dropped = append(info.Dropped, Drop{Field: "stream_options." + keyName(key), Reason: "no Ollama equivalent"})
+			info.Dropped = append(info.Dropped, Drop{Field: "stream_options." + jsonscan.KeyName(key), Reason: "no Ollama equivalent"})
 		}
 		return nil
 	})
@@ -315,17 +317,17 @@ func (r *request) appendFormat(dst []byte) ([]byte, error) {
 	if r.responseFormat == nil {
 		return dst, nil
 	}
-	if kindOf(r.responseFormat) != kindObject {
+	if jsonscan.KindOf(r.responseFormat) != jsonscan.KindObject {
 		return nil, invalid("response_format", codeInvalidType, "response_format must be an object")
 	}
 	var typ, schema []byte
-	_ = members(r.responseFormat, func(key, val []byte) error {
+	_ = jsonscan.Members(r.responseFormat, func(key, val []byte) error {
 		switch {
-		case keyIs(key, "type"):
+		case jsonscan.KeyIs(key, "type"):
 			typ = val
-		case keyIs(key, "json_schema") && kindOf(val) == kindObject:
-			_ = members(val, func(k, v []byte) error {
-				if keyIs(k, "schema") && kindOf(v) != kindNull {
+		case jsonscan.KeyIs(key, "json_schema") && jsonscan.KindOf(val) == jsonscan.KindObject:
+			_ = jsonscan.Members(val, func(k, v []byte) error {
+				if jsonscan.KeyIs(k, "schema") && jsonscan.KindOf(v) != jsonscan.KindNull {
 					schema = v
 				}
 				return nil
@@ -343,7 +345,7 @@ func (r *request) appendFormat(dst []byte) ([]byte, error) {
 			// A json_schema without a schema still asks for JSON.
 			return append(dst, `,"format":"json"`...), nil
 		}
-		if kindOf(schema) != kindObject {
+		if jsonscan.KindOf(schema) != jsonscan.KindObject {
 			return nil, invalid("response_format.json_schema.schema", codeInvalidType, "schema must be an object")
 		}
 		dst = append(dst, `,"format":`...)
@@ -370,7 +372,7 @@ func (r *request) appendTools(dst []byte, info *Info) ([]byte, error) {
 		}
 		return dst, nil
 	}
-	if kindOf(r.tools) != kindArray {
+	if jsonscan.KindOf(r.tools) != jsonscan.KindArray {
 		return nil, invalid("tools", codeInvalidType, "tools must be an array")
 	}
 	type tool struct {
@@ -378,7 +380,7 @@ func (r *request) appendTools(dst []byte, info *Info) ([]byte, error) {
 		raw  []byte
 	}
 	var tools []tool
-	err = elements(r.tools, func(i int, t []byte) error {
+	err = jsonscan.Elements(r.tools, func(i int, t []byte) error {
 		name, err := toolName(t, "tools["+strconv.Itoa(i)+"]")
 		if err != nil {
 			return err
@@ -430,27 +432,27 @@ func (r *request) appendTools(dst []byte, info *Info) ([]byte, error) {
 // names of the allowed functions.
 func (r *request) choice() (mode string, names []string, err error) {
 	tc := r.toolChoice
-	switch kindOf(tc) {
-	case kindInvalid: // absent
+	switch jsonscan.KindOf(tc) {
+	case jsonscan.KindInvalid: // absent
 		return "auto", nil, nil
-	case kindString:
+	case jsonscan.KindString:
 		switch string(tc) {
 		case `"none"`, `"auto"`, `"required"`:
 			return string(tc[1 : len(tc)-1]), nil, nil
 		}
 		return "", nil, invalid("tool_choice", codeInvalidValue, `tool_choice must be "none", "auto", "required" or an object`)
-	case kindObject:
+	case jsonscan.KindObject:
 	default:
 		return "", nil, invalid("tool_choice", codeInvalidType, "tool_choice must be a string or an object")
 	}
 	var typ, fn, allowedTools []byte
-	_ = members(tc, func(key, val []byte) error {
+	_ = jsonscan.Members(tc, func(key, val []byte) error {
 		switch {
-		case keyIs(key, "type"):
+		case jsonscan.KeyIs(key, "type"):
 			typ = val
-		case keyIs(key, "function"):
+		case jsonscan.KeyIs(key, "function"):
 			fn = val
-		case keyIs(key, "allowed_tools"):
+		case jsonscan.KeyIs(key, "allowed_tools"):
 			allowedTools = val
 		}
 		return nil
@@ -464,20 +466,20 @@ func (r *request) choice() (mode string, names []string, err error) {
 		return "", []string{name}, nil
 	case `"allowed_tools"`:
 		// {"type":"allowed_tools","allowed_tools":{"mode":…,"tools":[{"type":"function","function":{"name":…}}]}}
-		if kindOf(allowedTools) != kindObject {
+		if jsonscan.KindOf(allowedTools) != jsonscan.KindObject {
 			return "", nil, invalid("tool_choice.allowed_tools", codeInvalidType, "allowed_tools must be an object")
 		}
 		var list []byte
-		_ = members(allowedTools, func(key, val []byte) error {
-			if keyIs(key, "tools") {
+		_ = jsonscan.Members(allowedTools, func(key, val []byte) error {
+			if jsonscan.KeyIs(key, "tools") {
 				list = val
 			}
 			return nil
 		})
-		if kindOf(list) != kindArray {
+		if jsonscan.KindOf(list) != jsonscan.KindArray {
 			return "", nil, invalid("tool_choice.allowed_tools.tools", codeInvalidType, "allowed_tools.tools must be an array")
 		}
-		err = elements(list, func(i int, t []byte) error {
+		err = jsonscan.Elements(list, func(i int, t []byte) error {
 			name, err := toolName(t, "tool_choice.allowed_tools.tools["+strconv.Itoa(i)+"]")
 			names = append(names, name)
 			return err
@@ -493,15 +495,15 @@ func (r *request) choice() (mode string, names []string, err error) {
 // toolName checks a {"type":"function","function":{"name":…}} object and
 // returns the name.
 func toolName(t []byte, param string) (string, error) {
-	if kindOf(t) != kindObject {
+	if jsonscan.KindOf(t) != jsonscan.KindObject {
 		return "", invalid(param, codeInvalidType, "a tool must be an object")
 	}
 	var typ, fn []byte
-	_ = members(t, func(key, val []byte) error {
+	_ = jsonscan.Members(t, func(key, val []byte) error {
 		switch {
-		case keyIs(key, "type"):
+		case jsonscan.KeyIs(key, "type"):
 			typ = val
-		case keyIs(key, "function"):
+		case jsonscan.KeyIs(key, "function"):
 			fn = val
 		}
 		return nil
@@ -513,20 +515,20 @@ func toolName(t []byte, param string) (string, error) {
 }
 
 func functionName(fn []byte, param string) (string, error) {
-	if kindOf(fn) != kindObject {
+	if jsonscan.KindOf(fn) != jsonscan.KindObject {
 		return "", invalid(param, codeInvalidType, "function must be an object")
 	}
 	var name []byte
-	_ = members(fn, func(key, val []byte) error {
-		if keyIs(key, "name") {
+	_ = jsonscan.Members(fn, func(key, val []byte) error {
+		if jsonscan.KeyIs(key, "name") {
 			name = val
 		}
 		return nil
 	})
-	if kindOf(name) != kindString || isEmptyString(name) {
+	if jsonscan.KindOf(name) != jsonscan.KindString || jsonscan.IsEmptyString(name) {
 		return "", invalid(param+".name", codeInvalidType, "function name must be a non-empty string")
 	}
-	return unquote(name)
+	return jsonscan.Unquote(name)
 }
 
 // appendThink maps reasoning controls to Ollama's think: Ollama's own
@@ -544,16 +546,16 @@ func (r *request) appendThink(dst []byte, info *Info) ([]byte, error) {
 	}
 	effort, param := r.reasoningEffort, "reasoning_effort"
 	if r.reasoning != nil {
-		if kindOf(r.reasoning) != kindObject {
+		if jsonscan.KindOf(r.reasoning) != jsonscan.KindObject {
 			return nil, invalid("reasoning", codeInvalidType, "reasoning must be an object")
 		}
-		_ = members(r.reasoning, func(key, val []byte) error {
+		_ = jsonscan.Members(r.reasoning, func(key, val []byte) error {
 			switch {
-			case kindOf(val) == kindNull:
-			case keyIs(key, "effort"):
+			case jsonscan.KindOf(val) == jsonscan.KindNull:
+			case jsonscan.KeyIs(key, "effort"):
 				effort, param = val, "reasoning.effort"
 			default:
-				info.Dropped = append(info.Dropped, Drop{Field: "reasoning." + keyName(key), Reason: "Ollama has only a thinking level"})
+				info.Dropped = append(info.Dropped, Drop{Field: "reasoning." + jsonscan.KeyName(key), Reason: "Ollama has only a thinking level"})
 			}
 			return nil
 		})
@@ -592,7 +594,7 @@ func (r *request) appendOptions(dst []byte, opts RequestOptions) ([]byte, error)
 			dst = append(dst, ',')
 		}
 		first = false
-		dst = appendKey(dst, name)
+		dst = jsonscan.AppendKey(dst, name)
 		dst = append(dst, val...)
 		set = append(set, name)
 	}
@@ -629,21 +631,21 @@ func (r *request) appendOptions(dst []byte, opts RequestOptions) ([]byte, error)
 		if n.integer && !isInteger(val) {
 			return nil, invalid(n.param, codeInvalidType, n.param+" must be an integer")
 		}
-		if kindOf(val) != kindNumber {
+		if jsonscan.KindOf(val) != jsonscan.KindNumber {
 			return nil, invalid(n.param, codeInvalidType, n.param+" must be a number")
 		}
 		put(n.name, val)
 	}
 	if r.stop != nil {
-		switch kindOf(r.stop) {
-		case kindString:
+		switch jsonscan.KindOf(r.stop) {
+		case jsonscan.KindString:
 			put("stop", append(append([]byte{'['}, r.stop...), ']'))
-		case kindArray:
+		case jsonscan.KindArray:
 			var bad error
 			empty := true
-			_ = elements(r.stop, func(i int, s []byte) error {
+			_ = jsonscan.Elements(r.stop, func(i int, s []byte) error {
 				empty = false
-				if kindOf(s) != kindString {
+				if jsonscan.KindOf(s) != jsonscan.KindString {
 					bad = invalid("stop", codeInvalidType, "stop must be a string or an array of strings")
 				}
 				return bad
@@ -659,11 +661,11 @@ func (r *request) appendOptions(dst []byte, opts RequestOptions) ([]byte, error)
 		}
 	}
 	if r.options != nil {
-		if kindOf(r.options) != kindObject {
+		if jsonscan.KindOf(r.options) != jsonscan.KindObject {
 			return nil, invalid("options", codeInvalidType, "options must be an object")
 		}
-		_ = members(r.options, func(key, val []byte) error {
-			name := keyName(key)
+		_ = jsonscan.Members(r.options, func(key, val []byte) error {
+			name := jsonscan.KeyName(key)
 			for _, s := range set {
 				if s == name {
 					return nil
@@ -684,7 +686,7 @@ func (r *request) appendOptions(dst []byte, opts RequestOptions) ([]byte, error)
 
 // isInteger reports whether a number token has no fraction or exponent.
 func isInteger(tok []byte) bool {
-	if kindOf(tok) != kindNumber {
+	if jsonscan.KindOf(tok) != jsonscan.KindNumber {
 		return false
 	}
 	return !bytes.ContainsAny(tok, ".eE")

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -111,7 +112,7 @@ func TestRequestRejects(t *testing.T) {
 		{"options an array", with(`"options":[]`), "options", codeInvalidType},
 		{"logprobs a string", with(`"logprobs":"yes"`), "logprobs", codeInvalidType},
 		{"top_logprobs a float", with(`"top_logprobs":1.5`), "top_logprobs", codeInvalidType},
-		{"deep nesting", with(`"metadata":` + strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1)), "", ""},
+		{"deep nesting", with(`"metadata":` + strings.Repeat("[", jsonscan.MaxDepth+1) + strings.Repeat("]", jsonscan.MaxDepth+1)), "", ""},
 		{"control character in a string", withMsg(`{"role":"user","content":"a` + "\x01" + `b"}`), "", ""},
 		{"bad escape", withMsg(`{"role":"user","content":"a\qb"}`), "", ""},
 	}

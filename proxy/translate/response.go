@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 )
 
 // ResponseOptions tune Response and Stream. The zero value uses random ids
@@ -58,14 +60,14 @@ var errNotObject = errors.New("not a JSON object")
 // parseReply reads an Ollama response object.
 func parseReply(body []byte) (reply, error) {
 	var r reply
-	v, err := validValue(body)
+	v, err := jsonscan.Valid(body)
 	if err != nil {
 		return r, err
 	}
-	if kindOf(v) != kindObject {
+	if jsonscan.KindOf(v) != jsonscan.KindObject {
 		return r, errNotObject
 	}
-	_ = members(v, func(key, val []byte) error {
+	_ = jsonscan.Members(v, func(key, val []byte) error {
 		switch string(keyBytes(key)) {
 		case "model":
 			r.model = val
@@ -84,10 +86,10 @@ func parseReply(body []byte) (reply, error) {
 		case "error":
 			r.errorMessage = val
 		case "message":
-			if kindOf(val) != kindObject {
+			if jsonscan.KindOf(val) != jsonscan.KindObject {
 				return nil
 			}
-			_ = members(val, func(k, v []byte) error {
+			_ = jsonscan.Members(val, func(k, v []byte) error {
 				switch string(keyBytes(k)) {
 				case "content":
 					r.content = v
@@ -105,12 +107,14 @@ func parseReply(body []byte) (reply, error) {
 }
 
 // hasText reports whether tok is a non-empty JSON string.
-func hasText(tok []byte) bool { return kindOf(tok) == kindString && !isEmptyString(tok) }
+func hasText(tok []byte) bool {
+	return jsonscan.KindOf(tok) == jsonscan.KindString && !jsonscan.IsEmptyString(tok)
+}
 
 // created returns the Unix time of Ollama's created_at, or of now.
 func (r *reply) created(opts *ResponseOptions) int64 {
-	if kindOf(r.createdAt) == kindString {
-		if s, err := unquote(r.createdAt); err == nil {
+	if jsonscan.KindOf(r.createdAt) == jsonscan.KindString {
+		if s, err := jsonscan.Unquote(r.createdAt); err == nil {
 			if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 				return t.Unix()
 			}
@@ -121,10 +125,10 @@ func (r *reply) created(opts *ResponseOptions) int64 {
 
 // modelToken returns the model as a JSON string token.
 func (r *reply) modelToken(info *Info) []byte {
-	if kindOf(r.model) == kindString {
+	if jsonscan.KindOf(r.model) == jsonscan.KindString {
 		return r.model
 	}
-	return appendString(nil, info.Model)
+	return jsonscan.AppendString(nil, info.Model)
 }
 
 // finishReason maps Ollama's done_reason: "length" stays, anything else
@@ -144,11 +148,11 @@ func finishReason(doneReason []byte, toolCalls bool) string {
 func (r *reply) appendUsage(dst []byte) []byte {
 	p, c := count(r.promptEvalCount), count(r.evalCount)
 	dst = append(dst, `{"prompt_tokens":`...)
-	dst = appendInt(dst, p)
+	dst = jsonscan.AppendInt(dst, p)
 	dst = append(dst, `,"completion_tokens":`...)
-	dst = appendInt(dst, c)
+	dst = jsonscan.AppendInt(dst, c)
 	dst = append(dst, `,"total_tokens":`...)
-	dst = appendInt(dst, p+c)
+	dst = jsonscan.AppendInt(dst, p+c)
 	return append(dst, '}')
 }
 
@@ -169,21 +173,21 @@ func count(tok []byte) int64 {
 func appendReplyToolCalls(dst, raw []byte, stream bool, next int, opts *ResponseOptions) ([]byte, int) {
 	n := 0
 	dst = append(dst, `"tool_calls":[`...)
-	_ = elements(raw, func(_ int, tc []byte) error {
-		if kindOf(tc) != kindObject {
+	_ = jsonscan.Elements(raw, func(_ int, tc []byte) error {
+		if jsonscan.KindOf(tc) != jsonscan.KindObject {
 			return nil
 		}
 		var id, name, args []byte
-		_ = members(tc, func(key, val []byte) error {
+		_ = jsonscan.Members(tc, func(key, val []byte) error {
 			switch {
-			case keyIs(key, "id"):
+			case jsonscan.KeyIs(key, "id"):
 				id = val
-			case keyIs(key, "function") && kindOf(val) == kindObject:
-				_ = members(val, func(k, v []byte) error {
+			case jsonscan.KeyIs(key, "function") && jsonscan.KindOf(val) == jsonscan.KindObject:
+				_ = jsonscan.Members(val, func(k, v []byte) error {
 					switch {
-					case keyIs(k, "name"):
+					case jsonscan.KeyIs(k, "name"):
 						name = v
-					case keyIs(k, "arguments"):
+					case jsonscan.KeyIs(k, "arguments"):
 						args = v
 					}
 					return nil
@@ -197,27 +201,27 @@ func appendReplyToolCalls(dst, raw []byte, stream bool, next int, opts *Response
 		dst = append(dst, '{')
 		if stream {
 			dst = append(dst, `"index":`...)
-			dst = appendInt(dst, int64(next+n))
+			dst = jsonscan.AppendInt(dst, int64(next+n))
 			dst = append(dst, ',')
 		}
 		dst = append(dst, `"id":`...)
 		if hasText(id) {
 			dst = append(dst, id...)
 		} else {
-			dst = appendString(dst, opts.newID("call_"))
+			dst = jsonscan.AppendString(dst, opts.newID("call_"))
 		}
 		dst = append(dst, `,"type":"function","function":{"name":`...)
-		if kindOf(name) == kindString {
+		if jsonscan.KindOf(name) == jsonscan.KindString {
 			dst = append(dst, name...)
 		} else {
 			dst = append(dst, `""`...)
 		}
 		dst = append(dst, `,"arguments":`...)
-		switch kindOf(args) {
-		case kindInvalid, kindNull:
+		switch jsonscan.KindOf(args) {
+		case jsonscan.KindInvalid, jsonscan.KindNull:
 			dst = append(dst, `"{}"`...)
 		default:
-			dst = appendStringBytes(dst, args)
+			dst = jsonscan.AppendStringBytes(dst, args)
 		}
 		dst = append(dst, "}}"...)
 		n++
@@ -228,7 +232,7 @@ func appendReplyToolCalls(dst, raw []byte, stream bool, next int, opts *Response
 
 // hasToolCalls reports whether raw is a non-empty array.
 func hasToolCalls(raw []byte) bool {
-	return kindOf(raw) == kindArray && skipSpace(raw, 1) < len(raw)-1
+	return jsonscan.KindOf(raw) == jsonscan.KindArray && jsonscan.SkipSpace(raw, 1) < len(raw)-1
 }
 
 // appendReasoning writes the thinking text under both names clients read:
@@ -266,9 +270,9 @@ func Response(body []byte, info Info, opts ResponseOptions) ([]byte, error) {
 
 	dst := make([]byte, 0, len(body)+256)
 	dst = append(dst, `{"id":`...)
-	dst = appendString(dst, opts.id())
+	dst = jsonscan.AppendString(dst, opts.id())
 	dst = append(dst, `,"object":"chat.completion","created":`...)
-	dst = appendInt(dst, r.created(&opts))
+	dst = jsonscan.AppendInt(dst, r.created(&opts))
 	dst = append(dst, `,"model":`...)
 	dst = append(dst, r.modelToken(&info)...)
 	dst = append(dst, `,"system_fingerprint":"fp_ollama","choices":[{"index":0,"message":{"role":"assistant","content":`...)
@@ -290,13 +294,13 @@ func Response(body []byte, info Info, opts ResponseOptions) ([]byte, error) {
 		dst, _ = appendReplyToolCalls(dst, r.toolCalls, false, 0, &opts)
 	}
 	dst = append(dst, '}')
-	if kindOf(r.logprobs) == kindArray {
+	if jsonscan.KindOf(r.logprobs) == jsonscan.KindArray {
 		dst = append(dst, `,"logprobs":{"content":`...)
 		dst = append(dst, r.logprobs...)
 		dst = append(dst, '}')
 	}
 	dst = append(dst, `,"finish_reason":`...)
-	dst = appendString(dst, finishReason(r.doneReason, tools))
+	dst = jsonscan.AppendString(dst, finishReason(r.doneReason, tools))
 	dst = append(dst, `}],"usage":`...)
 	dst = r.appendUsage(dst)
 	return append(dst, '}'), nil

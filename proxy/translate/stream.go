@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 )
 
 // Stream converts Ollama's /api/chat NDJSON stream into OpenAI's
@@ -58,7 +60,7 @@ func NewStream(info Info, opts ResponseOptions) *Stream {
 // is then over. A line that is not a JSON object returns an error and adds
 // nothing: the proxy should stop reading and call Finish.
 func (s *Stream) Append(dst, line []byte) ([]byte, error) {
-	if s.state != running || len(line) == 0 || skipSpace(line, 0) == len(line) {
+	if s.state != running || len(line) == 0 || jsonscan.SkipSpace(line, 0) == len(line) {
 		return dst, nil
 	}
 	r, err := parseReply(line)
@@ -76,7 +78,7 @@ func (s *Stream) Append(dst, line []byte) ([]byte, error) {
 
 	tools := hasToolCalls(r.toolCalls)
 	content, thinking := hasText(r.content), hasText(r.thinking)
-	logprobs := kindOf(r.logprobs) == kindArray && len(r.logprobs) > 2
+	logprobs := jsonscan.KindOf(r.logprobs) == jsonscan.KindArray && len(r.logprobs) > 2
 	if !s.started || content || thinking || tools || logprobs {
 		dst = append(dst, s.prefix...)
 		dst = append(dst, `{"index":0,"delta":{`...)
@@ -126,7 +128,7 @@ func (s *Stream) Append(dst, line []byte) ([]byte, error) {
 	s.state = done
 	dst = append(dst, s.prefix...)
 	dst = append(dst, `{"index":0,"delta":{},"finish_reason":`...)
-	dst = appendString(dst, finishReason(r.doneReason, s.calls > 0))
+	dst = jsonscan.AppendString(dst, finishReason(r.doneReason, s.calls > 0))
 	dst = append(dst, "}]}\n\n"...)
 	if s.info.IncludeUsage {
 		dst = append(dst, s.prefix...)
@@ -142,9 +144,9 @@ func (s *Stream) Append(dst, line []byte) ([]byte, error) {
 func (s *Stream) chunkPrefix(r *reply) []byte {
 	p := make([]byte, 0, 160)
 	p = append(p, `data: {"id":`...)
-	p = appendString(p, s.opts.id())
+	p = jsonscan.AppendString(p, s.opts.id())
 	p = append(p, `,"object":"chat.completion.chunk","created":`...)
-	p = appendInt(p, r.created(&s.opts))
+	p = jsonscan.AppendInt(p, r.created(&s.opts))
 	p = append(p, `,"model":`...)
 	p = append(p, r.modelToken(&s.info)...)
 	return append(p, `,"system_fingerprint":"fp_ollama","choices":[`...)

@@ -1,4 +1,4 @@
-package translate
+package jsonscan
 
 import (
 	"encoding/json"
@@ -15,28 +15,28 @@ func TestValidValue(t *testing.T) {
 		`[]`, `[`, `[1,]`, `[,1]`, `[1 2]`, `[1,2]`, ` [ 1 , [ ] , { } ] `,
 		`{}`, `{`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{"a":1 "b":2}`, `{1:2}`, `{"a":1}`, `{"a":{"b":[null]}}`,
 		`1 2`, `{}x`, `[]]`,
-		strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth),
-		strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1),
+		strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth),
+		strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1),
 	}
 	for _, c := range cases {
-		_, err := validValue([]byte(c))
+		_, err := Valid([]byte(c))
 		if got, want := err == nil, json.Valid([]byte(c)); got != want {
-			t.Errorf("validValue(%.40q) ok = %v, json.Valid = %v", c, got, want)
+			t.Errorf("Valid(%.40q) ok = %v, json.Valid = %v", c, got, want)
 		}
 	}
 }
 
 func TestMembersAndElements(t *testing.T) {
 	obj := []byte(`{ "a" : 1 , "b\u0021" : [ 1 , "x" , {} ] , "c":null }`)
-	v, err := validValue(obj)
+	v, err := Valid(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	_ = members(v, func(key, val []byte) error {
-		got = append(got, keyName(key)+"="+string(val))
-		if keyIs(key, "b!") {
-			_ = elements(val, func(i int, e []byte) error {
+	_ = Members(v, func(key, val []byte) error {
+		got = append(got, KeyName(key)+"="+string(val))
+		if KeyIs(key, "b!") {
+			_ = Elements(val, func(i int, e []byte) error {
 				got = append(got, string(e))
 				return nil
 			})
@@ -55,9 +55,9 @@ func FuzzValidValue(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, err := validValue(b)
+		_, err := Valid(b)
 		if got, want := err == nil, json.Valid(b); got != want {
-			t.Fatalf("validValue(%q) ok = %v, json.Valid = %v", b, got, want)
+			t.Fatalf("Valid(%q) ok = %v, json.Valid = %v", b, got, want)
 		}
 	})
 }
@@ -69,16 +69,16 @@ func FuzzAppendString(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		tok := appendString(nil, s)
+		tok := AppendString(nil, s)
 		var got string
 		if err := json.Unmarshal(tok, &got); err != nil {
-			t.Fatalf("appendString(%q) = %s: %v", s, tok, err)
+			t.Fatalf("AppendString(%q) = %s: %v", s, tok, err)
 		}
 		if want := strings.ToValidUTF8(s, "\uFFFD"); got != want && utf8.ValidString(s) {
 			t.Fatalf("round trip of %q = %q", s, got)
 		}
-		if back, err := unquote(tok); err != nil || back != got {
-			t.Fatalf("unquote(%s) = %q, %v; want %q", tok, back, err, got)
+		if back, err := Unquote(tok); err != nil || back != got {
+			t.Fatalf("Unquote(%s) = %q, %v; want %q", tok, back, err, got)
 		}
 	})
 }
@@ -93,8 +93,8 @@ func FuzzUnquote(f *testing.F) {
 		if json.Unmarshal(tok, &want) != nil || tok[0] != '"' || tok[len(tok)-1] != '"' || !utf8.Valid(tok) {
 			return
 		}
-		if got, err := unquote(tok); err != nil || got != want {
-			t.Fatalf("unquote(%s) = %q, %v; want %q", tok, got, err, want)
+		if got, err := Unquote(tok); err != nil || got != want {
+			t.Fatalf("Unquote(%s) = %q, %v; want %q", tok, got, err, want)
 		}
 	})
 }
