@@ -11,6 +11,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/proxy/translate"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -382,6 +383,11 @@ func fromStored(msgs []snapshots.Message) ([]rewrite.Message, error) {
 				return nil, err
 			}
 			raw = b
+		}
+		// The store keeps raw bytes as they were sent; check them before
+		// scanning, as decodeChat checks a request body.
+		if _, err := jsonscan.Valid(raw); err != nil {
+			return nil, fmt.Errorf("stored message %d: %w", i, err)
 		}
 		m, _, err := decodeMessage(raw)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
@@ -67,12 +68,13 @@ var errNotChat = errors.New("not a chat request")
 // decodeChat decodes body as a chat request of dialect d. Any error means
 // the request should be forwarded unchanged.
 //
-// It validates the body once, then reads only what ctxproxy needs: objects
-// are scanned for their members and only small values are decoded (the
-// known cost: decoding a 100 KB body into maps and back is ~1 ms).
+// It validates the body once (jsonscan.Valid, ~4 GB/s), then reads only
+// what ctxproxy needs: objects are scanned for their members and only small
+// values are decoded (the known cost: decoding a 100 KB body into maps and
+// back is ~1 ms).
 func decodeChat(d Dialect, body []byte) (*chatRequest, error) {
-	if !json.Valid(body) {
-		return nil, fmt.Errorf("%w: invalid JSON", errNotChat)
+	if _, err := jsonscan.Valid(body); err != nil {
+		return nil, fmt.Errorf("%w: %v", errNotChat, err)
 	}
 	ms, err := members(body)
 	if err != nil {

@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
+
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 )
 
 // This file edits JSON objects in place: it finds the byte span of one
@@ -25,52 +26,27 @@ type member struct {
 
 var errNotObject = errors.New("json: not an object")
 
-// members lists the top-level members of the JSON object in obj. obj must
-// be valid JSON (callers have already decoded it once).
+// offset is where part, a sub-slice of whole, starts in it.
+func offset(whole, part []byte) int { return cap(whole) - cap(part) }
+
+// members lists the top-level members of the JSON object in obj, which
+// must be valid JSON (callers have validated it with jsonscan.Valid).
 func members(obj []byte) ([]member, error) {
-	i := skipSpace(obj, 0)
+	i := jsonscan.SkipSpace(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
 		return nil, errNotObject
 	}
-	i++
-	var out []member
-	for {
-		i = skipSpace(obj, i)
-		if i >= len(obj) {
-			return nil, errors.New("json: unterminated object")
-		}
-		if obj[i] == '}' {
-			return out, nil
-		}
-		if obj[i] == ',' {
-			i++
-			continue
-		}
-		if obj[i] != '"' {
-			return nil, fmt.Errorf("json: unexpected %q at offset %d", obj[i], i)
-		}
-		start := i
-		keyEnd, err := skipString(obj, i)
-		if err != nil {
-			return nil, err
-		}
-		var key string
-		if err := json.Unmarshal(obj[start:keyEnd], &key); err != nil {
-			return nil, err
-		}
-		i = skipSpace(obj, keyEnd)
-		if i >= len(obj) || obj[i] != ':' {
-			return nil, errors.New("json: missing colon")
-		}
-		i = skipSpace(obj, i+1)
-		valueStart := i
-		end, err := skipValue(obj, i)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, member{key: key, start: start, valueStart: valueStart, end: end})
-		i = end
+	end := len(obj)
+	for end > i && isSpace(obj[end-1]) {
+		end--
 	}
+	var out []member
+	err := jsonscan.Members(obj[i:end], func(key, val []byte) error {
+		vs := offset(obj, val)
+		out = append(out, member{key: jsonscan.KeyName(key), start: offset(obj, key), valueStart: vs, end: vs + len(val)})
+		return nil
+	})
+	return out, err
 }
 
 // findMember returns the last member named key (encoding/json also takes
@@ -131,8 +107,8 @@ func removeMembers(obj []byte, drop func(key string) bool) ([]byte, error) {
 			continue
 		}
 		from, to := m.start, m.end
-		if j := skipSpace(out, to); j < len(out) && out[j] == ',' {
-			to = skipSpace(out, j+1) // take the comma after, and the space after it
+		if j := jsonscan.SkipSpace(out, to); j < len(out) && out[j] == ',' {
+			to = jsonscan.SkipSpace(out, j+1) // take the comma after, and the space after it
 		} else {
 			k := from - 1
 			for k >= 0 && isSpace(out[k]) {
@@ -151,13 +127,6 @@ func removeMembers(obj []byte, drop func(key string) bool) ([]byte, error) {
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && isSpace(b[i]) {
-		i++
-	}
-	return i
-}
 
 // skipString returns the offset just past the JSON string starting at i.
 // It jumps from quote to quote with bytes.IndexByte, which is vectorized:
@@ -182,76 +151,20 @@ func skipString(b []byte, i int) (int, error) {
 	}
 }
 
-// skipValue returns the offset just past the JSON value starting at i.
-func skipValue(b []byte, i int) (int, error) {
-	if i >= len(b) {
-		return 0, errors.New("json: missing value")
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for i < len(b) {
-			switch b[i] {
-			case '"':
-				j, err := skipString(b, i)
-				if err != nil {
-					return 0, err
-				}
-				i = j
-				continue
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1, nil
-				}
-			}
-			i++
-		}
-		return 0, errors.New("json: unterminated value")
-	default:
-		j := i
-		for j < len(b) && !isSpace(b[j]) && b[j] != ',' && b[j] != '}' && b[j] != ']' {
-			j++
-		}
-		if j == i {
-			return 0, fmt.Errorf("json: unexpected %q at offset %d", b[i], i)
-		}
-		return j, nil
-	}
-}
-
 // elements returns the [start, end) offsets of each element of the JSON
-// array in arr.
+// array in arr, which must be valid.
 func elements(arr []byte) ([][2]int, error) {
-	i := skipSpace(arr, 0)
+	i := jsonscan.SkipSpace(arr, 0)
 	if i >= len(arr) || arr[i] != '[' {
 		return nil, errors.New("json: not an array")
 	}
-	i++
 	var out [][2]int
-	for {
-		i = skipSpace(arr, i)
-		if i >= len(arr) {
-			return nil, errors.New("json: unterminated array")
-		}
-		switch arr[i] {
-		case ']':
-			return out, nil
-		case ',':
-			i++
-			continue
-		}
-		end, err := skipValue(arr, i)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, [2]int{i, end})
-		i = end
-	}
+	err := jsonscan.Elements(arr[i:], func(_ int, val []byte) error {
+		s := offset(arr, val)
+		out = append(out, [2]int{s, s + len(val)})
+		return nil
+	})
+	return out, err
 }
 
 // depthExceeds reports whether the JSON text nests objects and arrays more
