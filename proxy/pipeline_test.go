@@ -642,3 +642,20 @@ func TestLoadRequestKeepsSession(t *testing.T) {
 		t.Errorf("stored %d messages: %+v", len(sess.Messages), sess.Messages)
 	}
 }
+
+// TestStrategyHeader: X-Ctxproxy-Strategy picks this request's strategy.
+func TestStrategyHeader(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.OpenAI, fakebackend.Options{})
+	sys := newSystem(t, be.URL, setup{strategy: rewrite.Config{OnOverflow: "forward"}})
+	body := conversation("gpt-4", 60, 200, false)
+	for _, tc := range []struct {
+		mode        string
+		wantDropped bool
+	}{{"", true}, {"none", false}, {"sliding_window", true}} {
+		resp := post(t, sys.url+"/v1/chat/completions", body, map[string]string{"X-Ctxproxy-Strategy": tc.mode})
+		io.Copy(io.Discard, resp.Body)
+		if got := header(resp, "X-Ctxproxy-Dropped") > 0; got != tc.wantDropped {
+			t.Errorf("strategy %q: dropped %s", tc.mode, resp.Header.Get("X-Ctxproxy-Dropped"))
+		}
+	}
+}
