@@ -92,15 +92,15 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	// num_ctx from the memory actually free (Ollama only).
 	var facts gpu.ModelFacts
 	if toOllama {
-		mi := s.modelInfo(ctx, req.model)
-		facts = mi.facts
+		mi := s.be.Model(ctx, req.model)
+		facts = mi.Facts
 		p.numCtx = req.numCtx
 		if s.sizer != nil {
 			var snap gpu.Snapshot
 			if s.monitor != nil {
 				snap = s.monitor.Snapshot()
 			}
-			d := s.sizer.Decide(gpu.Model{Name: req.model, Facts: mi.facts, Weights: mi.weights}, snap)
+			d := s.sizer.Decide(gpu.Model{Name: req.model, Facts: mi.Facts, Weights: mi.Weights}, snap)
 			p.numReason = d.Reason
 			if req.numCtx > 0 && s.cfg.RespectClient {
 				var why string

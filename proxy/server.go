@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -72,6 +73,9 @@ type Deps struct {
 	Monitor *gpu.Monitor
 	Store   Store
 	Writer  Writer
+	// Backend is the server behind ctxproxy; nil builds one from Config
+	// over the proxy's transport.
+	Backend *backend.Backend
 }
 
 // Server is the ctxproxy HTTP handler.
@@ -80,7 +84,6 @@ type Server struct {
 	log      *slog.Logger
 	backend  *url.URL
 	rp       *httputil.ReverseProxy
-	client   *http.Client // ctxproxy's own calls to the backend (readiness)
 	metrics  *metrics
 	registry *prometheus.Registry
 	mux      *http.ServeMux
@@ -92,14 +95,10 @@ type Server struct {
 	store   Store
 	writer  Writer
 
-	bk      backendKind
-	models  models
+	be      *backend.Backend
 	usage   usageCache
 	cleared emergencies
 	admin   adminState // admin.go
-
-	// lastBackendOK is the time (unix ns) the backend last answered.
-	lastBackendOK atomic.Int64
 }
 
 // usageCache remembers each session's last usage and when it was seen,
@@ -154,25 +153,20 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: log, backend: u, registry: prometheus.NewRegistry(),
 		tokens: deps.Tokens, sizer: deps.Sizer, monitor: deps.Monitor, store: deps.Store, writer: deps.Writer}
-	s.bk.configured = cfg.BackendKind
 	s.trimmer.Store(deps.Trimmer)
 	if deps.Monitor != nil {
 		deps.Monitor.Subscribe(s.onMemoryEvent)
 	}
 	s.metrics = newMetrics(s.registry, deps)
-	transport := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          cfg.MaxIdleConns,
-		MaxIdleConnsPerHost:   cfg.MaxIdleConns,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
-		ExpectContinueTimeout: time.Second,
-		// Never let the transport add Accept-Encoding and inflate the
-		// answer behind the client's back: bytes pass through as sent.
-		DisableCompression: true,
+	transport := NewTransport(cfg)
+	if b := deps.Backend; b != nil {
+		if t, ok := b.Client().Transport.(*http.Transport); ok {
+			transport = t // one pool for forwarded requests and ctxproxy's own
+		}
+		s.be = b
+	} else {
+		s.be = backend.New(backend.Config{URL: u, Kind: cfg.BackendKind, Log: log,
+			Client: &http.Client{Transport: transport}})
 	}
 	s.rp = &httputil.ReverseProxy{
 		Rewrite:        s.rewrite,
@@ -182,7 +176,6 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		ErrorHandler:   s.proxyError,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	s.client = &http.Client{Transport: transport, Timeout: 5 * time.Second}
 	s.mux = http.NewServeMux()
 	s.routes()
 	return s, nil
@@ -419,7 +412,7 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 }
 
 func (s *Server) shapeResponse(resp *http.Response) error {
-	s.lastBackendOK.Store(time.Now().UnixNano())
+	s.be.Answered()
 	ex := exchangeFrom(resp.Request.Context())
 	if ex == nil {
 		return nil
@@ -498,7 +491,7 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		ex.status = e.status
 	}
 	if isDialError(err) {
-		s.forgetKind()
+		s.be.Forget()
 	}
 	s.log.Warn("backend request failed", "path", r.URL.Path, "status", e.status, "err", err)
 	writeError(w, d, e)
@@ -556,29 +549,10 @@ const readyWindow = 15 * time.Second
 // when it has not.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	if time.Since(time.Unix(0, s.lastBackendOK.Load())) < readyWindow || s.probeBackend(r.Context()) {
+	if time.Since(s.be.LastOK()) < readyWindow || s.be.Probe(r.Context()) {
 		_, _ = io.WriteString(w, "ready\n")
 		return
 	}
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = fmt.Fprintf(w, "backend %s is not answering\n", s.backend.Redacted())
-}
-
-// probeBackend reports whether the backend answers HTTP at all; any status
-// counts, since an OpenAI-compatible server may 404 on "/".
-func (s *Server) probeBackend(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.backend.JoinPath("/").String(), nil)
-	if err != nil {
-		return false
-	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return false
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-	resp.Body.Close()
-	s.lastBackendOK.Store(time.Now().UnixNano())
-	return true
 }

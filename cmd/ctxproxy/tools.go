@@ -143,7 +143,7 @@ func gpuCmd(ctx context.Context, args []string, e env) error {
 	snap := mon.Sample(ctx)
 	var d *gpu.Decision
 	if *model != "" {
-		facts, weights, err := backend.ModelFacts(ctx, *model)
+		facts, weights, err := backend.Backend().ModelFacts(ctx, *model)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "model facts: %v (sizing without them)\n", err)
 		}

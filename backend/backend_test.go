@@ -1,0 +1,255 @@
+package backend
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
+)
+
+// clock is a settable clock for backoff tests.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newBackend(t *testing.T, h http.Handler) (*Backend, *clock) {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	c := &clock{t: time.Unix(1e9, 0)}
+	return New(Config{URL: u, Client: srv.Client(), Now: c.now}), c
+}
+
+// TestKindRecovers: answers that say nothing of the kind (5xx, 429, the
+// backend down) are asked again after a backoff instead of pinning the
+// kind, and an Ollama that comes up later is found.
+func TestKindRecovers(t *testing.T) {
+	var status atomic.Int32
+	status.Store(http.StatusServiceUnavailable)
+	var calls atomic.Int32
+	b, clk := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if s := int(status.Load()); s != http.StatusOK {
+			w.WriteHeader(s)
+			return
+		}
+		_, _ = w.Write([]byte(`{"version":"0.17.4"}`))
+	}))
+	ctx := context.Background()
+	if k := b.Kind(ctx); k != KindUnknown {
+		t.Fatalf("kind after a 503 = %q, want unknown", k)
+	}
+	b.Kind(ctx) // within the backoff: no new probe
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d probes within the backoff, want 1", n)
+	}
+	status.Store(http.StatusTooManyRequests)
+	clk.add(1100 * time.Millisecond)
+	if k := b.Kind(ctx); k != KindUnknown || calls.Load() != 2 {
+		t.Fatalf("after 429: kind %q, %d probes", k, calls.Load())
+	}
+	status.Store(http.StatusOK)
+	clk.add(1500 * time.Millisecond) // backoff doubled to 2 s: not yet
+	b.Kind(ctx)
+	if calls.Load() != 2 {
+		t.Fatal("asked again before the doubled backoff")
+	}
+	clk.add(time.Second)
+	if k := b.Kind(ctx); k != KindOllama {
+		t.Fatalf("kind once Ollama answers = %q", k)
+	}
+}
+
+// TestKindOpenAIRechecked: a server without Ollama's API (404) is taken
+// for OpenAI-compatible, but asked again after a while, so an Ollama that
+// replaced it is found.
+func TestKindOpenAIRechecked(t *testing.T) {
+	var ollama atomic.Bool
+	b, clk := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !ollama.Load() {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte(`{"version":"0.17.4"}`))
+	}))
+	ctx := context.Background()
+	if k := b.Kind(ctx); k != KindOpenAI {
+		t.Fatalf("kind after 404 = %q", k)
+	}
+	ollama.Store(true)
+	if k := b.Kind(ctx); k != KindOpenAI {
+		t.Fatalf("rechecked too soon: %q", k)
+	}
+	clk.add(kindRecheck + time.Second)
+	if k := b.Kind(ctx); k != KindOllama {
+		t.Fatalf("kind after recheck = %q", k)
+	}
+	b.Forget()
+	ollama.Store(false)
+	if k := b.Kind(ctx); k != KindOpenAI {
+		t.Fatalf("kind after Forget = %q", k)
+	}
+}
+
+func TestKindConfigured(t *testing.T) {
+	b := New(Config{URL: &url.URL{Scheme: "http", Host: "127.0.0.1:1"}, Kind: KindOllama, Client: http.DefaultClient})
+	if k := b.Kind(context.Background()); k != KindOllama {
+		t.Fatalf("configured kind = %q", k)
+	}
+}
+
+// ollamaShow serves /api/tags and /api/show like Ollama: the vocabulary
+// only with verbose.
+type ollamaShow struct {
+	digest  atomic.Value // string
+	shows   atomic.Int32
+	verbose atomic.Int32
+	vocab   vocabgen.Vocab
+}
+
+func (o *ollamaShow) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/api/version":
+		_, _ = w.Write([]byte(`{"version":"0.17.4"}`))
+	case "/api/tags":
+		_ = json.NewEncoder(w).Encode(map[string]any{"models": []any{map[string]any{
+			"name": "tiny:latest", "model": "tiny:latest", "size": 444000, "digest": o.digest.Load()}}})
+	case "/api/show":
+		o.shows.Add(1)
+		var req struct {
+			Model   string `json:"model"`
+			Verbose bool   `json:"verbose"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		if req.Model != "tiny" {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":"model 'x' not found"}`))
+			return
+		}
+		kv := o.vocab.KV()
+		if req.Verbose {
+			o.verbose.Add(1)
+		} else {
+			for k := range kv {
+				if strings.HasPrefix(k, "tokenizer.ggml.") && k != "tokenizer.ggml.model" && k != "tokenizer.ggml.pre" {
+					kv[k] = nil // Ollama leaves the arrays out without verbose
+				}
+			}
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"template": "{{ range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n", "model_info": kv})
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// TestModelTokenizerPerDigest: the vocabulary is read (verbose) once per
+// digest; a refetch of an unchanged model asks for the facts alone, and a
+// new digest loads the tokenizer again.
+func TestModelTokenizerPerDigest(t *testing.T) {
+	o := &ollamaShow{vocab: vocabgen.BPE(2000, "llama-bpe", 1)}
+	o.digest.Store("sha256:aaa")
+	b, clk := newBackend(t, o)
+	ctx := context.Background()
+	m := b.Model(ctx, "tiny")
+	if m.Err != nil || m.Tokenizer == nil {
+		t.Fatalf("model: err %v, tokenizer err %v", m.Err, m.TokenizerErr)
+	}
+	if m.Facts.ContextLength != 8192 || m.Digest != "sha256:aaa" || m.Weights != 444000 {
+		t.Errorf("facts %+v digest %q weights %d", m.Facts, m.Digest, m.Weights)
+	}
+	first := m.Tokenizer
+	b.Model(ctx, "tiny")
+	if o.shows.Load() != 1 {
+		t.Fatalf("%d show calls for a cached model", o.shows.Load())
+	}
+	clk.add(modelTTL + time.Second)
+	if m := b.Model(ctx, "tiny"); m.Tokenizer != first || o.verbose.Load() != 1 || o.shows.Load() != 2 {
+		t.Fatalf("unchanged digest: same tokenizer %v, verbose calls %d, shows %d", m.Tokenizer == first, o.verbose.Load(), o.shows.Load())
+	}
+	o.digest.Store("sha256:bbb")
+	clk.add(modelTTL + time.Second)
+	if m := b.Model(ctx, "tiny"); m.Tokenizer == first || o.verbose.Load() != 2 {
+		t.Fatalf("new digest: new tokenizer %v, verbose calls %d", m.Tokenizer != first, o.verbose.Load())
+	}
+}
+
+// TestModelErrorRetried: a model the backend does not know is asked
+// again after a short while, not remembered as unknown.
+func TestModelErrorRetried(t *testing.T) {
+	o := &ollamaShow{vocab: vocabgen.BPE(500, "default", 1)}
+	o.digest.Store("d")
+	b, clk := newBackend(t, o)
+	ctx := context.Background()
+	if m := b.Model(ctx, "nope"); m.Err == nil {
+		t.Fatal("no error for an unknown model")
+	}
+	b.Model(ctx, "nope")
+	if o.shows.Load() != 1 {
+		t.Fatal("asked again at once")
+	}
+	clk.add(modelErrorTTL + time.Second)
+	b.Model(ctx, "nope")
+	if o.shows.Load() != 2 {
+		t.Fatal("not asked again after the error TTL")
+	}
+}
+
+type logs struct{ n atomic.Int32 }
+
+func (l *logs) Warn(string, ...any) { l.n.Add(1) }
+
+// TestObserveDrift: counts within 1% keep exact counting; the first
+// disagreement beyond it turns exact counting off for the digest, says
+// so once, and shows in Agreement.
+func TestObserveDrift(t *testing.T) {
+	o := &ollamaShow{vocab: vocabgen.BPE(500, "default", 1)}
+	o.digest.Store("d")
+	b, _ := newBackend(t, o)
+	ctx := context.Background()
+	m := b.Model(ctx, "tiny")
+	var l logs
+	if m.Observe(&l, 1000, 1005) || m.Observe(&l, 50, 52) {
+		t.Fatal("within tolerance turned it off")
+	}
+	if !m.Observe(&l, 1000, 1100) {
+		t.Fatal("a 9% disagreement did not turn it off")
+	}
+	m.Observe(&l, 1000, 1200)
+	if l.n.Load() != 1 {
+		t.Errorf("%d warnings, want 1", l.n.Load())
+	}
+	a := b.Model(ctx, "tiny").Agreement()
+	if !a.Off || a.Checked != 4 || a.WorstError < 0.16 {
+		t.Errorf("agreement %+v", a)
+	}
+	if m := b.Model(ctx, "tiny"); m.Tokenizer != nil || m.TokenizerErr == nil {
+		t.Error("the tokenizer is still handed out after disagreeing")
+	}
+}
+
+func TestJSONLimit(t *testing.T) {
+	b, _ := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"x":"` + strings.Repeat("a", 5000) + `"}`))
+	}))
+	var out map[string]any
+	if _, err := b.JSON(context.Background(), http.MethodGet, "/", nil, &out, 1000); err == nil || !strings.Contains(err.Error(), "too large") {
+		t.Fatalf("err = %v", err)
+	}
+}

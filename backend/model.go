@@ -1,0 +1,268 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/budget/exact"
+	"github.com/ctxproxy/ctxproxy/gpu"
+)
+
+// Model is what ctxproxy knows of one Ollama model.
+type Model struct {
+	Name string
+	// Facts size the KV cache; Facts.ContextLength is the trained window.
+	Facts gpu.ModelFacts
+	// Weights is the model's size in bytes (/api/tags), 0 if unknown.
+	Weights uint64
+	// Digest identifies the model's files (/api/tags); the tokenizer is
+	// loaded again only when it changes.
+	Digest string
+	// Err is why the facts could not be read (nil when they were).
+	Err error
+	// Tokenizer counts the model's prompts exactly; nil when the model's
+	// vocabulary could not be read or used (TokenizerErr says why), or
+	// when its counts disagreed with the backend's (see Observe).
+	Tokenizer *exact.Model
+	// TokenizerErr is why there is no Tokenizer.
+	TokenizerErr error
+
+	fetched time.Time
+	drift   *drift
+}
+
+// drift is the agreement of a model's exact counts with the backend's own,
+// shared by every Model value of one digest.
+type drift struct {
+	off      atomic.Bool
+	worst    atomic.Uint64 // math.Float64bits of the largest relative error seen
+	checked  atomic.Int64
+	reported sync.Once
+}
+
+// Agreement is how a model's exact counts compared with the backend's.
+type Agreement struct {
+	// Checked is the number of uncensored reports compared.
+	Checked int64
+	// WorstError is the largest relative error seen (0.01 = 1%).
+	WorstError float64
+	// Off reports that the counts disagreed beyond Tolerance and the
+	// model is counted by calibration instead.
+	Off bool
+}
+
+// Tolerance is how far an exact count may differ from the backend's
+// report (relative, with at least two tokens of slack for tiny prompts)
+// before the tokenizer is taken to be wrong for this model: another
+// Ollama version, a renderer that differs from the template.
+const Tolerance = 0.01
+
+// Observe compares an exact count of what was forwarded with the prompt
+// tokens the backend reported. Reports that are censored (the backend
+// capped them at its window) must not be passed. On the first
+// disagreement beyond Tolerance it logs once and turns exact counting off
+// for the model's digest; it returns true then.
+func (m Model) Observe(log interface{ Warn(string, ...any) }, estimate, reported int) (turnedOff bool) {
+	d := m.drift
+	if d == nil || reported <= 0 {
+		return false
+	}
+	d.checked.Add(1)
+	e := math.Abs(float64(estimate-reported)) / float64(reported)
+	for {
+		old := d.worst.Load()
+		if e <= math.Float64frombits(old) || d.worst.CompareAndSwap(old, math.Float64bits(e)) {
+			break
+		}
+	}
+	if e <= Tolerance || abs(estimate-reported) <= 2 {
+		return false
+	}
+	if d.off.Swap(true) {
+		return false
+	}
+	d.reported.Do(func() {
+		log.Warn("exact token counts disagree with the backend's; counting this model by calibration from now on",
+			"model", m.Name, "tokenizer", m.Tokenizer.Name(), "estimate", estimate, "reported", reported,
+			"error", fmt.Sprintf("%.1f%%", e*100))
+	})
+	return true
+}
+
+// Agreement returns how the model's exact counts compared so far.
+func (m Model) Agreement() Agreement {
+	if m.drift == nil {
+		return Agreement{}
+	}
+	return Agreement{Checked: m.drift.checked.Load(), WorstError: math.Float64frombits(m.drift.worst.Load()), Off: m.drift.off.Load()}
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// modelCache holds Model per name; one fetch per name runs at a time.
+type modelCache struct {
+	mu      sync.Mutex
+	entries map[string]*modelEntry
+	// tokenizers by digest, so a refetch of an unchanged model (or two
+	// names of one model) does not parse its vocabulary again.
+	tokenizers map[string]*tokEntry
+}
+
+type modelEntry struct {
+	ready chan struct{}
+	model Model
+}
+
+type tokEntry struct {
+	tok   *exact.Model
+	err   error
+	drift *drift
+}
+
+// How long model information is trusted: a model can be re-pulled with
+// other weights under the same name. After an error it is asked again
+// sooner.
+const (
+	modelTTL      = 10 * time.Minute
+	modelErrorTTL = 15 * time.Second
+	maxModels     = 256
+	// showLimit bounds a verbose /api/show answer: a real model's
+	// vocabulary and merges make tens of MB of JSON.
+	showLimit = 512 << 20
+)
+
+// Model returns what the backend says of the model name, fetching it once
+// (and again after modelTTL, or modelErrorTTL after an error).
+func (b *Backend) Model(ctx context.Context, name string) Model {
+	c := &b.models
+	c.mu.Lock()
+	e, ok := c.entries[name]
+	if ok {
+		select {
+		case <-e.ready:
+			ttl := modelTTL
+			if e.model.Err != nil {
+				ttl = modelErrorTTL
+			}
+			if b.now().Sub(e.model.fetched) > ttl {
+				ok = false
+			}
+		default:
+		}
+	}
+	if !ok {
+		if len(c.entries) >= maxModels {
+			clear(c.entries) // names are client data: bound the map
+		}
+		e = &modelEntry{ready: make(chan struct{})}
+		c.entries[name] = e
+		c.mu.Unlock()
+		e.model = b.fetch(ctx, name)
+		close(e.ready)
+		return e.model.current()
+	}
+	c.mu.Unlock()
+	select {
+	case <-e.ready:
+		return e.model.current()
+	case <-ctx.Done():
+		return Model{Name: name, Err: ctx.Err()}
+	}
+}
+
+// current drops the tokenizer once its counts were found to disagree.
+func (m Model) current() Model {
+	if m.drift != nil && m.drift.off.Load() && m.Tokenizer != nil {
+		m.Tokenizer = nil
+		m.TokenizerErr = fmt.Errorf("exact counts disagreed with the backend's (worst %.1f%%)",
+			math.Float64frombits(m.drift.worst.Load())*100)
+	}
+	return m
+}
+
+// ForgetModels drops what is known of every model, so the next request asks
+// again.
+func (b *Backend) ForgetModels() {
+	b.models.mu.Lock()
+	clear(b.models.entries)
+	b.models.mu.Unlock()
+}
+
+func (b *Backend) fetch(ctx context.Context, name string) Model {
+	// A long vocabulary takes a while to send; the fetch serves every
+	// request of the model, so a client that leaves does not cancel it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	defer cancel()
+	m := Model{Name: name, fetched: b.now()}
+
+	var tags struct {
+		Models []struct {
+			Name   string `json:"name"`
+			Model  string `json:"model"`
+			Size   uint64 `json:"size"`
+			Digest string `json:"digest"`
+		} `json:"models"`
+	}
+	if _, err := b.JSON(ctx, http.MethodGet, "/api/tags", nil, &tags, 64<<20); err == nil {
+		for _, t := range tags.Models {
+			if t.Name == name || t.Model == name || t.Name == name+":latest" {
+				m.Weights, m.Digest = t.Size, t.Digest
+			}
+		}
+	}
+
+	// The tokenizer of a digest already loaded is reused: only the facts
+	// are read again (a plain /api/show, a few KB).
+	b.models.mu.Lock()
+	te := b.models.tokenizers[m.Digest]
+	b.models.mu.Unlock()
+	verbose := te == nil || m.Digest == ""
+
+	var show struct {
+		exact.Show
+	}
+	req := map[string]any{"model": name}
+	if verbose {
+		req["verbose"] = true
+	}
+	if _, err := b.JSON(ctx, http.MethodPost, "/api/show", req, &show, showLimit); err != nil {
+		m.Err = err
+		b.log.Warn("could not read the model's facts from the backend; will ask again", "model", name, "err", err)
+		return m
+	}
+	m.Facts, m.Err = gpu.ParseModelInfo(show.ModelInfo)
+	if m.Err != nil {
+		b.log.Warn("model facts incomplete", "model", name, "err", m.Err)
+	}
+	if verbose {
+		start := b.now()
+		te = &tokEntry{drift: &drift{}}
+		te.tok, te.err = exact.New(show.Show)
+		if te.err != nil {
+			b.log.Warn("no exact token counts for this model; estimating and calibrating instead", "model", name, "err", te.err)
+		} else {
+			b.log.Info("exact token counts from the model's own tokenizer", "model", name, "tokenizer", te.tok.Name(),
+				"took", b.now().Sub(start).Round(time.Millisecond))
+		}
+		if m.Digest != "" {
+			b.models.mu.Lock()
+			if b.models.tokenizers == nil || len(b.models.tokenizers) >= maxModels {
+				b.models.tokenizers = map[string]*tokEntry{}
+			}
+			b.models.tokenizers[m.Digest] = te
+			b.models.mu.Unlock()
+		}
+	}
+	m.Tokenizer, m.TokenizerErr, m.drift = te.tok, te.err, te.drift
+	return m
+}

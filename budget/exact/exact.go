@@ -1,0 +1,454 @@
+// Package exact counts a chat prompt's tokens the way an Ollama server
+// renders and tokenizes it, with no calibration: the model's own
+// vocabulary and chat template (or built-in renderer), read from
+// /api/show with "verbose": true.
+//
+// Ollama has no tokenize API, but the verbose /api/show answer carries
+// everything that decides a prompt's tokens: tokenizer.ggml.model, .pre,
+// .tokens, .token_type, .merges or .scores, the BOS/EOS ids and add-BOS
+// flag, the chat template, the Modelfile's SYSTEM and MESSAGE lines and
+// the model's capabilities. A Model built from it renders a request's
+// messages as the server's chatPrompt does (server/prompt.go in Ollama
+// v0.17.4) and tokenizes the result with Ollama's own tokenizer package.
+//
+// Counting is incremental: Ollama's tokenizers cut a prompt at special
+// tokens first and encode each piece between them on its own, so a
+// Model caches the count of every piece. A resent conversation is
+// rendered again (text/template, microseconds) but only its new pieces
+// are tokenized. The cached sum equals a whole encode of the prompt; the
+// tests check it against the reference on generated vocabularies.
+package exact
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/ollama/ollama/api"
+	"github.com/ollama/ollama/model/renderers"
+	"github.com/ollama/ollama/template"
+	"github.com/ollama/ollama/tokenizer"
+)
+
+// ErrUnsupported means the model's tokenizer or template is one exact
+// counting does not know; count it some other way.
+var ErrUnsupported = errors.New("exact: unsupported tokenizer")
+
+// Show is the part of Ollama's /api/show answer (with "verbose": true)
+// that decides a prompt's tokens.
+type Show struct {
+	Template     string         `json:"template"`
+	System       string         `json:"system"`
+	Renderer     string         `json:"renderer"`
+	Messages     []api.Message  `json:"messages"`
+	ModelInfo    map[string]any `json:"model_info"`
+	Capabilities []string       `json:"capabilities"`
+}
+
+// imageTokens is what Ollama charges an image when it decides whether a
+// prompt fits (server/prompt.go: a CLIP image is 768 embeddings).
+const imageTokens = 768
+
+// maxPieces bounds the cache of piece counts per model.
+const maxPieces = 1 << 16
+
+// Model counts prompts for one Ollama model. It is safe for concurrent
+// use.
+type Model struct {
+	tok      tokenizer.Tokenizer
+	tmpl     *template.Template
+	renderer string
+	system   string
+	preamble []api.Message
+	thinking bool
+	name     string
+
+	special []string // control and user-defined tokens, in vocabulary order
+	addBOS  bool
+	addEOS  bool
+	whole   bool // the tokenizer does not cut at special tokens: encode whole
+
+	seed   maphash.Seed
+	mu     sync.Mutex
+	pieces map[pieceKey]int
+}
+
+type pieceKey struct {
+	hash uint64
+	n    int
+}
+
+// New builds a Model from a verbose /api/show answer. It returns an error
+// wrapping ErrUnsupported when the vocabulary is missing (a show answer
+// without "verbose") or of a kind Ollama's tokenizers do not have.
+func New(show Show) (*Model, error) {
+	kv := show.ModelInfo
+	vocab := &tokenizer.Vocabulary{
+		Values: strings_(kv["tokenizer.ggml.tokens"]),
+		Types:  ints(kv["tokenizer.ggml.token_type"]),
+		Scores: floats(kv["tokenizer.ggml.scores"]),
+		Merges: strings_(kv["tokenizer.ggml.merges"]),
+		AddBOS: boolOr(kv["tokenizer.ggml.add_bos_token"], true),
+		AddEOS: boolOr(kv["tokenizer.ggml.add_eos_token"], false),
+	}
+	if len(vocab.Values) == 0 {
+		return nil, fmt.Errorf("%w: no vocabulary in model_info (was /api/show asked with verbose?)", ErrUnsupported)
+	}
+	if len(vocab.Types) != len(vocab.Values) {
+		return nil, fmt.Errorf("%w: %d token types for %d tokens", ErrUnsupported, len(vocab.Types), len(vocab.Values))
+	}
+	if id, ok := number(kv["tokenizer.ggml.bos_token_id"]); ok {
+		vocab.BOS = []int32{int32(id)}
+	}
+	if id, ok := number(kv["tokenizer.ggml.eos_token_id"]); ok {
+		vocab.EOS = append([]int32{int32(id)}, ints(kv["tokenizer.ggml.eos_token_ids"])...)
+	}
+	for _, ids := range [][]int32{vocab.BOS, vocab.EOS} {
+		for _, id := range ids {
+			if id < 0 || int(id) >= len(vocab.Values) {
+				return nil, fmt.Errorf("%w: special token id %d outside the vocabulary", ErrUnsupported, id)
+			}
+		}
+	}
+
+	m := &Model{
+		renderer: show.Renderer,
+		system:   show.System,
+		preamble: show.Messages,
+		thinking: slices.Contains(show.Capabilities, "thinking"),
+		addBOS:   vocab.AddBOS && len(vocab.BOS) > 0,
+		addEOS:   vocab.AddEOS && len(vocab.EOS) > 0,
+		seed:     maphash.MakeSeed(),
+		pieces:   make(map[pieceKey]int),
+	}
+	model, _ := kv["tokenizer.ggml.model"].(string)
+	pre, _ := kv["tokenizer.ggml.pre"].(string)
+	switch model {
+	case "gpt2":
+		if len(vocab.Merges) == 0 {
+			return nil, fmt.Errorf("%w: gpt2 vocabulary without merges", ErrUnsupported)
+		}
+		m.tok = tokenizer.NewBytePairEncoding(vocab, Pretokenizer(pre)...)
+		m.name = "ollama:gpt2/" + cmpOr(pre, "default")
+	case "llama":
+		if len(vocab.Scores) != len(vocab.Values) {
+			return nil, fmt.Errorf("%w: %d scores for %d tokens", ErrUnsupported, len(vocab.Scores), len(vocab.Values))
+		}
+		m.tok = tokenizer.NewSentencePiece(vocab)
+		m.name = "ollama:spm"
+	case "bert":
+		m.tok = tokenizer.NewWordPiece(vocab, true)
+		m.name = "ollama:wpm"
+		m.whole = true
+		m.addBOS, m.addEOS = false, false
+	default:
+		return nil, fmt.Errorf("%w: tokenizer.ggml.model %q", ErrUnsupported, model)
+	}
+	m.special = vocab.SpecialVocabulary()
+
+	if m.renderer == "" {
+		tmpl, err := template.Parse(cmpOr(show.Template, "{{ .Prompt }}"))
+		if err != nil {
+			return nil, fmt.Errorf("exact: parse the chat template: %w", err)
+		}
+		m.tmpl = tmpl
+	}
+	return m, nil
+}
+
+// Name says how the model is counted ("ollama:gpt2/llama-bpe",
+// "ollama:spm").
+func (m *Model) Name() string { return m.name }
+
+// Prompt is one chat request as the server sees it.
+type Prompt struct {
+	Messages []api.Message
+	Tools    api.Tools
+	// Think is the request's "think" value; nil when it sets none.
+	Think *api.ThinkValue
+}
+
+// Render returns the prompt text the server builds for p: the
+// Modelfile's MESSAGE lines and SYSTEM prompt added as the server adds
+// them, then the chat template (or the model's renderer) applied.
+func (m *Model) Render(p Prompt) (string, error) {
+	msgs := p.Messages
+	if len(msgs) > 0 {
+		full := make([]api.Message, 0, len(m.preamble)+len(msgs)+1)
+		if msgs[0].Role != "system" && m.system != "" {
+			full = append(full, api.Message{Role: "system", Content: m.system})
+		}
+		full = append(full, m.preamble...)
+		full = append(full, msgs...)
+		msgs = full
+	}
+	// Images: without a renderer the server writes an [img-N] tag into the
+	// content (server/prompt.go).
+	id := 0
+	if m.renderer == "" && slices.ContainsFunc(msgs, func(x api.Message) bool { return len(x.Images) > 0 }) {
+		msgs = slices.Clone(msgs) // never write into the caller's messages
+	}
+	for i := range msgs {
+		if len(msgs[i].Images) == 0 || m.renderer != "" {
+			continue
+		}
+		var prefix string
+		content := msgs[i].Content
+		for range msgs[i].Images {
+			tag := fmt.Sprintf("[img-%d]", id)
+			id++
+			if !strings.Contains(content, "[img]") {
+				prefix += tag
+			} else {
+				content = strings.Replace(content, "[img]", tag, 1)
+			}
+		}
+		msgs[i].Content = prefix + content
+	}
+	think := p.Think
+	if think == nil && m.thinking {
+		think = &api.ThinkValue{Value: true} // the server's default for thinking models
+	}
+	if m.renderer != "" {
+		return renderers.RenderWithRenderer(m.renderer, msgs, p.Tools, think)
+	}
+	var b bytes.Buffer
+	v := template.Values{Messages: msgs, Tools: p.Tools, IsThinkSet: think != nil}
+	if think != nil {
+		v.Think, v.ThinkLevel = think.Bool(), think.String()
+	}
+	if err := m.tmpl.Execute(&b, v); err != nil {
+		return "", fmt.Errorf("exact: render the chat template: %w", err)
+	}
+	return b.String(), nil
+}
+
+// Count returns the tokens the server evaluates for p: the rendered
+// prompt's tokens, BOS/EOS as the vocabulary adds them, and 768 per
+// image. exact is false when p has images (their cost depends on the
+// projector).
+func (m *Model) Count(p Prompt) (tokens int, exact bool, err error) {
+	text, err := m.Render(p)
+	if err != nil {
+		return 0, false, err
+	}
+	n, err := m.CountPrompt(text)
+	if err != nil {
+		return 0, false, err
+	}
+	images := 0
+	for _, msg := range p.Messages {
+		images += len(msg.Images)
+	}
+	return n + images*imageTokens, images == 0, nil
+}
+
+// CountPrompt returns the tokens of a rendered prompt, BOS and EOS added
+// as the vocabulary says (the runner encodes a prompt with its specials).
+func (m *Model) CountPrompt(text string) (int, error) {
+	n, err := m.CountText(text)
+	if err != nil {
+		return 0, err
+	}
+	if m.addBOS {
+		n++
+	}
+	if m.addEOS {
+		n++
+	}
+	return n, nil
+}
+
+// CountText returns the tokens of text with no BOS or EOS added: special
+// tokens written in it count as one token each, as the server parses them.
+func (m *Model) CountText(text string) (int, error) {
+	if text == "" {
+		return 0, nil
+	}
+	if m.whole {
+		ids, err := m.tok.Encode(text, false)
+		return len(ids), err
+	}
+	total := 0
+	for _, piece := range m.split(text) {
+		if piece.special {
+			total++
+			continue
+		}
+		n, err := m.countPiece(piece.text)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// Tokenize returns the token ids of text; addSpecial adds BOS/EOS as the
+// vocabulary says.
+func (m *Model) Tokenize(text string, addSpecial bool) ([]int32, error) {
+	return m.tok.Encode(text, addSpecial)
+}
+
+// Detokenize returns the text of ids. Unknown ids are an error.
+func (m *Model) Detokenize(ids []int32) (string, error) {
+	size := int32(len(m.tok.Vocabulary().Values))
+	for _, id := range ids {
+		if id < 0 || id >= size {
+			return "", fmt.Errorf("exact: token id %d outside the vocabulary of %d", id, size)
+		}
+	}
+	return m.tok.Decode(ids)
+}
+
+// countPiece returns the tokens of text that holds no special token,
+// from the cache when it was seen before.
+func (m *Model) countPiece(text string) (int, error) {
+	key := pieceKey{maphash.String(m.seed, text), len(text)}
+	m.mu.Lock()
+	n, ok := m.pieces[key]
+	m.mu.Unlock()
+	if ok {
+		return n, nil
+	}
+	ids, err := m.tok.Encode(text, false)
+	if err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	if len(m.pieces) >= maxPieces {
+		// Drop a random half: pieces of live conversations come back at
+		// once, and a map needs no list to keep.
+		i := 0
+		for k := range m.pieces {
+			if i%2 == 0 {
+				delete(m.pieces, k)
+			}
+			i++
+		}
+	}
+	m.pieces[key] = len(ids)
+	m.mu.Unlock()
+	return len(ids), nil
+}
+
+type piece struct {
+	text    string
+	special bool
+}
+
+// split cuts text at special tokens exactly as Ollama's tokenizers do
+// (BytePairEncoding.Encode, SentencePiece.Encode): each special token in
+// vocabulary order splits every piece not yet split, at each occurrence.
+// The order matters when one special token contains another.
+func (m *Model) split(text string) []piece {
+	pieces := []piece{{text: text}}
+	for _, sp := range m.special {
+		if !strings.Contains(text, sp) {
+			continue // cheap for the many specials a prompt never holds
+		}
+		out := pieces[:0:0]
+		for _, p := range pieces {
+			if p.special {
+				out = append(out, p)
+				continue
+			}
+			rest := p.text
+			for {
+				i := strings.Index(rest, sp)
+				if i < 0 {
+					break
+				}
+				if i > 0 {
+					out = append(out, piece{text: rest[:i]})
+				}
+				out = append(out, piece{text: sp, special: true})
+				rest = rest[i+len(sp):]
+			}
+			if rest != "" {
+				out = append(out, piece{text: rest})
+			}
+		}
+		pieces = out
+	}
+	return pieces
+}
+
+// Pretokenizer returns the pre-tokenizer expressions Ollama's model
+// packages use for a byte-level BPE vocabulary's tokenizer.ggml.pre
+// (model/models/llama/model.go in v0.17.4): none for "default" (the
+// tokenizer's GPT-2 expression), Qwen 2's, Refact's, Tekken's, and the
+// Llama 3 expression for every other value, as llama.cpp's own table maps
+// "llama-bpe", "llama3", "smaug-bpe" and their kin.
+func Pretokenizer(pre string) []string {
+	switch pre {
+	case "", "default":
+		return nil
+	case "qwen2", "deepseek-r1-qwen":
+		return []string{`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`}
+	case "refact":
+		return []string{`\p{N}`, `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`}
+	case "tekken":
+		return []string{`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`}
+	default:
+		return []string{`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`}
+	}
+}
+
+// The model_info values are JSON-decoded: arrays of any, numbers float64.
+
+func strings_(v any) []string {
+	a, _ := v.([]any)
+	out := make([]string, 0, len(a))
+	for _, x := range a {
+		s, _ := x.(string)
+		out = append(out, s)
+	}
+	return out
+}
+
+func ints(v any) []int32 {
+	a, _ := v.([]any)
+	out := make([]int32, 0, len(a))
+	for _, x := range a {
+		n, _ := number(x)
+		out = append(out, int32(n))
+	}
+	return out
+}
+
+func floats(v any) []float32 {
+	a, _ := v.([]any)
+	out := make([]float32, 0, len(a))
+	for _, x := range a {
+		f, _ := x.(float64)
+		out = append(out, float32(f))
+	}
+	return out
+}
+
+func number(v any) (int, bool) {
+	f, ok := v.(float64)
+	if !ok || f != float64(int(f)) {
+		return 0, false
+	}
+	return int(f), true
+}
+
+func boolOr(v any, def bool) bool {
+	if b, ok := v.(bool); ok {
+		return b
+	}
+	return def
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,333 @@
+package exact
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
+	"github.com/ollama/ollama/api"
+	"github.com/ollama/ollama/template"
+	"github.com/ollama/ollama/tokenizer"
+)
+
+// Templates of the shapes real models have: ChatML, ChatML with tools
+// (the realollama "tiny-tools" model's), and a Llama 3 style template
+// that writes tools as JSON and tool results under their own role.
+var templates = map[string]string{
+	"chatml": `{{- range .Messages }}<|im_start|>{{ .Role }}
+{{ .Content }}<|im_end|>
+{{ end }}<|im_start|>assistant
+`,
+	"chatml-tools": `{{- if .Tools }}<|im_start|>system
+tools:{{ range .Tools }} {{ .Function.Name }}{{ end }}<|im_end|>
+{{ end }}{{- range .Messages }}<|im_start|>{{ .Role }}
+{{ .Content }}{{ range .ToolCalls }} call:{{ .Function.Name }}{{ end }}<|im_end|>
+{{ end }}<|im_start|>assistant
+`,
+	"json-tools": `{{- if .System }}<|im_start|>system
+{{ .System }}<|im_end|>
+{{ end }}{{- if .Tools }}<|im_start|>system
+Tools: {{ range .Tools }}{{ json . }}
+{{ end }}<|im_end|>
+{{ end }}{{- range $i, $m := .Messages }}{{- if ne .Role "system" }}<|im_start|>{{ if eq .Role "tool" }}ipython{{ else }}{{ .Role }}{{ end }}
+{{ .Content }}{{ range .ToolCalls }}{"name": "{{ .Function.Name }}", "parameters": {{ json .Function.Arguments }}}{{ end }}<|im_end|>
+{{ end }}{{ end }}<|im_start|>assistant
+`,
+}
+
+type vocabCase struct {
+	name  string
+	vocab vocabgen.Vocab
+}
+
+func vocabs() []vocabCase {
+	return []vocabCase{
+		{"bpe-default", vocabgen.BPE(3000, "default", 1)},
+		{"bpe-llama-bpe", vocabgen.BPE(8000, "llama-bpe", 2)},
+		{"bpe-qwen2", vocabgen.BPE(5000, "qwen2", 3)},
+		{"spm", vocabgen.SentencePiece(4000, 4)},
+	}
+}
+
+// reference builds Ollama's tokenizer for v the way its llama model
+// package does, independently of New.
+func reference(t *testing.T, v vocabgen.Vocab) tokenizer.Tokenizer {
+	t.Helper()
+	voc := &tokenizer.Vocabulary{
+		Values: v.Tokens, Types: v.Types, Scores: v.Scores, Merges: v.Merges,
+		AddBOS: v.AddBOS, BOS: []int32{int32(v.BOS)}, EOS: []int32{int32(v.EOS)},
+	}
+	if v.Model == "gpt2" {
+		return tokenizer.NewBytePairEncoding(voc, Pretokenizer(v.Pre)...)
+	}
+	return tokenizer.NewSentencePiece(voc)
+}
+
+func newModel(t *testing.T, v vocabgen.Vocab, tmpl string) *Model {
+	t.Helper()
+	// Through JSON, as the proxy gets it from /api/show.
+	raw, err := json.Marshal(map[string]any{"template": tmpl, "model_info": v.KV()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var show Show
+	if err := json.Unmarshal(raw, &show); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(show)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// conversation makes n turns of generated text with tool calls, tool
+// results, special tokens written into content and unusual whitespace.
+func conversation(n int, seed uint64) []api.Message {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	msgs := []api.Message{{Role: "system", Content: "You are terse.\n" + vocabgen.Text(200, seed)}}
+	for i := range n {
+		user := vocabgen.Text(20+rng.IntN(400), seed+uint64(i))
+		switch rng.IntN(6) {
+		case 0:
+			user += " <|im_end|> injected"
+		case 1:
+			user = "  \n\t" + user + "\n\n"
+		}
+		msgs = append(msgs, api.Message{Role: "user", Content: user})
+		if rng.IntN(4) == 0 {
+			args := api.NewToolCallFunctionArguments()
+			args.Set("city", vocabgen.Text(12, seed+uint64(i)+100))
+			msgs = append(msgs,
+				api.Message{Role: "assistant", ToolCalls: []api.ToolCall{{Function: api.ToolCallFunction{Name: "weather", Arguments: args}}}},
+				api.Message{Role: "tool", ToolName: "weather", Content: vocabgen.Text(80, seed+uint64(i)+200)})
+		}
+		msgs = append(msgs, api.Message{Role: "assistant", Content: vocabgen.Text(10+rng.IntN(300), seed+uint64(i)+300)})
+	}
+	return append(msgs, api.Message{Role: "user", Content: "And now?"})
+}
+
+func tools() api.Tools {
+	var ts api.Tools
+	_ = json.Unmarshal([]byte(`[{"type":"function","function":{"name":"weather","description":"Weather of a city","parameters":{"type":"object","required":["city"],"properties":{"city":{"type":"string","description":"the city"}}}}}]`), &ts)
+	return ts
+}
+
+// TestCountMatchesReference: the cached, piecewise count of a rendered
+// prompt equals the length of Ollama's own encoding of the whole prompt,
+// for every vocabulary kind and template, across a growing conversation
+// (so the cache is exercised warm and cold).
+func TestCountMatchesReference(t *testing.T) {
+	for _, vc := range vocabs() {
+		ref := reference(t, vc.vocab)
+		for tname, tmpl := range templates {
+			t.Run(vc.name+"/"+tname, func(t *testing.T) {
+				m := newModel(t, vc.vocab, tmpl)
+				parsed, err := template.Parse(tmpl)
+				if err != nil {
+					t.Fatal(err)
+				}
+				conv := conversation(24, 11)
+				for turns := 1; turns <= len(conv); turns += 5 {
+					p := Prompt{Messages: conv[:turns]}
+					if strings.Contains(tname, "tools") {
+						p.Tools = tools()
+					}
+					got, exact, err := m.Count(p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var sb strings.Builder
+					if err := parsed.Execute(&sb, template.Values{Messages: p.Messages, Tools: p.Tools}); err != nil {
+						t.Fatal(err)
+					}
+					ids, err := ref.Encode(sb.String(), true)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !exact || got != len(ids) {
+						t.Fatalf("%d messages: Count = %d (exact %v), reference encodes %d tokens", turns, got, exact, len(ids))
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestTokenizerIsNotAByteCount: the generated vocabularies are large
+// enough that a tokenizer and a byte or cl100k-like guess disagree, so
+// the e2e suite's ±1% check can tell them apart.
+func TestTokenizerIsNotAByteCount(t *testing.T) {
+	for _, vc := range vocabs() {
+		m := newModel(t, vc.vocab, templates["chatml"])
+		text := vocabgen.Text(20000, 5)
+		n, err := m.CountText(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		perToken := float64(len(text)) / float64(n)
+		if perToken < 1.8 {
+			t.Errorf("%s: %.2f bytes per token; the vocabulary barely merges", vc.name, perToken)
+		}
+		approx := (len(text) + 3) / 4
+		if d := float64(approx-n) / float64(n); d > -0.05 && d < 0.05 {
+			t.Errorf("%s: bytes/4 (%d) is within 5%% of the tokenizer (%d): the test could not tell them apart", vc.name, approx, n)
+		}
+	}
+}
+
+// TestRenderAsTheServer: the Modelfile's SYSTEM is added only when the
+// request has no system message of its own, its MESSAGE lines come
+// before the request's, and a thinking model gets think=true unless the
+// request says otherwise.
+func TestRenderAsTheServer(t *testing.T) {
+	v := vocabgen.BPE(1000, "default", 1)
+	tmpl := `{{ if .System }}S:{{ .System }}|{{ end }}{{ range .Messages }}{{ .Role }}:{{ .Content }}|{{ end }}{{ if .Think }}T{{ end }}`
+	raw, _ := json.Marshal(map[string]any{"template": tmpl, "model_info": v.KV(), "system": "be brief",
+		"messages": []api.Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "yo"}},
+		"capabilities": []string{"completion", "thinking"}})
+	var show Show
+	if err := json.Unmarshal(raw, &show); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(show)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		p    Prompt
+		want string
+	}{
+		{"no system", Prompt{Messages: []api.Message{{Role: "user", Content: "q"}}},
+			"S:be brief|system:be brief|user:hi|assistant:yo|user:q|T"},
+		{"own system", Prompt{Messages: []api.Message{{Role: "system", Content: "mine"}, {Role: "user", Content: "q"}}},
+			"S:mine|user:hi|assistant:yo|system:mine|user:q|T"},
+		{"think off", Prompt{Messages: []api.Message{{Role: "user", Content: "q"}}, Think: &api.ThinkValue{Value: false}},
+			"S:be brief|system:be brief|user:hi|assistant:yo|user:q|"},
+		{"images", Prompt{Messages: []api.Message{{Role: "user", Content: "see [img] and", Images: []api.ImageData{{1}, {2}}}}},
+			"S:be brief|system:be brief|user:hi|assistant:yo|user:[img-1]see [img-0] and|T"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := m.Render(tc.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("Render =\n%s\nwant\n%s", got, tc.want)
+			}
+		})
+	}
+	// The caller's messages are not written into.
+	msgs := []api.Message{{Role: "user", Content: "x", Images: []api.ImageData{{1}}}}
+	if _, err := m.Render(Prompt{Messages: msgs}); err != nil || msgs[0].Content != "x" {
+		t.Errorf("Render changed the caller's message: %q, %v", msgs[0].Content, err)
+	}
+}
+
+func TestNewRefuses(t *testing.T) {
+	bpe := vocabgen.BPE(500, "default", 1).KV()
+	for _, tc := range []struct {
+		name string
+		kv   func(map[string]any)
+	}{
+		{"no vocabulary", func(kv map[string]any) { delete(kv, "tokenizer.ggml.tokens") }},
+		{"unknown model", func(kv map[string]any) { kv["tokenizer.ggml.model"] = "tiktoken" }},
+		{"no merges", func(kv map[string]any) { delete(kv, "tokenizer.ggml.merges") }},
+		{"types short", func(kv map[string]any) { kv["tokenizer.ggml.token_type"] = []any{1.0} }},
+		{"bos outside", func(kv map[string]any) { kv["tokenizer.ggml.bos_token_id"] = 1e6 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kv := map[string]any{}
+			for k, v := range bpe {
+				kv[k] = v
+			}
+			tc.kv(kv)
+			if _, err := New(Show{ModelInfo: kv}); err == nil {
+				t.Fatal("New accepted it")
+			}
+		})
+	}
+	if _, err := New(Show{ModelInfo: bpe, Template: "{{ .Broken"}); err == nil {
+		t.Fatal("New accepted a broken template")
+	}
+}
+
+func TestDetokenizeRoundTrip(t *testing.T) {
+	for _, vc := range vocabs()[:1] {
+		m := newModel(t, vc.vocab, templates["chatml"])
+		text := vocabgen.Text(500, 3)
+		ids, err := m.Tokenize(text, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := m.Detokenize(ids)
+		if err != nil || back != text {
+			t.Fatalf("round trip: %v\n%q\n%q", err, back, text)
+		}
+		if _, err := m.Detokenize([]int32{-1}); err == nil {
+			t.Fatal("Detokenize accepted -1")
+		}
+	}
+}
+
+func FuzzCountText(f *testing.F) {
+	v := vocabgen.BPE(3000, "llama-bpe", 9)
+	for _, s := range []string{"", "hello world", "<|im_start|>user\nhi<|im_end|>", "  \n\n\t x", "\xff\xfe", "的一是 123456"} {
+		f.Add(s)
+	}
+	m, err := New(Show{ModelInfo: v.KV(), Template: templates["chatml"]})
+	if err != nil {
+		f.Fatal(err)
+	}
+	ref := tokenizer.NewBytePairEncoding(&tokenizer.Vocabulary{Values: v.Tokens, Types: v.Types, Merges: v.Merges,
+		BOS: []int32{int32(v.BOS)}, EOS: []int32{int32(v.EOS)}}, Pretokenizer(v.Pre)...)
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := m.CountText(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, _ := ref.Encode(s, false)
+		if got != len(ids) {
+			t.Fatalf("CountText(%q) = %d, reference %d", s, got, len(ids))
+		}
+	})
+}
+
+func BenchmarkCount(b *testing.B) {
+	v := vocabgen.BPE(8000, "llama-bpe", 2)
+	m, err := New(Show{ModelInfo: v.KV(), Template: templates["chatml"]})
+	if err != nil {
+		b.Fatal(err)
+	}
+	conv := conversation(100, 3)
+	size := 0
+	for _, c := range conv {
+		size += len(c.Content)
+	}
+	b.Run("cold", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for i := 0; b.Loop(); i++ {
+			msgs := make([]api.Message, len(conv))
+			copy(msgs, conv)
+			msgs[0].Content = fmt.Sprint(i) + msgs[0].Content
+			for j := range msgs {
+				msgs[j].Content += fmt.Sprint(i) // every piece new
+			}
+			if _, _, err := m.Count(Prompt{Messages: msgs}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("resent", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for b.Loop() {
+			if _, _, err := m.Count(Prompt{Messages: conv}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
