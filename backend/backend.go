@@ -300,5 +300,3 @@ func (b *Backend) ModelFacts(ctx context.Context, model string) (gpu.ModelFacts,
 	m := b.Model(ctx, model)
 	return m.Facts, m.Weights, m.Err
 }
-
-

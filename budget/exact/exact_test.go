@@ -187,7 +187,7 @@ func TestRenderAsTheServer(t *testing.T) {
 	v := vocabgen.BPE(1000, "default", 1)
 	tmpl := `{{ if .System }}S:{{ .System }}|{{ end }}{{ range .Messages }}{{ .Role }}:{{ .Content }}|{{ end }}{{ if .Think }}T{{ end }}`
 	raw, _ := json.Marshal(map[string]any{"template": tmpl, "model_info": v.KV(), "system": "be brief",
-		"messages": []api.Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "yo"}},
+		"messages":     []api.Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "yo"}},
 		"capabilities": []string{"completion", "thinking"}})
 	var show Show
 	if err := json.Unmarshal(raw, &show); err != nil {
