@@ -334,3 +334,21 @@ func TestCalibrationConcurrent(t *testing.T) {
 		t.Errorf("Observations = %d, want %d", got, 4*len(prompts))
 	}
 }
+
+// TestObserveIgnoresCensored: a report at the window (Ollama cut the
+// prompt to num_ctx) is a lower bound; calibration does not learn from
+// it, whatever the estimate was.
+func TestObserveIgnoresCensored(t *testing.T) {
+	r := NewRegistry(Config{}, nil)
+	est := Estimate{Tokens: 4000, Raw: 4000, Chars: 4000}
+	for range 5 {
+		r.Observe("m", est, 8190, 8192) // 2× the estimate, but capped at the window
+	}
+	if c := r.Calibration("m"); c.Observations != 0 {
+		t.Errorf("learned from censored reports: %+v", c)
+	}
+	r.Observe("m", est, 6000, 8192)
+	if c := r.Calibration("m"); c.Observations != 1 {
+		t.Errorf("did not learn from an uncensored report: %+v", c)
+	}
+}

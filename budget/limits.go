@@ -42,6 +42,25 @@ func (l Limits) Cap(window int) Limits {
 	return l
 }
 
+// Floor returns l with the reply reserve (and, if need be, the safety
+// margin) lowered so that at least a quarter of the window is left for
+// the prompt, and true when it had to. A request whose num_predict or
+// max_tokens is as large as the window would otherwise leave an
+// effective limit of 0: nothing could be sent, and nothing managed.
+func (l Limits) Floor() (Limits, bool) {
+	quarter := max(1, l.MaxTokens/4)
+	if l.MaxTokens <= 0 || l.Effective() >= quarter {
+		return l, false
+	}
+	out := l.MaxTokens - quarter - l.Reserved
+	if out < 0 {
+		l.Reserved = max(0, l.MaxTokens-quarter)
+		out = 0
+	}
+	l.MaxOutputTokens = out
+	return l, true
+}
+
 // Defaults for a model ctxproxy does not know.
 const (
 	// DefaultMaxTokens is the window assumed for an unknown model that

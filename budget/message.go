@@ -44,6 +44,9 @@ type MessageCounter struct {
 	text        Counter
 	imageTokens int
 	cal         *calibrator // nil: no correction
+	// fixed, when set, is the correction this counter uses whatever the
+	// calibrator learns meanwhile (see Frozen).
+	fixed *Calibration
 
 	toolsSeed  maphash.Seed
 	toolCounts *countStore // counts of tools arrays by their raw JSON
@@ -72,10 +75,25 @@ func (mc *MessageCounter) Name() string { return mc.text.Name() }
 
 // Calibration returns the correction in use (Ratio 1 when none).
 func (mc *MessageCounter) Calibration() Calibration {
+	if mc.fixed != nil {
+		return *mc.fixed
+	}
 	if mc.cal == nil {
 		return Calibration{Ratio: 1}
 	}
 	return mc.cal.get()
+}
+
+// Frozen returns a counter that uses the model's correction as it is now,
+// for the whole of one request: a response of another request that
+// updates the calibration between counting and cutting must not make the
+// two disagree (a strategy would find the conversation it was asked to
+// cut longer than it was counted, and give up). It costs a struct copy.
+func (mc *MessageCounter) Frozen() *MessageCounter {
+	c := *mc
+	cal := mc.Calibration()
+	c.fixed = &cal
+	return &c
 }
 
 // CountText returns the corrected tokens of plain text.
@@ -105,6 +123,10 @@ type Estimate struct {
 	// Estimate to Registry.Observe with the backend's report so the
 	// calibration learns.
 	Raw, Chars int
+	// Exact reports that Tokens came from the model's own tokenizer
+	// (package budget/exact), not from an estimate: it is not to be
+	// calibrated from.
+	Exact bool
 }
 
 // Prompt counts a whole prompt: every message, the tools definitions (the

@@ -150,10 +150,29 @@ func (r *Registry) Observe(model string, sent Estimate, reported, numCtx int) (t
 	c.mu.Lock()
 	c.unexplained = 0
 	c.mu.Unlock()
+	if Censored(reported, numCtx) {
+		// At the window the backend may have cut the prompt to fit: the
+		// report is a lower bound of the prompt, not a measurement, and
+		// fitting it would drag the correction down.
+		return false
+	}
 	if r.cfg.calibrate() {
 		c.observe(sent, reported)
 	}
 	return false
+}
+
+// censorAt is the share of the window from which a reported prompt count
+// is taken as censored.
+const censorAt = 0.98
+
+// Censored reports whether a backend's count of reported prompt tokens,
+// under a window of numCtx tokens (0 if unknown), may have been capped at
+// the window: Ollama cuts an overlong prompt to num_ctx and reports the
+// cut length. Such a count says only that the prompt was at least that
+// long.
+func Censored(reported, numCtx int) bool {
+	return numCtx > 0 && float64(reported) >= censorAt*float64(numCtx)
 }
 
 // Calibration returns model's current correction, for status output.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
 // lockedBuffer is a log sink safe for concurrent writes.
@@ -130,5 +132,28 @@ func TestRegistryCacheStats(t *testing.T) {
 	st := r.CacheStats()
 	if st.Hits != 1 || st.Misses != 2 || st.Entries != 2 || st.Capacity < 500 {
 		t.Errorf("CacheStats() = %+v, want 1 hit, 2 misses, 2 entries, capacity ≥ 500", st)
+	}
+}
+
+// TestFrozenCounterIgnoresLaterCalibration: a request counts and cuts
+// with one correction; a response of another request that moves the
+// calibration in between does not change what the request's counter
+// says (it used to, and a strategy then found the conversation longer
+// than it had been told and answered "could not cut it down").
+func TestFrozenCounterIgnoresLaterCalibration(t *testing.T) {
+	r := NewRegistry(Config{}, nil)
+	text := strings.Repeat("word ", 400)
+	frozen := r.MessageCounter("m").Frozen()
+	before := frozen.CountText(text)
+	live := r.MessageCounter("m")
+	for range 5 {
+		est := live.Prompt([]rewrite.Message{{Role: "user", Content: text}}, nil)
+		r.Observe("m", est, est.Raw*3, 0)
+	}
+	if live.CountText(text) == before {
+		t.Fatal("the calibration did not move; the test proves nothing")
+	}
+	if got := frozen.CountText(text); got != before {
+		t.Errorf("frozen counter changed from %d to %d after calibration moved", before, got)
 	}
 }

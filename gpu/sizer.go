@@ -18,6 +18,11 @@ type Model struct {
 	// size); 0 when unknown. Whether the model is loaded, and with what
 	// num_ctx, comes from the Snapshot (MonitorOptions.Loaded).
 	Weights uint64
+	// Window is the context window the model table or the models:
+	// section gives the model; when its facts are unknown (a model
+	// /api/show does not know, a backend that is down) num_ctx is sized
+	// to it rather than to min_size. 0 when unknown too.
+	Window int
 }
 
 // Decision is the num_ctx chosen for one model and why.
@@ -42,6 +47,10 @@ type Decision struct {
 	Level Level
 	// Reason explains NumCtx for logs, `ctxproxy gpu` and the status page.
 	Reason string
+	// Guessed says the model's facts were unknown and NumCtx is a guess
+	// (the model table's window, target_size or min_size): the client
+	// and the log should hear of it.
+	Guessed bool
 }
 
 // Client returns the num_ctx to forward when the client sent its own n: n
@@ -274,6 +283,7 @@ func (s *Sizer) decide(m Model, snap Snapshot, st *modelState, auto bool, target
 		default:
 			why.WriteString("no memory sample yet")
 		}
+		d.Guessed = bpt == 0
 		switch {
 		case st.held > 0:
 			d.NumCtx = st.held
@@ -281,6 +291,11 @@ func (s *Sizer) decide(m Model, snap Snapshot, st *modelState, auto bool, target
 		case target > 0:
 			d.NumCtx = clampInt(target, lower, upper)
 			fmt.Fprintf(&why, ": target_size %d", d.NumCtx)
+		case bpt == 0 && m.Window > 0:
+			// min_size would leave a silently tiny window for a model
+			// that is merely unknown to the backend's /api/show.
+			d.NumCtx = clampInt(m.Window, lower, upper)
+			fmt.Fprintf(&why, ": the model's window %d from the model table or models: (set models.%s.max_tokens to change it)", d.NumCtx, m.Name)
 		default:
 			d.NumCtx = lower
 			fmt.Fprintf(&why, ": min_size %d", lower)

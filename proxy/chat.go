@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
@@ -45,7 +46,10 @@ type plan struct {
 	result    rewrite.Result
 	translate bool
 	info      translate.Info
-	counter   *budget.MessageCounter
+	counter   promptCounter
+	// exact is the backend's model when the prompt was counted with its
+	// own tokenizer; nil when estimated.
+	exact *backend.Model
 }
 
 // prepare runs the request path of DESIGN.md: accumulate, size num_ctx,
@@ -90,17 +94,20 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	}
 
 	// num_ctx from the memory actually free (Ollama only).
-	var facts gpu.ModelFacts
+	var mi backend.Model
 	if toOllama {
-		mi := s.be.Model(ctx, req.model)
-		facts = mi.Facts
+		mi = s.be.Model(ctx, req.model)
 		p.numCtx = req.numCtx
 		if s.sizer != nil {
 			var snap gpu.Snapshot
 			if s.monitor != nil {
 				snap = s.monitor.Snapshot()
 			}
-			d := s.sizer.Decide(gpu.Model{Name: req.model, Facts: mi.Facts, Weights: mi.Weights}, snap)
+			window := 0
+			if s.tokens != nil && mi.Facts.ContextLength == 0 {
+				window = s.tokens.Limits(req.model, 0).MaxTokens
+			}
+			d := s.sizer.Decide(gpu.Model{Name: req.model, Facts: mi.Facts, Weights: mi.Weights, Window: window}, snap)
 			p.numReason = d.Reason
 			if req.numCtx > 0 && s.cfg.RespectClient {
 				var why string
@@ -110,6 +117,11 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 				}
 			} else if d.NumCtx > 0 {
 				p.numCtx = d.NumCtx
+				if d.Guessed {
+					ex.warn("num_ctx " + strconv.Itoa(d.NumCtx) + " is a guess: the backend did not give the model's facts")
+					s.warnOnce("facts:"+req.model, "the backend did not give the model's facts; num_ctx is a guess",
+						"model", req.model, "num_ctx", d.NumCtx, "reason", d.Reason, "err", mi.Err)
+				}
 			}
 		}
 	}
@@ -117,7 +129,7 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	// The window: the model's limits, capped by num_ctx, less the reply.
 	var lim budget.Limits
 	if s.tokens != nil {
-		lim = s.tokens.Limits(req.model, facts.ContextLength)
+		lim = s.tokens.Limits(req.model, mi.Facts.ContextLength)
 		switch {
 		case p.numCtx > 0:
 			lim = lim.Cap(p.numCtx)
@@ -127,9 +139,32 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 		if req.maxOutput > 0 {
 			lim = lim.WithOutput(req.maxOutput)
 		}
+		if floored, ok := lim.Floor(); ok {
+			ex.warn(fmt.Sprintf("the reply reserve (%d tokens) left less than a quarter of the %d-token window for the prompt; "+
+				"ctxproxy keeps a quarter (%d tokens) for it", lim.MaxOutputTokens, lim.MaxTokens, floored.Effective()))
+			s.warnOnce("reserve:"+req.model, "the reply reserve leaves less than a quarter of the window for the prompt; keeping a quarter",
+				"model", req.model, "window", lim.MaxTokens, "reserve", lim.MaxOutputTokens)
+			lim = floored
+		}
 		p.limit = lim.Effective()
-		p.counter = s.tokens.MessageCounter(req.model)
-		p.before = p.counter.Prompt(p.messages, req.tools)
+		est := s.tokens.MessageCounter(req.model).Frozen()
+		p.counter = est
+		if toOllama && mi.Tokenizer != nil {
+			ec := newExactCounter(mi.Tokenizer, req)
+			if ec.err == nil {
+				p.before = ec.Prompt(p.messages, req.tools)
+			}
+			if ec.err == nil {
+				p.counter = ec
+				p.exact = &mi
+			} else {
+				s.warnOnce("exact:"+req.model, "exact counting failed for this request's shape; estimating instead",
+					"model", req.model, "err", ec.err)
+			}
+		}
+		if p.exact == nil {
+			p.before = est.Prompt(p.messages, req.tools)
+		}
 		p.after = p.before
 	}
 
@@ -145,32 +180,50 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 			// Seed 004 R6.2: under memory pressure, compress earlier.
 			tctx = rewrite.WithThreshold(tctx, max(trimmer.Threshold()-0.2, trimmer.Target()))
 		}
-		overhead := p.counter.Overhead(req.tools)
-		res, err := trimmer.Trim(tctx, mode, p.messages, p.limit-overhead, p.counter)
-		switch {
-		case errors.Is(err, rewrite.ErrOverflow):
-			return nil, &apiError{status: http.StatusBadRequest, code: "context_length_exceeded",
-				message: fmt.Sprintf("the conversation needs about %d tokens and the model's context window leaves %d; "+
-					"ctxproxy could not cut it down (strategy.on_overflow: %s)", p.before.Tokens, p.limit, trimmer.OnOverflow())}
-		case err != nil:
-			s.log.Error("trimming failed; forwarding the conversation as sent", "err", err)
-		case res.Notice != "":
-			p.result = res
-			p.messages = res.Messages
-			p.changed = true
-			p.after = p.counter.Prompt(p.messages, req.tools)
+		orig := p.messages
+		room := p.limit - p.counter.Overhead(req.tools)
+		// Exact counts measure the whole prompt; a strategy measures
+		// messages one by one. Where a template joins messages the two
+		// differ by a few tokens: check the cut prompt, and cut again
+		// with less room when it does not fit.
+		for attempt := 0; ; attempt++ {
+			res, err := trimmer.Trim(tctx, mode, orig, room, p.counter)
+			switch {
+			case errors.Is(err, rewrite.ErrOverflow):
+				return nil, &apiError{status: http.StatusBadRequest, code: "context_length_exceeded",
+					message: fmt.Sprintf("the conversation needs about %d tokens and the model's context window leaves %d; "+
+						"ctxproxy could not cut it down (strategy.on_overflow: %s)", p.before.Tokens, p.limit, trimmer.OnOverflow())}
+			case err != nil:
+				s.log.Error("trimming failed; forwarding the conversation as sent", "err", err)
+			case res.Notice != "":
+				p.result = res
+				p.messages = res.Messages
+				p.changed = true
+				p.after = p.counter.Prompt(p.messages, req.tools)
+			}
+			if err != nil || res.Notice == "" || p.exact == nil || p.after.Tokens <= p.limit || attempt == 2 {
+				break
+			}
+			room -= p.after.Tokens - p.limit + max(8, p.limit/100)
 		}
 	}
 
-	s.noteModel(p, facts)
+	s.noteModel(p, mi.Facts)
+	// Overflow is never silent: a managed request tells Ollama to refuse
+	// a prompt longer than num_ctx instead of cutting it without a word,
+	// unless the client chose truncate itself, or asked for no management.
+	noTruncate := toOllama && p.counter != nil && !req.truncate && s.manages(r)
 	body := req.body
-	if p.changed || req.annotated || (toOllama && req.dialect == Ollama && p.numCtx > 0 && p.numCtx != req.numCtx) {
+	if p.changed || req.annotated || (toOllama && req.dialect == Ollama && ((p.numCtx > 0 && p.numCtx != req.numCtx) || noTruncate)) {
 		numCtx := 0
 		if req.dialect == Ollama && toOllama && p.numCtx != req.numCtx {
 			numCtx = p.numCtx
 		}
 		var err error
-		if body, err = rebuildBody(req.body, p.messages, p.changed || req.annotated, numCtx); err != nil {
+		if body, err = rebuildBody(req.body, p.messages, p.changed || req.annotated, numCtx); err == nil && noTruncate && req.dialect == Ollama {
+			body, err = setMember(body, "truncate", []byte("false"))
+		}
+		if err != nil {
 			s.log.Error("re-encoding the request failed; forwarding it as sent", "err", err)
 			body = req.body
 		}
@@ -187,12 +240,49 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 		for _, d := range info.Dropped {
 			s.log.Debug("translate: field not forwarded to Ollama", "field", d.Field, "reason", d.Reason)
 		}
+		if noTruncate {
+			if withFlag, err := setMember(out, "truncate", []byte("false")); err == nil {
+				out = withFlag
+			}
+		}
 		p.info = info
 		body = out
 		ex.outPath = "/api/chat"
 	}
 	s.setPlanHeaders(ex, p)
 	return body, nil
+}
+
+// manages reports whether ctxproxy manages r's context: a strategy other
+// than none, and an on_overflow other than forward. Only then does it ask
+// Ollama to refuse overflowing prompts (truncate: false), since it is
+// then ready to cut and retry.
+func (s *Server) manages(r *http.Request) bool {
+	t := s.trimmer.Load()
+	if t == nil || t.OnOverflow() == "forward" {
+		return false
+	}
+	st, err := t.Strategy(r.Header.Get("X-Ctxproxy-Strategy"))
+	if err != nil {
+		return false
+	}
+	_, none := st.(rewrite.None)
+	return !none
+}
+
+// warnOnce logs msg at warning level the first time key is seen; keys
+// are bounded, since model names come from clients.
+func (s *Server) warnOnce(key, msg string, attrs ...any) {
+	s.warned.mu.Lock()
+	if s.warned.m == nil || len(s.warned.m) >= 4096 {
+		s.warned.m = map[string]bool{}
+	}
+	seen := s.warned.m[key]
+	s.warned.m[key] = true
+	s.warned.mu.Unlock()
+	if !seen {
+		s.log.Warn(msg, attrs...)
+	}
 }
 
 // setPlanHeaders sets the X-Ctxproxy-* response headers of DESIGN.md.
@@ -246,17 +336,40 @@ func (s *Server) afterReply(ex *exchange, rep reply) {
 		if p.numCtx > 0 && (ex.dialect == Ollama || p.translate) {
 			numCtx = p.numCtx
 		}
-		truncated = s.tokens.Observe(p.model, p.after, rep.promptTokens, numCtx)
+		if p.exact != nil {
+			truncated = s.checkExact(ex, p, rep.promptTokens, numCtx)
+		} else {
+			truncated = s.tokens.Observe(p.model, p.after, rep.promptTokens, numCtx)
+		}
 		s.metrics.calibrationError.Observe(relErr(p.after.Tokens, rep.promptTokens))
 		ex.logAttrs = append(ex.logAttrs, "prompt_tokens", rep.promptTokens)
 		if truncated {
 			s.metrics.truncations.Inc()
 			s.log.Warn("backend truncated the prompt silently: it reports far fewer prompt tokens than were sent",
-				"model", p.model, "session", ex.session, "sent_estimate", p.after.Tokens, "reported", rep.promptTokens,
-				"num_ctx", p.numCtx)
+				"model", p.model, "session", ex.session, "sent", p.after.Tokens, "exact", p.exact != nil,
+				"reported", rep.promptTokens, "num_ctx", p.numCtx)
 		}
 	}
 	s.record(ex, rep, truncated)
+}
+
+// checkExact compares an exact count of what was forwarded with the
+// prompt tokens Ollama reported. A report at the window is censored (the
+// backend may have cut the prompt to it): it tells of truncation, never of
+// the tokenizer. An uncensored report that disagrees beyond 1% means the
+// tokenizer is wrong for this model (another Ollama version, a renderer):
+// backend.Model.Observe then turns exact counting off for it.
+func (s *Server) checkExact(ex *exchange, p *plan, reported, numCtx int) (truncated bool) {
+	sent := p.after.Tokens
+	censored := budget.Censored(reported, numCtx) || (numCtx > 0 && sent > numCtx)
+	if censored {
+		// Ollama fits an overlong prompt into num_ctx and answers 200.
+		return sent > numCtx && reported <= numCtx
+	}
+	if p.exact.Observe(s.log, sent, reported) {
+		s.metrics.exactDisagreements.Inc()
+	}
+	return false
 }
 
 func relErr(est, actual int) float64 {

@@ -52,6 +52,12 @@ type chatRequest struct {
 	// so the messages must be re-encoded even if no strategy changes them.
 	annotated bool
 	tools     json.RawMessage
+	// think is the request's "think" value (raw JSON), effort its
+	// OpenAI reasoning_effort; both shape the prompt of thinking models.
+	think  json.RawMessage
+	effort string
+	// truncate reports that the request sets Ollama's "truncate" itself.
+	truncate bool
 	// numCtx is the client's options.num_ctx (Ollama), 0 when unset.
 	numCtx int
 	// maxOutput is the request's own output limit (max_tokens,
@@ -105,6 +111,16 @@ func decodeChat(d Dialect, body []byte) (*chatRequest, error) {
 			}
 		case "options":
 			req.decodeOptions(v)
+		case "think":
+			if !bytes.Equal(v, []byte("null")) {
+				req.think = v
+			}
+		case "reasoning_effort":
+			if v[0] == '"' {
+				req.effort, _ = decodeString(v)
+			}
+		case "truncate":
+			req.truncate = !bytes.Equal(v, []byte("null"))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", errNotChat, m.key, err)

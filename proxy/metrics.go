@@ -30,6 +30,8 @@ type metrics struct {
 	tokensBefore, tokensAfter prometheus.Histogram
 	dropped, summarized       prometheus.Counter
 	truncations               prometheus.Counter
+	exactDisagreements        prometheus.Counter
+	exactCounts               *prometheus.CounterVec
 	calibrationError          prometheus.Histogram
 	added                     prometheus.Histogram
 	numCtx                    prometheus.Histogram
@@ -81,6 +83,13 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 	m.truncations = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ctxproxy_backend_truncations_total",
 		Help: "Responses whose reported prompt tokens show the backend cut the prompt silently."})
+	m.exactDisagreements = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ctxproxy_exact_count_disagreements_total",
+		Help: "Models whose exact token counts disagreed with the backend's by more than 1%; they are counted by calibration since."})
+	m.exactCounts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_prompt_counts_total",
+		Help: "Chat requests counted, by how: exact (the model's own tokenizer) or estimate (tiktoken and calibration)."},
+		[]string{"method"})
 	m.calibrationError = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "ctxproxy_token_estimate_error_ratio",
 		Help:    "Relative error of the forwarded prompt's token estimate against the backend's count.",
@@ -131,6 +140,7 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 	for _, r := range []string{"applied", "rejected"} {
 		m.reloads.WithLabelValues(r)
 	}
+	reg.MustRegister(m.exactDisagreements, m.exactCounts)
 	reg.MustRegister(m.requests, m.unparsable, m.duration, m.tokensBefore, m.tokensAfter, m.dropped,
 		m.summarized, m.truncations, m.calibrationError, m.added, m.numCtx, inflight, streams,
 		m.summaries, m.summaryFailures, m.summaryDuration, m.reloads, m.lastReload, m.lastReloadFailed)

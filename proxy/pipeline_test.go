@@ -273,7 +273,10 @@ func TestClientNumCtx(t *testing.T) {
 	resp := post(t, sys.url+"/api/chat", body, nil)
 	io.Copy(io.Discard, resp.Body)
 	got, _ := be.Last("/api/chat")
-	if string(got.Body) != string(body) || header(resp, "X-Ctxproxy-Num-Ctx") != 4096 {
+	// Kept byte for byte, with Ollama told to refuse an overflow rather
+	// than cut it silently.
+	want := strings.TrimSuffix(string(body), "}") + `,"truncate":false}`
+	if string(got.Body) != want || header(resp, "X-Ctxproxy-Num-Ctx") != 4096 {
 		t.Errorf("client num_ctx not kept: %s (header %s)", got.Body, resp.Header.Get("X-Ctxproxy-Num-Ctx"))
 	}
 }

@@ -95,8 +95,12 @@ type Server struct {
 	store   Store
 	writer  Writer
 
-	be      *backend.Backend
-	usage   usageCache
+	be     *backend.Backend
+	usage  usageCache
+	warned struct {
+		mu sync.Mutex
+		m  map[string]bool
+	}
 	cleared emergencies
 	admin   adminState // admin.go
 }
@@ -514,8 +518,13 @@ func (s *Server) logChat(ex *exchange) {
 		"stream", ex.stream, "status", status, "duration", time.Since(ex.start).Round(time.Millisecond)}
 	if p := ex.plan; p != nil {
 		if p.counter != nil {
-			attrs = append(attrs, "tokens_before", p.before.Tokens, "tokens", p.after.Tokens, "limit", p.limit,
+			attrs = append(attrs, "tokens_before", p.before.Tokens, "tokens", p.after.Tokens, "exact", p.exact != nil, "limit", p.limit,
 				"usage", fmt.Sprintf("%.1f%%", p.usage()*100))
+			method := "estimate"
+			if p.exact != nil {
+				method = "exact"
+			}
+			s.metrics.exactCounts.WithLabelValues(method).Inc()
 			s.metrics.tokensBefore.Observe(float64(p.before.Tokens))
 			s.metrics.tokensAfter.Observe(float64(p.after.Tokens))
 		}

@@ -21,6 +21,8 @@ package exact
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -75,6 +77,7 @@ type Model struct {
 	seed   maphash.Seed
 	mu     sync.Mutex
 	pieces map[pieceKey]int
+	shares map[uint64]int
 }
 
 type pieceKey struct {
@@ -124,6 +127,7 @@ func New(show Show) (*Model, error) {
 		addEOS:   vocab.AddEOS && len(vocab.EOS) > 0,
 		seed:     maphash.MakeSeed(),
 		pieces:   make(map[pieceKey]int),
+		shares:   make(map[uint64]int),
 	}
 	model, _ := kv["tokenizer.ggml.model"].(string)
 	pre, _ := kv["tokenizer.ggml.pre"].(string)
@@ -303,6 +307,96 @@ func (m *Model) Detokenize(ids []int32) (string, error) {
 		}
 	}
 	return m.tok.Decode(ids)
+}
+
+// Share returns the tokens msg adds to a prompt: its content and the
+// template's text around it. It is the difference the message makes when
+// it follows one message of another role, so the template's per-message
+// overhead is in it and the prompt's fixed parts (BOS, the reply priming,
+// the model's SYSTEM) are not. Shares are cached per message.
+//
+// For templates that render each message on its own (ChatML, Llama 3,
+// Mistral and most others) the shares of a conversation plus
+// Overhead equal Count exactly; where a template joins or reorders
+// messages they are close, and Count stays the measure of a whole prompt.
+func (m *Model) Share(msg api.Message) (int, error) {
+	key := m.messageKey(&msg)
+	m.mu.Lock()
+	n, ok := m.shares[key]
+	m.mu.Unlock()
+	if ok {
+		return n, nil
+	}
+	anchor := api.Message{Role: "user"}
+	if msg.Role == "user" {
+		anchor.Role = "assistant"
+	}
+	with, err := m.count(Prompt{Messages: []api.Message{anchor, msg}})
+	if err != nil {
+		return 0, err
+	}
+	without, err := m.count(Prompt{Messages: []api.Message{anchor}})
+	if err != nil {
+		return 0, err
+	}
+	n = max(0, with-without) + len(msg.Images)*imageTokens
+	m.mu.Lock()
+	if len(m.shares) >= maxPieces {
+		clear(m.shares)
+	}
+	m.shares[key] = n
+	m.mu.Unlock()
+	return n, nil
+}
+
+// Overhead returns the tokens of a prompt that belong to no message of
+// msgs: Count of the whole less the Share of each message (the BOS, the
+// reply priming, the model's SYSTEM, the tools section).
+func (m *Model) Overhead(p Prompt) (int, error) {
+	total, _, err := m.Count(p)
+	if err != nil {
+		return 0, err
+	}
+	for _, msg := range p.Messages {
+		n, err := m.Share(msg)
+		if err != nil {
+			return 0, err
+		}
+		total -= n
+	}
+	return max(0, total), nil
+}
+
+// count is Count without the images' flat cost.
+func (m *Model) count(p Prompt) (int, error) {
+	text, err := m.Render(p)
+	if err != nil {
+		return 0, err
+	}
+	return m.CountPrompt(text)
+}
+
+// messageKey hashes what of a message can change its rendering.
+func (m *Model) messageKey(msg *api.Message) uint64 {
+	var h maphash.Hash
+	h.SetSeed(m.seed)
+	for _, s := range []string{msg.Role, msg.Content, msg.Thinking, msg.ToolName, msg.ToolCallID} {
+		h.WriteString(s)
+		h.WriteByte(0)
+	}
+	for _, tc := range msg.ToolCalls {
+		h.WriteString(tc.ID)
+		h.WriteByte(0)
+		h.WriteString(tc.Function.Name)
+		h.WriteByte(0)
+		args, _ := json.Marshal(tc.Function.Arguments)
+		h.Write(args)
+		h.WriteByte(0)
+	}
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(msg.Images)))
+	h.Write(n[:])
+	return h.Sum64()
 }
 
 // countPiece returns the tokens of text that holds no special token,

@@ -157,6 +157,49 @@ func TestCountMatchesReference(t *testing.T) {
 	}
 }
 
+// TestSharesAddUp: for templates that render each message on its own,
+// the cached per-message shares plus the overhead equal the whole count,
+// so a strategy cutting by shares cuts the real prompt. Checked on every
+// prefix of a conversation, warm and cold.
+func TestSharesAddUp(t *testing.T) {
+	for _, vc := range vocabs() {
+		for _, tname := range []string{"chatml", "chatml-tools"} {
+			t.Run(vc.name+"/"+tname, func(t *testing.T) {
+				m := newModel(t, vc.vocab, templates[tname])
+				conv := conversation(12, 5)
+				// No two neighbours of one role: the template would join them.
+				overhead := -1
+				for n := 1; n <= len(conv); n++ {
+					p := Prompt{Messages: conv[:n]}
+					total, _, err := m.Count(p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					sum := 0
+					for _, msg := range p.Messages {
+						s, err := m.Share(msg)
+						if err != nil {
+							t.Fatal(err)
+						}
+						sum += s
+					}
+					oh, err := m.Overhead(p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if sum+oh != total {
+						t.Fatalf("%d messages: shares %d + overhead %d != count %d", n, sum, oh, total)
+					}
+					if overhead >= 0 && oh != overhead {
+						t.Fatalf("%d messages: overhead moved from %d to %d", n, overhead, oh)
+					}
+					overhead = oh
+				}
+			})
+		}
+	}
+}
+
 // TestTokenizerIsNotAByteCount: the generated vocabularies are large
 // enough that a tokenizer and a byte or cl100k-like guess disagree, so
 // the e2e suite's ±1% check can tell them apart.

@@ -85,6 +85,11 @@ type Options struct {
 	// ErrorMessage in the dialect's error shape.
 	Status       int
 	ErrorMessage string
+	// Model, when set, is the Ollama fake's one model with a real
+	// vocabulary and template (see Model); Pretokenizer is its
+	// tokenizer's pre-tokenizer expressions (nil: GPT-2's).
+	Model        *Model
+	Pretokenizer []string
 }
 
 // Backend is a running fake server.
@@ -141,6 +146,9 @@ func (b *Backend) options() Options {
 	}
 	if o.ModelInfo == nil {
 		o.ModelInfo = Llama31ModelInfo()
+	}
+	if o.Model != nil {
+		o.Model.init(o.Pretokenizer)
 	}
 	return o
 }
@@ -214,6 +222,15 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "Ollama is running")
 	case b.Kind == Ollama && r.URL.Path == "/api/version":
 		writeJSON(w, 200, map[string]any{"version": "0.17.4"})
+	case b.Kind == Ollama && r.URL.Path == "/api/tags" && o.Model != nil:
+		writeJSON(w, 200, map[string]any{"models": []any{map[string]any{
+			"name": "tiny:latest", "model": "tiny:latest", "size": 444000, "digest": o.Model.Digest}}})
+	case b.Kind == Ollama && r.URL.Path == "/api/show" && o.Model != nil:
+		var req struct {
+			Verbose bool `json:"verbose"`
+		}
+		_ = json.Unmarshal(body, &req)
+		writeJSON(w, 200, o.Model.show(req.Verbose))
 	case b.Kind == Ollama && r.URL.Path == "/api/tags":
 		writeJSON(w, 200, map[string]any{"models": []any{map[string]any{
 			"name": "llama3.1:8b", "model": "llama3.1:8b", "size": 4920753328,
@@ -268,6 +285,7 @@ type chatBody struct {
 	Options struct {
 		NumCtx int `json:"num_ctx"`
 	} `json:"options"`
+	Truncate      *bool `json:"truncate"`
 	StreamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
@@ -378,6 +396,14 @@ func (b *Backend) ollamaChat(w http.ResponseWriter, r *http.Request, body []byte
 		numCtx = o.DefaultNumCtx
 	}
 	prompt := promptTokens(c, o.Tokenize)
+	if o.Model != nil {
+		prompt = o.Model.promptTokens(body)
+	}
+	if prompt > numCtx && c.Truncate != nil && !*c.Truncate {
+		// What Ollama's runner answers with "truncate": false.
+		writeJSON(w, 400, map[string]any{"error": "the input length exceeds the context length"})
+		return
+	}
 	// Ollama drops old messages silently when the prompt does not fit
 	// num_ctx and still answers 200 (Ollama #2714, #7043).
 	prompt = min(prompt, numCtx)

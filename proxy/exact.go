@@ -1,0 +1,173 @@
+package proxy
+
+import (
+	"encoding/json"
+
+	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/budget/exact"
+	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ollama/ollama/api"
+)
+
+// promptCounter counts one request's prompt: budget's estimate (tiktoken
+// corrected by calibration) or the model's own tokenizer.
+type promptCounter interface {
+	rewrite.Counter
+	// Prompt counts a whole prompt, messages and tools.
+	Prompt(msgs []rewrite.Message, tools json.RawMessage) budget.Estimate
+	// Overhead is what of the last counted prompt belongs to no message.
+	Overhead(tools json.RawMessage) int
+}
+
+var (
+	_ promptCounter = (*budget.MessageCounter)(nil)
+	_ promptCounter = (*exactCounter)(nil)
+)
+
+// exactCounter counts one request bound for Ollama exactly: its messages
+// rendered with the model's chat template and tokenized with the model's
+// vocabulary (package exact). It is used for one request only, so it
+// keeps the request's tools, think value and last counted messages.
+type exactCounter struct {
+	model *exact.Model
+	tools api.Tools
+	think *api.ThinkValue
+	// names maps a tool_call_id to the function called, for OpenAI tool
+	// messages (Ollama's template sees their tool_name).
+	names map[string]string
+	last  []rewrite.Message
+	// err is the first counting error; the request is then counted by
+	// budget's estimate instead (see prepare).
+	err error
+}
+
+// newExactCounter returns a counter of req's prompt for model; err when
+// the request's tools or think value do not decode as Ollama would.
+func newExactCounter(model *exact.Model, req *chatRequest) *exactCounter {
+	c := &exactCounter{model: model}
+	if len(req.tools) > 0 {
+		if err := json.Unmarshal(req.tools, &c.tools); err != nil {
+			c.err = err
+		}
+	}
+	switch {
+	case len(req.think) > 0:
+		var t api.ThinkValue
+		if err := json.Unmarshal(req.think, &t); err == nil {
+			c.think = &t
+		}
+	case req.effort != "":
+		// The translation's mapping of reasoning_effort to think.
+		switch req.effort {
+		case "none":
+			c.think = &api.ThinkValue{Value: false}
+		case "minimal", "low":
+			c.think = &api.ThinkValue{Value: "low"}
+		case "medium":
+			c.think = &api.ThinkValue{Value: "medium"}
+		case "high", "xhigh":
+			c.think = &api.ThinkValue{Value: "high"}
+		}
+	}
+	for _, m := range req.messages {
+		for _, tc := range m.ToolCalls {
+			if tc.ID != "" {
+				if c.names == nil {
+					c.names = map[string]string{}
+				}
+				c.names[tc.ID] = tc.Name
+			}
+		}
+	}
+	return c
+}
+
+// Prompt counts msgs exactly. Every field of the Estimate is the exact
+// count, marked Exact, so nothing calibrates from it.
+func (c *exactCounter) Prompt(msgs []rewrite.Message, _ json.RawMessage) budget.Estimate {
+	c.last = msgs
+	n, _, err := c.model.Count(exact.Prompt{Messages: c.messages(msgs), Tools: c.tools, Think: c.think})
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return budget.Estimate{Tokens: n, Raw: n, Chars: n, Exact: true}
+}
+
+// Overhead is the part of the last counted prompt that is no message's
+// share: BOS, the reply priming, the model's SYSTEM, the tools.
+func (c *exactCounter) Overhead(json.RawMessage) int {
+	n, err := c.model.Overhead(exact.Prompt{Messages: c.messages(c.last), Tools: c.tools, Think: c.think})
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n
+}
+
+// CountMessage returns m's share of a prompt, cached in m.Tokens.
+func (c *exactCounter) CountMessage(m *rewrite.Message) int {
+	if m.Tokens > 0 {
+		return m.Tokens
+	}
+	n, err := c.model.Share(c.message(m))
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	m.Tokens = max(n, 1)
+	return m.Tokens
+}
+
+// CountText returns the tokens of plain text.
+func (c *exactCounter) CountText(s string) int {
+	n, err := c.model.CountText(s)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n
+}
+
+func (c *exactCounter) messages(msgs []rewrite.Message) []api.Message {
+	out := make([]api.Message, len(msgs))
+	for i := range msgs {
+		out[i] = c.message(&msgs[i])
+	}
+	return out
+}
+
+// message is m as Ollama's server decodes it, in either dialect: the
+// fields a chat template can print. OpenAI messages get what the
+// translation writes (text parts joined by newlines, reasoning as
+// thinking, tool_name from the call a result answers).
+func (c *exactCounter) message(m *rewrite.Message) api.Message {
+	am := api.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+	for _, tc := range m.ToolCalls {
+		args := api.NewToolCallFunctionArguments()
+		if tc.Arguments != "" {
+			_ = json.Unmarshal([]byte(tc.Arguments), &args)
+		}
+		am.ToolCalls = append(am.ToolCalls, api.ToolCall{ID: tc.ID, Function: api.ToolCallFunction{Name: tc.Name, Arguments: args}})
+	}
+	if m.Images > 0 {
+		am.Images = make([]api.ImageData, m.Images)
+	}
+	if m.Raw != nil {
+		if ms, err := members(m.Raw); err == nil {
+			for _, mem := range ms {
+				v := m.Raw[mem.valueStart:mem.end]
+				switch mem.key {
+				case "thinking", "reasoning_content", "reasoning":
+					if am.Thinking == "" && v[0] == '"' && m.Role == "assistant" {
+						am.Thinking, _ = decodeString(v)
+					}
+				case "tool_name":
+					if v[0] == '"' {
+						am.ToolName, _ = decodeString(v)
+					}
+				}
+			}
+		}
+	}
+	if am.ToolName == "" && m.ToolCallID != "" {
+		am.ToolName = c.names[m.ToolCallID]
+	}
+	return am
+}

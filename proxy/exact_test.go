@@ -1,0 +1,280 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/budget/exact"
+	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
+	"github.com/ctxproxy/ctxproxy/rewrite"
+)
+
+// bpeModel is a fake Ollama model with an 8,000-token byte-level BPE
+// vocabulary (Llama 3's pre-tokenizer), whose prompt_eval_count is what
+// Ollama's own tokenizer makes of the rendered prompt.
+func bpeModel() (*fakebackend.Model, []string) {
+	return &fakebackend.Model{Vocab: vocabgen.BPE(8000, "llama-bpe", 2)}, exact.Pretokenizer("llama-bpe")
+}
+
+// textConversation is n turns of generated text in the dialect's shape.
+func textConversation(model string, n int, seed uint64, extra map[string]any) []byte {
+	msgs := []map[string]any{{"role": "system", "content": "You are terse. " + vocabgen.Text(100, seed)}}
+	rng := rand.New(rand.NewPCG(seed, 3))
+	for i := range n {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		msgs = append(msgs, map[string]any{"role": role, "content": vocabgen.Text(50+rng.IntN(300), seed+uint64(i))})
+	}
+	if n%2 == 0 {
+		msgs = append(msgs, map[string]any{"role": "user", "content": "and now?"})
+	}
+	body := map[string]any{"model": model, "messages": msgs, "stream": false}
+	for k, v := range extra {
+		body[k] = v
+	}
+	b, _ := json.Marshal(body)
+	return b
+}
+
+func promptEvalCount(t *testing.T, resp *http.Response) int {
+	t.Helper()
+	var v struct {
+		PromptEvalCount int `json:"prompt_eval_count"`
+		Usage           struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatalf("status %d, body %s", resp.StatusCode, data)
+	}
+	return max(v.PromptEvalCount, v.Usage.PromptTokens)
+}
+
+// TestExactFirstRequest: on the first request of a fresh proxy, with no
+// calibration, X-Ctxproxy-Tokens equals the prompt_eval_count of a
+// backend that counts with the model's own tokenizer, on both chat
+// routes; and tiktoken's estimate is not within 1% of it, so the test
+// tells a tokenizer from a guess.
+func TestExactFirstRequest(t *testing.T) {
+	for _, route := range []string{"/api/chat", "/v1/chat/completions"} {
+		t.Run(strings.Trim(route, "/"), func(t *testing.T) {
+			m, pre := bpeModel()
+			be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Model: m, Pretokenizer: pre, DefaultNumCtx: 1 << 20})
+			sys := newSystem(t, be.URL, setup{})
+			body := textConversation("tiny", 30, 1, nil)
+			resp := post(t, sys.url+route, body, nil)
+			sent := header(resp, "X-Ctxproxy-Tokens")
+			got := promptEvalCount(t, resp)
+			if sent != got || got == 0 {
+				t.Fatalf("X-Ctxproxy-Tokens %d, prompt_eval_count %d", sent, got)
+			}
+			req, err := decodeChat(Ollama, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			guess := budget.NewRegistry(budget.Config{}, nil).MessageCounter("tiny").Prompt(req.messages, nil).Tokens
+			if d := float64(guess-got) / float64(got); d > -0.01 && d < 0.01 {
+				t.Fatalf("tiktoken's guess %d is within 1%% of %d: the test cannot tell them apart", guess, got)
+			}
+			fwd, _ := be.Last("/api/chat")
+			if !strings.Contains(string(fwd.Body), `"truncate":false`) {
+				t.Errorf("managed request forwarded without truncate:false: %.200s", fwd.Body)
+			}
+		})
+	}
+}
+
+// TestExactTrimFits: a conversation far over the window is cut so that
+// the prompt Ollama evaluates fits num_ctx less the reply reserve, by the
+// backend's own count; Ollama (truncate false) refuses nothing.
+func TestExactTrimFits(t *testing.T) {
+	m, pre := bpeModel()
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Model: m, Pretokenizer: pre})
+	sys := newSystem(t, be.URL, setup{})
+	for _, n := range []int{40, 120, 300} {
+		body := textConversation("tiny", n, uint64(n), map[string]any{"options": map[string]any{"num_ctx": 4096}})
+		resp := post(t, sys.url+"/api/chat", body, nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d turns: status %d: %s", n, resp.StatusCode, readAll(t, resp.Body))
+		}
+		limit, sent := header(resp, "X-Ctxproxy-Limit"), header(resp, "X-Ctxproxy-Tokens")
+		got := promptEvalCount(t, resp)
+		if got != sent || got > limit {
+			t.Fatalf("%d turns: sent %d, prompt_eval_count %d, limit %d", n, sent, got, limit)
+		}
+	}
+}
+
+// TestTruncateFalse: a managed request to Ollama carries "truncate":
+// false; the client's own truncate, X-Ctxproxy-Bypass, strategy none and
+// on_overflow forward leave the body alone.
+func TestTruncateFalse(t *testing.T) {
+	base := `{"model":"tiny","stream":false,"messages":[{"role":"user","content":"hi"}]`
+	for _, tc := range []struct {
+		name     string
+		body     string
+		header   map[string]string
+		strategy rewrite.Config
+		want     string
+	}{
+		{"managed", base + `}`, nil, rewrite.Config{}, base + `,"truncate":false}`},
+		{"client true", base + `,"truncate":true}`, nil, rewrite.Config{}, base + `,"truncate":true}`},
+		{"client false", base + `,"truncate":false}`, nil, rewrite.Config{}, base + `,"truncate":false}`},
+		{"bypass", base + `}`, map[string]string{"X-Ctxproxy-Bypass": "1"}, rewrite.Config{}, base + `}`},
+		{"strategy none", base + `}`, nil, rewrite.Config{Mode: "none"}, base + `}`},
+		{"header none", base + `}`, map[string]string{"X-Ctxproxy-Strategy": "none"}, rewrite.Config{}, base + `}`},
+		{"forward", base + `}`, nil, rewrite.Config{OnOverflow: "forward"}, base + `}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, pre := bpeModel()
+			be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Model: m, Pretokenizer: pre})
+			sys := newSystem(t, be.URL, setup{strategy: tc.strategy, gpu: gpuOff()})
+			resp := post(t, sys.url+"/api/chat", []byte(tc.body), tc.header)
+			io.Copy(io.Discard, resp.Body)
+			got, _ := be.Last("/api/chat")
+			if string(got.Body) != tc.want {
+				t.Errorf("forwarded\n%s\nwant\n%s", got.Body, tc.want)
+			}
+		})
+	}
+}
+
+// TestReserveNeverZeroesTheLimit: num_predict as large as the window
+// would leave no room for the prompt; ctxproxy keeps a quarter of the
+// window for it, says so, and still manages the conversation.
+func TestReserveNeverZeroesTheLimit(t *testing.T) {
+	m, pre := bpeModel()
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Model: m, Pretokenizer: pre})
+	sys := newSystem(t, be.URL, setup{})
+	body := textConversation("tiny", 200, 4, map[string]any{"options": map[string]any{"num_ctx": 8192, "num_predict": 9000}})
+	resp := post(t, sys.url+"/api/chat", body, nil)
+	limit := header(resp, "X-Ctxproxy-Limit")
+	sent := header(resp, "X-Ctxproxy-Tokens")
+	got := promptEvalCount(t, resp)
+	if limit != 8192/4 || sent > limit || got != sent {
+		t.Fatalf("limit %d, sent %d, prompt_eval_count %d", limit, sent, got)
+	}
+	if w := strings.Join(resp.Header.Values("X-Ctxproxy-Warning"), " | "); !strings.Contains(w, "reply reserve") {
+		t.Errorf("no warning about the reserve: %q", w)
+	}
+}
+
+// TestExactDrift: when the backend counts differently from the model's
+// vocabulary and template (another Ollama version, a renderer), the first
+// uncensored report beyond 1% turns exact counting off for the model; it
+// is counted by estimate since, and the metric shows it.
+func TestExactDrift(t *testing.T) {
+	m, pre := bpeModel()
+	// The server renders with a longer template than /api/show reports.
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Model: m, Pretokenizer: pre, DefaultNumCtx: 1 << 20})
+	sys := newSystem(t, be.URL, setup{})
+	resp := post(t, sys.url+"/api/chat", textConversation("tiny", 10, 1, nil), nil)
+	io.Copy(io.Discard, resp.Body)
+	m.Template = "{{- range .Messages }}<|im_start|>{{ .Role }} speaking at length\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
+	be.SetOptions(fakebackend.Options{Model: &fakebackend.Model{Vocab: m.Vocab, Template: m.Template}, Pretokenizer: pre, DefaultNumCtx: 1 << 20})
+	resp = post(t, sys.url+"/api/chat", textConversation("tiny", 10, 2, nil), nil)
+	io.Copy(io.Discard, resp.Body)
+	if a := sys.srv.be.Model(t.Context(), "tiny").Agreement(); !a.Off || a.Checked != 2 {
+		t.Fatalf("agreement after a disagreeing report: %+v", a)
+	}
+	metrics := metricsText(t, sys.url)
+	if !strings.Contains(metrics, "ctxproxy_exact_count_disagreements_total 1") ||
+		!strings.Contains(metrics, `ctxproxy_prompt_counts_total{method="exact"} 2`) {
+		t.Errorf("metrics:\n%s", grepLines(metrics, "exact|prompt_counts"))
+	}
+	resp = post(t, sys.url+"/api/chat", textConversation("tiny", 10, 3, nil), nil)
+	io.Copy(io.Discard, resp.Body)
+	if !strings.Contains(metricsText(t, sys.url), `ctxproxy_prompt_counts_total{method="estimate"} 1`) {
+		t.Error("the model is still counted exactly after disagreeing")
+	}
+}
+
+// TestConcurrentCalibration: 32 concurrent requests over the window,
+// counted by calibration while responses keep updating it, never find
+// counting and cutting in disagreement (it used to answer 400 "could not
+// cut it down" for some).
+func TestConcurrentCalibration(t *testing.T) {
+	// A backend whose counts swing from request to request, so that the
+	// calibration moves while other requests are between counting and
+	// cutting.
+	var calls atomic.Int64
+	be := fakebackend.New(t, fakebackend.OpenAI, fakebackend.Options{
+		Tokenize: func(s string) int {
+			if calls.Add(1)%2 == 0 {
+				return len(s)/2 + 1
+			}
+			return len(s)/6 + 1
+		}})
+	sys := newSystem(t, be.URL, setup{tokens: budget.Config{Models: map[string]budget.Model{"gpt-test": {MaxTokens: 4096, MaxOutputTokens: 512}}}})
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The newest turn alone is over the window: it must be shrunk,
+			// which recounts the edited message.
+			body := textConversation("gpt-test", 60+i, uint64(i), nil)
+			big, _ := json.Marshal(vocabgen.Text(30000, uint64(i)))
+			body = []byte(strings.Replace(string(body), `"and now?"`, string(big), 1))
+			req, _ := http.NewRequest(http.MethodPost, sys.url+"/v1/chat/completions", strings.NewReader(string(body)))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				errs <- fmt.Sprintf("%d %s", resp.StatusCode, data)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
+
+func metricsText(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return readAll(t, resp.Body)
+}
+
+func grepLines(s, words string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		for _, w := range strings.Split(words, "|") {
+			if strings.Contains(l, w) && !strings.HasPrefix(l, "#") {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// gpuOff leaves num_ctx to the client and Ollama.
+func gpuOff() gpu.Config {
+	off := false
+	return gpu.Config{AutoSize: &off}
+}
