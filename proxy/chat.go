@@ -149,7 +149,7 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 		p.limit = lim.Effective()
 		est := s.tokens.MessageCounter(req.model).Frozen()
 		p.counter = est
-		if toOllama && mi.Tokenizer != nil {
+		if toOllama && mi.Tokenizer != nil && !s.cfg.NoExact {
 			ec := newExactCounter(mi.Tokenizer, req)
 			if ec.err == nil {
 				p.before = ec.Prompt(p.messages, req.tools)

@@ -45,6 +45,10 @@ type Config struct {
 	TranslateOpenAI string
 	// RespectClient keeps a client's own options.num_ctx when it fits.
 	RespectClient bool
+	// NoExact counts every prompt by estimate (tiktoken and calibration),
+	// even for Ollama models whose own tokenizer could count it exactly
+	// (tokens.exact: false).
+	NoExact bool
 	// Accumulate prepends the stored history to every request (clients
 	// that send only the new turn), as X-Ctxproxy-Accumulate: 1 does.
 	Accumulate bool

@@ -62,6 +62,7 @@ type TokensConfig struct {
 	ApproxCharsPerToken float64 `mapstructure:"approx_chars_per_token"`
 	ImageTokens         int     `mapstructure:"image_tokens"`
 	Calibrate           bool    `mapstructure:"calibrate"`
+	Exact               bool    `mapstructure:"exact"`
 	CacheEntries        int     `mapstructure:"cache_entries"`
 }
 
@@ -180,7 +181,7 @@ func defaultConfig() Config {
 	c.Backend = BackendConfig{URL: "http://127.0.0.1:11434", Kind: "auto", TranslateOpenAI: "auto",
 		ResponseHeaderTimeout: 5 * time.Minute, DialTimeout: 10 * time.Second}
 	c.Session = SessionConfig{Header: "X-Session-ID", Fingerprint: true}
-	c.Tokens = TokensConfig{Encoding: "auto", ApproxCharsPerToken: 4, ImageTokens: 768, Calibrate: true, CacheEntries: 100000}
+	c.Tokens = TokensConfig{Encoding: "auto", ApproxCharsPerToken: 4, ImageTokens: 768, Calibrate: true, Exact: true, CacheEntries: 100000}
 	c.Context = ContextConfig{AutoSize: true, MinSize: 2048, MaxSize: 131072, VRAMBuffer: 512 << 20,
 		KVQuantization: "f16", NumParallel: 1, ReserveOutput: 1024, RespectClient: true}
 	c.Strategy.Mode = "smart"

@@ -28,6 +28,7 @@ func (c Config) proxyConfig() proxy.Config {
 		NoFingerprint:         !c.Session.Fingerprint,
 		Accumulate:            c.Session.Accumulate,
 		RespectClient:         c.Context.RespectClient,
+		NoExact:               !c.Tokens.Exact,
 		Version:               versionString(),
 		AdminToken:            c.Admin.Token,
 		AdminOff:              c.Admin.Token == "" && !proxy.Loopback(c.Listen),

@@ -1,0 +1,160 @@
+// Package ggufgen writes small random-weight llama-architecture GGUF
+// models around a generated vocabulary (package vocabgen), with Ollama's
+// own GGUF writer, so the end-to-end suite can load models whose
+// tokenizer is large enough to tell a real tokenizer from a guess into a
+// real Ollama. The weights are random: the text a model writes is
+// printable noise, for testing plumbing, never answers.
+package ggufgen
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+
+	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
+	"github.com/ollama/ollama/fs/ggml"
+)
+
+// Shape is the model's size. The zero value is 2 layers, embedding 64,
+// 4 heads, 2 KV heads, feed-forward 128 and an 8192-token window.
+type Shape struct {
+	Layers, Embedding, Heads, KVHeads, FeedForward, Context int
+	Seed                                                    uint64
+}
+
+func (s Shape) withDefaults() Shape {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&s.Layers, 2)
+	def(&s.Embedding, 64)
+	def(&s.Heads, 4)
+	def(&s.KVHeads, 2)
+	def(&s.FeedForward, 128)
+	def(&s.Context, 8192)
+	return s
+}
+
+type f32 []float32
+
+func (d f32) WriteTo(w io.Writer) (int64, error) {
+	if err := binary.Write(w, binary.LittleEndian, []float32(d)); err != nil {
+		return 0, err
+	}
+	return int64(len(d) * 4), nil
+}
+
+// Write writes a GGUF model of shape s with vocabulary v to path.
+func Write(path string, v vocabgen.Vocab, s Shape) error {
+	s = s.withDefaults()
+	rng := rand.New(rand.NewPCG(s.Seed, 17))
+	nVocab := len(v.Tokens)
+	headDim := s.Embedding / s.Heads
+	kv := ggml.KV{
+		"general.architecture":                   "llama",
+		"general.name":                           "ctxproxy-generated",
+		"general.file_type":                      uint32(0), // all F32
+		"general.alignment":                      uint32(32),
+		"llama.context_length":                   uint32(s.Context),
+		"llama.embedding_length":                 uint32(s.Embedding),
+		"llama.block_count":                      uint32(s.Layers),
+		"llama.feed_forward_length":              uint32(s.FeedForward),
+		"llama.attention.head_count":             uint32(s.Heads),
+		"llama.attention.head_count_kv":          uint32(s.KVHeads),
+		"llama.rope.dimension_count":             uint32(headDim),
+		"llama.rope.freq_base":                   float32(10000),
+		"llama.attention.layer_norm_rms_epsilon": float32(1e-5),
+		"llama.vocab_size":                       uint32(nVocab),
+		"tokenizer.ggml.model":                   v.Model,
+		"tokenizer.ggml.tokens":                  v.Tokens,
+		"tokenizer.ggml.token_type":              v.Types,
+		"tokenizer.ggml.bos_token_id":            uint32(v.BOS),
+		"tokenizer.ggml.eos_token_id":            uint32(v.EOS),
+		"tokenizer.ggml.add_bos_token":           v.AddBOS,
+		"tokenizer.ggml.add_eos_token":           false,
+	}
+	if v.Model == "gpt2" {
+		kv["tokenizer.ggml.pre"] = v.Pre
+		kv["tokenizer.ggml.merges"] = v.Merges
+	} else {
+		kv["tokenizer.ggml.scores"] = v.Scores
+	}
+	// Printable tokens get a high output logit and everything else
+	// (bytes outside printable ASCII, control tokens) a very low one, so
+	// sampling writes printable text and never stops on its own: the
+	// Modelfile's num_predict ends each reply.
+	printable := func(id int) bool {
+		switch {
+		case v.Types[id] != vocabgen.TypeNormal:
+			return false
+		case v.Model == "gpt2" && id < 256:
+			return id >= 0x20 && id <= 0x7e
+		}
+		return true
+	}
+	E, V, F, K := uint64(s.Embedding), uint64(nVocab), uint64(s.FeedForward), uint64(headDim*s.KVHeads)
+	random := func(name string, shape ...uint64) *ggml.Tensor {
+		n := uint64(1)
+		for _, d := range shape {
+			n *= d
+		}
+		d := make(f32, n)
+		for i := range d {
+			d[i] = float32(rng.NormFloat64() * 0.02)
+		}
+		return &ggml.Tensor{Name: name, Kind: 0, Shape: shape, WriterTo: d}
+	}
+	ones := func(name string, n uint64) *ggml.Tensor {
+		d := make(f32, n)
+		for i := range d {
+			d[i] = 1
+		}
+		return &ggml.Tensor{Name: name, Kind: 0, Shape: []uint64{n}, WriterTo: d}
+	}
+	emb, out := make(f32, E*V), make(f32, E*V)
+	for t := range V {
+		for e := range E {
+			emb[t*E+e] = float32(rng.NormFloat64() * 0.05)
+			out[t*E+e] = float32(rng.NormFloat64() * 0.5)
+		}
+		// Dimension 0 dominates after the final norm, so row 0 of the
+		// output decides which tokens can be sampled.
+		emb[t*E] = 1
+		out[t*E] = -5
+		if printable(int(t)) {
+			out[t*E] = float32(1 + rng.NormFloat64()*0.05)
+		}
+	}
+	ts := []*ggml.Tensor{
+		{Name: "token_embd.weight", Kind: 0, Shape: []uint64{E, V}, WriterTo: emb},
+		ones("output_norm.weight", E),
+		{Name: "output.weight", Kind: 0, Shape: []uint64{E, V}, WriterTo: out},
+	}
+	for i := range s.Layers {
+		p := fmt.Sprintf("blk.%d.", i)
+		ts = append(ts,
+			ones(p+"attn_norm.weight", E),
+			random(p+"attn_q.weight", E, E),
+			random(p+"attn_k.weight", E, K),
+			random(p+"attn_v.weight", E, K),
+			random(p+"attn_output.weight", E, E),
+			ones(p+"ffn_norm.weight", E),
+			random(p+"ffn_gate.weight", E, F),
+			random(p+"ffn_up.weight", E, F),
+			random(p+"ffn_down.weight", F, E),
+		)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := ggml.WriteGGUF(f, kv, ts); err != nil {
+		f.Close()
+		return fmt.Errorf("ggufgen: %w", err)
+	}
+	return f.Close()
+}
