@@ -50,6 +50,13 @@ type plan struct {
 	// exact is the backend's model when the prompt was counted with its
 	// own tokenizer; nil when estimated.
 	exact *backend.Model
+	// uncut are the messages before any strategy (accumulated history
+	// and in-band edits applied), uncutChanged whether they already
+	// differ from the request's; an overflow retry cuts from them again.
+	uncut        []rewrite.Message
+	uncutChanged bool
+	// retries is the number of overflow retries the request took.
+	retries int
 }
 
 // prepare runs the request path of DESIGN.md: accumulate, size num_ctx,
@@ -168,6 +175,29 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 		p.after = p.before
 	}
 
+	p.uncut, p.uncutChanged = p.messages, p.changed
+	s.noteModel(p, mi.Facts)
+	body, aerr := s.cut(ctx, r, ex, req, p, toOllama, 0)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if p.exact != nil || s.tokens != nil {
+		// An overflow the backend reports despite the count is cut
+		// harder and retried before the client sees a byte.
+		ex.recut = func(shrink int) ([]byte, *apiError) {
+			return s.cut(ctx, r, ex, req, p, toOllama, shrink)
+		}
+	}
+	s.setPlanHeaders(ex, p)
+	return body, nil
+}
+
+// cut trims the conversation to the plan's limit less shrink tokens and
+// encodes the body to forward: the messages, num_ctx, truncate:false and
+// the translation. prepare runs it with shrink 0; an overflow retry runs
+// it again with more.
+func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *chatRequest, p *plan, toOllama bool, shrink int) ([]byte, *apiError) {
+	p.messages, p.changed, p.result, p.after = p.uncut, p.uncutChanged, rewrite.Result{}, p.before
 	// Trim when the conversation outgrows the window.
 	if trimmer := s.trimmer.Load(); trimmer != nil && p.counter != nil && p.limit > 0 {
 		mode := r.Header.Get("X-Ctxproxy-Strategy")
@@ -181,7 +211,7 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 			tctx = rewrite.WithThreshold(tctx, max(trimmer.Threshold()-0.2, trimmer.Target()))
 		}
 		orig := p.messages
-		room := p.limit - p.counter.Overhead(req.tools)
+		room := p.limit - p.counter.Overhead(req.tools) - shrink
 		// Exact counts measure the whole prompt; a strategy measures
 		// messages one by one. Where a template joins messages the two
 		// differ by a few tokens: check the cut prompt, and cut again
@@ -201,14 +231,14 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 				p.changed = true
 				p.after = p.counter.Prompt(p.messages, req.tools)
 			}
-			if err != nil || res.Notice == "" || p.exact == nil || p.after.Tokens <= p.limit || attempt == 2 {
+			fit := p.limit - shrink
+			if err != nil || res.Notice == "" || p.exact == nil || p.after.Tokens <= fit || attempt == 2 {
 				break
 			}
-			room -= p.after.Tokens - p.limit + max(8, p.limit/100)
+			room -= p.after.Tokens - fit + max(8, p.limit/100)
 		}
 	}
 
-	s.noteModel(p, mi.Facts)
 	// Overflow is never silent: a managed request tells Ollama to refuse
 	// a prompt longer than num_ctx instead of cutting it without a word,
 	// unless the client chose truncate itself, or asked for no management.
@@ -249,7 +279,6 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 		body = out
 		ex.outPath = "/api/chat"
 	}
-	s.setPlanHeaders(ex, p)
 	return body, nil
 }
 
@@ -410,7 +439,7 @@ func (s *Server) record(ex *exchange, rep reply, truncated bool) {
 	if rep.promptTokens > 0 {
 		stats.PromptTokens, stats.CompletionTokens = rep.promptTokens, rep.outputTokens
 	}
-	model, accum := p.model, p.accum
+	model, accum, retries := p.model, p.accum, p.retries
 	err := s.writer.Update(ex.session, func(sess *snapshots.Session) error {
 		if model != "" {
 			sess.Model = model
@@ -428,6 +457,7 @@ func (s *Server) record(ex *exchange, rep reply, truncated bool) {
 		st.Requests = sess.Stats.Requests + 1
 		st.Truncations = sess.Stats.Truncations
 		st.LastTruncation = sess.Stats.LastTruncation
+		st.OverflowRetries = sess.Stats.OverflowRetries + retries
 		if truncated {
 			st.Truncations++
 			st.LastTruncation = now.UTC()

@@ -21,27 +21,7 @@ type apiError struct {
 // writeError writes e in the shape clients of dialect d parse:
 // OpenAI {"error":{"message","type","param","code"}}, Ollama {"error":"..."}.
 func writeError(w http.ResponseWriter, d Dialect, e apiError) {
-	var body []byte
-	if d == OpenAI && e.raw != nil {
-		body = e.raw
-	} else if d == OpenAI {
-		typ := "invalid_request_error"
-		switch {
-		case e.status >= 500:
-			typ = "server_error"
-		case e.status == http.StatusUnauthorized:
-			typ = "authentication_error"
-		}
-		var code any
-		if e.code != "" {
-			code = e.code
-		}
-		body, _ = json.Marshal(map[string]any{"error": map[string]any{
-			"message": e.message, "type": typ, "param": nil, "code": code,
-		}})
-	} else {
-		body, _ = json.Marshal(map[string]string{"error": e.message})
-	}
+	body := errorBody(d, e)
 	h := w.Header()
 	h.Set("Content-Type", "application/json; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -56,4 +36,30 @@ func dialectOf(path string) Dialect {
 		return OpenAI
 	}
 	return Ollama
+}
+
+// errorBody is e in the dialect's error shape.
+func errorBody(d Dialect, e apiError) []byte {
+	if d == OpenAI && e.raw != nil {
+		return e.raw
+	}
+	if d != OpenAI {
+		body, _ := json.Marshal(map[string]string{"error": e.message})
+		return body
+	}
+	typ := "invalid_request_error"
+	switch {
+	case e.status >= 500:
+		typ = "server_error"
+	case e.status == http.StatusUnauthorized:
+		typ = "authentication_error"
+	}
+	var code any
+	if e.code != "" {
+		code = e.code
+	}
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{
+		"message": e.message, "type": typ, "param": nil, "code": code,
+	}})
+	return body
 }

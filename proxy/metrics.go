@@ -31,6 +31,8 @@ type metrics struct {
 	dropped, summarized       prometheus.Counter
 	truncations               prometheus.Counter
 	exactDisagreements        prometheus.Counter
+	overflowRetries           prometheus.Counter
+	overflowFailures          prometheus.Counter
 	exactCounts               *prometheus.CounterVec
 	calibrationError          prometheus.Histogram
 	added                     prometheus.Histogram
@@ -86,6 +88,12 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 	m.exactDisagreements = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ctxproxy_exact_count_disagreements_total",
 		Help: "Models whose exact token counts disagreed with the backend's by more than 1%; they are counted by calibration since."})
+	m.overflowRetries = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ctxproxy_overflow_retries_total",
+		Help: "Requests the backend refused as longer than its window that ctxproxy cut harder and sent again (each resend counts)."})
+	m.overflowFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ctxproxy_overflow_failures_total",
+		Help: "Requests the backend still refused as too long after every retry; the client got a context_length_exceeded error."})
 	m.exactCounts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ctxproxy_prompt_counts_total",
 		Help: "Chat requests counted, by how: exact (the model's own tokenizer) or estimate (tiktoken and calibration)."},
@@ -140,7 +148,7 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 	for _, r := range []string{"applied", "rejected"} {
 		m.reloads.WithLabelValues(r)
 	}
-	reg.MustRegister(m.exactDisagreements, m.exactCounts)
+	reg.MustRegister(m.exactDisagreements, m.exactCounts, m.overflowRetries, m.overflowFailures)
 	reg.MustRegister(m.requests, m.unparsable, m.duration, m.tokensBefore, m.tokensAfter, m.dropped,
 		m.summarized, m.truncations, m.calibrationError, m.added, m.numCtx, inflight, streams,
 		m.summaries, m.summaryFailures, m.summaryDuration, m.reloads, m.lastReload, m.lastReloadFailed)

@@ -229,6 +229,9 @@ type exchange struct {
 	// ready is when the request was ready to forward: what ctxproxy
 	// added before the backend saw it.
 	ready time.Time
+	// recut, when set, cuts the conversation shrink tokens below the
+	// limit and returns the body to forward (an overflow retry).
+	recut func(shrink int) ([]byte, *apiError)
 }
 
 // warn adds a warning for the client (X-Ctxproxy-Warning) and the log.
@@ -420,6 +423,21 @@ func (s *Server) shapeResponse(resp *http.Response) error {
 	ex := exchangeFrom(resp.Request.Context())
 	if ex == nil {
 		return nil
+	}
+	if ex.recut != nil && (resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusRequestEntityTooLarge) {
+		next, own := s.retryOverflow(resp, ex)
+		if next != resp {
+			resp.Status, resp.StatusCode, resp.Header, resp.Body = next.Status, next.StatusCode, next.Header, next.Body
+			resp.ContentLength, resp.TransferEncoding, resp.Trailer, resp.Uncompressed = next.ContentLength, next.TransferEncoding, next.Trailer, next.Uncompressed
+		}
+		if own {
+			// ctxproxy's own answer, already in the client's dialect.
+			ex.status = resp.StatusCode
+			for k, v := range ex.headers {
+				resp.Header[k] = v
+			}
+			return nil
+		}
 	}
 	ex.status = resp.StatusCode
 	for k, v := range ex.headers {

@@ -74,6 +74,9 @@ type Stats struct {
 	// (reported prompt tokens far below what was sent).
 	Truncations    int       `json:"truncations,omitempty"`
 	LastTruncation time.Time `json:"last_truncation,omitzero"`
+	// OverflowRetries counts resends after the backend refused a prompt
+	// as longer than its window (ctxproxy cut it harder each time).
+	OverflowRetries int `json:"overflow_retries,omitempty"`
 }
 
 // Summary is a cached summary of some iterations of a conversation, keyed
