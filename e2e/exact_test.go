@@ -265,3 +265,32 @@ func TestRealOllama_Growing200(t *testing.T) {
 		t.Errorf("the conversation never outgrew the window: the run proves nothing")
 	}
 }
+
+// TestRealOllama_OverflowRetry: with a counter that badly undercounts
+// (approximate, 2 bytes a token for a model that needs about one, no
+// calibration, no exact counting), ctxproxy forwards a prompt it thinks
+// fits; Ollama, told "truncate": false, refuses it; ctxproxy cuts harder
+// and resends, and the client gets its answer, with no truncation.
+func TestRealOllama_OverflowRetry(t *testing.T) {
+	o := need(t)
+	p := startCtxproxy(t, o.url, `
+backend: {kind: ollama}
+context: {auto_size: false, target_size: 2048, reserve_output: 16}
+tokens: {exact: false, calibrate: false, encoding: approximate, approx_chars_per_token: 2}
+`)
+	res := chat(t, p.url, chatRequest{Model: modelTiny, Messages: conversation(950, 30)}, "X-Session-ID", "e2e-overflow-retry")
+	retries, _ := p.metric(t, "ctxproxy_overflow_retries_total")
+	failures, _ := p.metric(t, "ctxproxy_overflow_failures_total")
+	t.Logf("sent (estimate) %d, Ollama evaluated %d, num_ctx %d, %v retries; warnings %q",
+		headerInt(t, res.header, "X-Ctxproxy-Tokens"), res.final.PromptEvalCount, headerInt(t, res.header, "X-Ctxproxy-Num-Ctx"),
+		retries, res.header.Values("X-Ctxproxy-Warning"))
+	if retries < 1 || failures != 0 {
+		t.Errorf("overflow retries %v, failures %v: want at least one retry that recovered", retries, failures)
+	}
+	if res.final.PromptEvalCount > 2048 || res.final.PromptEvalCount == 0 {
+		t.Errorf("Ollama evaluated %d tokens with num_ctx 2048", res.final.PromptEvalCount)
+	}
+	if n, _ := p.metric(t, "ctxproxy_backend_truncations_total"); n != 0 {
+		t.Errorf("truncations %v", n)
+	}
+}

@@ -85,7 +85,8 @@ func parseOverflow(status int, body []byte) (overflow, bool) {
 
 // retryOverflow handles a backend's refusal of an overlong prompt before
 // the client has seen anything: it cuts the conversation harder (by the
-// excess the error reports, else a tenth of the window, plus a margin)
+// excess the error reports plus a margin, else to 90%, 70% and 40% of the
+// window)
 // and sends it again, up to maxOverflowRetries times. It returns the
 // response to give the client: a success, another error as the backend
 // sent it, or a clear error of ctxproxy's own. resp's body is consumed
@@ -107,11 +108,13 @@ func (s *Server) retryOverflow(resp *http.Response, ex *exchange) (next *http.Re
 	p := ex.plan
 	shrink := 0
 	for attempt := 1; attempt <= maxOverflowRetries; attempt++ {
-		step := o.excess
-		if step == 0 {
-			step = p.limit / 10
+		if o.excess > 0 {
+			shrink += o.excess + max(16, p.limit/50)
+		} else {
+			// Ollama does not say by how much: leave 90%, 70%, then 40%
+			// of the window, enough for an estimate off by a factor of two.
+			shrink = p.limit - p.limit*[]int{90, 70, 40}[attempt-1]/100
 		}
-		shrink += step + max(16, p.limit/50)
 		out, aerr := ex.recut(shrink)
 		if aerr != nil {
 			return errorResponse(resp, ex.dialect, *aerr), true

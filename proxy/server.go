@@ -23,6 +23,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -236,7 +237,9 @@ type exchange struct {
 
 // warn adds a warning for the client (X-Ctxproxy-Warning) and the log.
 func (ex *exchange) warn(msg string) {
-	ex.headers.Add("X-Ctxproxy-Warning", msg)
+	if !slices.Contains(ex.headers.Values("X-Ctxproxy-Warning"), msg) {
+		ex.headers.Add("X-Ctxproxy-Warning", msg)
+	}
 }
 
 type exchangeKey struct{}
