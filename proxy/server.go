@@ -96,9 +96,10 @@ type Server struct {
 	store   Store
 	writer  Writer
 
-	be     *backend.Backend
-	usage  usageCache
-	warned struct {
+	be        *backend.Backend
+	usage     usageCache
+	tokRoutes ollamaTokenize
+	warned    struct {
 		mu sync.Mutex
 		m  map[string]bool
 	}
@@ -194,6 +195,8 @@ func (s *Server) routes() {
 	s.adminRoutes()
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	s.statusRoutes()
+	s.mux.HandleFunc("POST /api/tokenize", s.apiTokenize(s.postTokenize))
+	s.mux.HandleFunc("POST /api/detokenize", s.apiTokenize(s.postDetokenize))
 	s.mux.HandleFunc("POST /api/chat", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, Ollama) })
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, OpenAI) })
 	s.mux.HandleFunc("/", s.passthrough)

@@ -1,14 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
@@ -23,6 +27,10 @@ type countReport struct {
 	Limit    int            `json:"limit"`
 	Usage    float64        `json:"usage"`
 	Messages []countMessage `json:"messages"`
+	// Exact and Source say how it was counted: by a running ctxproxy
+	// with the model's own tokenizer, or by estimate.
+	Exact  bool   `json:"exact"`
+	Source string `json:"source"`
 }
 
 type countMessage struct {
@@ -36,6 +44,9 @@ func count(args []string, e env) error {
 	cf := newConfigFlags("count", e)
 	model := cf.fs.String("model", "", "model to count for (default: the request's own, else gpt-4o)")
 	asJSON := cf.fs.Bool("json", false, "print JSON")
+	proxyURL := cf.fs.String("proxy", envOr(e, "CTXPROXY_PROXY", defaultProxy),
+		"a running ctxproxy to count with (its backend's tokenizers, its calibration); env CTXPROXY_PROXY")
+	local := cf.fs.Bool("local", false, "count here by estimate, without asking a running ctxproxy")
 	cf.fs.Usage = func() {
 		fmt.Fprintln(e.stderr, "usage: ctxproxy count [--model M] [--json] [FILE|-]")
 		cf.fs.PrintDefaults()
@@ -64,6 +75,7 @@ func count(args []string, e env) error {
 		return fmt.Errorf("input is larger than max_body (%s)", c.MaxBody)
 	}
 	chat, err := proxy.ParseChat(data)
+	isChat := err == nil
 	if err != nil {
 		// Not a chat body: count it as one user message of plain text.
 		chat = proxy.Chat{Messages: []rewrite.Message{{Role: "user", Content: string(data)}}}
@@ -84,12 +96,25 @@ func count(args []string, e env) error {
 	if chat.MaxOutput > 0 {
 		lim = lim.WithOutput(chat.MaxOutput)
 	}
-	rep := countReport{Model: chat.Model, Total: est.Tokens, Limit: lim.Effective(), Messages: []countMessage{}}
-	if rep.Limit > 0 {
-		rep.Usage = float64(rep.Total) / float64(rep.Limit)
-	}
+	rep := countReport{Model: chat.Model, Total: est.Tokens, Limit: lim.Effective(), Messages: []countMessage{},
+		Source: "estimate:" + reg.Encoding(chat.Model) + " (here, uncalibrated)"}
 	for i := range chat.Messages {
 		rep.Messages = append(rep.Messages, countMessage{Role: chat.Messages[i].Role, Tokens: chat.Messages[i].Tokens})
+	}
+	if !*local {
+		if remote, err := countRemote(*proxyURL, c.Admin.Token, chat.Model, data, isChat); err == nil {
+			rep.Total, rep.Exact, rep.Source = remote.Count, remote.Exact, remote.Source+" (by the ctxproxy at "+*proxyURL+")"
+			if len(remote.Messages) == len(rep.Messages) {
+				for i, m := range remote.Messages {
+					rep.Messages[i].Tokens = m.Tokens
+				}
+			}
+		} else if !errors.Is(err, errNoProxy) {
+			fmt.Fprintf(e.stderr, "ctxproxy at %s: %v; counting here by estimate\n", *proxyURL, err)
+		}
+	}
+	if rep.Limit > 0 {
+		rep.Usage = float64(rep.Total) / float64(rep.Limit)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
@@ -109,8 +134,55 @@ func count(args []string, e env) error {
 		overhead -= m.Tokens
 	}
 	_, err = fmt.Fprintf(e.stdout, "\nmodel %s (%s): %d tokens (%d of structure, tools and reply priming), limit %d, usage %.1f%%\n",
-		rep.Model, reg.Encoding(rep.Model), rep.Total, overhead, rep.Limit, rep.Usage*100)
+		rep.Model, rep.Source, rep.Total, overhead, rep.Limit, rep.Usage*100)
 	return err
+}
+
+// errNoProxy means no ctxproxy answered at the address: count here.
+var errNoProxy = errors.New("no ctxproxy running")
+
+// countRemote asks a running ctxproxy to count data (a chat body, else
+// text) with its backend's tokenizers and its calibration.
+func countRemote(base, token, model string, data []byte, isChat bool) (proxy.TokenizeResponse, error) {
+	var req proxy.TokenizeRequest
+	if isChat {
+		if err := json.Unmarshal(data, &req); err != nil {
+			return proxy.TokenizeResponse{}, err
+		}
+	} else {
+		text := string(data)
+		req.Content = &text
+	}
+	req.Model = model
+	body, err := json.Marshal(req)
+	if err != nil {
+		return proxy.TokenizeResponse{}, err
+	}
+	hr, err := http.NewRequest(http.MethodPost, strings.TrimSuffix(base, "/")+"/ctxproxy/tokenize", bytes.NewReader(body))
+	if err != nil {
+		return proxy.TokenizeResponse{}, errNoProxy
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		hr.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(hr)
+	if err != nil {
+		return proxy.TokenizeResponse{}, errNoProxy
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return proxy.TokenizeResponse{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return proxy.TokenizeResponse{}, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(answer))
+	}
+	var out proxy.TokenizeResponse
+	if err := json.Unmarshal(answer, &out); err != nil {
+		return proxy.TokenizeResponse{}, fmt.Errorf("not a tokenize answer: %w", err)
+	}
+	return out, nil
 }
 
 // gpuCmd prints the detected memory and, for a model, the num_ctx

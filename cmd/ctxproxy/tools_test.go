@@ -5,18 +5,21 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/budget/exact"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
 )
 
 func TestCountJSON(t *testing.T) {
 	body := `{"model":"gpt-4","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Hello, world!"}]}`
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"count", "--json"}, envOf(nil), strings.NewReader(body), &out, io.Discard)
+	err := run(context.Background(), []string{"count", "--local", "--json"}, envOf(nil), strings.NewReader(body), &out, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,20 +50,20 @@ func TestCountPlainTextAndFile(t *testing.T) {
 	file := filepath.Join(dir, "req.json")
 	os.WriteFile(file, []byte(`{"model":"llama3.1","messages":[{"role":"user","content":"hi"}],"options":{"num_ctx":4096}}`), 0o644)
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"count", file}, envOf(nil), nil, &out, io.Discard); err != nil {
+	if err := run(context.Background(), []string{"count", "--local", file}, envOf(nil), nil, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "model llama3.1") || !strings.Contains(out.String(), "limit 3072") {
 		t.Errorf("text output:\n%s", out.String())
 	}
 	out.Reset()
-	if err := run(context.Background(), []string{"count", "--model", "gpt-4o", "-"}, envOf(nil),
+	if err := run(context.Background(), []string{"count", "--local", "--model", "gpt-4o", "-"}, envOf(nil),
 		strings.NewReader("just some plain text, not JSON"), &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	// Plain text is one user message: 3 tokens of structure, 1 for the
 	// role and 7 for the text in o200k_base, plus 3 of reply priming.
-	if !strings.Contains(out.String(), "model gpt-4o (o200k_base): 14 tokens") {
+	if !strings.Contains(out.String(), "model gpt-4o (estimate:o200k_base (here, uncalibrated)): 14 tokens") {
 		t.Errorf("plain text output:\n%s", out.String())
 	}
 	if err := run(context.Background(), []string{"count", filepath.Join(dir, "missing.json")}, envOf(nil), nil, io.Discard, io.Discard); err == nil {
@@ -104,5 +107,36 @@ func TestGPUCommand(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "TOTAL") {
 		t.Errorf("text output:\n%s", out.String())
+	}
+}
+
+// TestCountUsesRunningProxy: with a ctxproxy running, `ctxproxy count`
+// counts with it: exactly, by the model's own tokenizer, the number its
+// backend then evaluates.
+func TestCountUsesRunningProxy(t *testing.T) {
+	m := &fakebackend.Model{Vocab: vocabgen.BPE(3000, "llama-bpe", 1)}
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Model: m, Pretokenizer: exact.Pretokenizer("llama-bpe"), DefaultNumCtx: 1 << 20})
+	addr, _, stop := startServe(t, []string{"--backend", be.URL}, nil)
+	defer stop()
+	body := `{"model":"tiny","stream":false,"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"` + vocabgen.Words(40, 3)[5] + ` stands here, tall and bright."}]}`
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"count", "--json", "--proxy", "http://" + addr}, envOf(nil), strings.NewReader(body), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var rep countReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post("http://"+addr+"/api/chat", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chat struct {
+		PromptEvalCount int `json:"prompt_eval_count"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&chat)
+	resp.Body.Close()
+	if !rep.Exact || rep.Total != chat.PromptEvalCount || !strings.Contains(rep.Source, "ollama:gpt2/llama-bpe") || len(rep.Messages) != 2 {
+		t.Errorf("count %+v; the backend evaluated %d", rep, chat.PromptEvalCount)
 	}
 }

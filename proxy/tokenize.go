@@ -1,0 +1,250 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/budget/exact"
+)
+
+// TokenizeRequest is the body of POST /ctxproxy/tokenize and of the
+// /api/tokenize ctxproxy answers for Ollama: a text (Content), or a chat
+// request's messages, tools and think value, counted as the model's
+// server would build its prompt.
+type TokenizeRequest struct {
+	Model    string          `json:"model"`
+	Content  *string         `json:"content,omitempty"`
+	Messages json.RawMessage `json:"messages,omitempty"`
+	Tools    json.RawMessage `json:"tools,omitempty"`
+	Think    json.RawMessage `json:"think,omitempty"`
+}
+
+// TokenizeResponse is what ctxproxy counted. Tokens are given only when
+// the count is exact (the model's own tokenizer).
+type TokenizeResponse struct {
+	Model  string  `json:"model"`
+	Tokens []int32 `json:"tokens,omitempty"`
+	Count  int     `json:"count"`
+	// Exact is true when the count came from the model's own tokenizer
+	// and template, false for an estimate (tiktoken and calibration).
+	Exact bool `json:"exact"`
+	// Source names the counter: "ollama:gpt2/llama-bpe",
+	// "estimate:cl100k_base".
+	Source string `json:"source"`
+	// Messages are each message's share of a chat prompt's count.
+	Messages []MessageCount `json:"messages,omitempty"`
+}
+
+// MessageCount is one message's share of a prompt.
+type MessageCount struct {
+	Role   string `json:"role"`
+	Tokens int    `json:"tokens"`
+}
+
+// DetokenizeRequest and DetokenizeResponse are the bodies of POST
+// /ctxproxy/detokenize (and /api/detokenize for Ollama).
+type DetokenizeRequest struct {
+	Model  string  `json:"model"`
+	Tokens []int32 `json:"tokens"`
+}
+
+type DetokenizeResponse struct {
+	Model   string `json:"model"`
+	Content string `json:"content"`
+	Source  string `json:"source"`
+}
+
+// tokenizerFor returns the model's exact tokenizer when the backend is
+// Ollama and exact counting is on.
+func (s *Server) tokenizerFor(r *http.Request, model string) *exact.Model {
+	if s.cfg.NoExact || s.kind(r.Context()) != KindOllama {
+		return nil
+	}
+	return s.be.Model(r.Context(), model).Tokenizer
+}
+
+// tokenize counts req as the request path would.
+func (s *Server) tokenize(r *http.Request, req TokenizeRequest) (TokenizeResponse, *apiError) {
+	if req.Model == "" {
+		return TokenizeResponse{}, &apiError{status: http.StatusBadRequest, message: "model is required"}
+	}
+	if (req.Content == nil) == (req.Messages == nil) {
+		return TokenizeResponse{}, &apiError{status: http.StatusBadRequest, message: "give either content or messages"}
+	}
+	out := TokenizeResponse{Model: req.Model}
+	tok := s.tokenizerFor(r, req.Model)
+	if req.Content != nil {
+		if tok != nil {
+			ids, err := tok.Tokenize(*req.Content, false)
+			if err == nil {
+				out.Tokens, out.Count, out.Exact, out.Source = ids, len(ids), true, tok.Name()
+				return out, nil
+			}
+		}
+		if s.tokens == nil {
+			return out, &apiError{status: http.StatusNotImplemented, message: "token counting is off"}
+		}
+		mc := s.tokens.MessageCounter(req.Model).Frozen()
+		out.Count, out.Source = mc.CountText(*req.Content), "estimate:"+mc.Name()
+		return out, nil
+	}
+	body, _ := json.Marshal(map[string]json.RawMessage{"model": mustJSON(req.Model), "messages": req.Messages,
+		"tools": nullIfEmpty(req.Tools), "think": nullIfEmpty(req.Think)})
+	chat, err := decodeChat(Ollama, body)
+	if err != nil {
+		return out, &apiError{status: http.StatusBadRequest, message: "messages: " + err.Error()}
+	}
+	var pc promptCounter
+	if tok != nil {
+		ec := newExactCounter(tok, chat)
+		if ec.err == nil {
+			text, err := tok.Render(exact.Prompt{Messages: ec.messages(chat.messages), Tools: ec.tools, Think: ec.think})
+			if err == nil {
+				ids, err := tok.Tokenize(text, true)
+				if err == nil {
+					images := 0
+					for _, m := range chat.messages {
+						images += m.Images
+					}
+					out.Count, out.Exact, out.Source = len(ids)+768*images, images == 0, tok.Name()
+					if out.Exact {
+						out.Tokens = ids
+					}
+					pc = ec
+				}
+			}
+		}
+	}
+	if pc == nil {
+		if s.tokens == nil {
+			return out, &apiError{status: http.StatusNotImplemented, message: "token counting is off"}
+		}
+		mc := s.tokens.MessageCounter(req.Model).Frozen()
+		out.Count, out.Source = mc.Prompt(chat.messages, chat.tools).Tokens, "estimate:"+mc.Name()
+		pc = mc
+	}
+	for i := range chat.messages {
+		out.Messages = append(out.Messages, MessageCount{Role: chat.messages[i].Role, Tokens: pc.CountMessage(&chat.messages[i])})
+	}
+	return out, nil
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func nullIfEmpty(v json.RawMessage) json.RawMessage {
+	if len(v) == 0 {
+		return json.RawMessage("null")
+	}
+	return v
+}
+
+// readJSON reads a JSON body of at most max_body bytes into v, answering
+// the client itself when it cannot.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, aerr := s.readBody(r)
+	if aerr != nil {
+		writeError(w, Ollama, *aerr)
+		return false
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		writeError(w, Ollama, apiError{status: http.StatusBadRequest, message: "invalid JSON: " + err.Error()})
+		return false
+	}
+	return true
+}
+
+func (s *Server) postTokenize(w http.ResponseWriter, r *http.Request) {
+	var req TokenizeRequest
+	if !s.readJSON(w, r, &req) {
+		return
+	}
+	out, aerr := s.tokenize(r, req)
+	if aerr != nil {
+		writeError(w, Ollama, *aerr)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) postDetokenize(w http.ResponseWriter, r *http.Request) {
+	var req DetokenizeRequest
+	if !s.readJSON(w, r, &req) {
+		return
+	}
+	tok := s.tokenizerFor(r, req.Model)
+	if tok == nil {
+		writeError(w, Ollama, apiError{status: http.StatusNotImplemented,
+			message: fmt.Sprintf("ctxproxy has no tokenizer of its own for %q (only Ollama models with exact counting)", req.Model)})
+		return
+	}
+	text, err := tok.Detokenize(req.Tokens)
+	if err != nil {
+		writeError(w, Ollama, apiError{status: http.StatusBadRequest, message: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, DetokenizeResponse{Model: req.Model, Content: text, Source: tok.Name()})
+}
+
+// ollamaTokenize answers Ollama-style POST /api/tokenize and
+// /api/detokenize, which Ollama itself does not serve (v0.17.4): a
+// backend that does serve them gets the request, and ctxproxy answers
+// only after the backend said 404, remembering that for a while.
+type ollamaTokenize struct {
+	// missing is the unix ns until which the backend is taken to lack
+	// the routes.
+	missing atomic.Int64
+}
+
+const tokenizeRecheck = 10 * time.Minute
+
+func (s *Server) apiTokenize(own http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.kind(r.Context()) != KindOllama {
+			s.rp.ServeHTTP(w, r)
+			return
+		}
+		if time.Now().UnixNano() < s.tokRoutes.missing.Load() {
+			own(w, r)
+			return
+		}
+		body, aerr := s.readBody(r)
+		if aerr != nil {
+			writeError(w, Ollama, *aerr)
+			return
+		}
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, s.be.URL().JoinPath(r.URL.Path).String(), bytes.NewReader(body))
+		if err != nil {
+			writeError(w, Ollama, apiError{status: http.StatusInternalServerError, message: err.Error()})
+			return
+		}
+		req.Header = r.Header.Clone()
+		req.Header.Del("Accept-Encoding")
+		resp, err := s.be.Client().Do(req)
+		if err == nil && resp.StatusCode != http.StatusNotFound {
+			defer resp.Body.Close()
+			for k, v := range resp.Header {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(resp.StatusCode)
+			_, _ = io.Copy(w, resp.Body)
+			return
+		}
+		if err == nil {
+			resp.Body.Close()
+			s.tokRoutes.missing.Store(time.Now().Add(tokenizeRecheck).UnixNano())
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+		own(w, r)
+	}
+}
