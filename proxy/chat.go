@@ -57,6 +57,10 @@ type plan struct {
 	uncutChanged bool
 	// retries is the number of overflow retries the request took.
 	retries int
+	// window is the context window the backend runs the request with,
+	// when ctxproxy knows it (num_ctx, or Ollama's default): a reported
+	// count at it may be censored.
+	window int
 }
 
 // prepare runs the request path of DESIGN.md: accumulate, size num_ctx,
@@ -142,6 +146,7 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 			lim = lim.Cap(p.numCtx)
 		case toOllama:
 			lim = lim.Cap(ollamaDefaultCtx)
+			p.window = ollamaDefaultCtx
 		}
 		if req.maxOutput > 0 {
 			lim = lim.WithOutput(req.maxOutput)
@@ -361,7 +366,7 @@ func (s *Server) afterReply(ex *exchange, rep reply) {
 	}
 	truncated := false
 	if s.tokens != nil && rep.status == http.StatusOK && rep.complete && rep.promptTokens > 0 {
-		numCtx := 0
+		numCtx := p.window
 		if p.numCtx > 0 && (ex.dialect == Ollama || p.translate) {
 			numCtx = p.numCtx
 		}

@@ -33,6 +33,7 @@ type metrics struct {
 	exactDisagreements        prometheus.Counter
 	overflowRetries           prometheus.Counter
 	overflowFailures          prometheus.Counter
+	rawOverflows              prometheus.Counter
 	exactCounts               *prometheus.CounterVec
 	calibrationError          prometheus.Histogram
 	added                     prometheus.Histogram
@@ -94,6 +95,9 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 	m.overflowFailures = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ctxproxy_overflow_failures_total",
 		Help: "Requests the backend still refused as too long after every retry; the client got a context_length_exceeded error."})
+	m.rawOverflows = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ctxproxy_raw_prompt_overflows_total",
+		Help: "Raw prompts (/api/generate, /v1/completions) longer than the model's window; ctxproxy does not cut them."})
 	m.exactCounts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ctxproxy_prompt_counts_total",
 		Help: "Chat requests counted, by how: exact (the model's own tokenizer) or estimate (tiktoken and calibration)."},
@@ -148,7 +152,7 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 	for _, r := range []string{"applied", "rejected"} {
 		m.reloads.WithLabelValues(r)
 	}
-	reg.MustRegister(m.exactDisagreements, m.exactCounts, m.overflowRetries, m.overflowFailures)
+	reg.MustRegister(m.exactDisagreements, m.exactCounts, m.overflowRetries, m.overflowFailures, m.rawOverflows)
 	reg.MustRegister(m.requests, m.unparsable, m.duration, m.tokensBefore, m.tokensAfter, m.dropped,
 		m.summarized, m.truncations, m.calibrationError, m.added, m.numCtx, inflight, streams,
 		m.summaries, m.summaryFailures, m.summaryDuration, m.reloads, m.lastReload, m.lastReloadFailed)

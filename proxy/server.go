@@ -197,6 +197,8 @@ func (s *Server) routes() {
 	s.statusRoutes()
 	s.mux.HandleFunc("POST /api/tokenize", s.apiTokenize(s.postTokenize))
 	s.mux.HandleFunc("POST /api/detokenize", s.apiTokenize(s.postDetokenize))
+	s.mux.HandleFunc("POST /api/generate", func(w http.ResponseWriter, r *http.Request) { s.raw(w, r, Ollama) })
+	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.raw(w, r, OpenAI) })
 	s.mux.HandleFunc("POST /api/chat", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, Ollama) })
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, OpenAI) })
 	s.mux.HandleFunc("/", s.passthrough)

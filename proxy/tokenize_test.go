@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -111,5 +113,39 @@ func TestAPITokenizePassedThrough(t *testing.T) {
 	resp := post(t, px.URL+"/api/tokenize", []byte(`{"model":"m","content":"abc"}`), nil)
 	if got := readAll(t, resp.Body); resp.StatusCode != 200 || got != `{"tokens":[1,2,3],"from":"backend"}` {
 		t.Errorf("%d %s", resp.StatusCode, got)
+	}
+}
+
+// TestRawPromptCounted: /api/generate prompts are not cut, but counted
+// exactly (raw and templated), forwarded byte for byte, and one longer
+// than the window is announced, and its silent truncation detected.
+func TestRawPromptCounted(t *testing.T) {
+	m, pre := bpeModel()
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Model: m, Pretokenizer: pre})
+	sys := newSystem(t, be.URL, setup{})
+	for _, raw := range []bool{false, true} {
+		prompt, _ := json.Marshal(vocabgen.Text(600, 4))
+		body := []byte(`{"model":"tiny","stream":false,"system":"Be brief.","raw":` + strconv.FormatBool(raw) + `,"prompt":` + string(prompt) + `}`)
+		resp := post(t, sys.url+"/api/generate", body, nil)
+		sent := header(resp, "X-Ctxproxy-Tokens")
+		if got := promptEvalCount(t, resp); got != sent || got == 0 {
+			t.Errorf("raw %v: X-Ctxproxy-Tokens %d, prompt_eval_count %d", raw, sent, got)
+		}
+		if fwd, _ := be.Last("/api/generate"); string(fwd.Body) != string(body) {
+			t.Errorf("raw %v: body changed: %s", raw, fwd.Body)
+		}
+	}
+	long, _ := json.Marshal(vocabgen.Text(40000, 5))
+	resp := post(t, sys.url+"/api/generate", []byte(`{"model":"tiny","stream":false,"prompt":`+string(long)+`}`), nil)
+	io.Copy(io.Discard, resp.Body)
+	if w := strings.Join(resp.Header.Values("X-Ctxproxy-Warning"), " | "); !strings.Contains(w, "longer than the model's window (4096)") {
+		t.Errorf("no overflow warning: %q", w)
+	}
+	m2 := scrape(t, sys.url)
+	if m2["ctxproxy_raw_prompt_overflows_total"] != 1 || m2["ctxproxy_backend_truncations_total"] != 1 {
+		t.Errorf("overflows %v, truncations %v", m2["ctxproxy_raw_prompt_overflows_total"], m2["ctxproxy_backend_truncations_total"])
+	}
+	if a := sys.srv.be.Model(t.Context(), "tiny").Agreement(); a.Off {
+		t.Errorf("a truncated (censored) report turned exact counting off: %+v", a)
 	}
 }

@@ -75,3 +75,23 @@ func (m *Model) promptTokens(body []byte) int {
 	ids, _ := m.tok.Encode(b.String(), true)
 	return len(ids)
 }
+
+// generateTokens counts an /api/generate prompt as Ollama does: raw as
+// it is, else rendered as a system and a user message.
+func (m *Model) generateTokens(prompt, system string, raw bool) int {
+	text := prompt
+	if !raw {
+		var msgs []api.Message
+		if system != "" {
+			msgs = append(msgs, api.Message{Role: "system", Content: system})
+		}
+		msgs = append(msgs, api.Message{Role: "user", Content: prompt})
+		var b strings.Builder
+		if err := m.tmpl.Execute(&b, template.Values{Messages: msgs}); err != nil {
+			return 0
+		}
+		text = b.String()
+	}
+	ids, _ := m.tok.Encode(text, true)
+	return len(ids)
+}
