@@ -68,6 +68,7 @@ type Backend struct {
 	lastOK atomic.Int64 // unix ns of the backend's last answer
 
 	models modelCache
+	remote remoteState
 }
 
 // New returns a Backend for cfg.

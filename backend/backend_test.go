@@ -253,3 +253,46 @@ func TestJSONLimit(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestRemoteProbe: vLLM's /tokenize answers count and max_model_len,
+// llama.cpp's only tokens, others 404; a 503 is asked again later.
+func TestRemoteProbe(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer func(w http.ResponseWriter)
+		want   Remote
+	}{
+		{"vllm", func(w http.ResponseWriter) { _, _ = w.Write([]byte(`{"count":1,"max_model_len":32768,"tokens":[9]}`)) }, Remote{API: RemoteVLLM, Window: 32768}},
+		{"llama.cpp", func(w http.ResponseWriter) { _, _ = w.Write([]byte(`{"tokens":[9]}`)) }, Remote{API: RemoteLlamaCpp}},
+		{"none", func(w http.ResponseWriter) { w.WriteHeader(http.StatusNotFound) }, Remote{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, _ := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/tokenize" {
+					tc.answer(w)
+					return
+				}
+				http.NotFound(w, r)
+			}))
+			if got := b.Remote(context.Background(), "m"); got != tc.want {
+				t.Errorf("Remote = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	var calls atomic.Int32
+	b, clk := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/tokenize" {
+			calls.Add(1)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	b.Remote(context.Background(), "m")
+	b.Remote(context.Background(), "m")
+	clk.add(remoteErrorTTL + time.Second)
+	b.Remote(context.Background(), "m")
+	if calls.Load() != 2 {
+		t.Errorf("%d probes, want 2 (once, and again after the error TTL)", calls.Load())
+	}
+}

@@ -137,10 +137,19 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 		}
 	}
 
+	// A backend that tokenizes (vLLM, llama.cpp's server) counts for
+	// itself, and may say the model's window.
+	var remote backend.Remote
+	trained := mi.Facts.ContextLength
+	if !toOllama && s.tokens != nil && !s.cfg.NoExact {
+		remote = s.be.Remote(ctx, req.model)
+		trained = max(trained, remote.Window)
+	}
+
 	// The window: the model's limits, capped by num_ctx, less the reply.
 	var lim budget.Limits
 	if s.tokens != nil {
-		lim = s.tokens.Limits(req.model, mi.Facts.ContextLength)
+		lim = s.tokens.Limits(req.model, trained)
 		switch {
 		case p.numCtx > 0:
 			lim = lim.Cap(p.numCtx)
@@ -174,7 +183,17 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 					"model", req.model, "err", ec.err)
 			}
 		}
-		if p.exact == nil {
+		if remote.API != "" {
+			rc := newRemoteCounter(ctx, s.be, req.model, est)
+			if before := rc.Prompt(p.messages, req.tools); rc.err == nil {
+				p.counter, p.before = rc, before
+			} else {
+				s.warnOnce("remote:"+req.model, "the backend's tokenize API failed; estimating instead",
+					"model", req.model, "api", remote.API, "err", rc.err)
+			}
+		}
+		if p.exact == nil && !p.before.Exact {
+			p.counter = est
 			p.before = est.Prompt(p.messages, req.tools)
 		}
 		p.after = p.before
@@ -237,7 +256,7 @@ func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *ch
 				p.after = p.counter.Prompt(p.messages, req.tools)
 			}
 			fit := p.limit - shrink
-			if err != nil || res.Notice == "" || p.exact == nil || p.after.Tokens <= fit || attempt == 2 {
+			if err != nil || res.Notice == "" || !p.after.Exact || p.after.Tokens <= fit || attempt == 2 {
 				break
 			}
 			room -= p.after.Tokens - fit + max(8, p.limit/100)
@@ -370,9 +389,14 @@ func (s *Server) afterReply(ex *exchange, rep reply) {
 		if p.numCtx > 0 && (ex.dialect == Ollama || p.translate) {
 			numCtx = p.numCtx
 		}
-		if p.exact != nil {
+		switch {
+		case p.exact != nil:
 			truncated = s.checkExact(ex, p, rep.promptTokens, numCtx)
-		} else {
+		case p.after.Exact:
+			// Counted by the backend itself: nothing to calibrate, only
+			// a cut to see.
+			truncated = budget.Truncated(p.after.Tokens, rep.promptTokens, numCtx, 0.01)
+		default:
 			truncated = s.tokens.Observe(p.model, p.after, rep.promptTokens, numCtx)
 		}
 		s.metrics.calibrationError.Observe(relErr(p.after.Tokens, rep.promptTokens))

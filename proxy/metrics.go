@@ -100,7 +100,7 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 		Help: "Raw prompts (/api/generate, /v1/completions) longer than the model's window; ctxproxy does not cut them."})
 	m.exactCounts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ctxproxy_prompt_counts_total",
-		Help: "Chat requests counted, by how: exact (the model's own tokenizer) or estimate (tiktoken and calibration)."},
+		Help: "Chat requests counted, by how: exact (the model's own tokenizer), backend (the backend's tokenize API) or estimate (tiktoken and calibration)."},
 		[]string{"method"})
 	m.calibrationError = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "ctxproxy_token_estimate_error_ratio",

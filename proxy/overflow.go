@@ -32,7 +32,7 @@ type overflow struct {
 //     "n_prompt_tokens": P, "n_ctx": N, …}} (tools/server, b6000 and later).
 var (
 	reMaxContext = regexp.MustCompile(`maximum context length is (\d+) tokens`)
-	reRequested  = regexp.MustCompile(`you requested (\d+) tokens`)
+	reRequested  = regexp.MustCompile(`(?:you requested|your messages resulted in) (\d+) tokens`)
 	reInMessages = regexp.MustCompile(`\((\d+) in the messages`)
 )
 

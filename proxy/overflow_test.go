@@ -21,6 +21,7 @@ func TestParseOverflow(t *testing.T) {
 		{"ollama", 400, `{"error":"the input length exceeds the context length"}`, true, 0},
 		{"openai", 400, `{"error":{"message":"This model's maximum context length is 8192 tokens. However, you requested 9000 tokens (8000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, true, 808},
 		{"vllm", 400, `{"object":"error","error":{"message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4500 in the messages, 500 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","code":400}}`, true, 904},
+		{"openai resulted", 400, `{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, true, 2000},
 		{"openai code only", 400, `{"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded"}}`, true, 0},
 		{"llama.cpp", 400, `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}`, true, 904},
 		{"other 400", 400, `{"error":"model 'x' not found"}`, false, 0},

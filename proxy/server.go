@@ -544,11 +544,14 @@ func (s *Server) logChat(ex *exchange) {
 		"stream", ex.stream, "status", status, "duration", time.Since(ex.start).Round(time.Millisecond)}
 	if p := ex.plan; p != nil {
 		if p.counter != nil {
-			attrs = append(attrs, "tokens_before", p.before.Tokens, "tokens", p.after.Tokens, "exact", p.exact != nil, "limit", p.limit,
+			attrs = append(attrs, "tokens_before", p.before.Tokens, "tokens", p.after.Tokens, "exact", p.before.Exact, "limit", p.limit,
 				"usage", fmt.Sprintf("%.1f%%", p.usage()*100))
 			method := "estimate"
-			if p.exact != nil {
+			switch {
+			case p.exact != nil:
 				method = "exact"
+			case p.before.Exact:
+				method = "backend"
 			}
 			s.metrics.exactCounts.WithLabelValues(method).Inc()
 			s.metrics.tokensBefore.Observe(float64(p.before.Tokens))

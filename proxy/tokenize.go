@@ -101,6 +101,15 @@ func (s *Server) tokenize(r *http.Request, req TokenizeRequest) (TokenizeRespons
 		return out, &apiError{status: http.StatusBadRequest, message: "messages: " + err.Error()}
 	}
 	var pc promptCounter
+	if tok == nil && s.tokens != nil && !s.cfg.NoExact && s.kind(r.Context()) == KindOpenAI {
+		if remote := s.be.Remote(r.Context(), req.Model); remote.API != "" {
+			rc := newRemoteCounter(r.Context(), s.be, req.Model, s.tokens.MessageCounter(req.Model).Frozen())
+			if e := rc.Prompt(chat.messages, chat.tools); rc.err == nil {
+				out.Count, out.Exact, out.Source = e.Tokens, true, "backend:"+remote.API
+				pc = rc
+			}
+		}
+	}
 	if tok != nil {
 		ec := newExactCounter(tok, chat)
 		if ec.err == nil {

@@ -90,6 +90,10 @@ type Options struct {
 	// tokenizer's pre-tokenizer expressions (nil: GPT-2's).
 	Model        *Model
 	Pretokenizer []string
+	// TokenizeAPI makes the OpenAI fake serve a tokenize API: TokenizeVLLM
+	// or TokenizeLlamaCpp (see tokenize.go). With llama.cpp's, usage
+	// counts the prompt its template renders.
+	TokenizeAPI string
 }
 
 // Backend is a running fake server.
@@ -97,10 +101,11 @@ type Backend struct {
 	*httptest.Server
 	Kind Kind
 
-	mu       sync.Mutex
-	opts     Options
-	requests []Request
-	noRecord bool
+	mu            sync.Mutex
+	opts          Options
+	requests      []Request
+	noRecord      bool
+	tokenizeCalls int
 	// cancelled receives a value when a chat request's context ends
 	// before its response was complete (the client or proxy hung up).
 	cancelled chan struct{}
@@ -217,6 +222,9 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	o := b.options()
 
+	if b.Kind == OpenAI && b.serveTokenize(w, r, body, o) {
+		return
+	}
 	switch {
 	case b.Kind == Ollama && r.URL.Path == "/":
 		io.WriteString(w, "Ollama is running")
@@ -483,6 +491,9 @@ func (b *Backend) openaiChat(w http.ResponseWriter, r *http.Request, body []byte
 		o.Reply = o.ReplyFunc(body)
 	}
 	prompt := promptTokens(c, o.Tokenize)
+	if o.TokenizeAPI == TokenizeLlamaCpp {
+		prompt = o.Tokenize(llamaCppTemplate(c))
+	}
 	if b.Kind == Ollama {
 		// Ollama's OpenAI layer ignores num_ctx: the default context
 		// applies and longer prompts are cut (Ollama #5356).
