@@ -25,6 +25,11 @@ type Model struct {
 	Window int
 }
 
+// GuessCap bounds the num_ctx given a model whose facts are unknown (so
+// its KV cache cannot be sized against free memory): 8192 tokens, what
+// nearly every chat model holds and a few GiB of KV cache at most.
+const GuessCap = 8192
+
 // Decision is the num_ctx chosen for one model and why.
 type Decision struct {
 	Model string
@@ -293,9 +298,12 @@ func (s *Sizer) decide(m Model, snap Snapshot, st *modelState, auto bool, target
 			fmt.Fprintf(&why, ": target_size %d", d.NumCtx)
 		case bpt == 0 && m.Window > 0:
 			// min_size would leave a silently tiny window for a model
-			// that is merely unknown to the backend's /api/show.
-			d.NumCtx = clampInt(m.Window, lower, upper)
-			fmt.Fprintf(&why, ": the model's window %d from the model table or models: (set models.%s.max_tokens to change it)", d.NumCtx, m.Name)
+			// that is merely unknown to the backend's /api/show; its
+			// whole table window (128k for many) could not be sized
+			// against memory and might not fit. GuessCap is between.
+			d.NumCtx = clampInt(min(m.Window, GuessCap), lower, upper)
+			fmt.Fprintf(&why, ": num_ctx %d from the model table's window %d, at most %d while memory cannot be sized for it "+
+				"(set context.target_size, or models.%s.max_tokens)", d.NumCtx, m.Window, GuessCap, m.Name)
 		default:
 			d.NumCtx = lower
 			fmt.Fprintf(&why, ": min_size %d", lower)

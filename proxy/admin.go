@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ctxproxy/ctxproxy/backend"
 	"io"
 	"maps"
 	"math"
@@ -71,8 +72,15 @@ func (s *Server) noteModel(p *plan, facts gpu.ModelFacts) {
 	if p == nil || p.model == "" {
 		return
 	}
-	s.admin.seen.note(seenModel{name: p.model, facts: facts, numCtx: p.numCtx, reason: p.numReason,
-		effective: p.limit, at: time.Now()})
+	e := seenModel{name: p.model, facts: facts, numCtx: p.numCtx, reason: p.numReason,
+		effective: p.limit, at: time.Now(), counting: countingStatus{Method: "estimate"}}
+	switch {
+	case p.exact != nil:
+		e.counting.Method, e.counting.Tokenizer, e.exact = "exact", p.exact.Tokenizer.Name(), p.exact
+	case p.before.Exact:
+		e.counting.Method = "backend"
+	}
+	s.admin.seen.note(e)
 }
 
 // seenModels remembers the models requests used. Model names are client
@@ -91,6 +99,8 @@ type seenModel struct {
 	reason    string
 	effective int
 	at        time.Time
+	counting  countingStatus
+	exact     *backend.Model // for its agreement, when counted exactly
 }
 
 func (sm *seenModels) note(e seenModel) {
@@ -1086,7 +1096,22 @@ type (
 		NumCtx          int               `json:"num_ctx"`
 		BytesPerToken   uint64            `json:"bytes_per_token"`
 		Calibration     calibrationStatus `json:"calibration"`
+		Counting        countingStatus    `json:"counting"`
 		Reason          string            `json:"reason"`
+	}
+	// countingStatus says how a model's prompts were last counted, and
+	// how exact counts compared with the backend's own reports.
+	countingStatus struct {
+		// Method is exact (the model's own tokenizer), backend (the
+		// backend's tokenize API) or estimate (tiktoken + calibration).
+		Method    string `json:"method"`
+		Tokenizer string `json:"tokenizer,omitempty"`
+		// Checked is the uncensored reports compared; WorstError the
+		// largest relative difference; Disagreed that it passed 1% and
+		// the model is counted by estimate since.
+		Checked    int64   `json:"checked,omitempty"`
+		WorstError float64 `json:"worst_error,omitempty"`
+		Disagreed  bool    `json:"disagreed,omitempty"`
 	}
 	calibrationStatus struct {
 		Ratio        float64 `json:"ratio"`
@@ -1179,7 +1204,14 @@ func (s *Server) modelStatuses() []modelStatus {
 	quant, parallel := cmp.Or(s.cfg.Status.KVQuantization, "f16"), max(s.cfg.Status.NumParallel, 1)
 	done := map[string]bool{}
 	add := func(e seenModel) {
-		m := modelStatus{Name: e.name, Effective: e.effective, NumCtx: e.numCtx, Reason: e.reason}
+		m := modelStatus{Name: e.name, Effective: e.effective, NumCtx: e.numCtx, Reason: e.reason, Counting: e.counting}
+		if m.Counting.Method == "" {
+			m.Counting.Method = "estimate"
+		}
+		if e.exact != nil {
+			a := e.exact.Agreement()
+			m.Counting.Checked, m.Counting.WorstError, m.Counting.Disagreed = a.Checked, a.WorstError, a.Off
+		}
 		if s.tokens != nil {
 			lim := s.tokens.Limits(e.name, e.facts.ContextLength)
 			m.MaxTokens, m.MaxOutputTokens = lim.MaxTokens, lim.MaxOutputTokens

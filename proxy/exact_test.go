@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -191,6 +192,15 @@ func TestExactDrift(t *testing.T) {
 	if a := sys.srv.be.Model(t.Context(), "tiny").Agreement(); !a.Off || a.Checked != 2 {
 		t.Fatalf("agreement after a disagreeing report: %+v", a)
 	}
+	var st struct {
+		Models []modelStatus `json:"models"`
+	}
+	if err := json.Unmarshal([]byte(metricsTextPath(t, sys.url, "/ctxproxy/status")), &st); err != nil || len(st.Models) == 0 {
+		t.Fatalf("status: %v", err)
+	}
+	if c := st.Models[0].Counting; !c.Disagreed || c.Checked != 2 || c.WorstError < 0.01 || c.Method != "exact" {
+		t.Errorf("status counting: %+v", c)
+	}
 	metrics := metricsText(t, sys.url)
 	if !strings.Contains(metrics, "ctxproxy_exact_count_disagreements_total 1") ||
 		!strings.Contains(metrics, `ctxproxy_prompt_counts_total{method="exact"} 2`) {
@@ -253,7 +263,13 @@ func TestConcurrentCalibration(t *testing.T) {
 
 func metricsText(t *testing.T, base string) string {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
+	return metricsTextPath(t, base, "/metrics")
+}
+
+// metricsTextPath GETs base+path and returns the body.
+func metricsTextPath(t *testing.T, base, path string) string {
+	t.Helper()
+	resp, err := http.Get(base + path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,4 +293,31 @@ func grepLines(s, words string) string {
 func gpuOff() gpu.Config {
 	off := false
 	return gpu.Config{AutoSize: &off}
+}
+
+// TestUnknownModelWindow: a model the backend's /api/show does not know
+// gets num_ctx from the model table (at most gpu.GuessCap), not min_size,
+// and the client hears that it is a guess.
+func TestUnknownModelWindow(t *testing.T) {
+	fake := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/show" {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":"model not found"}`))
+			return
+		}
+		fake.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	sys := newSystem(t, front.URL, setup{})
+	for model, want := range map[string]int{"mystery-model": budget.DefaultMaxTokens, "llama3.1:70b": gpu.GuessCap} {
+		resp := post(t, sys.url+"/api/chat", textConversation(model, 4, 1, nil), nil)
+		io.Copy(io.Discard, resp.Body)
+		if n := header(resp, "X-Ctxproxy-Num-Ctx"); n != want {
+			t.Errorf("%s: num_ctx %d, want %d", model, n, want)
+		}
+		if w := strings.Join(resp.Header.Values("X-Ctxproxy-Warning"), " | "); !strings.Contains(w, "is a guess") {
+			t.Errorf("%s: no warning: %q", model, w)
+		}
+	}
 }
