@@ -41,6 +41,7 @@ var generated = []struct {
 }{
 	{"gen-llama-bpe", func() vocabgen.Vocab { return vocabgen.BPE(8000, "llama-bpe", 21) }},
 	{"gen-qwen2", func() vocabgen.Vocab { return vocabgen.BPE(8000, "qwen2", 22) }},
+	{"gen-spm", func() vocabgen.Vocab { return vocabgen.SentencePiece(8000, 23) }},
 }
 
 var createOnce sync.Map // name → error

@@ -73,6 +73,11 @@ type Model struct {
 	addBOS  bool
 	addEOS  bool
 	whole   bool // the tokenizer does not cut at special tokens: encode whole
+	// spmPrefix writes a space before text that starts the prompt or
+	// follows a special token, and merging counts byte-level BPE words
+	// by their merges alone: llama.cpp's ways (see llamacpp.go).
+	spmPrefix bool
+	merging   *mergingBPE
 
 	seed   maphash.Seed
 	mu     sync.Mutex
@@ -131,19 +136,28 @@ func New(show Show) (*Model, error) {
 	}
 	model, _ := kv["tokenizer.ggml.model"].(string)
 	pre, _ := kv["tokenizer.ggml.pre"].(string)
+	llamaCpp := onLlamaCpp(kv)
+	runner := "ollama"
+	if llamaCpp {
+		runner = "llama.cpp"
+	}
 	switch model {
 	case "gpt2":
 		if len(vocab.Merges) == 0 {
 			return nil, fmt.Errorf("%w: gpt2 vocabulary without merges", ErrUnsupported)
 		}
 		m.tok = tokenizer.NewBytePairEncoding(vocab, Pretokenizer(pre)...)
-		m.name = "ollama:gpt2/" + cmpOr(pre, "default")
+		m.name = runner + ":gpt2/" + cmpOr(pre, "default")
+		if llamaCpp && pre != "" && pre != "default" && !slices.Contains(ignoresMerges, pre) {
+			m.merging = newMergingBPE(vocab, Pretokenizer(pre))
+		}
 	case "llama":
 		if len(vocab.Scores) != len(vocab.Values) {
 			return nil, fmt.Errorf("%w: %d scores for %d tokens", ErrUnsupported, len(vocab.Scores), len(vocab.Values))
 		}
 		m.tok = tokenizer.NewSentencePiece(vocab)
-		m.name = "ollama:spm"
+		m.name = runner + ":spm"
+		m.spmPrefix = llamaCpp && boolOr(kv["tokenizer.ggml.add_space_prefix"], true)
 	case "bert":
 		m.tok = tokenizer.NewWordPiece(vocab, true)
 		m.name = "ollama:wpm"
@@ -278,12 +292,19 @@ func (m *Model) CountText(text string) (int, error) {
 		return len(ids), err
 	}
 	total := 0
+	prevSpecial := true // the prompt's start counts as one
 	for _, piece := range m.split(text) {
 		if piece.special {
 			total++
+			prevSpecial = true
 			continue
 		}
-		n, err := m.countPiece(piece.text)
+		t := piece.text
+		if m.spmPrefix && prevSpecial {
+			t = " " + t
+		}
+		prevSpecial = false
+		n, err := m.countPiece(t)
 		if err != nil {
 			return 0, err
 		}
@@ -409,9 +430,14 @@ func (m *Model) countPiece(text string) (int, error) {
 	if ok {
 		return n, nil
 	}
-	ids, err := m.tok.Encode(text, false)
-	if err != nil {
-		return 0, err
+	if m.merging != nil {
+		n = m.merging.count(text)
+	} else {
+		ids, err := m.tok.Encode(text, false)
+		if err != nil {
+			return 0, err
+		}
+		n = len(ids)
 	}
 	m.mu.Lock()
 	if len(m.pieces) >= maxPieces {
@@ -425,9 +451,9 @@ func (m *Model) countPiece(text string) (int, error) {
 			i++
 		}
 	}
-	m.pieces[key] = len(ids)
+	m.pieces[key] = n
 	m.mu.Unlock()
-	return len(ids), nil
+	return n, nil
 }
 
 type piece struct {

@@ -66,10 +66,22 @@ func reference(t *testing.T, v vocabgen.Vocab) tokenizer.Tokenizer {
 	return tokenizer.NewSentencePiece(voc)
 }
 
+// ollamaEngine makes model_info name an architecture Ollama runs on its
+// own engine (Qwen 3), so its Go tokenizer package is the reference.
+func ollamaEngine(kv map[string]any) map[string]any {
+	kv["general.architecture"] = "qwen3"
+	return kv
+}
+
 func newModel(t *testing.T, v vocabgen.Vocab, tmpl string) *Model {
 	t.Helper()
+	return newModelKV(t, ollamaEngine(v.KV()), tmpl)
+}
+
+func newModelKV(t *testing.T, kv map[string]any, tmpl string) *Model {
+	t.Helper()
 	// Through JSON, as the proxy gets it from /api/show.
-	raw, err := json.Marshal(map[string]any{"template": tmpl, "model_info": v.KV()})
+	raw, err := json.Marshal(map[string]any{"template": tmpl, "model_info": kv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,10 +128,11 @@ func tools() api.Tools {
 	return ts
 }
 
-// TestCountMatchesReference: the cached, piecewise count of a rendered
-// prompt equals the length of Ollama's own encoding of the whole prompt,
-// for every vocabulary kind and template, across a growing conversation
-// (so the cache is exercised warm and cold).
+// TestCountMatchesReference: for a model on Ollama's own engine, the
+// cached, piecewise count of a rendered prompt equals the length of
+// Ollama's own encoding of the whole prompt, for every vocabulary kind and
+// template, across a growing conversation (so the cache is exercised warm
+// and cold).
 func TestCountMatchesReference(t *testing.T) {
 	for _, vc := range vocabs() {
 		ref := reference(t, vc.vocab)
@@ -229,7 +242,7 @@ func TestTokenizerIsNotAByteCount(t *testing.T) {
 func TestRenderAsTheServer(t *testing.T) {
 	v := vocabgen.BPE(1000, "default", 1)
 	tmpl := `{{ if .System }}S:{{ .System }}|{{ end }}{{ range .Messages }}{{ .Role }}:{{ .Content }}|{{ end }}{{ if .Think }}T{{ end }}`
-	raw, _ := json.Marshal(map[string]any{"template": tmpl, "model_info": v.KV(), "system": "be brief",
+	raw, _ := json.Marshal(map[string]any{"template": tmpl, "model_info": ollamaEngine(v.KV()), "system": "be brief",
 		"messages":     []api.Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "yo"}},
 		"capabilities": []string{"completion", "thinking"}})
 	var show Show
@@ -322,7 +335,7 @@ func FuzzCountText(f *testing.F) {
 	for _, s := range []string{"", "hello world", "<|im_start|>user\nhi<|im_end|>", "  \n\n\t x", "\xff\xfe", "的一是 123456"} {
 		f.Add(s)
 	}
-	m, err := New(Show{ModelInfo: v.KV(), Template: templates["chatml"]})
+	m, err := New(Show{ModelInfo: ollamaEngine(v.KV()), Template: templates["chatml"]})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -342,7 +355,7 @@ func FuzzCountText(f *testing.F) {
 
 func BenchmarkCount(b *testing.B) {
 	v := vocabgen.BPE(8000, "llama-bpe", 2)
-	m, err := New(Show{ModelInfo: v.KV(), Template: templates["chatml"]})
+	m, err := New(Show{ModelInfo: ollamaEngine(v.KV()), Template: templates["chatml"]})
 	if err != nil {
 		b.Fatal(err)
 	}

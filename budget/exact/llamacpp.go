@@ -1,0 +1,133 @@
+package exact
+
+import (
+	"slices"
+
+	"github.com/dlclark/regexp2"
+	"github.com/ollama/ollama/fs/ggml"
+	"github.com/ollama/ollama/tokenizer"
+)
+
+// Ollama runs most architectures on llama.cpp's runner, whose tokenizer
+// differs from Ollama's Go tokenizer package in two ways that change
+// counts (measured against the real server in the e2e suite; llama.cpp's
+// src/llama-vocab.cpp):
+//
+//   - SentencePiece vocabularies: llama.cpp writes a space before the
+//     text at the start of the prompt and after every special token
+//     (tokenizer.ggml.add_space_prefix, on unless the model says off);
+//     Ollama's Go tokenizer does not.
+//   - Byte-level BPE: llama.cpp looks a whole pre-tokenized word up in the
+//     vocabulary only for Llama 3-style pre-tokenizers ("ignore_merges");
+//     for every other one it applies the merges, which can end in other
+//     tokens than the whole word. Ollama's Go tokenizer always looks the
+//     whole word up first.
+//
+// Architectures that need Ollama's own engine (Gemma 3, Qwen 3, …) are
+// tokenized by its Go package, and counted with it unchanged.
+
+// onLlamaCpp reports whether Ollama runs the model described by
+// model_info on llama.cpp's runner.
+func onLlamaCpp(kv map[string]any) bool {
+	return !ggml.KV(kv).OllamaEngineRequired()
+}
+
+// ignoresMerges lists the tokenizer.ggml.pre values llama.cpp gives
+// ignore_merges (the Llama 3 family).
+var ignoresMerges = []string{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"}
+
+// mergingBPE encodes pre-tokenized words by applying merges in rank
+// order, leftmost first on ties, without looking the whole word up: the
+// standard algorithm, as llama.cpp's BPE session runs it.
+type mergingBPE struct {
+	vocab   *tokenizer.Vocabulary
+	regexps []*regexp2.Regexp
+}
+
+func newMergingBPE(vocab *tokenizer.Vocabulary, pre []string) *mergingBPE {
+	if len(pre) == 0 {
+		pre = []string{`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`}
+	}
+	b := &mergingBPE{vocab: vocab}
+	for _, p := range pre {
+		b.regexps = append(b.regexps, regexp2.MustCompile(p, regexp2.RE2))
+	}
+	return b
+}
+
+// split applies each pre-tokenizer expression in turn to every part, the
+// text between matches kept as parts of its own.
+func (b *mergingBPE) split(s string) []string {
+	parts := []string{s}
+	for _, re := range b.regexps {
+		var next []string
+		for _, part := range parts {
+			r := []rune(part)
+			offset := 0
+			for m, _ := re.FindRunesMatch(r); m != nil; m, _ = re.FindNextMatch(m) {
+				if m.Index > offset {
+					next = append(next, string(r[offset:m.Index]))
+				}
+				next = append(next, m.String())
+				offset = m.Index + m.Length
+			}
+			if offset < len(r) {
+				next = append(next, string(r[offset:]))
+			}
+		}
+		parts = next
+	}
+	return parts
+}
+
+// byteLevel maps s's bytes to GPT-2's printable runes.
+func byteLevel(s string) []string {
+	out := make([]string, 0, len(s))
+	for _, c := range []byte(s) {
+		r := rune(c)
+		switch {
+		case r == 0x00ad:
+			r = 0x0143
+		case r <= 0x0020:
+			r += 0x0100
+		case r >= 0x007f && r <= 0x00a0:
+			r += 0x00a2
+		}
+		out = append(out, string(r))
+	}
+	return out
+}
+
+// count returns the tokens of text that holds no special token.
+func (b *mergingBPE) count(text string) int {
+	n := 0
+	for _, word := range b.split(text) {
+		syms := byteLevel(word)
+		for len(syms) > 1 {
+			best, at := -1, -1
+			for i := 0; i+1 < len(syms); i++ {
+				rank := b.vocab.Merge(syms[i], syms[i+1])
+				if rank < 0 || (best >= 0 && rank >= best) {
+					continue
+				}
+				if b.vocab.Encode(syms[i]+syms[i+1]) < 0 {
+					continue
+				}
+				best, at = rank, i
+			}
+			if at < 0 {
+				break
+			}
+			syms[at] += syms[at+1]
+			syms = slices.Delete(syms, at+1, at+2)
+		}
+		for _, s := range syms {
+			if b.vocab.Encode(s) >= 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+

@@ -1,0 +1,108 @@
+package exact
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
+	"github.com/ollama/ollama/tokenizer"
+)
+
+// TestLlamaCppSentencePiece: on llama.cpp's runner a SentencePiece
+// prompt is tokenized fragment by fragment, with a space written before
+// the text at the start and after each special token (llama.cpp's
+// add_space_prefix). The count equals that procedure run with Ollama's
+// SentencePiece on each fragment; the real server agrees (e2e gen-spm).
+func TestLlamaCppSentencePiece(t *testing.T) {
+	v := vocabgen.SentencePiece(4000, 4)
+	m := newModelKV(t, v.KV(), templates["chatml"]) // architecture llama: llama.cpp's runner
+	if !m.spmPrefix || !strings.HasPrefix(m.Name(), "llama.cpp:") {
+		t.Fatalf("model %s: space prefix %v", m.Name(), m.spmPrefix)
+	}
+	ref := reference(t, v)
+	for n := 1; n <= 20; n += 4 {
+		text, err := m.Render(Prompt{Messages: conversation(n, 3)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.CountPrompt(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 1 // BOS
+		rest, prevSpecial := text, true
+		for rest != "" {
+			i := strings.Index(rest, "<|im_")
+			if i == 0 {
+				j := strings.Index(rest, "|>") + 2
+				want++
+				rest, prevSpecial = rest[j:], true
+				continue
+			}
+			if i < 0 {
+				i = len(rest)
+			}
+			frag := rest[:i]
+			if prevSpecial {
+				frag = " " + frag
+			}
+			ids, _ := ref.Encode(frag, false)
+			want += len(ids)
+			rest, prevSpecial = rest[i:], false
+		}
+		if got != want {
+			t.Fatalf("%d turns: count %d, llama.cpp's procedure %d", n, got, want)
+		}
+	}
+	// add_space_prefix off: no space.
+	kv := v.KV()
+	kv["tokenizer.ggml.add_space_prefix"] = false
+	if m := newModelKV(t, kv, templates["chatml"]); m.spmPrefix {
+		t.Error("add_space_prefix false is not honoured")
+	}
+}
+
+// TestLlamaCppMerges: for pre-tokenizers without llama.cpp's
+// ignore_merges (all but the Llama 3 family) words are encoded by their
+// merges alone. Where a vocabulary's merges rebuild each of its words
+// (as trained vocabularies' do) that equals Ollama's whole-word lookup;
+// where they do not, the counts differ, and the real server goes with
+// the merges (e2e gen-qwen2).
+func TestLlamaCppMerges(t *testing.T) {
+	// A vocabulary whose words are built by left-to-right merges only:
+	// "ab", "abc" from "a b", "ab c".
+	b2u := vocabgen.BytesToUnicode()
+	var tokens []string
+	var types []int32
+	for _, r := range b2u {
+		tokens, types = append(tokens, string(r)), append(types, 1)
+	}
+	tokens = append(tokens, "ab", "abc", "bc")
+	types = append(types, 1, 1, 1)
+	voc := &tokenizer.Vocabulary{Values: tokens, Types: types, Merges: []string{"b c", "a b", "ab c"}}
+	mb := newMergingBPE(voc, Pretokenizer("qwen2"))
+	ollama := tokenizer.NewBytePairEncoding(voc, Pretokenizer("qwen2")...)
+	// "abc" is in the vocabulary, but "b c" ranks first: the merges give
+	// "a" + "bc" (2 tokens), Ollama's lookup "abc" (1).
+	ids, _ := ollama.Encode("abc", false)
+	if got := mb.count("abc"); got != 2 || len(ids) != 1 {
+		t.Errorf("abc: merges %d tokens (want 2), Ollama's lookup %d (want 1)", got, len(ids))
+	}
+	// Where the merges rebuild the word, both agree.
+	for _, s := range []string{"ab", "ab ab", "cab", "abab abc?"} {
+		ids, _ := ollama.Encode(s, false)
+		if s == "abab abc?" {
+			continue // holds "abc", as above
+		}
+		if got := mb.count(s); got != len(ids) {
+			t.Errorf("%q: merges %d, Ollama %d", s, got, len(ids))
+		}
+	}
+	// Which pre-tokenizers merge: not the Llama 3 family.
+	for pre, merging := range map[string]bool{"qwen2": true, "llama-bpe": false, "llama3": false, "default": false} {
+		kv := vocabgen.BPE(600, pre, 1).KV()
+		if got := newModelKV(t, kv, templates["chatml"]).merging != nil; got != merging {
+			t.Errorf("pre %s: merging %v, want %v", pre, got, merging)
+		}
+	}
+}
