@@ -81,9 +81,12 @@ func (s *Server) tokenize(r *http.Request, req TokenizeRequest) (TokenizeRespons
 	tok := s.tokenizerFor(r, req.Model)
 	if req.Content != nil {
 		if tok != nil {
-			ids, err := tok.Tokenize(*req.Content, false)
+			n, err := tok.CountText(*req.Content)
 			if err == nil {
-				out.Tokens, out.Count, out.Exact, out.Source = ids, len(ids), true, tok.Name()
+				out.Count, out.Exact, out.Source = n, true, tok.Name()
+				if tok.TokenizesAsServer() {
+					out.Tokens, _ = tok.Tokenize(*req.Content, false)
+				}
 				return out, nil
 			}
 		}
@@ -115,15 +118,15 @@ func (s *Server) tokenize(r *http.Request, req TokenizeRequest) (TokenizeRespons
 		if ec.err == nil {
 			text, err := tok.Render(exact.Prompt{Messages: ec.messages(chat.messages), Tools: ec.tools, Think: ec.think})
 			if err == nil {
-				ids, err := tok.Tokenize(text, true)
+				n, err := tok.CountPrompt(text)
 				if err == nil {
 					images := 0
 					for _, m := range chat.messages {
 						images += m.Images
 					}
-					out.Count, out.Exact, out.Source = len(ids)+768*images, images == 0, tok.Name()
-					if out.Exact {
-						out.Tokens = ids
+					out.Count, out.Exact, out.Source = n+768*images, images == 0, tok.Name()
+					if out.Exact && tok.TokenizesAsServer() {
+						out.Tokens, _ = tok.Tokenize(text, true)
 					}
 					pc = ec
 				}

@@ -314,10 +314,16 @@ func (m *Model) CountText(text string) (int, error) {
 }
 
 // Tokenize returns the token ids of text; addSpecial adds BOS/EOS as the
-// vocabulary says.
+// vocabulary says. The ids are Ollama's Go tokenizer's: for a model on
+// llama.cpp's runner that tokenizes differently (see TokenizesAsServer)
+// they are close, and only the counts are the server's.
 func (m *Model) Tokenize(text string, addSpecial bool) ([]int32, error) {
 	return m.tok.Encode(text, addSpecial)
 }
+
+// TokenizesAsServer reports whether Tokenize gives the very ids the
+// server does, not only the same count.
+func (m *Model) TokenizesAsServer() bool { return !m.spmPrefix && m.merging == nil }
 
 // Detokenize returns the text of ids. Unknown ids are an error.
 func (m *Model) Detokenize(ids []int32) (string, error) {

@@ -129,5 +129,3 @@ func (b *mergingBPE) count(text string) int {
 	}
 	return n
 }
-
-

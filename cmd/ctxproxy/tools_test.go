@@ -136,7 +136,7 @@ func TestCountUsesRunningProxy(t *testing.T) {
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&chat)
 	resp.Body.Close()
-	if !rep.Exact || rep.Total != chat.PromptEvalCount || !strings.Contains(rep.Source, "ollama:gpt2/llama-bpe") || len(rep.Messages) != 2 {
+	if !rep.Exact || rep.Total != chat.PromptEvalCount || !strings.Contains(rep.Source, ":gpt2/llama-bpe") || len(rep.Messages) != 2 {
 		t.Errorf("count %+v; the backend evaluated %d", rep, chat.PromptEvalCount)
 	}
 }
