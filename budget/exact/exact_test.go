@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -382,6 +383,48 @@ func BenchmarkCount(b *testing.B) {
 		b.SetBytes(int64(size))
 		for b.Loop() {
 			if _, _, err := m.Count(Prompt{Messages: conv}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkCountText measures cold counting (every text new, nothing
+// cached) for each way a model is tokenized: Ollama's Go BPE (the
+// Llama 3 family, and models on Ollama's engine), llama.cpp's merging
+// BPE (qwen2 and others on its runner) and SentencePiece with llama.cpp's
+// space prefix; and, for comparison, Ollama's Go tokenizer called
+// directly (the reference, without ctxproxy's piece cache).
+func BenchmarkCountText(b *testing.B) {
+	text := vocabgen.Text(16<<10, 42)
+	for _, tc := range []struct {
+		name string
+		kv   map[string]any
+	}{
+		{"ollama-bpe-llama-bpe", vocabgen.BPE(8000, "llama-bpe", 2).KV()},
+		{"llama.cpp-bpe-qwen2", vocabgen.BPE(8000, "qwen2", 3).KV()},
+		{"llama.cpp-spm", vocabgen.SentencePiece(8000, 4).KV()},
+	} {
+		m, err := New(Show{ModelInfo: tc.kv, Template: templates["chatml"]})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			for i := 0; b.Loop(); i++ {
+				if _, err := m.CountText(strconv.Itoa(i) + text); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	v := vocabgen.BPE(8000, "llama-bpe", 2)
+	ref := tokenizer.NewBytePairEncoding(&tokenizer.Vocabulary{Values: v.Tokens, Types: v.Types, Merges: v.Merges,
+		BOS: []int32{int32(v.BOS)}, EOS: []int32{int32(v.EOS)}}, Pretokenizer(v.Pre)...)
+	b.Run("reference-ollama-tokenizer", func(b *testing.B) {
+		b.SetBytes(int64(len(text)))
+		for i := 0; b.Loop(); i++ {
+			if _, err := ref.Encode(strconv.Itoa(i)+text, false); err != nil {
 				b.Fatal(err)
 			}
 		}
