@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -291,9 +292,13 @@ func (m *Model) CountText(text string) (int, error) {
 		ids, err := m.tok.Encode(text, false)
 		return len(ids), err
 	}
+	pieces := m.split(text)
+	if len(text) >= parallelBytes && len(pieces) > 2 {
+		m.warm(pieces)
+	}
 	total := 0
 	prevSpecial := true // the prompt's start counts as one
-	for _, piece := range m.split(text) {
+	for _, piece := range pieces {
 		if piece.special {
 			total++
 			prevSpecial = true
@@ -424,6 +429,54 @@ func (m *Model) messageKey(msg *api.Message) uint64 {
 	binary.LittleEndian.PutUint64(n[:], uint64(len(msg.Images)))
 	h.Write(n[:])
 	return h.Sum64()
+}
+
+// parallelBytes is the prompt size from which pieces not counted before
+// are tokenized on several cores: tokenizing runs at 1–2 MB/s a core, so
+// 32 KB is 20 ms, far more than starting goroutines.
+const parallelBytes = 32 << 10
+
+// warm counts, in parallel, the pieces of a prompt the cache does not
+// hold yet, as CountText will ask for them.
+func (m *Model) warm(pieces []piece) {
+	var todo []string
+	size := 0
+	prevSpecial := true
+	m.mu.Lock()
+	for _, p := range pieces {
+		if p.special {
+			prevSpecial = true
+			continue
+		}
+		t := p.text
+		if m.spmPrefix && prevSpecial {
+			t = " " + t
+		}
+		prevSpecial = false
+		if _, ok := m.pieces[pieceKey{maphash.String(m.seed, t), len(t)}]; !ok {
+			todo = append(todo, t)
+			size += len(t)
+		}
+	}
+	m.mu.Unlock()
+	workers := min(runtime.GOMAXPROCS(0), len(todo))
+	if workers < 2 || size < parallelBytes {
+		return
+	}
+	next := make(chan string)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for t := range next {
+				_, _ = m.countPiece(t)
+			}
+		})
+	}
+	for _, t := range todo {
+		next <- t
+	}
+	close(next)
+	wg.Wait()
 }
 
 // countPiece returns the tokens of text that holds no special token,

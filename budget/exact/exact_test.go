@@ -430,3 +430,84 @@ func BenchmarkCountText(b *testing.B) {
 		}
 	})
 }
+
+// TestRenderer: a model with a built-in renderer (no template) is
+// rendered by Ollama's renderer of that name, and counted.
+func TestRenderer(t *testing.T) {
+	v := vocabgen.BPE(2000, "qwen2", 1)
+	kv := ollamaEngine(v.KV())
+	m, err := New(Show{ModelInfo: kv, Renderer: "qwen3-coder"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Prompt{Messages: conversation(3, 1), Tools: tools()}
+	text, err := m.Render(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, "weather") || !strings.Contains(text, p.Messages[1].Content) {
+		t.Errorf("rendered prompt lacks the tools or a message:\n%.400s", text)
+	}
+	n, exact, err := m.Count(p)
+	if err != nil || !exact || n == 0 {
+		t.Errorf("Count = %d, %v, %v", n, exact, err)
+	}
+	if _, err := New(Show{ModelInfo: kv, Renderer: "no-such-renderer"}); err != nil {
+		t.Fatal(err) // accepted; rendering fails, and the proxy estimates instead
+	}
+	bad, _ := New(Show{ModelInfo: kv, Renderer: "no-such-renderer"})
+	if _, err := bad.Render(p); err == nil {
+		t.Error("an unknown renderer rendered")
+	}
+}
+
+// TestWordPiece: a WordPiece (BERT) vocabulary is counted as Ollama's
+// WordPiece encodes it.
+func TestWordPiece(t *testing.T) {
+	words := vocabgen.Words(3000, 8)
+	tokens := []string{"[PAD]", "[UNK]", "[CLS]", "[SEP]"}
+	types := []int32{3, 2, 3, 3}
+	for _, w := range words {
+		if strings.ContainsAny(w, " ") {
+			continue
+		}
+		tokens = append(tokens, "▁"+strings.ToLower(w), "##"+strings.ToLower(w))
+		types = append(types, 1, 1)
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		tokens = append(tokens, "▁"+string(c), "##"+string(c))
+		types = append(types, 1, 1)
+	}
+	kv := map[string]any{"general.architecture": "bert", "tokenizer.ggml.model": "bert",
+		"tokenizer.ggml.tokens": toAnySlice(tokens), "tokenizer.ggml.token_type": toAnySlice(types),
+		"tokenizer.ggml.bos_token_id": 2.0, "tokenizer.ggml.eos_token_id": 3.0}
+	m, err := New(Show{ModelInfo: kv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := tokenizer.NewWordPiece(&tokenizer.Vocabulary{Values: tokens, Types: types}, true)
+	for i := range 20 {
+		text := vocabgen.Text(300, uint64(i))
+		got, err := m.CountText(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, _ := ref.Encode(text, false)
+		if got != len(ids) || got == 0 {
+			t.Fatalf("CountText = %d, reference %d", got, len(ids))
+		}
+	}
+}
+
+func toAnySlice[T any](s []T) []any {
+	out := make([]any, len(s))
+	for i, x := range s {
+		switch y := any(x).(type) {
+		case int32:
+			out[i] = float64(y)
+		default:
+			out[i] = x
+		}
+	}
+	return out
+}
