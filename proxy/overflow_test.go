@@ -64,13 +64,7 @@ func TestOverflowRetry(t *testing.T) {
 		if w := strings.Join(resp.Header.Values("X-Ctxproxy-Warning"), " | "); !strings.Contains(w, "retried") {
 			t.Errorf("no word of the retry: %q", w)
 		}
-		refused := 0
-		for _, r := range be.Requests() {
-			if r.Path == "/api/chat" {
-				refused++
-			}
-		}
-		if refused < 2 {
+		if refused := requestsTo(be, "/api/chat"); refused < 2 {
 			t.Errorf("the backend saw %d chat requests; want the refused one and a retry", refused)
 		}
 		m := scrape(t, sys.url)
@@ -116,13 +110,18 @@ func TestOtherErrorsPassThrough(t *testing.T) {
 	if got := readAll(t, resp.Body); resp.StatusCode != 400 || strings.TrimSpace(got) != `{"error":"model 'm' not found"}` {
 		t.Errorf("%d %s", resp.StatusCode, got)
 	}
+	if n := requestsTo(be, "/api/chat"); n != 1 {
+		t.Errorf("%d chat requests reached the backend, want 1", n)
+	}
+}
+
+// requestsTo is how many requests the fake backend got on path.
+func requestsTo(be *fakebackend.Backend, path string) int {
 	n := 0
 	for _, r := range be.Requests() {
-		if r.Path == "/api/chat" {
+		if r.Path == path {
 			n++
 		}
 	}
-	if n != 1 {
-		t.Errorf("%d chat requests reached the backend, want 1", n)
-	}
+	return n
 }

@@ -67,13 +67,7 @@ func TestNoBackendTokenizer(t *testing.T) {
 		resp := post(t, sys.url+"/v1/chat/completions", textConversation("gpt-4o", 4, 1, nil), nil)
 		io.Copy(io.Discard, resp.Body)
 	}
-	n := 0
-	for _, r := range be.Requests() {
-		if r.Path == "/tokenize" {
-			n++
-		}
-	}
-	if n != 1 {
+	if n := requestsTo(be, "/tokenize"); n != 1 {
 		t.Errorf("/tokenize asked %d times, want 1", n)
 	}
 	if m := scrape(t, sys.url); m[`ctxproxy_prompt_counts_total{method="estimate"}`] != 3 {

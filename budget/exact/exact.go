@@ -297,19 +297,12 @@ func (m *Model) CountText(text string) (int, error) {
 		m.warm(pieces)
 	}
 	total := 0
-	prevSpecial := true // the prompt's start counts as one
 	for _, piece := range pieces {
 		if piece.special {
 			total++
-			prevSpecial = true
 			continue
 		}
-		t := piece.text
-		if m.spmPrefix && prevSpecial {
-			t = " " + t
-		}
-		prevSpecial = false
-		n, err := m.countPiece(t)
+		n, err := m.countPiece(piece.text)
 		if err != nil {
 			return 0, err
 		}
@@ -441,21 +434,11 @@ const parallelBytes = 32 << 10
 func (m *Model) warm(pieces []piece) {
 	var todo []string
 	size := 0
-	prevSpecial := true
 	m.mu.Lock()
 	for _, p := range pieces {
-		if p.special {
-			prevSpecial = true
-			continue
-		}
-		t := p.text
-		if m.spmPrefix && prevSpecial {
-			t = " " + t
-		}
-		prevSpecial = false
-		if _, ok := m.pieces[pieceKey{maphash.String(m.seed, t), len(t)}]; !ok {
-			todo = append(todo, t)
-			size += len(t)
+		if _, ok := m.pieces[pieceKey{maphash.String(m.seed, p.text), len(p.text)}]; !p.special && !ok {
+			todo = append(todo, p.text)
+			size += len(p.text)
 		}
 	}
 	m.mu.Unlock()
@@ -553,6 +536,15 @@ func (m *Model) split(text string) []piece {
 			}
 		}
 		pieces = out
+	}
+	if m.spmPrefix {
+		// llama.cpp writes a space before text at the start of the
+		// prompt and after each special token (see llamacpp.go).
+		for i := range pieces {
+			if !pieces[i].special && (i == 0 || pieces[i-1].special) {
+				pieces[i].text = " " + pieces[i].text
+			}
+		}
 	}
 	return pieces
 }

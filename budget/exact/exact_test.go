@@ -479,7 +479,7 @@ func TestWordPiece(t *testing.T) {
 		types = append(types, 1, 1)
 	}
 	kv := map[string]any{"general.architecture": "bert", "tokenizer.ggml.model": "bert",
-		"tokenizer.ggml.tokens": toAnySlice(tokens), "tokenizer.ggml.token_type": toAnySlice(types),
+		"tokenizer.ggml.tokens": vocabgen.AnySlice(tokens), "tokenizer.ggml.token_type": vocabgen.AnySlice(types),
 		"tokenizer.ggml.bos_token_id": 2.0, "tokenizer.ggml.eos_token_id": 3.0}
 	m, err := New(Show{ModelInfo: kv})
 	if err != nil {
@@ -497,17 +497,4 @@ func TestWordPiece(t *testing.T) {
 			t.Fatalf("CountText = %d, reference %d", got, len(ids))
 		}
 	}
-}
-
-func toAnySlice[T any](s []T) []any {
-	out := make([]any, len(s))
-	for i, x := range s {
-		switch y := any(x).(type) {
-		case int32:
-			out[i] = float64(y)
-		default:
-			out[i] = x
-		}
-	}
-	return out
 }

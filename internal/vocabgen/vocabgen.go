@@ -49,8 +49,8 @@ type Vocab struct {
 func (v Vocab) KV() map[string]any {
 	kv := map[string]any{
 		"tokenizer.ggml.model":          v.Model,
-		"tokenizer.ggml.tokens":         toAny(v.Tokens),
-		"tokenizer.ggml.token_type":     toAny(v.Types),
+		"tokenizer.ggml.tokens":         AnySlice(v.Tokens),
+		"tokenizer.ggml.token_type":     AnySlice(v.Types),
 		"tokenizer.ggml.bos_token_id":   float64(v.BOS),
 		"tokenizer.ggml.eos_token_id":   float64(v.EOS),
 		"tokenizer.ggml.add_bos_token":  v.AddBOS,
@@ -64,14 +64,16 @@ func (v Vocab) KV() map[string]any {
 	}
 	if v.Model == "gpt2" {
 		kv["tokenizer.ggml.pre"] = v.Pre
-		kv["tokenizer.ggml.merges"] = toAny(v.Merges)
+		kv["tokenizer.ggml.merges"] = AnySlice(v.Merges)
 	} else {
-		kv["tokenizer.ggml.scores"] = toAny(v.Scores)
+		kv["tokenizer.ggml.scores"] = AnySlice(v.Scores)
 	}
 	return kv
 }
 
-func toAny[T any](s []T) []any {
+// AnySlice converts s to what a JSON decoder makes of it: []any of
+// float64 for numbers, of string for strings.
+func AnySlice[T any](s []T) []any {
 	out := make([]any, len(s))
 	for i, x := range s {
 		switch y := any(x).(type) {
