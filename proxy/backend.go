@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/backend"
-	"github.com/ctxproxy/ctxproxy/gpu"
 )
 
 // Backend kinds (see package backend).
@@ -44,9 +43,3 @@ func (s *Server) kind(ctx context.Context) string { return s.be.Kind(ctx) }
 
 // Backend returns the backend the server forwards to.
 func (s *Server) Backend() *backend.Backend { return s.be }
-
-// LoadedModels is the gpu monitor's view of /api/ps (see
-// backend.Backend.LoadedModels).
-func (s *Server) LoadedModels(ctx context.Context) ([]gpu.LoadedModel, error) {
-	return s.be.LoadedModels(ctx)
-}

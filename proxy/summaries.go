@@ -54,7 +54,3 @@ func (st SummaryStore) Put(ctx context.Context, session string, s rewrite.Summar
 		return nil
 	})
 }
-
-// Kind is the backend's kind as detected (ollama, openai, or unknown),
-// for the summarizer, which calls the backend itself.
-func (s *Server) Kind() string { return s.kind(context.Background()) }

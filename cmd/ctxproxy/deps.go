@@ -1,8 +1,11 @@
 package main
 
 import (
+	"net/url"
+
 	"context"
 	"fmt"
+	"github.com/ctxproxy/ctxproxy/backend"
 	"log/slog"
 	"net/http"
 	"time"
@@ -161,22 +164,38 @@ type system struct {
 // after them: the backend's loaded models and kind, and the summarizer's
 // metrics.
 type hooks struct {
-	loaded    func(context.Context) ([]gpu.LoadedModel, error)
-	kind      func() string
 	summaries func(time.Duration, error)
+}
+
+// newBackend builds the backend first, over the transport forwarded
+// requests use: kind detection, model facts, tokenizers and the
+// summarizer's calls then share one pool and its timeouts.
+func newBackend(c Config, log *slog.Logger) (*backend.Backend, *http.Transport, error) {
+	u, err := url.Parse(c.Backend.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, nil, fmt.Errorf("%w: backend.url %q is not an http(s) URL", errConfig, c.Backend.URL)
+	}
+	tr := proxy.NewTransport(c.proxyConfig())
+	return backend.New(backend.Config{URL: u, Kind: c.Backend.Kind, Client: &http.Client{Transport: tr},
+		Log: log.With("component", "backend")}), tr, nil
 }
 
 // build creates the parts serve runs with.
 func build(ctx context.Context, c Config, log *slog.Logger, h hooks) (*system, error) {
+	be, tr, err := newBackend(c, log)
+	if err != nil {
+		return nil, err
+	}
 	tokens := budget.NewRegistry(c.budgetConfig(), log.With("component", "budget"))
-	loaded := h.loaded
 	store, err := snapshots.Open(ctx, c.snapshotsConfig(), log.With("component", "snapshots"))
 	if err != nil {
 		return nil, err
 	}
-	summarizer := proxy.NewSummarizer(c.Backend.URL, h.kind, proxy.SummarizerConfig{
+	// The summarizer calls the backend over the same transport; its own
+	// timeout is summarize.timeout.
+	summarizer := proxy.NewSummarizer(c.Backend.URL, func() string { return be.Kind(context.Background()) }, proxy.SummarizerConfig{
 		Model: c.Summarize.Model, MaxTokens: c.Summarize.MaxTokens, Timeout: c.Summarize.Timeout,
-	}, &http.Client{}, log.With("component", "summarize"))
+	}, &http.Client{Transport: tr}, log.With("component", "summarize"))
 	compactor := rewrite.NewCompactor(c.summarizeConfig(), summarizer, rewrite.CompactorOptions{
 		Store: proxy.SummaryStore{Store: store}, Log: log.With("component", "summarize"), OnCall: h.summaries,
 	})
@@ -194,11 +213,11 @@ func build(ctx context.Context, c Config, log *slog.Logger, h hooks) (*system, e
 		store.Close()
 		return nil, fmt.Errorf("gpu: %w", err)
 	}
-	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: log.With("component", "gpu"), Loaded: loaded})
+	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: log.With("component", "gpu"), Loaded: be.LoadedModels})
 	writer := snapshots.NewWriter(store, c.snapshotsConfig(), log.With("component", "snapshots"))
 	return &system{
 		deps: proxy.Deps{Tokens: tokens, Trimmer: trimmer, Sizer: gpu.NewSizer(gcfg), Monitor: mon,
-			Store: store, Writer: writer},
+			Store: store, Writer: writer, Backend: be},
 		monitor: mon, writer: writer, store: store, compactor: compactor, newTrimmer: newTrimmer,
 	}, nil
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/lmittmann/tint"
 	"github.com/mattn/go-isatty"
 
-	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/proxy"
 )
 
@@ -209,8 +208,6 @@ func serve(ctx context.Context, args []string, e env) error {
 
 	var srv *proxy.Server
 	sys, err := build(ctx, c, log, hooks{
-		loaded:    func(ctx context.Context) ([]gpu.LoadedModel, error) { return srv.LoadedModels(ctx) },
-		kind:      func() string { return srv.Kind() },
 		summaries: func(d time.Duration, err error) { srv.ObserveSummary(d, err) },
 	})
 	if err != nil {

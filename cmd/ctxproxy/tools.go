@@ -205,17 +205,17 @@ func gpuCmd(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer probe.Close()
-	// The proxy's own backend calls (/api/ps, /api/show, /api/tags), as
-	// serve would make them.
-	backend, err := proxy.New(c.proxyConfig(), proxy.Deps{}, slog.New(slog.DiscardHandler))
+	// The backend's model facts and loaded models (/api/ps, /api/show,
+	// /api/tags), read as serve reads them.
+	be, _, err := newBackend(c, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
-	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: slog.New(slog.DiscardHandler), Loaded: backend.LoadedModels})
+	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: slog.New(slog.DiscardHandler), Loaded: be.LoadedModels})
 	snap := mon.Sample(ctx)
 	var d *gpu.Decision
 	if *model != "" {
-		facts, weights, err := backend.Backend().ModelFacts(ctx, *model)
+		facts, weights, err := be.ModelFacts(ctx, *model)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "model facts: %v (sizing without them)\n", err)
 		}
