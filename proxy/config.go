@@ -45,6 +45,8 @@ type Config struct {
 	TranslateOpenAI string
 	// RespectClient keeps a client's own options.num_ctx when it fits.
 	RespectClient bool
+	// Hosts are the Host and Origin checks against DNS rebinding.
+	Hosts HostPolicy
 	// NoExact counts every prompt by estimate (tiktoken and calibration),
 	// even for Ollama models whose own tokenizer could count it exactly
 	// (tokens.exact: false).

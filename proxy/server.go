@@ -206,6 +206,12 @@ func (s *Server) routes() {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if why := s.cfg.Hosts.checkHost(r); why != "" {
+		s.metrics.refused.WithLabelValues("host").Inc()
+		s.log.Warn("request refused", "host", r.Host, "origin", r.Header.Get("Origin"), "path", r.URL.Path, "why", why)
+		writeError(w, dialectOf(r.URL.Path), apiError{status: http.StatusForbidden, message: why})
+		return
+	}
 	s.mux.ServeHTTP(w, r)
 }
 
@@ -345,18 +351,18 @@ func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
 	return body, nil
 }
 
-// maxSessionID bounds a client-chosen session id.
-const maxSessionID = 256
-
 // sessionID returns the session of a request: the session header, else a
 // fingerprint of the model and the first system and user messages (so a
 // client that resends its whole history keeps one session without saying
 // so), else "".
 func (s *Server) sessionID(r *http.Request, req *chatRequest) (string, *apiError) {
 	if id := r.Header.Get(s.cfg.SessionHeader); id != "" {
-		if len(id) > maxSessionID {
+		// The store's rule, checked before the turn is answered: a turn
+		// that could not be saved must not be answered as if it were.
+		if err := snapshots.CheckID(id); err != nil {
 			return "", &apiError{status: http.StatusBadRequest,
-				message: fmt.Sprintf("%s is longer than %d bytes", s.cfg.SessionHeader, maxSessionID)}
+				message: fmt.Sprintf("%s: %s (1 to %d bytes of UTF-8)", s.cfg.SessionHeader,
+					strings.TrimPrefix(err.Error(), snapshots.ErrInvalidID.Error()+": "), snapshots.MaxIDLen)}
 		}
 		return id, nil
 	}

@@ -279,7 +279,7 @@ func contentText(v json.RawMessage) (string, error) {
 // it replaces is first saved as a ReasonImport snapshot, returned as undo
 // (zero when there was none), so an import can be undone like a restore.
 func Import(ctx context.Context, st Store, id string, data []byte) (n int, undo SnapshotInfo, err error) {
-	if err := checkID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return 0, undo, err
 	}
 	exp, err := DecodeImport(data)

@@ -319,7 +319,7 @@ func (st *FileStore) syncDir(dir string) {
 
 // Get returns session id.
 func (st *FileStore) Get(ctx context.Context, id string) (*Session, error) {
-	if err := checkID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -369,7 +369,7 @@ func (st *FileStore) Clear(ctx context.Context, id string) error {
 }
 
 func (st *FileStore) update(ctx context.Context, id string, create bool, fn func(*Session) error) error {
-	if err := checkID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -434,7 +434,7 @@ func sortSessions(infos []SessionInfo) {
 
 // Delete removes session id and its snapshots.
 func (st *FileStore) Delete(ctx context.Context, id string) error {
-	if err := checkID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -478,7 +478,7 @@ func (st *FileStore) Delete(ctx context.Context, id string) error {
 
 // SaveSnapshot stores snap and applies the retention limit; see Store.
 func (st *FileStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (SnapshotInfo, error) {
-	if err := checkID(snap.SessionID); err != nil {
+	if err := CheckID(snap.SessionID); err != nil {
 		return SnapshotInfo{}, err
 	}
 	if snap.ID != "" {
@@ -563,7 +563,7 @@ func sortedSnaps(m map[string]SnapshotInfo) []SnapshotInfo {
 
 // ListSnapshots returns session id's snapshots newest first.
 func (st *FileStore) ListSnapshots(ctx context.Context, id string) ([]SnapshotInfo, error) {
-	if err := checkID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -576,7 +576,7 @@ func (st *FileStore) ListSnapshots(ctx context.Context, id string) ([]SnapshotIn
 
 // LoadSnapshot returns snapshot snapID of session id.
 func (st *FileStore) LoadSnapshot(ctx context.Context, id, snapID string) (*Snapshot, error) {
-	if err := checkID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return nil, err
 	}
 	if err := checkSnapID(snapID); err != nil {
@@ -610,7 +610,7 @@ func (st *FileStore) LoadSnapshot(ctx context.Context, id, snapID string) (*Snap
 
 // DeleteSnapshot removes a snapshot file and its index entry.
 func (st *FileStore) DeleteSnapshot(ctx context.Context, id, snapID string) error {
-	if err := checkID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return err
 	}
 	if err := checkSnapID(snapID); err != nil {

@@ -18,12 +18,12 @@ const MaxIDLen = 256
 // not 1 to 64 of [A-Za-z0-9._-] or starts with a dot.
 var ErrInvalidID = errors.New("snapshots: invalid id")
 
-// checkID validates a session id. Any non-empty UTF-8 string up to MaxIDLen
+// CheckID validates a session id: the one rule every path applies. Any non-empty UTF-8 string up to MaxIDLen
 // bytes is a valid id: slashes, dots, "..", NUL, spaces and emoji included,
 // because the id is only ever hashed, never used as a path. Invalid UTF-8 is
 // refused because JSON cannot carry it: encoding/json would replace the bad
 // bytes with U+FFFD and the id would no longer round-trip.
-func checkID(id string) error {
+func CheckID(id string) error {
 	switch {
 	case id == "":
 		return fmt.Errorf("%w: empty session id", ErrInvalidID)

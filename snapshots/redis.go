@@ -99,7 +99,7 @@ func (st *RedisStore) corrupt(rkey string, cause error) {
 
 // Get returns session id.
 func (st *RedisStore) Get(ctx context.Context, id string) (*Session, error) {
-	if err := checkID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return nil, err
 	}
 	rkey := st.sessionKey(key(id))
@@ -133,7 +133,7 @@ func (st *RedisStore) Clear(ctx context.Context, id string) error {
 }
 
 func (st *RedisStore) update(ctx context.Context, id string, create bool, fn func(*Session) error) error {
-	if err := checkID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return err
 	}
 	k := key(id)
@@ -238,7 +238,7 @@ func (st *RedisStore) List(ctx context.Context) ([]SessionInfo, error) {
 
 // Delete removes session id and its snapshots.
 func (st *RedisStore) Delete(ctx context.Context, id string) error {
-	if err := checkID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return err
 	}
 	k := key(id)
@@ -268,7 +268,7 @@ func (st *RedisStore) Delete(ctx context.Context, id string) error {
 
 // SaveSnapshot stores snap and applies the retention limit; see Store.
 func (st *RedisStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (SnapshotInfo, error) {
-	if err := checkID(snap.SessionID); err != nil {
+	if err := CheckID(snap.SessionID); err != nil {
 		return SnapshotInfo{}, err
 	}
 	if snap.ID != "" {
@@ -358,7 +358,7 @@ func (st *RedisStore) snapInfos(ctx context.Context, k string) ([]SnapshotInfo, 
 
 // ListSnapshots returns session id's snapshots newest first.
 func (st *RedisStore) ListSnapshots(ctx context.Context, id string) ([]SnapshotInfo, error) {
-	if err := checkID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return nil, err
 	}
 	return st.snapInfos(ctx, key(id))
@@ -366,7 +366,7 @@ func (st *RedisStore) ListSnapshots(ctx context.Context, id string) ([]SnapshotI
 
 // LoadSnapshot returns snapshot snapID of session id.
 func (st *RedisStore) LoadSnapshot(ctx context.Context, id, snapID string) (*Snapshot, error) {
-	if err := checkID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return nil, err
 	}
 	if err := checkSnapID(snapID); err != nil {
@@ -399,7 +399,7 @@ func (st *RedisStore) LoadSnapshot(ctx context.Context, id, snapID string) (*Sna
 
 // DeleteSnapshot removes a snapshot and its index entry.
 func (st *RedisStore) DeleteSnapshot(ctx context.Context, id, snapID string) error {
-	if err := checkID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return err
 	}
 	if err := checkSnapID(snapID); err != nil {

@@ -107,7 +107,7 @@ func NewWriter(st Store, cfg Config, log *slog.Logger) *Writer {
 // is logged and counted, and the session's other queued changes still
 // apply.
 func (w *Writer) Update(id string, fn func(*Session) error) error {
-	if err := checkID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return err
 	}
 	return w.enqueue(id, op{fn: fn})
@@ -116,7 +116,7 @@ func (w *Writer) Update(id string, fn func(*Session) error) error {
 // Snapshot queues a snapshot of session id as stored once the changes
 // queued before it are written.
 func (w *Writer) Snapshot(id, reason string) error {
-	if err := checkID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return err
 	}
 	return w.enqueue(id, op{reason: reason})
@@ -127,7 +127,7 @@ func (w *Writer) Snapshot(id, reason string) error {
 // cut (ReasonOverflow), or at the memory guard's emergency. snap must not
 // change afterwards.
 func (w *Writer) SaveSnapshot(snap *Snapshot) error {
-	if err := checkID(snap.SessionID); err != nil {
+	if err := CheckID(snap.SessionID); err != nil {
 		return err
 	}
 	return w.enqueue(snap.SessionID, op{snap: snap})

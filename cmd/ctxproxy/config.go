@@ -25,6 +25,10 @@ type Config struct {
 	Listen        string        `mapstructure:"listen"`
 	MaxBody       ByteSize      `mapstructure:"max_body"`
 	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
+	// AllowedHosts and AllowedOrigins extend the Host and Origin checks
+	// against DNS rebinding (proxy.HostPolicy).
+	AllowedHosts   []string `mapstructure:"allowed_hosts"`
+	AllowedOrigins []string `mapstructure:"allowed_origins"`
 
 	Backend   BackendConfig          `mapstructure:"backend"`
 	Session   SessionConfig          `mapstructure:"session"`
@@ -178,6 +182,7 @@ func defaultConfig() Config {
 	c.Listen = "127.0.0.1:11435"
 	c.MaxBody = 32 << 20
 	c.ShutdownGrace = 30 * time.Second
+	c.AllowedHosts, c.AllowedOrigins = []string{}, []string{}
 	c.Backend = BackendConfig{URL: "http://127.0.0.1:11434", Kind: "auto", TranslateOpenAI: "auto",
 		ResponseHeaderTimeout: 5 * time.Minute, DialTimeout: 10 * time.Second}
 	c.Session = SessionConfig{Header: "X-Session-ID", Fingerprint: true}
@@ -407,7 +412,7 @@ func (c Config) validate() []string {
 		p = append(p, "shutdown_grace: must not be negative")
 	}
 	if u, err := url.Parse(c.Backend.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		p = append(p, fmt.Sprintf("backend.url: %q is not an http(s) URL", c.Backend.URL))
+		p = append(p, fmt.Sprintf("backend.url: %q is not an http(s) URL", redactURL(c.Backend.URL)))
 	}
 	oneOf(&p, "backend.kind", c.Backend.Kind, "auto", "ollama", "openai")
 	oneOf(&p, "backend.translate_openai", c.Backend.TranslateOpenAI, "auto", "on", "off")
@@ -541,3 +546,15 @@ func lookup(m map[string]any, dotted string) any {
 }
 
 var errConfig = errors.New("invalid configuration")
+
+// redactURL hides a password in a URL (http://user:xxxxx@host) for logs
+// and messages; what does not parse is shown up to its first "@" hidden.
+func redactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	if i := strings.LastIndex(raw, "@"); i >= 0 {
+		return "xxxxx" + raw[i:]
+	}
+	return raw
+}

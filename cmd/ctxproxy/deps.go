@@ -32,10 +32,12 @@ func (c Config) proxyConfig() proxy.Config {
 		Accumulate:            c.Session.Accumulate,
 		RespectClient:         c.Context.RespectClient,
 		NoExact:               !c.Tokens.Exact,
-		Version:               versionString(),
-		AdminToken:            c.Admin.Token,
-		AdminOff:              c.Admin.Token == "" && !proxy.Loopback(c.Listen),
-		Inband:                c.Commands.Inband,
+		Hosts: proxy.HostPolicy{Loopback: proxy.Loopback(c.Listen), AllowedHosts: c.AllowedHosts,
+			AllowedOrigins: c.AllowedOrigins},
+		Version:    versionString(),
+		AdminToken: c.Admin.Token,
+		AdminOff:   c.Admin.Token == "" && !proxy.Loopback(c.Listen),
+		Inband:     c.Commands.Inband,
 		Status: proxy.StatusInfo{
 			MinSize: c.Context.MinSize, MaxSize: c.Context.MaxSize,
 			KVQuantization: c.Context.KVQuantization, NumParallel: c.Context.NumParallel,
@@ -173,7 +175,7 @@ type hooks struct {
 func newBackend(c Config, log *slog.Logger) (*backend.Backend, *http.Transport, error) {
 	u, err := url.Parse(c.Backend.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, nil, fmt.Errorf("%w: backend.url %q is not an http(s) URL", errConfig, c.Backend.URL)
+		return nil, nil, fmt.Errorf("%w: backend.url %q is not an http(s) URL", errConfig, redactURL(c.Backend.URL))
 	}
 	tr := proxy.NewTransport(c.proxyConfig())
 	return backend.New(backend.Config{URL: u, Kind: c.Backend.Kind, Client: &http.Client{Transport: tr},

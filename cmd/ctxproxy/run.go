@@ -161,7 +161,7 @@ func checkConfig(args []string, e env) error {
 		}
 		return errConfig
 	}
-	_, err = fmt.Fprintf(e.stdout, "%s: ok (listen %s, backend %s, strategy %s)\n", path, c.Listen, c.Backend.URL, c.Strategy.Mode)
+	_, err = fmt.Fprintf(e.stdout, "%s: ok (listen %s, backend %s, strategy %s)\n", path, c.Listen, redactURL(c.Backend.URL), c.Strategy.Mode)
 	return err
 }
 
@@ -242,7 +242,7 @@ func serve(ctx context.Context, args []string, e env) error {
 		// long as the model needs.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	log.Info("ctxproxy listening", "addr", ln.Addr().String(), "backend", c.Backend.URL,
+	log.Info("ctxproxy listening", "addr", ln.Addr().String(), "backend", redactURL(c.Backend.URL),
 		"config", path, "version", versionString())
 
 	errc := make(chan error, 1)

@@ -316,3 +316,43 @@ func TestParseByteSize(t *testing.T) {
 		}
 	}
 }
+
+// TestServeRefusesRebinding: the binary bound to loopback refuses a
+// request addressed to a foreign host name (DNS rebinding), and serves
+// one addressed to localhost.
+func TestServeRefusesRebinding(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	addr, _, stop := startServe(t, []string{"--backend", be.URL}, nil)
+	defer stop()
+	for host, want := range map[string]int{"evil.example": 403, "localhost": 200} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/api/tags", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Host %s: %d, want %d", host, resp.StatusCode, want)
+		}
+	}
+}
+
+// TestServeRedactsBackendPassword: a backend URL with a password is
+// never written to the log or to check-config's output in the clear.
+func TestServeRedactsBackendPassword(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	u := strings.Replace(be.URL, "http://", "http://user:s3cret-pass@", 1)
+	_, logs, stop := startServe(t, []string{"--backend", u}, nil)
+	stop()
+	var out bytes.Buffer
+	_ = run(context.Background(), []string{"check-config", "--backend", u}, envOf(nil), strings.NewReader(""), &out, &out)
+	for name, text := range map[string]string{"log": logs.String(), "check-config": out.String()} {
+		if strings.Contains(text, "s3cret-pass") {
+			t.Errorf("%s shows the password:\n%s", name, text)
+		}
+	}
+	if !strings.Contains(logs.String(), "user:xxxxx@") {
+		t.Errorf("the log does not show the redacted backend:\n%s", logs.String())
+	}
+}

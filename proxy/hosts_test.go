@@ -1,0 +1,132 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+)
+
+// do sends a request with the given Host and Origin.
+func do(t *testing.T, method, url, host, origin string, body []byte) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	if origin != "" {
+		req.Header.Set("Origin", origin)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// TestDNSRebinding replays a rebinding attack: a page on evil.example
+// whose name now points at 127.0.0.1 calls the admin API (export, purge),
+// the chat routes and a passthrough route of a ctxproxy bound to
+// loopback. Every one is refused, before anything reaches the backend or
+// the store; local names, addresses and allowed origins pass.
+func TestDNSRebinding(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	sys := newSystem(t, be.URL, setup{cfg: Config{Hosts: HostPolicy{Loopback: true, AllowedOrigins: []string{"https://chat.example.com"}}}})
+	chat := []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`)
+	before := len(be.Requests())
+	for _, tc := range []struct{ method, path string }{
+		{"GET", "/ctxproxy/sessions/s1/export"}, {"DELETE", "/ctxproxy/sessions/s1"}, {"GET", "/ctxproxy/status"},
+		{"POST", "/api/chat"}, {"POST", "/v1/chat/completions"}, {"GET", "/api/tags"}, {"POST", "/api/generate"},
+	} {
+		for _, attack := range []struct{ host, origin string }{
+			{"evil.example", "http://evil.example"}, {"evil.example:11435", ""}, {"127.0.0.1:11435", "http://evil.example"},
+		} {
+			if resp := do(t, tc.method, sys.url+tc.path, attack.host, attack.origin, chat); resp.StatusCode != http.StatusForbidden {
+				t.Errorf("%s %s Host %q Origin %q: %d, want 403", tc.method, tc.path, attack.host, attack.origin, resp.StatusCode)
+			}
+		}
+	}
+	if n := len(be.Requests()); n != before {
+		t.Errorf("%d refused requests reached the backend", n-before)
+	}
+	for _, ok := range []struct{ host, origin string }{
+		{"localhost:11435", ""}, {"127.0.0.1:11435", "http://localhost:3000"}, {"[::1]:11435", ""},
+		{"192.168.1.20:11435", ""}, {"box.local", "vscode-webview://abc"}, {"ctxproxy.internal:11435", ""},
+		{"127.0.0.1:11435", "https://chat.example.com"}, {"127.0.0.1:11435", "http://127.0.0.1:11435"},
+	} {
+		if resp := do(t, "POST", sys.url+"/api/chat", ok.host, ok.origin, chat); resp.StatusCode != http.StatusOK {
+			t.Errorf("Host %q Origin %q: %d, want 200", ok.host, ok.origin, resp.StatusCode)
+		}
+	}
+	if m := scrape(t, sys.url); m[`ctxproxy_refused_requests_total{reason="host"}`] != 21 {
+		t.Errorf("refused %v, want 21", m[`ctxproxy_refused_requests_total{reason="host"}`])
+	}
+}
+
+// TestHostsBeyondLoopback: listening beyond loopback (the compose
+// stack), any Host passes until allowed_hosts is set — so Prometheus
+// scraping ctxproxy:11435 works — and with it only those hosts and local
+// ones do. Foreign origins are refused either way.
+func TestHostsBeyondLoopback(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	open := newSystem(t, be.URL, setup{})
+	if resp := do(t, "GET", open.url+"/metrics", "ctxproxy:11435", "", nil); resp.StatusCode != 200 {
+		t.Errorf("metrics scrape at ctxproxy:11435: %d", resp.StatusCode)
+	}
+	if resp := do(t, "GET", open.url+"/metrics", "ctxproxy:11435", "https://evil.example", nil); resp.StatusCode != 403 {
+		t.Errorf("foreign origin beyond loopback: %d", resp.StatusCode)
+	}
+	listed := newSystem(t, be.URL, setup{cfg: Config{Hosts: HostPolicy{AllowedHosts: []string{"ctxproxy", "*.corp.example"}}}})
+	for host, want := range map[string]int{"ctxproxy:11435": 200, "llm.corp.example": 200, "evil.example": 403, "localhost": 200} {
+		if resp := do(t, "GET", listed.url+"/metrics", host, "", nil); resp.StatusCode != want {
+			t.Errorf("Host %q: %d, want %d", host, resp.StatusCode, want)
+		}
+	}
+}
+
+func TestMatch(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, s string
+		want       bool
+	}{
+		{"http://localhost:*", "http://localhost:3000", true},
+		{"http://localhost:*", "http://localhost.evil.example:3000", false},
+		{"http://localhost", "http://localhost:3000", false},
+		{"chrome-extension://*", "chrome-extension://abcdef", true},
+		{"https://*.example.com", "https://chat.example.com", true},
+		{"https://*.example.com", "http://chat.example.com", false},
+		{"*.corp.example", "a.corp.example", true},
+		{"ctxproxy", "ctxproxy", true},
+	} {
+		if got := match(tc.pattern, tc.s); got != tc.want {
+			t.Errorf("match(%q, %q) = %v", tc.pattern, tc.s, got)
+		}
+	}
+}
+
+// TestSessionIDRule: a session id the store would refuse (invalid UTF-8,
+// too long) gets a 400 that says why, before the turn is answered; an
+// odd but valid one (spaces, slashes, emoji) is served.
+func TestSessionIDRule(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	sys := newSystem(t, be.URL, setup{})
+	chat := []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`)
+	for id, want := range map[string]int{"bad\xff\xfeutf8": 400, string(bytes.Repeat([]byte("x"), 257)): 400,
+		"a/b c 🙂 ..": 200} {
+		before := len(be.Requests())
+		resp := post(t, sys.url+"/api/chat", chat, map[string]string{"X-Session-ID": id})
+		body := readAll(t, resp.Body)
+		if resp.StatusCode != want {
+			t.Errorf("%q: %d %s", id, resp.StatusCode, body)
+		}
+		if want == 400 && len(be.Requests()) != before {
+			t.Errorf("%q: the refused turn reached the backend", id)
+		}
+	}
+}
