@@ -209,7 +209,7 @@ func TestSessionID(t *testing.T) {
 		t.Errorf("odd session id came back as %q", g)
 	}
 	resp := post(t, px.URL+"/api/chat", body, map[string]string{"X-Session-ID": strings.Repeat("x", 300)})
-	if resp.StatusCode != 400 || !strings.Contains(readAll(t, resp.Body), "longer than 256") {
+	if resp.StatusCode != 400 || !strings.Contains(readAll(t, resp.Body), "more than 256") {
 		t.Errorf("overlong session id: status %d", resp.StatusCode)
 	}
 
