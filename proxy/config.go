@@ -47,6 +47,8 @@ type Config struct {
 	RespectClient bool
 	// Hosts are the Host and Origin checks against DNS rebinding.
 	Hosts HostPolicy
+	// Limits bound requests in flight, body memory and slow bodies.
+	Limits Limits
 	// NoExact counts every prompt by estimate (tiktoken and calibration),
 	// even for Ollama models whose own tokenizer could count it exactly
 	// (tokens.exact: false).

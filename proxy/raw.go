@@ -44,6 +44,12 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d Dialect) {
 	}
 	ex := &exchange{dialect: d, route: r.URL.Path, start: time.Now(), headers: http.Header{}}
 	defer func() { s.logChat(ex) }()
+	release, ok := s.bodyBudget(w, r)
+	if !ok {
+		ex.status = http.StatusServiceUnavailable
+		return
+	}
+	defer release()
 	body, aerr := s.readBody(r)
 	if aerr != nil {
 		ex.status = aerr.status

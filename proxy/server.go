@@ -97,6 +97,7 @@ type Server struct {
 	writer  Writer
 
 	be        *backend.Backend
+	gate      *gate
 	usage     usageCache
 	tokRoutes ollamaTokenize
 	warned    struct {
@@ -160,6 +161,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, backend: u, registry: prometheus.NewRegistry(),
 		tokens: deps.Tokens, sizer: deps.Sizer, monitor: deps.Monitor, store: deps.Store, writer: deps.Writer}
 	s.trimmer.Store(deps.Trimmer)
+	s.gate = newGate(cfg.Limits)
 	if deps.Monitor != nil {
 		deps.Monitor.Subscribe(s.onMemoryEvent)
 	}
@@ -212,6 +214,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, dialectOf(r.URL.Path), apiError{status: http.StatusForbidden, message: why})
 		return
 	}
+	if !exempt(r.URL.Path) {
+		if err := s.gate.acquire(r.Context(), s.gate.inflight, 1); err != nil {
+			s.busy(w, r, "requests in flight")
+			return
+		}
+		defer s.gate.inflight.Release(1)
+	}
+	s.limitRate(w, r)
 	s.mux.ServeHTTP(w, r)
 }
 
@@ -280,6 +290,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 		defer s.monitor.Active()()
 	}
 
+	release, ok := s.bodyBudget(w, r)
+	if !ok {
+		ex.status = http.StatusServiceUnavailable
+		return
+	}
+	defer release()
 	body, aerr := s.readBody(r)
 	if aerr != nil {
 		ex.status = aerr.status

@@ -162,6 +162,11 @@ func nullIfEmpty(v json.RawMessage) json.RawMessage {
 // readJSON reads a JSON body of at most max_body bytes into v, answering
 // the client itself when it cannot.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	release, ok := s.bodyBudget(w, r)
+	if !ok {
+		return false
+	}
+	defer release()
 	body, aerr := s.readBody(r)
 	if aerr != nil {
 		writeError(w, Ollama, *aerr)

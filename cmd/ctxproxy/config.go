@@ -41,6 +41,7 @@ type Config struct {
 	Models    map[string]ModelConfig `mapstructure:"models"`
 	Commands  CommandsConfig         `mapstructure:"commands"`
 	Admin     AdminConfig            `mapstructure:"admin"`
+	Limits    LimitsConfig           `mapstructure:"limits"`
 	Log       LogConfig              `mapstructure:"log"`
 }
 
@@ -170,6 +171,15 @@ type AdminConfig struct {
 	Token string `mapstructure:"token"`
 }
 
+// LimitsConfig bounds what clients can make ctxproxy hold.
+type LimitsConfig struct {
+	MaxConnections int           `mapstructure:"max_connections"`
+	MaxInflight    int           `mapstructure:"max_inflight"`
+	BodyMemory     ByteSize      `mapstructure:"body_memory"`
+	QueueWait      time.Duration `mapstructure:"queue_wait"`
+	MinBodyRate    ByteSize      `mapstructure:"min_body_rate"`
+}
+
 // LogConfig is how ctxproxy logs.
 type LogConfig struct {
 	Level  string `mapstructure:"level"`
@@ -219,6 +229,8 @@ func defaultConfig() Config {
 	c.Snapshots.Redis.Prefix = "ctxproxy:"
 	c.Models = map[string]ModelConfig{}
 	c.Log = LogConfig{Level: "info", Format: "auto"}
+	c.Limits = LimitsConfig{MaxConnections: 4096, MaxInflight: 512, BodyMemory: 512 << 20, QueueWait: 2 * time.Second,
+		MinBodyRate: 16 << 10}
 	return c
 }
 
@@ -429,6 +441,17 @@ func (c Config) validate() []string {
 		p = append(p, "tokens.image_tokens: must not be negative")
 	}
 	positive(&p, "tokens.cache_entries", int64(c.Tokens.CacheEntries))
+	positive(&p, "limits.max_connections", int64(c.Limits.MaxConnections))
+	positive(&p, "limits.max_inflight", int64(c.Limits.MaxInflight))
+	positive(&p, "limits.body_memory", int64(c.Limits.BodyMemory))
+	positive(&p, "limits.min_body_rate", int64(c.Limits.MinBodyRate))
+	if c.Limits.QueueWait <= 0 {
+		p = append(p, "limits.queue_wait: must be positive")
+	}
+	if c.Limits.BodyMemory > 0 && c.Limits.BodyMemory < c.MaxBody {
+		p = append(p, fmt.Sprintf("limits.body_memory (%s) is smaller than max_body (%s): a largest request could never be served",
+			c.Limits.BodyMemory, c.MaxBody))
+	}
 	positive(&p, "context.min_size", int64(c.Context.MinSize))
 	if c.Context.MaxSize < c.Context.MinSize {
 		p = append(p, fmt.Sprintf("context.max_size: %d is below context.min_size %d", c.Context.MaxSize, c.Context.MinSize))

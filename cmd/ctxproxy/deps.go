@@ -32,6 +32,8 @@ func (c Config) proxyConfig() proxy.Config {
 		Accumulate:            c.Session.Accumulate,
 		RespectClient:         c.Context.RespectClient,
 		NoExact:               !c.Tokens.Exact,
+		Limits: proxy.Limits{MaxInflight: int64(c.Limits.MaxInflight), BodyMemory: int64(c.Limits.BodyMemory),
+			QueueWait: c.Limits.QueueWait, MinBodyRate: int64(c.Limits.MinBodyRate)},
 		Hosts: proxy.HostPolicy{Loopback: proxy.Loopback(c.Listen), AllowedHosts: c.AllowedHosts,
 			AllowedOrigins: c.AllowedOrigins},
 		Version:    versionString(),

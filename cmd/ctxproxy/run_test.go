@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -354,5 +355,50 @@ func TestServeRedactsBackendPassword(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "user:xxxxx@") {
 		t.Errorf("the log does not show the redacted backend:\n%s", logs.String())
+	}
+}
+
+// TestServeConnectionCap: beyond limits.max_connections, new connections
+// are closed on arrival and counted; open ones keep working.
+func TestServeConnectionCap(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	addr, _, stop := startServe(t, []string{"--backend", be.URL}, map[string]string{"CTXPROXY_LIMITS_MAX_CONNECTIONS": "3"})
+	defer stop()
+	http.DefaultClient.CloseIdleConnections() // startServe's polling
+	time.Sleep(50 * time.Millisecond)
+	var held []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	extra, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra.SetReadDeadline(time.Now().Add(2 * time.Second))
+	fmt.Fprintf(extra, "GET /ctxproxy/healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+	if n, err := extra.Read(make([]byte, 64)); err == nil {
+		t.Errorf("a fourth connection was served (%d bytes)", n)
+	}
+	extra.Close()
+	held[0].Close()
+	held = held[1:]
+	time.Sleep(50 * time.Millisecond)
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !regexp.MustCompile(`(?m)^ctxproxy_connections_refused_total [1-9]`).Match(body) {
+		t.Errorf("refused connections not counted")
 	}
 }

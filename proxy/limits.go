@@ -1,0 +1,154 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// Limits bound what clients can make ctxproxy hold. The zero value of
+// each field means its default.
+type Limits struct {
+	// MaxInflight is the most requests handled at once (default 512);
+	// health checks and metrics are not counted.
+	MaxInflight int64
+	// BodyMemory is the most request-body bytes held in memory at once
+	// by intercepted routes (default 512 MiB). A chat body is read whole
+	// to be counted and cut; a request takes its Content-Length (max_body
+	// when it has none) from this budget before its body is read.
+	BodyMemory int64
+	// QueueWait is how long a request waits for room before it gets 503
+	// with Retry-After (default 2s).
+	QueueWait time.Duration
+	// MinBodyRate is the slowest a request body may arrive, in bytes a
+	// second, averaged from the start of the body, after a 10 s grace
+	// (default 16 KiB/s). A client that sends a byte now and then cannot
+	// hold a connection for ever.
+	MinBodyRate int64
+	// BodyGrace is the time a body may take before MinBodyRate applies
+	// (default 10s).
+	BodyGrace time.Duration
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxInflight <= 0 {
+		l.MaxInflight = 512
+	}
+	if l.BodyMemory <= 0 {
+		l.BodyMemory = 512 << 20
+	}
+	if l.QueueWait <= 0 {
+		l.QueueWait = 2 * time.Second
+	}
+	if l.MinBodyRate <= 0 {
+		l.MinBodyRate = 16 << 10
+	}
+	if l.BodyGrace <= 0 {
+		l.BodyGrace = 10 * time.Second
+	}
+	return l
+}
+
+// gate holds the semaphores behind Limits.
+type gate struct {
+	lim      Limits
+	inflight *semaphore.Weighted
+	memory   *semaphore.Weighted
+}
+
+func newGate(l Limits) *gate {
+	l = l.withDefaults()
+	return &gate{lim: l, inflight: semaphore.NewWeighted(l.MaxInflight), memory: semaphore.NewWeighted(l.BodyMemory)}
+}
+
+var errBusy = errors.New("busy")
+
+// acquire waits up to QueueWait for n units of sem.
+func (g *gate) acquire(ctx context.Context, sem *semaphore.Weighted, n int64) error {
+	if sem.TryAcquire(n) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.lim.QueueWait)
+	defer cancel()
+	if err := sem.Acquire(ctx, n); err != nil {
+		return errBusy
+	}
+	return nil
+}
+
+// busy answers 503 with Retry-After in the dialect's shape.
+func (s *Server) busy(w http.ResponseWriter, r *http.Request, what string) {
+	s.metrics.refused.WithLabelValues(what).Inc()
+	w.Header().Set("Retry-After", "1")
+	writeError(w, dialectOf(r.URL.Path), apiError{status: http.StatusServiceUnavailable,
+		message: fmt.Sprintf("ctxproxy is at its limit of %s; try again in a moment", what)})
+}
+
+// exempt routes are never queued: a load balancer's health check and
+// Prometheus must get through when ctxproxy is busiest.
+func exempt(path string) bool {
+	return path == "/ctxproxy/healthz" || path == "/ctxproxy/readyz" || path == "/metrics"
+}
+
+// bodyBudget takes room for r's body from the memory budget, returning
+// the release; ok false when none came in time (503 already written).
+func (s *Server) bodyBudget(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+	n := r.ContentLength
+	if n < 0 || n > s.cfg.MaxBody {
+		n = s.cfg.MaxBody // chunked: as much as it may be
+	}
+	n = min(max(n, 1), s.gate.lim.BodyMemory)
+	if err := s.gate.acquire(r.Context(), s.gate.memory, n); err != nil {
+		s.busy(w, r, "memory for request bodies")
+		return nil, false
+	}
+	return func() { s.gate.memory.Release(n) }, true
+}
+
+// rateBody makes reading r's body fail once it falls below the minimum
+// rate: each read moves the connection's read deadline to what the bytes
+// so far have earned.
+type rateBody struct {
+	io.ReadCloser
+	rc    *http.ResponseController
+	start time.Time
+	rate  int64
+	grace time.Duration
+	n     int64
+}
+
+func (s *Server) limitRate(w http.ResponseWriter, r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	b := &rateBody{ReadCloser: r.Body, rc: http.NewResponseController(w), start: time.Now(),
+		rate: s.gate.lim.MinBodyRate, grace: s.gate.lim.BodyGrace}
+	if b.rc.SetReadDeadline(b.deadline()) != nil {
+		return // not a connection that takes deadlines (HTTP/2, tests)
+	}
+	r.Body = b
+}
+
+func (b *rateBody) deadline() time.Time {
+	return b.start.Add(b.grace + time.Duration(b.n*int64(time.Second)/b.rate))
+}
+
+func (b *rateBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	switch {
+	case err == nil:
+		_ = b.rc.SetReadDeadline(b.deadline())
+	case errors.Is(err, io.EOF):
+		_ = b.rc.SetReadDeadline(time.Time{}) // done: the response may take its time
+	}
+	// Any other error (the deadline passed) leaves the deadline in the
+	// past, so the server cannot wait for the rest of the body either and
+	// closes the connection.
+	return n, err
+}
