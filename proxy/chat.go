@@ -25,6 +25,10 @@ const (
 	warn90 = "Context at 90% capacity. Auto-trimming soon."
 )
 
+// settleWait bounds how long an accumulated turn waits for the turns
+// before it to be stored.
+const settleWait = 5 * time.Second
+
 // ollamaDefaultCtx is the window Ollama uses when a request sets no
 // num_ctx (its documented default); ctxproxy assumes it when it does not
 // set num_ctx itself.
@@ -85,17 +89,36 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	if ex.named && s.store != nil && (s.cfg.Accumulate || r.Header.Get("X-Ctxproxy-Accumulate") == "1") {
 		p.accum = true
 		p.newTurn = req.messages
+		// The turns before this one must be stored before it is built on
+		// them: a client that sends its next turn the moment a reply
+		// ends would otherwise find the last one missing.
+		var err error
+		if s.writer != nil {
+			sctx, cancel := context.WithTimeout(ctx, settleWait)
+			err = s.writer.Settle(sctx, ex.session)
+			cancel()
+		}
+		if err != nil {
+			s.log.Warn("the session's last turns are not stored; turn refused", "session", ex.session, "err", err)
+			return nil, &apiError{status: http.StatusServiceUnavailable,
+				message: "ctxproxy could not store this session's last turn yet, so it will not send the next one without it; try again"}
+		}
 		stored, err := s.store.Get(ctx, ex.session)
 		if err != nil && !errors.Is(err, snapshots.ErrNotFound) {
-			s.log.Warn("reading the session failed; sending the new turn alone", "session", ex.session, "err", err)
+			// Sending the new turn alone would answer as if the
+			// conversation were new, without a word: refuse instead.
+			s.log.Warn("reading the session failed; turn refused", "session", ex.session, "err", err)
+			return nil, &apiError{status: http.StatusServiceUnavailable,
+				message: "ctxproxy could not read this session's history from its store, so it will not send the turn without it; try again"}
 		}
 		history := snapshots.Accumulate(stored, toStored(req.messages))
 		msgs, err := fromStored(history)
 		if err != nil {
-			s.log.Warn("stored session unreadable; sending the new turn alone", "session", ex.session, "err", err)
-		} else {
-			p.messages, p.sent, p.changed = msgs, msgs, len(msgs) != len(req.messages)
+			s.log.Warn("stored session unreadable; turn refused", "session", ex.session, "err", err)
+			return nil, &apiError{status: http.StatusServiceUnavailable,
+				message: "this session's stored history could not be read, so ctxproxy will not send the turn without it"}
 		}
+		p.messages, p.sent, p.changed = msgs, msgs, len(msgs) != len(req.messages)
 	}
 
 	if s.cfg.Inband && !p.accum {

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -31,6 +32,12 @@ func (w *heldWriter) Update(id string, fn func(*snapshots.Session) error) error 
 }
 
 func (w *heldWriter) Snapshot(string, string) error { return nil }
+
+func (w *heldWriter) Health() (time.Time, error) { return time.Time{}, nil }
+func (w *heldWriter) Unsaved(string) bool        { return false }
+func (w *heldWriter) Settle(ctx context.Context, _ string) error {
+	return w.Flush(ctx)
+}
 
 func (w *heldWriter) SaveSnapshot(snap *snapshots.Snapshot) error {
 	return w.hold(func(ctx context.Context) error { _, err := w.store.SaveSnapshot(ctx, snap); return err })

@@ -171,6 +171,16 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 	if c, ok := deps.Writer.(writerCounters); ok {
 		sc.writer = c
 	}
+	if w := deps.Writer; w != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ctxproxy_store_degraded",
+			Help: "1 while the session store refuses writes (turns are retried, and responses say so), else 0."},
+			func() float64 {
+				if _, err := w.Health(); err != nil {
+					return 1
+				}
+				return 0
+			}))
+	}
 	if sc.store != nil || sc.writer != nil {
 		reg.MustRegister(sc)
 	}

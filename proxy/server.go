@@ -61,6 +61,13 @@ type Writer interface {
 	Snapshot(id, reason string) error
 	SaveSnapshot(snap *snapshots.Snapshot) error
 	Flush(ctx context.Context) error
+	// Health is the store's last write error (nil when the last one
+	// succeeded) and since when it fails; Unsaved whether a session's
+	// last change is not stored.
+	Health() (since time.Time, err error)
+	Unsaved(id string) bool
+	// Settle waits until session id's queued changes are stored.
+	Settle(ctx context.Context, id string) error
 }
 
 // Deps are the parts of ctxproxy the proxy drives. A nil field turns its
@@ -328,6 +335,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 	ex.named = r.Header.Get(s.cfg.SessionHeader) != ""
 	if session != "" {
 		ex.headers.Set("X-Ctxproxy-Session", session)
+		// A turn is stored after its reply has streamed, so a failed
+		// write is told on the session's next response, and on every
+		// response while the store fails.
+		if _, err := s.storeHealth(); err != nil || (s.writer != nil && s.writer.Unsaved(session)) {
+			ex.headers.Set("X-Ctxproxy-Store", "degraded; last turn not saved")
+		}
 		if snap, ok := s.cleared.take(session); ok {
 			ex.warn(emergencyWarning(session, snap))
 		}
@@ -609,10 +622,23 @@ const readyWindow = 15 * time.Second
 // when it has not.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if since, err := s.storeHealth(); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = fmt.Fprintf(w, "degraded: the session store fails since %s: %v\n", since.UTC().Format(time.RFC3339), err)
+		return
+	}
 	if time.Since(s.be.LastOK()) < readyWindow || s.be.Probe(r.Context()) {
 		_, _ = io.WriteString(w, "ready\n")
 		return
 	}
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = fmt.Fprintf(w, "backend %s is not answering\n", s.backend.Redacted())
+}
+
+// storeHealth is the session store's state as the writer last saw it.
+func (s *Server) storeHealth() (time.Time, error) {
+	if s.writer == nil {
+		return time.Time{}, nil
+	}
+	return s.writer.Health()
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // ErrQueueFull reports a change that Writer dropped because as many
@@ -46,6 +47,28 @@ type Writer struct {
 	wg      sync.WaitGroup
 
 	updates, snapshots, failures, dropped, coalesced, auto atomic.Uint64
+
+	// health: whether the last write failed, why and since when, and the
+	// sessions whose last change is not stored (bounded).
+	healthMu sync.Mutex
+	lastErr  error
+	since    time.Time
+	unsaved  map[string]bool
+
+	// backoff is the wait before retrying a session the store refused,
+	// by attempt (tests shorten it).
+	backoff func(attempt int) time.Duration
+}
+
+// maxRetries is how often a session's changes are retried after the store
+// refused them before they are dropped (and counted, and logged).
+const maxRetries = 5
+
+// maxUnsaved bounds the sessions remembered as not saved.
+const maxUnsaved = 10000
+
+func defaultBackoff(attempt int) time.Duration {
+	return min(time.Second<<(attempt-1), 30*time.Second)
 }
 
 // pending is one session's queued work.
@@ -53,6 +76,10 @@ type pending struct {
 	ops    []op
 	queued bool // in ready
 	busy   bool // a worker is writing it
+	// blocked: the store refused its last write; its changes wait for a
+	// retry, and newer ones wait behind them, so order holds.
+	blocked bool
+	retries int
 }
 
 // op is one queued change: an update (fn), a snapshot of the stored state
@@ -92,6 +119,8 @@ func NewWriter(st Store, cfg Config, log *slog.Logger) *Writer {
 		threshold: cfg.AutoThreshold,
 		capacity:  cfg.QueueSize,
 		pending:   make(map[string]*pending),
+		unsaved:   make(map[string]bool),
+		backoff:   defaultBackoff,
 	}
 	w.wake = sync.NewCond(&w.mu)
 	w.idle = sync.NewCond(&w.mu)
@@ -151,7 +180,7 @@ func (w *Writer) enqueue(id string, o op) error {
 		w.pending[id] = p
 	}
 	p.ops = append(p.ops, o)
-	if !p.queued && !p.busy {
+	if !p.queued && !p.busy && !p.blocked {
 		p.queued = true
 		w.ready = append(w.ready, id)
 		w.wake.Signal()
@@ -179,10 +208,32 @@ func (w *Writer) work() {
 		p.ops = nil
 		w.mu.Unlock()
 
-		w.safeWrite(id, ops)
+		rest := w.safeWrite(id, ops)
 
 		w.mu.Lock()
 		p.busy = false
+		if len(rest) > 0 {
+			p.ops = append(rest, p.ops...)
+			p.retries++
+			switch {
+			case w.closed || p.retries > maxRetries:
+				w.dropped.Add(uint64(len(p.ops)))
+				w.log.Error("snapshots: session changes dropped after the store refused them", "session", id,
+					"changes", len(p.ops), "attempts", p.retries)
+				p.ops = nil
+			default:
+				p.blocked = true
+				wait := w.backoff(p.retries)
+				w.log.Warn("snapshots: the store refused a session write; retrying", "session", id, "in", wait, "attempt", p.retries)
+				time.AfterFunc(wait, func() { w.unblock(id, p) })
+			}
+		} else {
+			p.retries = 0
+		}
+		if p.blocked {
+			w.idle.Broadcast()
+			continue
+		}
 		if len(p.ops) > 0 {
 			p.queued = true
 			w.ready = append(w.ready, id)
@@ -194,21 +245,74 @@ func (w *Writer) work() {
 	}
 }
 
+// unblock queues a blocked session again for its retry.
+func (w *Writer) unblock(id string, p *pending) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pending[id] != p || !p.blocked {
+		return
+	}
+	p.blocked = false
+	if len(p.ops) > 0 && !p.queued && !p.busy {
+		p.queued = true
+		w.ready = append(w.ready, id)
+		w.wake.Signal()
+	}
+}
+
 // safeWrite is write that survives a panicking change: the proxy's
 // closures run here, and one bad change must not stop every later save.
-func (w *Writer) safeWrite(id string, ops []op) {
+// It returns the ops the store refused, to retry.
+func (w *Writer) safeWrite(id string, ops []op) (rest []op) {
 	defer func() {
 		if v := recover(); v != nil {
 			w.failures.Add(1)
 			w.log.Error("snapshots: session change panicked", "session", id, "panic", v)
+			rest = nil
 		}
 	}()
-	w.write(id, ops)
+	return w.write(id, ops)
+}
+
+// noteWrite records the outcome of a store write for Health and Unsaved.
+func (w *Writer) noteWrite(id string, err error) {
+	w.healthMu.Lock()
+	defer w.healthMu.Unlock()
+	if err == nil {
+		w.lastErr = nil
+		delete(w.unsaved, id)
+		return
+	}
+	if w.lastErr == nil {
+		w.since = time.Now()
+	}
+	w.lastErr = err
+	if len(w.unsaved) >= maxUnsaved {
+		clear(w.unsaved)
+	}
+	w.unsaved[id] = true
+}
+
+// Health reports whether the store refused the last write, with the
+// error and since when; a success clears it.
+func (w *Writer) Health() (since time.Time, err error) {
+	w.healthMu.Lock()
+	defer w.healthMu.Unlock()
+	return w.since, w.lastErr
+}
+
+// Unsaved reports whether session id's last change is not stored (the
+// store refused it; it may still be retried).
+func (w *Writer) Unsaved(id string) bool {
+	w.healthMu.Lock()
+	defer w.healthMu.Unlock()
+	return w.unsaved[id]
 }
 
 // write applies one session's queued ops in order, joining consecutive
-// updates into one Store.Update.
-func (w *Writer) write(id string, ops []op) {
+// updates into one Store.Update. It returns the ops from the first one
+// the store refused, to retry.
+func (w *Writer) write(id string, ops []op) []op {
 	// The store's own timeouts bound each write; a shutdown waits for
 	// them through Close's context.
 	ctx := context.Background()
@@ -218,7 +322,9 @@ func (w *Writer) write(id string, ops []op) {
 			n++
 		}
 		if n > 0 {
-			w.update(ctx, id, ops[:n])
+			if err := w.update(ctx, id, ops[:n]); err != nil {
+				return ops
+			}
 			ops = ops[n:]
 			continue
 		}
@@ -231,6 +337,7 @@ func (w *Writer) write(id string, ops []op) {
 		default:
 			_, err = TakeSnapshot(ctx, w.st, id, o.reason)
 		}
+		w.noteWrite(id, err)
 		if err != nil {
 			w.failures.Add(1)
 			w.log.Error("snapshots: save snapshot", "session", id, "err", err)
@@ -238,9 +345,10 @@ func (w *Writer) write(id string, ops []op) {
 		}
 		w.snapshots.Add(1)
 	}
+	return nil
 }
 
-func (w *Writer) update(ctx context.Context, id string, ops []op) {
+func (w *Writer) update(ctx context.Context, id string, ops []op) error {
 	var auto *Snapshot
 	err := w.st.Update(ctx, id, func(s *Session) error {
 		auto = nil
@@ -256,10 +364,11 @@ func (w *Writer) update(ctx context.Context, id string, ops []op) {
 		}
 		return nil
 	})
+	w.noteWrite(id, err)
 	if err != nil {
 		w.failures.Add(1)
 		w.log.Error("snapshots: save session", "session", id, "err", err)
-		return
+		return err
 	}
 	w.updates.Add(1)
 	w.coalesced.Add(uint64(len(ops) - 1))
@@ -267,12 +376,50 @@ func (w *Writer) update(ctx context.Context, id string, ops []op) {
 		if _, err := w.st.SaveSnapshot(ctx, auto); err != nil {
 			w.failures.Add(1)
 			w.log.Error("snapshots: save automatic snapshot", "session", id, "err", err)
-			return
+			return nil // the session itself is stored
 		}
 		w.snapshots.Add(1)
 		w.auto.Add(1)
 		w.log.Info("snapshots: automatic snapshot", "session", id, "usage", auto.Usage, "tokens", auto.Tokens)
 	}
+	return nil
+}
+
+// ErrUnsaved reports a session whose last change the store refused.
+var ErrUnsaved = errors.New("snapshots: the session's last change is not stored")
+
+// Settle waits until every change queued for session id is written, so
+// that a read of it sees them all: a client that sends its next turn the
+// moment a reply ends must find the turn before it stored. A change the
+// store refused is waited for through its retries until ctx is done; then
+// Settle returns ErrUnsaved (or ctx's error when nothing was refused).
+func (w *Writer) Settle(ctx context.Context, id string) error {
+	stop := context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		w.idle.Broadcast()
+		w.mu.Unlock()
+	})
+	defer stop()
+	w.mu.Lock()
+	for {
+		p, ok := w.pending[id]
+		if !ok {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			w.mu.Unlock()
+			if p.blocked {
+				return ErrUnsaved // still waiting for a retry
+			}
+			return err
+		}
+		w.idle.Wait()
+	}
+	w.mu.Unlock()
+	if w.Unsaved(id) {
+		return ErrUnsaved
+	}
+	return nil
 }
 
 // Flush waits until everything queued so far is written, or ctx is done.
@@ -299,6 +446,16 @@ func (w *Writer) Flush(ctx context.Context) error {
 func (w *Writer) Close(ctx context.Context) error {
 	w.mu.Lock()
 	w.closed = true
+	// Sessions waiting for a retry get their last try now.
+	for id, p := range w.pending {
+		if p.blocked {
+			p.blocked = false
+			if len(p.ops) > 0 && !p.queued && !p.busy {
+				p.queued = true
+				w.ready = append(w.ready, id)
+			}
+		}
+	}
 	w.wake.Broadcast()
 	w.mu.Unlock()
 	done := make(chan struct{})

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // gated holds every write until release is called, as a stalled disk or
@@ -186,18 +187,24 @@ func TestWriterCloseDeadline(t *testing.T) {
 	}
 }
 
-// A failing store is logged and counted; the writer goes on.
+// A failing store is logged, counted and reported (Health, Unsaved);
+// the session's changes are retried with backoff, in order, ahead of
+// newer ones, so nothing is lost once the store recovers.
 func TestWriterStoreFailure(t *testing.T) {
 	var logs bytes.Buffer
 	st := newFileStore(t, t.TempDir(), Config{})
 	w := NewWriter(st, Config{}, slog.New(slog.NewTextHandler(&logs, nil)))
+	w.backoff = func(int) time.Duration { return 20 * time.Millisecond }
 	defer w.Close(context.Background())
 	create := st.createTemp
 	diskFull(st)
 	w.Update("s", incr)
-	w.Flush(context.Background())
-	if c := w.Counters(); c.Failures != 1 || c.Updates != 0 {
-		t.Errorf("counters after a failed write: %+v", c)
+	deadline := time.Now().Add(5 * time.Second)
+	for !w.Unsaved("s") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if since, err := w.Health(); err == nil || since.IsZero() || !w.Unsaved("s") {
+		t.Fatalf("health after a failed write: %v since %v, unsaved %v", err, since, w.Unsaved("s"))
 	}
 	if !strings.Contains(logs.String(), "no space left") {
 		t.Errorf("the failure was not logged:\n%s", logs.String())
@@ -205,8 +212,23 @@ func TestWriterStoreFailure(t *testing.T) {
 	st.createTemp = create
 	w.Update("s", incr)
 	w.Flush(context.Background())
-	if s := mustGet(t, st, "s"); s.Stats.Requests != 1 {
-		t.Errorf("after the disk recovered: %d requests, want 1", s.Stats.Requests)
+	if s := mustGet(t, st, "s"); s.Stats.Requests != 2 {
+		t.Errorf("after the disk recovered: %d requests, want 2 (the refused change retried)", s.Stats.Requests)
+	}
+	if _, err := w.Health(); err != nil || w.Unsaved("s") {
+		t.Errorf("still degraded after a success: %v, unsaved %v", err, w.Unsaved("s"))
+	}
+	if c := w.Counters(); c.Failures < 1 || c.Dropped != 0 {
+		t.Errorf("counters: %+v", c)
+	}
+
+	// A store that never recovers: the changes are dropped after
+	// maxRetries, counted, and the session stays unsaved.
+	diskFull(st)
+	w.Update("t", incr)
+	w.Flush(context.Background())
+	if c := w.Counters(); c.Dropped != 1 || !w.Unsaved("t") {
+		t.Errorf("after retries ran out: %+v, unsaved %v", c, w.Unsaved("t"))
 	}
 }
 
