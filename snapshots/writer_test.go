@@ -191,7 +191,7 @@ func TestWriterCloseDeadline(t *testing.T) {
 // the session's changes are retried with backoff, in order, ahead of
 // newer ones, so nothing is lost once the store recovers.
 func TestWriterStoreFailure(t *testing.T) {
-	var logs bytes.Buffer
+	var logs lockedBuffer
 	st := newFileStore(t, t.TempDir(), Config{})
 	w := NewWriter(st, Config{}, slog.New(slog.NewTextHandler(&logs, nil)))
 	w.backoff = func(int) time.Duration { return 20 * time.Millisecond }
@@ -267,4 +267,23 @@ func TestWriterInvalidID(t *testing.T) {
 	if err := w.SaveSnapshot(&Snapshot{}); !errors.Is(err, ErrInvalidID) {
 		t.Errorf("SaveSnapshot: %v", err)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer the writer's goroutines may log into
+// while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
