@@ -622,6 +622,16 @@ const readyWindow = 15 * time.Second
 // when it has not.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if p, ok := s.store.(interface{ Ping(context.Context) error }); ok {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		err := p.Ping(ctx)
+		cancel()
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, "degraded: the session store does not answer: %v\n", err)
+			return
+		}
+	}
 	if since, err := s.storeHealth(); err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = fmt.Fprintf(w, "degraded: the session store fails since %s: %v\n", since.UTC().Format(time.RFC3339), err)

@@ -60,13 +60,22 @@ func NewRedisStore(ctx context.Context, cfg Config, log *slog.Logger) (*RedisSto
 		rdb.Close()
 		return nil, fmt.Errorf("snapshots: redis %s: %w", cfg.Redis.Addr, err)
 	}
+	return redisStoreOn(rdb, cfg, log), nil
+}
+
+// Ping reports whether Redis answers (for readiness).
+func (st *RedisStore) Ping(ctx context.Context) error {
+	return st.rdb.Ping(ctx).Err()
+}
+
+func redisStoreOn(rdb *redis.Client, cfg Config, log *slog.Logger) *RedisStore {
 	return &RedisStore{
 		rdb:      rdb,
 		prefix:   cfg.Redis.Prefix,
 		maxCount: cfg.MaxCount,
 		log:      log,
 		now:      time.Now,
-	}, nil
+	}
 }
 
 func (st *RedisStore) sessionKey(k string) string   { return st.prefix + "session:" + k }

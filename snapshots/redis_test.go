@@ -28,12 +28,22 @@ func startRedis(t testing.TB) string {
 		}
 		t.Skip("redis-server is not installed")
 	}
+	return startRedisOn(t, bin, freePort(t))
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startRedisOn runs redis-server (bin) on port until the test ends.
+func startRedisOn(t testing.TB, bin string, port int) string {
+	t.Helper()
 	var out bytes.Buffer
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
@@ -180,5 +190,39 @@ func TestRedisStoreUnreachable(t *testing.T) {
 	defer cancel()
 	if _, err := NewRedisStore(ctx, Config{Redis: RedisConfig{Addr: addr}}, nil); err == nil {
 		t.Error("NewRedisStore succeeded without a Redis")
+	}
+}
+
+// TestOpenRedisDownAtStart: a Redis that is down when ctxproxy starts
+// does not stop it: Open returns a store that fails until Redis comes
+// up, then works, without a restart.
+func TestOpenRedisDownAtStart(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("redis-server is not installed; CI must run the Redis store tests")
+		}
+		t.Skip("redis-server is not installed")
+	}
+	port := freePort(t)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	st, err := Open(ctx, Config{Store: StoreRedis, Redis: RedisConfig{Addr: addr, Prefix: "down:"}}, nil)
+	if err != nil {
+		t.Fatalf("Open with Redis down: %v", err)
+	}
+	defer st.Close()
+	rs := st.(*RedisStore)
+	if err := rs.Ping(context.Background()); err == nil {
+		t.Fatal("Ping answered with Redis down")
+	}
+	incr := func(s *Session) error { s.Stats.Requests++; return nil }
+	if err := st.Update(context.Background(), "s", incr); err == nil {
+		t.Fatal("a write succeeded with Redis down")
+	}
+	startRedisOn(t, bin, port)
+	if err := st.Update(context.Background(), "s", incr); err != nil {
+		t.Fatalf("after Redis came up: %v", err)
 	}
 }

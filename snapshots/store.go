@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redis/go-redis/v9"
 	"log/slog"
 	"slices"
 	"sync"
@@ -99,7 +100,19 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (Store, error) {
 		return nil, err
 	}
 	if cfg.Store == StoreRedis {
-		return NewRedisStore(ctx, cfg, log)
+		st, err := NewRedisStore(ctx, cfg, log)
+		if err != nil {
+			// Start degraded rather than not at all: the client
+			// reconnects by itself, readiness says the store is down,
+			// and writes are retried (Writer) until it is back.
+			if log == nil {
+				log = discard
+			}
+			log.Warn("snapshots: Redis does not answer; starting without it, and reconnecting", "addr", cfg.Redis.Addr, "err", err)
+			return redisStoreOn(redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr, Password: cfg.Redis.Password,
+				DB: cfg.Redis.DB}), cfg, log), nil
+		}
+		return st, nil
 	}
 	return NewFileStore(cfg, log)
 }
