@@ -510,7 +510,7 @@ func (c Config) validate() []string {
 	if g.CompressAt > g.ShrinkAt || g.ShrinkAt > g.EmergencyAt {
 		p = append(p, "gpu.guard: compress_at ≤ shrink_at ≤ emergency_at must hold")
 	}
-	oneOf(&p, "snapshots.store", c.Snapshots.Store, "file", "redis")
+	oneOf(&p, "snapshots.store", c.Snapshots.Store, "file", "redis", storeNone)
 	if c.Snapshots.Store == "file" && c.Snapshots.Dir == "" {
 		p = append(p, "snapshots.dir: must not be empty with the file store")
 	}

@@ -112,6 +112,9 @@ func (c Config) gpuConfig() gpu.Config {
 
 func (c Config) snapshotsConfig() snapshots.Config {
 	s := c.Snapshots
+	if s.Store == storeNone {
+		s.Store = "" // nothing is opened; the other keys still validate
+	}
 	return snapshots.Config{
 		Store:         s.Store,
 		Dir:           s.Dir,
@@ -153,6 +156,15 @@ func (c Config) summarizeConfig() rewrite.SummarizeConfig {
 }
 
 // system is every long-lived part of a running ctxproxy.
+// storeNone is snapshots.store's value for keeping no content at all.
+const storeNone = "none"
+
+// noStore stands in for the store with snapshots.store none: nothing to
+// close.
+type noStore struct{ snapshots.Store }
+
+func (noStore) Close() error { return nil }
+
 type system struct {
 	deps      proxy.Deps
 	monitor   *gpu.Monitor
@@ -191,9 +203,15 @@ func build(ctx context.Context, c Config, log *slog.Logger, h hooks) (*system, e
 		return nil, err
 	}
 	tokens := budget.NewRegistry(c.budgetConfig(), log.With("component", "budget"))
-	store, err := snapshots.Open(ctx, c.snapshotsConfig(), log.With("component", "snapshots"))
-	if err != nil {
-		return nil, err
+	// snapshots.store none: no conversation content is kept anywhere;
+	// sessions, snapshots and cached summaries are off.
+	var store snapshots.Store = noStore{}
+	var summaries rewrite.SummaryStore
+	if c.Snapshots.Store != storeNone {
+		if store, err = snapshots.Open(ctx, c.snapshotsConfig(), log.With("component", "snapshots")); err != nil {
+			return nil, err
+		}
+		summaries = proxy.SummaryStore{Store: store}
 	}
 	// The summarizer calls the backend over the same transport; its own
 	// timeout is summarize.timeout.
@@ -201,7 +219,7 @@ func build(ctx context.Context, c Config, log *slog.Logger, h hooks) (*system, e
 		Model: c.Summarize.Model, MaxTokens: c.Summarize.MaxTokens, Timeout: c.Summarize.Timeout,
 	}, &http.Client{Transport: tr}, log.With("component", "summarize"))
 	compactor := rewrite.NewCompactor(c.summarizeConfig(), summarizer, rewrite.CompactorOptions{
-		Store: proxy.SummaryStore{Store: store}, Log: log.With("component", "summarize"), OnCall: h.summaries,
+		Store: summaries, Log: log.With("component", "summarize"), OnCall: h.summaries,
 	})
 	newTrimmer := func(c Config) (*rewrite.Trimmer, error) {
 		return rewrite.NewTrimmer(c.strategyConfig(), log.With("component", "rewrite"), compactor.Summarize(), compactor.Hybrid())
@@ -218,10 +236,16 @@ func build(ctx context.Context, c Config, log *slog.Logger, h hooks) (*system, e
 		return nil, fmt.Errorf("gpu: %w", err)
 	}
 	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: log.With("component", "gpu"), Loaded: be.LoadedModels})
-	writer := snapshots.NewWriter(store, c.snapshotsConfig(), log.With("component", "snapshots"))
+	deps := proxy.Deps{Tokens: tokens, Trimmer: trimmer, Sizer: gpu.NewSizer(gcfg), Monitor: mon, Backend: be}
+	var writer *snapshots.Writer
+	if c.Snapshots.Store != storeNone {
+		writer = snapshots.NewWriter(store, c.snapshotsConfig(), log.With("component", "snapshots"))
+		deps.Store, deps.Writer = store, writer
+	} else {
+		log.Info("snapshots.store none: no conversation is stored; sessions and snapshots are off")
+	}
 	return &system{
-		deps: proxy.Deps{Tokens: tokens, Trimmer: trimmer, Sizer: gpu.NewSizer(gcfg), Monitor: mon,
-			Store: store, Writer: writer, Backend: be},
+		deps: deps,
 		monitor: mon, writer: writer, store: store, compactor: compactor, newTrimmer: newTrimmer,
 	}, nil
 }

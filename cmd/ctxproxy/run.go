@@ -277,8 +277,10 @@ func serve(ctx context.Context, args []string, e env) error {
 		log.Warn("summaries still being written were abandoned", "err", err)
 	}
 	sys.compactor.Close()
-	if err := sys.writer.Close(wctx); err != nil {
-		log.Warn("session writes not all flushed", "err", err)
+	if sys.writer != nil {
+		if err := sys.writer.Close(wctx); err != nil {
+			log.Warn("session writes not all flushed", "err", err)
+		}
 	}
 	log.Info("stopped")
 	return nil

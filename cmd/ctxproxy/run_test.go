@@ -402,3 +402,37 @@ func TestServeConnectionCap(t *testing.T) {
 		t.Errorf("refused connections not counted")
 	}
 }
+
+// TestServeStoreNone: with snapshots.store none nothing is written to
+// disk, chat works, and the session routes say sessions are off.
+func TestServeStoreNone(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	dir := t.TempDir()
+	addr, _, stop := startServe(t, []string{"--backend", be.URL}, map[string]string{
+		"CTXPROXY_SNAPSHOTS_STORE": "none", "CTXPROXY_SNAPSHOTS_DIR": dir})
+	defer stop()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/api/chat",
+		strings.NewReader(`{"model":"m","stream":false,"messages":[{"role":"user","content":"secret"}]}`))
+	req.Header.Set("X-Session-ID", "s")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("chat: %d", resp.StatusCode)
+	}
+	r2, err := http.Get("http://" + addr + "/ctxproxy/sessions/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.Body.Close()
+	if r2.StatusCode == 200 {
+		t.Error("a session was kept with snapshots.store none")
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 0 {
+		t.Errorf("files written with snapshots.store none: %v", entries)
+	}
+}
