@@ -245,7 +245,7 @@ func build(ctx context.Context, c Config, log *slog.Logger, h hooks) (*system, e
 		log.Info("snapshots.store none: no conversation is stored; sessions and snapshots are off")
 	}
 	return &system{
-		deps: deps,
+		deps:    deps,
 		monitor: mon, writer: writer, store: store, compactor: compactor, newTrimmer: newTrimmer,
 	}, nil
 }
