@@ -144,7 +144,10 @@ type SnapshotsConfig struct {
 	Dir           string  `mapstructure:"dir"`
 	AutoThreshold float64 `mapstructure:"auto_threshold"`
 	MaxCount      int     `mapstructure:"max_count"`
-	Redis         struct {
+	// TTL and MaxSessions bound what is kept (snapshots.Retention).
+	TTL         time.Duration `mapstructure:"ttl"`
+	MaxSessions int           `mapstructure:"max_sessions"`
+	Redis       struct {
 		Addr     string `mapstructure:"addr"`
 		Password string `mapstructure:"password"`
 		DB       int    `mapstructure:"db"`
@@ -441,6 +444,9 @@ func (c Config) validate() []string {
 		p = append(p, "tokens.image_tokens: must not be negative")
 	}
 	positive(&p, "tokens.cache_entries", int64(c.Tokens.CacheEntries))
+	if c.Snapshots.TTL < 0 || c.Snapshots.MaxSessions < 0 {
+		p = append(p, "snapshots.ttl and snapshots.max_sessions: must not be negative (0 keeps every session)")
+	}
 	positive(&p, "limits.max_connections", int64(c.Limits.MaxConnections))
 	positive(&p, "limits.max_inflight", int64(c.Limits.MaxInflight))
 	positive(&p, "limits.body_memory", int64(c.Limits.BodyMemory))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/ctxproxy/ctxproxy/snapshots"
 	"sync/atomic"
 
 	"context"
@@ -228,6 +229,10 @@ func serve(ctx context.Context, args []string, e env) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	go sys.monitor.Run(bg)
+	if sys.deps.Store != nil {
+		go retain(bg, sys.store, snapshots.Retention{TTL: c.Snapshots.TTL, MaxSessions: c.Snapshots.MaxSessions},
+			srv.Registry(), log)
+	}
 	// SIGHUP and config file changes apply to the next request.
 	rl := newReloader(cf, args, e, c, path, srv, level, log)
 	rl.trimmer = sys.newTrimmer
@@ -346,5 +351,37 @@ func (c *connCap) track(conn net.Conn, state http.ConnState) {
 		}
 	case http.StateClosed, http.StateHijacked:
 		c.open.Add(-1)
+	}
+}
+
+// collectEvery is how often retention is applied.
+const collectEvery = time.Minute
+
+// retain applies snapshots.ttl and snapshots.max_sessions in the
+// background until ctx ends, counting deletions in
+// ctxproxy_sessions_collected_total.
+func retain(ctx context.Context, st snapshots.Store, r snapshots.Retention, reg *prometheus.Registry, log *slog.Logger) {
+	if r.TTL <= 0 && r.MaxSessions <= 0 {
+		return
+	}
+	collected := prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxproxy_sessions_collected_total",
+		Help: "Sessions deleted by retention (snapshots.ttl, snapshots.max_sessions)."})
+	reg.MustRegister(collected)
+	t := time.NewTicker(collectEvery)
+	defer t.Stop()
+	for {
+		n, err := snapshots.Collect(ctx, st, r, time.Now())
+		collected.Add(float64(n))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("retention: collecting sessions failed", "err", err)
+		case n > 0:
+			log.Info("retention: sessions deleted", "count", n, "ttl", r.TTL, "max_sessions", r.MaxSessions)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -434,5 +435,56 @@ func TestServeStoreNone(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 0 {
 		t.Errorf("files written with snapshots.store none: %v", entries)
+	}
+}
+
+// TestServeRetention: with snapshots.max_sessions, serve deletes the
+// least recently updated sessions beyond it (at start, then every
+// minute).
+func TestServeRetention(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	dir := t.TempDir()
+	addr, _, stop := startServe(t, []string{"--backend", be.URL}, map[string]string{"CTXPROXY_SNAPSHOTS_DIR": dir})
+	for _, id := range []string{"a", "b", "c"} {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/api/chat",
+			strings.NewReader(`{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("X-Session-ID", id)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		time.Sleep(20 * time.Millisecond) // distinct update times
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	addr, _, stop = startServe(t, []string{"--backend", be.URL}, map[string]string{"CTXPROXY_SNAPSHOTS_DIR": dir,
+		"CTXPROXY_SNAPSHOTS_MAX_SESSIONS": "2"})
+	defer stop()
+	type item struct {
+		ID string `json:"session_id"`
+	}
+	var list []item
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/ctxproxy/sessions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var answer struct {
+			Sessions []item `json:"sessions"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&answer)
+		list = answer.Sessions
+		resp.Body.Close()
+		if len(list) == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(list) != 2 || list[0].ID == "a" || list[1].ID == "a" {
+		t.Errorf("sessions after retention: %+v, want b and c", list)
 	}
 }
