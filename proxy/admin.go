@@ -205,9 +205,19 @@ func (s *Server) adminOnly(h http.Handler) http.Handler {
 				return
 			}
 		}
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			// A store that hangs (Redis gone away mid-connection) must
+			// not hang the admin API: reads answer 503 in about a second.
+			ctx, cancel := context.WithTimeout(r.Context(), adminReadTimeout)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
 		h.ServeHTTP(w, r)
 	})
 }
+
+// adminReadTimeout bounds an admin read, the writer's flush included.
+const adminReadTimeout = 1500 * time.Millisecond
 
 // adminError writes {"error": msg}.
 func adminError(w http.ResponseWriter, status int, msg string) {

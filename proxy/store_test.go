@@ -163,3 +163,43 @@ func TestAccumulateFastTurns(t *testing.T) {
 		}
 	}
 }
+
+// hangingStore never answers a read until the caller gives up.
+type hangingStore struct{ snapshots.Store }
+
+func (hangingStore) Get(ctx context.Context, _ string) (*snapshots.Session, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (hangingStore) List(ctx context.Context) ([]snapshots.SessionInfo, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestAdminReadTimeout: admin reads of a store that hangs answer 503 in
+// about a second, with a clear message.
+func TestAdminReadTimeout(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	log := testLogger(t)
+	fs, err := snapshots.NewFileStore(snapshots.Config{Dir: t.TempDir()}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Backend: be.URL}, Deps{Store: hangingStore{fs}}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := httptestServer(t, srv)
+	for _, path := range []string{"/ctxproxy/sessions", "/ctxproxy/sessions/s"} {
+		start := time.Now()
+		resp, err := http.Get(px + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readAll(t, resp.Body)
+		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "did not answer in time") || time.Since(start) > 5*time.Second {
+			t.Errorf("%s: %d %s after %s", path, resp.StatusCode, body, time.Since(start))
+		}
+	}
+}
