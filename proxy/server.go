@@ -370,7 +370,21 @@ func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
 	if r.ContentLength > s.cfg.MaxBody {
 		return nil, tooLarge
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBody+1))
+	var body []byte
+	var err error
+	if n := r.ContentLength; n >= 0 {
+		// One buffer of the announced size: io.ReadAll's doubling would
+		// hold up to twice the body while it grows.
+		body = make([]byte, n)
+		if _, err = io.ReadFull(r.Body, body); err == nil {
+			var extra [1]byte
+			if m, _ := r.Body.Read(extra[:]); m > 0 {
+				err = errors.New("body longer than its Content-Length")
+			}
+		}
+	} else {
+		body, err = io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBody+1))
+	}
 	if err != nil {
 		return nil, &apiError{status: http.StatusBadRequest, message: "reading the request body failed"}
 	}

@@ -242,6 +242,13 @@ func serve(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// A soft limit tied to the body budget makes the garbage
+		// collector work harder before the heap grows past what the
+		// budget implies, so peak memory follows limits.body_memory
+		// rather than the number of clients. GOMEMLIMIT overrides it.
+		debug.SetMemoryLimit(memoryLimit(int64(c.Limits.BodyMemory)))
+	}
 	conns := newConnCap(c.Limits.MaxConnections, srv.Registry())
 	hs := &http.Server{
 		Handler:           srv,
@@ -384,4 +391,12 @@ func retain(ctx context.Context, st snapshots.Store, r snapshots.Retention, reg 
 		case <-t.C:
 		}
 	}
+}
+
+// memoryLimit is the Go runtime's soft memory limit for a body budget: a
+// body held is decoded, edited and re-encoded (about three copies at
+// most), plus room for the rest of the process (tokenizer vocabularies,
+// caches).
+func memoryLimit(bodyMemory int64) int64 {
+	return 3*bodyMemory + 512<<20
 }

@@ -1,0 +1,136 @@
+// Command limitsload drives a running ctxproxy with what its limits exist
+// for: many large chat bodies at once, and many clients that send their
+// bodies a byte at a time. It reports what each got; scripts/limits.sh
+// runs it against the built binary and reads the proxy's peak memory.
+// Loopback only; every phase is bounded in time.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+func main() {
+	proxy := flag.String("proxy", "http://127.0.0.1:11591", "ctxproxy's URL (loopback)")
+	bodies := flag.Int("bodies", 64, "large chat requests sent at once")
+	size := flag.Int("size", 30, "size of each large body, in MB")
+	slow := flag.Int("slow", 2000, "clients sending their body one byte every 2 s")
+	hold := flag.Duration("hold", 30*time.Second, "how long the slow clients keep trying")
+	flag.Parse()
+	u, err := url.Parse(*proxy)
+	if err != nil || !isLoopback(u.Hostname()) {
+		log.Fatalf("limitsload: -proxy must be a loopback URL, got %q", *proxy)
+	}
+
+	// Phase 1: large bodies at once.
+	big := chatBody(*size << 20)
+	var mu sync.Mutex
+	statuses := map[string]int{}
+	var wg sync.WaitGroup
+	start := time.Now()
+	client := &http.Client{Timeout: 5 * time.Minute}
+	for range *bodies {
+		wg.Go(func() {
+			resp, err := client.Post(*proxy+"/api/chat", "application/json", bytes.NewReader(big))
+			key := "error"
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				key = fmt.Sprint(resp.StatusCode)
+			}
+			mu.Lock()
+			statuses[key]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	fmt.Printf("large bodies: %d × %d MB at once in %s: %v\n", *bodies, *size, time.Since(start).Round(time.Millisecond), statuses)
+
+	// Phase 2: slow bodies.
+	var open, cut atomic.Int64
+	deadline := time.Now().Add(*hold)
+	var swg sync.WaitGroup
+	for range *slow {
+		swg.Go(func() {
+			conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+			if err != nil {
+				cut.Add(1)
+				return
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "POST /api/chat HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n")
+			open.Add(1)
+			defer open.Add(-1)
+			for time.Now().Before(deadline) {
+				conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
+				if _, err := conn.Write([]byte(" ")); err != nil {
+					cut.Add(1)
+					return
+				}
+				conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+				if _, err := conn.Read(make([]byte, 1)); err != nil && !isTimeout(err) {
+					cut.Add(1) // the server answered or closed: not held any more
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(min(*hold, 30*time.Second))
+	fmt.Printf("slow bodies: %d clients at a byte every 2 s: after %s, %d still held, %d cut off\n",
+		*slow, min(*hold, 30*time.Second), open.Load(), cut.Load())
+	held := open.Load()
+	swg.Wait()
+	// What a limit may answer is a 200 or a 503 with Retry-After; a
+	// connection error would mean the proxy fell over.
+	failed := false
+	for k := range statuses {
+		if k != "200" && k != "503" {
+			failed = true
+		}
+	}
+	if failed || held > 0 || statuses["200"] == 0 {
+		fmt.Println("FAIL: a large body failed otherwise than with 503, none was served, or slow clients were still held")
+		os.Exit(1)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return err != nil && strings.Contains(err.Error(), "timeout") || (asNet(err, &ne) && ne.Timeout())
+}
+
+func asNet(err error, ne *net.Error) bool {
+	e, ok := err.(net.Error)
+	if ok {
+		*ne = e
+	}
+	return ok
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// chatBody is an Ollama chat request of about n bytes.
+func chatBody(n int) []byte {
+	b, _ := json.Marshal(map[string]any{"model": "llama3.1:8b", "stream": false, "messages": []any{
+		map[string]any{"role": "user", "content": strings.Repeat("word ", n/5)},
+	}})
+	return b
+}
