@@ -550,10 +550,18 @@ func TestMemoryGuardEmergency(t *testing.T) {
 	if len(snaps) != 1 || snaps[0].Reason != snapshots.ReasonEmergency {
 		t.Fatalf("snapshots %+v", snaps)
 	}
-	sys.flush(t)
-	sess, _ := sys.store.Get(context.Background(), "busy")
-	if len(sess.Messages) != 0 {
-		t.Errorf("session not cleared: %d messages", len(sess.Messages))
+	// The guard saves the snapshot, then clears: wait for both.
+	var sess *snapshots.Session
+	for i := 0; i < 100; i++ {
+		sys.flush(t)
+		sess, _ = sys.store.Get(context.Background(), "busy")
+		if sess != nil && len(sess.Messages) == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if sess == nil || len(sess.Messages) != 0 {
+		t.Errorf("session not cleared: %+v", sess)
 	}
 	resp = post(t, sys.url+"/api/chat", conversation("llama3.1:8b", 2, 50, false), h)
 	io.Copy(io.Discard, resp.Body)
