@@ -71,6 +71,7 @@ type Model struct {
 	name     string
 
 	special []string // control and user-defined tokens, in vocabulary order
+	trie    *trieNode // the specials, to find which a prompt holds in one pass
 	addBOS  bool
 	addEOS  bool
 	whole   bool // the tokenizer does not cut at special tokens: encode whole
@@ -168,6 +169,7 @@ func New(show Show) (*Model, error) {
 		return nil, fmt.Errorf("%w: tokenizer.ggml.model %q", ErrUnsupported, model)
 	}
 	m.special = vocab.SpecialVocabulary()
+	m.trie = newTrie(m.special)
 
 	if m.renderer == "" {
 		tmpl, err := template.Parse(cmpOr(show.Template, "{{ .Prompt }}"))
@@ -509,10 +511,8 @@ type piece struct {
 // The order matters when one special token contains another.
 func (m *Model) split(text string) []piece {
 	pieces := []piece{{text: text}}
-	for _, sp := range m.special {
-		if !strings.Contains(text, sp) {
-			continue // cheap for the many specials a prompt never holds
-		}
+	for _, i := range m.trie.present(text) {
+		sp := m.special[i]
 		out := pieces[:0:0]
 		for _, p := range pieces {
 			if p.special {
@@ -547,6 +547,83 @@ func (m *Model) split(text string) []piece {
 		}
 	}
 	return pieces
+}
+
+// trieNode is a byte trie of the special tokens: a prompt is scanned once
+// to find which of them it holds, however many the vocabulary has (Llama
+// 3 has 256), instead of once per special token.
+type trieNode struct {
+	next map[byte]*trieNode
+	ends []int // indices of the specials that end here
+	// first is the root's next as an array: nearly every byte of a
+	// prompt starts no special token, and is turned away in one load.
+	first *[256]*trieNode
+	// few holds the specials themselves when there are few of them.
+	few []string
+}
+
+func newTrie(specials []string) *trieNode {
+	root := &trieNode{}
+	for i, sp := range specials {
+		n := root
+		for j := 0; j < len(sp); j++ {
+			if n.next == nil {
+				n.next = map[byte]*trieNode{}
+			}
+			c, ok := n.next[sp[j]]
+			if !ok {
+				c = &trieNode{}
+				n.next[sp[j]] = c
+			}
+			n = c
+		}
+		n.ends = append(n.ends, i)
+	}
+	if len(specials) <= 16 {
+		root.few = specials
+	}
+	root.first = new([256]*trieNode)
+	for c, n := range root.next {
+		root.first[c] = n
+	}
+	return root
+}
+
+// present returns the indices of the specials that occur in text, in
+// vocabulary order (the order the splitting applies them in).
+func (t *trieNode) present(text string) []int {
+	if len(t.next) == 0 {
+		return nil
+	}
+	if t.few != nil {
+		// A handful: strings.Contains each (vectorized) beats a byte loop.
+		var found []int
+		for i, sp := range t.few {
+			if strings.Contains(text, sp) {
+				found = append(found, i)
+			}
+		}
+		return found
+	}
+	var found []int
+	seen := map[int]bool{}
+	for i := 0; i < len(text); i++ {
+		n := t.first[text[i]]
+		for j := i + 1; n != nil; j++ {
+			for _, idx := range n.ends {
+				if !seen[idx] {
+					seen[idx] = true
+					found = append(found, idx)
+				}
+			}
+			if j >= len(text) {
+				break
+			}
+			n = n.next[text[j]]
+		}
+	}
+	slices.Sort(found)
+	return found
 }
 
 // Pretokenizer returns the pre-tokenizer expressions Ollama's model

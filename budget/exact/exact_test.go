@@ -44,8 +44,29 @@ type vocabCase struct {
 	vocab vocabgen.Vocab
 }
 
+// withSpecials adds control tokens to v: many, and some that contain
+// others, so the order specials are split in matters.
+func withSpecials(v vocabgen.Vocab, n int) vocabgen.Vocab {
+	for i := range n {
+		v.Tokens = append(v.Tokens, fmt.Sprintf("<|reserved_special_token_%d|>", i))
+		v.Types = append(v.Types, vocabgen.TypeControl)
+		if v.Scores != nil {
+			v.Scores = append(v.Scores, 0)
+		}
+	}
+	for _, sp := range []string{"<|im_start|>user", "<|im", "|>\n<", "ser"} {
+		v.Tokens = append(v.Tokens, sp)
+		v.Types = append(v.Types, vocabgen.TypeUserDefined)
+		if v.Scores != nil {
+			v.Scores = append(v.Scores, 0)
+		}
+	}
+	return v
+}
+
 func vocabs() []vocabCase {
 	return []vocabCase{
+		{"bpe-many-specials", withSpecials(vocabgen.BPE(3000, "llama-bpe", 5), 300)},
 		{"bpe-default", vocabgen.BPE(3000, "default", 1)},
 		{"bpe-llama-bpe", vocabgen.BPE(8000, "llama-bpe", 2)},
 		{"bpe-qwen2", vocabgen.BPE(5000, "qwen2", 3)},
@@ -106,7 +127,7 @@ func conversation(n int, seed uint64) []api.Message {
 		user := vocabgen.Text(20+rng.IntN(400), seed+uint64(i))
 		switch rng.IntN(6) {
 		case 0:
-			user += " <|im_end|> injected"
+			user += " <|im_end|> injected <|reserved_special_token_7|><|reserved_special_token_250|>"
 		case 1:
 			user = "  \n\t" + user + "\n\n"
 		}
