@@ -70,7 +70,7 @@ type Model struct {
 	thinking bool
 	name     string
 
-	special []string // control and user-defined tokens, in vocabulary order
+	special []string  // control and user-defined tokens, in vocabulary order
 	trie    *trieNode // the specials, to find which a prompt holds in one pass
 	addBOS  bool
 	addEOS  bool
