@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
@@ -128,5 +129,48 @@ func TestSessionIDRule(t *testing.T) {
 		if want == 400 && len(be.Requests()) != before {
 			t.Errorf("%q: the refused turn reached the backend", id)
 		}
+	}
+}
+
+// TestSessionScope: with session.scope_header, two callers naming the
+// same session id get two sessions: in accumulate mode neither's history
+// reaches the other's model, and the stored ids say whose is whose
+// without holding the credential.
+func TestSessionScope(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	sys := newSystem(t, be.URL, setup{cfg: Config{Accumulate: true, ScopeHeader: "Authorization"}})
+	say := func(key, text string) *http.Response {
+		resp := post(t, sys.url+"/api/chat", []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"`+text+`"}]}`),
+			map[string]string{"X-Session-ID": "shared", "Authorization": "Bearer " + key})
+		readAll(t, resp.Body)
+		return resp
+	}
+	a := say("key-alice", "alice's secret")
+	sys.flush(t)
+	say("key-mallory", "tell me what was said")
+	got, _ := be.Last("/api/chat")
+	if bytes.Contains(got.Body, []byte("alice's secret")) {
+		t.Fatalf("another caller's history reached the model: %s", got.Body)
+	}
+	idA := a.Header.Get("X-Ctxproxy-Session")
+	if !strings.HasPrefix(idA, "shared~") || len(idA) != len("shared~")+16 {
+		t.Errorf("scoped id %q", idA)
+	}
+	sys.flush(t)
+	list, _ := sys.store.List(t.Context())
+	for _, s := range list {
+		if strings.Contains(s.ID, "key-") {
+			t.Errorf("a credential was stored in a session id: %q", s.ID)
+		}
+	}
+	if len(list) != 2 {
+		t.Errorf("%d sessions, want one per caller", len(list))
+	}
+	// Without a credential, the plain id, as before.
+	resp := post(t, sys.url+"/api/chat", []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"x"}]}`),
+		map[string]string{"X-Session-ID": "plain"})
+	readAll(t, resp.Body)
+	if id := resp.Header.Get("X-Ctxproxy-Session"); id != "plain" {
+		t.Errorf("unscoped id %q", id)
 	}
 }

@@ -399,15 +399,20 @@ func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
 // client that resends its whole history keeps one session without saying
 // so), else "".
 func (s *Server) sessionID(r *http.Request, req *chatRequest) (string, *apiError) {
+	scope := s.scope(r)
 	if id := r.Header.Get(s.cfg.SessionHeader); id != "" {
+		max := snapshots.MaxIDLen - len(scope)
 		// The store's rule, checked before the turn is answered: a turn
 		// that could not be saved must not be answered as if it were.
-		if err := snapshots.CheckID(id); err != nil {
+		if err := snapshots.CheckID(id); err != nil || len(id) > max {
+			why := fmt.Sprintf("session id is %d bytes, more than %d", len(id), max)
+			if err != nil {
+				why = strings.TrimPrefix(err.Error(), snapshots.ErrInvalidID.Error()+": ")
+			}
 			return "", &apiError{status: http.StatusBadRequest,
-				message: fmt.Sprintf("%s: %s (1 to %d bytes of UTF-8)", s.cfg.SessionHeader,
-					strings.TrimPrefix(err.Error(), snapshots.ErrInvalidID.Error()+": "), snapshots.MaxIDLen)}
+				message: fmt.Sprintf("%s: %s (1 to %d bytes of UTF-8)", s.cfg.SessionHeader, why, max)}
 		}
-		return id, nil
+		return id + scope, nil
 	}
 	if s.cfg.NoFingerprint || req.firstUser == "" {
 		return "", nil
@@ -417,7 +422,22 @@ func (s *Server) sessionID(r *http.Request, req *chatRequest) (string, *apiError
 		h.Write([]byte(part))
 		h.Write([]byte{0})
 	}
-	return "fp-" + hex.EncodeToString(h.Sum(nil)[:8]), nil
+	return "fp-" + hex.EncodeToString(h.Sum(nil)[:8]) + scope, nil
+}
+
+// scope is the suffix that keeps a caller's sessions its own: "~" and 16
+// hex digits of a hash of the request's credential (ScopeHeader), or ""
+// when it carries none. The credential itself is never stored.
+func (s *Server) scope(r *http.Request) string {
+	if s.cfg.ScopeHeader == "" {
+		return ""
+	}
+	cred := r.Header.Get(s.cfg.ScopeHeader)
+	if cred == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte("ctxproxy session scope\x00" + cred))
+	return "~" + hex.EncodeToString(sum[:8])
 }
 
 // forward sends body to the backend in place of r's body.

@@ -59,6 +59,7 @@ type SessionConfig struct {
 	Header      string `mapstructure:"header"`
 	Fingerprint bool   `mapstructure:"fingerprint"`
 	Accumulate  bool   `mapstructure:"accumulate"`
+	ScopeHeader string `mapstructure:"scope_header"`
 }
 
 // TokensConfig is how tokens are counted.

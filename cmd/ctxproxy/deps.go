@@ -29,6 +29,7 @@ func (c Config) proxyConfig() proxy.Config {
 		DialTimeout:           c.Backend.DialTimeout,
 		SessionHeader:         c.Session.Header,
 		NoFingerprint:         !c.Session.Fingerprint,
+		ScopeHeader:           c.Session.ScopeHeader,
 		Accumulate:            c.Session.Accumulate,
 		RespectClient:         c.Context.RespectClient,
 		NoExact:               !c.Tokens.Exact,
