@@ -18,6 +18,23 @@ import (
 	"github.com/spf13/viper"
 )
 
+// normalize fixes what a user plainly meant: a backend URL that names the
+// OpenAI layer (http://host:11434/v1) is the server's root, since
+// ctxproxy adds /v1 and /api itself; otherwise every route would go to
+// /v1/v1/… and answer 404. What it changed is in Notes.
+func (c *Config) normalize() {
+	u, err := url.Parse(c.Backend.URL)
+	if err != nil {
+		return
+	}
+	if p := strings.TrimRight(u.Path, "/"); strings.HasSuffix(p, "/v1") {
+		u.Path = strings.TrimSuffix(p, "/v1")
+		c.Notes = append(c.Notes, fmt.Sprintf("backend.url %s ends in /v1: using the server's root %s (ctxproxy adds /v1 and /api itself)",
+			redactURL(c.Backend.URL), u.Redacted()))
+		c.Backend.URL = u.String()
+	}
+}
+
 // Config is ctxproxy's whole configuration, as read from the YAML file,
 // CTXPROXY_* environment variables and flags (flags > env > file >
 // defaults). Keys are snake_case; config.example.yaml documents each one.
@@ -29,6 +46,8 @@ type Config struct {
 	// against DNS rebinding (proxy.HostPolicy).
 	AllowedHosts   []string `mapstructure:"allowed_hosts"`
 	AllowedOrigins []string `mapstructure:"allowed_origins"`
+	// Notes say what normalize changed, for the start-up log.
+	Notes []string `mapstructure:"-"`
 
 	Backend   BackendConfig          `mapstructure:"backend"`
 	Session   SessionConfig          `mapstructure:"session"`
@@ -363,6 +382,7 @@ func loadConfig(opts loadOptions) (Config, string, []string) {
 	if err := v.UnmarshalExact(&c, hook); err != nil {
 		problems = append(problems, splitDecodeError(err)...)
 	}
+	c.normalize()
 	problems = append(problems, c.validate()...)
 	if len(problems) == 0 {
 		problems = append(problems, c.packageProblems()...)
@@ -548,7 +568,7 @@ func leafKeys(c Config) []string {
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
 			name := f.Tag.Get("mapstructure")
-			if name == "" {
+			if name == "" || name == "-" {
 				continue
 			}
 			key := prefix + name

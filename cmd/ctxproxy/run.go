@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/ctxproxy/ctxproxy/snapshots"
+	"path/filepath"
 	"sync/atomic"
 
 	"context"
@@ -50,14 +51,22 @@ Usage:
                                  detected memory, and the num_ctx ctxproxy would pick for a model
   ctxproxy version               print the version
 
-Run "ctxproxy COMMAND -h" for a command's flags.
+Run "ctxproxy help COMMAND" (or "ctxproxy COMMAND -h") for a command's flags.
 `
 
 // run is ctxproxy's whole program; main only wires it to the process.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	e := env{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}
 	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	switch {
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
+		// The commands first: serve's flags are one "ctxproxy serve -h" away.
+		_, err := io.WriteString(stdout, usage)
+		return err
+	case len(args) > 1 && args[0] == "help":
+		// "ctxproxy help CMD" is "ctxproxy CMD -h".
+		return run(ctx, []string{args[1], "-h"}, getenv, stdin, stdout, stderr)
+	case len(args) > 0 && !strings.HasPrefix(args[0], "-"):
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -261,6 +270,7 @@ func serve(ctx context.Context, args []string, e env) error {
 	}
 	log.Info("ctxproxy listening", "addr", ln.Addr().String(), "backend", redactURL(c.Backend.URL),
 		"config", path, "version", versionString())
+	startupChecklist(ctx, c, sys, log)
 
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
@@ -399,4 +409,42 @@ func retain(ctx context.Context, st snapshots.Store, r snapshots.Retention, reg 
 // caches).
 func memoryLimit(bodyMemory int64) int64 {
 	return 3*bodyMemory + 512<<20
+}
+
+// startupChecklist logs, one line each, what a newcomer needs to know
+// works: the backend and its kind (or that it does not answer yet), where
+// sessions are kept, and whether the admin API is on.
+func startupChecklist(ctx context.Context, c Config, sys *system, log *slog.Logger) {
+	for _, n := range c.Notes {
+		log.Info(n)
+	}
+	kctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	kind := sys.deps.Backend.Kind(kctx)
+	cancel()
+	if kind == "unknown" {
+		log.Warn("backend does not answer yet; ctxproxy keeps trying, and forwards requests as they come",
+			"backend", redactURL(c.Backend.URL))
+	} else {
+		log.Info("backend answers", "backend", redactURL(c.Backend.URL), "kind", kind)
+	}
+	switch c.Snapshots.Store {
+	case storeNone:
+		log.Info("sessions: not stored (snapshots.store none)")
+	case "redis":
+		log.Info("sessions: stored in Redis", "addr", c.Snapshots.Redis.Addr, "prefix", c.Snapshots.Redis.Prefix)
+	default:
+		dir, err := filepath.Abs(c.Snapshots.Dir)
+		if err != nil {
+			dir = c.Snapshots.Dir
+		}
+		log.Info("sessions: stored in files", "dir", dir)
+	}
+	switch {
+	case c.proxyConfig().AdminOff:
+		// Warned about above.
+	case c.Admin.Token != "":
+		log.Info("admin API on: /ctxproxy/ with Authorization: Bearer <admin.token>")
+	default:
+		log.Info("admin API on: /ctxproxy/ (loopback only, no token)")
+	}
 }

@@ -488,3 +488,33 @@ func TestServeRetention(t *testing.T) {
 		t.Errorf("sessions after retention: %+v, want b and c", list)
 	}
 }
+
+// TestServeStartupChecklist: the log says, one line each, that a /v1
+// backend URL was taken for its root, whether the backend answers, where
+// sessions are stored (an absolute path) and that the admin API is on;
+// and chat through a /v1 backend URL works.
+func TestServeStartupChecklist(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	addr, logs, stop := startServe(t, []string{"--backend", be.URL + "/v1/"}, nil)
+	defer stop()
+	resp, err := http.Post("http://"+addr+"/api/chat", "application/json",
+		strings.NewReader(`{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("chat through a /v1 backend URL: %d", resp.StatusCode)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "admin API on") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	out := logs.String()
+	for _, want := range []string{"ends in /v1", `"msg":"backend answers"`, `"kind":"ollama"`, `"msg":"sessions: stored in files","dir":"/`, "admin API on"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("start-up log lacks %q:\n%s", want, out)
+		}
+	}
+}
