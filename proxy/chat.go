@@ -368,9 +368,17 @@ func (s *Server) setPlanHeaders(ex *exchange, p *plan) {
 		h.Set("X-Ctxproxy-Tokens", strconv.Itoa(p.after.Tokens))
 		h.Set("X-Ctxproxy-Tokens-Before", strconv.Itoa(p.before.Tokens))
 		h.Set("X-Ctxproxy-Limit", strconv.Itoa(p.limit))
-		usage := p.usage()
+		// Two numbers, each named: the conversation as the client sent
+		// it, and what was forwarded after cutting.
+		usage, fwd := p.usage(), p.forwardedUsage()
 		h.Set("X-Ctxproxy-Usage", strconv.FormatFloat(usage*100, 'f', 1, 64))
-		switch {
+		h.Set("X-Ctxproxy-Usage-Forwarded", strconv.FormatFloat(fwd*100, 'f', 1, 64))
+		switch cut := p.result.Notice != ""; {
+		case cut && fwd >= 0.8:
+			ex.warn(fmt.Sprintf("Context at %.0f%% capacity after cutting (the conversation as sent is at %.0f%%).", fwd*100, usage*100))
+		case cut:
+			// The cut has answered it: X-Ctxproxy-Notice says what was
+			// done. Seed 000's "approaching" warnings would mislead.
 		case usage >= 0.9:
 			ex.warn(warn90)
 		case usage >= 0.8:
@@ -386,6 +394,15 @@ func (s *Server) setPlanHeaders(ex *exchange, p *plan) {
 	if p.result.Notice != "" {
 		h.Set("X-Ctxproxy-Notice", p.result.Notice)
 	}
+}
+
+// forwardedUsage is the share of the effective limit what was forwarded
+// takes.
+func (p *plan) forwardedUsage() float64 {
+	if p.limit <= 0 {
+		return 0
+	}
+	return float64(p.after.Tokens) / float64(p.limit)
 }
 
 // usage is the share of the effective limit the conversation, as the

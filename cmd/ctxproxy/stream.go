@@ -354,6 +354,13 @@ func parseAnswerHeaders(h http.Header) answerHeaders {
 	a.tokensBefore = num("X-Ctxproxy-Tokens-Before")
 	a.limit = num("X-Ctxproxy-Limit")
 	a.usage, _ = strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(h.Get("X-Ctxproxy-Usage")), "%"), 64)
+	// What the model saw, when ctxproxy says: a conversation cut from
+	// 514% to 60% is at 60% for the status bar, not 514%.
+	if f := strings.TrimSpace(h.Get("X-Ctxproxy-Usage-Forwarded")); f != "" {
+		if v, err := strconv.ParseFloat(strings.TrimSuffix(f, "%"), 64); err == nil {
+			a.usage = v
+		}
+	}
 	a.dropped = num("X-Ctxproxy-Dropped")
 	a.summarized = num("X-Ctxproxy-Summarized")
 	a.numCtx = num("X-Ctxproxy-Num-Ctx")
