@@ -173,6 +173,13 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	var lim budget.Limits
 	if s.tokens != nil {
 		lim = s.tokens.Limits(req.model, trained)
+		// One notion of the window: a models: max_tokens below the num_ctx
+		// memory allows is the window, and num_ctx follows it, so Ollama
+		// does not reserve memory for tokens ctxproxy will never send.
+		if toOllama && p.numCtx > lim.MaxTokens && req.numCtx == 0 {
+			p.numCtx = lim.MaxTokens
+			p.numReason += fmt.Sprintf("; capped at the model's window %d (models: or the model table)", lim.MaxTokens)
+		}
 		switch {
 		case p.numCtx > 0:
 			lim = lim.Cap(p.numCtx)

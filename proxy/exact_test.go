@@ -321,3 +321,22 @@ func TestUnknownModelWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestModelsMaxTokensSetsNumCtx: a models: max_tokens below what memory
+// allows is the window everywhere: the limit and num_ctx follow it.
+func TestModelsMaxTokensSetsNumCtx(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	sys := newSystem(t, be.URL, setup{tokens: budget.Config{Models: map[string]budget.Model{"llama3.1": {MaxTokens: 6000}}}})
+	resp := post(t, sys.url+"/api/chat", textConversation("llama3.1:8b", 2, 1, nil), nil)
+	io.Copy(io.Discard, resp.Body)
+	got, _ := be.Last("/api/chat")
+	var body struct {
+		Options struct {
+			NumCtx int `json:"num_ctx"`
+		} `json:"options"`
+	}
+	_ = json.Unmarshal(got.Body, &body)
+	if n := header(resp, "X-Ctxproxy-Num-Ctx"); n != 6000 || body.Options.NumCtx != 6000 || header(resp, "X-Ctxproxy-Limit") > 6000 {
+		t.Errorf("num_ctx header %d, forwarded %d, limit %d; want 6000 and a limit within it", n, body.Options.NumCtx, header(resp, "X-Ctxproxy-Limit"))
+	}
+}
