@@ -18,6 +18,10 @@ import (
 	"github.com/spf13/viper"
 )
 
+// defaultConfigFile is read when it exists and no --config names another;
+// serve watches for it to appear.
+const defaultConfigFile = "ctxproxy.yaml"
+
 // normalize fixes what a user plainly meant: a backend URL that names the
 // OpenAI layer (http://host:11434/v1) is the server's root, since
 // ctxproxy adds /v1 and /api itself; otherwise every route would go to
@@ -343,8 +347,8 @@ func loadConfig(opts loadOptions) (Config, string, []string) {
 	var problems []string
 	path := opts.path
 	if path == "" {
-		if _, err := os.Stat("ctxproxy.yaml"); err == nil {
-			path = "ctxproxy.yaml"
+		if _, err := os.Stat(defaultConfigFile); err == nil {
+			path = defaultConfigFile
 		}
 	}
 	if path != "" {

@@ -337,3 +337,16 @@ func TestDiffConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestReloadPicksUpNewFile: started without a config file, ctxproxy
+// takes ./ctxproxy.yaml when it appears, as it would a change.
+func TestReloadPicksUpNewFile(t *testing.T) {
+	t.Chdir(t.TempDir())
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Reply: "ok"})
+	_, logs, _ := startServe(t, []string{"--backend", be.URL}, nil)
+	writeConfig(t, defaultConfigFile, reloadConfig("none", "info"))
+	waitLog(t, logs, `"msg":"configuration reloaded"`, 1)
+	if !strings.Contains(logs.String(), `"strategy":"none"`) {
+		t.Errorf("the new file's strategy was not applied:\n%s", logs.String())
+	}
+}

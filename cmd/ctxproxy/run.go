@@ -243,7 +243,13 @@ func serve(ctx context.Context, args []string, e env) error {
 			srv.Registry(), log)
 	}
 	// SIGHUP and config file changes apply to the next request.
-	rl := newReloader(cf, args, e, c, path, srv, level, log)
+	watched := path
+	if watched == "" {
+		// No file yet: watch for ./ctxproxy.yaml, so one created after
+		// start is picked up like a change.
+		watched, _ = filepath.Abs(defaultConfigFile)
+	}
+	rl := newReloader(cf, args, e, c, watched, srv, level, log)
 	rl.trimmer = sys.newTrimmer
 	rl.start(bg)
 
