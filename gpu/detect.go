@@ -54,20 +54,21 @@ func detect(ctx context.Context, want string, log *slog.Logger, openers []opener
 	if want == "" {
 		want = ProbeAuto
 	}
-	var skipped []any
 	for _, o := range openers {
 		if want != ProbeAuto && want != o.name {
 			continue
 		}
 		p, err := try(ctx, o)
 		if err == nil {
-			log.Info("gpu: memory probe chosen", append([]any{"probe", p.Name()}, skipped...)...)
+			// One line; the probes that did not apply are at debug level,
+			// so a machine without a GPU does not start with a list of
+			// errors that reads like a failure.
+			log.Info("gpu: memory probe chosen", "probe", p.Name())
 			return p, nil
 		}
 		if want != ProbeAuto {
 			return nil, fmt.Errorf("gpu: probe %s: %w", want, err)
 		}
-		skipped = append(skipped, slog.String("skipped_"+o.name, err.Error()))
 		log.Debug("gpu: memory probe skipped", "probe", o.name, "reason", err)
 	}
 	if want != ProbeAuto {
