@@ -115,13 +115,13 @@ func TestDetectRecoversFromPanic(t *testing.T) {
 // logs the fallback and does not crash.
 func TestDetectRealMachine(t *testing.T) {
 	var logs bytes.Buffer
-	p, err := Detect(context.Background(), Config{}, slog.New(slog.NewTextHandler(&logs, nil)))
+	p, err := Detect(context.Background(), Config{}, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
 	t.Logf("chose %s: %s", p.Name(), logs.String())
-	if p.Name() == "cpu" && !strings.Contains(logs.String(), "skipped_nvidia=") {
+	if p.Name() == "cpu" && !strings.Contains(logs.String(), `skipped" probe=nvidia`) {
 		t.Errorf("fell back to cpu without saying why nvidia was skipped: %s", logs.String())
 	}
 	devices, err := p.Devices(context.Background())
