@@ -14,6 +14,9 @@ import (
 type Report struct {
 	Devices []Device     `json:"devices"`
 	Model   *ModelReport `json:"model,omitempty"`
+	// Source says whose view this is: "here" (probed by this command) or
+	// the running ctxproxy it asked.
+	Source string `json:"source,omitempty"`
 
 	// Shown in the text form only.
 	Probe string  `json:"-"`
@@ -67,6 +70,9 @@ func (r Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, ", loaded models %s", gib(uint64(r.ModelMemory)))
 	}
 	b.WriteString("\n")
+	if r.Source != "" {
+		fmt.Fprintf(&b, "source: %s\n", r.Source)
+	}
 	if r.Err != "" {
 		fmt.Fprintf(&b, "error: %s\n", r.Err)
 	}

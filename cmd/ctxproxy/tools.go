@@ -191,12 +191,25 @@ func gpuCmd(ctx context.Context, args []string, e env) error {
 	cf := newConfigFlags("gpu", e)
 	model := cf.fs.String("model", "", "model to size num_ctx for (its facts come from the backend's /api/show)")
 	asJSON := cf.fs.Bool("json", false, "print JSON")
+	proxyURL := cf.fs.String("proxy", envOr(e, "CTXPROXY_PROXY", defaultProxy),
+		"a running ctxproxy to ask first (its memory view, and the num_ctx it chose for the model); env CTXPROXY_PROXY")
+	local := cf.fs.Bool("local", false, "probe and size here, without asking a running ctxproxy")
 	c, _, problems, err := cf.load(args, e)
 	if err != nil {
 		return err
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %s", errConfig, strings.Join(problems, "; "))
+	}
+	if !*local {
+		if rep, ok := gpuFromProxy(*proxyURL, c.Admin.Token, *model); ok {
+			if *asJSON {
+				enc := json.NewEncoder(e.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			return rep.WriteText(e.stdout)
+		}
 	}
 	log := newLogger(LogConfig{Level: "warn", Format: "text"}, e.stderr, nil)
 	gcfg := c.gpuConfig()
@@ -223,10 +236,65 @@ func gpuCmd(ctx context.Context, args []string, e env) error {
 		d = &dec
 	}
 	rep := gpu.NewReport(snap, d)
+	rep.Source = "probed here, sized against " + redactURL(c.Backend.URL)
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
 	return rep.WriteText(e.stdout)
+}
+
+// gpuFromProxy is the running ctxproxy's view: its memory sample and, for
+// model, the num_ctx it chose the last time a request used the model.
+// ok is false when no ctxproxy answers, or when it has not seen model
+// (then the command sizes it here).
+func gpuFromProxy(base, token, model string) (gpu.Report, bool) {
+	req, err := http.NewRequest(http.MethodGet, strings.TrimSuffix(base, "/")+"/ctxproxy/status", nil)
+	if err != nil {
+		return gpu.Report{}, false
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
+	if err != nil {
+		return gpu.Report{}, false
+	}
+	defer resp.Body.Close()
+	var st struct {
+		GPU struct {
+			Probe   string       `json:"probe"`
+			Devices []gpu.Device `json:"devices"`
+			Error   string       `json:"error"`
+		} `json:"gpu"`
+		Models []struct {
+			Name          string `json:"name"`
+			NumCtx        int    `json:"num_ctx"`
+			BytesPerToken uint64 `json:"bytes_per_token"`
+			Reason        string `json:"reason"`
+		} `json:"models"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&st) != nil {
+		return gpu.Report{}, false
+	}
+	rep := gpu.Report{Devices: append([]gpu.Device{}, st.GPU.Devices...), Probe: st.GPU.Probe, Err: st.GPU.Error,
+		ModelMemory: -1, Source: "the running ctxproxy at " + base}
+	var total, used uint64
+	for _, d := range rep.Devices {
+		total, used = total+d.Total, used+d.Used
+	}
+	if total > 0 {
+		rep.Usage = float64(used) / float64(total)
+	}
+	if model == "" {
+		return rep, true
+	}
+	for _, m := range st.Models {
+		if m.Name == model {
+			rep.Model = &gpu.ModelReport{Name: m.Name, NumCtx: m.NumCtx, BytesPerToken: m.BytesPerToken, Reason: m.Reason}
+			return rep, true
+		}
+	}
+	return gpu.Report{}, false
 }

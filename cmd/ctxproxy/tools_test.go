@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -74,7 +75,7 @@ func TestCountPlainTextAndFile(t *testing.T) {
 func TestGPUCommand(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
 	var out bytes.Buffer
-	err := run(context.Background(), []string{"gpu", "--json", "--backend", be.URL, "--model", "llama3.1:8b"},
+	err := run(context.Background(), []string{"gpu", "--local", "--json", "--backend", be.URL, "--model", "llama3.1:8b"},
 		envOf(nil), nil, &out, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +103,7 @@ func TestGPUCommand(t *testing.T) {
 		t.Errorf("model %+v", rep.Model)
 	}
 	out.Reset()
-	if err := run(context.Background(), []string{"gpu"}, envOf(nil), nil, &out, io.Discard); err != nil {
+	if err := run(context.Background(), []string{"gpu", "--local"}, envOf(nil), nil, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "TOTAL") {
@@ -138,5 +139,38 @@ func TestCountUsesRunningProxy(t *testing.T) {
 	resp.Body.Close()
 	if !rep.Exact || rep.Total != chat.PromptEvalCount || !strings.Contains(rep.Source, ":gpt2/llama-bpe") || len(rep.Messages) != 2 {
 		t.Errorf("count %+v; the backend evaluated %d", rep, chat.PromptEvalCount)
+	}
+}
+
+// TestGPUAsksRunningProxy: with a ctxproxy running, `ctxproxy gpu` shows
+// its view (the num_ctx it chose for the model) and says so.
+func TestGPUAsksRunningProxy(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	addr, _, stop := startServe(t, []string{"--backend", be.URL}, nil)
+	defer stop()
+	resp, err := http.Post("http://"+addr+"/api/chat", "application/json",
+		strings.NewReader(`{"model":"llama3.1:8b","stream":false,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	chosen := resp.Header.Get("X-Ctxproxy-Num-Ctx")
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"gpu", "--json", "--model", "llama3.1:8b", "--proxy", "http://" + addr},
+		envOf(nil), nil, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Source string `json:"source"`
+		Model  struct {
+			NumCtx int `json:"num_ctx"`
+		} `json:"model"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rep.Source, "running ctxproxy") || fmt.Sprint(rep.Model.NumCtx) != chosen {
+		t.Errorf("gpu: source %q, num_ctx %d; the proxy chose %s", rep.Source, rep.Model.NumCtx, chosen)
 	}
 }
