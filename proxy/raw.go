@@ -44,18 +44,11 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d Dialect) {
 	}
 	ex := &exchange{dialect: d, route: r.URL.Path, start: time.Now(), headers: http.Header{}}
 	defer func() { s.logChat(ex) }()
-	release, ok := s.bodyBudget(w, r)
+	body, release, ok := s.takeBody(w, r, ex)
 	if !ok {
-		ex.status = http.StatusServiceUnavailable
 		return
 	}
 	defer release()
-	body, aerr := s.readBody(r)
-	if aerr != nil {
-		ex.status = aerr.status
-		writeError(w, d, *aerr)
-		return
-	}
 	var req rawRequest
 	var prompt string
 	if depthExceeds(body, s.cfg.MaxDepth) || json.Unmarshal(body, &req) != nil || json.Unmarshal(req.Prompt, &prompt) != nil || s.tokens == nil {

@@ -297,18 +297,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 		defer s.monitor.Active()()
 	}
 
-	release, ok := s.bodyBudget(w, r)
+	body, release, ok := s.takeBody(w, r, ex)
 	if !ok {
-		ex.status = http.StatusServiceUnavailable
 		return
 	}
 	defer release()
-	body, aerr := s.readBody(r)
-	if aerr != nil {
-		ex.status = aerr.status
-		writeError(w, d, *aerr)
-		return
-	}
 	if depthExceeds(body, s.cfg.MaxDepth) {
 		ex.status = http.StatusBadRequest
 		writeError(w, d, apiError{status: http.StatusBadRequest,
@@ -360,6 +353,25 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 	}
 	ex.ready = time.Now()
 	s.forward(w, r, ex, out)
+}
+
+// takeBody reads an intercepted request's body within the body-memory
+// budget, answering the client itself when it cannot; release gives the
+// budget back once the exchange is over.
+func (s *Server) takeBody(w http.ResponseWriter, r *http.Request, ex *exchange) (body []byte, release func(), ok bool) {
+	release, ok = s.bodyBudget(w, r)
+	if !ok {
+		ex.status = http.StatusServiceUnavailable
+		return nil, nil, false
+	}
+	body, aerr := s.readBody(r)
+	if aerr != nil {
+		release()
+		ex.status = aerr.status
+		writeError(w, ex.dialect, *aerr)
+		return nil, nil, false
+	}
+	return body, release, true
 }
 
 // readBody reads a chat request body, refusing one over MaxBody before it

@@ -394,12 +394,7 @@ var ErrUnsaved = errors.New("snapshots: the session's last change is not stored"
 // store refused is waited for through its retries until ctx is done; then
 // Settle returns ErrUnsaved (or ctx's error when nothing was refused).
 func (w *Writer) Settle(ctx context.Context, id string) error {
-	stop := context.AfterFunc(ctx, func() {
-		w.mu.Lock()
-		w.idle.Broadcast()
-		w.mu.Unlock()
-	})
-	defer stop()
+	defer w.wakeWhenDone(ctx)()
 	w.mu.Lock()
 	for {
 		p, ok := w.pending[id]
@@ -422,14 +417,19 @@ func (w *Writer) Settle(ctx context.Context, id string) error {
 	return nil
 }
 
-// Flush waits until everything queued so far is written, or ctx is done.
-func (w *Writer) Flush(ctx context.Context) error {
-	stop := context.AfterFunc(ctx, func() {
+// wakeWhenDone wakes the waiters on idle when ctx ends, so a wait for
+// writes gives up with ctx; call the result to stop.
+func (w *Writer) wakeWhenDone(ctx context.Context) (stop func() bool) {
+	return context.AfterFunc(ctx, func() {
 		w.mu.Lock()
 		w.idle.Broadcast()
 		w.mu.Unlock()
 	})
-	defer stop()
+}
+
+// Flush waits until everything queued so far is written, or ctx is done.
+func (w *Writer) Flush(ctx context.Context) error {
+	defer w.wakeWhenDone(ctx)()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for len(w.pending) > 0 {
