@@ -392,9 +392,13 @@ func finite(f float64) float64 {
 }
 
 func sessionInfoOf(i snapshots.SessionInfo) SessionInfo {
-	return SessionInfo{SessionID: i.ID, Model: i.Model, Created: i.Created.UTC(), Updated: i.Updated.UTC(),
+	out := SessionInfo{SessionID: i.ID, Model: i.Model, Created: i.Created.UTC(), Updated: i.Updated.UTC(),
 		Messages: i.Messages, Tokens: i.Tokens, Limit: i.Limit, Usage: finite(i.Usage), Requests: i.Requests,
-		Snapshots: i.Snapshots}
+		Snapshots: i.Snapshots, Sent: i.Sent, ForwardedUsage: finite(i.Usage)}
+	if i.Sent > 0 && i.Limit > 0 {
+		out.ForwardedUsage = float64(i.Sent) / float64(i.Limit)
+	}
+	return out
 }
 
 // snapshotOf is a snapshot's JSON; nil for the zero info (no undo).

@@ -17,8 +17,12 @@ type SessionInfo struct {
 	Tokens    int       `json:"tokens"`
 	Limit     int       `json:"limit"`
 	Usage     float64   `json:"usage"`
-	Requests  int       `json:"requests"`
-	Snapshots int       `json:"snapshots"`
+	// Sent is what the last request forwarded after cutting (0 when
+	// unknown); ForwardedUsage is Sent over Limit.
+	Sent           int     `json:"sent"`
+	ForwardedUsage float64 `json:"forwarded_usage"`
+	Requests       int     `json:"requests"`
+	Snapshots      int     `json:"snapshots"`
 }
 
 // SessionStats are a session's numbers: those of its last request, and

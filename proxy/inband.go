@@ -305,15 +305,11 @@ func contextStatusText(st statusJSON, session string, d *SessionDetail, model st
 	}
 	r = append(r, row("Model", cmp.Or(model, "-")))
 	m, haveModel := findModel(st.Models, model)
-	tokens, limit, usage := 0, 0, 0.0
+	tokens := 0
 	haveTokens := d != nil
 	if d != nil {
-		tokens, limit, usage = d.Stats.Tokens, d.Stats.Limit, d.Stats.Usage
-		line := fmt.Sprintf("%s / %s (%s)", grouped(tokens), grouped(limit), percent(usage, 1))
-		if usage >= 0.8 {
-			line += " ⚠"
-		}
-		r = append(r, row("Tokens", line))
+		tokens = d.Stats.Tokens
+		r = append(r, row("Tokens", UsageText(tokens, d.Stats.Sent, d.Stats.Limit)))
 	} else if haveModel && m.Effective > 0 {
 		r = append(r, row("Tokens", fmt.Sprintf("0 / %s (0.0%%)", grouped(m.Effective))))
 	} else {
@@ -394,7 +390,7 @@ func sessionStatsText(d SessionDetail) string {
 		row("Session", d.SessionID),
 		row("Model", cmp.Or(d.Model, "-")),
 		row("Messages", grouped(d.Messages)),
-		row("Tokens", fmt.Sprintf("%s / %s (%s)", grouped(st.Tokens), grouped(st.Limit), percent(st.Usage, 1))),
+		row("Tokens", UsageText(st.Tokens, st.Sent, st.Limit)),
 		row("Requests", fmt.Sprintf("%s (%s prompt + %s completion tokens)", grouped(st.Requests),
 			grouped(st.PromptTokens), grouped(st.CompletionTokens))),
 		row("Trimmed", fmt.Sprintf("%s dropped, %s summarized", plural(st.Dropped, "message"), grouped(st.Summarized))),
@@ -442,7 +438,7 @@ func (s *Server) memoryStatsText(ctx context.Context, d SessionDetail, model str
 	} else {
 		r = append(r, row("KV cache", q+", size per token not known yet"))
 	}
-	r = append(r, row("Tokens", fmt.Sprintf("%s / %s (%s)", grouped(stats.Tokens), grouped(stats.Limit), percent(stats.Usage, 1))))
+	r = append(r, row("Tokens", UsageText(stats.Tokens, stats.Sent, stats.Limit)))
 	if stats.Tokens > 0 && stats.Sent > 0 {
 		r = append(r, row("Compression", fmt.Sprintf("%s → %s tokens sent (ratio %.2f)", grouped(stats.Tokens),
 			grouped(stats.Sent), float64(stats.Sent)/float64(stats.Tokens))))
@@ -656,4 +652,30 @@ func inbandHistory(msgs []rewrite.Message) ([]rewrite.Message, bool) {
 		}
 	}
 	return out, true
+}
+
+// UsageText shows a conversation's usage of the window as two numbers,
+// each named, when ctxproxy cut it: "3,200 as sent / 1,900 (168.4%);
+// 1,100 forwarded (57.9%)". The ⚠ follows what the model saw, so a
+// conversation cut to fit is not flagged for what it was before.
+func UsageText(asSent, forwarded, limit int) string {
+	pct := func(n int) float64 {
+		if limit <= 0 {
+			return 0
+		}
+		return float64(n) / float64(limit)
+	}
+	if forwarded <= 0 || forwarded == asSent {
+		line := fmt.Sprintf("%s / %s (%s)", grouped(asSent), grouped(limit), percent(pct(asSent), 1))
+		if pct(asSent) >= 0.8 {
+			line += " ⚠"
+		}
+		return line
+	}
+	line := fmt.Sprintf("%s as sent / %s (%s); %s forwarded (%s)", grouped(asSent), grouped(limit),
+		percent(pct(asSent), 1), grouped(forwarded), percent(pct(forwarded), 1))
+	if pct(forwarded) >= 0.8 {
+		line += " ⚠"
+	}
+	return line
 }

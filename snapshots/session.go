@@ -91,16 +91,18 @@ type Summary struct {
 
 // SessionInfo is what a listing shows of a session.
 type SessionInfo struct {
-	ID        string    `json:"session_id"`
-	Model     string    `json:"model,omitempty"`
-	Created   time.Time `json:"created"`
-	Updated   time.Time `json:"updated"`
-	Messages  int       `json:"messages"`
-	Tokens    int       `json:"tokens"`
-	Limit     int       `json:"limit,omitempty"`
-	Usage     float64   `json:"usage"`
-	Requests  int       `json:"requests"`
-	Snapshots int       `json:"snapshots"`
+	ID       string    `json:"session_id"`
+	Model    string    `json:"model,omitempty"`
+	Created  time.Time `json:"created"`
+	Updated  time.Time `json:"updated"`
+	Messages int       `json:"messages"`
+	Tokens   int       `json:"tokens"`
+	Limit    int       `json:"limit,omitempty"`
+	Usage    float64   `json:"usage"`
+	// Sent is what the last request forwarded after cutting.
+	Sent      int `json:"sent,omitempty"`
+	Requests  int `json:"requests"`
+	Snapshots int `json:"snapshots"`
 }
 
 // Info summarizes s for a listing. Snapshots is left for the store to fill.
@@ -114,6 +116,7 @@ func (s *Session) Info() SessionInfo {
 		Tokens:   s.Stats.Tokens,
 		Limit:    s.Stats.Limit,
 		Usage:    finite(s.Stats.Usage),
+		Sent:     s.Stats.Sent,
 		Requests: s.Stats.Requests,
 	}
 }

@@ -168,7 +168,7 @@ func TestSeed000_ClearContext(t *testing.T) {
 }
 
 // tokensLine finds "Tokens  N / M" in /stats output.
-var tokensLine = regexp.MustCompile(`(?m)^Tokens +([0-9,]+) / ([0-9,]+)`)
+var tokensLine = regexp.MustCompile(`(?m)^Tokens +([0-9,]+)(?: as sent)? / ([0-9,]+)`)
 
 // TestSeed000_TrackRunningTokenTotal: /stats shows the running token total
 // as turns are added.

@@ -22,6 +22,7 @@ import (
 	"github.com/lmittmann/tint"
 	"github.com/mattn/go-isatty"
 
+	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/proxy"
 )
 
@@ -433,6 +434,9 @@ func startupChecklist(ctx context.Context, c Config, sys *system, log *slog.Logg
 	} else {
 		log.Info("backend answers", "backend", redactURL(c.Backend.URL), "kind", kind)
 	}
+	if line := knownModels(ctx, c, sys, kind); line != "" {
+		log.Info("models and their windows: " + line)
+	}
 	switch c.Snapshots.Store {
 	case storeNone:
 		log.Info("sessions: not stored (snapshots.store none)")
@@ -453,4 +457,56 @@ func startupChecklist(ctx context.Context, c Config, sys *system, log *slog.Logg
 	default:
 		log.Info("admin API on: /ctxproxy/ (loopback only, no token)")
 	}
+}
+
+// maxListedModels bounds the start-up line of models.
+const maxListedModels = 8
+
+// knownModels lists the models ctxproxy knows at start and the window it
+// will use for each: the backend's (Ollama's /api/tags, with each model's
+// trained context) and the models: section, "" when there are none.
+func knownModels(ctx context.Context, c Config, sys *system, kind string) string {
+	windows := map[string]int{}
+	var names []string
+	add := func(name string, trained int) {
+		if _, ok := windows[name]; ok || len(names) >= maxListedModels {
+			return
+		}
+		names = append(names, name)
+		windows[name] = sys.deps.Tokens.Limits(name, trained).MaxTokens
+	}
+	for name := range c.Models {
+		add(name, 0)
+	}
+	if kind == "ollama" {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var tags struct {
+			Models []struct {
+				Name string `json:"name"`
+			} `json:"models"`
+		}
+		if _, err := sys.deps.Backend.JSON(tctx, http.MethodGet, "/api/tags", nil, &tags, 16<<20); err == nil {
+			for _, m := range tags.Models {
+				// A plain /api/show: the facts alone, not the vocabulary a
+				// first request of the model loads.
+				var show struct {
+					ModelInfo map[string]any `json:"model_info"`
+				}
+				trained := 0
+				if len(names) < maxListedModels {
+					if _, err := sys.deps.Backend.JSON(tctx, http.MethodPost, "/api/show", map[string]string{"model": m.Name}, &show, 16<<20); err == nil {
+						facts, _ := gpu.ParseModelInfo(show.ModelInfo)
+						trained = facts.ContextLength
+					}
+				}
+				add(m.Name, trained)
+			}
+		}
+	}
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %d", n, windows[n]))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -512,7 +512,8 @@ func TestServeStartupChecklist(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	out := logs.String()
-	for _, want := range []string{"ends in /v1", `"msg":"backend answers"`, `"kind":"ollama"`, `"msg":"sessions: stored in files","dir":"/`, "admin API on"} {
+	for _, want := range []string{"ends in /v1", `"msg":"backend answers"`, `"kind":"ollama"`, `"msg":"sessions: stored in files","dir":"/`,
+		"admin API on", "models and their windows: llama3.1:8b 131072"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("start-up log lacks %q:\n%s", want, out)
 		}

@@ -411,7 +411,11 @@ func writeSessionStats(w io.Writer, v view, s proxy.SessionDetail) error {
 	fmt.Fprintf(tw, "Session\t%s\n", clean(s.SessionID))
 	fmt.Fprintf(tw, "Model\t%s\n", clean(model))
 	fmt.Fprintf(tw, "Messages\t%s\n", grouped(s.Messages))
-	fmt.Fprintf(tw, "Tokens\t%s / %s (%s)\n", grouped(st.Tokens), grouped(st.Limit), percent(usage, 1))
+	if st.Sent > 0 && st.Sent != st.Tokens {
+		fmt.Fprintf(tw, "Tokens\t%s\n", proxy.UsageText(st.Tokens, st.Sent, st.Limit))
+	} else {
+		fmt.Fprintf(tw, "Tokens\t%s / %s (%s)\n", grouped(st.Tokens), grouped(st.Limit), percent(usage, 1))
+	}
 	fmt.Fprintf(tw, "Requests\t%s (%s prompt + %s completion tokens)\n",
 		grouped(st.Requests), grouped(st.PromptTokens), grouped(st.CompletionTokens))
 	fmt.Fprintf(tw, "Trimmed\t%s dropped, %s summarized\n", plural(st.Dropped, "message"), grouped(st.Summarized))

@@ -209,14 +209,24 @@
     $('models-empty').hidden = rows.length > 0;
   }
 
-  // usageBar is a bar of tokens against the limit.
-  function usageBar(tokens, limit, usage) {
+  // usageBar is a bar of tokens against the limit. When ctxproxy cut the
+  // conversation it shows two numbers, each named: as sent, and what was
+  // forwarded (the bar and its colour follow what the model saw).
+  function usageBar(tokens, limit, usage, sent, forwarded) {
     const f = typeof usage === 'number' ? usage : limit > 0 ? tokens / limit : NaN;
-    const fill = el('div', { class: 'bar-fill ' + level(f) });
-    fill.style.width = clampPct(f) + '%';
-    return el('div', { class: 'bar', title: pct(f, 1) + ' of the effective limit' },
+    const cut = sent > 0 && sent !== tokens && typeof forwarded === 'number';
+    const shown = cut ? forwarded : f;
+    const fill = el('div', { class: 'bar-fill ' + level(shown) });
+    fill.style.width = clampPct(shown) + '%';
+    const text = cut
+      ? num(tokens) + ' as sent · ' + pct(f) + ' → ' + num(sent) + ' forwarded · ' + pct(forwarded)
+      : num(tokens) + ' / ' + num(limit) + ' · ' + pct(f);
+    const title = cut
+      ? 'as sent: ' + pct(f, 1) + ' of the effective limit; forwarded after cutting: ' + pct(forwarded, 1)
+      : pct(f, 1) + ' of the effective limit';
+    return el('div', { class: 'bar', title: title },
       el('div', { class: 'bar-track' }, fill),
-      el('span', { class: 'bar-label', text: num(tokens) + ' / ' + num(limit) + ' · ' + pct(f) }));
+      el('span', { class: 'bar-label', text: text }));
   }
 
   function warningBadges(usage, extra) {
@@ -241,11 +251,11 @@
       const tr = el('tr', { tabindex: '0', 'aria-label': 'session ' + s.session_id },
         el('td', { class: 'id mono', title: s.session_id, text: s.session_id }),
         el('td', { class: 'mono', text: s.model || '–' }),
-        el('td', null, usageBar(s.tokens, s.limit, s.usage)),
+        el('td', null, usageBar(s.tokens, s.limit, s.usage, s.sent, s.forwarded_usage)),
         el('td', { title: when(s.updated), text: ago(s.updated) }),
         el('td', { class: 'num', text: num(s.messages) }),
         el('td', { class: 'num', text: num(s.snapshots) }),
-        el('td', null, ...warningBadges(s.usage)));
+        el('td', null, ...warningBadges(typeof s.forwarded_usage === 'number' ? s.forwarded_usage : s.usage)));
       rowSession.set(tr, s.session_id);
       if (s.session_id === selected) tr.classList.add('selected');
       tr.addEventListener('click', () => open(s.session_id));
