@@ -179,6 +179,13 @@ func (s *Server) adminOnly(h http.Handler) http.Handler {
 	// Without a token the API trusts loopback: a page in the user's
 	// browser must not change sessions by posting to it (CSRF).
 	csrf := http.NewCrossOriginProtection()
+	// Origins the user allowed by name (allowed_origins) may change state
+	// too; patterns with * are for the Host and Origin check alone.
+	for _, o := range s.cfg.Hosts.AllowedOrigins {
+		if !strings.Contains(o, "*") {
+			_ = csrf.AddTrustedOrigin(o)
+		}
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		if err := csrf.Check(r); err != nil {
@@ -265,7 +272,7 @@ func (s *Server) describe(err error) (int, string) {
 	case errors.As(err, &se):
 		return se.status, se.msg
 	case errors.Is(err, snapshots.ErrInvalidID):
-		return http.StatusBadRequest, "invalid id: " + strings.TrimPrefix(err.Error(), "snapshots: ")
+		return http.StatusBadRequest, "invalid id: " + strings.TrimPrefix(err.Error(), snapshots.ErrInvalidID.Error()+": ")
 	case errors.Is(err, snapshots.ErrNotFound):
 		return http.StatusNotFound, "not found"
 	case errors.Is(err, snapshots.ErrMalformed):
@@ -467,7 +474,13 @@ func (s *Server) session(ctx context.Context, id string) (*snapshots.Session, Se
 	}
 	out := SessionDetail{SessionID: sess.ID, Model: sess.Model, Created: sess.Created.UTC(), Updated: sess.Updated.UTC(),
 		Metadata: md, Stats: statsOf(sess.Stats), Messages: len(sess.Messages), Snapshots: len(snaps)}
-	out.Warning = usageWarning(out.Stats.Usage)
+	// As on the chat routes: a conversation that its last request cut
+	// is judged by what was forwarded, never warned of as "approaching".
+	usage := out.Stats.Usage
+	if st := sess.Stats; st.Sent > 0 && st.Sent != st.Tokens && st.Limit > 0 {
+		usage = float64(st.Sent) / float64(st.Limit)
+	}
+	out.Warning = usageWarning(usage)
 	return sess, out, nil
 }
 

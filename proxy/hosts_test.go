@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
 // do sends a request with the given Host and Origin.
@@ -172,5 +173,56 @@ func TestSessionScope(t *testing.T) {
 	readAll(t, resp.Body)
 	if id := resp.Header.Get("X-Ctxproxy-Session"); id != "plain" {
 		t.Errorf("unscoped id %q", id)
+	}
+}
+
+// TestAdminTrustsAllowedOrigins: a page at an origin named in
+// allowed_origins may change state through the admin API; another
+// cross-origin page may not.
+func TestAdminTrustsAllowedOrigins(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	sys := newSystem(t, be.URL, setup{cfg: Config{Hosts: HostPolicy{AllowedOrigins: []string{"https://chat.example.com"}}}})
+	for origin, want := range map[string]int{"https://chat.example.com": 200, "https://evil.example": 403} {
+		req, _ := http.NewRequest(http.MethodPut, sys.url+"/ctxproxy/sessions/s", strings.NewReader(`{"metadata":{"a":1}}`))
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want && !(want == 200 && resp.StatusCode == 201) {
+			t.Errorf("PUT from %s: %d, want %d", origin, resp.StatusCode, want)
+		}
+	}
+}
+
+// TestSessionWarningFollowsForwarded: the admin view of a session its last
+// request cut to fit carries no "approaching" warning; an invalid
+// snapshot id is said once.
+func TestSessionWarningFollowsForwarded(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	sys := newSystem(t, be.URL, setup{})
+	if err := sys.store.Update(t.Context(), "cut", func(s *snapshots.Session) error {
+		s.Stats = snapshots.Stats{Tokens: 3000, Sent: 900, Limit: 1500, Usage: 2}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(sys.url + "/ctxproxy/sessions/cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp.Body); strings.Contains(body, "capacity") {
+		t.Errorf("a session cut to 60%% is warned of: %s", body)
+	}
+	req, _ := http.NewRequest(http.MethodDelete, sys.url+"/ctxproxy/sessions/cut/snapshots/..x", nil)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp.Body); strings.Count(body, "invalid id") != 1 {
+		t.Errorf("%d %s", resp.StatusCode, body)
 	}
 }
