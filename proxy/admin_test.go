@@ -40,7 +40,7 @@ type adminEnv struct {
 	t      *testing.T
 	srv    *Server
 	ts     *httptest.Server
-	be     *fakebackend.Backend
+	be     *fakebackend.Fake
 	dir    string
 	writer *snapshots.Writer
 	token  string

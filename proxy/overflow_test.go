@@ -41,7 +41,7 @@ func TestParseOverflow(t *testing.T) {
 // undercounting is a backend whose tokenizer counts 4 times what
 // ctxproxy's estimate (bytes/4, no calibration) says, and refuses
 // overlong prompts as Ollama does with truncate false.
-func undercounting(t *testing.T) (*fakebackend.Backend, *system) {
+func undercounting(t *testing.T) (*fakebackend.Fake, *system) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Tokenize: func(s string) int { return len(s) + 1 }})
 	off := false
 	sys := newSystem(t, be.URL, setup{gpu: gpuOff(),
@@ -116,7 +116,7 @@ func TestOtherErrorsPassThrough(t *testing.T) {
 }
 
 // requestsTo is how many requests the fake backend got on path.
-func requestsTo(be *fakebackend.Backend, path string) int {
+func requestsTo(be *fakebackend.Fake, path string) int {
 	n := 0
 	for _, r := range be.Requests() {
 		if r.Path == path {

@@ -31,7 +31,7 @@ import (
 // trims to the first 2 and last 10 messages past 100%.
 type fakeProxy struct {
 	*httptest.Server
-	backend *fakebackend.Backend
+	backend *fakebackend.Fake
 
 	mu sync.Mutex
 	// token, when set, is the admin token every admin route wants.

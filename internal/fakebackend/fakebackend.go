@@ -96,8 +96,8 @@ type Options struct {
 	TokenizeAPI string
 }
 
-// Backend is a running fake server.
-type Backend struct {
+// Fake is a running fake server.
+type Fake struct {
 	*httptest.Server
 	Kind Kind
 
@@ -112,8 +112,8 @@ type Backend struct {
 }
 
 // New starts a fake backend of kind k; it is closed when the test ends.
-func New(t interface{ Cleanup(func()) }, k Kind, opts Options) *Backend {
-	b := &Backend{Kind: k, opts: opts, cancelled: make(chan struct{}, 16)}
+func New(t interface{ Cleanup(func()) }, k Kind, opts Options) *Fake {
+	b := &Fake{Kind: k, opts: opts, cancelled: make(chan struct{}, 16)}
 	b.Server = httptest.NewServer(b)
 	t.Cleanup(b.Close)
 	return b
@@ -122,18 +122,18 @@ func New(t interface{ Cleanup(func()) }, k Kind, opts Options) *Backend {
 // Handler returns a fake backend that is not started, for serving it on
 // a listener of one's own (the load test's standalone server). It keeps
 // no request log, so it can serve millions of requests.
-func Handler(k Kind, opts Options) *Backend {
-	return &Backend{Kind: k, opts: opts, cancelled: make(chan struct{}, 16), noRecord: true}
+func Handler(k Kind, opts Options) *Fake {
+	return &Fake{Kind: k, opts: opts, cancelled: make(chan struct{}, 16), noRecord: true}
 }
 
 // SetOptions replaces the behaviour for later requests.
-func (b *Backend) SetOptions(opts Options) {
+func (b *Fake) SetOptions(opts Options) {
 	b.mu.Lock()
 	b.opts = opts
 	b.mu.Unlock()
 }
 
-func (b *Backend) options() Options {
+func (b *Fake) options() Options {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	o := b.opts
@@ -159,14 +159,14 @@ func (b *Backend) options() Options {
 }
 
 // Requests returns the requests received so far.
-func (b *Backend) Requests() []Request {
+func (b *Fake) Requests() []Request {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]Request(nil), b.requests...)
 }
 
 // Last returns the last request received on path, and whether there was one.
-func (b *Backend) Last(path string) (Request, bool) {
+func (b *Fake) Last(path string) (Request, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i := len(b.requests) - 1; i >= 0; i-- {
@@ -178,9 +178,9 @@ func (b *Backend) Last(path string) (Request, bool) {
 }
 
 // Cancelled is signalled when a chat request is cancelled mid-response.
-func (b *Backend) Cancelled() <-chan struct{} { return b.cancelled }
+func (b *Fake) Cancelled() <-chan struct{} { return b.cancelled }
 
-func (b *Backend) signalCancel() {
+func (b *Fake) signalCancel() {
 	select {
 	case b.cancelled <- struct{}{}:
 	default:
@@ -212,7 +212,7 @@ func Llama31ModelInfo() map[string]any {
 }
 
 // ServeHTTP answers like the backend of kind b.Kind.
-func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (b *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	if !b.noRecord {
 		b.mu.Lock()
@@ -335,7 +335,7 @@ type streamer struct {
 	w     http.ResponseWriter
 	r     *http.Request
 	o     Options
-	b     *Backend
+	b     *Fake
 	count int
 }
 
@@ -372,7 +372,7 @@ func (s *streamer) chunk(data string) bool {
 	return true
 }
 
-func (b *Backend) stall(r *http.Request, o Options) bool {
+func (b *Fake) stall(r *http.Request, o Options) bool {
 	if o.Stall == nil {
 		return true
 	}
@@ -385,7 +385,7 @@ func (b *Backend) stall(r *http.Request, o Options) bool {
 	}
 }
 
-func (b *Backend) ollamaChat(w http.ResponseWriter, r *http.Request, body []byte, o Options) {
+func (b *Fake) ollamaChat(w http.ResponseWriter, r *http.Request, body []byte, o Options) {
 	if !b.stall(r, o) {
 		return
 	}
@@ -474,7 +474,7 @@ func (b *Backend) ollamaChat(w http.ResponseWriter, r *http.Request, body []byte
 	s.chunk(line(final))
 }
 
-func (b *Backend) openaiChat(w http.ResponseWriter, r *http.Request, body []byte, o Options) {
+func (b *Fake) openaiChat(w http.ResponseWriter, r *http.Request, body []byte, o Options) {
 	if !b.stall(r, o) {
 		return
 	}

@@ -100,7 +100,7 @@ func (m *Model) generateTokens(prompt, system string, raw bool) int {
 // ollamaGenerate answers /api/generate (not streamed: the fake's one
 // response object either way) with prompt_eval_count as Ollama counts a
 // raw or templated prompt, cut silently at num_ctx as Ollama does.
-func (b *Backend) ollamaGenerate(w http.ResponseWriter, body []byte, o Options) {
+func (b *Fake) ollamaGenerate(w http.ResponseWriter, body []byte, o Options) {
 	var g struct {
 		Model   string `json:"model"`
 		Prompt  string `json:"prompt"`

@@ -50,7 +50,7 @@ func llamaCppTemplate(c chatBody) string {
 
 // serveTokenize answers the tokenize routes of o.TokenizeAPI; false when
 // the path is not one of them.
-func (b *Backend) serveTokenize(w http.ResponseWriter, r *http.Request, body []byte, o Options) bool {
+func (b *Fake) serveTokenize(w http.ResponseWriter, r *http.Request, body []byte, o Options) bool {
 	if o.TokenizeAPI == "" || r.Method != http.MethodPost {
 		return false
 	}
@@ -97,7 +97,7 @@ func (b *Backend) serveTokenize(w http.ResponseWriter, r *http.Request, body []b
 }
 
 // TokenizeCalls is how many tokenize requests the fake answered.
-func (b *Backend) TokenizeCalls() int {
+func (b *Fake) TokenizeCalls() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.tokenizeCalls
