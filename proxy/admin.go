@@ -54,8 +54,8 @@ func (s *Server) adminRoutes() {
 	s.mux.Handle("/ctxproxy/status", s.adminOnly(byMethod{http.MethodGet: s.getStatus}))
 	s.mux.Handle("/ctxproxy/sessions", s.adminOnly(byMethod{http.MethodGet: s.listSessions}))
 	s.mux.Handle("/ctxproxy/sessions/", s.adminOnly(http.HandlerFunc(s.sessionRoutes)))
-	s.mux.Handle("/ctxproxy/tokenize", s.adminOnly(byMethod{http.MethodPost: s.postTokenize}))
-	s.mux.Handle("/ctxproxy/detokenize", s.adminOnly(byMethod{http.MethodPost: s.postDetokenize}))
+	s.mux.Handle("/ctxproxy/tokenize", s.adminOnly(byMethod{http.MethodPost: s.tok.postTokenize}))
+	s.mux.Handle("/ctxproxy/detokenize", s.adminOnly(byMethod{http.MethodPost: s.tok.postDetokenize}))
 	s.mux.Handle("/ctxproxy/context/size", s.adminOnly(byMethod{
 		http.MethodGet: s.getContextSize, http.MethodPut: s.putContextSize}))
 	// Anything else under /ctxproxy/ is an admin route that does not

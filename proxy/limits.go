@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"net/http"
 	"time"
@@ -54,16 +55,19 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// gate holds the semaphores behind Limits.
+// gate holds the semaphores behind Limits, and reads bodies within them.
 type gate struct {
 	lim      Limits
+	maxBody  int64
 	inflight *semaphore.Weighted
 	memory   *semaphore.Weighted
+	refused  *prometheus.CounterVec // ctxproxy_refused_requests_total
 }
 
-func newGate(l Limits) *gate {
+func newGate(l Limits, maxBody int64, refused *prometheus.CounterVec) *gate {
 	l = l.withDefaults()
-	return &gate{lim: l, inflight: semaphore.NewWeighted(l.MaxInflight), memory: semaphore.NewWeighted(l.BodyMemory)}
+	return &gate{lim: l, maxBody: maxBody, inflight: semaphore.NewWeighted(l.MaxInflight),
+		memory: semaphore.NewWeighted(l.BodyMemory), refused: refused}
 }
 
 var errBusy = errors.New("busy")
@@ -82,8 +86,8 @@ func (g *gate) acquire(ctx context.Context, sem *semaphore.Weighted, n int64) er
 }
 
 // busy answers 503 with Retry-After in the dialect's shape.
-func (s *Server) busy(w http.ResponseWriter, r *http.Request, what string) {
-	s.metrics.refused.WithLabelValues(what).Inc()
+func (g *gate) busy(w http.ResponseWriter, r *http.Request, what string) {
+	g.refused.WithLabelValues(what).Inc()
 	w.Header().Set("Retry-After", "1")
 	writeError(w, dialectOf(r.URL.Path), apiError{status: http.StatusServiceUnavailable,
 		message: fmt.Sprintf("ctxproxy is at its limit of %s; try again in a moment", what)})
@@ -97,17 +101,34 @@ func exempt(path string) bool {
 
 // bodyBudget takes room for r's body from the memory budget, returning
 // the release; ok false when none came in time (503 already written).
-func (s *Server) bodyBudget(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+func (g *gate) bodyBudget(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
 	n := r.ContentLength
-	if n < 0 || n > s.cfg.MaxBody {
-		n = s.cfg.MaxBody // chunked: as much as it may be
+	if n < 0 || n > g.maxBody {
+		n = g.maxBody // chunked: as much as it may be
 	}
-	n = min(max(n, 1), s.gate.lim.BodyMemory)
-	if err := s.gate.acquire(r.Context(), s.gate.memory, n); err != nil {
-		s.busy(w, r, "memory for request bodies")
+	n = min(max(n, 1), g.lim.BodyMemory)
+	if err := g.acquire(r.Context(), g.memory, n); err != nil {
+		g.busy(w, r, "memory for request bodies")
 		return nil, false
 	}
-	return func() { s.gate.memory.Release(n) }, true
+	return func() { g.memory.Release(n) }, true
+}
+
+// takeBody reads an intercepted request's body within the body-memory
+// budget, answering the client itself when it cannot; release gives the
+// budget back once the exchange is over.
+func (g *gate) takeBody(w http.ResponseWriter, r *http.Request, d Dialect) (body []byte, release func(), status int) {
+	release, ok := g.bodyBudget(w, r)
+	if !ok {
+		return nil, nil, http.StatusServiceUnavailable
+	}
+	body, aerr := readBody(r, g.maxBody)
+	if aerr != nil {
+		release()
+		writeError(w, d, *aerr)
+		return nil, nil, aerr.status
+	}
+	return body, release, 0
 }
 
 // rateBody makes reading r's body fail once it falls below the minimum
@@ -122,12 +143,12 @@ type rateBody struct {
 	n     int64
 }
 
-func (s *Server) limitRate(w http.ResponseWriter, r *http.Request) {
+func (g *gate) limitRate(w http.ResponseWriter, r *http.Request) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return
 	}
 	b := &rateBody{ReadCloser: r.Body, rc: http.NewResponseController(w), start: time.Now(),
-		rate: s.gate.lim.MinBodyRate, grace: s.gate.lim.BodyGrace}
+		rate: g.lim.MinBodyRate, grace: g.lim.BodyGrace}
 	if b.rc.SetReadDeadline(b.deadline()) != nil {
 		return // not a connection that takes deadlines (HTTP/2, tests)
 	}

@@ -44,8 +44,9 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d Dialect) {
 	}
 	ex := &exchange{dialect: d, route: r.URL.Path, start: time.Now(), headers: http.Header{}}
 	defer func() { s.logChat(ex) }()
-	body, release, ok := s.takeBody(w, r, ex)
-	if !ok {
+	body, release, status := s.gate.takeBody(w, r, d)
+	if status != 0 {
+		ex.status = status
 		return
 	}
 	defer release()

@@ -103,11 +103,11 @@ type Server struct {
 	store   Store
 	writer  Writer
 
-	be        *backend.Backend
-	gate      *gate
-	usage     usageCache
-	tokRoutes ollamaTokenize
-	warned    struct {
+	be     *backend.Backend
+	gate   *gate
+	usage  usageCache
+	tok    *tokenizeRoutes
+	warned struct {
 		mu sync.Mutex
 		m  map[string]bool
 	}
@@ -168,11 +168,11 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, backend: u, registry: prometheus.NewRegistry(),
 		tokens: deps.Tokens, sizer: deps.Sizer, monitor: deps.Monitor, store: deps.Store, writer: deps.Writer}
 	s.trimmer.Store(deps.Trimmer)
-	s.gate = newGate(cfg.Limits)
 	if deps.Monitor != nil {
 		deps.Monitor.Subscribe(s.onMemoryEvent)
 	}
 	s.metrics = newMetrics(s.registry, deps)
+	s.gate = newGate(cfg.Limits, cfg.MaxBody, s.metrics.refused)
 	transport := NewTransport(cfg)
 	if b := deps.Backend; b != nil {
 		if t, ok := b.Client().Transport.(*http.Transport); ok {
@@ -192,6 +192,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	s.mux = http.NewServeMux()
+	s.tok = &tokenizeRoutes{be: s.be, tokens: s.tokens, noExact: cfg.NoExact, gate: s.gate, rp: s.rp}
 	s.routes()
 	return s, nil
 }
@@ -204,8 +205,8 @@ func (s *Server) routes() {
 	s.adminRoutes()
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	s.statusRoutes()
-	s.mux.HandleFunc("POST /api/tokenize", s.apiTokenize(s.postTokenize))
-	s.mux.HandleFunc("POST /api/detokenize", s.apiTokenize(s.postDetokenize))
+	s.mux.HandleFunc("POST /api/tokenize", s.tok.apiTokenize(s.tok.postTokenize))
+	s.mux.HandleFunc("POST /api/detokenize", s.tok.apiTokenize(s.tok.postDetokenize))
 	s.mux.HandleFunc("POST /api/generate", func(w http.ResponseWriter, r *http.Request) { s.raw(w, r, Ollama) })
 	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.raw(w, r, OpenAI) })
 	s.mux.HandleFunc("POST /api/chat", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, Ollama) })
@@ -223,12 +224,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !exempt(r.URL.Path) {
 		if err := s.gate.acquire(r.Context(), s.gate.inflight, 1); err != nil {
-			s.busy(w, r, "requests in flight")
+			s.gate.busy(w, r, "requests in flight")
 			return
 		}
 		defer s.gate.inflight.Release(1)
 	}
-	s.limitRate(w, r)
+	s.gate.limitRate(w, r)
 	s.mux.ServeHTTP(w, r)
 }
 
@@ -297,8 +298,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 		defer s.monitor.Active()()
 	}
 
-	body, release, ok := s.takeBody(w, r, ex)
-	if !ok {
+	body, release, status := s.gate.takeBody(w, r, d)
+	if status != 0 {
+		ex.status = status
 		return
 	}
 	defer release()
@@ -355,31 +357,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 	s.forward(w, r, ex, out)
 }
 
-// takeBody reads an intercepted request's body within the body-memory
-// budget, answering the client itself when it cannot; release gives the
-// budget back once the exchange is over.
-func (s *Server) takeBody(w http.ResponseWriter, r *http.Request, ex *exchange) (body []byte, release func(), ok bool) {
-	release, ok = s.bodyBudget(w, r)
-	if !ok {
-		ex.status = http.StatusServiceUnavailable
-		return nil, nil, false
-	}
-	body, aerr := s.readBody(r)
-	if aerr != nil {
-		release()
-		ex.status = aerr.status
-		writeError(w, ex.dialect, *aerr)
-		return nil, nil, false
-	}
-	return body, release, true
-}
-
 // readBody reads a chat request body, refusing one over MaxBody before it
 // is read whole.
-func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
+func readBody(r *http.Request, maxBody int64) ([]byte, *apiError) {
 	tooLarge := &apiError{status: http.StatusRequestEntityTooLarge,
-		message: fmt.Sprintf("request body is larger than the %d bytes ctxproxy accepts (max_body)", s.cfg.MaxBody)}
-	if r.ContentLength > s.cfg.MaxBody {
+		message: fmt.Sprintf("request body is larger than the %d bytes ctxproxy accepts (max_body)", maxBody)}
+	if r.ContentLength > maxBody {
 		return nil, tooLarge
 	}
 	var body []byte
@@ -395,12 +378,12 @@ func (s *Server) readBody(r *http.Request) ([]byte, *apiError) {
 			}
 		}
 	} else {
-		body, err = io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBody+1))
+		body, err = io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	}
 	if err != nil {
 		return nil, &apiError{status: http.StatusBadRequest, message: "reading the request body failed"}
 	}
-	if int64(len(body)) > s.cfg.MaxBody {
+	if int64(len(body)) > maxBody {
 		return nil, tooLarge
 	}
 	return body, nil

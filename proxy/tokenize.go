@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/backend"
+	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
 )
 
@@ -60,17 +62,33 @@ type DetokenizeResponse struct {
 	Source  string `json:"source"`
 }
 
+// tokenizeRoutes serves POST /ctxproxy/tokenize and /ctxproxy/detokenize,
+// and Ollama-style /api/tokenize and /api/detokenize, which Ollama itself
+// does not serve (v0.17.4): a backend that does gets those requests, and
+// ctxproxy answers them only after the backend said 404, remembering that
+// for a while.
+type tokenizeRoutes struct {
+	be      *backend.Backend
+	tokens  *budget.Registry // nil: counting is off
+	noExact bool
+	gate    *gate
+	rp      http.Handler // the plain reverse proxy
+	// missing is the unix ns until which the backend is taken to lack
+	// the /api/ routes.
+	missing atomic.Int64
+}
+
 // tokenizerFor returns the model's exact tokenizer when the backend is
 // Ollama and exact counting is on.
-func (s *Server) tokenizerFor(r *http.Request, model string) *exact.Model {
-	if s.cfg.NoExact || s.kind(r.Context()) != KindOllama {
+func (tr *tokenizeRoutes) tokenizerFor(r *http.Request, model string) *exact.Model {
+	if tr.noExact || tr.be.Kind(r.Context()) != KindOllama {
 		return nil
 	}
-	return s.be.Model(r.Context(), model).Tokenizer
+	return tr.be.Model(r.Context(), model).Tokenizer
 }
 
 // tokenize counts req as the request path would.
-func (s *Server) tokenize(r *http.Request, req TokenizeRequest) (TokenizeResponse, *apiError) {
+func (tr *tokenizeRoutes) tokenize(r *http.Request, req TokenizeRequest) (TokenizeResponse, *apiError) {
 	if req.Model == "" {
 		return TokenizeResponse{}, &apiError{status: http.StatusBadRequest, message: "model is required"}
 	}
@@ -78,7 +96,7 @@ func (s *Server) tokenize(r *http.Request, req TokenizeRequest) (TokenizeRespons
 		return TokenizeResponse{}, &apiError{status: http.StatusBadRequest, message: "give either content or messages"}
 	}
 	out := TokenizeResponse{Model: req.Model}
-	tok := s.tokenizerFor(r, req.Model)
+	tok := tr.tokenizerFor(r, req.Model)
 	if req.Content != nil {
 		if tok != nil {
 			n, err := tok.CountText(*req.Content)
@@ -90,10 +108,10 @@ func (s *Server) tokenize(r *http.Request, req TokenizeRequest) (TokenizeRespons
 				return out, nil
 			}
 		}
-		if s.tokens == nil {
+		if tr.tokens == nil {
 			return out, &apiError{status: http.StatusNotImplemented, message: "token counting is off"}
 		}
-		mc := s.tokens.MessageCounter(req.Model).Frozen()
+		mc := tr.tokens.MessageCounter(req.Model).Frozen()
 		out.Count, out.Source = mc.CountText(*req.Content), "estimate:"+mc.Name()
 		return out, nil
 	}
@@ -104,9 +122,9 @@ func (s *Server) tokenize(r *http.Request, req TokenizeRequest) (TokenizeRespons
 		return out, &apiError{status: http.StatusBadRequest, message: "messages: " + err.Error()}
 	}
 	var pc promptCounter
-	if tok == nil && s.tokens != nil && !s.cfg.NoExact && s.kind(r.Context()) == KindOpenAI {
-		if remote := s.be.Remote(r.Context(), req.Model); remote.API != "" {
-			rc := newRemoteCounter(r.Context(), s.be, req.Model, s.tokens.MessageCounter(req.Model).Frozen())
+	if tok == nil && tr.tokens != nil && !tr.noExact && tr.be.Kind(r.Context()) == KindOpenAI {
+		if remote := tr.be.Remote(r.Context(), req.Model); remote.API != "" {
+			rc := newRemoteCounter(r.Context(), tr.be, req.Model, tr.tokens.MessageCounter(req.Model).Frozen())
 			if e := rc.Prompt(chat.messages, chat.tools); rc.err == nil {
 				out.Count, out.Exact, out.Source = e.Tokens, true, "backend:"+remote.API
 				pc = rc
@@ -134,10 +152,10 @@ func (s *Server) tokenize(r *http.Request, req TokenizeRequest) (TokenizeRespons
 		}
 	}
 	if pc == nil {
-		if s.tokens == nil {
+		if tr.tokens == nil {
 			return out, &apiError{status: http.StatusNotImplemented, message: "token counting is off"}
 		}
-		mc := s.tokens.MessageCounter(req.Model).Frozen()
+		mc := tr.tokens.MessageCounter(req.Model).Frozen()
 		out.Count, out.Source = mc.Prompt(chat.messages, chat.tools).Tokens, "estimate:"+mc.Name()
 		pc = mc
 	}
@@ -161,13 +179,13 @@ func nullIfEmpty(v json.RawMessage) json.RawMessage {
 
 // readJSON reads a JSON body of at most max_body bytes into v, answering
 // the client itself when it cannot.
-func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	release, ok := s.bodyBudget(w, r)
+func (tr *tokenizeRoutes) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	release, ok := tr.gate.bodyBudget(w, r)
 	if !ok {
 		return false
 	}
 	defer release()
-	body, aerr := s.readBody(r)
+	body, aerr := readBody(r, tr.gate.maxBody)
 	if aerr != nil {
 		writeError(w, Ollama, *aerr)
 		return false
@@ -179,12 +197,12 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-func (s *Server) postTokenize(w http.ResponseWriter, r *http.Request) {
+func (tr *tokenizeRoutes) postTokenize(w http.ResponseWriter, r *http.Request) {
 	var req TokenizeRequest
-	if !s.readJSON(w, r, &req) {
+	if !tr.readJSON(w, r, &req) {
 		return
 	}
-	out, aerr := s.tokenize(r, req)
+	out, aerr := tr.tokenize(r, req)
 	if aerr != nil {
 		writeError(w, Ollama, *aerr)
 		return
@@ -192,12 +210,12 @@ func (s *Server) postTokenize(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) postDetokenize(w http.ResponseWriter, r *http.Request) {
+func (tr *tokenizeRoutes) postDetokenize(w http.ResponseWriter, r *http.Request) {
 	var req DetokenizeRequest
-	if !s.readJSON(w, r, &req) {
+	if !tr.readJSON(w, r, &req) {
 		return
 	}
-	tok := s.tokenizerFor(r, req.Model)
+	tok := tr.tokenizerFor(r, req.Model)
 	if tok == nil {
 		writeError(w, Ollama, apiError{status: http.StatusNotImplemented,
 			message: fmt.Sprintf("ctxproxy has no tokenizer of its own for %q (only Ollama models with exact counting)", req.Model)})
@@ -211,41 +229,31 @@ func (s *Server) postDetokenize(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, DetokenizeResponse{Model: req.Model, Content: text, Source: tok.Name()})
 }
 
-// ollamaTokenize answers Ollama-style POST /api/tokenize and
-// /api/detokenize, which Ollama itself does not serve (v0.17.4): a
-// backend that does serve them gets the request, and ctxproxy answers
-// only after the backend said 404, remembering that for a while.
-type ollamaTokenize struct {
-	// missing is the unix ns until which the backend is taken to lack
-	// the routes.
-	missing atomic.Int64
-}
-
 const tokenizeRecheck = 10 * time.Minute
 
-func (s *Server) apiTokenize(own http.HandlerFunc) http.HandlerFunc {
+func (tr *tokenizeRoutes) apiTokenize(own http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.kind(r.Context()) != KindOllama {
-			s.rp.ServeHTTP(w, r)
+		if tr.be.Kind(r.Context()) != KindOllama {
+			tr.rp.ServeHTTP(w, r)
 			return
 		}
-		if time.Now().UnixNano() < s.tokRoutes.missing.Load() {
+		if time.Now().UnixNano() < tr.missing.Load() {
 			own(w, r)
 			return
 		}
-		body, aerr := s.readBody(r)
+		body, aerr := readBody(r, tr.gate.maxBody)
 		if aerr != nil {
 			writeError(w, Ollama, *aerr)
 			return
 		}
-		req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, s.be.URL().JoinPath(r.URL.Path).String(), bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, tr.be.URL().JoinPath(r.URL.Path).String(), bytes.NewReader(body))
 		if err != nil {
 			writeError(w, Ollama, apiError{status: http.StatusInternalServerError, message: err.Error()})
 			return
 		}
 		req.Header = r.Header.Clone()
 		req.Header.Del("Accept-Encoding")
-		resp, err := s.be.Client().Do(req)
+		resp, err := tr.be.Client().Do(req)
 		if err == nil && resp.StatusCode != http.StatusNotFound {
 			defer resp.Body.Close()
 			for k, v := range resp.Header {
@@ -257,7 +265,7 @@ func (s *Server) apiTokenize(own http.HandlerFunc) http.HandlerFunc {
 		}
 		if err == nil {
 			resp.Body.Close()
-			s.tokRoutes.missing.Store(time.Now().Add(tokenizeRecheck).UnixNano())
+			tr.missing.Store(time.Now().Add(tokenizeRecheck).UnixNano())
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
