@@ -35,7 +35,10 @@ type exactCounter struct {
 	// names maps a tool_call_id to the function called, for OpenAI tool
 	// messages (Ollama's template sees their tool_name).
 	names map[string]string
-	last  []rewrite.Message
+	// last is the last prompt counted, as the template saw it, and total
+	// its count: Overhead is derived from them without rendering again.
+	last  []api.Message
+	total int
 	// err is the first counting error; the request is then counted by
 	// budget's estimate instead (see prepare).
 	err error
@@ -85,22 +88,27 @@ func newExactCounter(model *exact.Model, req *chatRequest) *exactCounter {
 // Prompt counts msgs exactly. Every field of the Estimate is the exact
 // count, marked Exact, so nothing calibrates from it.
 func (c *exactCounter) Prompt(msgs []rewrite.Message, _ json.RawMessage) budget.Estimate {
-	c.last = msgs
-	n, _, err := c.model.Count(exact.Prompt{Messages: c.messages(msgs), Tools: c.tools, Think: c.think})
+	c.last = c.messages(msgs)
+	n, _, err := c.model.Count(exact.Prompt{Messages: c.last, Tools: c.tools, Think: c.think})
 	if err != nil && c.err == nil {
 		c.err = err
 	}
+	c.total = n
 	return budget.Estimate{Tokens: n, Raw: n, Chars: n, Exact: true}
 }
 
 // Overhead is the part of the last counted prompt that is no message's
 // share: BOS, the reply priming, the model's SYSTEM, the tools.
 func (c *exactCounter) Overhead(json.RawMessage) int {
-	n, err := c.model.Overhead(exact.Prompt{Messages: c.messages(c.last), Tools: c.tools, Think: c.think})
-	if err != nil && c.err == nil {
-		c.err = err
+	n := c.total
+	for _, m := range c.last {
+		share, err := c.model.Share(m)
+		if err != nil && c.err == nil {
+			c.err = err
+		}
+		n -= share
 	}
-	return n
+	return max(0, n)
 }
 
 // CountMessage returns m's share of a prompt, cached in m.Tokens.

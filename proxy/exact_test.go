@@ -214,9 +214,11 @@ func TestExactDrift(t *testing.T) {
 }
 
 // TestConcurrentCalibration: 32 concurrent requests over the window,
-// counted by calibration while responses keep updating it, never find
-// counting and cutting in disagreement (it used to answer 400 "could not
-// cut it down" for some).
+// counted by calibration while responses keep updating it, are all
+// answered, under -race. It is a smoke test: here it did not reproduce the
+// 400 "could not cut it down" of the issue even without the fix; the
+// property itself is proved by budget's
+// TestFrozenCounterIgnoresLaterCalibration, which fails without Frozen.
 func TestConcurrentCalibration(t *testing.T) {
 	// A backend whose counts swing from request to request, so that the
 	// calibration moves while other requests are between counting and
@@ -338,5 +340,31 @@ func TestModelsMaxTokensSetsNumCtx(t *testing.T) {
 	_ = json.Unmarshal(got.Body, &body)
 	if n := header(resp, "X-Ctxproxy-Num-Ctx"); n != 6000 || body.Options.NumCtx != 6000 || header(resp, "X-Ctxproxy-Limit") > 6000 {
 		t.Errorf("num_ctx header %d, forwarded %d, limit %d; want 6000 and a limit within it", n, body.Options.NumCtx, header(resp, "X-Ctxproxy-Limit"))
+	}
+}
+
+// BenchmarkExactCounting is what exact counting adds to one request of a
+// resent 100-message conversation: the count before, the overhead and each
+// message's share a strategy asks for, and the count after.
+func BenchmarkExactCounting(b *testing.B) {
+	v := vocabgen.BPE(8000, "llama-bpe", 2)
+	tok, err := exact.New(exact.Show{ModelInfo: v.KV(), Template: fakebackend.ChatML})
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := textConversation("tiny", 100, 1, nil)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		req, err := decodeChat(Ollama, body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ec := newExactCounter(tok, req)
+		ec.Prompt(req.messages, req.tools)
+		ec.Overhead(req.tools)
+		for i := range req.messages {
+			ec.CountMessage(&req.messages[i])
+		}
+		ec.Prompt(req.messages, req.tools)
 	}
 }

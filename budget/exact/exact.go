@@ -342,8 +342,9 @@ func (m *Model) Detokenize(ids []int32) (string, error) {
 // the model's SYSTEM) are not. Shares are cached per message.
 //
 // For templates that render each message on its own (ChatML, Llama 3,
-// Mistral and most others) the shares of a conversation plus
-// Overhead equal Count exactly; where a template joins or reorders
+// Mistral and most others) Count less the shares of a conversation is the
+// same for every conversation (BOS, the reply priming, the model's
+// SYSTEM, the tools); where a template joins or reorders
 // messages they are close, and Count stays the measure of a whole prompt.
 func (m *Model) Share(msg api.Message) (int, error) {
 	key := m.messageKey(&msg)
@@ -373,24 +374,6 @@ func (m *Model) Share(msg api.Message) (int, error) {
 	m.shares[key] = n
 	m.mu.Unlock()
 	return n, nil
-}
-
-// Overhead returns the tokens of a prompt that belong to no message of
-// msgs: Count of the whole less the Share of each message (the BOS, the
-// reply priming, the model's SYSTEM, the tools section).
-func (m *Model) Overhead(p Prompt) (int, error) {
-	total, _, err := m.Count(p)
-	if err != nil {
-		return 0, err
-	}
-	for _, msg := range p.Messages {
-		n, err := m.Share(msg)
-		if err != nil {
-			return 0, err
-		}
-		total -= n
-	}
-	return max(0, total), nil
 }
 
 // count is Count without the images' flat cost.

@@ -8,6 +8,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -108,15 +109,7 @@ func main() {
 
 func isTimeout(err error) bool {
 	var ne net.Error
-	return err != nil && strings.Contains(err.Error(), "timeout") || (asNet(err, &ne) && ne.Timeout())
-}
-
-func asNet(err error, ne *net.Error) bool {
-	e, ok := err.(net.Error)
-	if ok {
-		*ne = e
-	}
-	return ok
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func isLoopback(host string) bool {
