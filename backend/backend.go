@@ -206,6 +206,16 @@ func (b *Backend) LastOK() time.Time {
 // forwarded requests too).
 func (b *Backend) Answered() { b.lastOK.Store(b.now().UnixNano()) }
 
+// readyWindow is how recently the backend must have answered for Ready to
+// hold without asking it again.
+const readyWindow = 15 * time.Second
+
+// Ready reports whether the backend answered within the last few seconds,
+// asking it (Probe) when it has not.
+func (b *Backend) Ready(ctx context.Context) bool {
+	return b.now().Sub(b.LastOK()) < readyWindow || b.Probe(ctx)
+}
+
 // Probe reports whether the backend answers HTTP at all; any status
 // counts, since an OpenAI-compatible server may 404 on "/".
 func (b *Backend) Probe(ctx context.Context) bool {

@@ -190,14 +190,6 @@ func (m Model) current() Model {
 	return m
 }
 
-// ForgetModels drops what is known of every model, so the next request asks
-// again.
-func (b *Backend) ForgetModels() {
-	b.models.mu.Lock()
-	clear(b.models.entries)
-	b.models.mu.Unlock()
-}
-
 func (b *Backend) fetch(ctx context.Context, name string) Model {
 	// A long vocabulary takes a while to send; the fetch serves every
 	// request of the model, so a client that leaves does not cancel it.

@@ -1181,7 +1181,7 @@ func (s *Server) status(ctx context.Context) statusJSON {
 		Version:       s.cfg.Version,
 		UptimeSeconds: math.Round(time.Since(s.admin.start).Seconds()*10) / 10,
 		Backend: backendStatus{URL: s.backend.Redacted(), Kind: s.kind(ctx),
-			Ready: time.Since(s.be.LastOK()) < readyWindow || s.be.Probe(ctx)},
+			Ready: s.be.Ready(ctx)},
 		Strategy: strategyStatus{Mode: "none"},
 		Context: contextStatus{MinSize: info.minSize(), MaxSize: info.maxSize(),
 			KVQuantization: cmp.Or(info.KVQuantization, "f16"), NumParallel: max(info.NumParallel, 1)},

@@ -643,10 +643,6 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = io.WriteString(w, "ok\n")
 }
 
-// readyWindow is how recently the backend must have answered for readyz to
-// succeed without asking it again.
-const readyWindow = 15 * time.Second
-
 // readyz answers 200 when the backend answered recently, asking it (GET /)
 // when it has not.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
@@ -666,7 +662,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		_, _ = fmt.Fprintf(w, "degraded: the session store fails since %s: %v\n", since.UTC().Format(time.RFC3339), err)
 		return
 	}
-	if time.Since(s.be.LastOK()) < readyWindow || s.be.Probe(r.Context()) {
+	if s.be.Ready(r.Context()) {
 		_, _ = io.WriteString(w, "ready\n")
 		return
 	}
