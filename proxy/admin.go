@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ctxproxy/ctxproxy/backend"
 	"io"
 	"maps"
 	"math"
@@ -21,6 +20,9 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/backend"
 
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -73,7 +75,7 @@ func (s *Server) noteModel(p *plan, facts gpu.ModelFacts) {
 		return
 	}
 	e := seenModel{name: p.model, facts: facts, numCtx: p.numCtx, reason: p.numReason,
-		effective: p.limit, at: time.Now(), counting: countingStatus{Method: "estimate"}}
+		effective: p.limit, at: time.Now(), counting: api.CountingStatus{Method: "estimate"}}
 	switch {
 	case p.exact != nil:
 		e.counting.Method, e.counting.Tokenizer, e.exact = "exact", p.exact.Tokenizer.Name(), p.exact
@@ -99,7 +101,7 @@ type seenModel struct {
 	reason    string
 	effective int
 	at        time.Time
-	counting  countingStatus
+	counting  api.CountingStatus
 	exact     *backend.Model // for its agreement, when counted exactly
 }
 
@@ -398,8 +400,8 @@ func finite(f float64) float64 {
 	return f
 }
 
-func sessionInfoOf(i snapshots.SessionInfo) SessionInfo {
-	out := SessionInfo{SessionID: i.ID, Model: i.Model, Created: i.Created.UTC(), Updated: i.Updated.UTC(),
+func sessionInfoOf(i snapshots.SessionInfo) api.SessionInfo {
+	out := api.SessionInfo{SessionID: i.ID, Model: i.Model, Created: i.Created.UTC(), Updated: i.Updated.UTC(),
 		Messages: i.Messages, Tokens: i.Tokens, Limit: i.Limit, Usage: finite(i.Usage), Requests: i.Requests,
 		Snapshots: i.Snapshots, Sent: i.Sent, ForwardedUsage: finite(i.Usage)}
 	if i.Sent > 0 && i.Limit > 0 {
@@ -409,16 +411,16 @@ func sessionInfoOf(i snapshots.SessionInfo) SessionInfo {
 }
 
 // snapshotOf is a snapshot's JSON; nil for the zero info (no undo).
-func snapshotOf(i snapshots.SnapshotInfo) *SnapshotInfo {
+func snapshotOf(i snapshots.SnapshotInfo) *api.SnapshotInfo {
 	if i.ID == "" {
 		return nil
 	}
-	return &SnapshotInfo{ID: i.ID, SessionID: i.SessionID, Created: i.Created.UTC(), Model: i.Model,
+	return &api.SnapshotInfo{ID: i.ID, SessionID: i.SessionID, Created: i.Created.UTC(), Model: i.Model,
 		Tokens: i.Tokens, Usage: finite(i.Usage), Reason: i.Reason, Messages: i.Messages, Bytes: i.Bytes}
 }
 
-func statsOf(st snapshots.Stats) SessionStats {
-	out := SessionStats{Tokens: st.Tokens, Limit: st.Limit, Usage: finite(usageOf(st)), Sent: st.Sent, NumCtx: st.NumCtx,
+func statsOf(st snapshots.Stats) api.SessionStats {
+	out := api.SessionStats{Tokens: st.Tokens, Limit: st.Limit, Usage: finite(usageOf(st)), Sent: st.Sent, NumCtx: st.NumCtx,
 		Dropped: st.Dropped, Summarized: st.Summarized, PromptTokens: st.PromptTokens,
 		CompletionTokens: st.CompletionTokens, Requests: st.Requests, Truncations: st.Truncations}
 	if !st.LastTruncation.IsZero() {
@@ -449,30 +451,30 @@ func usageWarning(usage float64) string {
 	return ""
 }
 
-func messagesOf(msgs []snapshots.Message) []SessionMessage {
-	out := make([]SessionMessage, len(msgs))
+func messagesOf(msgs []snapshots.Message) []api.SessionMessage {
+	out := make([]api.SessionMessage, len(msgs))
 	for i, m := range msgs {
-		out[i] = SessionMessage{Role: m.Role, Content: m.Content, Timestamp: m.Timestamp.UTC(), Importance: m.Importance,
+		out[i] = api.SessionMessage{Role: m.Role, Content: m.Content, Timestamp: m.Timestamp.UTC(), Importance: m.Importance,
 			Metadata: m.Metadata, Preserve: m.Preserve}
 	}
 	return out
 }
 
 // session reads session id with its snapshot count.
-func (s *Server) session(ctx context.Context, id string) (*snapshots.Session, SessionDetail, error) {
+func (s *Server) session(ctx context.Context, id string) (*snapshots.Session, api.SessionDetail, error) {
 	sess, err := s.store.Get(ctx, id)
 	if err != nil {
-		return nil, SessionDetail{}, notFound(err, "session %q not found", id)
+		return nil, api.SessionDetail{}, notFound(err, "session %q not found", id)
 	}
 	snaps, err := s.store.ListSnapshots(ctx, id)
 	if err != nil {
-		return nil, SessionDetail{}, err
+		return nil, api.SessionDetail{}, err
 	}
 	md := sess.Metadata
 	if md == nil {
 		md = map[string]any{}
 	}
-	out := SessionDetail{SessionID: sess.ID, Model: sess.Model, Created: sess.Created.UTC(), Updated: sess.Updated.UTC(),
+	out := api.SessionDetail{SessionID: sess.ID, Model: sess.Model, Created: sess.Created.UTC(), Updated: sess.Updated.UTC(),
 		Metadata: md, Stats: statsOf(sess.Stats), Messages: len(sess.Messages), Snapshots: len(snaps)}
 	// As on the chat routes: a conversation that its last request cut
 	// is judged by what was forwarded, never warned of as "approaching".
@@ -495,11 +497,11 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	out := make([]SessionInfo, len(list))
+	out := make([]api.SessionInfo, len(list))
 	for i, info := range list {
 		out[i] = sessionInfoOf(info)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
+	writeJSON(w, http.StatusOK, api.Sessions{Sessions: out})
 }
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
@@ -536,10 +538,7 @@ func readJSON(r *http.Request, limit int64, v any) error {
 // putSession creates a session or merges metadata (a null value removes
 // the key) and the model into it.
 func (s *Server) putSession(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Metadata map[string]any `json:"metadata"`
-		Model    *string        `json:"model"`
-	}
+	var body api.SessionUpdate
 	if err := readJSON(r, maxAdminBody, &body); err != nil {
 		s.fail(w, err)
 		return
@@ -619,7 +618,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.cleared.take(id)
-		writeJSON(w, http.StatusOK, map[string]any{"purged": true})
+		writeJSON(w, http.StatusOK, api.Purged{Purged: true})
 		return
 	}
 	undo, err := s.clearSession(r.Context(), id, false, snapshots.ReasonClear)
@@ -627,7 +626,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"cleared": true, "undo": snapshotOf(undo)})
+	writeJSON(w, http.StatusOK, api.Cleared{Cleared: true, Undo: snapshotOf(undo)})
 }
 
 func (s *Server) getMessages(w http.ResponseWriter, r *http.Request) {
@@ -638,22 +637,14 @@ func (s *Server) getMessages(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, notFound(err, "session %q not found", id))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"messages": messagesOf(sess.Messages)})
+	writeJSON(w, http.StatusOK, api.Messages{Messages: messagesOf(sess.Messages)})
 }
 
 // appendMessages is seed 003's add: messages with an importance (and
 // metadata) pinned to a session outside any chat. The session is created
 // when it does not exist.
 func (s *Server) appendMessages(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Messages []struct {
-			Role       string         `json:"role"`
-			Content    *string        `json:"content"`
-			Importance *float64       `json:"importance"`
-			Metadata   map[string]any `json:"metadata"`
-			Preserve   bool           `json:"preserve"`
-		} `json:"messages"`
-	}
+	var body api.NewMessages
 	if err := readJSON(r, maxAdminBody, &body); err != nil {
 		s.fail(w, err)
 		return
@@ -692,7 +683,7 @@ func (s *Server) appendMessages(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"appended": len(msgs), "messages": total})
+	writeJSON(w, http.StatusOK, api.Appended{Appended: len(msgs), Messages: total})
 }
 
 func (s *Server) exportSession(w http.ResponseWriter, r *http.Request) {
@@ -732,7 +723,7 @@ func (s *Server) importSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.remeasure(r.Context(), id)
-	writeJSON(w, http.StatusOK, map[string]any{"imported": n, "undo": snapshotOf(undo)})
+	writeJSON(w, http.StatusOK, api.Imported{Imported: n, Undo: snapshotOf(undo)})
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
@@ -750,11 +741,11 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out := make([]*SnapshotInfo, len(list))
+	out := make([]api.SnapshotInfo, len(list))
 	for i, info := range list {
-		out[i] = snapshotOf(info)
+		out[i] = *snapshotOf(info)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"snapshots": out})
+	writeJSON(w, http.StatusOK, api.Snapshots{Snapshots: out})
 }
 
 // reasons are the snapshot reasons a client may give.
@@ -814,7 +805,7 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"restored": snap, "messages": n, "undo": snapshotOf(undo)})
+	writeJSON(w, http.StatusOK, api.Restored{Restored: snap, Messages: n, Undo: snapshotOf(undo)})
 }
 
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -827,16 +818,6 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// compressed is what compress did.
-type compressed struct {
-	Before     int           `json:"before"`
-	After      int           `json:"after"`
-	Dropped    int           `json:"dropped"`
-	Summarized int           `json:"summarized"`
-	Notice     string        `json:"notice"`
-	Undo       *SnapshotInfo `json:"undo"`
-}
-
 // errChanged aborts a compress whose session changed under it.
 var errChanged = errorf(http.StatusConflict, "the session changed while it was being compressed; try again")
 
@@ -844,26 +825,26 @@ var errChanged = errorf(http.StatusConflict, "the session changed while it was b
 // now with the configured strategy, down to strategy.target of the
 // model's effective limit (seed 004 R7.8). The conversation as it was is
 // snapshotted first.
-func (s *Server) compress(ctx context.Context, id string) (compressed, error) {
+func (s *Server) compress(ctx context.Context, id string) (api.Compressed, error) {
 	trimmer := s.trimmer.Load()
 	if trimmer == nil || s.tokens == nil {
-		return compressed{}, errorf(http.StatusServiceUnavailable, "compress needs token counting and a strategy, and ctxproxy runs without them")
+		return api.Compressed{}, errorf(http.StatusServiceUnavailable, "compress needs token counting and a strategy, and ctxproxy runs without them")
 	}
 	if trimmer.Mode() == "none" {
-		return compressed{}, errorf(http.StatusConflict, "nothing to compress with: strategy.mode is none")
+		return api.Compressed{}, errorf(http.StatusConflict, "nothing to compress with: strategy.mode is none")
 	}
 	sess, err := s.store.Get(ctx, id)
 	if err != nil {
-		return compressed{}, notFound(err, "session %q not found", id)
+		return api.Compressed{}, notFound(err, "session %q not found", id)
 	}
 	msgs, err := fromStored(sess.Messages)
 	if err != nil {
-		return compressed{}, errorf(http.StatusInternalServerError, "the stored conversation cannot be read: %v", err)
+		return api.Compressed{}, errorf(http.StatusInternalServerError, "the stored conversation cannot be read: %v", err)
 	}
 	counter := s.tokens.MessageCounter(sess.Model)
 	limit := s.limitFor(sess.Model, sess.Stats)
 	before := counter.Prompt(msgs, nil).Tokens
-	res := compressed{Before: before, After: before}
+	res := api.Compressed{Before: before, After: before}
 	// Acting from the target itself cuts down to it now: a threshold
 	// lower than the target would lower the target with it (Trim cuts to
 	// min(target, threshold)).
@@ -987,17 +968,9 @@ func (s *Server) remeasure(ctx context.Context, id string) {
 	}
 }
 
-// contextSize is GET and PUT /ctxproxy/context/size.
-type contextSize struct {
-	Auto bool `json:"auto"`
-	// Target is the fixed size when Auto is off; with Auto, the num_ctx
-	// ctxproxy chose most recently (0 before any request).
-	Target int `json:"target"`
-}
-
-func (s *Server) contextSize() contextSize {
+func (s *Server) contextSize() api.ContextSize {
 	if s.sizer == nil {
-		return contextSize{}
+		return api.ContextSize{}
 	}
 	auto, target := s.sizer.Mode()
 	if auto {
@@ -1006,7 +979,7 @@ func (s *Server) contextSize() contextSize {
 			target = seen[0].numCtx
 		}
 	}
-	return contextSize{Auto: auto, Target: target}
+	return api.ContextSize{Auto: auto, Target: target}
 }
 
 func (s *Server) getContextSize(w http.ResponseWriter, r *http.Request) {
@@ -1036,10 +1009,7 @@ func (s *Server) setContextSize(tokens int) error {
 }
 
 func (s *Server) putContextSize(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Tokens *int  `json:"tokens"`
-		Auto   *bool `json:"auto"`
-	}
+	var body api.ContextSizeRequest
 	if err := readJSON(r, maxAdminBody, &body); err != nil {
 		s.fail(w, err)
 		return
@@ -1064,97 +1034,6 @@ func (s *Server) putContextSize(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.contextSize())
 }
 
-// The JSON of GET /ctxproxy/status.
-type (
-	statusJSON struct {
-		Version       string          `json:"version"`
-		UptimeSeconds float64         `json:"uptime_seconds"`
-		Backend       backendStatus   `json:"backend"`
-		Strategy      strategyStatus  `json:"strategy"`
-		Context       contextStatus   `json:"context"`
-		GPU           gpuStatus       `json:"gpu"`
-		Models        []modelStatus   `json:"models"`
-		Snapshots     snapshotsStatus `json:"snapshots"`
-		Summarize     summarizeStatus `json:"summarize"`
-		Sessions      int             `json:"sessions"`
-		Inflight      int64           `json:"inflight"`
-	}
-	backendStatus struct {
-		URL   string `json:"url"`
-		Kind  string `json:"kind"`
-		Ready bool   `json:"ready"`
-	}
-	strategyStatus struct {
-		Mode       string  `json:"mode"`
-		Threshold  float64 `json:"threshold"`
-		Target     float64 `json:"target"`
-		OnOverflow string  `json:"on_overflow"`
-		// EffectiveThreshold is where trimming starts now: lower than
-		// Threshold while GPU memory is under pressure (seed 004 R6.2).
-		EffectiveThreshold float64 `json:"effective_threshold"`
-	}
-	contextStatus struct {
-		Auto           bool   `json:"auto"`
-		TargetSize     int    `json:"target_size"`
-		MinSize        int    `json:"min_size"`
-		MaxSize        int    `json:"max_size"`
-		KVQuantization string `json:"kv_quantization"`
-		NumParallel    int    `json:"num_parallel"`
-	}
-	gpuStatus struct {
-		Probe string `json:"probe"`
-		// Level is the memory guard's: ok, compress, shrink or emergency.
-		Level string `json:"level"`
-		Total uint64 `json:"total"`
-		Used  uint64 `json:"used"`
-		Free  uint64 `json:"free"`
-		// Usage is Used/Total. GuardUsage is what the guard judges: memory
-		// in use less what Ollama's loaded models hold (gpu.Snapshot.Usage).
-		Usage      float64      `json:"usage"`
-		GuardUsage float64      `json:"guard_usage"`
-		Devices    []gpu.Device `json:"devices"`
-		Error      string       `json:"error,omitempty"`
-	}
-	modelStatus struct {
-		Name            string            `json:"name"`
-		MaxTokens       int               `json:"max_tokens"`
-		MaxOutputTokens int               `json:"max_output_tokens"`
-		Effective       int               `json:"effective"`
-		NumCtx          int               `json:"num_ctx"`
-		BytesPerToken   uint64            `json:"bytes_per_token"`
-		Calibration     calibrationStatus `json:"calibration"`
-		Counting        countingStatus    `json:"counting"`
-		Reason          string            `json:"reason"`
-	}
-	// countingStatus says how a model's prompts were last counted, and
-	// how exact counts compared with the backend's own reports.
-	countingStatus struct {
-		// Method is exact (the model's own tokenizer), backend (the
-		// backend's tokenize API) or estimate (tiktoken + calibration).
-		Method    string `json:"method"`
-		Tokenizer string `json:"tokenizer,omitempty"`
-		// Checked is the uncensored reports compared; WorstError the
-		// largest relative difference; Disagreed that it passed 1% and
-		// the model is counted by estimate since.
-		Checked    int64   `json:"checked,omitempty"`
-		WorstError float64 `json:"worst_error,omitempty"`
-		Disagreed  bool    `json:"disagreed,omitempty"`
-	}
-	calibrationStatus struct {
-		Ratio        float64 `json:"ratio"`
-		Observations int     `json:"observations"`
-	}
-	snapshotsStatus struct {
-		Store         string  `json:"store"`
-		AutoThreshold float64 `json:"auto_threshold"`
-		MaxCount      int     `json:"max_count"`
-	}
-	summarizeStatus struct {
-		Model      string `json:"model"`
-		KeepRecent int    `json:"keep_recent"`
-	}
-)
-
 // levelName is a guard level as the status says it.
 func levelName(l gpu.Level) string {
 	if l == gpu.LevelNormal {
@@ -1175,24 +1054,24 @@ func (s *Server) effectiveThreshold(t *rewrite.Trimmer) float64 {
 }
 
 // status gathers GET /ctxproxy/status from live data.
-func (s *Server) status(ctx context.Context) statusJSON {
+func (s *Server) status(ctx context.Context) api.Status {
 	info := s.cfg.Status
-	st := statusJSON{
+	st := api.Status{
 		Version:       s.cfg.Version,
 		UptimeSeconds: math.Round(time.Since(s.admin.start).Seconds()*10) / 10,
-		Backend: backendStatus{URL: s.backend.Redacted(), Kind: s.kind(ctx),
+		Backend: api.BackendStatus{URL: s.backend.Redacted(), Kind: s.kind(ctx),
 			Ready: s.be.Ready(ctx)},
-		Strategy: strategyStatus{Mode: "none"},
-		Context: contextStatus{MinSize: info.minSize(), MaxSize: info.maxSize(),
+		Strategy: api.StrategyStatus{Mode: "none"},
+		Context: api.ContextStatus{MinSize: info.minSize(), MaxSize: info.maxSize(),
 			KVQuantization: cmp.Or(info.KVQuantization, "f16"), NumParallel: max(info.NumParallel, 1)},
-		GPU:       gpuStatus{Level: "ok", Devices: []gpu.Device{}},
+		GPU:       api.GPUStatus{Level: "ok", Devices: []api.Device{}},
 		Models:    s.modelStatuses(),
-		Snapshots: snapshotsStatus{Store: "off"},
-		Summarize: summarizeStatus{Model: info.SummarizeModel, KeepRecent: info.KeepRecent},
+		Snapshots: api.SnapshotsStatus{Store: "off"},
+		Summarize: api.SummarizeStatus{Model: info.SummarizeModel, KeepRecent: info.KeepRecent},
 		Inflight:  s.metrics.inflight.Load(), // the gauge ctxproxy_inflight_requests reads
 	}
 	if t := s.trimmer.Load(); t != nil {
-		st.Strategy = strategyStatus{Mode: t.Mode(), Threshold: t.Threshold(), Target: t.Target(),
+		st.Strategy = api.StrategyStatus{Mode: t.Mode(), Threshold: t.Threshold(), Target: t.Target(),
 			OnOverflow: t.OnOverflow(), EffectiveThreshold: s.effectiveThreshold(t)}
 	}
 	if s.sizer != nil {
@@ -1206,13 +1085,15 @@ func (s *Server) status(ctx context.Context) statusJSON {
 			st.GPU.Usage = float64(st.GPU.Used) / float64(st.GPU.Total)
 		}
 		st.GPU.GuardUsage = finite(snap.Usage())
-		st.GPU.Devices = append(st.GPU.Devices, snap.Devices...)
+		for _, d := range snap.Devices {
+			st.GPU.Devices = append(st.GPU.Devices, api.Device(d))
+		}
 		if snap.Err != nil {
 			st.GPU.Error = snap.Err.Error()
 		}
 	}
 	if s.store != nil {
-		st.Snapshots = snapshotsStatus{Store: cmp.Or(info.SnapshotStore, snapshots.StoreFile),
+		st.Snapshots = api.SnapshotsStatus{Store: cmp.Or(info.SnapshotStore, snapshots.StoreFile),
 			AutoThreshold: cmp.Or(info.AutoThreshold, snapshots.DefaultAutoThreshold),
 			MaxCount:      cmp.Or(info.MaxCount, snapshots.DefaultMaxCount)}
 		if list, err := s.store.List(ctx); err == nil {
@@ -1226,12 +1107,12 @@ func (s *Server) status(ctx context.Context) statusJSON {
 
 // modelStatuses lists the models requests used, most recent first, and
 // any other model calibration has learned about.
-func (s *Server) modelStatuses() []modelStatus {
-	out := []modelStatus{}
+func (s *Server) modelStatuses() []api.ModelStatus {
+	out := []api.ModelStatus{}
 	quant, parallel := cmp.Or(s.cfg.Status.KVQuantization, "f16"), max(s.cfg.Status.NumParallel, 1)
 	done := map[string]bool{}
 	add := func(e seenModel) {
-		m := modelStatus{Name: e.name, Effective: e.effective, NumCtx: e.numCtx, Reason: e.reason, Counting: e.counting}
+		m := api.ModelStatus{Name: e.name, Effective: e.effective, NumCtx: e.numCtx, Reason: e.reason, Counting: e.counting}
 		if m.Counting.Method == "" {
 			m.Counting.Method = "estimate"
 		}
@@ -1246,7 +1127,7 @@ func (s *Server) modelStatuses() []modelStatus {
 				m.Effective = lim.Effective()
 			}
 			c := s.tokens.Calibration(e.name)
-			m.Calibration = calibrationStatus{Ratio: finite(c.Ratio), Observations: c.Observations}
+			m.Calibration = api.CalibrationStatus{Ratio: finite(c.Ratio), Observations: c.Observations}
 		}
 		if e.facts.Known() {
 			m.BytesPerToken = e.facts.BytesPerToken(quant, parallel)

@@ -5,12 +5,13 @@ import (
 
 	"bytes"
 	"fmt"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 )
 
 // chatBody100K is a 100-message, ~100 KB Ollama chat request.

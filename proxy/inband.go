@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -262,7 +263,7 @@ func (s *Server) inbandSize(sub string, args []string) string {
 // proxy's without one.
 func (s *Server) inbandStatus(ctx context.Context, session, model string) string {
 	st := s.status(ctx)
-	var detail *SessionDetail
+	var detail *api.SessionDetail
 	if session != "" && s.store != nil {
 		s.flush(ctx)
 		if _, d, err := s.session(ctx, session); err == nil {
@@ -295,7 +296,7 @@ func row(label, value string) [2]string { return [2]string{label, value} }
 // contextStatusText is /context: model, tokens of the maximum with the
 // percentage, VRAM, KV cache type and memory, snapshots, auto-compression
 // and its threshold, and the warning from 80% (seed 004 R9).
-func contextStatusText(st statusJSON, session string, d *SessionDetail, model string) string {
+func contextStatusText(st api.Status, session string, d *api.SessionDetail, model string) string {
 	var r [][2]string
 	if session != "" {
 		r = append(r, row("Session", session))
@@ -345,7 +346,7 @@ func contextStatusText(st statusJSON, session string, d *SessionDetail, model st
 	return text
 }
 
-func compressLine(s strategyStatus) string {
+func compressLine(s api.StrategyStatus) string {
 	if s.Mode == "" || s.Mode == "none" {
 		return "off"
 	}
@@ -356,14 +357,14 @@ func compressLine(s strategyStatus) string {
 	return line
 }
 
-func memoryLabel(st statusJSON) string {
+func memoryLabel(st api.Status) string {
 	if st.GPU.Probe == "cpu" {
 		return "RAM"
 	}
 	return "VRAM"
 }
 
-func memoryLine(st statusJSON) string {
+func memoryLine(st api.Status) string {
 	g := st.GPU
 	if g.Total == 0 {
 		return "unknown"
@@ -373,18 +374,18 @@ func memoryLine(st statusJSON) string {
 
 // findModel finds a model's status; "llama3.1" and "llama3.1:latest" are
 // one model to Ollama.
-func findModel(models []modelStatus, name string) (modelStatus, bool) {
+func findModel(models []api.ModelStatus, name string) (api.ModelStatus, bool) {
 	for _, m := range models {
 		if name != "" && strings.TrimSuffix(m.Name, ":latest") == strings.TrimSuffix(name, ":latest") {
 			return m, true
 		}
 	}
-	return modelStatus{}, false
+	return api.ModelStatus{}, false
 }
 
 // sessionStatsText is seed 000's /stats: the session and its running
 // token total.
-func sessionStatsText(d SessionDetail) string {
+func sessionStatsText(d api.SessionDetail) string {
 	st := d.Stats
 	r := [][2]string{
 		row("Session", d.SessionID),
@@ -410,7 +411,7 @@ func sessionStatsText(d SessionDetail) string {
 
 // memoryStatsText is /context stats: model memory, KV cache size and
 // compression ratios (seed 004 R7.9).
-func (s *Server) memoryStatsText(ctx context.Context, d SessionDetail, model string) string {
+func (s *Server) memoryStatsText(ctx context.Context, d api.SessionDetail, model string) string {
 	st := s.status(ctx)
 	r := [][2]string{row("Model", cmp.Or(model, "-"))}
 	modelMemory := "not reported by the backend"

@@ -5,6 +5,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 )
 
@@ -14,9 +15,9 @@ import (
 // conversation costs no tokenize round trip, vLLM's max_model_len is the
 // window, and a conversation over it is cut to fit by the backend's count.
 func TestBackendTokenizer(t *testing.T) {
-	for _, api := range []string{fakebackend.TokenizeVLLM, fakebackend.TokenizeLlamaCpp} {
-		t.Run(api, func(t *testing.T) {
-			be := fakebackend.New(t, fakebackend.OpenAI, fakebackend.Options{TokenizeAPI: api, ContextLimit: 4096,
+	for _, tokenizer := range []string{fakebackend.TokenizeVLLM, fakebackend.TokenizeLlamaCpp} {
+		t.Run(tokenizer, func(t *testing.T) {
+			be := fakebackend.New(t, fakebackend.OpenAI, fakebackend.Options{TokenizeAPI: tokenizer, ContextLimit: 4096,
 				Tokenize: func(s string) int { return len(s)/2 + 1 }})
 			sys := newSystem(t, be.URL, setup{})
 			body := textConversation("local-model", 10, 1, nil)
@@ -31,7 +32,7 @@ func TestBackendTokenizer(t *testing.T) {
 			if n := be.TokenizeCalls(); n != calls {
 				t.Errorf("a resent conversation cost %d tokenize calls", n-calls)
 			}
-			if api == fakebackend.TokenizeVLLM {
+			if tokenizer == fakebackend.TokenizeVLLM {
 				if lim := header(resp, "X-Ctxproxy-Limit"); lim != 4096-1024 {
 					t.Errorf("limit %d: max_model_len 4096 less the reply reserve expected", lim)
 				}
@@ -47,11 +48,11 @@ func TestBackendTokenizer(t *testing.T) {
 				t.Errorf("counts by the backend: %v", m[`ctxproxy_prompt_counts_total{method="backend"}`])
 			}
 			// The tokenize endpoint counts with the backend too.
-			var req TokenizeRequest
+			var req api.TokenizeRequest
 			_ = json.Unmarshal(body, &req)
 			tb, _ := json.Marshal(req)
 			out := decodeTokenize(t, post(t, sys.url+"/ctxproxy/tokenize", tb, nil))
-			if !out.Exact || out.Source != "backend:"+api {
+			if !out.Exact || out.Source != "backend:"+tokenizer {
 				t.Errorf("tokenize: %+v", out)
 			}
 		})

@@ -10,57 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
 )
-
-// TokenizeRequest is the body of POST /ctxproxy/tokenize and of the
-// /api/tokenize ctxproxy answers for Ollama: a text (Content), or a chat
-// request's messages, tools and think value, counted as the model's
-// server would build its prompt.
-type TokenizeRequest struct {
-	Model    string          `json:"model"`
-	Content  *string         `json:"content,omitempty"`
-	Messages json.RawMessage `json:"messages,omitempty"`
-	Tools    json.RawMessage `json:"tools,omitempty"`
-	Think    json.RawMessage `json:"think,omitempty"`
-}
-
-// TokenizeResponse is what ctxproxy counted. Tokens are given only when
-// the count is exact (the model's own tokenizer).
-type TokenizeResponse struct {
-	Model  string  `json:"model"`
-	Tokens []int32 `json:"tokens,omitempty"`
-	Count  int     `json:"count"`
-	// Exact is true when the count came from the model's own tokenizer
-	// and template, false for an estimate (tiktoken and calibration).
-	Exact bool `json:"exact"`
-	// Source names the counter: "ollama:gpt2/llama-bpe",
-	// "estimate:cl100k_base".
-	Source string `json:"source"`
-	// Messages are each message's share of a chat prompt's count.
-	Messages []MessageCount `json:"messages,omitempty"`
-}
-
-// MessageCount is one message's share of a prompt.
-type MessageCount struct {
-	Role   string `json:"role"`
-	Tokens int    `json:"tokens"`
-}
-
-// DetokenizeRequest and DetokenizeResponse are the bodies of POST
-// /ctxproxy/detokenize (and /api/detokenize for Ollama).
-type DetokenizeRequest struct {
-	Model  string  `json:"model"`
-	Tokens []int32 `json:"tokens"`
-}
-
-type DetokenizeResponse struct {
-	Model   string `json:"model"`
-	Content string `json:"content"`
-	Source  string `json:"source"`
-}
 
 // tokenizeRoutes serves POST /ctxproxy/tokenize and /ctxproxy/detokenize,
 // and Ollama-style /api/tokenize and /api/detokenize, which Ollama itself
@@ -88,14 +42,14 @@ func (tr *tokenizeRoutes) tokenizerFor(r *http.Request, model string) *exact.Mod
 }
 
 // tokenize counts req as the request path would.
-func (tr *tokenizeRoutes) tokenize(r *http.Request, req TokenizeRequest) (TokenizeResponse, *apiError) {
+func (tr *tokenizeRoutes) tokenize(r *http.Request, req api.TokenizeRequest) (api.TokenizeResponse, *apiError) {
 	if req.Model == "" {
-		return TokenizeResponse{}, &apiError{status: http.StatusBadRequest, message: "model is required"}
+		return api.TokenizeResponse{}, &apiError{status: http.StatusBadRequest, message: "model is required"}
 	}
 	if (req.Content == nil) == (req.Messages == nil) {
-		return TokenizeResponse{}, &apiError{status: http.StatusBadRequest, message: "give either content or messages"}
+		return api.TokenizeResponse{}, &apiError{status: http.StatusBadRequest, message: "give either content or messages"}
 	}
-	out := TokenizeResponse{Model: req.Model}
+	out := api.TokenizeResponse{Model: req.Model}
 	tok := tr.tokenizerFor(r, req.Model)
 	if req.Content != nil {
 		if tok != nil {
@@ -160,7 +114,7 @@ func (tr *tokenizeRoutes) tokenize(r *http.Request, req TokenizeRequest) (Tokeni
 		pc = mc
 	}
 	for i := range chat.messages {
-		out.Messages = append(out.Messages, MessageCount{Role: chat.messages[i].Role, Tokens: pc.CountMessage(&chat.messages[i])})
+		out.Messages = append(out.Messages, api.MessageCount{Role: chat.messages[i].Role, Tokens: pc.CountMessage(&chat.messages[i])})
 	}
 	return out, nil
 }
@@ -198,7 +152,7 @@ func (tr *tokenizeRoutes) readJSON(w http.ResponseWriter, r *http.Request, v any
 }
 
 func (tr *tokenizeRoutes) postTokenize(w http.ResponseWriter, r *http.Request) {
-	var req TokenizeRequest
+	var req api.TokenizeRequest
 	if !tr.readJSON(w, r, &req) {
 		return
 	}
@@ -211,7 +165,7 @@ func (tr *tokenizeRoutes) postTokenize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (tr *tokenizeRoutes) postDetokenize(w http.ResponseWriter, r *http.Request) {
-	var req DetokenizeRequest
+	var req api.DetokenizeRequest
 	if !tr.readJSON(w, r, &req) {
 		return
 	}
@@ -226,7 +180,7 @@ func (tr *tokenizeRoutes) postDetokenize(w http.ResponseWriter, r *http.Request)
 		writeError(w, Ollama, apiError{status: http.StatusBadRequest, message: err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, DetokenizeResponse{Model: req.Model, Content: text, Source: tok.Name()})
+	writeJSON(w, http.StatusOK, api.DetokenizeResponse{Model: req.Model, Content: text, Source: tok.Name()})
 }
 
 const tokenizeRecheck = 10 * time.Minute

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/ctxproxy/ctxproxy/proxy"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,134 +13,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/api"
 )
-
-// The admin API's JSON, as ADMIN_API.md lays it out. Only the fields the
-// terminal commands show are declared; the rest passes through --json
-// untouched.
-
-// modelStatus is one entry of status.models.
-type modelStatus struct {
-	Name            string  `json:"name"`
-	MaxTokens       int     `json:"max_tokens"`
-	MaxOutputTokens int     `json:"max_output_tokens"`
-	Effective       int     `json:"effective"`
-	NumCtx          int     `json:"num_ctx"`
-	BytesPerToken   float64 `json:"bytes_per_token"`
-	Calibration     struct {
-		Ratio        float64 `json:"ratio"`
-		Observations int     `json:"observations"`
-	} `json:"calibration"`
-	Reason string `json:"reason"`
-}
-
-// device is one GPU (or the system memory) in status.gpu.devices.
-type device struct {
-	Vendor string `json:"vendor"`
-	Name   string `json:"name"`
-	Total  int64  `json:"total"`
-	Used   int64  `json:"used"`
-	Free   int64  `json:"free"`
-}
-
-// proxyStatus is GET /ctxproxy/status.
-type proxyStatus struct {
-	Version       string  `json:"version"`
-	UptimeSeconds float64 `json:"uptime_seconds"`
-	Backend       struct {
-		URL   string `json:"url"`
-		Kind  string `json:"kind"`
-		Ready bool   `json:"ready"`
-	} `json:"backend"`
-	Strategy struct {
-		Mode               string  `json:"mode"`
-		Threshold          float64 `json:"threshold"`
-		Target             float64 `json:"target"`
-		OnOverflow         string  `json:"on_overflow"`
-		EffectiveThreshold float64 `json:"effective_threshold"`
-	} `json:"strategy"`
-	Context struct {
-		Auto           bool   `json:"auto"`
-		TargetSize     int    `json:"target_size"`
-		MinSize        int    `json:"min_size"`
-		MaxSize        int    `json:"max_size"`
-		KVQuantization string `json:"kv_quantization"`
-		NumParallel    int    `json:"num_parallel"`
-	} `json:"context"`
-	GPU struct {
-		Probe   string   `json:"probe"`
-		Level   string   `json:"level"`
-		Total   int64    `json:"total"`
-		Used    int64    `json:"used"`
-		Free    int64    `json:"free"`
-		Usage   float64  `json:"usage"`
-		Devices []device `json:"devices"`
-	} `json:"gpu"`
-	Models    []modelStatus `json:"models"`
-	Snapshots struct {
-		Store         string  `json:"store"`
-		AutoThreshold float64 `json:"auto_threshold"`
-		MaxCount      int     `json:"max_count"`
-	} `json:"snapshots"`
-	Summarize struct {
-		Model      string `json:"model"`
-		KeepRecent int    `json:"keep_recent"`
-	} `json:"summarize"`
-	Sessions int `json:"sessions"`
-	Inflight int `json:"inflight"`
-}
-
-// model returns the status entry for a model name; "llama3.1" and
-// "llama3.1:latest" are the same model to Ollama.
-func (s *proxyStatus) model(name string) (modelStatus, bool) {
-	for _, m := range s.Models {
-		if sameModel(m.Name, name) {
-			return m, true
-		}
-	}
-	return modelStatus{}, false
-}
-
-func sameModel(a, b string) bool {
-	return a != "" && strings.TrimSuffix(a, ":latest") == strings.TrimSuffix(b, ":latest")
-}
-
-// newMessage is a message for POST sessions/{id}/messages (seed 003's add).
-type newMessage struct {
-	Role       string         `json:"role"`
-	Content    string         `json:"content"`
-	Importance *float64       `json:"importance,omitempty"`
-	Metadata   map[string]any `json:"metadata,omitempty"`
-}
-
-type appendResult struct {
-	Appended int `json:"appended"`
-	Messages int `json:"messages"`
-}
-
-type importResult struct {
-	Imported int                 `json:"imported"`
-	Undo     *proxy.SnapshotInfo `json:"undo"`
-}
-
-type restoreResult struct {
-	Restored string              `json:"restored"`
-	Messages int                 `json:"messages"`
-	Undo     *proxy.SnapshotInfo `json:"undo"`
-}
-
-type compressResult struct {
-	Before     int    `json:"before"`
-	After      int    `json:"after"`
-	Dropped    int    `json:"dropped"`
-	Summarized int    `json:"summarized"`
-	Notice     string `json:"notice"`
-}
-
-type contextSize struct {
-	Auto   bool `json:"auto"`
-	Target int  `json:"target"`
-}
 
 // runningModel is one entry of Ollama's GET /api/ps, which ctxproxy passes
 // through: the only place that says how much memory the model itself takes.
@@ -349,28 +222,28 @@ func sessionPath(id string) string {
 	return "/ctxproxy/sessions/" + url.PathEscape(id)
 }
 
-func (c *client) status(ctx context.Context) (proxyStatus, []byte, error) {
-	return get[proxyStatus](ctx, c, http.MethodGet, "/ctxproxy/status", nil)
+func (c *client) status(ctx context.Context) (api.Status, []byte, error) {
+	return get[api.Status](ctx, c, http.MethodGet, "/ctxproxy/status", nil)
 }
 
-func (c *client) sessions(ctx context.Context) ([]proxy.SessionInfo, []byte, error) {
+func (c *client) sessions(ctx context.Context) ([]api.SessionInfo, []byte, error) {
 	v, raw, err := get[struct {
-		Sessions []proxy.SessionInfo `json:"sessions"`
+		Sessions []api.SessionInfo `json:"sessions"`
 	}](ctx, c, http.MethodGet, "/ctxproxy/sessions", nil)
 	return v.Sessions, raw, err
 }
 
-func (c *client) session(ctx context.Context, id string) (proxy.SessionDetail, []byte, error) {
-	return get[proxy.SessionDetail](ctx, c, http.MethodGet, sessionPath(id), nil)
+func (c *client) session(ctx context.Context, id string) (api.SessionDetail, []byte, error) {
+	return get[api.SessionDetail](ctx, c, http.MethodGet, sessionPath(id), nil)
 }
 
 // putSession creates a session or merges metadata into it.
-func (c *client) putSession(ctx context.Context, id string, metadata map[string]any, model string) (proxy.SessionDetail, []byte, error) {
+func (c *client) putSession(ctx context.Context, id string, metadata map[string]any, model string) (api.SessionDetail, []byte, error) {
 	body := map[string]any{"metadata": metadata}
 	if model != "" {
 		body["model"] = model
 	}
-	return get[proxy.SessionDetail](ctx, c, http.MethodPut, sessionPath(id), body)
+	return get[api.SessionDetail](ctx, c, http.MethodPut, sessionPath(id), body)
 }
 
 // clear empties a session's conversation and stats and keeps its metadata
@@ -383,8 +256,8 @@ func (c *client) clear(ctx context.Context, id string, purge bool) ([]byte, erro
 	return c.call(ctx, http.MethodDelete, path, nil, nil)
 }
 
-func (c *client) addMessages(ctx context.Context, id string, msgs []newMessage) (appendResult, []byte, error) {
-	return get[appendResult](ctx, c, http.MethodPost, sessionPath(id)+"/messages",
+func (c *client) addMessages(ctx context.Context, id string, msgs []api.NewMessage) (api.Appended, []byte, error) {
+	return get[api.Appended](ctx, c, http.MethodPost, sessionPath(id)+"/messages",
 		map[string]any{"messages": msgs})
 }
 
@@ -394,43 +267,43 @@ func (c *client) export(ctx context.Context, id string) ([]byte, error) {
 
 // importSession sends an export, a bare array of messages or a chat
 // request body as it is: ctxproxy validates it.
-func (c *client) importSession(ctx context.Context, id string, body []byte) (importResult, []byte, error) {
-	return get[importResult](ctx, c, http.MethodPost, sessionPath(id)+"/import", body)
+func (c *client) importSession(ctx context.Context, id string, body []byte) (api.Imported, []byte, error) {
+	return get[api.Imported](ctx, c, http.MethodPost, sessionPath(id)+"/import", body)
 }
 
-func (c *client) snapshots(ctx context.Context, id string) ([]proxy.SnapshotInfo, []byte, error) {
+func (c *client) snapshots(ctx context.Context, id string) ([]api.SnapshotInfo, []byte, error) {
 	v, raw, err := get[struct {
-		Snapshots []proxy.SnapshotInfo `json:"snapshots"`
+		Snapshots []api.SnapshotInfo `json:"snapshots"`
 	}](ctx, c, http.MethodGet, sessionPath(id)+"/snapshots", nil)
 	return v.Snapshots, raw, err
 }
 
-func (c *client) snapshot(ctx context.Context, id, reason string) (proxy.SnapshotInfo, []byte, error) {
-	return get[proxy.SnapshotInfo](ctx, c, http.MethodPost, sessionPath(id)+"/snapshots",
+func (c *client) snapshot(ctx context.Context, id, reason string) (api.SnapshotInfo, []byte, error) {
+	return get[api.SnapshotInfo](ctx, c, http.MethodPost, sessionPath(id)+"/snapshots",
 		map[string]string{"reason": reason})
 }
 
-func (c *client) restore(ctx context.Context, id, snap string) (restoreResult, []byte, error) {
-	return get[restoreResult](ctx, c, http.MethodPost,
+func (c *client) restore(ctx context.Context, id, snap string) (api.Restored, []byte, error) {
+	return get[api.Restored](ctx, c, http.MethodPost,
 		sessionPath(id)+"/snapshots/"+url.PathEscape(snap)+"/restore", nil)
 }
 
-func (c *client) compress(ctx context.Context, id string) (compressResult, []byte, error) {
-	return get[compressResult](ctx, c, http.MethodPost, sessionPath(id)+"/compress", nil)
+func (c *client) compress(ctx context.Context, id string) (api.Compressed, []byte, error) {
+	return get[api.Compressed](ctx, c, http.MethodPost, sessionPath(id)+"/compress", nil)
 }
 
-func (c *client) contextSize(ctx context.Context) (contextSize, []byte, error) {
-	return get[contextSize](ctx, c, http.MethodGet, "/ctxproxy/context/size", nil)
+func (c *client) contextSize(ctx context.Context) (api.ContextSize, []byte, error) {
+	return get[api.ContextSize](ctx, c, http.MethodGet, "/ctxproxy/context/size", nil)
 }
 
 // setContextSize fixes the context at tokens, or with tokens 0 returns it
 // to sizing from free VRAM.
-func (c *client) setContextSize(ctx context.Context, tokens int) (contextSize, []byte, error) {
+func (c *client) setContextSize(ctx context.Context, tokens int) (api.ContextSize, []byte, error) {
 	var body any = map[string]int{"tokens": tokens}
 	if tokens == 0 {
 		body = map[string]bool{"auto": true}
 	}
-	return get[contextSize](ctx, c, http.MethodPut, "/ctxproxy/context/size", body)
+	return get[api.ContextSize](ctx, c, http.MethodPut, "/ctxproxy/context/size", body)
 }
 
 // runningModels asks Ollama, through the proxy's passthrough, which

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/ctxproxy/ctxproxy/proxy"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/api"
 	"golang.org/x/term"
 )
 
@@ -205,7 +204,7 @@ func (a *admin) printJSON(raw []byte, err error) error {
 
 // undoHint says how to go back after import or restore replaced the
 // context (ctxproxy saved it first).
-func (a *admin) undoHint(undo *proxy.SnapshotInfo) error {
+func (a *admin) undoHint(undo *api.SnapshotInfo) error {
 	if undo == nil || undo.ID == "" {
 		return nil
 	}
@@ -227,11 +226,11 @@ func shellQuote(s string) string {
 }
 
 // gather fetches the proxy status and the session at once.
-func (a *admin) gather(ctx context.Context) (proxyStatus, []byte, proxy.SessionDetail, []byte, error) {
+func (a *admin) gather(ctx context.Context) (api.Status, []byte, api.SessionDetail, []byte, error) {
 	var (
 		wg               sync.WaitGroup
-		st               proxyStatus
-		s                proxy.SessionDetail
+		st               api.Status
+		s                api.SessionDetail
 		rawSt, rawS      []byte
 		errStatus, errSs error
 	)
@@ -353,8 +352,8 @@ func (a *admin) add(ctx context.Context, args []string) error {
 	if role == "" {
 		role = "user"
 	}
-	r, raw, err := a.c.addMessages(ctx, a.session, []newMessage{{
-		Role: role, Content: text, Importance: a.opts.importance, Metadata: a.opts.metadata,
+	r, raw, err := a.c.addMessages(ctx, a.session, []api.NewMessage{{
+		Role: role, Content: &text, Importance: a.opts.importance, Metadata: a.opts.metadata,
 	}})
 	if err != nil || a.json {
 		return a.printJSON(raw, err)
@@ -366,7 +365,7 @@ func (a *admin) add(ctx context.Context, args []string) error {
 // size is /context size and /context auto (seed 004 R7.2, R7.3).
 func (a *admin) size(ctx context.Context, cmd string, args []string) error {
 	var (
-		cs  contextSize
+		cs  api.ContextSize
 		raw []byte
 		err error
 	)

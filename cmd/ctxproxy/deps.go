@@ -5,10 +5,11 @@ import (
 
 	"context"
 	"fmt"
-	"github.com/ctxproxy/ctxproxy/backend"
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/backend"
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/ctxproxy/ctxproxy/proxy"
-
 	"bytes"
 	"encoding/json"
 	"flag"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 )
 
@@ -77,7 +76,7 @@ type fakeMessage struct {
 }
 
 type fakeSnapshot struct {
-	info     proxy.SnapshotInfo
+	info     api.SnapshotInfo
 	messages []fakeMessage
 }
 
@@ -322,7 +321,7 @@ func (f *fakeProxy) snap(s *fakeSession, reason string) *fakeSnapshot {
 	f.nextSnap++
 	data, _ := json.Marshal(s.messages)
 	tokens := fakeTokens(s.messages)
-	sn := &fakeSnapshot{messages: slices.Clone(s.messages), info: proxy.SnapshotInfo{
+	sn := &fakeSnapshot{messages: slices.Clone(s.messages), info: api.SnapshotInfo{
 		ID: fmt.Sprintf("snap-%d", f.nextSnap), SessionID: s.id, Created: f.tick(), Model: s.model, Tokens: tokens,
 		Usage: float64(tokens) / float64(f.limit), Reason: reason, Messages: len(s.messages), Bytes: len(data)}}
 	s.snapshots = append(s.snapshots, sn)
@@ -410,7 +409,7 @@ func (f *fakeProxy) importSession(w http.ResponseWriter, r *http.Request) {
 
 func (f *fakeProxy) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	if s := f.found(w, r); s != nil {
-		list := []proxy.SnapshotInfo{}
+		list := []api.SnapshotInfo{}
 		for _, sn := range slices.Backward(s.snapshots) {
 			list = append(list, sn.info)
 		}

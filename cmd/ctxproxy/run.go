@@ -1,15 +1,15 @@
 package main
 
 import (
-	"github.com/ctxproxy/ctxproxy/snapshots"
 	"path/filepath"
 	"sync/atomic"
+
+	"github.com/ctxproxy/ctxproxy/snapshots"
 
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"log/slog"
 	"net"
@@ -18,6 +18,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lmittmann/tint"
 	"github.com/mattn/go-isatty"

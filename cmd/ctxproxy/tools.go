@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/proxy"
@@ -143,11 +144,11 @@ var errNoProxy = errors.New("no ctxproxy running")
 
 // countRemote asks a running ctxproxy to count data (a chat body, else
 // text) with its backend's tokenizers and its calibration.
-func countRemote(base, token, model string, data []byte, isChat bool) (proxy.TokenizeResponse, error) {
-	var req proxy.TokenizeRequest
+func countRemote(base, token, model string, data []byte, isChat bool) (api.TokenizeResponse, error) {
+	var req api.TokenizeRequest
 	if isChat {
 		if err := json.Unmarshal(data, &req); err != nil {
-			return proxy.TokenizeResponse{}, err
+			return api.TokenizeResponse{}, err
 		}
 	} else {
 		text := string(data)
@@ -156,11 +157,11 @@ func countRemote(base, token, model string, data []byte, isChat bool) (proxy.Tok
 	req.Model = model
 	body, err := json.Marshal(req)
 	if err != nil {
-		return proxy.TokenizeResponse{}, err
+		return api.TokenizeResponse{}, err
 	}
 	hr, err := http.NewRequest(http.MethodPost, strings.TrimSuffix(base, "/")+"/ctxproxy/tokenize", bytes.NewReader(body))
 	if err != nil {
-		return proxy.TokenizeResponse{}, errNoProxy
+		return api.TokenizeResponse{}, errNoProxy
 	}
 	hr.Header.Set("Content-Type", "application/json")
 	if token != "" {
@@ -168,19 +169,19 @@ func countRemote(base, token, model string, data []byte, isChat bool) (proxy.Tok
 	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(hr)
 	if err != nil {
-		return proxy.TokenizeResponse{}, errNoProxy
+		return api.TokenizeResponse{}, errNoProxy
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return proxy.TokenizeResponse{}, err
+		return api.TokenizeResponse{}, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return proxy.TokenizeResponse{}, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(answer))
+		return api.TokenizeResponse{}, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(answer))
 	}
-	var out proxy.TokenizeResponse
+	var out api.TokenizeResponse
 	if err := json.Unmarshal(answer, &out); err != nil {
-		return proxy.TokenizeResponse{}, fmt.Errorf("not a tokenize answer: %w", err)
+		return api.TokenizeResponse{}, fmt.Errorf("not a tokenize answer: %w", err)
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/proxy"
 
 	"encoding/json"
@@ -87,7 +88,7 @@ func bytesIEC(n float64) string {
 }
 
 // gib writes a pair of byte counts in GiB: "5.1/24.0 GiB".
-func gib(used, total int64, sep string) string {
+func gib(used, total uint64, sep string) string {
 	const g = 1 << 30
 	return fmt.Sprintf("%.1f%s%.1f GiB", float64(used)/g, sep, float64(total)/g)
 }
@@ -124,8 +125,8 @@ func table(w io.Writer) *tabwriter.Writer {
 // nil; head, from the last reply's headers, fills in for the session.
 type facts struct {
 	model   string
-	status  *proxyStatus
-	session *proxy.SessionDetail
+	status  *api.Status
+	session *api.SessionDetail
 	head    *answerHeaders
 }
 
@@ -156,11 +157,11 @@ func (f facts) tokens() (tokens, limit int, usage float64, ok bool) {
 	return 0, 0, 0, false
 }
 
-func (f facts) modelStatus() (modelStatus, bool) {
+func (f facts) modelStatus() (api.ModelStatus, bool) {
 	if f.status == nil {
-		return modelStatus{}, false
+		return api.ModelStatus{}, false
 	}
-	return f.status.model(f.modelName())
+	return f.status.Model(f.modelName())
 }
 
 // memoryLabel is "VRAM", or "RAM" when ctxproxy sizes from system memory.
@@ -267,8 +268,8 @@ func writeContextStatus(w io.Writer, v view, f facts) error {
 		}
 		kv := clean(f.status.Context.KVQuantization)
 		if m, ok := f.modelStatus(); ok && m.BytesPerToken > 0 && haveTokens {
-			kv += fmt.Sprintf(", %s (%s tokens × %s)", bytesIEC(float64(tokens)*m.BytesPerToken),
-				grouped(tokens), bytesIEC(m.BytesPerToken))
+			kv += fmt.Sprintf(", %s (%s tokens × %s)", bytesIEC(float64(tokens)*float64(m.BytesPerToken)),
+				grouped(tokens), bytesIEC(float64(m.BytesPerToken)))
 		} else {
 			kv += ", memory unknown (the model's size per token is not known yet)"
 		}
@@ -314,7 +315,7 @@ func sizeLine(f facts) string {
 
 // writeSessionStats is /stats and "ctxproxy context show": the session
 // and its running token total (seed 000; seed 003's summary).
-func writeSessionStats(w io.Writer, v view, s proxy.SessionDetail) error {
+func writeSessionStats(w io.Writer, v view, s api.SessionDetail) error {
 	tw := table(w)
 	st := s.Stats
 	usage := st.Usage
@@ -375,7 +376,7 @@ func writeMemoryStats(w io.Writer, f facts, running []runningModel) error {
 	fmt.Fprintf(tw, "Model\t%s\n", clean(orDash(model)))
 	modelMemory := "not reported by the backend"
 	for _, r := range running {
-		if sameModel(r.Name, model) || sameModel(r.Model, model) {
+		if api.SameModel(r.Name, model) || api.SameModel(r.Model, model) {
 			modelMemory = fmt.Sprintf("%s (%s in VRAM)", bytesIEC(float64(r.Size)), bytesIEC(float64(r.SizeVRAM)))
 		}
 	}
@@ -389,11 +390,11 @@ func writeMemoryStats(w io.Writer, f facts, running []runningModel) error {
 		q := clean(f.status.Context.KVQuantization)
 		if m, ok := f.modelStatus(); ok && m.BytesPerToken > 0 {
 			if haveTokens {
-				fmt.Fprintf(tw, "KV cache\t%s in use (%s tokens × %s, %s)\n", bytesIEC(float64(tokens)*m.BytesPerToken),
-					grouped(tokens), bytesIEC(m.BytesPerToken), q)
+				fmt.Fprintf(tw, "KV cache\t%s in use (%s tokens × %s, %s)\n", bytesIEC(float64(tokens)*float64(m.BytesPerToken)),
+					grouped(tokens), bytesIEC(float64(m.BytesPerToken)), q)
 			}
 			if m.NumCtx > 0 {
-				fmt.Fprintf(tw, "KV reserved\t%s at num_ctx %s\n", bytesIEC(float64(m.NumCtx)*m.BytesPerToken), grouped(m.NumCtx))
+				fmt.Fprintf(tw, "KV reserved\t%s at num_ctx %s\n", bytesIEC(float64(m.NumCtx)*float64(m.BytesPerToken)), grouped(m.NumCtx))
 			}
 		} else {
 			fmt.Fprintf(tw, "KV cache\t%s, size per token not known yet\n", q)
@@ -432,7 +433,7 @@ func jsonString(v any) (string, error) {
 }
 
 // writeDevices writes a line per GPU (or the system memory).
-func writeDevices(w io.Writer, devices []device) {
+func writeDevices(w io.Writer, devices []api.Device) {
 	for _, d := range devices {
 		fmt.Fprintf(w, "Device\t%s: %s, %s free\n", clean(orDash(d.Name)), gib(d.Used, d.Total, " / "), bytesIEC(float64(d.Free)))
 	}
@@ -446,7 +447,7 @@ func orDash(s string) string {
 }
 
 // writeProxyStatus is "ctxproxy context status" without a session.
-func writeProxyStatus(w io.Writer, s proxyStatus) error {
+func writeProxyStatus(w io.Writer, s api.Status) error {
 	tw := table(w)
 	up := time.Duration(s.UptimeSeconds * float64(time.Second)).Round(time.Second)
 	fmt.Fprintf(tw, "Version\t%s, up %s\n", clean(s.Version), up)
@@ -480,7 +481,7 @@ func writeProxyStatus(w io.Writer, s proxyStatus) error {
 		summary = clean(s.Summarize.Model)
 	}
 	fmt.Fprintf(tw, "Summarize\twith %s, keep %s recent\n", summary, grouped(s.Summarize.KeepRecent))
-	fmt.Fprintf(tw, "Sessions\t%s (%s in flight)\n", grouped(s.Sessions), grouped(s.Inflight))
+	fmt.Fprintf(tw, "Sessions\t%s (%s in flight)\n", grouped(s.Sessions), grouped(int(s.Inflight)))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -497,7 +498,7 @@ func writeProxyStatus(w io.Writer, s proxyStatus) error {
 		}
 		kv := "-"
 		if m.BytesPerToken > 0 {
-			kv = bytesIEC(m.BytesPerToken)
+			kv = bytesIEC(float64(m.BytesPerToken))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(m.Name), grouped(m.MaxTokens), grouped(m.MaxOutputTokens),
 			grouped(m.Effective), grouped(m.NumCtx), kv, cal, clean(orDash(m.Reason)))
@@ -506,7 +507,7 @@ func writeProxyStatus(w io.Writer, s proxyStatus) error {
 }
 
 // writeSessions is the table of "ctxproxy context list" without a session.
-func writeSessions(w io.Writer, v view, sessions []proxy.SessionInfo) error {
+func writeSessions(w io.Writer, v view, sessions []api.SessionInfo) error {
 	if len(sessions) == 0 {
 		_, err := fmt.Fprintln(w, "No sessions yet.")
 		return err
@@ -522,7 +523,7 @@ func writeSessions(w io.Writer, v view, sessions []proxy.SessionInfo) error {
 }
 
 // writeSnapshots is /context list: a session's snapshots, newest first.
-func writeSnapshots(w io.Writer, v view, snaps []proxy.SnapshotInfo) error {
+func writeSnapshots(w io.Writer, v view, snaps []api.SnapshotInfo) error {
 	if len(snaps) == 0 {
 		_, err := fmt.Fprintln(w, "No snapshots yet.")
 		return err

@@ -1,10 +1,10 @@
 package main
 
 import (
-	"github.com/ctxproxy/ctxproxy/proxy"
-
 	"strings"
 	"testing"
+
+	"github.com/ctxproxy/ctxproxy/api"
 )
 
 func TestFormatting(t *testing.T) {
@@ -68,11 +68,11 @@ func TestWarningColors(t *testing.T) {
 }
 
 func TestStatusBar(t *testing.T) {
-	st := proxyStatus{}
+	st := api.Status{}
 	st.GPU.Probe, st.GPU.Total, st.GPU.Used = "cpu", 32<<30, 8<<30
 	st.Context.KVQuantization = "q8_0"
 	st.Strategy.Mode = "none"
-	session := &proxy.SessionDetail{Model: "qwen3", Snapshots: 1, Stats: proxy.SessionStats{Tokens: 7372, Limit: 8192, Usage: 0.9}}
+	session := &api.SessionDetail{Model: "qwen3", Snapshots: 1, Stats: api.SessionStats{Tokens: 7372, Limit: 8192, Usage: 0.9}}
 	tests := []struct {
 		name string
 		f    facts

@@ -1,0 +1,10 @@
+// Package api declares the JSON of ctxproxy's admin API, status and
+// tokenize routes (ADMIN_API.md): the server writes these types and
+// ctxproxy's own client, REPL and in-band commands read them, so each
+// shape exists once and the two sides cannot drift apart.
+//
+// The package is a leaf: it imports nothing of ctxproxy, so every other
+// package may use it. Fields are always present unless tagged omitempty;
+// the snapshots package's own JSON (the stored format) is a different
+// thing and is not declared here.
+package api
