@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/client"
 )
 
 // "ctxproxy chat": a terminal chat through a running ctxproxy in
@@ -64,7 +66,7 @@ func chatCmd(ctx context.Context, args []string, e env) error {
 	proxyURL := fs.String("proxy", envOr(e, "CTXPROXY_PROXY", defaultProxy), "ctxproxy's `URL` (env CTXPROXY_PROXY)")
 	model := fs.String("model", "", "the `model` to talk to (default: the session's, or the only one available)")
 	session := fs.String("session", "", "the session `ID` to continue (default: a new one)")
-	dialect := fs.String("dialect", dialectOllama, "ollama (POST /api/chat) or openai (POST /v1/chat/completions)")
+	dialect := fs.String("dialect", client.DialectOllama, "ollama (POST /api/chat) or openai (POST /v1/chat/completions)")
 	system := fs.String("system", "", "a system prompt, sent at the start of the conversation and after /clear")
 	token := fs.String("token", "", "admin `token` for the context commands (env CTXPROXY_ADMIN_TOKEN)")
 	apiKey := fs.String("api-key", "", "`key` the backend wants on chat requests (env CTXPROXY_API_KEY)")
@@ -78,19 +80,19 @@ func chatCmd(ctx context.Context, args []string, e env) error {
 		fs.Usage()
 		return fmt.Errorf("chat takes no arguments, got %q", fs.Args())
 	}
-	if *dialect != dialectOllama && *dialect != dialectOpenAI {
+	if *dialect != client.DialectOllama && *dialect != client.DialectOpenAI {
 		return fmt.Errorf("--dialect %q: want ollama or openai", *dialect)
 	}
 	if *token == "" {
 		*token = lookupEnv(e, "CTXPROXY_ADMIN_TOKEN")
 	}
-	c, err := newClient(*proxyURL, *token)
+	c, err := client.New(*proxyURL, *token)
 	if err != nil {
 		return err
 	}
-	c.apiKey = *apiKey
-	if c.apiKey == "" {
-		c.apiKey = lookupEnv(e, "CTXPROXY_API_KEY")
+	c.APIKey = *apiKey
+	if c.APIKey == "" {
+		c.APIKey = lookupEnv(e, "CTXPROXY_API_KEY")
 	}
 	noColor := lookupEnv(e, "NO_COLOR")
 	outColor, err := useColor(*color, noColor, isTerminal(e.stdout))
@@ -120,7 +122,7 @@ func chatCmd(ctx context.Context, args []string, e env) error {
 
 // repl is one chat: the session it talks in and how it shows things.
 type repl struct {
-	c       *client
+	c       *client.Client
 	session string
 	model   string
 	dialect string
@@ -137,7 +139,7 @@ type repl struct {
 	loc        *time.Location
 	// last is what ctxproxy said about the last turn, for the status line
 	// when the admin API does not answer.
-	last *answerHeaders
+	last *client.Headers
 	// toldNoProxy is whether the user was told that answers come without
 	// ctxproxy's headers.
 	toldNoProxy bool
@@ -176,7 +178,7 @@ func (r *repl) start(ctx context.Context) {
 	r.needSystem = r.system != ""
 	if r.session == "" {
 		r.session = newSessionID()
-	} else if s, _, err := r.c.session(ctx, r.session); err == nil {
+	} else if s, _, err := r.c.Session(ctx, r.session); err == nil {
 		// Continuing a conversation: its system prompt is there already.
 		r.needSystem = r.needSystem && s.Messages == 0
 		if r.model == "" {
@@ -185,7 +187,7 @@ func (r *repl) start(ctx context.Context) {
 	}
 	if r.model == "" {
 		// With one model there is nothing to choose.
-		if names, err := r.c.availableModels(ctx, r.dialect); err == nil && len(names) == 1 {
+		if names, err := r.c.Models(ctx, r.dialect); err == nil && len(names) == 1 {
 			r.model = names[0]
 		}
 	}
@@ -194,7 +196,7 @@ func (r *repl) start(ctx context.Context) {
 		model = "none yet (/model NAME)"
 	}
 	fmt.Fprintf(r.errw, "%s\n", r.errP.paint(colorDim, fmt.Sprintf("ctxproxy chat · session %s · model %s · %s · /help for commands",
-		clean(r.session), clean(model), r.c.base)))
+		clean(r.session), clean(model), r.c.URL())))
 }
 
 // newSessionID is a fresh session id for a new conversation.
@@ -261,8 +263,8 @@ func (r *repl) command(ctx context.Context, text string) bool {
 		r.fail(fmt.Errorf("unknown command %s: /help lists the commands", clean(name)))
 		return false
 	}
-	var ae *apiError
-	if errors.As(err, &ae) && ae.status == http.StatusNotFound && readOnly[strings.TrimSpace(name+" "+rest)] {
+	var ae *client.Error
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound && readOnly[strings.TrimSpace(name+" "+rest)] {
 		// A new chat's session exists once something was sent.
 		_, err = fmt.Fprintf(r.out, "Session %s is empty: nothing was sent in it yet.\n", clean(r.session))
 	}
@@ -322,7 +324,7 @@ func (r *repl) switchModel(ctx context.Context, name string) error {
 		current = "none yet"
 	}
 	fmt.Fprintf(r.out, "Model: %s.\n", clean(current))
-	if names, err := r.c.availableModels(ctx, r.dialect); err == nil && len(names) > 0 {
+	if names, err := r.c.Models(ctx, r.dialect); err == nil && len(names) > 0 {
 		for i := range names {
 			names[i] = clean(names[i])
 		}
@@ -339,14 +341,14 @@ func (r *repl) turn(ctx context.Context, text string) {
 		r.fail(errors.New("no model chosen: start with --model NAME or type /model NAME"))
 		return
 	}
-	var msgs []chatMessage
+	var msgs []client.Message
 	if r.needSystem {
-		msgs = append(msgs, chatMessage{Role: "system", Content: r.system})
+		msgs = append(msgs, client.Message{Role: "system", Content: r.system})
 	}
-	msgs = append(msgs, chatMessage{Role: "user", Content: text})
+	msgs = append(msgs, client.Message{Role: "user", Content: text})
 
 	w := &replyWriter{w: r.out, p: r.outP}
-	reply, err := r.c.send(ctx, chatRequest{dialect: r.dialect, model: r.model, session: r.session, messages: msgs}, w.show)
+	reply, err := r.c.Send(ctx, client.Request{Dialect: r.dialect, Model: r.model, Session: r.session, Messages: msgs}, w.show)
 	w.end()
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
@@ -357,17 +359,17 @@ func (r *repl) turn(ctx context.Context, text string) {
 		return
 	}
 	r.needSystem = false
-	h := parseAnswerHeaders(reply.header)
+	h := client.ParseHeaders(reply.Header)
 	r.last = &h
-	if !h.seen && !r.toldNoProxy {
+	if !h.Seen && !r.toldNoProxy {
 		r.toldNoProxy = true
-		fmt.Fprintln(r.errw, r.errP.warning("The answer came without ctxproxy's headers: is "+r.c.base+
+		fmt.Fprintln(r.errw, r.errP.warning("The answer came without ctxproxy's headers: is "+r.c.URL()+
 			" a ctxproxy? Without one, earlier turns are not sent along."))
 	}
-	for _, warning := range h.warnings {
+	for _, warning := range h.Warnings {
 		fmt.Fprintln(r.errw, r.errP.warning(warning))
 	}
-	for _, notice := range h.notices {
+	for _, notice := range h.Notices {
 		fmt.Fprintln(r.errw, r.errP.notice(notice))
 	}
 	if r.bar {
@@ -385,12 +387,12 @@ func (r *repl) facts(ctx context.Context) facts {
 	f := facts{model: r.model, head: r.last}
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if st, _, err := r.c.status(ctx); err == nil {
+		if st, _, err := r.c.Status(ctx); err == nil {
 			f.status = &st
 		}
 	})
 	wg.Go(func() {
-		if s, _, err := r.c.session(ctx, r.session); err == nil {
+		if s, _, err := r.c.Session(ctx, r.session); err == nil {
 			f.session = &s
 		}
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/term"
 
+	"github.com/ctxproxy/ctxproxy/client"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 )
 
@@ -567,8 +568,8 @@ func TestChatTerminal(t *testing.T) {
 		io.Writer
 	}{keys, &screen}, "> ")
 	tt.History = loadHistory(histFile, 10)
-	c, _ := newClient(f.URL, "")
-	r := &repl{c: c, session: "s1", model: "llama3.1", dialect: dialectOllama, out: tt, errw: tt, loc: time.UTC}
+	c, _ := client.New(f.URL, "")
+	r := &repl{c: c, session: "s1", model: "llama3.1", dialect: client.DialectOllama, out: tt, errw: tt, loc: time.UTC}
 	done := make(chan error, 1)
 	go func() { done <- r.loop(context.Background(), &terminalInput{t: tt, keys: keys, outFd: -1}) }()
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/client"
 	"golang.org/x/term"
 )
 
@@ -65,7 +66,7 @@ type contextOptions struct {
 // admin runs the context commands for one session; chat's slash commands
 // and "ctxproxy context" share it.
 type admin struct {
-	c   *client
+	c   *client.Client
 	v   view
 	out io.Writer
 	// stdin is read by add and import given "-".
@@ -102,7 +103,7 @@ func (a *admin) run(ctx context.Context, cmd string, args []string) error {
 	case "status":
 		return a.status(ctx)
 	case "show":
-		s, raw, err := a.c.session(ctx, a.session)
+		s, raw, err := a.c.Session(ctx, a.session)
 		if err != nil || a.json {
 			return a.printJSON(raw, err)
 		}
@@ -116,13 +117,13 @@ func (a *admin) run(ctx context.Context, cmd string, args []string) error {
 	case "add":
 		return a.add(ctx, args)
 	case "snapshot":
-		s, raw, err := a.c.snapshot(ctx, a.session, a.opts.reason)
+		s, raw, err := a.c.Snapshot(ctx, a.session, a.opts.reason)
 		if err != nil || a.json {
 			return a.printJSON(raw, err)
 		}
 		return a.say("Saved snapshot %s (%s, %s tokens).", clean(s.ID), plural(s.Messages, "message"), grouped(s.Tokens))
 	case "restore":
-		r, raw, err := a.c.restore(ctx, a.session, args[0])
+		r, raw, err := a.c.Restore(ctx, a.session, args[0])
 		if err != nil || a.json {
 			return a.printJSON(raw, err)
 		}
@@ -131,7 +132,7 @@ func (a *admin) run(ctx context.Context, cmd string, args []string) error {
 		}
 		return a.undoHint(r.Undo)
 	case "clear":
-		raw, err := a.c.clear(ctx, a.session, a.opts.purge)
+		raw, err := a.c.Clear(ctx, a.session, a.opts.purge)
 		if err != nil || a.json {
 			return a.printJSON(raw, err)
 		}
@@ -141,7 +142,7 @@ func (a *admin) run(ctx context.Context, cmd string, args []string) error {
 		// Seed 000's /clear.
 		return a.say("Context cleared.")
 	case "compress":
-		r, raw, err := a.c.compress(ctx, a.session)
+		r, raw, err := a.c.Compress(ctx, a.session)
 		if err != nil || a.json {
 			return a.printJSON(raw, err)
 		}
@@ -234,8 +235,8 @@ func (a *admin) gather(ctx context.Context) (api.Status, []byte, api.SessionDeta
 		rawSt, rawS      []byte
 		errStatus, errSs error
 	)
-	wg.Go(func() { st, rawSt, errStatus = a.c.status(ctx) })
-	wg.Go(func() { s, rawS, errSs = a.c.session(ctx, a.session) })
+	wg.Go(func() { st, rawSt, errStatus = a.c.Status(ctx) })
+	wg.Go(func() { s, rawS, errSs = a.c.Session(ctx, a.session) })
 	wg.Wait()
 	if errSs != nil {
 		return st, rawSt, s, rawS, errSs
@@ -247,7 +248,7 @@ func (a *admin) gather(ctx context.Context) (api.Status, []byte, api.SessionDeta
 // of R9's fields), or the proxy's status without a session.
 func (a *admin) status(ctx context.Context) error {
 	if a.session == "" {
-		st, raw, err := a.c.status(ctx)
+		st, raw, err := a.c.Status(ctx)
 		if err != nil || a.json {
 			return a.printJSON(raw, err)
 		}
@@ -271,10 +272,10 @@ func (a *admin) stats(ctx context.Context) error {
 	}
 	// Only Ollama says how much memory a loaded model takes (GET
 	// /api/ps, passed through); elsewhere the line says it is unknown.
-	var running []runningModel
+	var running []client.RunningModel
 	var rawPS []byte
-	if st.Backend.Kind == dialectOllama {
-		if m, raw, err := a.c.runningModels(ctx); err == nil {
+	if st.Backend.Kind == client.DialectOllama {
+		if m, raw, err := a.c.RunningModels(ctx); err == nil {
 			running, rawPS = m, raw
 		}
 	}
@@ -301,13 +302,13 @@ func jsonObject(parts map[string][]byte) ([]byte, error) {
 // every session without one.
 func (a *admin) list(ctx context.Context) error {
 	if a.session == "" {
-		ss, raw, err := a.c.sessions(ctx)
+		ss, raw, err := a.c.Sessions(ctx)
 		if err != nil || a.json {
 			return a.printJSON(raw, err)
 		}
 		return writeSessions(a.out, a.v, ss)
 	}
-	snaps, raw, err := a.c.snapshots(ctx, a.session)
+	snaps, raw, err := a.c.Snapshots(ctx, a.session)
 	if err != nil || a.json {
 		return a.printJSON(raw, err)
 	}
@@ -320,7 +321,7 @@ func (a *admin) create(ctx context.Context) error {
 	if meta == nil {
 		meta = map[string]any{}
 	}
-	s, raw, err := a.c.putSession(ctx, a.session, meta, a.opts.model)
+	s, raw, err := a.c.PutSession(ctx, a.session, meta, a.opts.model)
 	if err != nil || a.json {
 		return a.printJSON(raw, err)
 	}
@@ -339,7 +340,7 @@ func (a *admin) create(ctx context.Context) error {
 func (a *admin) add(ctx context.Context, args []string) error {
 	text := strings.Join(args, " ")
 	if text == "-" {
-		data, err := io.ReadAll(io.LimitReader(a.stdin, maxAnswer))
+		data, err := io.ReadAll(io.LimitReader(a.stdin, client.MaxAnswer))
 		if err != nil {
 			return fmt.Errorf("reading the message from stdin: %w", err)
 		}
@@ -352,7 +353,7 @@ func (a *admin) add(ctx context.Context, args []string) error {
 	if role == "" {
 		role = "user"
 	}
-	r, raw, err := a.c.addMessages(ctx, a.session, []api.NewMessage{{
+	r, raw, err := a.c.AddMessages(ctx, a.session, []api.NewMessage{{
 		Role: role, Content: &text, Importance: a.opts.importance, Metadata: a.opts.metadata,
 	}})
 	if err != nil || a.json {
@@ -371,15 +372,15 @@ func (a *admin) size(ctx context.Context, cmd string, args []string) error {
 	)
 	switch {
 	case cmd == "auto":
-		cs, raw, err = a.c.setContextSize(ctx, 0)
+		cs, raw, err = a.c.SetContextSize(ctx, 0)
 	case len(args) == 0:
-		cs, raw, err = a.c.contextSize(ctx)
+		cs, raw, err = a.c.ContextSize(ctx)
 	default:
 		n, perr := strconv.Atoi(strings.ReplaceAll(args[0], ",", ""))
 		if perr != nil || n <= 0 {
 			return usagef("size takes a number of tokens, not %q", args[0])
 		}
-		cs, raw, err = a.c.setContextSize(ctx, n)
+		cs, raw, err = a.c.SetContextSize(ctx, n)
 	}
 	if err != nil || a.json {
 		return a.printJSON(raw, err)
@@ -396,7 +397,7 @@ func (a *admin) size(ctx context.Context, cmd string, args []string) error {
 
 // export is seed 000's /export: the conversation as seed 003's JSON.
 func (a *admin) export(ctx context.Context, args []string) error {
-	data, err := a.c.export(ctx, a.session)
+	data, err := a.c.Export(ctx, a.session)
 	if err != nil {
 		return err
 	}
@@ -424,14 +425,14 @@ func (a *admin) importFile(ctx context.Context, file string) error {
 		err  error
 	)
 	if file == "-" {
-		data, err = io.ReadAll(io.LimitReader(a.stdin, maxAnswer))
+		data, err = io.ReadAll(io.LimitReader(a.stdin, client.MaxAnswer))
 	} else {
 		data, err = os.ReadFile(file)
 	}
 	if err != nil {
 		return err
 	}
-	r, raw, err := a.c.importSession(ctx, a.session, data)
+	r, raw, err := a.c.Import(ctx, a.session, data)
 	if err != nil || a.json {
 		return a.printJSON(raw, err)
 	}
@@ -490,7 +491,7 @@ func contextCmd(ctx context.Context, args []string, e env) error {
 	if *token == "" {
 		*token = lookupEnv(e, "CTXPROXY_ADMIN_TOKEN")
 	}
-	c, err := newClient(*proxyURL, *token)
+	c, err := client.New(*proxyURL, *token)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/client"
 	"github.com/ctxproxy/ctxproxy/proxy"
 
 	"encoding/json"
@@ -127,7 +128,7 @@ type facts struct {
 	model   string
 	status  *api.Status
 	session *api.SessionDetail
-	head    *answerHeaders
+	head    *client.Headers
 }
 
 func (f facts) modelName() string {
@@ -151,8 +152,8 @@ func (f facts) tokens() (tokens, limit int, usage float64, ok bool) {
 			usage = ratio(float64(st.Tokens), float64(st.Limit))
 		}
 		return st.Tokens, st.Limit, usage, true
-	case f.head != nil && f.head.seen && f.head.limit > 0:
-		return f.head.tokens, f.head.limit, f.head.usage / 100, true
+	case f.head != nil && f.head.Seen && f.head.Limit > 0:
+		return f.head.Tokens, f.head.Limit, f.head.Usage / 100, true
 	}
 	return 0, 0, 0, false
 }
@@ -370,7 +371,7 @@ func metadataLine(m map[string]any) string {
 
 // writeMemoryStats is /context stats: seed 004 R7.9's model memory, KV
 // cache size and compression ratios.
-func writeMemoryStats(w io.Writer, f facts, running []runningModel) error {
+func writeMemoryStats(w io.Writer, f facts, running []client.RunningModel) error {
 	tw := table(w)
 	model := f.modelName()
 	fmt.Fprintf(tw, "Model\t%s\n", clean(orDash(model)))

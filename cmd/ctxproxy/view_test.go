@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/client"
 )
 
 func TestFormatting(t *testing.T) {
@@ -79,7 +80,7 @@ func TestStatusBar(t *testing.T) {
 		want string
 	}{
 		{"nothing known", facts{}, ""},
-		{"headers only", facts{model: "llama3.1", head: &answerHeaders{seen: true, tokens: 3456, limit: 8192, usage: 42.2}},
+		{"headers only", facts{model: "llama3.1", head: &client.Headers{Seen: true, Tokens: 3456, Limit: 8192, Usage: 42.2}},
 			"llama3.1 · 3,456/8,192 tokens (42%)"},
 		{"system memory, compression off, 90%", facts{status: &st, session: session},
 			"⚠ qwen3 · 7,372/8,192 tokens (90%) · RAM 8.0/32.0 GiB (25%) · q8_0 · 1 snapshot · auto-compress off"},

@@ -1,4 +1,4 @@
-package main
+package client
 
 import (
 	"bufio"
@@ -16,33 +16,37 @@ import (
 // The chat side of the client: one turn sent in accumulate mode, its reply
 // read as it streams (Ollama's NDJSON or OpenAI's SSE).
 
+// The chat dialects Request.Dialect names.
 const (
-	dialectOllama = "ollama"
-	dialectOpenAI = "openai"
+	DialectOllama = "ollama"
+	DialectOpenAI = "openai"
 )
 
-type chatMessage struct {
+// Message is one chat message of a turn.
+type Message struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
 }
 
-// chatRequest is one turn. In accumulate mode ctxproxy prepends the
+// Request is one turn. In accumulate mode ctxproxy prepends the
 // session's stored history, so messages holds only what is new.
-type chatRequest struct {
-	dialect  string
-	model    string
-	session  string
-	messages []chatMessage
+type Request struct {
+	// Dialect is DialectOllama (/api/chat) or DialectOpenAI
+	// (/v1/chat/completions).
+	Dialect  string
+	Model    string
+	Session  string
+	Messages []Message
 }
 
-// chatReply is what came back for a turn.
-type chatReply struct {
-	content string
-	// header is the answer's header, with ctxproxy's X-Ctxproxy-* fields.
-	header http.Header
-	// promptTokens and completionTokens are the backend's own counts, 0
+// Reply is what came back for a turn.
+type Reply struct {
+	Content string
+	// Header is the answer's header, with ctxproxy's X-Ctxproxy-* fields.
+	Header http.Header
+	// PromptTokens and CompletionTokens are the backend's own counts, 0
 	// when it sent none.
-	promptTokens, completionTokens int
+	PromptTokens, CompletionTokens int
 }
 
 // errBrokenReply says that a stream ended before the backend finished it.
@@ -52,39 +56,39 @@ var errBrokenReply = errors.New("the reply broke off before its end")
 // ends a line cannot exhaust memory.
 const maxEvent = 16 << 20
 
-// send posts one turn and calls show with each piece of the reply as it
+// Send posts one turn and calls show with each piece of the reply as it
 // arrives (thinking pieces flagged). It returns what arrived even when the
 // stream breaks, with the error.
-func (c *client) send(ctx context.Context, r chatRequest, show func(text string, thinking bool)) (chatReply, error) {
+func (c *Client) Send(ctx context.Context, r Request, show func(text string, thinking bool)) (Reply, error) {
 	path := "/api/chat"
-	body := map[string]any{"model": r.model, "messages": r.messages, "stream": true}
+	body := map[string]any{"model": r.Model, "messages": r.Messages, "stream": true}
 	accept := "application/x-ndjson"
-	if r.dialect == dialectOpenAI {
+	if r.Dialect == DialectOpenAI {
 		path = "/v1/chat/completions"
 		body["stream_options"] = map[string]bool{"include_usage": true}
 		accept = "text/event-stream"
 	}
 	data, err := json.Marshal(body)
 	if err != nil {
-		return chatReply{}, err
+		return Reply{}, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(data))
 	if err != nil {
-		return chatReply{}, err
+		return Reply{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", accept)
-	req.Header.Set("X-Session-ID", r.session)
+	req.Header.Set("X-Session-ID", r.Session)
 	req.Header.Set("X-Ctxproxy-Accumulate", "1")
-	if c.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	if c.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
 	}
 	resp, err := c.chat.Do(req)
 	if err != nil {
-		return chatReply{}, c.transportErr(ctx, err)
+		return Reply{}, c.transportErr(ctx, err)
 	}
 	defer resp.Body.Close()
-	reply := chatReply{header: resp.Header}
+	reply := Reply{Header: resp.Header}
 	if resp.StatusCode >= 300 {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		return reply, errorFrom(resp.StatusCode, data)
@@ -101,13 +105,13 @@ func (c *client) send(ctx context.Context, r chatRequest, show func(text string,
 	switch ct := resp.Header.Get("Content-Type"); {
 	case strings.HasPrefix(ct, "text/event-stream"):
 		err = readSSE(resp.Body, &reply, collect)
-	case r.dialect == dialectOpenAI:
+	case r.Dialect == DialectOpenAI:
 		err = readCompletion(resp.Body, &reply, collect)
 	default:
 		// NDJSON, or one JSON object when the backend did not stream.
 		err = readNDJSON(resp.Body, &reply, collect)
 	}
-	reply.content = sb.String()
+	reply.Content = sb.String()
 	// Read to the end so that the connection can serve the next turn.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if err != nil && ctx.Err() != nil {
@@ -118,16 +122,16 @@ func (c *client) send(ctx context.Context, r chatRequest, show func(text string,
 
 // streamError is an error reported inside a stream, in either shape.
 func streamError(raw json.RawMessage) error {
-	var e *apiError
-	if errors.As(errorFrom(0, []byte(`{"error":`+string(raw)+`}`)), &e) && e.message != "" {
+	var e *Error
+	if errors.As(errorFrom(0, []byte(`{"error":`+string(raw)+`}`)), &e) && e.Message != "" {
 		return e
 	}
-	return &apiError{message: "the backend reported an error"}
+	return &Error{Message: "the backend reported an error"}
 }
 
 // readNDJSON reads Ollama's stream: one JSON object per line, the last
 // with "done": true; an {"error": ...} object ends it early.
-func readNDJSON(r io.Reader, reply *chatReply, show func(string, bool)) error {
+func readNDJSON(r io.Reader, reply *Reply, show func(string, bool)) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	understood := false
 	for {
@@ -163,7 +167,7 @@ func readNDJSON(r io.Reader, reply *chatReply, show func(string, bool)) error {
 		show(chunk.Message.Thinking, true)
 		show(chunk.Message.Content, false)
 		if chunk.Done {
-			reply.promptTokens, reply.completionTokens = chunk.PromptEvalCount, chunk.EvalCount
+			reply.PromptTokens, reply.CompletionTokens = chunk.PromptEvalCount, chunk.EvalCount
 			return nil
 		}
 	}
@@ -201,7 +205,7 @@ type openAIDelta struct {
 }
 
 // readSSE reads an OpenAI stream: "data:" events ending with "[DONE]".
-func readSSE(r io.Reader, reply *chatReply, show func(string, bool)) error {
+func readSSE(r io.Reader, reply *Reply, show func(string, bool)) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var data []byte
 	hasData, finished := false, false
@@ -228,7 +232,7 @@ func readSSE(r io.Reader, reply *chatReply, show func(string, bool)) error {
 			}
 		}
 		if c.Usage != nil {
-			reply.promptTokens, reply.completionTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
+			reply.PromptTokens, reply.CompletionTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
 		}
 		return false, nil
 	}
@@ -300,8 +304,8 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 }
 
 // readCompletion reads an OpenAI answer that was not streamed.
-func readCompletion(r io.Reader, reply *chatReply, show func(string, bool)) error {
-	data, err := io.ReadAll(io.LimitReader(r, maxAnswer))
+func readCompletion(r io.Reader, reply *Reply, show func(string, bool)) error {
+	data, err := io.ReadAll(io.LimitReader(r, MaxAnswer))
 	if err != nil {
 		return readErr(err)
 	}
@@ -317,31 +321,32 @@ func readCompletion(r io.Reader, reply *chatReply, show func(string, bool)) erro
 		show(ch.Message.Content, false)
 	}
 	if c.Usage != nil {
-		reply.promptTokens, reply.completionTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
+		reply.PromptTokens, reply.CompletionTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
 	}
 	return nil
 }
 
-// answerHeaders are ctxproxy's X-Ctxproxy-* answer headers on a chat route.
-type answerHeaders struct {
-	// seen is whether any came: without them the proxy URL is not a
+// Headers are ctxproxy's X-Ctxproxy-* answer headers on a chat route.
+type Headers struct {
+	// Seen is whether any came: without them the proxy URL is not a
 	// ctxproxy, and earlier turns are not sent along.
-	seen                 bool
-	session              string
-	tokens, tokensBefore int
-	limit                int
-	// usage is in percent, as the header carries it.
-	usage               float64
-	dropped, summarized int
-	numCtx              int
-	warnings, notices   []string
+	Seen                 bool
+	Session              string
+	Tokens, TokensBefore int
+	Limit                int
+	// Usage is in percent, as the header carries it.
+	Usage               float64
+	Dropped, Summarized int
+	NumCtx              int
+	Warnings, Notices   []string
 }
 
-func parseAnswerHeaders(h http.Header) answerHeaders {
-	var a answerHeaders
+// ParseHeaders reads ctxproxy's answer headers.
+func ParseHeaders(h http.Header) Headers {
+	var a Headers
 	for k := range h {
 		if strings.HasPrefix(k, "X-Ctxproxy-") {
-			a.seen = true
+			a.Seen = true
 			break
 		}
 	}
@@ -349,29 +354,29 @@ func parseAnswerHeaders(h http.Header) answerHeaders {
 		n, _ := strconv.Atoi(strings.TrimSpace(h.Get(k)))
 		return n
 	}
-	a.session = h.Get("X-Ctxproxy-Session")
-	a.tokens = num("X-Ctxproxy-Tokens")
-	a.tokensBefore = num("X-Ctxproxy-Tokens-Before")
-	a.limit = num("X-Ctxproxy-Limit")
-	a.usage, _ = strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(h.Get("X-Ctxproxy-Usage")), "%"), 64)
+	a.Session = h.Get("X-Ctxproxy-Session")
+	a.Tokens = num("X-Ctxproxy-Tokens")
+	a.TokensBefore = num("X-Ctxproxy-Tokens-Before")
+	a.Limit = num("X-Ctxproxy-Limit")
+	a.Usage, _ = strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(h.Get("X-Ctxproxy-Usage")), "%"), 64)
 	// What the model saw, when ctxproxy says: a conversation cut from
 	// 514% to 60% is at 60% for the status bar, not 514%.
 	if f := strings.TrimSpace(h.Get("X-Ctxproxy-Usage-Forwarded")); f != "" {
 		if v, err := strconv.ParseFloat(strings.TrimSuffix(f, "%"), 64); err == nil {
-			a.usage = v
+			a.Usage = v
 		}
 	}
-	a.dropped = num("X-Ctxproxy-Dropped")
-	a.summarized = num("X-Ctxproxy-Summarized")
-	a.numCtx = num("X-Ctxproxy-Num-Ctx")
+	a.Dropped = num("X-Ctxproxy-Dropped")
+	a.Summarized = num("X-Ctxproxy-Summarized")
+	a.NumCtx = num("X-Ctxproxy-Num-Ctx")
 	for _, v := range h.Values("X-Ctxproxy-Warning") {
 		if v = strings.TrimSpace(v); v != "" {
-			a.warnings = append(a.warnings, v)
+			a.Warnings = append(a.Warnings, v)
 		}
 	}
 	for _, v := range h.Values("X-Ctxproxy-Notice") {
 		if v = strings.TrimSpace(v); v != "" {
-			a.notices = append(a.notices, v)
+			a.Notices = append(a.Notices, v)
 		}
 	}
 	return a

@@ -1,4 +1,4 @@
-package main
+package client
 
 import (
 	"bytes"
@@ -17,40 +17,42 @@ import (
 	"github.com/ctxproxy/ctxproxy/api"
 )
 
-// runningModel is one entry of Ollama's GET /api/ps, which ctxproxy passes
+// RunningModel is one entry of Ollama's GET /api/ps, which ctxproxy passes
 // through: the only place that says how much memory the model itself takes.
-type runningModel struct {
+type RunningModel struct {
 	Name     string `json:"name"`
 	Model    string `json:"model"`
 	Size     int64  `json:"size"`
 	SizeVRAM int64  `json:"size_vram"`
 }
 
-// client talks to a running ctxproxy: its admin API under /ctxproxy/ and,
+// Client talks to a running ctxproxy: its admin API under /ctxproxy/ and,
 // for chat, its chat routes.
-type client struct {
+type Client struct {
 	base string
 	// token is admin.token; it goes to admin routes only, never to the
 	// backend through a chat route.
 	token string
-	// apiKey is sent as the Authorization of chat requests, for an
+	// APIKey is sent as the Authorization of chat requests, for an
 	// OpenAI-compatible backend that needs one.
-	apiKey string
+	APIKey string
 	// admin bounds admin calls; chat has no timeout, as a reply takes as
 	// long as the model needs (the caller's context ends it).
 	admin, chat *http.Client
 }
 
-// maxAnswer bounds what is read from one admin answer (an export of a
+// MaxAnswer bounds what is read from one admin answer (an export of a
 // long conversation is the largest).
-const maxAnswer = 512 << 20
+const MaxAnswer = 512 << 20
 
-func newClient(base, token string) (*client, error) {
+// New returns a client of the ctxproxy at base (http://host:port); token
+// is admin.token, sent to admin routes only.
+func New(base, token string) (*Client, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("proxy URL %q: want http://host:port", base)
 	}
-	return &client{
+	return &Client{
 		base:  strings.TrimSuffix(base, "/"),
 		token: token,
 		// Compress may run a summary on the model: give it room.
@@ -59,24 +61,28 @@ func newClient(base, token string) (*client, error) {
 	}, nil
 }
 
-// apiError is an error answer from ctxproxy or from the backend behind it.
-type apiError struct {
-	status  int
-	message string
+// URL is the proxy URL the client talks to.
+func (c *Client) URL() string { return c.base }
+
+// Error is an error answer from ctxproxy or from the backend behind it.
+type Error struct {
+	// Status is the HTTP status, 0 for an error reported inside a stream.
+	Status  int
+	Message string
 }
 
-func (e *apiError) Error() string {
-	msg := e.message
-	if msg == "" && e.status != 0 {
-		msg = strings.ToLower(http.StatusText(e.status))
+func (e *Error) Error() string {
+	msg := e.Message
+	if msg == "" && e.Status != 0 {
+		msg = strings.ToLower(http.StatusText(e.Status))
 	}
-	switch e.status {
+	switch e.Status {
 	case 0:
 		return msg // reported inside a stream
 	case http.StatusUnauthorized:
 		return fmt.Sprintf("%s (HTTP 401): set --token or CTXPROXY_ADMIN_TOKEN to ctxproxy's admin.token", msg)
 	}
-	return fmt.Sprintf("%s (HTTP %d)", msg, e.status)
+	return fmt.Sprintf("%s (HTTP %d)", msg, e.Status)
 }
 
 // errorFrom reads an error answer: ctxproxy's and Ollama's {"error": "..."},
@@ -88,13 +94,13 @@ func errorFrom(status int, body []byte) error {
 	if json.Unmarshal(body, &v) == nil && len(v.Error) > 0 {
 		var s string
 		if json.Unmarshal(v.Error, &s) == nil {
-			return &apiError{status: status, message: s}
+			return &Error{Status: status, Message: s}
 		}
 		var o struct {
 			Message string `json:"message"`
 		}
 		if json.Unmarshal(v.Error, &o) == nil && o.Message != "" {
-			return &apiError{status: status, message: o.Message}
+			return &Error{Status: status, Message: o.Message}
 		}
 	}
 	text := strings.TrimSpace(string(body))
@@ -104,20 +110,20 @@ func errorFrom(status int, body []byte) error {
 	if len(text) > 200 || strings.HasPrefix(text, "<") || strings.HasPrefix(text, "{") {
 		text = ""
 	}
-	return &apiError{status: status, message: text}
+	return &Error{Status: status, Message: text}
 }
 
-// unreachableError says that nothing answered at the proxy URL.
-type unreachableError struct {
+// UnreachableError says that nothing answered at the proxy URL.
+type UnreachableError struct {
 	base string
 	err  error
 }
 
-func (e *unreachableError) Error() string {
+func (e *UnreachableError) Error() string {
 	return fmt.Sprintf("cannot reach ctxproxy at %s: %s", e.base, cause(e.err))
 }
 
-func (e *unreachableError) Unwrap() error { return e.err }
+func (e *UnreachableError) Unwrap() error { return e.err }
 
 // cause is the readable end of a transport error chain, without the
 // method and URL that url.Error repeats.
@@ -144,16 +150,16 @@ func cause(err error) string {
 
 // transportErr turns a failed round trip into an error for the user: the
 // caller's own cancellation stays itself.
-func (c *client) transportErr(ctx context.Context, err error) error {
+func (c *Client) transportErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return &unreachableError{base: c.base, err: err}
+	return &UnreachableError{base: c.base, err: err}
 }
 
 // call sends one admin request and returns the answer's bytes, decoding
 // them into out when out is not nil.
-func (c *client) call(ctx context.Context, method, path string, in, out any) ([]byte, error) {
+func (c *Client) call(ctx context.Context, method, path string, in, out any) ([]byte, error) {
 	var body io.Reader
 	if in != nil {
 		data, ok := in.([]byte)
@@ -180,15 +186,15 @@ func (c *client) call(ctx context.Context, method, path string, in, out any) ([]
 		if c.token != "" {
 			req.Header.Set("Authorization", "Bearer "+c.token)
 		}
-	case c.apiKey != "":
-		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	case c.APIKey != "":
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
 	}
 	resp, err := c.admin.Do(req)
 	if err != nil {
 		return nil, c.transportErr(ctx, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswer))
 	if err != nil {
 		return nil, c.transportErr(ctx, err)
 	}
@@ -204,7 +210,7 @@ func (c *client) call(ctx context.Context, method, path string, in, out any) ([]
 }
 
 // get is call for a typed answer.
-func get[T any](ctx context.Context, c *client, method, path string, in any) (T, []byte, error) {
+func get[T any](ctx context.Context, c *Client, method, path string, in any) (T, []byte, error) {
 	var v T
 	raw, err := c.call(ctx, method, path, in, &v)
 	return v, raw, err
@@ -222,23 +228,23 @@ func sessionPath(id string) string {
 	return "/ctxproxy/sessions/" + url.PathEscape(id)
 }
 
-func (c *client) status(ctx context.Context) (api.Status, []byte, error) {
+func (c *Client) Status(ctx context.Context) (api.Status, []byte, error) {
 	return get[api.Status](ctx, c, http.MethodGet, "/ctxproxy/status", nil)
 }
 
-func (c *client) sessions(ctx context.Context) ([]api.SessionInfo, []byte, error) {
+func (c *Client) Sessions(ctx context.Context) ([]api.SessionInfo, []byte, error) {
 	v, raw, err := get[struct {
 		Sessions []api.SessionInfo `json:"sessions"`
 	}](ctx, c, http.MethodGet, "/ctxproxy/sessions", nil)
 	return v.Sessions, raw, err
 }
 
-func (c *client) session(ctx context.Context, id string) (api.SessionDetail, []byte, error) {
+func (c *Client) Session(ctx context.Context, id string) (api.SessionDetail, []byte, error) {
 	return get[api.SessionDetail](ctx, c, http.MethodGet, sessionPath(id), nil)
 }
 
 // putSession creates a session or merges metadata into it.
-func (c *client) putSession(ctx context.Context, id string, metadata map[string]any, model string) (api.SessionDetail, []byte, error) {
+func (c *Client) PutSession(ctx context.Context, id string, metadata map[string]any, model string) (api.SessionDetail, []byte, error) {
 	body := map[string]any{"metadata": metadata}
 	if model != "" {
 		body["model"] = model
@@ -248,7 +254,7 @@ func (c *client) putSession(ctx context.Context, id string, metadata map[string]
 
 // clear empties a session's conversation and stats and keeps its metadata
 // (seed 000 /clear); purge removes the session and its snapshots.
-func (c *client) clear(ctx context.Context, id string, purge bool) ([]byte, error) {
+func (c *Client) Clear(ctx context.Context, id string, purge bool) ([]byte, error) {
 	path := sessionPath(id)
 	if purge {
 		path += "?purge=1"
@@ -256,49 +262,49 @@ func (c *client) clear(ctx context.Context, id string, purge bool) ([]byte, erro
 	return c.call(ctx, http.MethodDelete, path, nil, nil)
 }
 
-func (c *client) addMessages(ctx context.Context, id string, msgs []api.NewMessage) (api.Appended, []byte, error) {
+func (c *Client) AddMessages(ctx context.Context, id string, msgs []api.NewMessage) (api.Appended, []byte, error) {
 	return get[api.Appended](ctx, c, http.MethodPost, sessionPath(id)+"/messages",
 		map[string]any{"messages": msgs})
 }
 
-func (c *client) export(ctx context.Context, id string) ([]byte, error) {
+func (c *Client) Export(ctx context.Context, id string) ([]byte, error) {
 	return c.call(ctx, http.MethodGet, sessionPath(id)+"/export", nil, nil)
 }
 
 // importSession sends an export, a bare array of messages or a chat
 // request body as it is: ctxproxy validates it.
-func (c *client) importSession(ctx context.Context, id string, body []byte) (api.Imported, []byte, error) {
+func (c *Client) Import(ctx context.Context, id string, body []byte) (api.Imported, []byte, error) {
 	return get[api.Imported](ctx, c, http.MethodPost, sessionPath(id)+"/import", body)
 }
 
-func (c *client) snapshots(ctx context.Context, id string) ([]api.SnapshotInfo, []byte, error) {
+func (c *Client) Snapshots(ctx context.Context, id string) ([]api.SnapshotInfo, []byte, error) {
 	v, raw, err := get[struct {
 		Snapshots []api.SnapshotInfo `json:"snapshots"`
 	}](ctx, c, http.MethodGet, sessionPath(id)+"/snapshots", nil)
 	return v.Snapshots, raw, err
 }
 
-func (c *client) snapshot(ctx context.Context, id, reason string) (api.SnapshotInfo, []byte, error) {
+func (c *Client) Snapshot(ctx context.Context, id, reason string) (api.SnapshotInfo, []byte, error) {
 	return get[api.SnapshotInfo](ctx, c, http.MethodPost, sessionPath(id)+"/snapshots",
 		map[string]string{"reason": reason})
 }
 
-func (c *client) restore(ctx context.Context, id, snap string) (api.Restored, []byte, error) {
+func (c *Client) Restore(ctx context.Context, id, snap string) (api.Restored, []byte, error) {
 	return get[api.Restored](ctx, c, http.MethodPost,
 		sessionPath(id)+"/snapshots/"+url.PathEscape(snap)+"/restore", nil)
 }
 
-func (c *client) compress(ctx context.Context, id string) (api.Compressed, []byte, error) {
+func (c *Client) Compress(ctx context.Context, id string) (api.Compressed, []byte, error) {
 	return get[api.Compressed](ctx, c, http.MethodPost, sessionPath(id)+"/compress", nil)
 }
 
-func (c *client) contextSize(ctx context.Context) (api.ContextSize, []byte, error) {
+func (c *Client) ContextSize(ctx context.Context) (api.ContextSize, []byte, error) {
 	return get[api.ContextSize](ctx, c, http.MethodGet, "/ctxproxy/context/size", nil)
 }
 
 // setContextSize fixes the context at tokens, or with tokens 0 returns it
 // to sizing from free VRAM.
-func (c *client) setContextSize(ctx context.Context, tokens int) (api.ContextSize, []byte, error) {
+func (c *Client) SetContextSize(ctx context.Context, tokens int) (api.ContextSize, []byte, error) {
 	var body any = map[string]int{"tokens": tokens}
 	if tokens == 0 {
 		body = map[string]bool{"auto": true}
@@ -308,18 +314,18 @@ func (c *client) setContextSize(ctx context.Context, tokens int) (api.ContextSiz
 
 // runningModels asks Ollama, through the proxy's passthrough, which
 // models are loaded and how much memory they take.
-func (c *client) runningModels(ctx context.Context) ([]runningModel, []byte, error) {
+func (c *Client) RunningModels(ctx context.Context) ([]RunningModel, []byte, error) {
 	v, raw, err := get[struct {
-		Models []runningModel `json:"models"`
+		Models []RunningModel `json:"models"`
 	}](ctx, c, http.MethodGet, "/api/ps", nil)
 	return v.Models, raw, err
 }
 
 // availableModels lists the backend's models through the passthrough:
 // Ollama's /api/tags, or /v1/models for an OpenAI-compatible server.
-func (c *client) availableModels(ctx context.Context, dialect string) ([]string, error) {
+func (c *Client) Models(ctx context.Context, dialect string) ([]string, error) {
 	var names []string
-	if dialect == dialectOpenAI {
+	if dialect == DialectOpenAI {
 		v, _, err := get[struct {
 			Data []struct {
 				ID string `json:"id"`

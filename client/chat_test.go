@@ -1,4 +1,4 @@
-package main
+package client
 
 import (
 	"errors"
@@ -54,14 +54,14 @@ func TestReadNDJSON(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, show := collect()
-			var reply chatReply
+			var reply Reply
 			err := readNDJSON(iotest.OneByteReader(strings.NewReader(tt.stream)), &reply, show)
 			checkErr(t, err, tt.wantErr)
 			if diff := cmp.Diff(tt.want, *got); diff != "" {
 				t.Errorf("pieces (-want +got):\n%s", diff)
 			}
-			if reply.promptTokens != tt.prompt {
-				t.Errorf("prompt tokens %d, want %d", reply.promptTokens, tt.prompt)
+			if reply.PromptTokens != tt.prompt {
+				t.Errorf("prompt tokens %d, want %d", reply.PromptTokens, tt.prompt)
 			}
 		})
 	}
@@ -108,14 +108,14 @@ func TestReadSSE(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, show := collect()
-			var reply chatReply
+			var reply Reply
 			err := readSSE(iotest.OneByteReader(strings.NewReader(tt.stream)), &reply, show)
 			checkErr(t, err, tt.wantErr)
 			if diff := cmp.Diff(tt.want, *got); diff != "" {
 				t.Errorf("pieces (-want +got):\n%s", diff)
 			}
-			if reply.promptTokens != tt.prompt {
-				t.Errorf("prompt tokens %d, want %d", reply.promptTokens, tt.prompt)
+			if reply.PromptTokens != tt.prompt {
+				t.Errorf("prompt tokens %d, want %d", reply.PromptTokens, tt.prompt)
 			}
 		})
 	}
@@ -123,9 +123,9 @@ func TestReadSSE(t *testing.T) {
 
 func TestReadCompletion(t *testing.T) {
 	got, show := collect()
-	var reply chatReply
+	var reply Reply
 	err := readCompletion(strings.NewReader(`{"choices":[{"message":{"role":"assistant","content":"done"}}],"usage":{"prompt_tokens":7,"completion_tokens":1}}`), &reply, show)
-	if err != nil || len(*got) != 1 || (*got)[0].Text != "done" || reply.promptTokens != 7 {
+	if err != nil || len(*got) != 1 || (*got)[0].Text != "done" || reply.PromptTokens != 7 {
 		t.Errorf("got %v %+v %v", *got, reply, err)
 	}
 	if err := readCompletion(strings.NewReader("oops"), &reply, show); err == nil {
@@ -135,7 +135,7 @@ func TestReadCompletion(t *testing.T) {
 
 // TestReadLineBounded: a line without end cannot grow without bound.
 func TestReadLineBounded(t *testing.T) {
-	var reply chatReply
+	var reply Reply
 	long := io.LimitReader(infinite('x'), maxEvent+1<<20)
 	err := readNDJSON(long, &reply, func(string, bool) {})
 	if err == nil || !strings.Contains(err.Error(), "larger than") {
@@ -169,7 +169,7 @@ func TestErrorFrom(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := errorFrom(tt.status, []byte(tt.body))
-			var ae *apiError
+			var ae *Error
 			if !errors.As(err, &ae) || !strings.HasPrefix(err.Error(), tt.want) {
 				t.Errorf("errorFrom = %q, want %q", err, tt.want)
 			}
@@ -189,14 +189,14 @@ func TestParseAnswerHeaders(t *testing.T) {
 	h.Set("X-Ctxproxy-Num-Ctx", "8192")
 	h.Add("X-Ctxproxy-Warning", "Context at 90% capacity. Auto-trimming soon.")
 	h.Add("X-Ctxproxy-Notice", "Context trimmed. Kept first 2 and last 10 turns.")
-	got := parseAnswerHeaders(h)
-	want := answerHeaders{seen: true, session: "s1", tokens: 3456, tokensBefore: 9000, limit: 8192, usage: 42.2,
-		dropped: 8, numCtx: 8192, warnings: []string{"Context at 90% capacity. Auto-trimming soon."},
-		notices: []string{"Context trimmed. Kept first 2 and last 10 turns."}}
-	if diff := cmp.Diff(want, got, cmp.AllowUnexported(answerHeaders{})); diff != "" {
+	got := ParseHeaders(h)
+	want := Headers{Seen: true, Session: "s1", Tokens: 3456, TokensBefore: 9000, Limit: 8192, Usage: 42.2,
+		Dropped: 8, NumCtx: 8192, Warnings: []string{"Context at 90% capacity. Auto-trimming soon."},
+		Notices: []string{"Context trimmed. Kept first 2 and last 10 turns."}}
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	if parseAnswerHeaders(http.Header{"Content-Type": {"application/json"}}).seen {
+	if ParseHeaders(http.Header{"Content-Type": {"application/json"}}).Seen {
 		t.Error("a plain backend's answer counted as ctxproxy's")
 	}
 }
@@ -209,14 +209,12 @@ func FuzzReadStreams(f *testing.F) {
 	f.Add("data: {\"error\":null}\n\n")
 	f.Fuzz(func(t *testing.T, s string) {
 		show := func(string, bool) {}
-		var r chatReply
+		var r Reply
 		_ = readNDJSON(strings.NewReader(s), &r, show)
 		_ = readSSE(strings.NewReader(s), &r, show)
 		_ = readCompletion(strings.NewReader(s), &r, show)
 		_ = errorFrom(500, []byte(s))
-		_ = parseAnswerHeaders(http.Header{"X-Ctxproxy-Warning": {s}, "X-Ctxproxy-Usage": {s}})
-		_ = percentIn(s)
-		_ = clean(s)
+		_ = ParseHeaders(http.Header{"X-Ctxproxy-Warning": {s}, "X-Ctxproxy-Usage": {s}})
 	})
 }
 
@@ -244,7 +242,7 @@ func BenchmarkReadNDJSON(b *testing.B) {
 	s := streamOf(1000, false)
 	b.SetBytes(int64(len(s)))
 	for b.Loop() {
-		var r chatReply
+		var r Reply
 		if err := readNDJSON(strings.NewReader(s), &r, func(string, bool) {}); err != nil {
 			b.Fatal(err)
 		}
@@ -255,7 +253,7 @@ func BenchmarkReadSSE(b *testing.B) {
 	s := streamOf(1000, true)
 	b.SetBytes(int64(len(s)))
 	for b.Loop() {
-		var r chatReply
+		var r Reply
 		if err := readSSE(strings.NewReader(s), &r, func(string, bool) {}); err != nil {
 			b.Fatal(err)
 		}
