@@ -135,3 +135,12 @@ func (s *Status) Model(name string) (ModelStatus, bool) {
 func SameModel(a, b string) bool {
 	return a != "" && strings.TrimSuffix(a, ":latest") == strings.TrimSuffix(b, ":latest")
 }
+
+// RunningModel is one entry of Ollama's GET /api/ps, which ctxproxy passes
+// through: the only place that says how much memory the model itself takes.
+type RunningModel struct {
+	Name     string `json:"name"`
+	Model    string `json:"model"`
+	Size     int64  `json:"size"`
+	SizeVRAM int64  `json:"size_vram"`
+}

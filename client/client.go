@@ -17,15 +17,6 @@ import (
 	"github.com/ctxproxy/ctxproxy/api"
 )
 
-// RunningModel is one entry of Ollama's GET /api/ps, which ctxproxy passes
-// through: the only place that says how much memory the model itself takes.
-type RunningModel struct {
-	Name     string `json:"name"`
-	Model    string `json:"model"`
-	Size     int64  `json:"size"`
-	SizeVRAM int64  `json:"size_vram"`
-}
-
 // Client talks to a running ctxproxy: its admin API under /ctxproxy/ and,
 // for chat, its chat routes.
 type Client struct {
@@ -314,9 +305,9 @@ func (c *Client) SetContextSize(ctx context.Context, tokens int) (api.ContextSiz
 
 // runningModels asks Ollama, through the proxy's passthrough, which
 // models are loaded and how much memory they take.
-func (c *Client) RunningModels(ctx context.Context) ([]RunningModel, []byte, error) {
+func (c *Client) RunningModels(ctx context.Context) ([]api.RunningModel, []byte, error) {
 	v, raw, err := get[struct {
-		Models []RunningModel `json:"models"`
+		Models []api.RunningModel `json:"models"`
 	}](ctx, c, http.MethodGet, "/api/ps", nil)
 	return v.Models, raw, err
 }

@@ -13,10 +13,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"golang.org/x/term"
 
-	"github.com/ctxproxy/ctxproxy/client"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/view"
 )
 
 // chatOut is what a chat printed.
@@ -404,12 +403,12 @@ func TestChatColors(t *testing.T) {
 		{"", "", true, true},
 	}
 	for _, tt := range tests {
-		got, err := useColor(tt.mode, tt.noColor, tt.terminal)
+		got, err := view.UseColor(tt.mode, tt.noColor, tt.terminal)
 		if err != nil || got != tt.want {
-			t.Errorf("useColor(%q, NO_COLOR=%q, terminal %v) = %v, %v; want %v", tt.mode, tt.noColor, tt.terminal, got, err, tt.want)
+			t.Errorf("view.UseColor(%q, NO_COLOR=%q, terminal %v) = %v, %v; want %v", tt.mode, tt.noColor, tt.terminal, got, err, tt.want)
 		}
 	}
-	if _, err := useColor("sometimes", "", true); err == nil {
+	if _, err := view.UseColor("sometimes", "", true); err == nil {
 		t.Error("useColor accepted --color sometimes")
 	}
 
@@ -423,7 +422,7 @@ func TestChatColors(t *testing.T) {
 		t.Errorf("NO_COLOR lost the warning text:\n%s", plain.stderr)
 	}
 	colored := runChat(t, f, map[string]string{"NO_COLOR": "1"}, lines("hi"), "--session", "s1", "--model", "llama3.1", "--color", "always")
-	if !strings.Contains(colored.stderr, colorDim) {
+	if !strings.Contains(colored.stderr, view.Dim) {
 		t.Errorf("--color always beats NO_COLOR, but the status line is plain:\n%q", colored.stderr)
 	}
 }
@@ -553,91 +552,6 @@ func TestChatWithoutCtxproxy(t *testing.T) {
 	}
 }
 
-// TestChatTerminal drives the line editor as a terminal would: typed keys,
-// history on the up arrow, and Ctrl-C ending a reply but not the chat.
-func TestChatTerminal(t *testing.T) {
-	f := newFakeProxy(t)
-	hold := make(chan struct{})
-	f.setBackend(fakebackend.Options{Reply: "a slow reply", Chunks: 3, Hold: hold})
-	keysR, keysW := io.Pipe()
-	var screen syncBuffer
-	keys := newKeyReader(keysR)
-	histFile := filepath.Join(t.TempDir(), "history")
-	tt := term.NewTerminal(struct {
-		io.Reader
-		io.Writer
-	}{keys, &screen}, "> ")
-	tt.History = loadHistory(histFile, 10)
-	c, _ := client.New(f.URL, "")
-	r := &repl{c: c, session: "s1", model: "llama3.1", dialect: client.DialectOllama, out: tt, errw: tt, loc: time.UTC}
-	done := make(chan error, 1)
-	go func() { done <- r.loop(context.Background(), &terminalInput{t: tt, keys: keys, outFd: -1}) }()
-
-	type_ := func(s string) {
-		if _, err := keysW.Write([]byte(s)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor := func(what string) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(screen.String(), what) {
-			if time.Now().After(deadline) {
-				t.Fatalf("screen never showed %q:\n%q", what, screen.String())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-	type_("hello\r")
-	waitFor("a sl") // the first chunk; the backend holds the rest
-	type_("\x03")   // Ctrl-C
-	waitFor("(reply interrupted)")
-	close(hold)
-	f.setBackend(fakebackend.Options{})
-	type_("\x1b[A\r") // up arrow: "hello" again
-	waitFor("echo: hello")
-	type_("/quit\r")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the chat did not end on /quit")
-	}
-	if !strings.Contains(screen.String(), "\r\n") {
-		t.Errorf("the terminal output has no CRLF: %q", screen.String())
-	}
-	data, _ := os.ReadFile(histFile)
-	if string(data) != "hello\n/quit\n" {
-		t.Errorf("history file = %q", data)
-	}
-}
-
-// TestHistory: the line history skips blanks and repeats, keeps the last
-// max lines and reads back what was written.
-func TestHistory(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sub", "history")
-	h := loadHistory(path, 3)
-	for _, l := range []string{"one", "", "two", "two", "three", "four"} {
-		h.Add(l)
-	}
-	got := []string{}
-	for i := range h.Len() {
-		got = append(got, h.At(i))
-	}
-	if diff := cmp.Diff([]string{"four", "three", "two"}, got); diff != "" {
-		t.Errorf("history, newest first (-want +got):\n%s", diff)
-	}
-	again := loadHistory(path, 2)
-	if again.Len() != 2 || again.At(0) != "four" || again.At(1) != "three" {
-		t.Errorf("reloaded history: %v", again.lines)
-	}
-	if h := loadHistory("", 3); h.Len() != 0 {
-		t.Error("a history without a file is not empty")
-	}
-}
-
 // TestChatThinking: a thinking model's thoughts show dimmed on a terminal
 // and are left out of plain output, so scripts get only the answer.
 func TestChatThinking(t *testing.T) {
@@ -648,7 +562,7 @@ func TestChatThinking(t *testing.T) {
 		t.Errorf("plain stdout = %q, want only the answer", plain.stdout)
 	}
 	colored := runChat(t, f, nil, lines("question"), "--session", "s2", "--model", "llama3.1", "--status=false", "--color", "always")
-	if want := colorDim + "Let me count." + colorReset + "\n\n42\n"; colored.stdout != want {
+	if want := view.Dim + "Let me count." + view.Reset + "\n\n42\n"; colored.stdout != want {
 		t.Errorf("colored stdout = %q, want %q", colored.stdout, want)
 	}
 }

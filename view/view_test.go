@@ -1,34 +1,29 @@
-package main
+package view
 
 import (
 	"strings"
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/api"
-	"github.com/ctxproxy/ctxproxy/client"
 )
 
 func TestFormatting(t *testing.T) {
 	tests := []struct{ name, got, want string }{
-		{"grouped 0", grouped(0), "0"},
-		{"grouped 999", grouped(999), "999"},
-		{"grouped 1000", grouped(1000), "1,000"},
-		{"grouped 131072", grouped(131072), "131,072"},
-		{"grouped negative", grouped(-1234567), "-1,234,567"},
-		{"bytes", bytesIEC(512), "512 B"},
-		{"KiB", bytesIEC(131072), "128.0 KiB"},
-		{"MiB", bytesIEC(432 << 20), "432.0 MiB"},
-		{"GiB", bytesIEC(5.5 * (1 << 30)), "5.5 GiB"},
-		{"TiB", bytesIEC(3 << 50), "3072.0 TiB"},
-		{"percent", percent(0.4219, 1), "42.2%"},
-		{"percent NaN", percent(ratio(1, 0), 0), "0%"},
+		{"grouped 0", Grouped(0), "0"},
+		{"grouped 999", Grouped(999), "999"},
+		{"grouped 1000", Grouped(1000), "1,000"},
+		{"grouped 131072", Grouped(131072), "131,072"},
+		{"grouped negative", Grouped(-1234567), "-1,234,567"},
+		{"bytes", BytesIEC(512), "512 B"},
+		{"KiB", BytesIEC(131072), "128.0 KiB"},
+		{"MiB", BytesIEC(432 << 20), "432.0 MiB"},
+		{"GiB", BytesIEC(5.5 * (1 << 30)), "5.5 GiB"},
+		{"TiB", BytesIEC(3 << 50), "3072.0 TiB"},
+		{"percent", Percent(0.4219, 1), "42.2%"},
+		{"percent NaN", Percent(ratio(1, 0), 0), "0%"},
 		{"gib", gib(5<<30, 24<<30, "/"), "5.0/24.0 GiB"},
-		{"shellQuote plain", shellQuote("chat-1a2b"), "chat-1a2b"},
-		{"shellQuote space", shellQuote("team/a b"), "'team/a b'"},
-		{"shellQuote quote", shellQuote("it's"), `'it'\''s'`},
-		{"shellQuote empty", shellQuote(""), "''"},
-		{"clean control", clean("ok\x1b[31mred\x07"), "ok?[31mred?"},
-		{"clean unicode", clean("café ⚠"), "café ⚠"},
+		{"clean control", Clean("ok\x1b[31mred\x07"), "ok?[31mred?"},
+		{"clean unicode", Clean("café ⚠"), "café ⚠"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
@@ -40,7 +35,7 @@ func TestFormatting(t *testing.T) {
 // TestWarningColors: seed 000's 80% warning is yellow and its 90% one
 // orange; the level is read from the text.
 func TestWarningColors(t *testing.T) {
-	p := palette{on: true}
+	p := Palette{On: true}
 	tests := []struct{ text, want string }{
 		{"Context at 80% capacity. Consider /clear or /save.", "\x1b[33m⚠ Context at 80% capacity. Consider /clear or /save.\x1b[0m"},
 		{"Context at 90% capacity. Auto-trimming soon.", "\x1b[38;5;208m⚠ Context at 90% capacity. Auto-trimming soon.\x1b[0m"},
@@ -48,14 +43,14 @@ func TestWarningColors(t *testing.T) {
 		{"Context almost full.", "\x1b[33m⚠ Context almost full.\x1b[0m"},
 	}
 	for _, tt := range tests {
-		if got := p.warning(tt.text); got != tt.want {
+		if got := p.Warning(tt.text); got != tt.want {
 			t.Errorf("warning(%q) = %q, want %q", tt.text, got, tt.want)
 		}
 	}
-	if got := (palette{}).warning("Context at 90% capacity. Auto-trimming soon."); got != "⚠ Context at 90% capacity. Auto-trimming soon." {
+	if got := (Palette{}).Warning("Context at 90% capacity. Auto-trimming soon."); got != "⚠ Context at 90% capacity. Auto-trimming soon." {
 		t.Errorf("without colors: %q", got)
 	}
-	if got := p.notice("Context trimmed. Kept first 2 and last 10 turns."); got != "\x1b[36mℹ Context trimmed. Kept first 2 and last 10 turns.\x1b[0m" {
+	if got := p.Notice("Context trimmed. Kept first 2 and last 10 turns."); got != "\x1b[36mℹ Context trimmed. Kept first 2 and last 10 turns.\x1b[0m" {
 		t.Errorf("notice: %q", got)
 	}
 	for _, s := range []struct {
@@ -76,22 +71,35 @@ func TestStatusBar(t *testing.T) {
 	session := &api.SessionDetail{Model: "qwen3", Snapshots: 1, Stats: api.SessionStats{Tokens: 7372, Limit: 8192, Usage: 0.9}}
 	tests := []struct {
 		name string
-		f    facts
+		f    Facts
 		want string
 	}{
-		{"nothing known", facts{}, ""},
-		{"headers only", facts{model: "llama3.1", head: &client.Headers{Seen: true, Tokens: 3456, Limit: 8192, Usage: 42.2}},
+		{"nothing known", Facts{}, ""},
+		{"headers only", Facts{Model: "llama3.1", Head: &api.Headers{Seen: true, Tokens: 3456, Limit: 8192, Usage: 42.2}},
 			"llama3.1 · 3,456/8,192 tokens (42%)"},
-		{"system memory, compression off, 90%", facts{status: &st, session: session},
+		{"system memory, compression off, 90%", Facts{Status: &st, Session: session},
 			"⚠ qwen3 · 7,372/8,192 tokens (90%) · RAM 8.0/32.0 GiB (25%) · q8_0 · 1 snapshot · auto-compress off"},
 	}
 	for _, tt := range tests {
-		if got := statusBar(palette{}, tt.f); got != tt.want {
+		if got := StatusBar(Palette{}, tt.f); got != tt.want {
 			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
 		}
 	}
-	colored := statusBar(palette{on: true}, facts{status: &st, session: session})
-	if !strings.HasPrefix(colored, colorOrange+"⚠"+colorReset+" "+colorDim) {
+	colored := StatusBar(Palette{On: true}, Facts{Status: &st, Session: session})
+	if !strings.HasPrefix(colored, Orange+"⚠"+Reset+" "+Dim) {
 		t.Errorf("colored bar %q: want an orange ⚠ before the dim line", colored)
 	}
+}
+
+// FuzzText: no text from the network, however malformed, panics the
+// helpers that read or clean it.
+func FuzzText(f *testing.F) {
+	f.Add("Context at 90% capacity.")
+	f.Add("ok\x1b[31mred\x07")
+	f.Fuzz(func(t *testing.T, s string) {
+		_ = percentIn(s)
+		if c := Clean(s); strings.ContainsFunc(c, notPrintable) {
+			t.Errorf("Clean(%q) = %q keeps a control character", s, c)
+		}
+	})
 }

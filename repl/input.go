@@ -1,4 +1,4 @@
-package main
+package repl
 
 import (
 	"bufio"
@@ -26,9 +26,9 @@ func (p *plainInput) readLine() (string, error) {
 
 func (p *plainInput) during(ctx context.Context, fn func(context.Context)) { fn(ctx) }
 
-// defaultHistory is the line history file under the user's cache
+// DefaultHistory is the line history file under the user's cache
 // directory.
-func defaultHistory() string {
+func DefaultHistory() string {
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		return ""

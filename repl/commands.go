@@ -1,0 +1,410 @@
+package repl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/client"
+	"github.com/ctxproxy/ctxproxy/view"
+)
+
+// Options are the flags a context command may use.
+type Options struct {
+	Role       string
+	Importance *float64
+	Metadata   map[string]any
+	// Model is the session model "new" records.
+	Model string
+	// Reason is why "snapshot" takes one.
+	Reason string
+	// Purge makes "clear" remove the session and its snapshots.
+	Purge bool
+}
+
+// Commands runs seed 004 R7's context commands for one session over the
+// admin API: "ctxproxy context" and the chat's slash commands share it.
+type Commands struct {
+	Client  *client.Client
+	Printer view.Printer
+	Out     io.Writer
+	// Stdin is read by add and import given "-".
+	Stdin   io.Reader
+	Session string
+	// Model is the model the chat talks to ("" on the command line: the
+	// session's own).
+	Model string
+	// JSON prints the admin API's answers as they came, for scripts.
+	JSON    bool
+	Options Options
+	// slash words hints as slash commands rather than command lines.
+	slash bool
+}
+
+// ErrUsage marks a command line that does not make sense.
+var ErrUsage = errors.New("usage")
+
+func usagef(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, args...)...)
+}
+
+// run runs one context command.
+func (a *Commands) Run(ctx context.Context, cmd string, args []string) error {
+	want, known := commandArgs[cmd]
+	switch {
+	case !known:
+		return usagef("unknown command %q", cmd)
+	case len(args) < want[0] || len(args) > want[1]:
+		return usagef("%s takes %s", cmd, argsText(want))
+	case a.Session == "" && !sessionless[cmd]:
+		return usagef("%s needs a session: pass --session ID", cmd)
+	}
+	switch cmd {
+	case "status":
+		return a.status(ctx)
+	case "show":
+		s, raw, err := a.Client.Session(ctx, a.Session)
+		if err != nil || a.JSON {
+			return a.printJSON(raw, err)
+		}
+		return view.SessionStats(a.Out, a.Printer, s)
+	case "stats":
+		return a.stats(ctx)
+	case "list":
+		return a.list(ctx)
+	case "new":
+		return a.create(ctx)
+	case "add":
+		return a.add(ctx, args)
+	case "snapshot":
+		s, raw, err := a.Client.Snapshot(ctx, a.Session, a.Options.Reason)
+		if err != nil || a.JSON {
+			return a.printJSON(raw, err)
+		}
+		return a.say("Saved snapshot %s (%s, %s tokens).", view.Clean(s.ID), view.Plural(s.Messages, "message"), view.Grouped(s.Tokens))
+	case "restore":
+		r, raw, err := a.Client.Restore(ctx, a.Session, args[0])
+		if err != nil || a.JSON {
+			return a.printJSON(raw, err)
+		}
+		if err := a.say("Restored snapshot %s: %s.", view.Clean(args[0]), view.Plural(r.Messages, "message")); err != nil {
+			return err
+		}
+		return a.undoHint(r.Undo)
+	case "clear":
+		raw, err := a.Client.Clear(ctx, a.Session, a.Options.Purge)
+		if err != nil || a.JSON {
+			return a.printJSON(raw, err)
+		}
+		if a.Options.Purge {
+			return a.say("Session %s removed.", view.Clean(a.Session))
+		}
+		// Seed 000's /clear.
+		return a.say("Context cleared.")
+	case "compress":
+		r, raw, err := a.Client.Compress(ctx, a.Session)
+		if err != nil || a.JSON {
+			return a.printJSON(raw, err)
+		}
+		if err := a.say("Compressed: %s → %s tokens (%s dropped, %s summarized).", view.Grouped(r.Before),
+			view.Grouped(r.After), view.Plural(r.Dropped, "message"), view.Grouped(r.Summarized)); err != nil {
+			return err
+		}
+		if r.Notice != "" {
+			return a.say("%s", a.Printer.Notice(r.Notice))
+		}
+		return nil
+	case "size", "auto":
+		return a.size(ctx, cmd, args)
+	case "export":
+		return a.export(ctx, args)
+	case "import":
+		return a.importFile(ctx, args[0])
+	}
+	return nil
+}
+
+// sessionless are the commands that work without --session.
+var sessionless = map[string]bool{"status": true, "list": true, "size": true, "auto": true}
+
+// commandArgs is how many arguments each command takes, at least and at
+// most.
+var commandArgs = map[string][2]int{
+	"status": {0, 0}, "show": {0, 0}, "stats": {0, 0}, "list": {0, 0}, "new": {0, 0},
+	"add": {1, 1 << 30}, "snapshot": {0, 0}, "restore": {1, 1}, "clear": {0, 0}, "compress": {0, 0},
+	"size": {0, 1}, "auto": {0, 0}, "export": {0, 1}, "import": {1, 1},
+}
+
+func argsText(want [2]int) string {
+	switch {
+	case want[1] == 0:
+		return "no arguments"
+	case want[0] == 0:
+		return "at most one argument"
+	case want[0] == want[1]:
+		return "one argument"
+	}
+	return "an argument"
+}
+
+// say prints a line of what was done.
+func (a *Commands) say(format string, args ...any) error {
+	_, err := fmt.Fprintf(a.Out, format+"\n", args...)
+	return err
+}
+
+// printJSON prints an admin answer as it came, for scripts; with err it
+// returns err and prints nothing.
+func (a *Commands) printJSON(raw []byte, err error) error {
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(a.Out, "%s\n", strings.TrimSpace(string(raw)))
+	return err
+}
+
+// undoHint says how to go back after import or restore replaced the
+// context (ctxproxy saved it first).
+func (a *Commands) undoHint(undo *api.SnapshotInfo) error {
+	if undo == nil || undo.ID == "" {
+		return nil
+	}
+	if a.slash {
+		return a.say("The context it replaced is snapshot %s: /context restore %s undoes this.", view.Clean(undo.ID), view.Clean(undo.ID))
+	}
+	return a.say("The context it replaced is snapshot %s: ctxproxy context restore %s --session %s undoes this.",
+		view.Clean(undo.ID), shellQuote(undo.ID), shellQuote(a.Session))
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.:/@+=,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(view.Clean(s), "'", `'\''`) + "'"
+}
+
+// gather fetches the proxy status and the session at once.
+func (a *Commands) gather(ctx context.Context) (api.Status, []byte, api.SessionDetail, []byte, error) {
+	var (
+		wg               sync.WaitGroup
+		st               api.Status
+		s                api.SessionDetail
+		rawSt, rawS      []byte
+		errStatus, errSs error
+	)
+	wg.Go(func() { st, rawSt, errStatus = a.Client.Status(ctx) })
+	wg.Go(func() { s, rawS, errSs = a.Client.Session(ctx, a.Session) })
+	wg.Wait()
+	if errSs != nil {
+		return st, rawSt, s, rawS, errSs
+	}
+	return st, rawSt, s, rawS, errStatus
+}
+
+// status is seed 004 R7.1's /context: the session's context status (all
+// of R9's fields), or the proxy's status without a session.
+func (a *Commands) status(ctx context.Context) error {
+	if a.Session == "" {
+		st, raw, err := a.Client.Status(ctx)
+		if err != nil || a.JSON {
+			return a.printJSON(raw, err)
+		}
+		return view.ProxyStatus(a.Out, st)
+	}
+	st, rawSt, s, rawS, err := a.gather(ctx)
+	if err != nil {
+		return err
+	}
+	if a.JSON {
+		return a.printJSON(jsonObject(map[string][]byte{"proxy": rawSt, "session": rawS}))
+	}
+	return view.ContextStatus(a.Out, a.Printer, view.Facts{Model: a.Model, Status: &st, Session: &s})
+}
+
+// stats is seed 004 R7.9's /context stats.
+func (a *Commands) stats(ctx context.Context) error {
+	st, rawSt, s, rawS, err := a.gather(ctx)
+	if err != nil {
+		return err
+	}
+	// Only Ollama says how much memory a loaded model takes (GET
+	// /api/ps, passed through); elsewhere the line says it is unknown.
+	var running []api.RunningModel
+	var rawPS []byte
+	if st.Backend.Kind == client.DialectOllama {
+		if m, raw, err := a.Client.RunningModels(ctx); err == nil {
+			running, rawPS = m, raw
+		}
+	}
+	if a.JSON {
+		return a.printJSON(jsonObject(map[string][]byte{"proxy": rawSt, "session": rawS, "ps": rawPS}))
+	}
+	return view.MemoryStats(a.Out, a.Printer, view.Facts{Model: a.Model, Status: &st, Session: &s}, running)
+}
+
+// jsonObject joins admin answers into one JSON object; a missing answer
+// is null.
+func jsonObject(parts map[string][]byte) ([]byte, error) {
+	obj := map[string]json.RawMessage{}
+	for k, v := range parts {
+		if len(strings.TrimSpace(string(v))) == 0 {
+			v = []byte("null")
+		}
+		obj[k] = v
+	}
+	return json.Marshal(obj)
+}
+
+// list is seed 004 R7.6's /context list: the session's snapshots, or
+// every session without one.
+func (a *Commands) list(ctx context.Context) error {
+	if a.Session == "" {
+		ss, raw, err := a.Client.Sessions(ctx)
+		if err != nil || a.JSON {
+			return a.printJSON(raw, err)
+		}
+		return view.Sessions(a.Out, a.Printer, ss)
+	}
+	snaps, raw, err := a.Client.Snapshots(ctx, a.Session)
+	if err != nil || a.JSON {
+		return a.printJSON(raw, err)
+	}
+	return view.Snapshots(a.Out, a.Printer, snaps)
+}
+
+// create is "new": seed 003's CLI creates a session before adding to it.
+func (a *Commands) create(ctx context.Context) error {
+	meta := a.Options.Metadata
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	s, raw, err := a.Client.PutSession(ctx, a.Session, meta, a.Options.Model)
+	if err != nil || a.JSON {
+		return a.printJSON(raw, err)
+	}
+	line := "Session " + view.Clean(s.SessionID) + " is ready"
+	if s.SessionID == "" {
+		line = "Session " + view.Clean(a.Session) + " is ready"
+	}
+	if len(s.Metadata) > 0 {
+		line += " (" + view.MetadataLine(s.Metadata) + ")"
+	}
+	return a.say("%s.", line)
+}
+
+// add pins a message to the session, as seed 003's
+// `cli.py add SESSION "Implement feature X" --importance 0.9` does.
+func (a *Commands) add(ctx context.Context, args []string) error {
+	text := strings.Join(args, " ")
+	if text == "-" {
+		data, err := io.ReadAll(io.LimitReader(a.Stdin, client.MaxAnswer))
+		if err != nil {
+			return fmt.Errorf("reading the message from stdin: %w", err)
+		}
+		text = strings.TrimRight(string(data), "\r\n")
+	}
+	if strings.TrimSpace(text) == "" {
+		return usagef("add needs the message's text")
+	}
+	role := a.Options.Role
+	if role == "" {
+		role = "user"
+	}
+	r, raw, err := a.Client.AddMessages(ctx, a.Session, []api.NewMessage{{
+		Role: role, Content: &text, Importance: a.Options.Importance, Metadata: a.Options.Metadata,
+	}})
+	if err != nil || a.JSON {
+		return a.printJSON(raw, err)
+	}
+	return a.say("Added %s to session %s (%s in all).", view.Plural(r.Appended, "message"), view.Clean(a.Session),
+		view.Plural(r.Messages, "message"))
+}
+
+// size is /context size and /context auto (seed 004 R7.2, R7.3).
+func (a *Commands) size(ctx context.Context, cmd string, args []string) error {
+	var (
+		cs  api.ContextSize
+		raw []byte
+		err error
+	)
+	switch {
+	case cmd == "auto":
+		cs, raw, err = a.Client.SetContextSize(ctx, 0)
+	case len(args) == 0:
+		cs, raw, err = a.Client.ContextSize(ctx)
+	default:
+		n, perr := strconv.Atoi(strings.ReplaceAll(args[0], ",", ""))
+		if perr != nil || n <= 0 {
+			return usagef("size takes a number of tokens, not %q", args[0])
+		}
+		cs, raw, err = a.Client.SetContextSize(ctx, n)
+	}
+	if err != nil || a.JSON {
+		return a.printJSON(raw, err)
+	}
+	if cs.Auto {
+		line := "Context size: auto, from free VRAM"
+		if cs.Target > 0 {
+			line += " (" + view.Grouped(cs.Target) + " tokens now)"
+		}
+		return a.say("%s.", line)
+	}
+	return a.say("Context size: %s tokens (auto sizing off).", view.Grouped(cs.Target))
+}
+
+// export is seed 000's /export: the conversation as seed 003's JSON.
+func (a *Commands) export(ctx context.Context, args []string) error {
+	data, err := a.Client.Export(ctx, a.Session)
+	if err != nil {
+		return err
+	}
+	if len(args) == 0 || args[0] == "-" {
+		return a.printJSON(data, nil)
+	}
+	if err := os.WriteFile(args[0], append(data, '\n'), 0o600); err != nil {
+		return err
+	}
+	if a.JSON {
+		return nil
+	}
+	var e struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	_ = json.Unmarshal(data, &e)
+	return a.say("Exported %s to %s.", view.Plural(len(e.Messages), "message"), view.Clean(args[0]))
+}
+
+// importFile is seed 000's /import: ctxproxy checks the file and replaces
+// nothing when it is malformed.
+func (a *Commands) importFile(ctx context.Context, file string) error {
+	var (
+		data []byte
+		err  error
+	)
+	if file == "-" {
+		data, err = io.ReadAll(io.LimitReader(a.Stdin, client.MaxAnswer))
+	} else {
+		data, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return err
+	}
+	r, raw, err := a.Client.Import(ctx, a.Session, data)
+	if err != nil || a.JSON {
+		return a.printJSON(raw, err)
+	}
+	if err := a.say("Imported %s into session %s.", view.Plural(r.Imported, "message"), view.Clean(a.Session)); err != nil {
+		return err
+	}
+	return a.undoHint(r.Undo)
+}
