@@ -3,7 +3,9 @@ package repl
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/client"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/proxy"
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/term"
 )
@@ -20,9 +23,14 @@ import (
 // TestChatTerminal drives the line editor as a terminal would: typed keys,
 // history on the up arrow, and Ctrl-C ending a reply but not the chat.
 func TestChatTerminal(t *testing.T) {
-	f := newFakeProxy(t)
 	hold := make(chan struct{})
-	f.setBackend(fakebackend.Options{Reply: "a slow reply", Chunks: 3, Hold: hold})
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Reply: "a slow reply", Chunks: 3, Hold: hold})
+	srv, err := proxy.New(proxy.Config{Backend: be.URL}, proxy.Deps{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
 	keysR, keysW := io.Pipe()
 	var screen syncBuffer
 	keys := newKeyReader(keysR)
@@ -32,7 +40,7 @@ func TestChatTerminal(t *testing.T) {
 		io.Writer
 	}{keys, &screen}, "> ")
 	tt.History = loadHistory(histFile, 10)
-	c, _ := client.New(f.URL, "")
+	c, _ := client.New(ts.URL, "")
 	r := &Chat{Client: c, Session: "s1", Model: "llama3.1", Dialect: client.DialectOllama, Out: tt, Err: tt, Loc: time.UTC}
 	done := make(chan error, 1)
 	go func() { done <- r.loop(context.Background(), &terminalInput{t: tt, keys: keys, outFd: -1}) }()
@@ -57,7 +65,11 @@ func TestChatTerminal(t *testing.T) {
 	type_("\x03")   // Ctrl-C
 	waitFor("(reply interrupted)")
 	close(hold)
-	f.setBackend(fakebackend.Options{})
+	be.SetOptions(fakebackend.Options{ReplyFunc: func(body []byte) string {
+		var req struct{ Messages []struct{ Content string } }
+		_ = json.Unmarshal(body, &req)
+		return "echo: " + req.Messages[len(req.Messages)-1].Content
+	}})
 	type_("\x1b[A\r") // up arrow: "hello" again
 	waitFor("echo: hello")
 	type_("/quit\r")
