@@ -733,7 +733,7 @@ func TestSeed004_R9_StatusFields(t *testing.T) {
 		c.Status = StatusInfo{KVQuantization: "q8_0", SummarizeModel: "llama3.2:1b", KeepRecent: 3, MaxCount: 7}
 	})
 	e.chat("s", "llama3.1", "hello")
-	e.srv.noteModel(&plan{model: "llama3.1", numCtx: 8192, numReason: "8192 tokens fit", limit: 7168},
+	e.srv.status.note(&plan{model: "llama3.1", numCtx: 8192, numReason: "8192 tokens fit", limit: 7168},
 		mustFacts(t))
 	done := e.srv.metrics.track(false)
 	st := e.json("GET", "/ctxproxy/status", nil, 200)

@@ -230,7 +230,7 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	}
 
 	p.uncut, p.uncutChanged = p.messages, p.changed
-	s.noteModel(p, mi.Facts)
+	s.status.note(p, mi.Facts)
 	body, aerr := s.cut(ctx, r, ex, req, p, toOllama, 0)
 	if aerr != nil {
 		return nil, aerr

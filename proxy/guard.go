@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -13,6 +14,15 @@ import (
 // activeWindow is how recently a session must have been used to count as
 // active when the memory guard reaches its emergency level.
 const activeWindow = 10 * time.Minute
+
+// memoryGuard acts on the memory monitor's levels (seed 004 R6): at the
+// emergency level it snapshots and clears every active session.
+type memoryGuard struct {
+	sessions *sessions
+	// usage says which sessions are active.
+	usage *usageCache
+	log   *slog.Logger
+}
 
 // emergencies remembers, per session, the snapshot the memory guard took
 // before clearing it, so the session's next response can say how to get
@@ -40,43 +50,43 @@ func (e *emergencies) take(session string) (string, bool) {
 	return snap, ok
 }
 
-// onMemoryEvent is the memory guard's hook (gpu.Monitor.Subscribe). At the
+// onEvent is the memory guard's hook (gpu.Monitor.Subscribe). At the
 // emergency level (seed 004 R6.4: 95% of memory used) every active session
 // is snapshotted and cleared, and told how to restore itself. The lower
 // levels act on the request path: compress earlier (80%) and a smaller
 // num_ctx (90%, in the sizer).
-func (s *Server) onMemoryEvent(e gpu.Event) {
+func (g *memoryGuard) onEvent(e gpu.Event) {
 	if e.Level != e.Prev {
-		s.log.Warn("memory guard level changed", "from", e.Prev.String(), "to", e.Level.String(),
+		g.log.Warn("memory guard level changed", "from", e.Prev.String(), "to", e.Level.String(),
 			"used", e.Snapshot.Used(), "total", e.Snapshot.Total())
 	}
-	if e.Level < gpu.LevelEmergency || e.Prev >= gpu.LevelEmergency || s.store == nil || s.writer == nil {
+	if e.Level < gpu.LevelEmergency || e.Prev >= gpu.LevelEmergency || g.sessions.store == nil || g.sessions.writer == nil {
 		return
 	}
-	go s.emergency()
+	go g.emergency()
 }
 
-func (s *Server) emergency() {
+func (g *memoryGuard) emergency() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The snapshot is read from the store: write the turns still queued
 	// first, or the clear below would lose them.
-	if err := s.writer.Flush(ctx); err != nil {
-		s.log.Warn("memory emergency: queued session writes not flushed; snapshots may miss the newest turns", "err", err)
+	if err := g.sessions.writer.Flush(ctx); err != nil {
+		g.log.Warn("memory emergency: queued session writes not flushed; snapshots may miss the newest turns", "err", err)
 	}
-	for _, id := range s.usage.active(activeWindow) {
+	for _, id := range g.usage.active(activeWindow) {
 		// The same clear as DELETE /ctxproxy/sessions/{id}, snapshotted
 		// first under its own reason.
-		undo, err := s.clearSession(ctx, id, false, snapshots.ReasonEmergency)
+		undo, err := g.sessions.clear(ctx, id, false, snapshots.ReasonEmergency)
 		if err != nil {
-			s.log.Error("memory emergency: session not cleared", "session", id, "err", err)
+			g.log.Error("memory emergency: session not cleared", "session", id, "err", err)
 			continue
 		}
 		if undo.ID == "" {
 			continue // nothing to clear
 		}
-		s.cleared.set(id, undo.ID)
-		s.log.Warn("memory emergency: session saved and cleared", "session", id, "snapshot", undo.ID)
+		g.sessions.cleared.set(id, undo.ID)
+		g.log.Warn("memory emergency: session saved and cleared", "session", id, "snapshot", undo.ID)
 	}
 }
 

@@ -88,7 +88,7 @@ func TestEmergencySnapshotHasQueuedTurns(t *testing.T) {
 			}
 		}
 	}
-	s.emergency()
+	s.guard.emergency()
 	if err := w.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}

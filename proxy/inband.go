@@ -7,18 +7,16 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/rewrite"
-
 	"github.com/ctxproxy/ctxproxy/snapshots"
+	"github.com/ctxproxy/ctxproxy/view"
 )
 
 // In-band commands (commands.inband, issue 9): when the newest message of
@@ -85,9 +83,26 @@ func commandOf(last *rewrite.Message) (cmd string, args []string, ok bool) {
 	return "", nil, false
 }
 
-// inband answers a chat request whose newest message is an in-band
+// inband answers the in-band commands over the sessions and status
+// services, rendering with the view package as the CLI does.
+type inband struct {
+	sessions *sessions
+	status   *statusReporter
+	monitor  *gpu.Monitor
+	// sessionHeader names the header that names a session, for the
+	// answer to a request without one.
+	sessionHeader string
+	// adminOff refuses /context size and /context auto, which change
+	// num_ctx for every client, as the admin API is refused.
+	adminOff bool
+}
+
+// printer shows times in UTC, named: the chat's reader may be anywhere.
+var printer = view.Printer{Loc: time.UTC, Zone: true}
+
+// answer answers a chat request whose newest message is an in-band
 // command, and reports whether it did; Server.chat returns when it did.
-func (s *Server) inband(w http.ResponseWriter, r *http.Request, ex *exchange, req *chatRequest) bool {
+func (ib *inband) answer(w http.ResponseWriter, r *http.Request, ex *exchange, req *chatRequest) bool {
 	cmd, args, ok := inbandCommand(req)
 	if !ok {
 		return false
@@ -98,8 +113,7 @@ func (s *Server) inband(w http.ResponseWriter, r *http.Request, ex *exchange, re
 		// whose own origin checks (OLLAMA_ORIGINS) apply.
 		return false
 	}
-	ctx := r.Context()
-	text := s.runInband(ctx, ex.session, req.model, cmd, args)
+	text := ib.run(r.Context(), ex.session, req.model, cmd, args)
 	ex.status = http.StatusOK
 	ex.logAttrs = append(ex.logAttrs, "inband", cmd)
 	for k, v := range ex.headers {
@@ -123,9 +137,9 @@ const inbandHelp = `ctxproxy answers these commands itself:
   /clear               clear this session's context (its metadata stays)
   /stats               this session: messages, running token total`
 
-// runInband runs an in-band command for session and returns the answer's
-// text. model is the request's model.
-func (s *Server) runInband(ctx context.Context, session, model, cmd string, args []string) string {
+// run runs an in-band command for session and returns the answer's text.
+// model is the request's model.
+func (ib *inband) run(ctx context.Context, session, model, cmd string, args []string) string {
 	sub := strings.TrimPrefix(cmd, "context ")
 	if want, ok := inbandCommands[sub]; ok && strings.HasPrefix(cmd, "context ") && len(args) != want {
 		usage := "/context " + sub
@@ -140,21 +154,21 @@ func (s *Server) runInband(ctx context.Context, session, model, cmd string, args
 	case "context help":
 		return inbandHelp
 	case "context status":
-		return s.inbandStatus(ctx, session, model)
+		return ib.statusText(ctx, session, model)
 	case "context size", "context auto":
-		return s.inbandSize(sub, args)
+		return ib.size(sub, args)
 	}
 	// The rest work on the request's session.
 	switch {
 	case session == "":
-		return "ctxproxy: this request has no session: send the " + s.cfg.SessionHeader + " header"
-	case s.store == nil:
+		return "ctxproxy: this request has no session: send the " + ib.sessionHeader + " header"
+	case ib.sessions.store == nil:
 		return "ctxproxy: " + errNoStore.Error()
 	}
-	s.flush(ctx)
-	text, err := s.sessionCommand(ctx, session, model, cmd, args)
+	ib.sessions.flush(ctx)
+	text, err := ib.sessionCommand(ctx, session, model, cmd, args)
 	if err != nil {
-		status, msg := s.describe(err)
+		status, msg := ib.sessions.describe(err)
 		if status == http.StatusNotFound && cmd != "context restore" {
 			return fmt.Sprintf("Session %s is empty: nothing was sent in it yet.", session)
 		}
@@ -163,47 +177,55 @@ func (s *Server) runInband(ctx context.Context, session, model, cmd string, args
 	return text
 }
 
-func (s *Server) sessionCommand(ctx context.Context, session, model, cmd string, args []string) (string, error) {
+func (ib *inband) sessionCommand(ctx context.Context, session, model, cmd string, args []string) (string, error) {
 	switch cmd {
 	case "stats":
-		_, detail, err := s.session(ctx, session)
+		_, detail, err := ib.sessions.get(ctx, session)
 		if err != nil {
 			return "", err
 		}
-		return sessionStatsText(detail), nil
+		warning := detail.Warning
+		detail.Warning = ""
+		return render(func(b *strings.Builder) error { return view.SessionStats(b, printer, detail) }, warning), nil
 	case "context stats":
-		_, detail, err := s.session(ctx, session)
+		_, detail, err := ib.sessions.get(ctx, session)
 		if err != nil {
 			return "", err
 		}
-		return s.memoryStatsText(ctx, detail, cmp.Or(model, detail.Model)), nil
+		return ib.memoryStatsText(ctx, detail, cmp.Or(model, detail.Model)), nil
 	case "context snapshot":
-		info, err := s.takeSnapshot(ctx, session, snapshots.ReasonManual)
+		info, err := ib.sessions.snapshot(ctx, session, snapshots.ReasonManual)
 		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("Saved snapshot %s (%s, %s tokens).", info.ID, plural(info.Messages, "message"),
-			grouped(info.Tokens)), nil
+		return view.SnapshotSaved(*snapshotOf(info)), nil
 	case "context restore":
-		n, undo, err := s.restore(ctx, session, args[0])
+		n, undo, err := ib.sessions.restore(ctx, session, args[0])
 		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("Restored snapshot %s: %s.", args[0], plural(n, "message")) + undoHint(undo), nil
+		return view.SnapshotRestored(args[0], n) + undoHint(undo.ID), nil
 	case "context list":
-		if _, _, err := s.session(ctx, session); err != nil {
+		if _, _, err := ib.sessions.get(ctx, session); err != nil {
 			return "", err
 		}
-		list, err := s.store.ListSnapshots(ctx, session)
+		list, err := ib.sessions.store.ListSnapshots(ctx, session)
 		if err != nil {
 			return "", err
 		}
-		return snapshotsText(list), nil
+		if len(list) == 0 {
+			return "No snapshots yet.", nil
+		}
+		infos := make([]api.SnapshotInfo, len(list))
+		for i, info := range list {
+			infos[i] = *snapshotOf(info)
+		}
+		return render(func(b *strings.Builder) error { return view.Snapshots(b, printer, infos) }, ""), nil
 	case "context clear", "clear":
 		// Seed 004 R7.7: /context clear keeps the system prompt; seed
 		// 000's /clear removes every turn and keeps the metadata.
 		keepSystem := cmd == "context clear"
-		undo, err := s.clearSession(ctx, session, keepSystem, snapshots.ReasonClear)
+		undo, err := ib.sessions.clear(ctx, session, keepSystem, snapshots.ReasonClear)
 		if err != nil {
 			return "", err
 		}
@@ -211,33 +233,46 @@ func (s *Server) sessionCommand(ctx context.Context, session, model, cmd string,
 		if keepSystem {
 			text = "Context cleared (the system prompt stays)."
 		}
-		return text + undoHint(undo), nil
+		return text + undoHint(undo.ID), nil
 	case "context compress":
-		res, err := s.compress(ctx, session)
+		res, err := ib.sessions.compress(ctx, session)
 		if err != nil {
 			return "", err
 		}
 		if res.Undo == nil {
 			return res.Notice, nil
 		}
-		return fmt.Sprintf("Compressed: %s → %s tokens (%s dropped, %s summarized).\n%s", grouped(res.Before),
-			grouped(res.After), plural(res.Dropped, "message"), grouped(res.Summarized), res.Notice) +
-			fmt.Sprintf("\nThe context before is snapshot %s: /context restore %s undoes this.", res.Undo.ID, res.Undo.ID), nil
+		return view.Compressed(res) + undoHint(res.Undo.ID), nil
 	}
 	return "", errorf(http.StatusBadRequest, "unknown command")
 }
 
-func undoHint(undo snapshots.SnapshotInfo) string {
-	if undo.ID == "" {
+// undoHint is view.UndoHint on a line of its own, worded for the chat.
+func undoHint(id string) string {
+	if id == "" {
 		return ""
 	}
-	return fmt.Sprintf("\nThe context it replaced is snapshot %s: /context restore %s undoes this.", undo.ID, undo.ID)
+	return "\n" + view.UndoHint(id, "/context restore "+id)
 }
 
-// inbandSize is /context size N and /context auto. They change num_ctx for
+// render writes a view into a Markdown code block, so that chat UIs which
+// render Markdown keep the columns aligned; a warning follows the block.
+func render(write func(*strings.Builder) error, warning string) string {
+	var b strings.Builder
+	if err := write(&b); err != nil {
+		return "ctxproxy: " + err.Error()
+	}
+	text := "```\n" + strings.TrimRight(b.String(), "\n") + "\n```"
+	if warning != "" {
+		text += "\n" + printer.Warning(warning)
+	}
+	return text
+}
+
+// size is /context size N and /context auto. They change num_ctx for
 // every client, so they are refused when the admin API is off.
-func (s *Server) inbandSize(sub string, args []string) string {
-	if s.cfg.AdminOff {
+func (ib *inband) size(sub string, args []string) string {
+	if ib.adminOff {
 		return "ctxproxy: /context " + sub + " changes the context size for every client, and the admin API is off " +
 			"here (ctxproxy listens beyond loopback without admin.token)"
 	}
@@ -249,301 +284,42 @@ func (s *Server) inbandSize(sub string, args []string) string {
 		}
 		tokens = n
 	}
-	if err := s.setContextSize(tokens); err != nil {
-		_, msg := s.describe(err)
+	if err := ib.status.setContextSize(tokens); err != nil {
+		_, msg := ib.sessions.describe(err)
 		return "ctxproxy: " + msg
 	}
-	if tokens == 0 {
-		return "Context size: auto, from free VRAM."
-	}
-	return fmt.Sprintf("Context size: %s tokens (auto sizing off).", grouped(tokens))
+	return view.ContextSize(api.ContextSize{Auto: tokens == 0, Target: tokens})
 }
 
-// inbandStatus is /context: seed 004 R9's status of the session, or the
+// statusText is /context: seed 004 R9's status of the session, or the
 // proxy's without one.
-func (s *Server) inbandStatus(ctx context.Context, session, model string) string {
-	st := s.status(ctx)
-	var detail *api.SessionDetail
-	if session != "" && s.store != nil {
-		s.flush(ctx)
-		if _, d, err := s.session(ctx, session); err == nil {
-			detail = &d
+func (ib *inband) statusText(ctx context.Context, session, model string) string {
+	st := ib.status.status(ctx)
+	f := view.Facts{Model: model, SessionID: session, Status: &st}
+	warning := ""
+	if session != "" && ib.sessions.store != nil {
+		ib.sessions.flush(ctx)
+		if _, d, err := ib.sessions.get(ctx, session); err == nil {
+			warning, d.Warning = d.Warning, ""
+			f.Session = &d
 		}
 	}
-	return contextStatusText(st, session, detail, model)
-}
-
-// Text rendering: readable plain-text tables, in a Markdown code block so
-// that chat UIs which render Markdown keep the columns aligned.
-
-func block(body string) string {
-	return "```\n" + strings.TrimRight(body, "\n") + "\n```"
-}
-
-// rows writes label/value rows aligned.
-func rows(pairs ...[2]string) string {
-	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	for _, p := range pairs {
-		fmt.Fprintf(tw, "%s\t%s\n", p[0], p[1])
-	}
-	_ = tw.Flush()
-	return b.String()
-}
-
-func row(label, value string) [2]string { return [2]string{label, value} }
-
-// contextStatusText is /context: model, tokens of the maximum with the
-// percentage, VRAM, KV cache type and memory, snapshots, auto-compression
-// and its threshold, and the warning from 80% (seed 004 R9).
-func contextStatusText(st api.Status, session string, d *api.SessionDetail, model string) string {
-	var r [][2]string
-	if session != "" {
-		r = append(r, row("Session", session))
-	}
-	if model == "" && d != nil {
-		model = d.Model
-	}
-	r = append(r, row("Model", cmp.Or(model, "-")))
-	m, haveModel := findModel(st.Models, model)
-	tokens := 0
-	haveTokens := d != nil
-	if d != nil {
-		tokens = d.Stats.Tokens
-		r = append(r, row("Tokens", UsageText(tokens, d.Stats.Sent, d.Stats.Limit)))
-	} else if haveModel && m.Effective > 0 {
-		r = append(r, row("Tokens", fmt.Sprintf("0 / %s (0.0%%)", grouped(m.Effective))))
-	} else {
-		r = append(r, row("Tokens", "unknown"))
-	}
-	r = append(r, row(memoryLabel(st), memoryLine(st)))
-	kv := st.Context.KVQuantization
-	if haveModel && m.BytesPerToken > 0 && haveTokens {
-		kv += fmt.Sprintf(", %s (%s tokens × %s)", bytesIEC(float64(tokens)*float64(m.BytesPerToken)),
-			grouped(tokens), bytesIEC(float64(m.BytesPerToken)))
-	} else {
-		kv += ", memory unknown (the model's size per token is not known yet)"
-	}
-	r = append(r, row("KV cache", kv))
-	if d != nil {
-		r = append(r, row("Snapshots", grouped(d.Snapshots)))
-	} else if session != "" {
-		r = append(r, row("Snapshots", "0 (nothing stored in this session yet)"))
-	}
-	r = append(r, row("Auto-compress", compressLine(st.Strategy)))
-	size := "auto (from free VRAM)"
-	if !st.Context.Auto {
-		size = "fixed at " + grouped(st.Context.TargetSize) + " tokens"
-	}
-	if haveModel && m.NumCtx > 0 {
-		size += ", num_ctx " + grouped(m.NumCtx)
-	}
-	r = append(r, row("Context size", size))
-	text := block(rows(r...))
-	if d != nil && d.Warning != "" {
-		text += "\n⚠ " + d.Warning
-	}
-	return text
-}
-
-func compressLine(s api.StrategyStatus) string {
-	if s.Mode == "" || s.Mode == "none" {
-		return "off"
-	}
-	line := fmt.Sprintf("on at %s (%s, down to %s)", percent(s.Threshold, 0), s.Mode, percent(s.Target, 0))
-	if s.EffectiveThreshold > 0 && s.EffectiveThreshold != s.Threshold {
-		line += fmt.Sprintf(", now %s for memory", percent(s.EffectiveThreshold, 0))
-	}
-	return line
-}
-
-func memoryLabel(st api.Status) string {
-	if st.GPU.Probe == "cpu" {
-		return "RAM"
-	}
-	return "VRAM"
-}
-
-func memoryLine(st api.Status) string {
-	g := st.GPU
-	if g.Total == 0 {
-		return "unknown"
-	}
-	return fmt.Sprintf("%s / %s (%s)", gib(g.Used), gib(g.Total), percent(g.Usage, 1))
-}
-
-// findModel finds a model's status; "llama3.1" and "llama3.1:latest" are
-// one model to Ollama.
-func findModel(models []api.ModelStatus, name string) (api.ModelStatus, bool) {
-	for _, m := range models {
-		if name != "" && strings.TrimSuffix(m.Name, ":latest") == strings.TrimSuffix(name, ":latest") {
-			return m, true
-		}
-	}
-	return api.ModelStatus{}, false
-}
-
-// sessionStatsText is seed 000's /stats: the session and its running
-// token total.
-func sessionStatsText(d api.SessionDetail) string {
-	st := d.Stats
-	r := [][2]string{
-		row("Session", d.SessionID),
-		row("Model", cmp.Or(d.Model, "-")),
-		row("Messages", grouped(d.Messages)),
-		row("Tokens", UsageText(st.Tokens, st.Sent, st.Limit)),
-		row("Requests", fmt.Sprintf("%s (%s prompt + %s completion tokens)", grouped(st.Requests),
-			grouped(st.PromptTokens), grouped(st.CompletionTokens))),
-		row("Trimmed", fmt.Sprintf("%s dropped, %s summarized", plural(st.Dropped, "message"), grouped(st.Summarized))),
-		row("Snapshots", grouped(d.Snapshots)),
-		row("Created", when(d.Created)),
-		row("Updated", when(d.Updated)),
-	}
-	if len(d.Metadata) > 0 {
-		r = append(r, row("Metadata", metadataLine(d.Metadata)))
-	}
-	text := block(rows(r...))
-	if d.Warning != "" {
-		text += "\n⚠ " + d.Warning
-	}
-	return text
+	return render(func(b *strings.Builder) error { return view.ContextStatus(b, printer, f) }, warning)
 }
 
 // memoryStatsText is /context stats: model memory, KV cache size and
 // compression ratios (seed 004 R7.9).
-func (s *Server) memoryStatsText(ctx context.Context, d api.SessionDetail, model string) string {
-	st := s.status(ctx)
-	r := [][2]string{row("Model", cmp.Or(model, "-"))}
-	modelMemory := "not reported by the backend"
-	if s.monitor != nil {
-		if lm, ok := s.monitor.Snapshot().Model(model); ok {
-			modelMemory = fmt.Sprintf("%s (%s in VRAM)", bytesIEC(float64(lm.Size)), bytesIEC(float64(lm.SizeVRAM)))
+func (ib *inband) memoryStatsText(ctx context.Context, d api.SessionDetail, model string) string {
+	st := ib.status.status(ctx)
+	var running []api.RunningModel
+	if ib.monitor != nil {
+		if lm, ok := ib.monitor.Snapshot().Model(model); ok {
+			running = []api.RunningModel{{Name: model, Size: int64(lm.Size), SizeVRAM: int64(lm.SizeVRAM)}}
 		}
 	}
-	r = append(r, row("Model memory", modelMemory))
-	g := st.GPU
-	r = append(r, row(memoryLabel(st), fmt.Sprintf("%s, %s, level %s", memoryLine(st), cmp.Or(g.Probe, "-"), g.Level)))
-	for _, dev := range g.Devices {
-		r = append(r, row("Device", fmt.Sprintf("%s: %s / %s, %s free", cmp.Or(dev.Name, "-"), gib(dev.Used),
-			gib(dev.Total), bytesIEC(float64(dev.Free)))))
-	}
-	stats := d.Stats
-	q := st.Context.KVQuantization
-	if m, ok := findModel(st.Models, model); ok && m.BytesPerToken > 0 {
-		bpt := float64(m.BytesPerToken)
-		r = append(r, row("KV cache", fmt.Sprintf("%s in use (%s tokens × %s, %s)", bytesIEC(float64(stats.Tokens)*bpt),
-			grouped(stats.Tokens), bytesIEC(bpt), q)))
-		if m.NumCtx > 0 {
-			r = append(r, row("KV reserved", fmt.Sprintf("%s at num_ctx %s", bytesIEC(float64(m.NumCtx)*bpt), grouped(m.NumCtx))))
-		}
-	} else {
-		r = append(r, row("KV cache", q+", size per token not known yet"))
-	}
-	r = append(r, row("Tokens", UsageText(stats.Tokens, stats.Sent, stats.Limit)))
-	if stats.Tokens > 0 && stats.Sent > 0 {
-		r = append(r, row("Compression", fmt.Sprintf("%s → %s tokens sent (ratio %.2f)", grouped(stats.Tokens),
-			grouped(stats.Sent), float64(stats.Sent)/float64(stats.Tokens))))
-	} else {
-		r = append(r, row("Compression", "none yet"))
-	}
-	r = append(r, row("Trimmed", fmt.Sprintf("%s dropped, %s summarized", plural(stats.Dropped, "message"), grouped(stats.Summarized))))
-	r = append(r, row("Requests", fmt.Sprintf("%s (%s prompt + %s completion tokens)", grouped(stats.Requests),
-		grouped(stats.PromptTokens), grouped(stats.CompletionTokens))))
-	trunc := grouped(stats.Truncations)
-	if stats.LastTruncation != nil {
-		trunc += " (last " + when(*stats.LastTruncation) + ")"
-	}
-	r = append(r, row("Truncations", trunc+" by the backend"))
-	if m, ok := findModel(st.Models, model); ok && m.Calibration.Observations > 0 {
-		r = append(r, row("Calibration", fmt.Sprintf("×%.2f over %s", m.Calibration.Ratio,
-			plural(m.Calibration.Observations, "observation"))))
-	}
-	return block(rows(r...))
+	f := view.Facts{Model: model, Status: &st, Session: &d}
+	return render(func(b *strings.Builder) error { return view.MemoryStats(b, printer, f, running) }, "")
 }
-
-// snapshotsText is /context list.
-func snapshotsText(list []snapshots.SnapshotInfo) string {
-	if len(list) == 0 {
-		return "No snapshots yet."
-	}
-	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tCREATED\tREASON\tMESSAGES\tTOKENS\tUSAGE\tSIZE")
-	for _, sn := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sn.ID, when(sn.Created), cmp.Or(sn.Reason, "-"),
-			grouped(sn.Messages), grouped(sn.Tokens), percent(sn.Usage, 0), bytesIEC(float64(sn.Bytes)))
-	}
-	_ = tw.Flush()
-	return block(b.String())
-}
-
-// metadataLine writes metadata as key=value pairs sorted by key.
-func metadataLine(m map[string]any) string {
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		v, ok := m[k].(string)
-		if !ok {
-			data, _ := json.Marshal(m[k])
-			v = string(data)
-		}
-		parts = append(parts, k+"="+v)
-	}
-	return strings.Join(parts, ", ")
-}
-
-func when(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.UTC().Format("2006-01-02 15:04:05 UTC")
-}
-
-// grouped writes n with thousands separators: 131072 → "131,072".
-func grouped(n int) string {
-	s := strconv.Itoa(n)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
-	}
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
-
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return grouped(n) + " " + noun + "s"
-}
-
-func percent(f float64, decimals int) string {
-	return strconv.FormatFloat(finite(f)*100, 'f', decimals, 64) + "%"
-}
-
-// bytesIEC writes a byte count in binary units: "512.0 MiB".
-func bytesIEC(n float64) string {
-	if n < 1024 {
-		return strconv.FormatFloat(n, 'f', 0, 64) + " B"
-	}
-	unit := "KiB"
-	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
-		n /= 1024
-		unit = u
-		if n < 1024 {
-			break
-		}
-	}
-	return strconv.FormatFloat(n, 'f', 1, 64) + " " + unit
-}
-
-func gib(n uint64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
 
 // writeAnswer writes text as the assistant's complete answer in the
 // request's dialect: Ollama JSON or an NDJSON stream ending in "done":
@@ -653,30 +429,4 @@ func inbandHistory(msgs []rewrite.Message) ([]rewrite.Message, bool) {
 		}
 	}
 	return out, true
-}
-
-// UsageText shows a conversation's usage of the window as two numbers,
-// each named, when ctxproxy cut it: "3,200 as sent / 1,900 (168.4%);
-// 1,100 forwarded (57.9%)". The ⚠ follows what the model saw, so a
-// conversation cut to fit is not flagged for what it was before.
-func UsageText(asSent, forwarded, limit int) string {
-	pct := func(n int) float64 {
-		if limit <= 0 {
-			return 0
-		}
-		return float64(n) / float64(limit)
-	}
-	if forwarded <= 0 || forwarded == asSent {
-		line := fmt.Sprintf("%s / %s (%s)", grouped(asSent), grouped(limit), percent(pct(asSent), 1))
-		if pct(asSent) >= 0.8 {
-			line += " ⚠"
-		}
-		return line
-	}
-	line := fmt.Sprintf("%s as sent / %s (%s); %s forwarded (%s)", grouped(asSent), grouped(limit),
-		percent(pct(asSent), 1), grouped(forwarded), percent(pct(forwarded), 1))
-	if pct(forwarded) >= 0.8 {
-		line += " ⚠"
-	}
-	return line
 }

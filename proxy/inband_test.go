@@ -158,7 +158,7 @@ func openaiClient(base, session string, stream bool) inbandClient {
 // the same text, and the backend is never called.
 func TestSeed004_R7_InbandContextCommands(t *testing.T) {
 	e := newAdminEnv(t, "", func(c *Config, _ *Deps) { c.Inband = true })
-	e.srv.noteModel(&plan{model: tinyModel, numCtx: 4096, numReason: "4096 tokens fit", limit: 1900}, mustFacts(t))
+	e.srv.status.note(&plan{model: tinyModel, numCtx: 4096, numReason: "4096 tokens fit", limit: 1900}, mustFacts(t))
 	for _, mode := range []struct {
 		name   string
 		client func(base, session string, stream bool) inbandClient

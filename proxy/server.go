@@ -112,7 +112,12 @@ type Server struct {
 		m  map[string]bool
 	}
 	cleared emergencies
-	admin   adminState // admin.go
+
+	// The services chat requests share with the admin API.
+	sessions *sessions
+	status   *statusReporter
+	inband   *inband
+	guard    *memoryGuard
 }
 
 // usageCache remembers each session's last usage and when it was seen,
@@ -168,9 +173,6 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, backend: u, registry: prometheus.NewRegistry(),
 		tokens: deps.Tokens, sizer: deps.Sizer, monitor: deps.Monitor, store: deps.Store, writer: deps.Writer}
 	s.trimmer.Store(deps.Trimmer)
-	if deps.Monitor != nil {
-		deps.Monitor.Subscribe(s.onMemoryEvent)
-	}
 	s.metrics = newMetrics(s.registry, deps)
 	s.gate = newGate(cfg.Limits, cfg.MaxBody, s.metrics.refused)
 	transport := NewTransport(cfg)
@@ -193,6 +195,18 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	}
 	s.mux = http.NewServeMux()
 	s.tok = &tokenizeRoutes{be: s.be, tokens: s.tokens, noExact: cfg.NoExact, gate: s.gate, rp: s.rp}
+	seen := &seenModels{}
+	s.sessions = &sessions{store: deps.Store, writer: deps.Writer, tokens: deps.Tokens, trimmer: &s.trimmer,
+		seen: seen, cleared: &s.cleared, log: log}
+	s.status = &statusReporter{info: cfg.Status, version: cfg.Version, backend: u, be: s.be, tokens: deps.Tokens,
+		trimmer: &s.trimmer, sizer: deps.Sizer, monitor: deps.Monitor, store: deps.Store,
+		inflight: &s.metrics.inflight, seen: seen, start: time.Now(), log: log}
+	s.inband = &inband{sessions: s.sessions, status: s.status, monitor: deps.Monitor,
+		sessionHeader: cfg.SessionHeader, adminOff: cfg.AdminOff}
+	s.guard = &memoryGuard{sessions: s.sessions, usage: &s.usage, log: log}
+	if deps.Monitor != nil {
+		deps.Monitor.Subscribe(s.guard.onEvent)
+	}
 	s.routes()
 	return s, nil
 }
@@ -202,7 +216,9 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 func (s *Server) routes() {
 	s.mux.HandleFunc("GET /ctxproxy/healthz", s.healthz)
 	s.mux.HandleFunc("GET /ctxproxy/readyz", s.readyz)
-	s.adminRoutes()
+	admin := &adminAPI{token: s.cfg.AdminToken, off: s.cfg.AdminOff, origins: s.cfg.Hosts.AllowedOrigins,
+		maxBody: s.cfg.MaxBody, sessions: s.sessions, status: s.status, tok: s.tok}
+	admin.routes(s.mux)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	s.statusRoutes()
 	s.mux.HandleFunc("POST /api/tokenize", s.tok.apiTokenize(s.tok.postTokenize))
@@ -340,7 +356,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 			ex.warn(emergencyWarning(session, snap))
 		}
 	}
-	if s.cfg.Inband && s.inband(w, r, ex, req) {
+	if s.cfg.Inband && s.inband.answer(w, r, ex, req) {
 		return
 	}
 

@@ -1,0 +1,278 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/snapshots"
+)
+
+func (s *adminAPI) listSessions(w http.ResponseWriter, r *http.Request) {
+	if s.sessions.store == nil {
+		s.fail(w, errNoStore)
+		return
+	}
+	s.sessions.flush(r.Context())
+	list, err := s.sessions.store.List(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	out := make([]api.SessionInfo, len(list))
+	for i, info := range list {
+		out[i] = sessionInfoOf(info)
+	}
+	writeJSON(w, http.StatusOK, api.Sessions{Sessions: out})
+}
+
+func (s *adminAPI) getSession(w http.ResponseWriter, r *http.Request) {
+	s.sessions.flush(r.Context())
+	_, out, err := s.sessions.get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// putSession creates a session or merges metadata (a null value removes
+// the key) and the model into it.
+func (s *adminAPI) putSession(w http.ResponseWriter, r *http.Request) {
+	var body api.SessionUpdate
+	if err := readJSON(r, maxAdminBody, &body); err != nil {
+		s.fail(w, err)
+		return
+	}
+	id := r.PathValue("id")
+	s.sessions.flush(r.Context())
+	err := s.sessions.store.Update(r.Context(), id, func(sess *snapshots.Session) error {
+		if len(body.Metadata) > 0 && sess.Metadata == nil {
+			sess.Metadata = make(map[string]any, len(body.Metadata))
+		}
+		for k, v := range body.Metadata {
+			if v == nil {
+				delete(sess.Metadata, k)
+			} else {
+				sess.Metadata[k] = v
+			}
+		}
+		if body.Model != nil && *body.Model != "" {
+			sess.Model = *body.Model
+		}
+		return nil
+	})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	_, out, err := s.sessions.get(r.Context(), id)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// deleteSession clears a session (seed 000 /clear), or with ?purge=1
+// removes it and its snapshots.
+func (s *adminAPI) deleteSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	s.sessions.flush(r.Context())
+	if purge := r.URL.Query().Get("purge"); purge == "1" || purge == "true" {
+		if err := s.sessions.store.Delete(r.Context(), id); err != nil {
+			s.fail(w, notFound(err, "session %q not found", id))
+			return
+		}
+		s.sessions.cleared.take(id)
+		writeJSON(w, http.StatusOK, api.Purged{Purged: true})
+		return
+	}
+	undo, err := s.sessions.clear(r.Context(), id, false, snapshots.ReasonClear)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Cleared{Cleared: true, Undo: snapshotOf(undo)})
+}
+
+func (s *adminAPI) getMessages(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	s.sessions.flush(r.Context())
+	sess, err := s.sessions.store.Get(r.Context(), id)
+	if err != nil {
+		s.fail(w, notFound(err, "session %q not found", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Messages{Messages: messagesOf(sess.Messages)})
+}
+
+// appendMessages is seed 003's add: messages with an importance (and
+// metadata) pinned to a session outside any chat. The session is created
+// when it does not exist.
+func (s *adminAPI) appendMessages(w http.ResponseWriter, r *http.Request) {
+	var body api.NewMessages
+	if err := readJSON(r, maxAdminBody, &body); err != nil {
+		s.fail(w, err)
+		return
+	}
+	if len(body.Messages) == 0 {
+		s.fail(w, errorf(http.StatusBadRequest, `want {"messages": [{"role", "content", "importance", "metadata"}, …]}`))
+		return
+	}
+	now := time.Now().UTC()
+	msgs := make([]snapshots.Message, len(body.Messages))
+	for i, m := range body.Messages {
+		switch {
+		case m.Role == "":
+			s.fail(w, errorf(http.StatusBadRequest, "messages[%d]: \"role\" is missing", i))
+			return
+		case m.Content == nil:
+			s.fail(w, errorf(http.StatusBadRequest, "messages[%d]: \"content\" is missing", i))
+			return
+		case m.Importance != nil && !(*m.Importance >= 0 && *m.Importance <= 1):
+			s.fail(w, errorf(http.StatusBadRequest, "messages[%d]: \"importance\" %v is not in [0, 1]", i, *m.Importance))
+			return
+		}
+		msgs[i] = snapshots.Message{Role: m.Role, Content: *m.Content, Timestamp: now, Importance: m.Importance,
+			Metadata: m.Metadata, Preserve: m.Preserve}
+	}
+	id := r.PathValue("id")
+	s.sessions.flush(r.Context())
+	total := 0
+	err := s.sessions.store.Update(r.Context(), id, func(sess *snapshots.Session) error {
+		sess.Messages = append(slices.Clip(sess.Messages), msgs...)
+		total = len(sess.Messages)
+		s.sessions.measure(sess)
+		return nil
+	})
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Appended{Appended: len(msgs), Messages: total})
+}
+
+func (s *adminAPI) exportSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	s.sessions.flush(r.Context())
+	sess, err := s.sessions.store.Get(r.Context(), id)
+	if err != nil {
+		s.fail(w, notFound(err, "session %q not found", id))
+		return
+	}
+	data, err := snapshots.EncodeExport(sess)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	_, _ = w.Write(data)
+}
+
+// importSession loads an export, a bare array of messages or a chat
+// request body into a session; a malformed body changes nothing.
+func (s *adminAPI) importSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	data, err := io.ReadAll(io.LimitReader(r.Body, s.maxBody+1))
+	if err != nil {
+		s.fail(w, errorf(http.StatusBadRequest, "reading the request body failed"))
+		return
+	}
+	if int64(len(data)) > s.maxBody {
+		s.fail(w, errorf(http.StatusRequestEntityTooLarge, "import is larger than the %d bytes ctxproxy accepts (max_body)", s.maxBody))
+		return
+	}
+	s.sessions.flush(r.Context())
+	n, undo, err := snapshots.Import(r.Context(), s.sessions.fullStore(), id, data)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.sessions.remeasure(r.Context(), id)
+	writeJSON(w, http.StatusOK, api.Imported{Imported: n, Undo: snapshotOf(undo)})
+}
+
+func (s *adminAPI) listSnapshots(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	s.sessions.flush(r.Context())
+	list, err := s.sessions.store.ListSnapshots(r.Context(), id)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if len(list) == 0 {
+		// No snapshots is an answer for a session that exists.
+		if _, err := s.sessions.store.Get(r.Context(), id); err != nil {
+			s.fail(w, notFound(err, "session %q not found", id))
+			return
+		}
+	}
+	out := make([]api.SnapshotInfo, len(list))
+	for i, info := range list {
+		out[i] = *snapshotOf(info)
+	}
+	writeJSON(w, http.StatusOK, api.Snapshots{Snapshots: out})
+}
+
+// reasons are the snapshot reasons a client may give.
+var reasons = []string{snapshots.ReasonManual, snapshots.ReasonAuto, snapshots.ReasonOverflow,
+	snapshots.ReasonEmergency, snapshots.ReasonRestore, snapshots.ReasonImport, snapshots.ReasonClear}
+
+func (s *adminAPI) createSnapshot(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if err := readJSON(r, maxAdminBody, &body); err != nil {
+		s.fail(w, err)
+		return
+	}
+	if body.Reason == "" {
+		body.Reason = snapshots.ReasonManual
+	}
+	if !slices.Contains(reasons, body.Reason) {
+		s.fail(w, errorf(http.StatusBadRequest, "reason %q is not one of %s", body.Reason, strings.Join(reasons, ", ")))
+		return
+	}
+	s.sessions.flush(r.Context())
+	info, err := s.sessions.snapshot(r.Context(), r.PathValue("id"), body.Reason)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, snapshotOf(info))
+}
+
+func (s *adminAPI) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
+	id, snap := r.PathValue("id"), r.PathValue("snap")
+	s.sessions.flush(r.Context())
+	n, undo, err := s.sessions.restore(r.Context(), id, snap)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Restored{Restored: snap, Messages: n, Undo: snapshotOf(undo)})
+}
+
+func (s *adminAPI) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	id, snap := r.PathValue("id"), r.PathValue("snap")
+	s.sessions.flush(r.Context())
+	if err := s.sessions.store.DeleteSnapshot(r.Context(), id, snap); err != nil {
+		s.fail(w, notFound(err, "snapshot %q of session %q not found", snap, id))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *adminAPI) compressSession(w http.ResponseWriter, r *http.Request) {
+	s.sessions.flush(r.Context())
+	res, err := s.sessions.compress(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
