@@ -218,7 +218,7 @@ func TestAdminErrors(t *testing.T) {
 		{"unknown session clear", "DELETE", sessionPath("nope"), nil, 404, `session "nope" not found`},
 		{"unknown session purge", "DELETE", sessionPath("nope") + "?purge=1", nil, 404, `session "nope" not found`},
 		{"unknown session compress", "POST", sessionPath("nope") + "/compress", nil, 404, `session "nope" not found`},
-		{"id too long", "GET", sessionPath(long), nil, 400, "longer than 256 bytes"},
+		{"id too long", "GET", sessionPath(long), nil, 400, "more than 256"},
 		{"id not UTF-8", "GET", "/ctxproxy/sessions/%FF", nil, 400, "not valid UTF-8"},
 		{"unknown snapshot", "POST", sessionPath("s1") + "/snapshots/20990101-000000-abcdef/restore", nil, 404,
 			`snapshot "20990101-000000-abcdef" of session "s1" not found`},

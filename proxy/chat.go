@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
-	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/proxy/translate"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -153,7 +151,7 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 				p.numCtx = d.NumCtx
 				if d.Guessed {
 					ex.warn("num_ctx " + strconv.Itoa(d.NumCtx) + " is a guess: the backend did not give the model's facts")
-					s.warnOnce("facts:"+req.model, "the backend did not give the model's facts; num_ctx is a guess",
+					s.once.warn("facts:"+req.model, "the backend did not give the model's facts; num_ctx is a guess",
 						"model", req.model, "num_ctx", d.NumCtx, "reason", d.Reason, "err", mi.Err)
 				}
 			}
@@ -193,7 +191,7 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 		if floored, ok := lim.Floor(); ok {
 			ex.warn(fmt.Sprintf("the reply reserve (%d tokens) left less than a quarter of the %d-token window for the prompt; "+
 				"ctxproxy keeps a quarter (%d tokens) for it", lim.MaxOutputTokens, lim.MaxTokens, floored.Effective()))
-			s.warnOnce("reserve:"+req.model, "the reply reserve leaves less than a quarter of the window for the prompt; keeping a quarter",
+			s.once.warn("reserve:"+req.model, "the reply reserve leaves less than a quarter of the window for the prompt; keeping a quarter",
 				"model", req.model, "window", lim.MaxTokens, "reserve", lim.MaxOutputTokens)
 			lim = floored
 		}
@@ -209,7 +207,7 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 				p.counter = ec
 				p.exact = &mi
 			} else {
-				s.warnOnce("exact:"+req.model, "exact counting failed for this request's shape; estimating instead",
+				s.once.warn("exact:"+req.model, "exact counting failed for this request's shape; estimating instead",
 					"model", req.model, "err", ec.err)
 			}
 		}
@@ -218,7 +216,7 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 			if before := rc.Prompt(p.messages, req.tools); rc.err == nil {
 				p.counter, p.before = rc, before
 			} else {
-				s.warnOnce("remote:"+req.model, "the backend's tokenize API failed; estimating instead",
+				s.once.warn("remote:"+req.model, "the backend's tokenize API failed; estimating instead",
 					"model", req.model, "api", remote.API, "err", rc.err)
 			}
 		}
@@ -242,7 +240,7 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 			return s.cut(ctx, r, ex, req, p, toOllama, shrink)
 		}
 	}
-	s.setPlanHeaders(ex, p)
+	setPlanHeaders(ex, p)
 	return body, nil
 }
 
@@ -353,56 +351,6 @@ func (s *Server) manages(r *http.Request) bool {
 	return !none
 }
 
-// warnOnce logs msg at warning level the first time key is seen; keys
-// are bounded, since model names come from clients.
-func (s *Server) warnOnce(key, msg string, attrs ...any) {
-	s.warned.mu.Lock()
-	if s.warned.m == nil || len(s.warned.m) >= 4096 {
-		s.warned.m = map[string]bool{}
-	}
-	seen := s.warned.m[key]
-	s.warned.m[key] = true
-	s.warned.mu.Unlock()
-	if !seen {
-		s.log.Warn(msg, attrs...)
-	}
-}
-
-// setPlanHeaders sets the X-Ctxproxy-* response headers of DESIGN.md.
-func (s *Server) setPlanHeaders(ex *exchange, p *plan) {
-	h := ex.headers
-	if p.counter != nil {
-		h.Set("X-Ctxproxy-Tokens", strconv.Itoa(p.after.Tokens))
-		h.Set("X-Ctxproxy-Tokens-Before", strconv.Itoa(p.before.Tokens))
-		h.Set("X-Ctxproxy-Limit", strconv.Itoa(p.limit))
-		// Two numbers, each named: the conversation as the client sent
-		// it, and what was forwarded after cutting.
-		usage, fwd := p.usage(), p.forwardedUsage()
-		h.Set("X-Ctxproxy-Usage", strconv.FormatFloat(usage*100, 'f', 1, 64))
-		h.Set("X-Ctxproxy-Usage-Forwarded", strconv.FormatFloat(fwd*100, 'f', 1, 64))
-		switch cut := p.result.Notice != ""; {
-		case cut && fwd >= 0.8:
-			ex.warn(fmt.Sprintf("Context at %.0f%% capacity after cutting (the conversation as sent is at %.0f%%).", fwd*100, usage*100))
-		case cut:
-			// The cut has answered it: X-Ctxproxy-Notice says what was
-			// done. Seed 000's "approaching" warnings would mislead.
-		case usage >= 0.9:
-			ex.warn(warn90)
-		case usage >= 0.8:
-			ex.warn(warn80)
-		}
-	}
-	// Result.Dropped counts every message not forwarded, folded ones too.
-	h.Set("X-Ctxproxy-Dropped", strconv.Itoa(p.result.Dropped-p.result.Summarized))
-	h.Set("X-Ctxproxy-Summarized", strconv.Itoa(p.result.Summarized))
-	if p.numCtx > 0 {
-		h.Set("X-Ctxproxy-Num-Ctx", strconv.Itoa(p.numCtx))
-	}
-	if p.result.Notice != "" {
-		h.Set("X-Ctxproxy-Notice", p.result.Notice)
-	}
-}
-
 // forwardedUsage is the share of the effective limit what was forwarded
 // takes.
 func (p *plan) forwardedUsage() float64 {
@@ -419,236 +367,4 @@ func (p *plan) usage() float64 {
 		return 0
 	}
 	return float64(p.before.Tokens) / float64(p.limit)
-}
-
-// afterReply runs when the response has ended: calibrate the counter from
-// the backend's truth, detect silent truncation, and record the session.
-// It runs on the request's goroutine after the last byte reached the
-// client; store writes are queued, never waited for.
-func (s *Server) afterReply(ex *exchange, rep reply) {
-	p := ex.plan
-	if p == nil {
-		return
-	}
-	truncated := false
-	if s.tokens != nil && rep.status == http.StatusOK && rep.complete && rep.promptTokens > 0 {
-		numCtx := p.window
-		if p.numCtx > 0 && (ex.dialect == Ollama || p.translate) {
-			numCtx = p.numCtx
-		}
-		switch {
-		case p.exact != nil:
-			truncated = s.checkExact(ex, p, rep.promptTokens, numCtx)
-		case p.after.Exact:
-			// Counted by the backend itself: nothing to calibrate, only
-			// a cut to see.
-			truncated = budget.Truncated(p.after.Tokens, rep.promptTokens, numCtx, 0.01)
-		default:
-			truncated = s.tokens.Observe(p.model, p.after, rep.promptTokens, numCtx)
-		}
-		s.metrics.calibrationError.Observe(relErr(p.after.Tokens, rep.promptTokens))
-		ex.logAttrs = append(ex.logAttrs, "prompt_tokens", rep.promptTokens)
-		if truncated {
-			s.metrics.truncations.Inc()
-			s.log.Warn("backend truncated the prompt silently: it reports far fewer prompt tokens than were sent",
-				"model", p.model, "session", ex.session, "sent", p.after.Tokens, "exact", p.exact != nil,
-				"reported", rep.promptTokens, "num_ctx", p.numCtx)
-		}
-	}
-	s.record(ex, rep, truncated)
-}
-
-// checkExact compares an exact count of what was forwarded with the
-// prompt tokens Ollama reported. A report at the window is censored (the
-// backend may have cut the prompt to it): it tells of truncation, never of
-// the tokenizer. An uncensored report that disagrees beyond 1% means the
-// tokenizer is wrong for this model (another Ollama version, a renderer):
-// backend.Model.Observe then turns exact counting off for it.
-func (s *Server) checkExact(ex *exchange, p *plan, reported, numCtx int) (truncated bool) {
-	sent := p.after.Tokens
-	censored := budget.Censored(reported, numCtx) || (numCtx > 0 && sent > numCtx)
-	if censored {
-		// Ollama fits an overlong prompt into num_ctx and answers 200.
-		return sent > numCtx && reported <= numCtx
-	}
-	if p.exact.Observe(s.log, sent, reported) {
-		s.metrics.exactDisagreements.Inc()
-	}
-	return false
-}
-
-func relErr(est, actual int) float64 {
-	if actual <= 0 {
-		return 0
-	}
-	d := float64(est-actual) / float64(actual)
-	if d < 0 {
-		d = -d
-	}
-	return d
-}
-
-// record queues the session update for this exchange.
-func (s *Server) record(ex *exchange, rep reply, truncated bool) {
-	p := ex.plan
-	if s.writer == nil || ex.session == "" || p == nil {
-		return
-	}
-	if len(p.sent) == 0 || (p.accum && len(p.newTurn) == 0) {
-		// No messages: a model load or unload, not a turn of the
-		// conversation; recording it would replace the conversation.
-		return
-	}
-	var replyMsg *snapshots.Message
-	if rep.status == http.StatusOK && rep.complete {
-		m := replyMessage(ex.dialect, rep)
-		replyMsg = &m
-	}
-	sent := toStored(p.sent)
-	newTurn := toStored(p.newTurn)
-	now := time.Now()
-	usage := p.usage()
-	stats := snapshots.Stats{
-		Tokens: p.before.Tokens, Limit: p.limit, Usage: usage, Sent: p.after.Tokens, NumCtx: p.numCtx,
-		Dropped: p.result.Dropped - p.result.Summarized, Summarized: p.result.Summarized,
-	}
-	if rep.promptTokens > 0 {
-		stats.PromptTokens, stats.CompletionTokens = rep.promptTokens, rep.outputTokens
-	}
-	model, accum, retries := p.model, p.accum, p.retries
-	err := s.writer.Update(ex.session, func(sess *snapshots.Session) error {
-		if model != "" {
-			sess.Model = model
-		}
-		if accum {
-			sess.AppendTurn(newTurn, replyMsg, now)
-		} else {
-			msgs := sent
-			if replyMsg != nil {
-				msgs = append(msgs[:len(msgs):len(msgs)], *replyMsg)
-			}
-			sess.SetMessages(msgs, now)
-		}
-		st := stats
-		st.Requests = sess.Stats.Requests + 1
-		st.Truncations = sess.Stats.Truncations
-		st.LastTruncation = sess.Stats.LastTruncation
-		st.OverflowRetries = sess.Stats.OverflowRetries + retries
-		if truncated {
-			st.Truncations++
-			st.LastTruncation = now.UTC()
-		}
-		sess.Stats = st
-		return nil
-	})
-	if err != nil {
-		s.log.Warn("session not recorded", "session", ex.session, "err", err)
-		return
-	}
-	// Snapshot before the first cut of a conversation that has outgrown
-	// the window (seed 004 4.7, the pre-overflow event). The writer takes
-	// the automatic snapshot at snapshots.auto_threshold itself, from the
-	// usage recorded above (seed 004 4.6).
-	prev, seen := s.usage.swap(ex.session, usage)
-	if p.result.Dropped > 0 && (!seen || prev < s.threshold()) {
-		s.log.Info("pre-overflow: conversation outgrew the window; snapshot taken before the first cut",
-			"session", ex.session, "tokens", p.before.Tokens, "limit", p.limit)
-		snap := snapshots.NewSnapshot(&snapshots.Session{ID: ex.session, Model: p.model, Messages: sent,
-			Stats: stats}, snapshots.ReasonOverflow)
-		if err := s.writer.SaveSnapshot(snap); err != nil {
-			s.log.Warn("snapshot not queued", "session", ex.session, "err", err)
-		}
-	}
-}
-
-func (s *Server) threshold() float64 {
-	if t := s.trimmer.Load(); t != nil {
-		return t.Threshold()
-	}
-	return 0.8
-}
-
-// toStored converts messages for the session store, keeping raw bytes.
-func toStored(msgs []rewrite.Message) []snapshots.Message {
-	out := make([]snapshots.Message, len(msgs))
-	for i, m := range msgs {
-		sm := snapshots.Message{Role: m.Role, Content: m.Content, Raw: m.Raw, Preserve: m.Preserve}
-		if m.Edited || m.Raw == nil {
-			sm.Raw = nil
-			if enc, err := encodeMessage(&msgs[i]); err == nil {
-				sm.Raw = enc
-			}
-		}
-		if m.HasImportance {
-			imp := m.Importance
-			sm.Importance = &imp
-		}
-		out[i] = sm
-	}
-	return out
-}
-
-// fromStored converts stored messages back, decoding their raw bytes.
-func fromStored(msgs []snapshots.Message) ([]rewrite.Message, error) {
-	out := make([]rewrite.Message, len(msgs))
-	for i, sm := range msgs {
-		raw := sm.Raw
-		if raw == nil {
-			b, err := json.Marshal(struct {
-				Role    string `json:"role"`
-				Content string `json:"content"`
-			}{sm.Role, sm.Content})
-			if err != nil {
-				return nil, err
-			}
-			raw = b
-		}
-		// The store keeps raw bytes as they were sent; check them before
-		// scanning, as decodeChat checks a request body.
-		if _, err := jsonscan.Valid(raw); err != nil {
-			return nil, fmt.Errorf("stored message %d: %w", i, err)
-		}
-		m, _, err := decodeMessage(raw)
-		if err != nil {
-			return nil, fmt.Errorf("stored message %d: %w", i, err)
-		}
-		if sm.Importance != nil {
-			m.Importance, m.HasImportance = *sm.Importance, true
-		}
-		m.Preserve = m.Preserve || sm.Preserve
-		out[i] = m
-	}
-	return out, nil
-}
-
-// replyMessage is the assistant's reply as a message the client would
-// send back in its next request, in the request's dialect.
-func replyMessage(d Dialect, rep reply) snapshots.Message {
-	m := map[string]any{"role": "assistant", "content": rep.content}
-	if len(rep.toolCalls) > 0 {
-		calls := make([]any, 0, len(rep.toolCalls))
-		for _, tc := range rep.toolCalls {
-			if d == OpenAI {
-				calls = append(calls, map[string]any{"id": tc.ID, "type": "function",
-					"function": map[string]any{"name": tc.Name, "arguments": tc.Arguments}})
-				continue
-			}
-			var args any = map[string]any{}
-			if tc.Arguments != "" {
-				_ = json.Unmarshal([]byte(tc.Arguments), &args)
-			}
-			fn := map[string]any{"name": tc.Name, "arguments": args}
-			call := map[string]any{"function": fn}
-			if tc.ID != "" {
-				call["id"] = tc.ID
-			}
-			calls = append(calls, call)
-		}
-		m["tool_calls"] = calls
-	}
-	if rep.thinking != "" && d == Ollama {
-		m["thinking"] = rep.thinking
-	}
-	raw, _ := json.Marshal(m)
-	return snapshots.Message{Role: "assistant", Content: rep.content, Raw: raw}
 }

@@ -43,7 +43,7 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d Dialect) {
 		return
 	}
 	ex := &exchange{dialect: d, route: r.URL.Path, start: time.Now(), headers: http.Header{}}
-	defer func() { s.logChat(ex) }()
+	defer func() { s.rec.logExchange(ex) }()
 	body, release, status := s.gate.takeBody(w, r, d)
 	if status != 0 {
 		ex.status = status

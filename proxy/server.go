@@ -12,8 +12,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -23,7 +21,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,14 +100,11 @@ type Server struct {
 	store   Store
 	writer  Writer
 
-	be     *backend.Backend
-	gate   *gate
-	usage  usageCache
-	tok    *tokenizeRoutes
-	warned struct {
-		mu sync.Mutex
-		m  map[string]bool
-	}
+	be      *backend.Backend
+	gate    *gate
+	usage   usageCache
+	tok     *tokenizeRoutes
+	once    *onceLog
 	cleared emergencies
 
 	// The services chat requests share with the admin API.
@@ -118,6 +112,8 @@ type Server struct {
 	status   *statusReporter
 	inband   *inband
 	guard    *memoryGuard
+	rec      *recorder
+	namer    sessionNamer
 }
 
 // usageCache remembers each session's last usage and when it was seen,
@@ -203,6 +199,9 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		inflight: &s.metrics.inflight, seen: seen, start: time.Now(), log: log}
 	s.inband = &inband{sessions: s.sessions, status: s.status, monitor: deps.Monitor,
 		sessionHeader: cfg.SessionHeader, adminOff: cfg.AdminOff}
+	s.once = &onceLog{log: log}
+	s.rec = &recorder{tokens: deps.Tokens, writer: deps.Writer, trimmer: &s.trimmer, usage: &s.usage, metrics: s.metrics, log: log}
+	s.namer = sessionNamer{header: cfg.SessionHeader, scopeHeader: cfg.ScopeHeader, noFingerprint: cfg.NoFingerprint}
 	s.guard = &memoryGuard{sessions: s.sessions, usage: &s.usage, log: log}
 	if deps.Monitor != nil {
 		deps.Monitor.Subscribe(s.guard.onEvent)
@@ -214,8 +213,9 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 // routes registers the admin API, metrics and the intercepted chat routes.
 // Everything not registered falls through to the plain reverse proxy.
 func (s *Server) routes() {
-	s.mux.HandleFunc("GET /ctxproxy/healthz", s.healthz)
-	s.mux.HandleFunc("GET /ctxproxy/readyz", s.readyz)
+	h := &health{backend: s.backend, be: s.be, store: s.store, writer: s.writer}
+	s.mux.HandleFunc("GET /ctxproxy/healthz", h.healthz)
+	s.mux.HandleFunc("GET /ctxproxy/readyz", h.readyz)
 	admin := &adminAPI{token: s.cfg.AdminToken, off: s.cfg.AdminOff, origins: s.cfg.Hosts.AllowedOrigins,
 		maxBody: s.cfg.MaxBody, sessions: s.sessions, status: s.status, tok: s.tok}
 	admin.routes(s.mux)
@@ -252,48 +252,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Registry is the Prometheus registry behind /metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
 
-// exchange is the state of one intercepted chat request, carried to the
-// ReverseProxy hooks through the request context.
-type exchange struct {
-	dialect Dialect
-	route   string
-	model   string
-	session string
-	stream  bool
-	start   time.Time
-	status  int
-	// headers are added to the response (X-Ctxproxy-*).
-	headers http.Header
-	plan    *plan
-	// outPath, when set, replaces the request path (an OpenAI request
-	// translated to Ollama's /api/chat).
-	outPath  string
-	logAttrs []any
-	// named reports that the client named the session (the session
-	// header) rather than ctxproxy fingerprinting it.
-	named bool
-	// ready is when the request was ready to forward: what ctxproxy
-	// added before the backend saw it.
-	ready time.Time
-	// recut, when set, cuts the conversation shrink tokens below the
-	// limit and returns the body to forward (an overflow retry).
-	recut func(shrink int) ([]byte, *apiError)
-}
-
-// warn adds a warning for the client (X-Ctxproxy-Warning) and the log.
-func (ex *exchange) warn(msg string) {
-	if !slices.Contains(ex.headers.Values("X-Ctxproxy-Warning"), msg) {
-		ex.headers.Add("X-Ctxproxy-Warning", msg)
-	}
-}
-
-type exchangeKey struct{}
-
-func exchangeFrom(ctx context.Context) *exchange {
-	ex, _ := ctx.Value(exchangeKey{}).(*exchange)
-	return ex
-}
-
 func (s *Server) passthrough(w http.ResponseWriter, r *http.Request) {
 	s.rp.ServeHTTP(w, r)
 }
@@ -307,7 +265,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 		return
 	}
 	ex := &exchange{dialect: d, route: route, start: time.Now(), headers: http.Header{}}
-	defer func() { s.logChat(ex) }()
+	defer func() { s.rec.logExchange(ex) }()
 	if s.monitor != nil {
 		// Memory is sampled every poll_active while a request is in
 		// flight (seed 004 1.7), every poll_idle otherwise.
@@ -336,7 +294,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 		return
 	}
 	ex.model, ex.stream = req.model, req.stream
-	session, aerr := s.sessionID(r, req)
+	session, aerr := s.namer.id(r, req)
 	if aerr != nil {
 		ex.status = aerr.status
 		writeError(w, d, *aerr)
@@ -349,7 +307,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 		// A turn is stored after its reply has streamed, so a failed
 		// write is told on the session's next response, and on every
 		// response while the store fails.
-		if _, err := s.storeHealth(); err != nil || (s.writer != nil && s.writer.Unsaved(session)) {
+		if _, err := storeHealth(s.writer); err != nil || (s.writer != nil && s.writer.Unsaved(session)) {
 			ex.headers.Set("X-Ctxproxy-Store", "degraded; last turn not saved")
 		}
 		if snap, ok := s.cleared.take(session); ok {
@@ -371,84 +329,6 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 	}
 	ex.ready = time.Now()
 	s.forward(w, r, ex, out)
-}
-
-// readBody reads a chat request body, refusing one over MaxBody before it
-// is read whole.
-func readBody(r *http.Request, maxBody int64) ([]byte, *apiError) {
-	tooLarge := &apiError{status: http.StatusRequestEntityTooLarge,
-		message: fmt.Sprintf("request body is larger than the %d bytes ctxproxy accepts (max_body)", maxBody)}
-	if r.ContentLength > maxBody {
-		return nil, tooLarge
-	}
-	var body []byte
-	var err error
-	if n := r.ContentLength; n >= 0 {
-		// One buffer of the announced size: io.ReadAll's doubling would
-		// hold up to twice the body while it grows.
-		body = make([]byte, n)
-		if _, err = io.ReadFull(r.Body, body); err == nil {
-			var extra [1]byte
-			if m, _ := r.Body.Read(extra[:]); m > 0 {
-				err = errors.New("body longer than its Content-Length")
-			}
-		}
-	} else {
-		body, err = io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	}
-	if err != nil {
-		return nil, &apiError{status: http.StatusBadRequest, message: "reading the request body failed"}
-	}
-	if int64(len(body)) > maxBody {
-		return nil, tooLarge
-	}
-	return body, nil
-}
-
-// sessionID returns the session of a request: the session header, else a
-// fingerprint of the model and the first system and user messages (so a
-// client that resends its whole history keeps one session without saying
-// so), else "".
-func (s *Server) sessionID(r *http.Request, req *chatRequest) (string, *apiError) {
-	scope := s.scope(r)
-	if id := r.Header.Get(s.cfg.SessionHeader); id != "" {
-		max := snapshots.MaxIDLen - len(scope)
-		// The store's rule, checked before the turn is answered: a turn
-		// that could not be saved must not be answered as if it were.
-		if err := snapshots.CheckID(id); err != nil || len(id) > max {
-			why := fmt.Sprintf("session id is %d bytes, more than %d", len(id), max)
-			if err != nil {
-				why = strings.TrimPrefix(err.Error(), snapshots.ErrInvalidID.Error()+": ")
-			}
-			return "", &apiError{status: http.StatusBadRequest,
-				message: fmt.Sprintf("%s: %s (1 to %d bytes of UTF-8)", s.cfg.SessionHeader, why, max)}
-		}
-		return id + scope, nil
-	}
-	if s.cfg.NoFingerprint || req.firstUser == "" {
-		return "", nil
-	}
-	h := sha256.New()
-	for _, part := range []string{req.model, req.firstSystem, req.firstUser} {
-		h.Write([]byte(part))
-		h.Write([]byte{0})
-	}
-	return "fp-" + hex.EncodeToString(h.Sum(nil)[:8]) + scope, nil
-}
-
-// scope is the suffix that keeps a caller's sessions its own: "~" and 16
-// hex digits of a hash of the request's credential (ScopeHeader), or ""
-// when it carries none. The credential itself is never stored.
-func (s *Server) scope(r *http.Request) string {
-	if s.cfg.ScopeHeader == "" {
-		return ""
-	}
-	cred := r.Header.Get(s.cfg.ScopeHeader)
-	if cred == "" {
-		return ""
-	}
-	sum := sha256.Sum256([]byte("ctxproxy session scope\x00" + cred))
-	return "~" + hex.EncodeToString(sum[:8])
 }
 
 // forward sends body to the backend in place of r's body.
@@ -496,6 +376,7 @@ func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 type badAnswer struct{ err error }
 
 func (b badAnswer) Error() string { return "reading the backend's answer: " + b.err.Error() }
+
 func (b badAnswer) Unwrap() error { return b.err }
 
 // modifyResponse runs when the backend's response headers arrive.
@@ -550,7 +431,7 @@ func (s *Server) shapeResponse(resp *http.Response) error {
 		resp.Uncompressed = true
 	}
 	resp.Body = newTap(resp.Body, ex.dialect, resp.StatusCode, resp.Header.Get("Content-Type"), func(rep reply) {
-		s.afterReply(ex, rep)
+		s.rec.afterReply(ex, rep)
 	})
 	if ex.plan != nil && ex.plan.translate {
 		return s.translateResponse(resp, ex)
@@ -610,86 +491,4 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 func isDialError(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
-}
-
-func (s *Server) logChat(ex *exchange) {
-	status := ex.status
-	s.metrics.requests.WithLabelValues(ex.route, ex.dialect.String(), strconv.Itoa(status)).Inc()
-	s.metrics.duration.WithLabelValues(ex.route).Observe(time.Since(ex.start).Seconds())
-	level := slog.LevelInfo
-	if status >= 500 {
-		level = slog.LevelWarn
-	}
-	attrs := []any{"route", ex.route, "dialect", ex.dialect.String(), "model", ex.model, "session", ex.session,
-		"stream", ex.stream, "status", status, "duration", time.Since(ex.start).Round(time.Millisecond)}
-	if p := ex.plan; p != nil {
-		if p.counter != nil {
-			attrs = append(attrs, "tokens_before", p.before.Tokens, "tokens", p.after.Tokens, "exact", p.before.Exact, "limit", p.limit,
-				"usage", fmt.Sprintf("%.1f%%", p.usage()*100))
-			method := "estimate"
-			switch {
-			case p.exact != nil:
-				method = "exact"
-			case p.before.Exact:
-				method = "backend"
-			}
-			s.metrics.exactCounts.WithLabelValues(method).Inc()
-			s.metrics.tokensBefore.Observe(float64(p.before.Tokens))
-			s.metrics.tokensAfter.Observe(float64(p.after.Tokens))
-		}
-		if p.numCtx > 0 {
-			attrs = append(attrs, "num_ctx", p.numCtx)
-			s.metrics.observeNumCtx(p.numCtx)
-		}
-		if p.result.Notice != "" {
-			attrs = append(attrs, "dropped", p.result.Dropped, "summarized", p.result.Summarized, "notice", p.result.Notice)
-			s.metrics.dropped.Add(float64(p.result.Dropped - p.result.Summarized))
-			s.metrics.summarized.Add(float64(p.result.Summarized))
-		}
-		if p.translate {
-			attrs = append(attrs, "translated", true)
-		}
-	}
-	attrs = append(attrs, ex.logAttrs...)
-	s.log.Log(context.Background(), level, "chat", attrs...)
-}
-
-func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = io.WriteString(w, "ok\n")
-}
-
-// readyz answers 200 when the backend answered recently, asking it (GET /)
-// when it has not.
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	if p, ok := s.store.(interface{ Ping(context.Context) error }); ok {
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		err := p.Ping(ctx)
-		cancel()
-		if err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = fmt.Fprintf(w, "degraded: the session store does not answer: %v\n", err)
-			return
-		}
-	}
-	if since, err := s.storeHealth(); err != nil {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = fmt.Fprintf(w, "degraded: the session store fails since %s: %v\n", since.UTC().Format(time.RFC3339), err)
-		return
-	}
-	if s.be.Ready(r.Context()) {
-		_, _ = io.WriteString(w, "ready\n")
-		return
-	}
-	w.WriteHeader(http.StatusServiceUnavailable)
-	_, _ = fmt.Fprintf(w, "backend %s is not answering\n", s.backend.Redacted())
-}
-
-// storeHealth is the session store's state as the writer last saw it.
-func (s *Server) storeHealth() (time.Time, error) {
-	if s.writer == nil {
-		return time.Time{}, nil
-	}
-	return s.writer.Health()
 }

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/budget"
@@ -59,18 +58,10 @@ func (s *sessions) flush(ctx context.Context) {
 	}
 }
 
-// checkSessionID validates a session id from a URL as the store would.
-func checkSessionID(id string) error {
-	switch {
-	case id == "":
-		return errorf(http.StatusBadRequest, "invalid session id: empty")
-	case len(id) > snapshots.MaxIDLen:
-		return errorf(http.StatusBadRequest, "invalid session id: longer than %d bytes", snapshots.MaxIDLen)
-	case !utf8.ValidString(id):
-		return errorf(http.StatusBadRequest, "invalid session id: not valid UTF-8")
-	}
-	return nil
-}
+// checkSessionID validates a session id from a URL: the store's rule
+// (snapshots.CheckID), the one the chat routes apply too; describe turns
+// its error into a 400 that says why.
+func checkSessionID(id string) error { return snapshots.CheckID(id) }
 
 // fullStore gives the proxy's Store the methods snapshots' helpers
 // (Import, Restore) want beyond it.

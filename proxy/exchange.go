@@ -1,0 +1,121 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// exchange is the state of one intercepted chat request, carried to the
+// ReverseProxy hooks through the request context.
+type exchange struct {
+	dialect Dialect
+	route   string
+	model   string
+	session string
+	stream  bool
+	start   time.Time
+	status  int
+	// headers are added to the response (X-Ctxproxy-*).
+	headers http.Header
+	plan    *plan
+	// outPath, when set, replaces the request path (an OpenAI request
+	// translated to Ollama's /api/chat).
+	outPath  string
+	logAttrs []any
+	// named reports that the client named the session (the session
+	// header) rather than ctxproxy fingerprinting it.
+	named bool
+	// ready is when the request was ready to forward: what ctxproxy
+	// added before the backend saw it.
+	ready time.Time
+	// recut, when set, cuts the conversation shrink tokens below the
+	// limit and returns the body to forward (an overflow retry).
+	recut func(shrink int) ([]byte, *apiError)
+}
+
+// warn adds a warning for the client (X-Ctxproxy-Warning) and the log.
+func (ex *exchange) warn(msg string) {
+	if !slices.Contains(ex.headers.Values("X-Ctxproxy-Warning"), msg) {
+		ex.headers.Add("X-Ctxproxy-Warning", msg)
+	}
+}
+
+type exchangeKey struct{}
+
+func exchangeFrom(ctx context.Context) *exchange {
+	ex, _ := ctx.Value(exchangeKey{}).(*exchange)
+	return ex
+}
+
+// readBody reads a chat request body, refusing one over MaxBody before it
+// is read whole.
+func readBody(r *http.Request, maxBody int64) ([]byte, *apiError) {
+	tooLarge := &apiError{status: http.StatusRequestEntityTooLarge,
+		message: fmt.Sprintf("request body is larger than the %d bytes ctxproxy accepts (max_body)", maxBody)}
+	if r.ContentLength > maxBody {
+		return nil, tooLarge
+	}
+	var body []byte
+	var err error
+	if n := r.ContentLength; n >= 0 {
+		// One buffer of the announced size: io.ReadAll's doubling would
+		// hold up to twice the body while it grows.
+		body = make([]byte, n)
+		if _, err = io.ReadFull(r.Body, body); err == nil {
+			var extra [1]byte
+			if m, _ := r.Body.Read(extra[:]); m > 0 {
+				err = errors.New("body longer than its Content-Length")
+			}
+		}
+	} else {
+		body, err = io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	}
+	if err != nil {
+		return nil, &apiError{status: http.StatusBadRequest, message: "reading the request body failed"}
+	}
+	if int64(len(body)) > maxBody {
+		return nil, tooLarge
+	}
+	return body, nil
+}
+
+// setPlanHeaders sets the X-Ctxproxy-* response headers of DESIGN.md.
+func setPlanHeaders(ex *exchange, p *plan) {
+	h := ex.headers
+	if p.counter != nil {
+		h.Set("X-Ctxproxy-Tokens", strconv.Itoa(p.after.Tokens))
+		h.Set("X-Ctxproxy-Tokens-Before", strconv.Itoa(p.before.Tokens))
+		h.Set("X-Ctxproxy-Limit", strconv.Itoa(p.limit))
+		// Two numbers, each named: the conversation as the client sent
+		// it, and what was forwarded after cutting.
+		usage, fwd := p.usage(), p.forwardedUsage()
+		h.Set("X-Ctxproxy-Usage", strconv.FormatFloat(usage*100, 'f', 1, 64))
+		h.Set("X-Ctxproxy-Usage-Forwarded", strconv.FormatFloat(fwd*100, 'f', 1, 64))
+		switch cut := p.result.Notice != ""; {
+		case cut && fwd >= 0.8:
+			ex.warn(fmt.Sprintf("Context at %.0f%% capacity after cutting (the conversation as sent is at %.0f%%).", fwd*100, usage*100))
+		case cut:
+			// The cut has answered it: X-Ctxproxy-Notice says what was
+			// done. Seed 000's "approaching" warnings would mislead.
+		case usage >= 0.9:
+			ex.warn(warn90)
+		case usage >= 0.8:
+			ex.warn(warn80)
+		}
+	}
+	// Result.Dropped counts every message not forwarded, folded ones too.
+	h.Set("X-Ctxproxy-Dropped", strconv.Itoa(p.result.Dropped-p.result.Summarized))
+	h.Set("X-Ctxproxy-Summarized", strconv.Itoa(p.result.Summarized))
+	if p.numCtx > 0 {
+		h.Set("X-Ctxproxy-Num-Ctx", strconv.Itoa(p.numCtx))
+	}
+	if p.result.Notice != "" {
+		h.Set("X-Ctxproxy-Notice", p.result.Notice)
+	}
+}

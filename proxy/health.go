@@ -1,0 +1,60 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/backend"
+)
+
+// health answers /ctxproxy/healthz and /ctxproxy/readyz.
+type health struct {
+	backend *url.URL
+	be      *backend.Backend
+	store   Store
+	writer  Writer
+}
+
+func (s *health) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+// readyz answers 200 when the backend answered recently, asking it (GET /)
+// when it has not.
+func (s *health) readyz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if p, ok := s.store.(interface{ Ping(context.Context) error }); ok {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		err := p.Ping(ctx)
+		cancel()
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, "degraded: the session store does not answer: %v\n", err)
+			return
+		}
+	}
+	if since, err := storeHealth(s.writer); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = fmt.Fprintf(w, "degraded: the session store fails since %s: %v\n", since.UTC().Format(time.RFC3339), err)
+		return
+	}
+	if s.be.Ready(r.Context()) {
+		_, _ = io.WriteString(w, "ready\n")
+		return
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = fmt.Fprintf(w, "backend %s is not answering\n", s.backend.Redacted())
+}
+
+// storeHealth is the session store's state as the writer last saw it.
+func storeHealth(w Writer) (time.Time, error) {
+	if w == nil {
+		return time.Time{}, nil
+	}
+	return w.Health()
+}

@@ -1,0 +1,217 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/snapshots"
+)
+
+// recorder does what follows a reply: it calibrates the counter from the
+// backend's own count, detects silent truncation, queues the session's
+// update and snapshot, and logs and counts the exchange.
+type recorder struct {
+	tokens  *budget.Registry
+	writer  Writer
+	trimmer *atomic.Pointer[rewrite.Trimmer]
+	// usage is each session's last usage, to notice a first overflow.
+	usage   *usageCache
+	metrics *metrics
+	log     *slog.Logger
+}
+
+// afterReply runs when the response has ended: calibrate the counter from
+// the backend's truth, detect silent truncation, and record the session.
+// It runs on the request's goroutine after the last byte reached the
+// client; store writes are queued, never waited for.
+func (s *recorder) afterReply(ex *exchange, rep reply) {
+	p := ex.plan
+	if p == nil {
+		return
+	}
+	truncated := false
+	if s.tokens != nil && rep.status == http.StatusOK && rep.complete && rep.promptTokens > 0 {
+		numCtx := p.window
+		if p.numCtx > 0 && (ex.dialect == Ollama || p.translate) {
+			numCtx = p.numCtx
+		}
+		switch {
+		case p.exact != nil:
+			truncated = s.checkExact(ex, p, rep.promptTokens, numCtx)
+		case p.after.Exact:
+			// Counted by the backend itself: nothing to calibrate, only
+			// a cut to see.
+			truncated = budget.Truncated(p.after.Tokens, rep.promptTokens, numCtx, 0.01)
+		default:
+			truncated = s.tokens.Observe(p.model, p.after, rep.promptTokens, numCtx)
+		}
+		s.metrics.calibrationError.Observe(relErr(p.after.Tokens, rep.promptTokens))
+		ex.logAttrs = append(ex.logAttrs, "prompt_tokens", rep.promptTokens)
+		if truncated {
+			s.metrics.truncations.Inc()
+			s.log.Warn("backend truncated the prompt silently: it reports far fewer prompt tokens than were sent",
+				"model", p.model, "session", ex.session, "sent", p.after.Tokens, "exact", p.exact != nil,
+				"reported", rep.promptTokens, "num_ctx", p.numCtx)
+		}
+	}
+	s.record(ex, rep, truncated)
+}
+
+// checkExact compares an exact count of what was forwarded with the
+// prompt tokens Ollama reported. A report at the window is censored (the
+// backend may have cut the prompt to it): it tells of truncation, never of
+// the tokenizer. An uncensored report that disagrees beyond 1% means the
+// tokenizer is wrong for this model (another Ollama version, a renderer):
+// backend.Model.Observe then turns exact counting off for it.
+func (s *recorder) checkExact(ex *exchange, p *plan, reported, numCtx int) (truncated bool) {
+	sent := p.after.Tokens
+	censored := budget.Censored(reported, numCtx) || (numCtx > 0 && sent > numCtx)
+	if censored {
+		// Ollama fits an overlong prompt into num_ctx and answers 200.
+		return sent > numCtx && reported <= numCtx
+	}
+	if p.exact.Observe(s.log, sent, reported) {
+		s.metrics.exactDisagreements.Inc()
+	}
+	return false
+}
+
+func relErr(est, actual int) float64 {
+	if actual <= 0 {
+		return 0
+	}
+	d := float64(est-actual) / float64(actual)
+	if d < 0 {
+		d = -d
+	}
+	return d
+}
+
+// record queues the session update for this exchange.
+func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
+	p := ex.plan
+	if s.writer == nil || ex.session == "" || p == nil {
+		return
+	}
+	if len(p.sent) == 0 || (p.accum && len(p.newTurn) == 0) {
+		// No messages: a model load or unload, not a turn of the
+		// conversation; recording it would replace the conversation.
+		return
+	}
+	var replyMsg *snapshots.Message
+	if rep.status == http.StatusOK && rep.complete {
+		m := replyMessage(ex.dialect, rep)
+		replyMsg = &m
+	}
+	sent := toStored(p.sent)
+	newTurn := toStored(p.newTurn)
+	now := time.Now()
+	usage := p.usage()
+	stats := snapshots.Stats{
+		Tokens: p.before.Tokens, Limit: p.limit, Usage: usage, Sent: p.after.Tokens, NumCtx: p.numCtx,
+		Dropped: p.result.Dropped - p.result.Summarized, Summarized: p.result.Summarized,
+	}
+	if rep.promptTokens > 0 {
+		stats.PromptTokens, stats.CompletionTokens = rep.promptTokens, rep.outputTokens
+	}
+	model, accum, retries := p.model, p.accum, p.retries
+	err := s.writer.Update(ex.session, func(sess *snapshots.Session) error {
+		if model != "" {
+			sess.Model = model
+		}
+		if accum {
+			sess.AppendTurn(newTurn, replyMsg, now)
+		} else {
+			msgs := sent
+			if replyMsg != nil {
+				msgs = append(msgs[:len(msgs):len(msgs)], *replyMsg)
+			}
+			sess.SetMessages(msgs, now)
+		}
+		st := stats
+		st.Requests = sess.Stats.Requests + 1
+		st.Truncations = sess.Stats.Truncations
+		st.LastTruncation = sess.Stats.LastTruncation
+		st.OverflowRetries = sess.Stats.OverflowRetries + retries
+		if truncated {
+			st.Truncations++
+			st.LastTruncation = now.UTC()
+		}
+		sess.Stats = st
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("session not recorded", "session", ex.session, "err", err)
+		return
+	}
+	// Snapshot before the first cut of a conversation that has outgrown
+	// the window (seed 004 4.7, the pre-overflow event). The writer takes
+	// the automatic snapshot at snapshots.auto_threshold itself, from the
+	// usage recorded above (seed 004 4.6).
+	prev, seen := s.usage.swap(ex.session, usage)
+	if p.result.Dropped > 0 && (!seen || prev < s.threshold()) {
+		s.log.Info("pre-overflow: conversation outgrew the window; snapshot taken before the first cut",
+			"session", ex.session, "tokens", p.before.Tokens, "limit", p.limit)
+		snap := snapshots.NewSnapshot(&snapshots.Session{ID: ex.session, Model: p.model, Messages: sent,
+			Stats: stats}, snapshots.ReasonOverflow)
+		if err := s.writer.SaveSnapshot(snap); err != nil {
+			s.log.Warn("snapshot not queued", "session", ex.session, "err", err)
+		}
+	}
+}
+
+func (s *recorder) threshold() float64 {
+	if t := s.trimmer.Load(); t != nil {
+		return t.Threshold()
+	}
+	return 0.8
+}
+
+func (s *recorder) logExchange(ex *exchange) {
+	status := ex.status
+	s.metrics.requests.WithLabelValues(ex.route, ex.dialect.String(), strconv.Itoa(status)).Inc()
+	s.metrics.duration.WithLabelValues(ex.route).Observe(time.Since(ex.start).Seconds())
+	level := slog.LevelInfo
+	if status >= 500 {
+		level = slog.LevelWarn
+	}
+	attrs := []any{"route", ex.route, "dialect", ex.dialect.String(), "model", ex.model, "session", ex.session,
+		"stream", ex.stream, "status", status, "duration", time.Since(ex.start).Round(time.Millisecond)}
+	if p := ex.plan; p != nil {
+		if p.counter != nil {
+			attrs = append(attrs, "tokens_before", p.before.Tokens, "tokens", p.after.Tokens, "exact", p.before.Exact, "limit", p.limit,
+				"usage", fmt.Sprintf("%.1f%%", p.usage()*100))
+			method := "estimate"
+			switch {
+			case p.exact != nil:
+				method = "exact"
+			case p.before.Exact:
+				method = "backend"
+			}
+			s.metrics.exactCounts.WithLabelValues(method).Inc()
+			s.metrics.tokensBefore.Observe(float64(p.before.Tokens))
+			s.metrics.tokensAfter.Observe(float64(p.after.Tokens))
+		}
+		if p.numCtx > 0 {
+			attrs = append(attrs, "num_ctx", p.numCtx)
+			s.metrics.observeNumCtx(p.numCtx)
+		}
+		if p.result.Notice != "" {
+			attrs = append(attrs, "dropped", p.result.Dropped, "summarized", p.result.Summarized, "notice", p.result.Notice)
+			s.metrics.dropped.Add(float64(p.result.Dropped - p.result.Summarized))
+			s.metrics.summarized.Add(float64(p.result.Summarized))
+		}
+		if p.translate {
+			attrs = append(attrs, "translated", true)
+		}
+	}
+	attrs = append(attrs, ex.logAttrs...)
+	s.log.Log(context.Background(), level, "chat", attrs...)
+}

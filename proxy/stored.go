@@ -1,0 +1,97 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
+	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/snapshots"
+)
+
+// Messages as the session store keeps them, and back.
+
+// toStored converts messages for the session store, keeping raw bytes.
+func toStored(msgs []rewrite.Message) []snapshots.Message {
+	out := make([]snapshots.Message, len(msgs))
+	for i, m := range msgs {
+		sm := snapshots.Message{Role: m.Role, Content: m.Content, Raw: m.Raw, Preserve: m.Preserve}
+		if m.Edited || m.Raw == nil {
+			sm.Raw = nil
+			if enc, err := encodeMessage(&msgs[i]); err == nil {
+				sm.Raw = enc
+			}
+		}
+		if m.HasImportance {
+			imp := m.Importance
+			sm.Importance = &imp
+		}
+		out[i] = sm
+	}
+	return out
+}
+
+// fromStored converts stored messages back, decoding their raw bytes.
+func fromStored(msgs []snapshots.Message) ([]rewrite.Message, error) {
+	out := make([]rewrite.Message, len(msgs))
+	for i, sm := range msgs {
+		raw := sm.Raw
+		if raw == nil {
+			b, err := json.Marshal(struct {
+				Role    string `json:"role"`
+				Content string `json:"content"`
+			}{sm.Role, sm.Content})
+			if err != nil {
+				return nil, err
+			}
+			raw = b
+		}
+		// The store keeps raw bytes as they were sent; check them before
+		// scanning, as decodeChat checks a request body.
+		if _, err := jsonscan.Valid(raw); err != nil {
+			return nil, fmt.Errorf("stored message %d: %w", i, err)
+		}
+		m, _, err := decodeMessage(raw)
+		if err != nil {
+			return nil, fmt.Errorf("stored message %d: %w", i, err)
+		}
+		if sm.Importance != nil {
+			m.Importance, m.HasImportance = *sm.Importance, true
+		}
+		m.Preserve = m.Preserve || sm.Preserve
+		out[i] = m
+	}
+	return out, nil
+}
+
+// replyMessage is the assistant's reply as a message the client would
+// send back in its next request, in the request's dialect.
+func replyMessage(d Dialect, rep reply) snapshots.Message {
+	m := map[string]any{"role": "assistant", "content": rep.content}
+	if len(rep.toolCalls) > 0 {
+		calls := make([]any, 0, len(rep.toolCalls))
+		for _, tc := range rep.toolCalls {
+			if d == OpenAI {
+				calls = append(calls, map[string]any{"id": tc.ID, "type": "function",
+					"function": map[string]any{"name": tc.Name, "arguments": tc.Arguments}})
+				continue
+			}
+			var args any = map[string]any{}
+			if tc.Arguments != "" {
+				_ = json.Unmarshal([]byte(tc.Arguments), &args)
+			}
+			fn := map[string]any{"name": tc.Name, "arguments": args}
+			call := map[string]any{"function": fn}
+			if tc.ID != "" {
+				call["id"] = tc.ID
+			}
+			calls = append(calls, call)
+		}
+		m["tool_calls"] = calls
+	}
+	if rep.thinking != "" && d == Ollama {
+		m["thinking"] = rep.thinking
+	}
+	raw, _ := json.Marshal(m)
+	return snapshots.Message{Role: "assistant", Content: rep.content, Raw: raw}
+}
