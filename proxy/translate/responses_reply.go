@@ -29,6 +29,12 @@ func (info *ResponsesInfo) appendResponseObject(dst []byte, id string, created i
 	dst = jsonscan.AppendString(dst, id)
 	dst = append(dst, `,"object":"response","created_at":`...)
 	dst = jsonscan.AppendInt(dst, created)
+	dst = append(dst, `,"completed_at":`...)
+	if status == "in_progress" {
+		dst = append(dst, "null"...)
+	} else {
+		dst = jsonscan.AppendInt(dst, created)
+	}
 	dst = append(dst, `,"status":`...)
 	dst = jsonscan.AppendString(dst, status)
 	dst = append(dst, `,"error":null,"incomplete_details":`...)
@@ -59,6 +65,10 @@ func (info *ResponsesInfo) appendResponseObject(dst []byte, id string, created i
 	dst = append(dst, orDefault(info.tools, "[]")...)
 	dst = append(dst, `,"top_p":`...)
 	dst = append(dst, orDefault(info.topP, "1")...)
+	// The members OpenAI's response object always has, at the values
+	// that mean "not used", as Ollama's own Responses layer sends them.
+	dst = append(dst, `,"background":false,"frequency_penalty":0,"presence_penalty":0,"max_tool_calls":null,`+
+		`"prompt_cache_key":null,"safety_identifier":null,"service_tier":"default","top_logprobs":0`...)
 	dst = append(dst, `,"truncation":"disabled","usage":`...)
 	dst = append(dst, orDefault(usage, "null")...)
 	dst = append(dst, `,"metadata":`...)
