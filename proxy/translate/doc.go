@@ -15,6 +15,14 @@
 // translate.NewStream(info, opts) and Append per NDJSON line (or Copy),
 // then Finish.
 //
+// The Responses API (POST /v1/responses) and the Anthropic Messages API
+// (POST /v1/messages) have the same three directions: ResponsesRequest,
+// ResponsesResponse and NewResponsesStream; MessagesRequest,
+// MessagesResponse and NewMessagesStream (errors in Anthropic's shape with
+// Error.AnthropicJSON). DecodeResponses and DecodeMessages show either
+// request as a Conversation of rewrite.Messages with tool units, and
+// Conversation.Encode writes back what a strategy kept, for any backend.
+//
 // The decoder reads only what it maps and moves everything else (message
 // text, tool definitions, schemas) as the original bytes; see json.go.
 // FIELDS.md lists every OpenAI field and what happens to it.

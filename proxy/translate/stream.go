@@ -1,8 +1,6 @@
 package translate
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -195,44 +193,7 @@ func (s *Stream) Finish(dst []byte) ([]byte, error) {
 // next, and returns Finish's result, or the first read or write error. w is
 // flushed when it has a Flush() or Flush() error method, as
 // http.ResponseWriter and bufio.Writer do.
-func (s *Stream) Copy(w io.Writer, r io.Reader) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	var buf, long []byte
-	for {
-		line, rerr := br.ReadSlice('\n')
-		if errors.Is(rerr, bufio.ErrBufferFull) {
-			// A line longer than the buffer: gather it whole.
-			long = append(long[:0], line...)
-			for errors.Is(rerr, bufio.ErrBufferFull) {
-				line, rerr = br.ReadSlice('\n')
-				long = append(long, line...)
-			}
-			line = long
-		}
-		if len(line) > 0 {
-			var err error
-			if buf, err = s.Append(buf[:0], line); err != nil {
-				var ferr error
-				buf, ferr = s.Finish(buf[:0])
-				_ = write(w, buf)
-				return fmt.Errorf("%w: %w", ferr, err)
-			}
-			if err := write(w, buf); err != nil {
-				return err
-			}
-		}
-		if rerr != nil {
-			buf, err := s.Finish(buf[:0])
-			if werr := write(w, buf); werr != nil {
-				return werr
-			}
-			if rerr != io.EOF && err == ErrIncomplete {
-				return fmt.Errorf("%w: reading: %w", err, rerr)
-			}
-			return err
-		}
-	}
-}
+func (s *Stream) Copy(w io.Writer, r io.Reader) error { return copyLines(w, r, s) }
 
 // write writes b, if any, and flushes.
 func write(w io.Writer, b []byte) error {

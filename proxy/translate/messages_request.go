@@ -1,0 +1,422 @@
+package translate
+
+import (
+	"strconv"
+
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
+)
+
+// MessagesInfo is what the reply side needs to know about an Anthropic
+// Messages request that MessagesRequest translated, and what it left out.
+type MessagesInfo struct {
+	Info
+	// InputTokens is the prompt's size as the proxy counted it, shown in
+	// a stream's message_start event: Anthropic's clients read the input
+	// tokens there, and Ollama reports its own count only at the end
+	// (message_delta carries that one).
+	InputTokens int
+}
+
+// messagesDrops are the Messages fields left out on purpose, with why.
+var messagesDrops = map[string]string{
+	"metadata":           "Ollama has no end-user id",
+	"service_tier":       "Ollama has no service tiers",
+	"container":          "Ollama runs no code containers",
+	"mcp_servers":        "Ollama connects to no MCP servers",
+	"context_management": "ctxproxy trims the conversation itself",
+	"inference_geo":      "Ollama runs where it is",
+}
+
+// MessagesRequest translates an Anthropic Messages API request body (POST
+// /v1/messages) into an Ollama /api/chat request body, with num_ctx from
+// opts. Errors are *Error values (status 400); send them with
+// AnthropicJSON. See FIELDS.md for every field.
+func MessagesRequest(body []byte, opts RequestOptions) ([]byte, MessagesInfo, error) {
+	var info MessagesInfo
+	v, err := jsonscan.Valid(body)
+	if err != nil || jsonscan.KindOf(v) != jsonscan.KindObject {
+		return nil, info, invalid("", "", "the request body must be a JSON object")
+	}
+	var r request
+	var system, messages, thinking []byte
+	_ = jsonscan.Members(v, func(key, val []byte) error {
+		if jsonscan.KindOf(val) == jsonscan.KindNull {
+			return nil
+		}
+		switch k := string(keyBytes(key)); k {
+		case "model":
+			r.model = val
+		case "system":
+			system = val
+		case "messages":
+			messages = val
+		case "stream":
+			r.stream = val
+		case "max_tokens":
+			r.maxTokens = val
+		case "temperature":
+			r.temperature = val
+		case "top_p":
+			r.topP = val
+		case "top_k":
+			r.topK = val
+		case "stop_sequences":
+			r.stop = val
+		case "tools":
+			r.tools = val
+		case "tool_choice":
+			r.toolChoice = val
+		case "thinking":
+			thinking = val
+		case "think":
+			r.think = val
+		case "keep_alive":
+			r.keepAlive = val
+		case "options":
+			r.options = val
+		default:
+			reason := messagesDrops[k]
+			if reason == "" {
+				reason = "not a Messages field ctxproxy translates"
+			}
+			info.Dropped = append(info.Dropped, Drop{Field: k, Reason: reason})
+		}
+		return nil
+	})
+	if err := checkModel(r.model, &info.Info); err != nil {
+		return nil, info, err
+	}
+	if err := checkStream(r.stream, &info.Info); err != nil {
+		return nil, info, err
+	}
+	// Anthropic requires max_tokens, and so does Ollama's own /v1/messages.
+	if r.maxTokens == nil {
+		return nil, info, invalid("max_tokens", codeMissing, "max_tokens is required")
+	}
+	if !isInteger(r.maxTokens) || r.maxTokens[0] == '-' || string(r.maxTokens) == "0" {
+		return nil, info, invalid("max_tokens", codeInvalidType, "max_tokens must be a positive integer")
+	}
+	if r.think == nil && thinking != nil {
+		if jsonscan.KindOf(thinking) != jsonscan.KindObject {
+			return nil, info, invalid("thinking", codeInvalidType, "thinking must be an object")
+		}
+		// enabled (with a budget) and adaptive turn thinking on; Ollama
+		// has no token budget for it.
+		switch str(fields(thinking)["type"]) {
+		case "enabled", "adaptive":
+			r.think = []byte("true")
+		case "disabled":
+			r.think = []byte("false")
+		default:
+			return nil, info, invalid("thinking.type", codeInvalidValue, `thinking.type must be "enabled", "adaptive" or "disabled"`)
+		}
+	}
+
+	dst := make([]byte, 0, len(body)+256)
+	dst = append(dst, `{"model":`...)
+	dst = append(dst, r.model...)
+	dst = append(dst, `,"messages":`...)
+	msgs, err := anthropicMessages(system, messages, &info.Info)
+	if err != nil {
+		return nil, info, err
+	}
+	dst = appendOllamaMessages(dst, msgs)
+	dst = appendStreamFlag(dst, info.Stream)
+	if dst, err = appendAnthropicTools(dst, r.tools, r.toolChoice, &info.Info); err != nil {
+		return nil, info, err
+	}
+	if dst, err = r.appendThink(dst, &info.Info); err != nil {
+		return nil, info, err
+	}
+	if r.keepAlive != nil {
+		if k := jsonscan.KindOf(r.keepAlive); k != jsonscan.KindString && k != jsonscan.KindNumber {
+			return nil, info, invalid("keep_alive", codeInvalidType, "keep_alive must be a duration string or a number of seconds")
+		}
+		dst = append(dst, `,"keep_alive":`...)
+		dst = append(dst, r.keepAlive...)
+	}
+	// Anthropic's clients leave sampling to the server unless they say:
+	// the model's own defaults, not OpenAI's 1.0.
+	opts.ModelSampling = true
+	if dst, err = r.appendOptions(dst, opts); err != nil {
+		return nil, info, err
+	}
+	return append(dst, '}'), info, nil
+}
+
+// anthropicMessages builds the Ollama messages: the system prompt, then
+// one message per Anthropic message, except that the tool_result blocks of
+// a user message become Ollama tool messages of their own, placed before
+// the rest of that message (Anthropic puts results first, answering the
+// tool_use blocks of the assistant message just before).
+func anthropicMessages(system, messages []byte, info *Info) ([]ollamaMessage, error) {
+	var msgs []ollamaMessage
+	if system != nil {
+		texts, err := anthropicSystem(system)
+		if err != nil {
+			return nil, err
+		}
+		if len(texts) > 0 {
+			msgs = append(msgs, ollamaMessage{role: "system", texts: texts})
+		}
+	}
+	if messages == nil {
+		return nil, invalid("messages", codeMissing, "messages is required")
+	}
+	if jsonscan.KindOf(messages) != jsonscan.KindArray {
+		return nil, invalid("messages", codeInvalidType, "messages must be an array")
+	}
+	n := 0
+	err := jsonscan.Elements(messages, func(i int, raw []byte) error {
+		n++
+		at := "messages[" + strconv.Itoa(i) + "]"
+		if jsonscan.KindOf(raw) != jsonscan.KindObject {
+			return invalid(at, codeInvalidType, "a message must be an object")
+		}
+		f := fields(raw)
+		m := ollamaMessage{role: str(f["role"])}
+		if m.role != "user" && m.role != "assistant" {
+			return invalid(at+".role", codeInvalidValue, `role must be "user" or "assistant"`)
+		}
+		content := f["content"]
+		switch jsonscan.KindOf(content) {
+		case jsonscan.KindString:
+			m.texts = [][]byte{content}
+			msgs = append(msgs, m)
+			return nil
+		case jsonscan.KindArray:
+		case jsonscan.KindInvalid:
+			return invalid(at+".content", codeMissing, "content is required")
+		default:
+			return invalid(at+".content", codeInvalidType, "content must be a string or an array of content blocks")
+		}
+		var results []ollamaMessage
+		err := jsonscan.Elements(content, func(j int, b []byte) error {
+			bat := at + ".content[" + strconv.Itoa(j) + "]"
+			if jsonscan.KindOf(b) != jsonscan.KindObject {
+				return invalid(bat, codeInvalidType, "a content block must be an object")
+			}
+			bf := fields(b)
+			switch typ := str(bf["type"]); typ {
+			case "text":
+				if jsonscan.KindOf(bf["text"]) != jsonscan.KindString {
+					return invalid(bat+".text", codeInvalidType, "text must be a string")
+				}
+				m.texts = append(m.texts, bf["text"])
+			case "image":
+				img, err := anthropicImage(bat, bf["source"])
+				if err != nil {
+					return err
+				}
+				m.images = append(m.images, img)
+			case "tool_use":
+				if m.role != "assistant" {
+					return invalid(bat+".type", codeInvalidValue, "only assistant messages may have tool_use blocks")
+				}
+				c, err := anthropicCall(bat, bf)
+				if err != nil {
+					return err
+				}
+				m.calls = append(m.calls, c)
+			case "tool_result":
+				if m.role != "user" {
+					return invalid(bat+".type", codeInvalidValue, "only user messages may have tool_result blocks")
+				}
+				id := bf["tool_use_id"]
+				if jsonscan.KindOf(id) != jsonscan.KindString {
+					return invalid(bat+".tool_use_id", codeInvalidType, "tool_use_id must be a string")
+				}
+				t := ollamaMessage{role: "tool", toolCallID: id, toolName: lastCallName(msgs, id)}
+				if err := anthropicResult(bat+".content", bf["content"], &t); err != nil {
+					return err
+				}
+				if string(bf["is_error"]) == "true" {
+					info.Dropped = append(info.Dropped, Drop{Field: bat + ".is_error", Reason: "Ollama tool messages have no error flag; the result text is sent as is"})
+				}
+				results = append(results, t)
+			case "thinking":
+				if m.role == "assistant" && hasText(bf["thinking"]) {
+					m.thinking = bf["thinking"]
+				}
+			case "redacted_thinking":
+				info.Dropped = append(info.Dropped, Drop{Field: bat, Reason: "redacted thinking is Anthropic's ciphertext"})
+			case "":
+				return invalid(bat+".type", codeMissing, "a content block needs a type")
+			default:
+				return invalid(bat+".type", codeUnsupportedValue, "content block type "+strconv.Quote(typ)+" cannot be carried to Ollama; "+
+					"supported: text, image, tool_use, tool_result, thinking")
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, results...)
+		if len(results) == 0 || len(m.texts) > 0 || len(m.images) > 0 || len(m.calls) > 0 || m.thinking != nil {
+			msgs = append(msgs, m)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, invalid("messages", codeInvalidValue, "messages must not be empty")
+	}
+	return msgs, nil
+}
+
+// anthropicSystem reads the system prompt: a string, or text blocks
+// (joined with "\n"; cache_control has no Ollama meaning).
+func anthropicSystem(v []byte) ([][]byte, error) {
+	switch jsonscan.KindOf(v) {
+	case jsonscan.KindString:
+		if jsonscan.IsEmptyString(v) {
+			return nil, nil
+		}
+		return [][]byte{v}, nil
+	case jsonscan.KindArray:
+	default:
+		return nil, invalid("system", codeInvalidType, "system must be a string or an array of text blocks")
+	}
+	var texts [][]byte
+	err := jsonscan.Elements(v, func(i int, b []byte) error {
+		t := fields(b)["text"]
+		if jsonscan.KindOf(b) != jsonscan.KindObject || jsonscan.KindOf(t) != jsonscan.KindString {
+			return invalid("system["+strconv.Itoa(i)+"]", codeInvalidType, "a system block must be a text block")
+		}
+		texts = append(texts, t)
+		return nil
+	})
+	return texts, err
+}
+
+// anthropicImage reads an image block's source: base64 data is carried;
+// a URL or file source would need fetching, which ctxproxy does not do.
+func anthropicImage(at string, src []byte) ([]byte, error) {
+	if jsonscan.KindOf(src) != jsonscan.KindObject {
+		return nil, invalid(at+".source", codeInvalidType, "source must be an object")
+	}
+	f := fields(src)
+	if str(f["type"]) != "base64" {
+		return nil, invalid(at+".source.type", codeUnsupportedValue, "only base64 image sources are supported")
+	}
+	data := f["data"]
+	if jsonscan.KindOf(data) != jsonscan.KindString || !validBase64(inside(data)) {
+		return nil, invalid(at+".source.data", codeInvalidValue, "data must be standard base64")
+	}
+	return inside(data), nil
+}
+
+// anthropicCall reads a tool_use block; its input object is the arguments.
+func anthropicCall(at string, f map[string][]byte) (ollamaCall, error) {
+	id, name, input := f["id"], f["name"], f["input"]
+	if jsonscan.KindOf(id) != jsonscan.KindString {
+		return ollamaCall{}, invalid(at+".id", codeInvalidType, "id must be a string")
+	}
+	if jsonscan.KindOf(name) != jsonscan.KindString || jsonscan.IsEmptyString(name) {
+		return ollamaCall{}, invalid(at+".name", codeInvalidType, "name must be a non-empty string")
+	}
+	switch jsonscan.KindOf(input) {
+	case jsonscan.KindObject:
+	case jsonscan.KindInvalid:
+		input = []byte("{}")
+	default:
+		return ollamaCall{}, invalid(at+".input", codeInvalidType, "input must be an object")
+	}
+	return ollamaCall{id: id, name: name, args: input}, nil
+}
+
+// anthropicResult reads a tool_result's content (a string, or text and
+// image blocks) into t.
+func anthropicResult(at string, v []byte, t *ollamaMessage) error {
+	switch jsonscan.KindOf(v) {
+	case jsonscan.KindInvalid:
+		return nil
+	case jsonscan.KindString:
+		t.texts = [][]byte{v}
+		return nil
+	case jsonscan.KindArray:
+	default:
+		return invalid(at, codeInvalidType, "content must be a string or an array of content blocks")
+	}
+	return jsonscan.Elements(v, func(j int, b []byte) error {
+		bat := at + "[" + strconv.Itoa(j) + "]"
+		f := fields(b)
+		switch str(f["type"]) {
+		case "text":
+			if jsonscan.KindOf(f["text"]) != jsonscan.KindString {
+				return invalid(bat+".text", codeInvalidType, "text must be a string")
+			}
+			t.texts = append(t.texts, f["text"])
+		case "image":
+			img, err := anthropicImage(bat, f["source"])
+			if err != nil {
+				return err
+			}
+			t.images = append(t.images, img)
+		default:
+			return invalid(bat+".type", codeUnsupportedValue, "tool results may hold text and image blocks")
+		}
+		return nil
+	})
+}
+
+// appendAnthropicTools writes the custom tools in Ollama's shape (the
+// input_schema is the parameters schema) and applies tool_choice. Server
+// tools (web search, code execution, …) run on Anthropic's servers: they
+// are left out and listed in Dropped.
+func appendAnthropicTools(dst, tools, choice []byte, info *Info) ([]byte, error) {
+	var list []namedTool
+	if tools != nil {
+		if jsonscan.KindOf(tools) != jsonscan.KindArray {
+			return nil, invalid("tools", codeInvalidType, "tools must be an array")
+		}
+		err := jsonscan.Elements(tools, func(i int, t []byte) error {
+			at := "tools[" + strconv.Itoa(i) + "]"
+			if jsonscan.KindOf(t) != jsonscan.KindObject {
+				return invalid(at, codeInvalidType, "a tool must be an object")
+			}
+			f := fields(t)
+			if typ := str(f["type"]); typ != "" && typ != "custom" {
+				info.Dropped = append(info.Dropped, Drop{Field: at, Reason: "server tool " + strconv.Quote(typ) + " runs on Anthropic's servers; only custom tools are carried"})
+				return nil
+			}
+			name := f["name"]
+			if jsonscan.KindOf(name) != jsonscan.KindString || jsonscan.IsEmptyString(name) {
+				return invalid(at+".name", codeInvalidType, "tool name must be a non-empty string")
+			}
+			n, _ := jsonscan.Unquote(name)
+			list = append(list, namedTool{n, appendToolFunction(nil, name, f["description"], f["input_schema"])})
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	mode, names := "auto", []string(nil)
+	if choice != nil {
+		if jsonscan.KindOf(choice) != jsonscan.KindObject {
+			return nil, invalid("tool_choice", codeInvalidType, "tool_choice must be an object")
+		}
+		f := fields(choice)
+		switch typ := str(f["type"]); typ {
+		case "auto", "none":
+			mode = typ
+		case "any":
+			mode = "required"
+		case "tool":
+			name := str(f["name"])
+			if name == "" {
+				return nil, invalid("tool_choice.name", codeInvalidType, "tool_choice.name must be a non-empty string")
+			}
+			mode, names = "", []string{name}
+		default:
+			return nil, invalid("tool_choice.type", codeInvalidValue, `tool_choice.type must be "auto", "any", "tool" or "none"`)
+		}
+		if f["disable_parallel_tool_use"] != nil {
+			info.Dropped = append(info.Dropped, Drop{Field: "tool_choice.disable_parallel_tool_use", Reason: "Ollama cannot limit calls per turn"})
+		}
+	}
+	return appendChosenTools(dst, list, mode, names, info)
+}
