@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 )
@@ -52,19 +53,19 @@ type Config struct {
 	// Notes say what normalize changed, for the start-up log.
 	Notes []string `mapstructure:"-"`
 
-	Backend   BackendConfig          `mapstructure:"backend"`
-	Session   SessionConfig          `mapstructure:"session"`
-	Tokens    TokensConfig           `mapstructure:"tokens"`
-	Context   ContextConfig          `mapstructure:"context"`
-	Strategy  StrategyConfig         `mapstructure:"strategy"`
-	Summarize SummarizeConfig        `mapstructure:"summarize"`
-	GPU       GPUConfig              `mapstructure:"gpu"`
-	Snapshots SnapshotsConfig        `mapstructure:"snapshots"`
-	Models    map[string]ModelConfig `mapstructure:"models"`
-	Commands  CommandsConfig         `mapstructure:"commands"`
-	Admin     AdminConfig            `mapstructure:"admin"`
-	Limits    LimitsConfig           `mapstructure:"limits"`
-	Log       LogConfig              `mapstructure:"log"`
+	Backend   BackendConfig           `mapstructure:"backend"`
+	Session   SessionConfig           `mapstructure:"session"`
+	Tokens    TokensConfig            `mapstructure:"tokens"`
+	Context   ContextConfig           `mapstructure:"context"`
+	Strategy  StrategyConfig          `mapstructure:"strategy"`
+	Summarize rewrite.SummarizeConfig `mapstructure:"summarize"`
+	GPU       GPUConfig               `mapstructure:"gpu"`
+	Snapshots SnapshotsConfig         `mapstructure:"snapshots"`
+	Models    map[string]ModelConfig  `mapstructure:"models"`
+	Commands  CommandsConfig          `mapstructure:"commands"`
+	Admin     AdminConfig             `mapstructure:"admin"`
+	Limits    LimitsConfig            `mapstructure:"limits"`
+	Log       LogConfig               `mapstructure:"log"`
 }
 
 // BackendConfig is the server ctxproxy forwards to.
@@ -133,20 +134,6 @@ type StrategyConfig struct {
 		MaxTokens int `mapstructure:"max_tokens"`
 	} `mapstructure:"tool_results"`
 	Composite []string `mapstructure:"composite"`
-}
-
-// SummarizeConfig is how old turns are folded into summaries.
-type SummarizeConfig struct {
-	Model      string `mapstructure:"model"`
-	KeepRecent int    `mapstructure:"keep_recent"`
-	// KeepRecentTokens is hybrid's verbatim tail, in tokens (0: the
-	// keep_recent iterations).
-	KeepRecentTokens int           `mapstructure:"keep_recent_tokens"`
-	MinMessages      int           `mapstructure:"min_messages"`
-	MaxTokens        int           `mapstructure:"max_tokens"`
-	Timeout          time.Duration `mapstructure:"timeout"`
-	PrefetchAt       float64       `mapstructure:"prefetch_at"`
-	Wait             time.Duration `mapstructure:"wait"`
 }
 
 // GPUConfig is how memory is measured and guarded.
@@ -239,7 +226,7 @@ func defaultConfig() Config {
 	c.Strategy.Importance.PreserveRecent = 5
 	c.Strategy.ToolResults.MaxTokens = 1000
 	c.Strategy.Composite = []string{"smart", "token_budget"}
-	c.Summarize = SummarizeConfig{KeepRecent: 3, MinMessages: 6, MaxTokens: 256, Timeout: 60 * time.Second,
+	c.Summarize = rewrite.SummarizeConfig{KeepRecent: 3, MinMessages: 6, MaxTokens: 256, Timeout: 60 * time.Second,
 		PrefetchAt: 0.70, Wait: 2 * time.Second}
 	c.GPU.Probe = "auto"
 	c.GPU.PollActive = 5 * time.Second
@@ -462,15 +449,7 @@ func (c Config) validate() []string {
 			p = append(p, fmt.Sprintf("strategy.composite: %q is not a strategy", m))
 		}
 	}
-	if c.Summarize.KeepRecent < 0 || c.Summarize.MinMessages < 0 || c.Summarize.KeepRecentTokens < 0 {
-		p = append(p, "summarize: keep_recent, keep_recent_tokens and min_messages must not be negative")
-	}
-	positive(&p, "summarize.max_tokens", int64(c.Summarize.MaxTokens))
-	positive(&p, "summarize.timeout", int64(c.Summarize.Timeout))
-	fraction(&p, "summarize.prefetch_at", c.Summarize.PrefetchAt)
-	if c.Summarize.Wait < 0 {
-		p = append(p, "summarize.wait: must not be negative")
-	}
+	// summarize: is validated by rewrite.SummarizeConfig (packageProblems).
 	oneOf(&p, "gpu.probe", c.GPU.Probe, "auto", "nvidia", "amd", "apple", "cpu")
 	positive(&p, "gpu.poll_active", int64(c.GPU.PollActive))
 	positive(&p, "gpu.poll_idle", int64(c.GPU.PollIdle))

@@ -135,6 +135,7 @@ func (c Config) packageProblems() []string {
 		"strategy":  c.strategyConfig().Validate(),
 		"gpu":       c.gpuConfig().Validate(),
 		"snapshots": c.snapshotsConfig().Validate(),
+		"summarize": c.Summarize.Validate(),
 	} {
 		if err != nil {
 			out = append(out, fmt.Sprintf("%s: %v", name, err))
@@ -143,19 +144,7 @@ func (c Config) packageProblems() []string {
 	return out
 }
 
-func (c Config) summarizeConfig() rewrite.SummarizeConfig {
-	s := c.Summarize
-	return rewrite.SummarizeConfig{
-		Model:            s.Model,
-		KeepRecent:       s.KeepRecent,
-		KeepRecentTokens: s.KeepRecentTokens,
-		MinMessages:      s.MinMessages,
-		MaxTokens:        s.MaxTokens,
-		Timeout:          s.Timeout,
-		PrefetchAt:       s.PrefetchAt,
-		Wait:             s.Wait,
-	}
-}
+func (c Config) summarizeConfig() rewrite.SummarizeConfig { return c.Summarize }
 
 // system is every long-lived part of a running ctxproxy.
 // storeNone is snapshots.store's value for keeping no content at all.
