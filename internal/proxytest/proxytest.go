@@ -78,6 +78,9 @@ type Proxy struct {
 	URL string
 	// Backend is the fake behind it: set its options, read its requests.
 	Backend *fakebackend.Fake
+	// BackendURL is where the proxy forwards to: the fake, or the front
+	// that answers /api/ps with Options.Loaded.
+	BackendURL string
 	// Server is the proxy's handler.
 	Server *proxy.Server
 	// Store and Writer are the snapshot store and its write queue: seed
@@ -184,7 +187,7 @@ func Start(t testing.TB, o Options) *Proxy {
 		_ = writer.Close(ctx)
 		_ = store.Close()
 	})
-	return &Proxy{URL: ts.URL, Backend: fake, Server: srv, Store: store, Writer: writer, Monitor: mon}
+	return &Proxy{URL: ts.URL, Backend: fake, BackendURL: backendURL, Server: srv, Store: store, Writer: writer, Monitor: mon}
 }
 
 // withLoaded serves the fake behind a front that answers /api/ps with
