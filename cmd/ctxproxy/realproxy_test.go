@@ -18,10 +18,9 @@ import (
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 )
 
-// These tests run the terminal commands against the real "ctxproxy
-// serve" in front of internal/fakebackend, where the other tests use the
-// fake proxy of fakeproxy_test.go: client and server must agree on the
-// admin API.
+// These tests run the terminal commands end to end against "ctxproxy
+// serve" itself, started in process in front of internal/fakebackend
+// (the other tests use internal/proxytest's server, built the same way).
 
 // realProxy is a running "ctxproxy serve".
 type realProxy struct {
