@@ -908,3 +908,44 @@ func TestAdminRefusesCrossSiteWrites(t *testing.T) {
 		t.Errorf("cross-site read: status %d", got)
 	}
 }
+
+// summarizeFunc is a rewrite.Summarizer from a function.
+type summarizeFunc func(ctx context.Context, req rewrite.SummaryRequest) (string, error)
+
+func (f summarizeFunc) Summarize(ctx context.Context, req rewrite.SummaryRequest) (string, error) {
+	return f(ctx, req)
+}
+
+// TestAdminCompressSummarized: a compress that folds messages into a
+// summary counts them as summarized, not also as dropped (the chat path's
+// headers count them the same way), in its answer and in the stats.
+func TestAdminCompressSummarized(t *testing.T) {
+	e := newAdminEnv(t, "", func(_ *Config, d *Deps) {
+		c := rewrite.NewCompactor(rewrite.SummarizeConfig{KeepRecent: 2, MinMessages: 2, Wait: time.Minute},
+			summarizeFunc(func(context.Context, rewrite.SummaryRequest) (string, error) {
+				return "The user and the assistant talked about numbers.", nil
+			}), rewrite.CompactorOptions{})
+		tr, err := rewrite.NewTrimmer(rewrite.Config{Mode: "summarize"}, nil, c.Summarize(), c.Hybrid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Trimmer = tr
+	})
+	p := sessionPath("folded")
+	e.fill("folded", 30, 200)
+	res := e.json("POST", p+"/compress", nil, 200)
+	summarized, dropped := res["summarized"].(float64), res["dropped"].(float64)
+	if summarized == 0 {
+		t.Fatalf("compress with mode summarize summarized nothing: %v", res)
+	}
+	after := e.json("GET", p+"/messages", nil, 200)["messages"].([]any)
+	// Every message of the 30 is kept, summarized or dropped, once; the
+	// summary itself is one message more.
+	if kept := float64(len(after)) - 1; kept+summarized+dropped != 30 {
+		t.Errorf("%v kept + %v summarized + %v dropped ≠ 30: %v", kept, summarized, dropped, res)
+	}
+	st := e.json("GET", p, nil, 200)["stats"].(map[string]any)
+	if st["dropped"] != res["dropped"] || st["summarized"] != res["summarized"] {
+		t.Errorf("stats %v disagree with the answer %v", st, res)
+	}
+}

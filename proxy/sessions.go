@@ -216,13 +216,15 @@ func (s *sessions) compress(ctx context.Context, id string) (api.Compressed, err
 		cur.Messages = kept
 		cur.Stats.Tokens, cur.Stats.Limit = after, limit
 		cur.Stats.Usage = finite(float64(after) / float64(max(limit, 1)))
-		cur.Stats.Dropped, cur.Stats.Summarized = out.Dropped, out.Summarized
+		// rewrite.Result.Dropped counts folded messages too, as the
+		// chat path's headers do not: dropped means dropped unsummarized.
+		cur.Stats.Dropped, cur.Stats.Summarized = out.Dropped-out.Summarized, out.Summarized
 		return nil
 	})
 	if err != nil {
 		return res, err
 	}
-	res.After, res.Dropped, res.Summarized, res.Notice = after, out.Dropped, out.Summarized, out.Notice
+	res.After, res.Dropped, res.Summarized, res.Notice = after, out.Dropped-out.Summarized, out.Summarized, out.Notice
 	res.Undo = snapshotOf(undo)
 	return res, nil
 }
