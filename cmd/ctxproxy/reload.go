@@ -7,23 +7,17 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	"github.com/go-viper/mapstructure/v2"
 
+	"github.com/ctxproxy/ctxproxy/config"
 	"github.com/ctxproxy/ctxproxy/proxy"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
-
-// reloadable are the config keys (and key prefixes, ending in ".") a
-// running ctxproxy applies without a restart. Every other key that
-// changes is reported as needing a restart and left as it is.
-var reloadable = []string{"strategy.", "models", "log.level"}
 
 // reloadDebounce is how long the file must stay quiet before it is
 // re-read: editors save in several steps (truncate, write, rename,
@@ -44,10 +38,10 @@ const reloadDebounce = 250 * time.Millisecond
 type reloader struct {
 	// load re-reads the configuration exactly as serve read it at
 	// start: the same file, environment and flags.
-	load func() (Config, string, []string)
+	load func() (config.Config, string, []string)
 	// trimmer builds the strategy for a configuration (the same
 	// constructor serve uses at start).
-	trimmer func(Config) (*rewrite.Trimmer, error)
+	trimmer func(config.Config) (*rewrite.Trimmer, error)
 	srv     *proxy.Server
 	level   *slog.LevelVar
 	log     *slog.Logger
@@ -58,24 +52,24 @@ type reloader struct {
 	mu sync.Mutex
 	// running is the configuration in force: the one serve started with,
 	// with the reloadable keys of each applied reload.
-	running Config
+	running config.Config
 	data    []byte // the file's contents as last loaded
 }
 
 // newReloader returns a reloader of the configuration serve loaded from
 // path with cf, args and e, now running as c in srv.
-func newReloader(cf configFlags, args []string, e env, c Config, path string, srv *proxy.Server,
+func newReloader(cf configFlags, args []string, e env, c config.Config, path string, srv *proxy.Server,
 	level *slog.LevelVar, log *slog.Logger) *reloader {
 	rl := &reloader{
-		load: func() (Config, string, []string) {
+		load: func() (config.Config, string, []string) {
 			c, p, problems, err := cf.load(args, e)
 			if err != nil {
 				problems = append(problems, err.Error())
 			}
 			return c, p, problems
 		},
-		trimmer: func(c Config) (*rewrite.Trimmer, error) {
-			return rewrite.NewTrimmer(c.strategyConfig(), log.With("component", "rewrite"))
+		trimmer: func(c config.Config) (*rewrite.Trimmer, error) {
+			return rewrite.NewTrimmer(c.StrategyConfig(), log.With("component", "rewrite"))
 		},
 		srv: srv, level: level, log: log.With("component", "config"),
 		path: path, running: c, debounce: reloadDebounce,
@@ -201,11 +195,11 @@ func (rl *reloader) reload(force bool) {
 		rl.data = data
 		return
 	}
-	applied, restart := diffConfig(rl.running, next)
+	applied, restart := config.Diff(rl.running, next)
 	for _, k := range restart {
 		rl.log.Warn("setting changed but needs a restart to apply; still running with the old value", "key", k)
 	}
-	models := next.budgetConfig().Models
+	models := next.BudgetConfig().Models
 	rl.srv.Apply(proxy.Settings{Trimmer: trimmer, Models: models})
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(next.Log.Level)); err == nil && rl.level != nil {
@@ -216,33 +210,4 @@ func (rl *reloader) reload(force bool) {
 	rl.log.Info("configuration reloaded", "path", path, "changed", strings.Join(applied, ","),
 		"strategy", next.Strategy.Mode, "threshold", next.Strategy.Threshold, "target", next.Strategy.Target,
 		"log_level", next.Log.Level)
-}
-
-// diffConfig returns the keys that differ between a and b: those a reload
-// applies, and those that need a restart. Only key names are returned,
-// never values (admin.token and the Redis password are secrets).
-func diffConfig(a, b Config) (applied, restart []string) {
-	var am, bm map[string]any
-	_ = mapstructure.Decode(a, &am)
-	_ = mapstructure.Decode(b, &bm)
-	for _, k := range leafKeys(a) {
-		if reflect.DeepEqual(lookup(am, k), lookup(bm, k)) {
-			continue
-		}
-		if isReloadable(k) {
-			applied = append(applied, k)
-		} else {
-			restart = append(restart, k)
-		}
-	}
-	return applied, restart
-}
-
-func isReloadable(key string) bool {
-	for _, r := range reloadable {
-		if key == r || (strings.HasSuffix(r, ".") && strings.HasPrefix(key, r)) {
-			return true
-		}
-	}
-	return false
 }

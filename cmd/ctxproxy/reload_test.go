@@ -16,8 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
+	"github.com/ctxproxy/ctxproxy/config"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/proxy"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -278,15 +277,15 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	var loads atomic.Int32
 	var logs syncBuffer
 	rl := &reloader{
-		load: func() (Config, string, []string) {
+		load: func() (config.Config, string, []string) {
 			loads.Add(1)
-			c := defaultConfig()
+			c := config.Default()
 			c.Log.Level = "warn"
 			return c, "", nil
 		},
-		trimmer: func(c Config) (*rewrite.Trimmer, error) { return rewrite.NewTrimmer(c.strategyConfig(), nil) },
+		trimmer: func(c config.Config) (*rewrite.Trimmer, error) { return rewrite.NewTrimmer(c.StrategyConfig(), nil) },
 		srv:     srv, level: new(slog.LevelVar), log: slog.New(slog.NewJSONHandler(&logs, nil)),
-		running: defaultConfig(), debounce: time.Millisecond,
+		running: config.Default(), debounce: time.Millisecond,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -306,45 +305,13 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	}
 }
 
-func TestDiffConfig(t *testing.T) {
-	tests := []struct {
-		name             string
-		change           func(*Config)
-		applied, restart []string
-	}{
-		{"nothing", func(*Config) {}, nil, nil},
-		{"strategy", func(c *Config) { c.Strategy.Mode, c.Strategy.Threshold = "sliding_window", 0.9 },
-			[]string{"strategy.mode", "strategy.threshold"}, nil},
-		{"nested strategy key", func(c *Config) { c.Strategy.Smart.PreserveLast = 4 }, []string{"strategy.smart.preserve_last"}, nil},
-		{"models", func(c *Config) { c.Models = map[string]ModelConfig{"x": {MaxTokens: 10}} }, []string{"models"}, nil},
-		{"log level and format", func(c *Config) { c.Log.Level, c.Log.Format = "debug", "text" },
-			[]string{"log.level"}, []string{"log.format"}},
-		{"restart only", func(c *Config) {
-			c.Listen, c.Backend.URL, c.Snapshots.Dir = "0.0.0.0:1", "http://x:1", "/elsewhere"
-		}, nil, []string{"listen", "backend.url", "snapshots.dir"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			a, b := defaultConfig(), defaultConfig()
-			tt.change(&b)
-			applied, restart := diffConfig(a, b)
-			if diff := cmp.Diff(tt.applied, applied); diff != "" {
-				t.Errorf("applied (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tt.restart, restart); diff != "" {
-				t.Errorf("restart (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
 // TestReloadPicksUpNewFile: started without a config file, ctxproxy
 // takes ./ctxproxy.yaml when it appears, as it would a change.
 func TestReloadPicksUpNewFile(t *testing.T) {
 	t.Chdir(t.TempDir())
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Reply: "ok"})
 	_, logs, _ := startServe(t, []string{"--backend", be.URL}, nil)
-	writeConfig(t, defaultConfigFile, reloadConfig("none", "info"))
+	writeConfig(t, config.DefaultFile, reloadConfig("none", "info"))
 	waitLog(t, logs, `"msg":"configuration reloaded"`, 1)
 	if !strings.Contains(logs.String(), `"strategy":"none"`) {
 		t.Errorf("the new file's strategy was not applied:\n%s", logs.String())

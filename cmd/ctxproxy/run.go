@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 
+	"github.com/ctxproxy/ctxproxy/config"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 
 	"context"
@@ -143,9 +144,9 @@ var flagKeys = map[string]string{
 
 // load parses args and loads the configuration. Only flags given on the
 // command line override the file and the environment.
-func (cf configFlags) load(args []string, e env) (Config, string, []string, error) {
+func (cf configFlags) load(args []string, e env) (config.Config, string, []string, error) {
 	if err := cf.fs.Parse(args); err != nil {
-		return Config{}, "", nil, err
+		return config.Config{}, "", nil, err
 	}
 	set := map[string]string{}
 	cf.fs.Visit(func(f *flag.Flag) {
@@ -157,7 +158,7 @@ func (cf configFlags) load(args []string, e env) (Config, string, []string, erro
 	if path == "" && e.getenv != nil {
 		path = e.getenv("CTXPROXY_CONFIG")
 	}
-	c, used, problems := loadConfig(loadOptions{path: path, getenv: e.getenv, flags: set})
+	c, used, problems := config.Load(config.LoadOptions{Path: path, Getenv: e.getenv, Flags: set})
 	return c, used, problems, nil
 }
 
@@ -175,15 +176,15 @@ func checkConfig(args []string, e env) error {
 		for _, p := range problems {
 			fmt.Fprintf(e.stderr, "  - %s\n", p)
 		}
-		return errConfig
+		return config.ErrInvalid
 	}
-	_, err = fmt.Fprintf(e.stdout, "%s: ok (listen %s, backend %s, strategy %s)\n", path, c.Listen, redactURL(c.Backend.URL), c.Strategy.Mode)
+	_, err = fmt.Fprintf(e.stdout, "%s: ok (listen %s, backend %s, strategy %s)\n", path, c.Listen, config.RedactURL(c.Backend.URL), c.Strategy.Mode)
 	return err
 }
 
 // newLogger builds the process logger: tint for a terminal, JSON otherwise.
 // It sets level to c.Level; a configuration reload changes it later.
-func newLogger(c LogConfig, w io.Writer, level *slog.LevelVar) *slog.Logger {
+func newLogger(c config.Log, w io.Writer, level *slog.LevelVar) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(c.Level))
 	if level == nil {
@@ -217,7 +218,7 @@ func serve(ctx context.Context, args []string, e env) error {
 		for _, p := range problems {
 			fmt.Fprintf(e.stderr, "config: %s\n", p)
 		}
-		return errConfig
+		return config.ErrInvalid
 	}
 	level := new(slog.LevelVar)
 	log := newLogger(c.Log, e.stderr, level)
@@ -230,11 +231,11 @@ func serve(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer sys.store.Close()
-	srv, err = proxy.New(c.proxyConfig(), sys.deps, log)
+	srv, err = proxy.New(c.ProxyConfig(versionString()), sys.deps, log)
 	if err != nil {
 		return err
 	}
-	if c.proxyConfig().AdminOff {
+	if c.ProxyConfig(versionString()).AdminOff {
 		log.Warn("admin API off: ctxproxy listens beyond loopback and admin.token is not set; set admin.token to turn it on",
 			"listen", c.Listen)
 	}
@@ -250,7 +251,7 @@ func serve(ctx context.Context, args []string, e env) error {
 	if watched == "" {
 		// No file yet: watch for ./ctxproxy.yaml, so one created after
 		// start is picked up like a change.
-		watched, _ = filepath.Abs(defaultConfigFile)
+		watched, _ = filepath.Abs(config.DefaultFile)
 	}
 	rl := newReloader(cf, args, e, c, watched, srv, level, log)
 	rl.trimmer = sys.newTrimmer
@@ -277,7 +278,7 @@ func serve(ctx context.Context, args []string, e env) error {
 		// long as the model needs.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	log.Info("ctxproxy listening", "addr", ln.Addr().String(), "backend", redactURL(c.Backend.URL),
+	log.Info("ctxproxy listening", "addr", ln.Addr().String(), "backend", config.RedactURL(c.Backend.URL),
 		"config", path, "version", versionString())
 	startupChecklist(ctx, c, sys, log)
 
@@ -423,7 +424,7 @@ func memoryLimit(bodyMemory int64) int64 {
 // startupChecklist logs, one line each, what a newcomer needs to know
 // works: the backend and its kind (or that it does not answer yet), where
 // sessions are kept, and whether the admin API is on.
-func startupChecklist(ctx context.Context, c Config, sys *system, log *slog.Logger) {
+func startupChecklist(ctx context.Context, c config.Config, sys *system, log *slog.Logger) {
 	for _, n := range c.Notes {
 		log.Info(n)
 	}
@@ -432,15 +433,15 @@ func startupChecklist(ctx context.Context, c Config, sys *system, log *slog.Logg
 	cancel()
 	if kind == "unknown" {
 		log.Warn("backend does not answer yet; ctxproxy keeps trying, and forwards requests as they come",
-			"backend", redactURL(c.Backend.URL))
+			"backend", config.RedactURL(c.Backend.URL))
 	} else {
-		log.Info("backend answers", "backend", redactURL(c.Backend.URL), "kind", kind)
+		log.Info("backend answers", "backend", config.RedactURL(c.Backend.URL), "kind", kind)
 	}
 	if line := knownModels(ctx, c, sys, kind); line != "" {
 		log.Info("models and their windows: " + line)
 	}
 	switch c.Snapshots.Store {
-	case storeNone:
+	case config.StoreNone:
 		log.Info("sessions: not stored (snapshots.store none)")
 	case "redis":
 		log.Info("sessions: stored in Redis", "addr", c.Snapshots.Redis.Addr, "prefix", c.Snapshots.Redis.Prefix)
@@ -452,7 +453,7 @@ func startupChecklist(ctx context.Context, c Config, sys *system, log *slog.Logg
 		log.Info("sessions: stored in files", "dir", dir)
 	}
 	switch {
-	case c.proxyConfig().AdminOff:
+	case c.ProxyConfig(versionString()).AdminOff:
 		// Warned about above.
 	case c.Admin.Token != "":
 		log.Info("admin API on: /ctxproxy/ with Authorization: Bearer <admin.token>")
@@ -467,7 +468,7 @@ const maxListedModels = 8
 // knownModels lists the models ctxproxy knows at start and the window it
 // will use for each: the backend's (Ollama's /api/tags, with each model's
 // trained context) and the models: section, "" when there are none.
-func knownModels(ctx context.Context, c Config, sys *system, kind string) string {
+func knownModels(ctx context.Context, c config.Config, sys *system, kind string) string {
 	windows := map[string]int{}
 	var names []string
 	add := func(name string, trained int) {

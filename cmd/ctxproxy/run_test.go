@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 )
 
@@ -197,27 +195,6 @@ func TestVersionAndUnknownCommand(t *testing.T) {
 	}
 }
 
-// TestConfigExampleMatchesDefaults loads config.example.yaml: it must be
-// valid, name every key, and hold exactly the defaults, so it never drifts
-// from the code.
-func TestConfigExampleMatchesDefaults(t *testing.T) {
-	path := filepath.Join("..", "..", "config.example.yaml")
-	c, _, problems := loadConfig(loadOptions{path: path})
-	if len(problems) > 0 {
-		t.Fatalf("config.example.yaml: %v", problems)
-	}
-	if diff := cmp.Diff(defaultConfig(), c); diff != "" {
-		t.Errorf("config.example.yaml differs from the defaults (-code +file):\n%s", diff)
-	}
-	data, _ := os.ReadFile(path)
-	for _, key := range leafKeys(defaultConfig()) {
-		last := key[strings.LastIndex(key, ".")+1:]
-		if !bytes.Contains(data, []byte(last+":")) {
-			t.Errorf("config.example.yaml does not document %s", key)
-		}
-	}
-}
-
 func TestConfigPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "c.yaml")
@@ -302,20 +279,6 @@ func TestServeRefusesBadConfig(t *testing.T) {
 	err := run(context.Background(), []string{"serve", "--backend", "ftp://x"}, envOf(nil), nil, io.Discard, &stderr)
 	if err == nil || !strings.Contains(stderr.String(), "backend.url") {
 		t.Errorf("err %v, stderr %q", err, stderr.String())
-	}
-}
-
-func TestParseByteSize(t *testing.T) {
-	for in, want := range map[string]ByteSize{"32MiB": 32 << 20, "512MB": 512e6, "1GiB": 1 << 30, "4096": 4096, "1.5KiB": 1536, " 2 gib ": 2 << 30} {
-		got, err := ParseByteSize(in)
-		if err != nil || got != want {
-			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "MiB", "-1", "12XB", "1e3"} {
-		if _, err := ParseByteSize(in); err == nil {
-			t.Errorf("ParseByteSize(%q) succeeded", in)
-		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/config"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/proxy"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -57,7 +58,7 @@ func count(args []string, e env) error {
 		return err
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("%w: %s", errConfig, strings.Join(problems, "; "))
+		return fmt.Errorf("%w: %s", config.ErrInvalid, strings.Join(problems, "; "))
 	}
 	var in io.Reader = e.stdin
 	if name := cf.fs.Arg(0); name != "" && name != "-" {
@@ -87,7 +88,7 @@ func count(args []string, e env) error {
 	if chat.Model == "" {
 		chat.Model = "gpt-4o"
 	}
-	reg := budget.NewRegistry(c.budgetConfig(), slog.New(slog.DiscardHandler))
+	reg := budget.NewRegistry(c.BudgetConfig(), slog.New(slog.DiscardHandler))
 	mc := reg.MessageCounter(chat.Model)
 	est := mc.Prompt(chat.Messages, chat.Tools)
 	lim := reg.Limits(chat.Model, 0)
@@ -200,7 +201,7 @@ func gpuCmd(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("%w: %s", errConfig, strings.Join(problems, "; "))
+		return fmt.Errorf("%w: %s", config.ErrInvalid, strings.Join(problems, "; "))
 	}
 	if !*local {
 		if rep, ok := gpuFromProxy(*proxyURL, c.Admin.Token, *model); ok {
@@ -212,8 +213,8 @@ func gpuCmd(ctx context.Context, args []string, e env) error {
 			return rep.WriteText(e.stdout)
 		}
 	}
-	log := newLogger(LogConfig{Level: "warn", Format: "text"}, e.stderr, nil)
-	gcfg := c.gpuConfig()
+	log := newLogger(config.Log{Level: "warn", Format: "text"}, e.stderr, nil)
+	gcfg := c.GPUConfig()
 	probe, err := gpu.Detect(ctx, gcfg, log)
 	if err != nil {
 		return err
@@ -237,7 +238,7 @@ func gpuCmd(ctx context.Context, args []string, e env) error {
 		d = &dec
 	}
 	rep := gpu.NewReport(snap, d)
-	rep.Source = "probed here, sized against " + redactURL(c.Backend.URL)
+	rep.Source = "probed here, sized against " + config.RedactURL(c.Backend.URL)
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -18,9 +18,9 @@ import (
 	"github.com/spf13/viper"
 )
 
-// defaultConfigFile is read when it exists and no --config names another;
+// DefaultFile is read when it exists and no --config names another;
 // serve watches for it to appear.
-const defaultConfigFile = "ctxproxy.yaml"
+const DefaultFile = "ctxproxy.yaml"
 
 // normalize fixes what a user plainly meant: a backend URL that names the
 // OpenAI layer (http://host:11434/v1) is the server's root, since
@@ -34,7 +34,7 @@ func (c *Config) normalize() {
 	if p := strings.TrimRight(u.Path, "/"); strings.HasSuffix(p, "/v1") {
 		u.Path = strings.TrimSuffix(p, "/v1")
 		c.Notes = append(c.Notes, fmt.Sprintf("backend.url %s ends in /v1: using the server's root %s (ctxproxy adds /v1 and /api itself)",
-			redactURL(c.Backend.URL), u.Redacted()))
+			RedactURL(c.Backend.URL), u.Redacted()))
 		c.Backend.URL = u.String()
 	}
 }
@@ -53,23 +53,23 @@ type Config struct {
 	// Notes say what normalize changed, for the start-up log.
 	Notes []string `mapstructure:"-"`
 
-	Backend   BackendConfig           `mapstructure:"backend"`
-	Session   SessionConfig           `mapstructure:"session"`
-	Tokens    TokensConfig            `mapstructure:"tokens"`
-	Context   ContextConfig           `mapstructure:"context"`
-	Strategy  StrategyConfig          `mapstructure:"strategy"`
+	Backend   Backend                 `mapstructure:"backend"`
+	Session   Session                 `mapstructure:"session"`
+	Tokens    Tokens                  `mapstructure:"tokens"`
+	Context   Context                 `mapstructure:"context"`
+	Strategy  Strategy                `mapstructure:"strategy"`
 	Summarize rewrite.SummarizeConfig `mapstructure:"summarize"`
-	GPU       GPUConfig               `mapstructure:"gpu"`
-	Snapshots SnapshotsConfig         `mapstructure:"snapshots"`
-	Models    map[string]ModelConfig  `mapstructure:"models"`
-	Commands  CommandsConfig          `mapstructure:"commands"`
-	Admin     AdminConfig             `mapstructure:"admin"`
-	Limits    LimitsConfig            `mapstructure:"limits"`
-	Log       LogConfig               `mapstructure:"log"`
+	GPU       GPU                     `mapstructure:"gpu"`
+	Snapshots Snapshots               `mapstructure:"snapshots"`
+	Models    map[string]Model        `mapstructure:"models"`
+	Commands  Commands                `mapstructure:"commands"`
+	Admin     Admin                   `mapstructure:"admin"`
+	Limits    Limits                  `mapstructure:"limits"`
+	Log       Log                     `mapstructure:"log"`
 }
 
-// BackendConfig is the server ctxproxy forwards to.
-type BackendConfig struct {
+// Backend is the server ctxproxy forwards to.
+type Backend struct {
 	URL                   string        `mapstructure:"url"`
 	Kind                  string        `mapstructure:"kind"`
 	TranslateOpenAI       string        `mapstructure:"translate_openai"`
@@ -77,16 +77,16 @@ type BackendConfig struct {
 	DialTimeout           time.Duration `mapstructure:"dial_timeout"`
 }
 
-// SessionConfig says how requests map to sessions.
-type SessionConfig struct {
+// Session says how requests map to sessions.
+type Session struct {
 	Header      string `mapstructure:"header"`
 	Fingerprint bool   `mapstructure:"fingerprint"`
 	Accumulate  bool   `mapstructure:"accumulate"`
 	ScopeHeader string `mapstructure:"scope_header"`
 }
 
-// TokensConfig is how tokens are counted.
-type TokensConfig struct {
+// Tokens is how tokens are counted.
+type Tokens struct {
 	Encoding            string  `mapstructure:"encoding"`
 	ApproxCharsPerToken float64 `mapstructure:"approx_chars_per_token"`
 	ImageTokens         int     `mapstructure:"image_tokens"`
@@ -95,8 +95,8 @@ type TokensConfig struct {
 	CacheEntries        int     `mapstructure:"cache_entries"`
 }
 
-// ContextConfig is how the context window (Ollama's num_ctx) is sized.
-type ContextConfig struct {
+// Context is how the context window (Ollama's num_ctx) is sized.
+type Context struct {
 	AutoSize       bool     `mapstructure:"auto_size"`
 	TargetSize     int      `mapstructure:"target_size"`
 	MinSize        int      `mapstructure:"min_size"`
@@ -108,8 +108,8 @@ type ContextConfig struct {
 	RespectClient  bool     `mapstructure:"respect_client"`
 }
 
-// StrategyConfig is how a conversation is cut when it outgrows the window.
-type StrategyConfig struct {
+// Strategy is how a conversation is cut when it outgrows the window.
+type Strategy struct {
 	Mode          string  `mapstructure:"mode"`
 	Threshold     float64 `mapstructure:"threshold"`
 	Target        float64 `mapstructure:"target"`
@@ -136,8 +136,8 @@ type StrategyConfig struct {
 	Composite []string `mapstructure:"composite"`
 }
 
-// GPUConfig is how memory is measured and guarded.
-type GPUConfig struct {
+// GPU is how memory is measured and guarded.
+type GPU struct {
 	Probe      string        `mapstructure:"probe"`
 	PollActive time.Duration `mapstructure:"poll_active"`
 	PollIdle   time.Duration `mapstructure:"poll_idle"`
@@ -148,8 +148,8 @@ type GPUConfig struct {
 	} `mapstructure:"guard"`
 }
 
-// SnapshotsConfig is where sessions and snapshots are kept.
-type SnapshotsConfig struct {
+// Snapshots is where sessions and snapshots are kept.
+type Snapshots struct {
 	Store         string  `mapstructure:"store"`
 	Dir           string  `mapstructure:"dir"`
 	AutoThreshold float64 `mapstructure:"auto_threshold"`
@@ -165,8 +165,8 @@ type SnapshotsConfig struct {
 	} `mapstructure:"redis"`
 }
 
-// ModelConfig overrides what ctxproxy knows of one model.
-type ModelConfig struct {
+// Model overrides what ctxproxy knows of one model.
+type Model struct {
 	MaxTokens       int `mapstructure:"max_tokens"`
 	MaxOutputTokens int `mapstructure:"max_output_tokens"`
 	// Multiplier is the starting correction of token estimates (seed 004
@@ -174,18 +174,18 @@ type ModelConfig struct {
 	Multiplier float64 `mapstructure:"multiplier"`
 }
 
-// CommandsConfig turns on in-band /context commands.
-type CommandsConfig struct {
+// Commands turns on in-band /context commands.
+type Commands struct {
 	Inband bool `mapstructure:"inband"`
 }
 
-// AdminConfig protects the admin API.
-type AdminConfig struct {
+// Admin protects the admin API.
+type Admin struct {
 	Token string `mapstructure:"token"`
 }
 
-// LimitsConfig bounds what clients can make ctxproxy hold.
-type LimitsConfig struct {
+// Limits bounds what clients can make ctxproxy hold.
+type Limits struct {
 	MaxConnections int           `mapstructure:"max_connections"`
 	MaxInflight    int           `mapstructure:"max_inflight"`
 	BodyMemory     ByteSize      `mapstructure:"body_memory"`
@@ -193,24 +193,24 @@ type LimitsConfig struct {
 	MinBodyRate    ByteSize      `mapstructure:"min_body_rate"`
 }
 
-// LogConfig is how ctxproxy logs.
-type LogConfig struct {
+// Log is how ctxproxy logs.
+type Log struct {
 	Level  string `mapstructure:"level"`
 	Format string `mapstructure:"format"`
 }
 
-// defaultConfig is DESIGN.md's configuration with every default filled in.
-func defaultConfig() Config {
+// Default is DESIGN.md's configuration with every default filled in.
+func Default() Config {
 	var c Config
 	c.Listen = "127.0.0.1:11435"
 	c.MaxBody = 32 << 20
 	c.ShutdownGrace = 30 * time.Second
 	c.AllowedHosts, c.AllowedOrigins = []string{}, []string{}
-	c.Backend = BackendConfig{URL: "http://127.0.0.1:11434", Kind: "auto", TranslateOpenAI: "auto",
+	c.Backend = Backend{URL: "http://127.0.0.1:11434", Kind: "auto", TranslateOpenAI: "auto",
 		ResponseHeaderTimeout: 5 * time.Minute, DialTimeout: 10 * time.Second}
-	c.Session = SessionConfig{Header: "X-Session-ID", Fingerprint: true}
-	c.Tokens = TokensConfig{Encoding: "auto", ApproxCharsPerToken: 4, ImageTokens: 768, Calibrate: true, Exact: true, CacheEntries: 100000}
-	c.Context = ContextConfig{AutoSize: true, MinSize: 2048, MaxSize: 131072, VRAMBuffer: 512 << 20,
+	c.Session = Session{Header: "X-Session-ID", Fingerprint: true}
+	c.Tokens = Tokens{Encoding: "auto", ApproxCharsPerToken: 4, ImageTokens: 768, Calibrate: true, Exact: true, CacheEntries: 100000}
+	c.Context = Context{AutoSize: true, MinSize: 2048, MaxSize: 131072, VRAMBuffer: 512 << 20,
 		KVQuantization: "f16", NumParallel: 1, ReserveOutput: 1024, RespectClient: true}
 	c.Strategy.Mode = "smart"
 	c.Strategy.Threshold = 0.80
@@ -240,31 +240,33 @@ func defaultConfig() Config {
 	c.Snapshots.MaxCount = 20
 	c.Snapshots.Redis.Addr = "127.0.0.1:6379"
 	c.Snapshots.Redis.Prefix = "ctxproxy:"
-	c.Models = map[string]ModelConfig{}
-	c.Log = LogConfig{Level: "info", Format: "auto"}
-	c.Limits = LimitsConfig{MaxConnections: 4096, MaxInflight: 512, BodyMemory: 512 << 20, QueueWait: 2 * time.Second,
+	c.Models = map[string]Model{}
+	c.Log = Log{Level: "info", Format: "auto"}
+	c.Limits = Limits{MaxConnections: 4096, MaxInflight: 512, BodyMemory: 512 << 20, QueueWait: 2 * time.Second,
 		MinBodyRate: 16 << 10}
 	return c
 }
 
-// loadOptions is where configuration comes from.
-type loadOptions struct {
-	// path is the --config file; "" means ./ctxproxy.yaml when it exists.
-	path   string
-	getenv func(string) string
-	// flags are the config keys set on the command line, highest precedence.
-	flags map[string]string
+// LoadOptions is where configuration comes from.
+type LoadOptions struct {
+	// Path is the --config file; "" means ./ctxproxy.yaml when it exists.
+	Path string
+	// Getenv reads CTXPROXY_* variables; nil reads none.
+	Getenv func(string) string
+	// Flags are the config keys set on the command line, highest
+	// precedence.
+	Flags map[string]string
 }
 
-// loadConfig reads the configuration and returns it with every problem
+// Load reads the configuration and returns it with every problem
 // found (unknown keys, bad values), so check-config can print them all.
-func loadConfig(opts loadOptions) (Config, string, []string) {
+func Load(opts LoadOptions) (Config, string, []string) {
 	// Viper's key delimiter is "::", not ".": model names under models:
 	// carry dots (llama3.1, qwen2.5) and must stay one key.
 	v := viper.NewWithOptions(viper.KeyDelimiter("::"))
 	vkey := func(dotted string) string { return strings.ReplaceAll(dotted, ".", "::") }
-	def := defaultConfig()
-	keys := leafKeys(def)
+	def := Default()
+	keys := LeafKeys(def)
 	var defMap map[string]any
 	_ = mapstructure.Decode(def, &defMap)
 	for _, k := range keys {
@@ -272,10 +274,10 @@ func loadConfig(opts loadOptions) (Config, string, []string) {
 	}
 
 	var problems []string
-	path := opts.path
+	path := opts.Path
 	if path == "" {
-		if _, err := os.Stat(defaultConfigFile); err == nil {
-			path = defaultConfigFile
+		if _, err := os.Stat(DefaultFile); err == nil {
+			path = DefaultFile
 		}
 	}
 	if path != "" {
@@ -290,21 +292,21 @@ func loadConfig(opts loadOptions) (Config, string, []string) {
 	}
 	// Environment: CTXPROXY_<SECTION>_<KEY>, read through getenv so tests
 	// can inject it. Set before flags so that flags win.
-	if opts.getenv != nil {
+	if opts.Getenv != nil {
 		for _, k := range keys {
 			name := "CTXPROXY_" + strings.ToUpper(strings.ReplaceAll(k, ".", "_"))
-			if val := opts.getenv(name); val != "" {
+			if val := opts.Getenv(name); val != "" {
 				v.Set(vkey(k), val)
 			}
 		}
 	}
-	for k, val := range opts.flags {
+	for k, val := range opts.Flags {
 		v.Set(vkey(k), val)
 	}
 
 	// Decode over the defaults: a field that fails to decode keeps its
 	// default, so validation can still report every other problem.
-	c := defaultConfig()
+	c := Default()
 	hook := viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
 		byteSizeHook,
 		mapstructure.StringToTimeDurationHookFunc(),
@@ -379,7 +381,7 @@ func (c Config) validate() []string {
 		p = append(p, "shutdown_grace: must not be negative")
 	}
 	if u, err := url.Parse(c.Backend.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		p = append(p, fmt.Sprintf("backend.url: %q is not an http(s) URL", redactURL(c.Backend.URL)))
+		p = append(p, fmt.Sprintf("backend.url: %q is not an http(s) URL", RedactURL(c.Backend.URL)))
 	}
 	oneOf(&p, "backend.kind", c.Backend.Kind, "auto", "ollama", "openai")
 	oneOf(&p, "backend.translate_openai", c.Backend.TranslateOpenAI, "auto", "on", "off")
@@ -460,7 +462,7 @@ func (c Config) validate() []string {
 	if g.CompressAt > g.ShrinkAt || g.ShrinkAt > g.EmergencyAt {
 		p = append(p, "gpu.guard: compress_at ≤ shrink_at ≤ emergency_at must hold")
 	}
-	oneOf(&p, "snapshots.store", c.Snapshots.Store, "file", "redis", storeNone)
+	oneOf(&p, "snapshots.store", c.Snapshots.Store, "file", "redis", StoreNone)
 	if c.Snapshots.Store == "file" && c.Snapshots.Dir == "" {
 		p = append(p, "snapshots.dir: must not be empty with the file store")
 	}
@@ -482,9 +484,9 @@ func (c Config) validate() []string {
 	return p
 }
 
-// leafKeys lists the dotted keys of every leaf of the config (maps such as
+// LeafKeys lists the dotted keys of every leaf of the config (maps such as
 // models count as one leaf).
-func leafKeys(c Config) []string {
+func LeafKeys(c Config) []string {
 	var out []string
 	var walk func(t reflect.Type, prefix string)
 	walk = func(t reflect.Type, prefix string) {
@@ -518,11 +520,11 @@ func lookup(m map[string]any, dotted string) any {
 	return cur
 }
 
-var errConfig = errors.New("invalid configuration")
+var ErrInvalid = errors.New("invalid configuration")
 
-// redactURL hides a password in a URL (http://user:xxxxx@host) for logs
+// RedactURL hides a password in a URL (http://user:xxxxx@host) for logs
 // and messages; what does not parse is shown up to its first "@" hidden.
-func redactURL(raw string) string {
+func RedactURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
 		return u.Redacted()
 	}

@@ -1,0 +1,114 @@
+package config
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestConfigExampleMatchesDefaults loads config.example.yaml: it must be
+// valid, name every key, and hold exactly the defaults, so it never drifts
+// from the code.
+func TestConfigExampleMatchesDefaults(t *testing.T) {
+	path := filepath.Join("..", "config.example.yaml")
+	c, _, problems := Load(LoadOptions{Path: path})
+	if len(problems) > 0 {
+		t.Fatalf("config.example.yaml: %v", problems)
+	}
+	if diff := cmp.Diff(Default(), c); diff != "" {
+		t.Errorf("config.example.yaml differs from the defaults (-code +file):\n%s", diff)
+	}
+	data, _ := os.ReadFile(path)
+	for _, key := range LeafKeys(Default()) {
+		last := key[strings.LastIndex(key, ".")+1:]
+		if !bytes.Contains(data, []byte(last+":")) {
+			t.Errorf("config.example.yaml does not document %s", key)
+		}
+	}
+}
+
+func TestParseByteSize(t *testing.T) {
+	for in, want := range map[string]ByteSize{"32MiB": 32 << 20, "512MB": 512e6, "1GiB": 1 << 30, "4096": 4096, "1.5KiB": 1536, " 2 gib ": 2 << 30} {
+		got, err := ParseByteSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "-1", "12XB", "1e3"} {
+		if _, err := ParseByteSize(in); err == nil {
+			t.Errorf("ParseByteSize(%q) succeeded", in)
+		}
+	}
+}
+
+func TestDiffConfig(t *testing.T) {
+	tests := []struct {
+		name             string
+		change           func(*Config)
+		applied, restart []string
+	}{
+		{"nothing", func(*Config) {}, nil, nil},
+		{"strategy", func(c *Config) { c.Strategy.Mode, c.Strategy.Threshold = "sliding_window", 0.9 },
+			[]string{"strategy.mode", "strategy.threshold"}, nil},
+		{"nested strategy key", func(c *Config) { c.Strategy.Smart.PreserveLast = 4 }, []string{"strategy.smart.preserve_last"}, nil},
+		{"models", func(c *Config) { c.Models = map[string]Model{"x": {MaxTokens: 10}} }, []string{"models"}, nil},
+		{"log level and format", func(c *Config) { c.Log.Level, c.Log.Format = "debug", "text" },
+			[]string{"log.level"}, []string{"log.format"}},
+		{"restart only", func(c *Config) {
+			c.Listen, c.Backend.URL, c.Snapshots.Dir = "0.0.0.0:1", "http://x:1", "/elsewhere"
+		}, nil, []string{"listen", "backend.url", "snapshots.dir"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := Default(), Default()
+			tt.change(&b)
+			applied, restart := Diff(a, b)
+			if diff := cmp.Diff(tt.applied, applied); diff != "" {
+				t.Errorf("applied (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.restart, restart); diff != "" {
+				t.Errorf("restart (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestPrecedence: flags beat the environment, which beats the file, which
+// beats the defaults; model names with dots stay one key.
+func TestPrecedence(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("listen: 127.0.0.1:1001\nstrategy:\n  mode: token_budget\n  threshold: 0.9\n"+
+		"models:\n  llama3.1: {max_tokens: 32768, max_output_tokens: 2048}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"CTXPROXY_LISTEN": "127.0.0.1:1002", "CTXPROXY_STRATEGY_THRESHOLD": "0.85",
+		"CTXPROXY_CONTEXT_VRAM_BUFFER": "1GiB"}
+	c, used, problems := Load(LoadOptions{Path: file, Getenv: func(k string) string { return env[k] },
+		Flags: map[string]string{"listen": "127.0.0.1:1003"}})
+	if len(problems) > 0 || used != file {
+		t.Fatalf("problems %v, file %q", problems, used)
+	}
+	if c.Listen != "127.0.0.1:1003" || c.Strategy.Threshold != 0.85 || c.Strategy.Mode != "token_budget" ||
+		c.Context.VRAMBuffer != 1<<30 || c.Models["llama3.1"].MaxTokens != 32768 {
+		t.Errorf("loaded %+v", c)
+	}
+}
+
+// TestSummarizeValidatedByItsPackage: the summarize: section is checked
+// by rewrite.SummarizeConfig alone, which allows the negative values its
+// documentation gives a meaning and refuses the others.
+func TestSummarizeValidatedByItsPackage(t *testing.T) {
+	c := Default()
+	c.Summarize.KeepRecent, c.Summarize.PrefetchAt = -1, -1 // none kept verbatim; never prefetch
+	if p := append(c.validate(), c.packageProblems()...); len(p) > 0 {
+		t.Errorf("documented negative values refused: %v", p)
+	}
+	c.Summarize.MaxTokens = -5
+	if p := c.packageProblems(); len(p) != 1 || !strings.Contains(p[0], "summarize.max_tokens") {
+		t.Errorf("a negative max_tokens: %v", p)
+	}
+}

@@ -1,0 +1,144 @@
+package config
+
+import (
+	"fmt"
+
+	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/proxy"
+	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/snapshots"
+)
+
+// What each package gets from the configuration, and their own checks of
+// it.
+
+func (c Config) ProxyConfig(version string) proxy.Config {
+	return proxy.Config{
+		Backend:               c.Backend.URL,
+		BackendKind:           c.Backend.Kind,
+		TranslateOpenAI:       c.Backend.TranslateOpenAI,
+		MaxBody:               int64(c.MaxBody),
+		ResponseHeaderTimeout: c.Backend.ResponseHeaderTimeout,
+		DialTimeout:           c.Backend.DialTimeout,
+		SessionHeader:         c.Session.Header,
+		NoFingerprint:         !c.Session.Fingerprint,
+		ScopeHeader:           c.Session.ScopeHeader,
+		Accumulate:            c.Session.Accumulate,
+		RespectClient:         c.Context.RespectClient,
+		NoExact:               !c.Tokens.Exact,
+		Limits: proxy.Limits{MaxInflight: int64(c.Limits.MaxInflight), BodyMemory: int64(c.Limits.BodyMemory),
+			QueueWait: c.Limits.QueueWait, MinBodyRate: int64(c.Limits.MinBodyRate)},
+		Hosts: proxy.HostPolicy{Loopback: proxy.Loopback(c.Listen), AllowedHosts: c.AllowedHosts,
+			AllowedOrigins: c.AllowedOrigins},
+		Version:    version,
+		AdminToken: c.Admin.Token,
+		AdminOff:   c.Admin.Token == "" && !proxy.Loopback(c.Listen),
+		Inband:     c.Commands.Inband,
+		Status: proxy.StatusInfo{
+			MinSize: c.Context.MinSize, MaxSize: c.Context.MaxSize,
+			KVQuantization: c.Context.KVQuantization, NumParallel: c.Context.NumParallel,
+			SnapshotStore: c.Snapshots.Store, AutoThreshold: c.Snapshots.AutoThreshold, MaxCount: c.Snapshots.MaxCount,
+			SummarizeModel: c.Summarize.Model, KeepRecent: c.Summarize.KeepRecent,
+		},
+	}
+}
+
+func (c Config) BudgetConfig() budget.Config {
+	calibrate := c.Tokens.Calibrate
+	models := make(map[string]budget.Model, len(c.Models))
+	for name, m := range c.Models {
+		models[name] = budget.Model{MaxTokens: m.MaxTokens, MaxOutputTokens: m.MaxOutputTokens, Multiplier: m.Multiplier}
+	}
+	return budget.Config{
+		Encoding:            c.Tokens.Encoding,
+		ApproxCharsPerToken: c.Tokens.ApproxCharsPerToken,
+		ImageTokens:         c.Tokens.ImageTokens,
+		Calibrate:           &calibrate,
+		CacheEntries:        c.Tokens.CacheEntries,
+		Models:              models,
+		ReserveOutput:       c.Context.ReserveOutput,
+	}
+}
+
+func (c Config) StrategyConfig() rewrite.Config {
+	s := c.Strategy
+	preserveSystem, preserveMarked := s.SlidingWindow.PreserveSystem, s.Selective.PreserveMarked
+	return rewrite.Config{
+		Mode:       s.Mode,
+		Threshold:  s.Threshold,
+		Target:     s.Target,
+		OnOverflow: s.OnOverflow,
+		SlidingWindow: rewrite.SlidingWindowConfig{
+			WindowSize: s.SlidingWindow.WindowSize, PreserveSystem: &preserveSystem},
+		Smart:       rewrite.SmartConfig{PreserveFirst: orNone(s.Smart.PreserveFirst), PreserveLast: orNone(s.Smart.PreserveLast)},
+		Selective:   rewrite.SelectiveConfig{PreserveRoles: s.Selective.PreserveRoles, PreserveMarked: &preserveMarked},
+		Importance:  rewrite.ImportanceConfig{PreserveAbove: s.Importance.PreserveAbove, PreserveRecent: orNone(s.Importance.PreserveRecent)},
+		ToolResults: rewrite.ToolResultsConfig{MaxTokens: s.ToolResults.MaxTokens},
+		Composite:   s.Composite,
+	}
+}
+
+// orNone maps a configured count to rewrite's convention, where 0 means
+// the default and a negative number means none.
+func orNone(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+func (c Config) GPUConfig() gpu.Config {
+	auto := c.Context.AutoSize
+	return gpu.Config{
+		Probe:          c.GPU.Probe,
+		PollActive:     c.GPU.PollActive,
+		PollIdle:       c.GPU.PollIdle,
+		Guard:          gpu.GuardConfig{CompressAt: c.GPU.Guard.CompressAt, ShrinkAt: c.GPU.Guard.ShrinkAt, EmergencyAt: c.GPU.Guard.EmergencyAt},
+		AutoSize:       &auto,
+		TargetSize:     c.Context.TargetSize,
+		MinSize:        c.Context.MinSize,
+		MaxSize:        c.Context.MaxSize,
+		VRAMBuffer:     uint64(c.Context.VRAMBuffer),
+		KVQuantization: c.Context.KVQuantization,
+		NumParallel:    c.Context.NumParallel,
+	}
+}
+
+func (c Config) SnapshotsConfig() snapshots.Config {
+	s := c.Snapshots
+	if s.Store == StoreNone {
+		s.Store = "" // nothing is opened; the other keys still validate
+	}
+	return snapshots.Config{
+		Store:         s.Store,
+		Dir:           s.Dir,
+		AutoThreshold: s.AutoThreshold,
+		MaxCount:      s.MaxCount,
+		Redis:         snapshots.RedisConfig{Addr: s.Redis.Addr, Password: s.Redis.Password, DB: s.Redis.DB, Prefix: s.Redis.Prefix},
+	}
+}
+
+// packageProblems asks each package to validate its own configuration, so
+// check-config reports what they would refuse at start.
+func (c Config) packageProblems() []string {
+	var out []string
+	for name, err := range map[string]error{
+		"tokens":    c.BudgetConfig().Validate(),
+		"strategy":  c.StrategyConfig().Validate(),
+		"gpu":       c.GPUConfig().Validate(),
+		"snapshots": c.SnapshotsConfig().Validate(),
+		"summarize": c.Summarize.Validate(),
+	} {
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", name, err))
+		}
+	}
+	return out
+}
+
+func (c Config) SummarizeConfig() rewrite.SummarizeConfig { return c.Summarize }
+
+// system is every long-lived part of a running ctxproxy.
+// StoreNone is snapshots.store's value for keeping no content at all.
+const StoreNone = "none"
