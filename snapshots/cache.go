@@ -85,11 +85,14 @@ func (c *stateCache) drop(k string) {
 // compactRatio and minCompact decide when a log is compacted: when the
 // records after its last replace record exceed compactRatio times the
 // bytes up to it, and minCompact bytes. Compacting rewrites the session
-// whole, so a log is rewritten only after it has doubled or so: each
-// turn pays a constant share of the rewrites, however long the
-// conversation.
+// whole, so a log is rewritten only after it has grown by a multiple of
+// itself: each turn pays a constant share of the rewrites, however long
+// the conversation. The replace record is gzip-compressed (about 4× on
+// chat text) and appended records are not, so at 4 the log is compacted
+// when its plain records hold about as much as the whole session does,
+// and a log takes at most about twice the session's plain size.
 const (
-	compactRatio = 1
+	compactRatio = 4
 	minCompact   = 64 << 10
 )
 

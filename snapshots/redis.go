@@ -318,9 +318,6 @@ func (st *RedisStore) tryUpdate(ctx context.Context, tx *redis.Tx, id, k string,
 	if replace {
 		e.base = size
 	}
-	if replace {
-		e.s = nil
-	}
 	if e.s, err = apply(e.s, id, p); err != nil {
 		st.cache.drop(k)
 		return fmt.Errorf("snapshots: session %q: %w", id, err)
