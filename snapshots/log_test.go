@@ -212,3 +212,25 @@ func TestObserve(t *testing.T) {
 		}
 	})
 }
+
+// RedisStore compacts a session's list the same way, in a transaction;
+// another replica reads the same state from the compacted list.
+func TestLogCompactionRedis(t *testing.T) {
+	addr := startRedis(t)
+	st := newRedisStore(t, addr, "compact:", Config{})
+	mustUpdate(t, st, "c", func(s *Session) { s.Messages = conversation(10, 200, "c") })
+	for i := range 150 {
+		mustUpdate(t, st, "c", func(s *Session) {
+			s.Messages = append(s.Messages, conversation(2, 600, fmt.Sprint("turn", i))...)
+		})
+	}
+	st.compactor.wait()
+	n, err := st.rdb.LLen(ctx, st.logKey(key("c"))).Result()
+	if err != nil || n >= 151 {
+		t.Errorf("%d records after 151 changes (%v): never compacted", n, err)
+	}
+	want := mustGet(t, st, "c")
+	if d := diff(want, mustGet(t, newRedisStore(t, addr, "compact:", Config{}), "c")); d != "" {
+		t.Errorf("another replica after compaction (-want +got):\n%s", d)
+	}
+}

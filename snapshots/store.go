@@ -70,8 +70,9 @@ type Counters struct {
 	Writes      uint64
 	WriteBytes  uint64
 	WriteErrors uint64
-	// Reads counts records read, ReadErrors the reads that failed for a
-	// reason other than absence or corruption.
+	// Reads counts sessions and snapshots read (a session served from
+	// the cache of decoded sessions included), ReadErrors the reads that
+	// failed for a reason other than absence or corruption.
 	Reads      uint64
 	ReadErrors uint64
 	// Corrupt counts records that failed their checks and were set aside
