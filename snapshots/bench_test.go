@@ -181,3 +181,43 @@ func BenchmarkWriterUpdate(b *testing.B) {
 		})
 	}
 }
+
+// Storing a turn of a session that holds 5 turns, and of one that holds
+// 500 (1,000 messages of 600 bytes, 600 KB of text): the cost must not
+// grow with the conversation. Each op stores a new last turn, as a client
+// that resends its history with a new turn at the end does (the record
+// keeps all but the last turn and carries the new one), so the session
+// stays at its size however many ops run; compactions, which that makes
+// due as appends do, run in the background and their CPU is in cpu-ns/op.
+func BenchmarkAppendTurn(b *testing.B) {
+	for _, turns := range []int{5, 500} {
+		b.Run(fmt.Sprint("turn=", turns), func(b *testing.B) {
+			benchStores(b, func(b *testing.B, st Store) {
+				base := benchSession("bench").Messages
+				msgs := make([]Message, 0, 2*turns)
+				for len(msgs) < 2*turns {
+					msgs = append(msgs, base[len(msgs)%len(base)])
+				}
+				mustUpdate(b, st, "bench", func(s *Session) { s.Messages = msgs })
+				b.ReportAllocs()
+				defer reportCPU(b)()
+				i := 0
+				for b.Loop() {
+					i++
+					user, reply := base[i%len(base)], base[(i+1)%len(base)]
+					user.Content = fmt.Sprint(i, user.Content)
+					err := st.Update(ctx, "bench", func(s *Session) error {
+						s.Messages = append(s.Messages[:len(s.Messages)-2], user, reply)
+						s.Stats.Requests++
+						return nil
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				c := st.Counters()
+				b.ReportMetric(float64(c.WriteBytes)/float64(c.Writes), "B/record")
+			})
+		})
+	}
+}

@@ -33,6 +33,14 @@ type Config struct {
 	// Workers is how many of Writer's writes run at once; default 4.
 	Workers int         `mapstructure:"workers"`
 	Redis   RedisConfig `mapstructure:"redis"`
+	// Observe, when set, is called after every store operation with the
+	// store's kind (StoreFile, StoreRedis), the operation (OpGet,
+	// OpUpdate, …) and its error, nil on success: the proxy counts
+	// operations and failures per store and operation with it. ErrNotFound
+	// and ErrInvalidID come through as they are, for the caller to tell
+	// from failures. It runs on the operation's goroutine, so it must be
+	// quick (a counter increment) and must not call the store.
+	Observe func(store, op string, err error) `mapstructure:"-"`
 }
 
 // RedisConfig says where the Redis store is.

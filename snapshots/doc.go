@@ -7,10 +7,13 @@
 //
 // Two stores implement one API: [FileStore] (the default, files under a
 // directory, one process) and [RedisStore] (shared by several ctxproxy
-// replicas). Both write gzip-compressed, checksummed JSON (see format.go);
-// the file store replaces files atomically and keeps an in-memory index for
-// listing. A corrupt or truncated record is reported, set aside and skipped;
-// every other record still loads.
+// replicas). A session is an append-only log of checksummed records, one
+// per change (see log.go), so that storing a turn costs the turn and not
+// the conversation; logs are replayed on read, compacted in the
+// background, and a torn or corrupt tail is cut at the last good record.
+// Snapshots are gzip-compressed, checksummed JSON (see format.go). A
+// corrupt record is reported and set aside; every other record still
+// loads.
 //
 // Saving happens off the request path: the proxy hands session changes and
 // snapshots to a [Writer], a bounded queue drained by a few workers and

@@ -17,15 +17,25 @@ import (
 
 // FileStore keeps sessions and snapshots in files under a directory:
 //
-//	DIR/sessions/KEY.json.gz
+//	DIR/sessions/KEY.log
 //	DIR/snapshots/KEY/SNAPSHOT-ID.json.gz
 //
-// where KEY is the hex SHA-256 of the session id. Every file is replaced
-// atomically (seed 004 4.2, 10.2): written to a temporary file in the same
-// directory, fsynced, renamed over the old one, and the directory fsynced,
-// so a crash at any moment leaves the old version or the new one, never a
-// mix. Listings come from an in-memory index (seed 004 10.4) built when the
-// store opens by reading and checking every file.
+// where KEY is the hex SHA-256 of the session id. A session is a log of
+// records (log.go), one per change: a turn appends the turn and fsyncs it
+// before Update returns, so what Update acknowledged survives a crash or a
+// power cut, and a crash loses at most the change being written, which was
+// not acknowledged (its torn tail is cut at the last whole record when the
+// log is next read). A new session, a replaced history and a compaction
+// write a whole new log instead, atomically (temporary file, fsync, rename,
+// fsync of the directory), as snapshots are written (seed 004 4.2, 10.2).
+// Logs are compacted in the background once the records after the last
+// whole copy of the session outweigh it.
+//
+// The decoded state of recently used sessions is cached (bounded), so an
+// update reads nothing; listings come from an in-memory index (seed 004
+// 10.4) built when the store opens by checking every record's CRC. Session
+// files of the format before the log (KEY.json.gz) are converted when the
+// store opens.
 //
 // A file that fails its checks is logged, counted, renamed to NAME.corrupt
 // (kept for inspection, never read again) and treated as absent; every
@@ -38,39 +48,37 @@ type FileStore struct {
 	maxCount int
 	log      *slog.Logger
 	now      func() time.Time
-	// createTemp makes the temporary file a write goes to; tests swap it
-	// to inject write failures (a full disk).
-	createTemp func(dir, pattern string) (tempFile, error)
+	files    files
+	obs      observer
 
 	sessLocks keyLocks
 	snapLocks keyLocks
+	cache     *stateCache
+	compactor *compactor
 
 	mu       sync.RWMutex
-	sessions map[string]SessionInfo             // by key
+	sessions map[string]SessionInfo             // by key; Bytes is the log's size
 	snaps    map[string]map[string]SnapshotInfo // by key, then snapshot id
 
 	counters counters
 }
 
-type tempFile interface {
-	Write(p []byte) (int, error)
-	Sync() error
-	Close() error
-	Name() string
-}
-
 const (
 	fileExt     = ".json.gz"
+	logExt      = ".log"
 	tempPrefix  = ".tmp-"
 	corruptExt  = ".corrupt"
 	privateDir  = 0o700 // conversations are private: owner only
 	sessionsDir = "sessions"
 	snapsDir    = "snapshots"
+	// logMagic starts every session log.
+	logMagic = "ctxproxy session log 2\n"
 )
 
 // NewFileStore opens (creating it if needed) the file store in cfg.Dir and
 // builds its index. Leftover temporary files of an interrupted write are
-// removed; corrupt files are set aside.
+// removed, torn log tails cut, corrupt files set aside and session files
+// of the earlier format converted to logs.
 func NewFileStore(cfg Config, log *slog.Logger) (*FileStore, error) {
 	cfg = cfg.withDefaults()
 	if log == nil {
@@ -82,12 +90,12 @@ func NewFileStore(cfg Config, log *slog.Logger) (*FileStore, error) {
 		maxCount: cfg.MaxCount,
 		log:      log,
 		now:      time.Now,
-		createTemp: func(dir, pattern string) (tempFile, error) {
-			return os.CreateTemp(dir, pattern)
-		},
+		obs:      observer{StoreFile, cfg.Observe},
+		cache:    newStateCache(defaultCacheBytes),
 		sessions: make(map[string]SessionInfo),
 		snaps:    make(map[string]map[string]SnapshotInfo),
 	}
+	st.files = newFiles(log, &st.counters)
 	for _, d := range []string{st.sessDir, st.snapDir} {
 		if err := os.MkdirAll(d, privateDir); err != nil {
 			return nil, fmt.Errorf("snapshots: %w", err)
@@ -96,11 +104,11 @@ func NewFileStore(cfg Config, log *slog.Logger) (*FileStore, error) {
 	if err := st.scan(); err != nil {
 		return nil, err
 	}
+	st.compactor = newCompactor(st.compact)
 	return st, nil
 }
 
-// scan builds the index from the files, checking each one fully, in
-// parallel.
+// scan builds the index from the files, checking each one, in parallel.
 func (st *FileStore) scan() error {
 	var jobs []func()
 	ents, err := os.ReadDir(st.sessDir)
@@ -109,12 +117,15 @@ func (st *FileStore) scan() error {
 	}
 	for _, e := range ents {
 		name := e.Name()
-		k, ok := strings.CutSuffix(name, fileExt)
+		k, isLog := strings.CutSuffix(name, logExt)
+		k1, isV1 := strings.CutSuffix(name, fileExt)
 		switch {
 		case strings.HasPrefix(name, tempPrefix):
-			st.removeTemp(filepath.Join(st.sessDir, name))
-		case ok && isKey(k) && e.Type().IsRegular():
+			st.files.removeTemp(filepath.Join(st.sessDir, name))
+		case isLog && isKey(k) && e.Type().IsRegular():
 			jobs = append(jobs, func() { st.indexSession(k) })
+		case isV1 && isKey(k1) && e.Type().IsRegular():
+			jobs = append(jobs, func() { st.migrate(k1) })
 		}
 	}
 	ents, err = os.ReadDir(st.snapDir)
@@ -136,7 +147,7 @@ func (st *FileStore) scan() error {
 			snapID, ok := strings.CutSuffix(name, fileExt)
 			switch {
 			case strings.HasPrefix(name, tempPrefix):
-				st.removeTemp(filepath.Join(dir, name))
+				st.files.removeTemp(filepath.Join(dir, name))
 			case ok && checkSnapID(snapID) == nil && f.Type().IsRegular():
 				jobs = append(jobs, func() { st.indexSnapshot(k, snapID) })
 			}
@@ -168,157 +179,163 @@ func run(jobs []func(), n int) {
 	wg.Wait()
 }
 
-func (st *FileStore) removeTemp(path string) {
-	st.log.Info("snapshots: removing the temporary file of an interrupted write", "path", path)
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		st.log.Warn("snapshots: remove temporary file", "path", path, "err", err)
-	}
-}
-
+// indexSession checks every record's CRC in session k's log, cuts a torn
+// or corrupt tail, and indexes the listing entry of the last good record.
+// The records are decoded when the session is first read.
 func (st *FileStore) indexSession(k string) {
-	path := st.sessionPath(k)
-	data, err := st.read(path)
+	path := st.logPath(k)
+	data, err := st.files.read(path)
 	if err != nil {
 		st.log.Error("snapshots: read session", "path", path, "err", err)
 		return
 	}
-	info, err := readInfo[SessionInfo](data, formatSession)
-	if err == nil && key(info.ID) != k {
-		err = fmt.Errorf("%w: record holds another session id", ErrCorrupt)
+	good, last, cause := len(logMagic), []byte(nil), error(nil)
+	if !strings.HasPrefix(string(data), logMagic) {
+		cause = fmt.Errorf("%w: not a session log", ErrCorrupt)
 	}
-	if err != nil {
-		st.setAside(path, err)
+	for cause == nil {
+		p, n, state := nextFrame(data[good:])
+		if state == frameEnd {
+			break
+		}
+		if state == frameOK {
+			last, good = p, good+n
+			continue
+		}
+		cause = errTorn
+		if state == frameCorrupt {
+			cause = fmt.Errorf("%w: record at byte %d fails its CRC-32C", ErrCorrupt, good)
+		}
+	}
+	var info SessionInfo
+	if last == nil && cause == nil {
+		cause = fmt.Errorf("%w: a session log without records", ErrCorrupt)
+	}
+	if last != nil {
+		if info, err = payloadInfo(last); err == nil && key(info.ID) != k {
+			err = fmt.Errorf("%w: record holds another session id", ErrCorrupt)
+		}
+		if err != nil {
+			last, cause = nil, err
+		}
+	}
+	if last == nil {
+		st.files.setAside(path, cause)
 		return
 	}
+	if cause != nil {
+		st.files.cut(path, data, good, cause)
+	}
+	info.Bytes = int64(good)
 	st.mu.Lock()
 	st.sessions[k] = info
 	st.mu.Unlock()
 }
 
-func (st *FileStore) indexSnapshot(k, snapID string) {
-	path := st.snapshotPath(k, snapID)
-	data, err := st.read(path)
-	if err != nil {
-		st.log.Error("snapshots: read snapshot", "path", path, "err", err)
+// migrate converts session k's file of the format before the log into a
+// log holding one replace record. A log already there (a conversion a
+// crash interrupted after the log was written) wins.
+func (st *FileStore) migrate(k string) {
+	old := filepath.Join(st.sessDir, k+fileExt)
+	if _, err := os.Stat(st.logPath(k)); err == nil {
+		st.files.removeTemp(old)
 		return
 	}
-	info, err := readInfo[SnapshotInfo](data, formatSnapshot)
-	if err == nil && (info.ID != snapID || key(info.SessionID) != k) {
-		err = fmt.Errorf("%w: record holds another snapshot", ErrCorrupt)
-	}
+	data, err := st.files.read(old)
 	if err != nil {
-		st.setAside(path, err)
+		st.log.Error("snapshots: read session", "path", old, "err", err)
 		return
 	}
-	info.Bytes = len(data)
+	info, err := readInfo[SessionInfo](data, formatSession)
+	var s *Session
+	if err == nil {
+		s, err = readSession(data, info.ID)
+	}
+	if err == nil && key(info.ID) != k {
+		err = fmt.Errorf("%w: record holds another session id", ErrCorrupt)
+	}
+	if err != nil {
+		st.files.setAside(old, err)
+		return
+	}
+	p, err := encodeReplace(s)
+	var n int64
+	if err == nil {
+		n, err = st.files.write(st.sessDir, k+logExt, []byte(logMagic), frame(p))
+	}
+	if err != nil {
+		st.log.Error("snapshots: convert a session file to a log; it stays as it is", "path", old, "err", err)
+		return
+	}
+	if err := os.Remove(old); err != nil {
+		st.log.Warn("snapshots: remove a converted session file", "path", old, "err", err)
+	}
+	st.files.syncDir(st.sessDir)
+	st.log.Info("snapshots: session file converted to a log", "path", old)
+	info = s.Info()
+	info.Bytes = n
 	st.mu.Lock()
-	st.addSnap(k, info)
+	st.sessions[k] = info
 	st.mu.Unlock()
 }
 
-// addSnap indexes a snapshot; st.mu must be held.
-func (st *FileStore) addSnap(k string, info SnapshotInfo) {
-	m := st.snaps[k]
-	if m == nil {
-		m = make(map[string]SnapshotInfo)
-		st.snaps[k] = m
+func (st *FileStore) logPath(k string) string {
+	return filepath.Join(st.sessDir, k+logExt)
+}
+
+// load returns session k's cached state, replaying its log when it is
+// not cached; nil when there is no session. The caller holds k's lock. A
+// log whose first record is unreadable is set aside and reported with an
+// error wrapping ErrCorrupt; a bad tail is cut and the rest loads.
+func (st *FileStore) load(k, id string) (*cached, error) {
+	if e := st.cache.get(k); e != nil {
+		return e, nil
 	}
-	m[info.ID] = info
-}
-
-// dropSnap removes a snapshot from the index; st.mu must be held.
-func (st *FileStore) dropSnap(k, snapID string) {
-	delete(st.snaps[k], snapID)
-	if len(st.snaps[k]) == 0 {
-		delete(st.snaps, k)
-	}
-}
-
-func (st *FileStore) sessionPath(k string) string {
-	return filepath.Join(st.sessDir, k+fileExt)
-}
-
-func (st *FileStore) snapshotPath(k, snapID string) string {
-	return filepath.Join(st.snapDir, k, snapID+fileExt)
-}
-
-// read reads a file; a missing file is ErrNotFound.
-func (st *FileStore) read(path string) ([]byte, error) {
-	data, err := os.ReadFile(path)
+	path := st.logPath(k)
+	data, err := st.files.read(path)
 	switch {
-	case err == nil:
-		st.counters.reads.Add(1)
-		return data, nil
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, ErrNotFound
+	case errors.Is(err, ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
 	}
-	st.counters.readErrors.Add(1)
-	return nil, fmt.Errorf("snapshots: %w", err)
-}
-
-// setAside renames a corrupt file to NAME.corrupt so that it is reported
-// once, kept for inspection and skipped from then on. The caller holds the
-// file's key lock (or is the scan, before the store is shared).
-func (st *FileStore) setAside(path string, cause error) {
-	st.counters.corrupt.Add(1)
-	st.log.Error("snapshots: corrupt file set aside; everything else still loads", "path", path, "err", cause)
-	if err := os.Rename(path, path+corruptExt); err != nil {
-		st.log.Warn("snapshots: set aside corrupt file", "path", path, "err", err)
+	var r replayed
+	if strings.HasPrefix(string(data), logMagic) {
+		r = replay(data[len(logMagic):], len(logMagic), id)
+	} else {
+		r.cut = fmt.Errorf("%w: not a session log", ErrCorrupt)
 	}
-}
-
-// write replaces dir/name with data atomically.
-func (st *FileStore) write(dir, name string, data []byte) (err error) {
-	defer func() {
-		if err != nil {
-			st.counters.writeErrors.Add(1)
-			err = fmt.Errorf("snapshots: write %s: %w", filepath.Join(dir, name), err)
-			return
+	if r.s == nil {
+		if r.cut == nil || errors.Is(r.cut, errTorn) {
+			r.cut = fmt.Errorf("%w: no whole record: %v", ErrCorrupt, r.cut)
 		}
-		st.counters.writes.Add(1)
-		st.counters.writeBytes.Add(uint64(len(data)))
-	}()
-	f, err := st.createTemp(dir, tempPrefix+name+"-*")
-	if err != nil {
-		return err
+		st.files.setAside(path, r.cut)
+		st.mu.Lock()
+		delete(st.sessions, k)
+		st.mu.Unlock()
+		return nil, r.cut
 	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
+	if r.cut != nil {
+		st.files.cut(path, data, r.good, r.cut)
+		st.setInfo(k, r.s, int64(r.good))
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, name))
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	st.syncDir(dir)
-	return nil
+	e := &cached{k: k, s: r.s, size: int64(r.good), base: int64(r.base)}
+	st.cache.put(e)
+	return e, nil
 }
 
-// syncDir makes a rename or removal in dir durable. Once the rename is
-// done the new file is what every reader sees, so a failure here is
-// logged, not returned: only its survival of a power cut is in doubt.
-func (st *FileStore) syncDir(dir string) {
-	d, err := os.Open(dir)
-	if err == nil {
-		err = d.Sync()
-		if cerr := d.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
-		st.log.Warn("snapshots: fsync directory", "dir", dir, "err", err)
-	}
+// setInfo indexes session k's listing entry after a change.
+func (st *FileStore) setInfo(k string, s *Session, size int64) {
+	info := s.Info()
+	info.Bytes = size
+	st.mu.Lock()
+	st.sessions[k] = info
+	st.mu.Unlock()
 }
 
 // Get returns session id.
-func (st *FileStore) Get(ctx context.Context, id string) (*Session, error) {
+func (st *FileStore) Get(ctx context.Context, id string) (s *Session, err error) {
+	defer st.obs.done(OpGet, &err)
 	if err := CheckID(id); err != nil {
 		return nil, err
 	}
@@ -326,42 +343,27 @@ func (st *FileStore) Get(ctx context.Context, id string) (*Session, error) {
 		return nil, err
 	}
 	k := key(id)
-	data, err := st.read(st.sessionPath(k))
-	if err != nil {
-		return nil, err
-	}
-	s, err := readSession(data, id)
-	if err != nil {
-		st.corruptSession(k, id)
-		return nil, fmt.Errorf("snapshots: session %q: %w", id, err)
-	}
-	return s, nil
-}
-
-// corruptSession sets a session file aside after a failed read, if it is
-// still the bad one: a concurrent Update may have replaced it meanwhile.
-func (st *FileStore) corruptSession(k, id string) {
 	defer st.sessLocks.lock(k)()
-	path := st.sessionPath(k)
-	data, err := st.read(path)
-	if err != nil {
-		return
+	e, err := st.load(k, id)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("snapshots: session %q: %w", id, err)
+	case e == nil:
+		return nil, ErrNotFound
 	}
-	if _, err := readSession(data, id); err != nil {
-		st.setAside(path, err)
-		st.mu.Lock()
-		delete(st.sessions, k)
-		st.mu.Unlock()
-	}
+	st.counters.reads.Add(1)
+	return e.s.Clone(), nil
 }
 
 // Update changes session id atomically; see Store.
-func (st *FileStore) Update(ctx context.Context, id string, fn func(*Session) error) error {
+func (st *FileStore) Update(ctx context.Context, id string, fn func(*Session) error) (err error) {
+	defer st.obs.done(OpUpdate, &err)
 	return st.update(ctx, id, true, fn)
 }
 
 // Clear removes session id's turns and keeps its metadata; see Store.
-func (st *FileStore) Clear(ctx context.Context, id string) error {
+func (st *FileStore) Clear(ctx context.Context, id string) (err error) {
+	defer st.obs.done(OpClear, &err)
 	return st.update(ctx, id, false, func(s *Session) error {
 		s.clear()
 		return nil
@@ -377,44 +379,87 @@ func (st *FileStore) update(ctx context.Context, id string, create bool, fn func
 	}
 	k := key(id)
 	defer st.sessLocks.lock(k)()
-	path := st.sessionPath(k)
-	now := st.now().UTC()
-	var s *Session
-	data, err := st.read(path)
+	e, err := st.load(k, id)
 	switch {
-	case err == nil:
-		if s, err = readSession(data, id); err != nil {
-			// Setting it aside keeps the session usable: the bad file is
-			// kept for inspection and the conversation starts again.
-			st.setAside(path, err)
-			s = nil
-		}
-	case !errors.Is(err, ErrNotFound):
+	case errors.Is(err, ErrCorrupt):
+		// The bad log is set aside, kept for inspection; the
+		// conversation starts again.
+	case err != nil:
 		return err
 	}
-	data, info, err := change(s, id, create, now, fn)
+	var old *Session
+	if e != nil {
+		old = e.s
+	}
+	p, err := change(old, id, create, false, st.now().UTC(), fn)
 	if err != nil {
 		return err
 	}
-	if err := st.write(st.sessDir, k+fileExt, data); err != nil {
-		st.log.Error("snapshots: save session", "session", id, "err", err)
-		return err
+	rec := frame(p)
+	if e == nil || p[0] == kindReplace {
+		// A new log: nothing before this record is needed any more.
+		n, err := st.files.write(st.sessDir, k+logExt, []byte(logMagic), rec)
+		if err != nil {
+			st.log.Error("snapshots: save session", "session", id, "err", err)
+			return err
+		}
+		e = &cached{k: k, size: n, base: n}
+	} else {
+		if err := st.files.appendAt(st.logPath(k), e.size, rec); err != nil {
+			st.log.Error("snapshots: save session", "session", id, "err", err)
+			return err
+		}
+		e.size += int64(len(rec))
 	}
-	st.mu.Lock()
-	st.sessions[k] = info
-	st.mu.Unlock()
+	if e.s, err = apply(e.s, id, p); err != nil {
+		// Stored but not understood: let the next read replay the log.
+		st.cache.drop(k)
+		return fmt.Errorf("snapshots: session %q: %w", id, err)
+	}
+	st.cache.put(e)
+	st.setInfo(k, e.s, e.size)
+	if e.needsCompaction() {
+		st.compactor.request(k, id)
+	}
 	return nil
 }
 
+// compact rewrites session id's log as one replace record of its state.
+func (st *FileStore) compact(k, id string) {
+	var err error
+	defer st.obs.done(OpCompact, &err)
+	defer st.sessLocks.lock(k)()
+	e, err := st.load(k, id)
+	if e == nil || err != nil || !e.needsCompaction() {
+		return // deleted, replaced or compacted meanwhile
+	}
+	p, err := encodeReplace(e.s)
+	if err != nil {
+		return
+	}
+	n, err := st.files.write(st.sessDir, k+logExt, []byte(logMagic), frame(p))
+	if err != nil {
+		// The log is still whole; the next record asks again.
+		st.log.Warn("snapshots: compact a session log", "session", id, "err", err)
+		return
+	}
+	e.size, e.base = n, n
+	st.setInfo(k, e.s, n)
+}
+
 // List returns every session, most recently updated first.
-func (st *FileStore) List(ctx context.Context) ([]SessionInfo, error) {
+func (st *FileStore) List(ctx context.Context) (out []SessionInfo, err error) {
+	defer st.obs.done(OpList, &err)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	st.mu.RLock()
-	out := make([]SessionInfo, 0, len(st.sessions))
+	out = make([]SessionInfo, 0, len(st.sessions))
 	for k, info := range st.sessions {
 		info.Snapshots = len(st.snaps[k])
+		for _, snap := range st.snaps[k] {
+			info.Bytes += int64(snap.Bytes)
+		}
 		out = append(out, info)
 	}
 	st.mu.RUnlock()
@@ -433,7 +478,8 @@ func sortSessions(infos []SessionInfo) {
 }
 
 // Delete removes session id and its snapshots.
-func (st *FileStore) Delete(ctx context.Context, id string) error {
+func (st *FileStore) Delete(ctx context.Context, id string) (err error) {
+	defer st.obs.done(OpDelete, &err)
 	if err := CheckID(id); err != nil {
 		return err
 	}
@@ -443,12 +489,13 @@ func (st *FileStore) Delete(ctx context.Context, id string) error {
 	k := key(id)
 	defer st.sessLocks.lock(k)()
 	defer st.snapLocks.lock(k)()
+	st.cache.drop(k)
 	found := false
-	err := os.Remove(st.sessionPath(k))
+	err = os.Remove(st.logPath(k))
 	switch {
 	case err == nil:
 		found = true
-		st.syncDir(st.sessDir)
+		st.files.syncDir(st.sessDir)
 	case errors.Is(err, fs.ErrNotExist):
 		err = nil
 	}
@@ -468,7 +515,7 @@ func (st *FileStore) Delete(ctx context.Context, id string) error {
 			return fmt.Errorf("snapshots: delete snapshots of %q: %w", id, err)
 		}
 		found = true
-		st.syncDir(st.snapDir)
+		st.files.syncDir(st.snapDir)
 	}
 	if !found {
 		return ErrNotFound
@@ -476,169 +523,12 @@ func (st *FileStore) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// SaveSnapshot stores snap and applies the retention limit; see Store.
-func (st *FileStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (SnapshotInfo, error) {
-	if err := CheckID(snap.SessionID); err != nil {
-		return SnapshotInfo{}, err
-	}
-	if snap.ID != "" {
-		if err := checkSnapID(snap.ID); err != nil {
-			return SnapshotInfo{}, err
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return SnapshotInfo{}, err
-	}
-	k := key(snap.SessionID)
-	defer st.snapLocks.lock(k)()
-	s := *snap
-	if s.Created.IsZero() {
-		s.Created = st.now()
-	}
-	s.Created = s.Created.UTC()
-	if s.ID == "" {
-		st.mu.RLock()
-		for s.ID == "" || st.snaps[k][s.ID].ID != "" {
-			s.ID = newSnapID(s.Created)
-		}
-		st.mu.RUnlock()
-	}
-	data, info, err := snapshotRecord(&s)
-	if err != nil {
-		return SnapshotInfo{}, err
-	}
-	dir := filepath.Join(st.snapDir, k)
-	switch err := os.Mkdir(dir, privateDir); {
-	case err == nil:
-		st.syncDir(st.snapDir)
-	case !errors.Is(err, fs.ErrExist):
-		st.counters.writeErrors.Add(1)
-		err = fmt.Errorf("snapshots: %w", err)
-		st.log.Error("snapshots: save snapshot", "session", s.SessionID, "err", err)
-		return SnapshotInfo{}, err
-	}
-	if err := st.write(dir, s.ID+fileExt, data); err != nil {
-		st.log.Error("snapshots: save snapshot", "session", s.SessionID, "err", err)
-		return SnapshotInfo{}, err
-	}
-	st.mu.Lock()
-	st.addSnap(k, info)
-	st.mu.Unlock()
-	st.prune(k)
-	return info, nil
-}
-
-// prune deletes session k's oldest snapshots beyond the retention limit.
-func (st *FileStore) prune(k string) {
-	st.mu.Lock()
-	infos := sortedSnaps(st.snaps[k])
-	var old []SnapshotInfo
-	if len(infos) > st.maxCount {
-		old = infos[st.maxCount:]
-		for _, info := range old {
-			st.dropSnap(k, info.ID)
-		}
-	}
-	st.mu.Unlock()
-	if len(old) == 0 {
-		return
-	}
-	for _, info := range old {
-		if err := os.Remove(st.snapshotPath(k, info.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			st.log.Warn("snapshots: delete old snapshot", "session", info.SessionID, "snapshot", info.ID, "err", err)
-		}
-	}
-	st.syncDir(filepath.Join(st.snapDir, k))
-}
-
-// sortedSnaps returns the infos newest first.
-func sortedSnaps(m map[string]SnapshotInfo) []SnapshotInfo {
-	out := make([]SnapshotInfo, 0, len(m))
-	for _, info := range m {
-		out = append(out, info)
-	}
-	slices.SortFunc(out, newer)
-	return out
-}
-
-// ListSnapshots returns session id's snapshots newest first.
-func (st *FileStore) ListSnapshots(ctx context.Context, id string) ([]SnapshotInfo, error) {
-	if err := CheckID(id); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	st.mu.RLock()
-	defer st.mu.RUnlock()
-	return sortedSnaps(st.snaps[key(id)]), nil
-}
-
-// LoadSnapshot returns snapshot snapID of session id.
-func (st *FileStore) LoadSnapshot(ctx context.Context, id, snapID string) (*Snapshot, error) {
-	if err := CheckID(id); err != nil {
-		return nil, err
-	}
-	if err := checkSnapID(snapID); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	k := key(id)
-	path := st.snapshotPath(k, snapID)
-	data, err := st.read(path)
-	if err != nil {
-		return nil, err
-	}
-	snap, err := readSnapshot(data, id, snapID)
-	if err != nil {
-		unlock := st.snapLocks.lock(k)
-		if data, rerr := st.read(path); rerr == nil {
-			if _, rerr := readSnapshot(data, id, snapID); rerr != nil {
-				st.setAside(path, rerr)
-				st.mu.Lock()
-				st.dropSnap(k, snapID)
-				st.mu.Unlock()
-			}
-		}
-		unlock()
-		return nil, fmt.Errorf("snapshots: snapshot %s of %q: %w", snapID, id, err)
-	}
-	return snap, nil
-}
-
-// DeleteSnapshot removes a snapshot file and its index entry.
-func (st *FileStore) DeleteSnapshot(ctx context.Context, id, snapID string) error {
-	if err := CheckID(id); err != nil {
-		return err
-	}
-	if err := checkSnapID(snapID); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	k := key(id)
-	defer st.snapLocks.lock(k)()
-	err := os.Remove(st.snapshotPath(k, snapID))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		st.counters.writeErrors.Add(1)
-		return fmt.Errorf("snapshots: delete snapshot %s of %q: %w", snapID, id, err)
-	}
-	st.mu.Lock()
-	st.dropSnap(k, snapID)
-	st.mu.Unlock()
-	if err != nil {
-		return ErrNotFound
-	}
-	st.syncDir(filepath.Join(st.snapDir, k))
-	return nil
-}
-
 // Counters returns the store's running totals.
 func (st *FileStore) Counters() Counters { return st.counters.get() }
 
-// Close releases nothing: every write is complete when it returns. It is
-// there for Store.
-func (st *FileStore) Close() error { return nil }
+// Close stops the background compaction (a log left uncompacted is
+// whole). Every write is complete when it returns.
+func (st *FileStore) Close() error {
+	st.compactor.close()
+	return nil
+}

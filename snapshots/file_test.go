@@ -37,7 +37,7 @@ func TestFileStoreLayout(t *testing.T) {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, path)
-		if d.Type().IsRegular() && !strings.HasSuffix(rel, fileExt) {
+		if d.Type().IsRegular() && !strings.HasSuffix(rel, fileExt) && !strings.HasSuffix(rel, logExt) {
 			t.Errorf("unexpected file %s", rel)
 		}
 		names = append(names, rel)
@@ -55,6 +55,7 @@ func TestFileStoreLayout(t *testing.T) {
 	for _, name := range names {
 		for _, part := range strings.Split(name, string(filepath.Separator)) {
 			base, _ := strings.CutSuffix(part, fileExt)
+			base, _ = strings.CutSuffix(base, logExt)
 			if part != "." && part != sessionsDir && part != snapsDir && !isKey(base) && checkSnapID(base) != nil {
 				t.Errorf("path %q has a part %q that is neither a hash nor a snapshot id", name, part)
 			}
@@ -62,28 +63,44 @@ func TestFileStoreLayout(t *testing.T) {
 	}
 }
 
-// Seed 003 wants a human-readable format: the uncompressed record is two
-// lines of JSON (header with the listing entry, then the session).
-func TestFileStoreRecordFormat(t *testing.T) {
+// The log format: a replace record, then an append record that carries
+// only the new turn and the fields that changed. The append record's
+// payload is kept as a golden file (it is plain JSON after the kind
+// byte), and a log written by this version must load in later ones.
+func TestFileStoreLogFormat(t *testing.T) {
 	dir := t.TempDir()
 	st := newFileStore(t, dir, Config{})
 	mustUpdate(t, st, "golden", func(s *Session) {
 		*s = *fullSession("golden")
 		s.Created = time.Time{}
 	})
-	data, err := os.ReadFile(filepath.Join(dir, sessionsDir, key("golden")+fileExt))
+	mustUpdate(t, st, "golden", func(s *Session) {
+		s.Messages = append(s.Messages, msg("user", "one more <turn> & then some"))
+		s.Stats.Requests++
+	})
+	want := mustGet(t, st, "golden")
+	data, err := os.ReadFile(filepath.Join(dir, sessionsDir, key("golden")+logExt))
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain, err := gunzip(data)
-	if err != nil {
-		t.Fatal(err)
+	if !strings.HasPrefix(string(data), logMagic) {
+		t.Fatalf("the log does not start with %q", logMagic)
 	}
-	golden(t, "session-v1.golden", plain)
+	var kinds []byte
+	var last []byte
+	for b := data[len(logMagic):]; len(b) > 0; {
+		p, n, state := nextFrame(b)
+		if state != frameOK {
+			t.Fatalf("frame %d: state %d", len(kinds), state)
+		}
+		kinds, last, b = append(kinds, p[0]), p, b[n:]
+	}
+	if string(kinds) != "RA" {
+		t.Fatalf("record kinds %q, want a replace then an append", kinds)
+	}
+	golden(t, "log-append.golden", append(last[1:], '\n'))
 
-	// A record written by this version must load in later ones: keep a
-	// compressed copy to decode forever (rewritten only with -update).
-	fixture := filepath.Join("testdata", "session-v1.json.gz")
+	fixture := filepath.Join("testdata", "session-log2.bin")
 	if *update {
 		os.WriteFile(fixture, data, 0o644)
 	}
@@ -91,14 +108,58 @@ func TestFileStoreRecordFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := readSession(old, "golden")
-	if err != nil {
-		t.Fatalf("a version 1 record no longer loads: %v", err)
+	dir2 := t.TempDir()
+	os.MkdirAll(filepath.Join(dir2, sessionsDir), 0o700)
+	os.WriteFile(filepath.Join(dir2, sessionsDir, key("golden")+logExt), old, 0o600)
+	if d := diff(want, mustGet(t, newFileStore(t, dir2, Config{}), "golden")); d != "" {
+		t.Errorf("a version 2 log no longer loads the same (-want +got):\n%s", d)
 	}
+}
+
+// A session file of the format before the log (a gzip-compressed record,
+// testdata/session-v1.json.gz) is converted to a log when the store opens,
+// and then takes appends like any other.
+func TestFileStoreMigratesV1(t *testing.T) {
+	fixture, err := os.ReadFile(filepath.Join("testdata", "session-v1.json.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The format, readable: what the v1 encoder (still the snapshots')
+	// writes for the fixture's session.
+	v1s := fullSession("golden")
+	v1s.Created = t0.Add(time.Millisecond)
+	v1s.Updated = v1s.Created
+	rec, _, err := sessionRecord(v1s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := gunzip(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "session-v1.golden", plain)
+
+	dir := t.TempDir()
+	v1 := filepath.Join(dir, sessionsDir, key("golden")+fileExt)
+	os.MkdirAll(filepath.Dir(v1), 0o700)
+	os.WriteFile(v1, fixture, 0o600)
+	st := newFileStore(t, dir, Config{})
+	got := mustGet(t, st, "golden")
 	want := fullSession("golden")
-	want.Created, want.Updated = s.Created, s.Updated
-	if d := diff(want, s); d != "" {
-		t.Errorf("version 1 record (-want +got):\n%s", d)
+	want.Created, want.Updated = got.Created, got.Updated
+	if d := diff(want, got); d != "" {
+		t.Errorf("converted session (-want +got):\n%s", d)
+	}
+	if _, err := os.Stat(v1); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the old file is still there: %v", err)
+	}
+	if list, _ := st.List(ctx); len(list) != 1 || list[0].ID != "golden" || list[0].Messages != len(want.Messages) {
+		t.Errorf("List after converting = %+v", list)
+	}
+	mustUpdate(t, st, "golden", func(s *Session) { s.Messages = append(s.Messages, msg("user", "after")) })
+	again := mustGet(t, newFileStore(t, dir, Config{}), "golden")
+	if n := len(again.Messages); n != len(want.Messages)+1 || again.Messages[n-1].Content != "after" {
+		t.Errorf("after an append to the converted session and a restart: %d messages", n)
 	}
 }
 
@@ -119,58 +180,91 @@ var damage = []struct {
 	{"plain JSON", func(b []byte) []byte { return []byte(`{"session_id":"x","messages":[]}`) }},
 }
 
+// logDamage are ways a session log goes bad: a write a crash cut short,
+// zeros a file system left, bytes appended, bits flipped in the last
+// record or the first, the whole file lost. Each is applied to a log of
+// two records: the session with 20 messages, then one appended.
+var logDamage = []struct {
+	name string
+	fn   func(b []byte, tail int) []byte // tail: where the second record starts
+	// msgs is what loads afterwards (0: the session is set aside);
+	// torn and corrupt are the counters it moves.
+	msgs, torn, corrupt int
+}{
+	{"last record cut short", func(b []byte, _ int) []byte { return b[:len(b)-10] }, 20, 1, 0},
+	{"last header cut short", func(b []byte, tail int) []byte { return b[:tail+5] }, 20, 1, 0},
+	{"zeros after", func(b []byte, _ int) []byte { return append(b, make([]byte, 512)...) }, 21, 1, 0},
+	{"garbage after", func(b []byte, _ int) []byte { return append(b, "\x05\x00\x00\x00garbage, not a record"...) }, 21, 0, 1},
+	{"last record bit flipped", func(b []byte, _ int) []byte { b[len(b)-3] ^= 0x10; return b }, 20, 0, 1},
+	{"first record bit flipped", func(b []byte, _ int) []byte { b[len(logMagic)+40] ^= 0x10; return b }, 0, 0, 1},
+	{"zeroed", func(b []byte, _ int) []byte { return make([]byte, len(b)) }, 0, 0, 1},
+	{"empty", func([]byte, int) []byte { return nil }, 0, 0, 1},
+	{"plain JSON", func([]byte, int) []byte { return []byte(`{"session_id":"bad","messages":[]}`) }, 0, 0, 1},
+}
+
+// A damaged log is cut at its last good record, never read past it; one
+// without a good record is set aside. Nothing else is affected.
 func TestFileStoreCorruptSession(t *testing.T) {
-	for _, d := range damage {
+	for _, d := range logDamage {
 		t.Run(d.name, func(t *testing.T) {
 			dir := t.TempDir()
 			st := newFileStore(t, dir, Config{})
 			mustUpdate(t, st, "bad", func(s *Session) { s.Messages = conversation(20, 200, "bad") })
+			path := filepath.Join(dir, sessionsDir, key("bad")+logExt)
+			fi, _ := os.Stat(path)
+			tail := int(fi.Size())
+			mustUpdate(t, st, "bad", func(s *Session) { s.Messages = append(s.Messages, msg("user", "appended")) })
 			mustUpdate(t, st, "good", func(s *Session) { s.Messages = conversation(3, 20, "good") })
-			path := filepath.Join(dir, sessionsDir, key("bad")+fileExt)
 			data, _ := os.ReadFile(path)
-			os.WriteFile(path, d.fn(data), 0o600)
+			os.WriteFile(path, d.fn(data, tail), 0o600)
 
-			// Found while running.
-			if _, err := st.Get(ctx, "bad"); !isCorrupt(err) {
-				t.Errorf("Get: %v, want ErrCorrupt", err)
+			st2 := newFileStore(t, dir, Config{}) // found at start
+			c := st2.Counters()
+			if int(c.Torn) != d.torn || int(c.Corrupt) != d.corrupt {
+				t.Errorf("Counters: torn %d, corrupt %d; want %d, %d", c.Torn, c.Corrupt, d.torn, d.corrupt)
 			}
-			if _, err := os.Stat(path + corruptExt); err != nil {
-				t.Errorf("the corrupt file was not set aside: %v", err)
+			s, err := st2.Get(ctx, "bad")
+			switch {
+			case d.msgs == 0:
+				if !errors.Is(err, ErrNotFound) {
+					t.Errorf("Get of a session without a good record: %v, want ErrNotFound", err)
+				}
+				if _, err := os.Stat(path + corruptExt); err != nil {
+					t.Errorf("the damaged log was not set aside: %v", err)
+				}
+			case err != nil:
+				t.Fatalf("Get: %v", err)
+			case len(s.Messages) != d.msgs:
+				t.Errorf("%d messages load, want %d", len(s.Messages), d.msgs)
 			}
-			if _, err := st.Get(ctx, "bad"); !errors.Is(err, ErrNotFound) {
-				t.Errorf("second Get: %v, want ErrNotFound", err)
-			}
-
-			// Found at start.
-			os.Rename(path+corruptExt, path)
-			st2 := newFileStore(t, dir, Config{})
 			list, _ := st2.List(ctx)
-			if len(list) != 1 || list[0].ID != "good" {
-				t.Errorf("List after reopening with a corrupt session = %+v, want only good", list)
-			}
-			if c := st2.Counters(); c.Corrupt != 1 {
-				t.Errorf("Counters.Corrupt = %d, want 1", c.Corrupt)
+			if want := 1 + min(d.msgs, 1); len(list) != want {
+				t.Errorf("List = %+v, want %d sessions", list, want)
 			}
 			mustGet(t, st2, "good")
-			mustUpdate(t, st2, "bad", func(s *Session) { s.Messages = []Message{msg("user", "again")} })
-			if s := mustGet(t, st2, "bad"); len(s.Messages) != 1 {
-				t.Errorf("the session is not usable again: %d messages", len(s.Messages))
+			mustUpdate(t, st2, "bad", func(s *Session) { s.Messages = append(s.Messages, msg("user", "again")) })
+			if s := mustGet(t, newFileStore(t, dir, Config{}), "bad"); len(s.Messages) != d.msgs+1 {
+				t.Errorf("after an update and a restart: %d messages, want %d", len(s.Messages), d.msgs+1)
 			}
 		})
 	}
 }
 
-// A file holding another session's record (copied or renamed by hand) is
+// A log holding another session's records (copied or renamed by hand) is
 // never handed out under the wrong id.
 func TestFileStoreForeignRecord(t *testing.T) {
 	dir := t.TempDir()
 	st := newFileStore(t, dir, Config{})
 	mustUpdate(t, st, "alice", func(s *Session) { s.Messages = []Message{msg("user", "alice's secret")} })
 	mustUpdate(t, st, "bob", func(s *Session) { s.Messages = []Message{msg("user", "bob's")} })
-	alice, _ := os.ReadFile(filepath.Join(dir, sessionsDir, key("alice")+fileExt))
-	os.WriteFile(filepath.Join(dir, sessionsDir, key("bob")+fileExt), alice, 0o600)
-	if s, err := st.Get(ctx, "bob"); err == nil {
+	alice, _ := os.ReadFile(filepath.Join(dir, sessionsDir, key("alice")+logExt))
+	os.WriteFile(filepath.Join(dir, sessionsDir, key("bob")+logExt), alice, 0o600)
+	st2 := newFileStore(t, dir, Config{})
+	if s, err := st2.Get(ctx, "bob"); err == nil {
 		t.Fatalf("Get(bob) returned %q", s.Messages[0].Content)
+	}
+	if list, _ := st2.List(ctx); len(list) != 1 || list[0].ID != "alice" {
+		t.Errorf("List = %+v, want only alice", list)
 	}
 }
 
@@ -180,7 +274,7 @@ func TestFileStoreRemovesTempFiles(t *testing.T) {
 	mustUpdate(t, st, "s", func(s *Session) {})
 	st.SaveSnapshot(ctx, &Snapshot{SessionID: "s"})
 	leftovers := []string{
-		filepath.Join(dir, sessionsDir, tempPrefix+key("s")+fileExt+"-123"),
+		filepath.Join(dir, sessionsDir, tempPrefix+key("s")+logExt+"-123"),
 		filepath.Join(dir, snapsDir, key("s"), tempPrefix+"x"+fileExt+"-456"),
 	}
 	for _, p := range leftovers {
@@ -200,6 +294,16 @@ type fullDisk struct {
 	limit int
 }
 
+func (f *fullDisk) WriteAt(p []byte, off int64) (int, error) {
+	if len(p) > f.limit {
+		n, _ := f.File.WriteAt(p[:f.limit], off)
+		f.limit = 0
+		return n, &fs.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
+	}
+	f.limit -= len(p)
+	return f.File.WriteAt(p, off)
+}
+
 func (f *fullDisk) Write(p []byte) (int, error) {
 	if len(p) > f.limit {
 		n, _ := f.File.Write(p[:f.limit])
@@ -212,8 +316,15 @@ func (f *fullDisk) Write(p []byte) (int, error) {
 
 // diskFull makes st's writes fail with ENOSPC halfway.
 func diskFull(st *FileStore) {
-	st.createTemp = func(dir, pattern string) (tempFile, error) {
+	st.files.createTemp = func(dir, pattern string) (tempFile, error) {
 		f, err := os.CreateTemp(dir, pattern)
+		if err != nil {
+			return nil, err
+		}
+		return &fullDisk{File: f, limit: 100}, nil
+	}
+	st.files.openLog = func(path string) (logFile, error) {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -237,11 +348,20 @@ func TestFileStoreDiskFull(t *testing.T) {
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("Update on a full disk: %v, want ENOSPC", err)
 	}
+	more := conversation(3, 300, "more")
+	err = st.Update(ctx, "s", func(s *Session) error { s.Messages = append(s.Messages, more...); return nil })
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("an appending Update on a full disk: %v, want ENOSPC", err)
+	}
 	if _, err := TakeSnapshot(ctx, st, "s", ReasonManual); !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("SaveSnapshot on a full disk: %v, want ENOSPC", err)
 	}
-	if c := st.Counters(); c.WriteErrors != 2 {
-		t.Errorf("Counters.WriteErrors = %d, want 2", c.WriteErrors)
+	if c := st.Counters(); c.WriteErrors != 3 {
+		t.Errorf("Counters.WriteErrors = %d, want 3", c.WriteErrors)
+	}
+	// The append that failed halfway left nothing behind in the log.
+	if c := newFileStore(t, dir, Config{}).Counters(); c.Torn != 0 || c.Corrupt != 0 {
+		t.Errorf("reopened after failed writes: %+v", c)
 	}
 	if !strings.Contains(logs.String(), "no space left on device") {
 		t.Errorf("the failure was not logged:\n%s", logs.String())

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,27 +17,39 @@ import (
 // ctxproxy replicas behind a load balancer share them. With PREFIX from
 // the config and KEY the hex SHA-256 of the session id:
 //
-//	PREFIX session:KEY              the session record
+//	PREFIX log:KEY                  the session's log: a list of records
+//	PREFIX ver:KEY                  the session's version, new on every change
 //	PREFIX sessions                 hash KEY → SessionInfo JSON (List)
 //	PREFIX snapshot:KEY:SNAPSHOT-ID a snapshot record
 //	PREFIX snapshots:KEY            hash SNAPSHOT-ID → SnapshotInfo JSON
+//	PREFIX session:KEY              a session of the format before the log,
+//	                                converted by its next update
 //
-// Records are the same gzip-compressed, checksummed JSON as FileStore's
-// files. Update is an optimistic transaction (WATCH the session, MULTI,
-// EXEC, retry on conflict), so replicas updating one session never lose
-// each other's changes; within a replica, updates of one session also take
-// a local lock so that they do not fight each other. A record that fails
-// its checks is copied to its key plus ":corrupt" and skipped. Transactions
-// span a session's key and the shared index, so the store needs a single
-// Redis (or a primary with replicas), not Redis Cluster.
+// A session is the same log of records as FileStore's (log.go), one list
+// element per record: a turn is one RPUSH of the turn. Update is an
+// optimistic transaction (WATCH the log, MULTI, EXEC, retry on conflict),
+// so replicas updating one session never lose each other's changes;
+// within a replica, updates of one session also take a local lock so that
+// they do not fight each other. Each replica caches the decoded state of
+// the sessions it used last (bounded) with the version it read, and
+// replays the log only when another replica changed the session since. A
+// log is compacted in the background, in the same kind of transaction,
+// into one replace record. A record that fails its checks cuts the log
+// there; a log whose first record fails is renamed to its key plus
+// ":corrupt" by the next update. Transactions span a session's keys and
+// the shared index, so the store needs a single Redis (or a primary with
+// replicas), not Redis Cluster.
 type RedisStore struct {
-	rdb      *redis.Client
-	prefix   string
-	maxCount int
-	log      *slog.Logger
-	now      func() time.Time
-	locks    keyLocks
-	counters counters
+	rdb       *redis.Client
+	prefix    string
+	maxCount  int
+	log       *slog.Logger
+	now       func() time.Time
+	obs       observer
+	locks     keyLocks
+	cache     *stateCache
+	compactor *compactor
+	counters  counters
 }
 
 // maxAttempts bounds the optimistic retries of one update. Each conflict
@@ -69,15 +82,21 @@ func (st *RedisStore) Ping(ctx context.Context) error {
 }
 
 func redisStoreOn(rdb *redis.Client, cfg Config, log *slog.Logger) *RedisStore {
-	return &RedisStore{
+	st := &RedisStore{
 		rdb:      rdb,
 		prefix:   cfg.Redis.Prefix,
 		maxCount: cfg.MaxCount,
 		log:      log,
 		now:      time.Now,
+		obs:      observer{StoreRedis, cfg.Observe},
+		cache:    newStateCache(defaultCacheBytes),
 	}
+	st.compactor = newCompactor(st.compact)
+	return st
 }
 
+func (st *RedisStore) logKey(k string) string       { return st.prefix + "log:" + k }
+func (st *RedisStore) verKey(k string) string       { return st.prefix + "ver:" + k }
 func (st *RedisStore) sessionKey(k string) string   { return st.prefix + "session:" + k }
 func (st *RedisStore) indexKey() string             { return st.prefix + "sessions" }
 func (st *RedisStore) snapIndexKey(k string) string { return st.prefix + "snapshots:" + k }
@@ -106,35 +125,113 @@ func (st *RedisStore) corrupt(rkey string, cause error) {
 	st.log.Error("snapshots: corrupt record set aside; everything else still loads", "key", rkey, "err", cause)
 }
 
+// loaded is a session as load found it.
+type loaded struct {
+	e   *cached // nil: no session
+	ver string  // the version read ("" for none)
+	// rewrite: the next write must replace the log, not append to it (a
+	// session of the earlier format, or a log cut at a bad record).
+	rewrite bool
+	// bad is the key of an unreadable session, to set aside.
+	bad string
+}
+
+// load returns session k's state through c (the client, or a
+// transaction watching the log): the cached one when the session's
+// version is still the one cached, else the log replayed. An unreadable
+// session is reported with an error wrapping ErrCorrupt.
+func (st *RedisStore) load(ctx context.Context, c redis.Cmdable, k, id string) (loaded, error) {
+	ver, err := c.Get(ctx, st.verKey(k)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return loaded{}, st.readErr(err)
+	}
+	if e := st.cache.get(k); e != nil && ver != "" && strconv.FormatInt(e.seq, 36) == ver {
+		return loaded{e: e, ver: ver}, nil
+	}
+	recs, err := c.LRange(ctx, st.logKey(k), 0, -1).Result()
+	if err != nil {
+		return loaded{}, st.readErr(err)
+	}
+	if len(recs) == 0 {
+		return st.loadV1(ctx, c, k, id)
+	}
+	var r replayed
+	for i, rec := range recs {
+		p, n, state := nextFrame([]byte(rec))
+		if state != frameOK || n != len(rec) {
+			r.cut = fmt.Errorf("%w: record %d fails its CRC-32C", ErrCorrupt, i)
+			break
+		}
+		s, err := apply(r.s, id, p)
+		if err != nil {
+			r.cut = fmt.Errorf("record %d: %w", i, err)
+			break
+		}
+		r.s = s
+		r.good += len(rec)
+		if p[0] == kindReplace {
+			r.base = r.good
+		}
+	}
+	if r.cut != nil {
+		st.corrupt(st.logKey(k), r.cut)
+		if r.s == nil {
+			return loaded{bad: st.logKey(k)}, fmt.Errorf("snapshots: session %q: %w", id, r.cut)
+		}
+	}
+	seq, _ := strconv.ParseInt(ver, 36, 64)
+	e := &cached{k: k, s: r.s, size: int64(r.good), base: int64(r.base), seq: seq}
+	if r.cut == nil {
+		st.cache.put(e)
+	}
+	return loaded{e: e, ver: ver, rewrite: r.cut != nil}, nil
+}
+
+// loadV1 reads a session stored in the format before the log.
+func (st *RedisStore) loadV1(ctx context.Context, c redis.Cmdable, k, id string) (loaded, error) {
+	data, err := c.Get(ctx, st.sessionKey(k)).Bytes()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return loaded{}, nil
+	case err != nil:
+		return loaded{}, st.readErr(err)
+	}
+	s, err := readSession(data, id)
+	if err != nil {
+		st.corrupt(st.sessionKey(k), err)
+		return loaded{bad: st.sessionKey(k)}, fmt.Errorf("snapshots: session %q: %w", id, err)
+	}
+	return loaded{e: &cached{k: k, s: s}, rewrite: true}, nil
+}
+
 // Get returns session id.
-func (st *RedisStore) Get(ctx context.Context, id string) (*Session, error) {
+func (st *RedisStore) Get(ctx context.Context, id string) (_ *Session, err error) {
+	defer st.obs.done(OpGet, &err)
 	if err := CheckID(id); err != nil {
 		return nil, err
 	}
-	rkey := st.sessionKey(key(id))
-	data, err := st.rdb.Get(ctx, rkey).Bytes()
+	k := key(id)
+	defer st.locks.lock(k)()
+	l, err := st.load(ctx, st.rdb, k, id)
 	switch {
-	case errors.Is(err, redis.Nil):
-		return nil, ErrNotFound
 	case err != nil:
-		return nil, st.readErr(err)
+		return nil, err
+	case l.e == nil:
+		return nil, ErrNotFound
 	}
 	st.counters.reads.Add(1)
-	s, err := readSession(data, id)
-	if err != nil {
-		st.corrupt(rkey, err)
-		return nil, fmt.Errorf("snapshots: session %q: %w", id, err)
-	}
-	return s, nil
+	return l.e.s.Clone(), nil
 }
 
 // Update changes session id atomically across replicas; see Store.
-func (st *RedisStore) Update(ctx context.Context, id string, fn func(*Session) error) error {
+func (st *RedisStore) Update(ctx context.Context, id string, fn func(*Session) error) (err error) {
+	defer st.obs.done(OpUpdate, &err)
 	return st.update(ctx, id, true, fn)
 }
 
 // Clear removes session id's turns and keeps its metadata; see Store.
-func (st *RedisStore) Clear(ctx context.Context, id string) error {
+func (st *RedisStore) Clear(ctx context.Context, id string) (err error) {
+	defer st.obs.done(OpClear, &err)
 	return st.update(ctx, id, false, func(s *Session) error {
 		s.clear()
 		return nil
@@ -147,11 +244,10 @@ func (st *RedisStore) update(ctx context.Context, id string, create bool, fn fun
 	}
 	k := key(id)
 	defer st.locks.lock(k)()
-	rkey := st.sessionKey(k)
 	for attempt := 1; ; attempt++ {
 		err := st.rdb.Watch(ctx, func(tx *redis.Tx) error {
 			return st.tryUpdate(ctx, tx, id, k, create, fn)
-		}, rkey)
+		}, st.logKey(k), st.sessionKey(k))
 		if !errors.Is(err, redis.TxFailedErr) {
 			return err
 		}
@@ -169,56 +265,123 @@ func (st *RedisStore) update(ctx context.Context, id string, create bool, fn fun
 }
 
 func (st *RedisStore) tryUpdate(ctx context.Context, tx *redis.Tx, id, k string, create bool, fn func(*Session) error) error {
-	rkey := st.sessionKey(k)
-	now := st.now().UTC()
-	data, err := tx.Get(ctx, rkey).Bytes()
-	var s *Session
-	var bad []byte
-	switch {
-	case errors.Is(err, redis.Nil):
-	case err != nil:
-		return st.readErr(err)
-	default:
-		st.counters.reads.Add(1)
-		if s, err = readSession(data, id); err != nil {
-			st.corrupt(rkey, err)
-			bad, s = data, nil
-		}
+	l, err := st.load(ctx, tx, k, id)
+	aside := errors.Is(err, ErrCorrupt) // kept for inspection; the conversation starts again
+	if err != nil && !aside {
+		return err
 	}
-	rec, info, err := change(s, id, create, now, fn)
+	var old *Session
+	if l.e != nil {
+		old = l.e.s
+	}
+	p, err := change(old, id, create, l.rewrite, st.now().UTC(), fn)
 	if err != nil {
 		return err
 	}
-	ib, err := json.Marshal(info)
-	if err != nil {
+	rec := frame(p)
+	replace := l.e == nil || p[0] == kindReplace
+	e := l.e
+	if replace {
+		e = &cached{k: k}
+	}
+	size := e.size + int64(len(rec))
+	seq := rand.Int64()
+	info := SessionInfo{}
+	_, ib, _, _ := splitPayload(p)
+	if err := json.Unmarshal(ib, &info); err != nil {
 		return err
 	}
-	_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		if bad != nil {
-			p.Set(ctx, rkey+":corrupt", bad, 0)
+	info.Bytes = size
+	ib, _ = json.Marshal(info)
+	_, err = tx.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+		if aside {
+			pl.Rename(ctx, l.bad, l.bad+":corrupt")
 		}
-		p.Set(ctx, rkey, rec, 0)
-		p.HSet(ctx, st.indexKey(), k, ib)
+		if replace {
+			pl.Del(ctx, st.logKey(k), st.sessionKey(k))
+		}
+		pl.RPush(ctx, st.logKey(k), rec)
+		pl.Set(ctx, st.verKey(k), strconv.FormatInt(seq, 36), 0)
+		pl.HSet(ctx, st.indexKey(), k, ib)
 		return nil
 	})
 	switch {
 	case errors.Is(err, redis.TxFailedErr):
 		return err
 	case err != nil:
+		st.cache.drop(k)
 		st.log.Error("snapshots: save session", "session", id, "err", err)
 		return st.writeErr(err)
 	}
 	st.wrote(rec)
+	e.size, e.seq = size, seq
+	if replace {
+		e.base = size
+	}
+	if e.s, err = apply(e.s, id, p); err != nil {
+		st.cache.drop(k)
+		return fmt.Errorf("snapshots: session %q: %w", id, err)
+	}
+	st.cache.put(e)
+	if e.needsCompaction() {
+		st.compactor.request(k, id)
+	}
 	return nil
 }
 
+// compact replaces session id's log with one replace record of its
+// state, unless another replica changed it meanwhile (then the next
+// update asks again). The version stays: the state is the same.
+func (st *RedisStore) compact(k, id string) {
+	var err error
+	defer st.obs.done(OpCompact, &err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	defer st.locks.lock(k)()
+	err = st.rdb.Watch(ctx, func(tx *redis.Tx) error {
+		l, err := st.load(ctx, tx, k, id)
+		if err != nil || l.e == nil || l.rewrite || !l.e.needsCompaction() {
+			return err
+		}
+		p, err := encodeReplace(l.e.s)
+		if err != nil {
+			return err
+		}
+		rec := frame(p)
+		info := l.e.s.Info()
+		info.Bytes = int64(len(rec))
+		ib, err := json.Marshal(info)
+		if err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+			pl.Del(ctx, st.logKey(k))
+			pl.RPush(ctx, st.logKey(k), rec)
+			pl.HSet(ctx, st.indexKey(), k, ib)
+			return nil
+		})
+		if err == nil {
+			st.wrote(rec)
+			l.e.size, l.e.base = int64(len(rec)), int64(len(rec))
+		}
+		return err
+	}, st.logKey(k))
+	if errors.Is(err, redis.TxFailedErr) {
+		err = nil
+	}
+	if err != nil {
+		st.log.Warn("snapshots: compact a session log", "session", id, "err", err)
+	}
+}
+
 // List returns every session, most recently updated first.
-func (st *RedisStore) List(ctx context.Context) ([]SessionInfo, error) {
+func (st *RedisStore) List(ctx context.Context) (out []SessionInfo, err error) {
+	defer st.obs.done(OpList, &err)
 	all, err := st.rdb.HGetAll(ctx, st.indexKey()).Result()
 	if err != nil {
 		return nil, st.readErr(err)
 	}
-	out := make([]SessionInfo, 0, len(all))
+	out = make([]SessionInfo, 0, len(all))
 	keys := make([]string, 0, len(all))
 	for k, v := range all {
 		var info SessionInfo
@@ -231,7 +394,7 @@ func (st *RedisStore) List(ctx context.Context) ([]SessionInfo, error) {
 	}
 	cmds, err := st.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, k := range keys {
-			p.HLen(ctx, st.snapIndexKey(k))
+			p.HVals(ctx, st.snapIndexKey(k))
 		}
 		return nil
 	})
@@ -239,26 +402,36 @@ func (st *RedisStore) List(ctx context.Context) ([]SessionInfo, error) {
 		return nil, st.readErr(err)
 	}
 	for i, c := range cmds {
-		out[i].Snapshots = int(c.(*redis.IntCmd).Val())
+		snaps := c.(*redis.StringSliceCmd).Val()
+		out[i].Snapshots = len(snaps)
+		for _, v := range snaps {
+			var snap struct{ Bytes int64 }
+			if json.Unmarshal([]byte(v), &snap) == nil {
+				out[i].Bytes += snap.Bytes
+			}
+		}
 	}
 	sortSessions(out)
 	return out, nil
 }
 
 // Delete removes session id and its snapshots.
-func (st *RedisStore) Delete(ctx context.Context, id string) error {
+func (st *RedisStore) Delete(ctx context.Context, id string) (err error) {
+	defer st.obs.done(OpDelete, &err)
 	if err := CheckID(id); err != nil {
 		return err
 	}
 	k := key(id)
 	defer st.locks.lock(k)()
+	st.cache.drop(k)
 	snapIDs, err := st.rdb.HKeys(ctx, st.snapIndexKey(k)).Result()
 	if err != nil {
 		return st.readErr(err)
 	}
 	var del *redis.IntCmd
 	_, err = st.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		del = p.Del(ctx, st.sessionKey(k))
+		del = p.Del(ctx, st.logKey(k), st.sessionKey(k))
+		p.Del(ctx, st.verKey(k))
 		p.HDel(ctx, st.indexKey(), k)
 		p.Del(ctx, st.snapIndexKey(k))
 		for _, snapID := range snapIDs {
@@ -275,163 +448,11 @@ func (st *RedisStore) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// SaveSnapshot stores snap and applies the retention limit; see Store.
-func (st *RedisStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (SnapshotInfo, error) {
-	if err := CheckID(snap.SessionID); err != nil {
-		return SnapshotInfo{}, err
-	}
-	if snap.ID != "" {
-		if err := checkSnapID(snap.ID); err != nil {
-			return SnapshotInfo{}, err
-		}
-	}
-	k := key(snap.SessionID)
-	s := *snap
-	if s.Created.IsZero() {
-		s.Created = st.now()
-	}
-	s.Created = s.Created.UTC()
-	for s.ID == "" {
-		s.ID = newSnapID(s.Created)
-		taken, err := st.rdb.HExists(ctx, st.snapIndexKey(k), s.ID).Result()
-		if err != nil {
-			return SnapshotInfo{}, st.readErr(err)
-		}
-		if taken {
-			s.ID = ""
-		}
-	}
-	rec, info, err := snapshotRecord(&s)
-	if err != nil {
-		return SnapshotInfo{}, err
-	}
-	ib, err := json.Marshal(info)
-	if err != nil {
-		return SnapshotInfo{}, err
-	}
-	_, err = st.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, st.snapKey(k, s.ID), rec, 0)
-		p.HSet(ctx, st.snapIndexKey(k), s.ID, ib)
-		return nil
-	})
-	if err != nil {
-		st.log.Error("snapshots: save snapshot", "session", s.SessionID, "err", err)
-		return SnapshotInfo{}, st.writeErr(err)
-	}
-	st.wrote(rec)
-	if err := st.prune(ctx, k); err != nil {
-		st.log.Warn("snapshots: delete old snapshots", "session", s.SessionID, "err", err)
-	}
-	return info, nil
-}
-
-// prune deletes session k's oldest snapshots beyond the retention limit.
-// Replicas pruning at once pick the same oldest ones, so deleting twice
-// is harmless.
-func (st *RedisStore) prune(ctx context.Context, k string) error {
-	infos, err := st.snapInfos(ctx, k)
-	if err != nil || len(infos) <= st.maxCount {
-		return err
-	}
-	_, err = st.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, info := range infos[st.maxCount:] {
-			p.Del(ctx, st.snapKey(k, info.ID))
-			p.HDel(ctx, st.snapIndexKey(k), info.ID)
-		}
-		return nil
-	})
-	if err != nil {
-		return st.writeErr(err)
-	}
-	return nil
-}
-
-// snapInfos returns session k's snapshot index, newest first, skipping
-// entries that do not decode.
-func (st *RedisStore) snapInfos(ctx context.Context, k string) ([]SnapshotInfo, error) {
-	all, err := st.rdb.HGetAll(ctx, st.snapIndexKey(k)).Result()
-	if err != nil {
-		return nil, st.readErr(err)
-	}
-	m := make(map[string]SnapshotInfo, len(all))
-	for snapID, v := range all {
-		var info SnapshotInfo
-		if err := json.Unmarshal([]byte(v), &info); err != nil || info.ID != snapID {
-			st.corrupt(st.snapIndexKey(k)+" "+snapID, fmt.Errorf("%w: index entry", ErrCorrupt))
-			continue
-		}
-		m[snapID] = info
-	}
-	return sortedSnaps(m), nil
-}
-
-// ListSnapshots returns session id's snapshots newest first.
-func (st *RedisStore) ListSnapshots(ctx context.Context, id string) ([]SnapshotInfo, error) {
-	if err := CheckID(id); err != nil {
-		return nil, err
-	}
-	return st.snapInfos(ctx, key(id))
-}
-
-// LoadSnapshot returns snapshot snapID of session id.
-func (st *RedisStore) LoadSnapshot(ctx context.Context, id, snapID string) (*Snapshot, error) {
-	if err := CheckID(id); err != nil {
-		return nil, err
-	}
-	if err := checkSnapID(snapID); err != nil {
-		return nil, err
-	}
-	k := key(id)
-	rkey := st.snapKey(k, snapID)
-	data, err := st.rdb.Get(ctx, rkey).Bytes()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return nil, ErrNotFound
-	case err != nil:
-		return nil, st.readErr(err)
-	}
-	st.counters.reads.Add(1)
-	snap, err := readSnapshot(data, id, snapID)
-	if err != nil {
-		st.corrupt(rkey, err)
-		// Set it aside: keep the bytes for inspection, drop it from the
-		// listing.
-		st.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.Rename(ctx, rkey, rkey+":corrupt")
-			p.HDel(ctx, st.snapIndexKey(k), snapID)
-			return nil
-		})
-		return nil, fmt.Errorf("snapshots: snapshot %s of %q: %w", snapID, id, err)
-	}
-	return snap, nil
-}
-
-// DeleteSnapshot removes a snapshot and its index entry.
-func (st *RedisStore) DeleteSnapshot(ctx context.Context, id, snapID string) error {
-	if err := CheckID(id); err != nil {
-		return err
-	}
-	if err := checkSnapID(snapID); err != nil {
-		return err
-	}
-	k := key(id)
-	var del, hdel *redis.IntCmd
-	_, err := st.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		del = p.Del(ctx, st.snapKey(k, snapID))
-		hdel = p.HDel(ctx, st.snapIndexKey(k), snapID)
-		return nil
-	})
-	if err != nil {
-		return st.writeErr(err)
-	}
-	if del.Val() == 0 && hdel.Val() == 0 {
-		return ErrNotFound
-	}
-	return nil
-}
-
 // Counters returns the store's running totals.
 func (st *RedisStore) Counters() Counters { return st.counters.get() }
 
-// Close closes the connection pool.
-func (st *RedisStore) Close() error { return st.rdb.Close() }
+// Close stops the background compaction and closes the connection pool.
+func (st *RedisStore) Close() error {
+	st.compactor.close()
+	return st.rdb.Close()
+}

@@ -3,6 +3,7 @@ package snapshots
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -137,45 +138,97 @@ func TestRedisStoreReplicasShareSessions(t *testing.T) {
 }
 
 // A record damaged in Redis is reported and set aside; the rest loads.
+// The damage is seen by a replica that has nothing cached (a replica that
+// wrote the session serves it from memory while its version stands).
 func TestRedisStoreCorruptRecord(t *testing.T) {
 	addr := startRedis(t)
 	st := newRedisStore(t, addr, "corrupt:", Config{})
 	mustUpdate(t, st, "bad", func(s *Session) { s.Messages = conversation(4, 50, "bad") })
 	mustUpdate(t, st, "good", func(s *Session) { s.Messages = conversation(4, 50, "good") })
+	mustUpdate(t, st, "tail", func(s *Session) { s.Messages = conversation(4, 50, "tail") })
+	mustUpdate(t, st, "tail", func(s *Session) { s.Messages = append(s.Messages, msg("user", "five")) })
 	good, _ := TakeSnapshot(ctx, st, "good", ReasonManual)
 	badSnap, _ := TakeSnapshot(ctx, st, "bad", ReasonManual)
 
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	for _, k := range []string{st.sessionKey(key("bad")), st.snapKey(key("bad"), badSnap.ID)} {
-		v, _ := rdb.Get(ctx, k).Bytes()
-		rdb.Set(ctx, k, v[:len(v)/2], 0) // truncated
-	}
+	v, _ := rdb.LIndex(ctx, st.logKey(key("bad")), 0).Bytes()
+	rdb.LSet(ctx, st.logKey(key("bad")), 0, v[:len(v)/2]) // truncated
+	v, _ = rdb.Get(ctx, st.snapKey(key("bad"), badSnap.ID)).Bytes()
+	rdb.Set(ctx, st.snapKey(key("bad"), badSnap.ID), v[:len(v)/2], 0)
+	v, _ = rdb.LIndex(ctx, st.logKey(key("tail")), 1).Bytes()
+	v[len(v)-2] ^= 0x10 // the appended record: cut, the rest loads
+	rdb.LSet(ctx, st.logKey(key("tail")), 1, v)
 
-	if _, err := st.Get(ctx, "bad"); !isCorrupt(err) {
+	st2 := newRedisStore(t, addr, "corrupt:", Config{})
+	if _, err := st2.Get(ctx, "bad"); !isCorrupt(err) {
 		t.Errorf("Get of a truncated session: %v, want ErrCorrupt", err)
 	}
-	if _, err := st.LoadSnapshot(ctx, "bad", badSnap.ID); !isCorrupt(err) {
+	if _, err := st2.LoadSnapshot(ctx, "bad", badSnap.ID); !isCorrupt(err) {
 		t.Errorf("LoadSnapshot of a truncated snapshot: %v, want ErrCorrupt", err)
 	}
-	if list, _ := st.ListSnapshots(ctx, "bad"); len(list) != 0 {
+	if list, _ := st2.ListSnapshots(ctx, "bad"); len(list) != 0 {
 		t.Errorf("the corrupt snapshot is still listed: %+v", list)
 	}
-	mustGet(t, st, "good")
-	if _, err := st.LoadSnapshot(ctx, "good", good.ID); err != nil {
+	mustGet(t, st2, "good")
+	if _, err := st2.LoadSnapshot(ctx, "good", good.ID); err != nil {
 		t.Errorf("a healthy snapshot no longer loads: %v", err)
 	}
-	// The session stays usable: the next update starts it again and keeps
-	// the damaged bytes aside.
-	mustUpdate(t, st, "bad", func(s *Session) { s.Messages = []Message{msg("user", "again")} })
-	if s := mustGet(t, st, "bad"); len(s.Messages) != 1 {
+	if s := mustGet(t, st2, "tail"); len(s.Messages) != 4 {
+		t.Errorf("a log with a bad last record loads %d messages, want the 4 before it", len(s.Messages))
+	}
+	// The sessions stay usable: the next update starts the bad one again
+	// and keeps the damaged log aside; the cut one is rewritten whole.
+	mustUpdate(t, st2, "bad", func(s *Session) { s.Messages = []Message{msg("user", "again")} })
+	if s := mustGet(t, st2, "bad"); len(s.Messages) != 1 {
 		t.Errorf("after an update of a corrupt session: %d messages", len(s.Messages))
 	}
-	if n, _ := rdb.Exists(ctx, st.sessionKey(key("bad"))+":corrupt").Result(); n != 1 {
-		t.Error("the damaged session record was not kept aside")
+	if n, _ := rdb.Exists(ctx, st.logKey(key("bad"))+":corrupt").Result(); n != 1 {
+		t.Error("the damaged session log was not kept aside")
 	}
-	if c := st.Counters(); c.Corrupt != 3 {
-		t.Errorf("Counters.Corrupt = %d, want 3", c.Corrupt)
+	mustUpdate(t, st2, "tail", func(s *Session) { s.Messages = append(s.Messages, msg("user", "5")) })
+	if n, _ := rdb.LLen(ctx, st.logKey(key("tail"))).Result(); n != 1 {
+		t.Errorf("the cut log has %d records after an update, want 1: rewritten whole", n)
+	}
+	if s := mustGet(t, newRedisStore(t, addr, "corrupt:", Config{}), "tail"); len(s.Messages) != 5 {
+		t.Errorf("the cut session has %d messages after an update, want 5", len(s.Messages))
+	}
+	if c := st2.Counters(); c.Corrupt != 5 { // bad ×2, its snapshot, tail ×2
+		t.Errorf("Counters.Corrupt = %d, want 5", c.Corrupt)
+	}
+}
+
+// A session stored before the log (one gzip-compressed record under
+// PREFIX session:KEY) is read as it is, and its next update converts it
+// to a log and removes the old key.
+func TestRedisStoreMigratesV1(t *testing.T) {
+	addr := startRedis(t)
+	st := newRedisStore(t, addr, "v1:", Config{})
+	old := fullSession("legacy")
+	old.Created, old.Updated = t0, t0
+	rec, info, err := sessionRecord(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, _ := json.Marshal(info)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	rdb.Set(ctx, st.sessionKey(key("legacy")), rec, 0)
+	rdb.HSet(ctx, st.indexKey(), key("legacy"), ib)
+
+	if d := diff(old, mustGet(t, st, "legacy")); d != "" {
+		t.Errorf("a v1 session (-want +got):\n%s", d)
+	}
+	if list, _ := st.List(ctx); len(list) != 1 || list[0].ID != "legacy" {
+		t.Errorf("List = %+v", list)
+	}
+	mustUpdate(t, st, "legacy", func(s *Session) { s.Messages = append(s.Messages, msg("user", "after")) })
+	if n, _ := rdb.Exists(ctx, st.sessionKey(key("legacy"))).Result(); n != 0 {
+		t.Error("the v1 key is still there after an update")
+	}
+	got := mustGet(t, newRedisStore(t, addr, "v1:", Config{}), "legacy")
+	if len(got.Messages) != len(old.Messages)+1 || got.Metadata["agent"] != "test" {
+		t.Errorf("after converting: %d messages, metadata %v", len(got.Messages), got.Metadata)
 	}
 }
 

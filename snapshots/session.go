@@ -103,6 +103,9 @@ type SessionInfo struct {
 	Sent      int `json:"sent,omitempty"`
 	Requests  int `json:"requests"`
 	Snapshots int `json:"snapshots"`
+	// Bytes is what the session takes in the store, its log and its
+	// snapshots, as stored; Retention.MaxBytes counts it. Filled by List.
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // Info summarizes s for a listing. Snapshots is left for the store to fill.

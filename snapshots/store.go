@@ -70,16 +70,22 @@ type Counters struct {
 	Writes      uint64
 	WriteBytes  uint64
 	WriteErrors uint64
-	// Reads counts records read, ReadErrors the reads that failed for a
-	// reason other than absence or corruption.
+	// Reads counts sessions and snapshots read (a session served from
+	// the cache of decoded sessions included), ReadErrors the reads that
+	// failed for a reason other than absence or corruption.
 	Reads      uint64
 	ReadErrors uint64
-	// Corrupt counts records that failed their checks and were set aside.
+	// Corrupt counts records that failed their checks and were set aside
+	// (or, in a session log, cut off with everything after them).
 	Corrupt uint64
+	// Torn counts session logs found ending in an interrupted write (a
+	// crash while a record was being written, before it was
+	// acknowledged) and cut back to their last whole record.
+	Torn uint64
 }
 
 type counters struct {
-	writes, writeBytes, writeErrors, reads, readErrors, corrupt atomic.Uint64
+	writes, writeBytes, writeErrors, reads, readErrors, corrupt, torn atomic.Uint64
 }
 
 func (c *counters) get() Counters {
@@ -90,6 +96,37 @@ func (c *counters) get() Counters {
 		Reads:       c.reads.Load(),
 		ReadErrors:  c.readErrors.Load(),
 		Corrupt:     c.corrupt.Load(),
+		Torn:        c.torn.Load(),
+	}
+}
+
+// Operation names given to Config.Observe.
+const (
+	OpGet            = "get"
+	OpUpdate         = "update"
+	OpClear          = "clear"
+	OpList           = "list"
+	OpDelete         = "delete"
+	OpSaveSnapshot   = "save_snapshot"
+	OpListSnapshots  = "list_snapshots"
+	OpLoadSnapshot   = "load_snapshot"
+	OpDeleteSnapshot = "delete_snapshot"
+	// OpCompact is a background rewrite of a session log; no caller
+	// waits on it, so this is the only place its failures show.
+	OpCompact = "compact"
+)
+
+// observer hands each operation's outcome to Config.Observe.
+type observer struct {
+	store string
+	fn    func(store, op string, err error)
+}
+
+// done reports op with the error *err holds when it returns; deferred by
+// each operation with its named error result.
+func (o observer) done(op string, err *error) {
+	if o.fn != nil {
+		o.fn(o.store, op, *err)
 	}
 }
 

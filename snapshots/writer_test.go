@@ -196,7 +196,7 @@ func TestWriterStoreFailure(t *testing.T) {
 	w := NewWriter(st, Config{}, slog.New(slog.NewTextHandler(&logs, nil)))
 	w.backoff = func(int) time.Duration { return 20 * time.Millisecond }
 	defer w.Close(context.Background())
-	create := st.createTemp
+	healthy := st.files
 	diskFull(st)
 	w.Update("s", incr)
 	deadline := time.Now().Add(5 * time.Second)
@@ -209,7 +209,7 @@ func TestWriterStoreFailure(t *testing.T) {
 	if !strings.Contains(logs.String(), "no space left") {
 		t.Errorf("the failure was not logged:\n%s", logs.String())
 	}
-	st.createTemp = create
+	st.files = healthy
 	w.Update("s", incr)
 	w.Flush(context.Background())
 	if s := mustGet(t, st, "s"); s.Stats.Requests != 2 {

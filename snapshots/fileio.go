@@ -1,0 +1,193 @@
+package snapshots
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+)
+
+// files is FileStore's access to the disk: whole files replaced
+// atomically (snapshots, new and compacted logs) and records appended to
+// logs. Tests swap createTemp and openLog to make writes fail as on a full
+// disk.
+type files struct {
+	log      *slog.Logger
+	counters *counters
+	// createTemp makes the temporary file a replacement goes to.
+	createTemp func(dir, pattern string) (tempFile, error)
+	// openLog opens an existing log to append to.
+	openLog func(path string) (logFile, error)
+}
+
+type tempFile interface {
+	Write(p []byte) (int, error)
+	Sync() error
+	Close() error
+	Name() string
+}
+
+type logFile interface {
+	WriteAt(p []byte, off int64) (int, error)
+	Truncate(size int64) error
+	Sync() error
+	Close() error
+}
+
+func newFiles(log *slog.Logger, c *counters) files {
+	return files{
+		log:      log,
+		counters: c,
+		createTemp: func(dir, pattern string) (tempFile, error) {
+			return os.CreateTemp(dir, pattern)
+		},
+		openLog: func(path string) (logFile, error) {
+			return os.OpenFile(path, os.O_WRONLY, 0)
+		},
+	}
+}
+
+// read reads a file; a missing file is ErrNotFound.
+func (f files) read(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		f.counters.reads.Add(1)
+		return data, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, ErrNotFound
+	}
+	f.counters.readErrors.Add(1)
+	return nil, fmt.Errorf("snapshots: %w", err)
+}
+
+// write replaces dir/name with the parts, atomically: written to a
+// temporary file in the same directory, fsynced, renamed over the old one,
+// and the directory fsynced, so a crash at any moment leaves the old
+// version or the new one, never a mix. It returns the bytes written.
+func (f files) write(dir, name string, parts ...[]byte) (n int64, err error) {
+	defer func() {
+		if err != nil {
+			f.counters.writeErrors.Add(1)
+			err = fmt.Errorf("snapshots: write %s: %w", filepath.Join(dir, name), err)
+			return
+		}
+		f.counters.writes.Add(1)
+		f.counters.writeBytes.Add(uint64(n))
+	}()
+	t, err := f.createTemp(dir, tempPrefix+name+"-*")
+	if err != nil {
+		return 0, err
+	}
+	tmp := t.Name()
+	for _, p := range parts {
+		if err == nil {
+			_, err = t.Write(p)
+			n += int64(len(p))
+		}
+	}
+	if err == nil {
+		err = t.Sync()
+	}
+	if cerr := t.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, name))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return 0, err
+	}
+	f.syncDir(dir)
+	return n, nil
+}
+
+// appendAt writes rec at offset off of the log at path, the end of its
+// last good record, and fsyncs it before returning: an acknowledged
+// record survives a crash. Writing at the offset rather than appending
+// means the bytes of an earlier failed write are overwritten, never left
+// between two good records; a failure truncates them away if it can.
+func (f files) appendAt(path string, off int64, rec []byte) (err error) {
+	defer func() {
+		if err != nil {
+			f.counters.writeErrors.Add(1)
+			err = fmt.Errorf("snapshots: append to %s: %w", path, err)
+			return
+		}
+		f.counters.writes.Add(1)
+		f.counters.writeBytes.Add(uint64(len(rec)))
+	}()
+	lf, err := f.openLog(path)
+	if err != nil {
+		return err
+	}
+	_, err = lf.WriteAt(rec, off)
+	if err == nil {
+		err = lf.Sync()
+	}
+	if err != nil {
+		lf.Truncate(off)
+	}
+	if cerr := lf.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// cut truncates the log at path to its good bytes after replay found a
+// torn or corrupt record. A corrupt tail is counted, logged and copied to
+// PATH.corrupt for inspection; a torn one is the unacknowledged write a
+// crash interrupted and is only noted.
+func (f files) cut(path string, data []byte, good int, cause error) {
+	if errors.Is(cause, errTorn) {
+		f.counters.torn.Add(1)
+		f.log.Warn("snapshots: cutting an interrupted write off a session log", "path", path, "bytes", len(data)-good)
+	} else {
+		f.counters.corrupt.Add(1)
+		f.log.Error("snapshots: corrupt record in a session log; cut there, the records before it still load",
+			"path", path, "bytes", len(data)-good, "err", cause)
+		if err := os.WriteFile(path+corruptExt, data[good:], 0o600); err != nil {
+			f.log.Warn("snapshots: keep the cut records", "path", path, "err", err)
+		}
+	}
+	if err := os.Truncate(path, int64(good)); err != nil {
+		f.log.Error("snapshots: cut a session log", "path", path, "err", err)
+	}
+}
+
+// syncDir makes a rename or removal in dir durable. Once the rename is
+// done the new file is what every reader sees, so a failure here is
+// logged, not returned: only its survival of a power cut is in doubt.
+func (f files) syncDir(dir string) {
+	d, err := os.Open(dir)
+	if err == nil {
+		err = d.Sync()
+		if cerr := d.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		f.log.Warn("snapshots: fsync directory", "dir", dir, "err", err)
+	}
+}
+
+// setAside renames a corrupt file to NAME.corrupt so that it is reported
+// once, kept for inspection and skipped from then on. The caller holds the
+// file's key lock (or is the scan, before the store is shared).
+func (f files) setAside(path string, cause error) {
+	f.counters.corrupt.Add(1)
+	f.log.Error("snapshots: corrupt file set aside; everything else still loads", "path", path, "err", cause)
+	if err := os.Rename(path, path+corruptExt); err != nil {
+		f.log.Warn("snapshots: set aside corrupt file", "path", path, "err", err)
+	}
+}
+
+func (f files) removeTemp(path string) {
+	f.log.Info("snapshots: removing the temporary file of an interrupted write", "path", path)
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		f.log.Warn("snapshots: remove temporary file", "path", path, "err", err)
+	}
+}
