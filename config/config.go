@@ -154,9 +154,11 @@ type Snapshots struct {
 	Dir           string  `mapstructure:"dir"`
 	AutoThreshold float64 `mapstructure:"auto_threshold"`
 	MaxCount      int     `mapstructure:"max_count"`
-	// TTL and MaxSessions bound what is kept (snapshots.Retention).
+	// TTL, MaxSessions and MaxBytes bound what is kept
+	// (snapshots.Retention).
 	TTL         time.Duration `mapstructure:"ttl"`
 	MaxSessions int           `mapstructure:"max_sessions"`
+	MaxBytes    ByteSize      `mapstructure:"max_bytes"`
 	Redis       struct {
 		Addr     string `mapstructure:"addr"`
 		Password string `mapstructure:"password"`
@@ -398,8 +400,8 @@ func (c Config) validate() []string {
 		p = append(p, "tokens.image_tokens: must not be negative")
 	}
 	positive(&p, "tokens.cache_entries", int64(c.Tokens.CacheEntries))
-	if c.Snapshots.TTL < 0 || c.Snapshots.MaxSessions < 0 {
-		p = append(p, "snapshots.ttl and snapshots.max_sessions: must not be negative (0 keeps every session)")
+	if c.Snapshots.TTL < 0 || c.Snapshots.MaxSessions < 0 || c.Snapshots.MaxBytes < 0 {
+		p = append(p, "snapshots.ttl, snapshots.max_sessions and snapshots.max_bytes: must not be negative (0 keeps every session)")
 	}
 	positive(&p, "limits.max_connections", int64(c.Limits.MaxConnections))
 	positive(&p, "limits.max_inflight", int64(c.Limits.MaxInflight))

@@ -164,6 +164,9 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 	if deps.Monitor != nil {
 		reg.MustRegister(gpuCollector{deps.Monitor})
 	}
+	if deps.StoreOps != nil {
+		reg.MustRegister(deps.StoreOps.vec)
+	}
 	sc := storeCollector{}
 	if c, ok := deps.Store.(storeCounters); ok {
 		sc.store = c
@@ -342,6 +345,8 @@ var (
 		"Reads the session store failed for a reason other than absence or corruption.", nil, nil)
 	descStoreCorrupt = prometheus.NewDesc("ctxproxy_store_corrupt_records_total",
 		"Stored records that failed their checks and were set aside.", nil, nil)
+	descStoreTorn = prometheus.NewDesc("ctxproxy_store_torn_logs_total",
+		"Session logs found ending in an interrupted write, cut at their last whole record.", nil, nil)
 	descSessionUpdates = prometheus.NewDesc("ctxproxy_session_updates_total",
 		"Session updates written after chat responses.", nil, nil)
 	descSnapshots = prometheus.NewDesc("ctxproxy_snapshots_total",
@@ -360,7 +365,7 @@ var (
 func (c storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	if c.store != nil {
 		for _, d := range []*prometheus.Desc{descStoreWrites, descStoreWriteBytes, descStoreWriteErrors,
-			descStoreReads, descStoreReadErrors, descStoreCorrupt} {
+			descStoreReads, descStoreReadErrors, descStoreCorrupt, descStoreTorn} {
 			ch <- d
 		}
 	}
@@ -385,6 +390,7 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descStoreReads, s.Reads)
 		counter(descStoreReadErrors, s.ReadErrors)
 		counter(descStoreCorrupt, s.Corrupt)
+		counter(descStoreTorn, s.Torn)
 	}
 	if c.writer != nil {
 		w := c.writer.Counters()

@@ -298,3 +298,48 @@ func BenchmarkChatWithMetrics(b *testing.B) {
 		}
 	})
 }
+
+// TestStoreOperationMetrics: every operation of the session store is
+// counted by store, operation and result, so a store that fails is seen
+// per operation, and a miss is not counted as a failure.
+func TestStoreOperationMetrics(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	ops := NewStoreOps()
+	dir := t.TempDir()
+	cfg := snapshots.Config{Dir: dir, Observe: ops.Observe}
+	store, err := snapshots.NewFileStore(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := snapshots.NewWriter(store, cfg, nil)
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	s, err := New(Config{Backend: be.URL}, Deps{Store: store, Writer: w, StoreOps: ops}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	resp := post(t, ts.URL+"/api/chat", []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`),
+		map[string]string{"X-Session-ID": "counted"})
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err := w.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Get(context.Background(), "never-sent"); !errors.Is(err, snapshots.ErrNotFound) {
+		t.Fatalf("get of a missing session: %v", err)
+	}
+	m := scrape(t, ts.URL)
+	for key, ok := range map[string]bool{
+		`ctxproxy_store_operations_total{op="update",result="ok",store="file"}`:     m[`ctxproxy_store_operations_total{op="update",result="ok",store="file"}`] >= 1,
+		`ctxproxy_store_operations_total{op="get",result="not_found",store="file"}`: m[`ctxproxy_store_operations_total{op="get",result="not_found",store="file"}`] >= 1,
+		`ctxproxy_store_operations_total{op="update",result="error",store="file"}`:  m[`ctxproxy_store_operations_total{op="update",result="error",store="file"}`] == 0,
+	} {
+		if !ok {
+			t.Errorf("%s = %v", key, m[key])
+		}
+	}
+	if _, ok := m["ctxproxy_store_torn_logs_total"]; !ok {
+		t.Error("ctxproxy_store_torn_logs_total is not served")
+	}
+}

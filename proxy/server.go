@@ -81,6 +81,9 @@ type Deps struct {
 	// Backend is the server behind ctxproxy; nil builds one from Config
 	// over the proxy's transport.
 	Backend *backend.Backend
+	// StoreOps, when set, are the store's operation counters
+	// (snapshots.Config.Observe), served on /metrics.
+	StoreOps *StoreOps
 }
 
 // Server is the ctxproxy HTTP handler.

@@ -68,9 +68,12 @@ func build(ctx context.Context, c config.Config, log *slog.Logger, h hooks) (*sy
 	// snapshots.store none: no conversation content is kept anywhere;
 	// sessions, snapshots and cached summaries are off.
 	var store snapshots.Store = noStore{}
+	ops := proxy.NewStoreOps()
 	var summaries rewrite.SummaryStore
 	if c.Snapshots.Store != config.StoreNone {
-		if store, err = snapshots.Open(ctx, c.SnapshotsConfig(), log.With("component", "snapshots")); err != nil {
+		scfg := c.SnapshotsConfig()
+		scfg.Observe = ops.Observe
+		if store, err = snapshots.Open(ctx, scfg, log.With("component", "snapshots")); err != nil {
 			return nil, err
 		}
 		summaries = proxy.SummaryStore{Store: store}
@@ -98,7 +101,7 @@ func build(ctx context.Context, c config.Config, log *slog.Logger, h hooks) (*sy
 		return nil, fmt.Errorf("gpu: %w", err)
 	}
 	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: log.With("component", "gpu"), Loaded: be.LoadedModels})
-	deps := proxy.Deps{Tokens: tokens, Trimmer: trimmer, Sizer: gpu.NewSizer(gcfg), Monitor: mon, Backend: be}
+	deps := proxy.Deps{Tokens: tokens, Trimmer: trimmer, Sizer: gpu.NewSizer(gcfg), Monitor: mon, Backend: be, StoreOps: ops}
 	var writer *snapshots.Writer
 	if c.Snapshots.Store != config.StoreNone {
 		writer = snapshots.NewWriter(store, c.SnapshotsConfig(), log.With("component", "snapshots"))

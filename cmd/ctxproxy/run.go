@@ -243,7 +243,8 @@ func serve(ctx context.Context, args []string, e env) error {
 	defer stopBG()
 	go sys.monitor.Run(bg)
 	if sys.deps.Store != nil {
-		go retain(bg, sys.store, snapshots.Retention{TTL: c.Snapshots.TTL, MaxSessions: c.Snapshots.MaxSessions},
+		go retain(bg, sys.store, snapshots.Retention{TTL: c.Snapshots.TTL, MaxSessions: c.Snapshots.MaxSessions,
+			MaxBytes: int64(c.Snapshots.MaxBytes)},
 			srv.Registry(), log)
 	}
 	// SIGHUP and config file changes apply to the next request.
@@ -384,15 +385,15 @@ func (c *connCap) track(conn net.Conn, state http.ConnState) {
 // collectEvery is how often retention is applied.
 const collectEvery = time.Minute
 
-// retain applies snapshots.ttl and snapshots.max_sessions in the
+// retain applies snapshots.ttl, max_sessions and max_bytes in the
 // background until ctx ends, counting deletions in
 // ctxproxy_sessions_collected_total.
 func retain(ctx context.Context, st snapshots.Store, r snapshots.Retention, reg *prometheus.Registry, log *slog.Logger) {
-	if r.TTL <= 0 && r.MaxSessions <= 0 {
+	if r.TTL <= 0 && r.MaxSessions <= 0 && r.MaxBytes <= 0 {
 		return
 	}
 	collected := prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxproxy_sessions_collected_total",
-		Help: "Sessions deleted by retention (snapshots.ttl, snapshots.max_sessions)."})
+		Help: "Sessions deleted by retention (snapshots.ttl, snapshots.max_sessions, snapshots.max_bytes)."})
 	reg.MustRegister(collected)
 	t := time.NewTicker(collectEvery)
 	defer t.Stop()
@@ -403,7 +404,7 @@ func retain(ctx context.Context, st snapshots.Store, r snapshots.Retention, reg 
 		case err != nil && ctx.Err() == nil:
 			log.Warn("retention: collecting sessions failed", "err", err)
 		case n > 0:
-			log.Info("retention: sessions deleted", "count", n, "ttl", r.TTL, "max_sessions", r.MaxSessions)
+			log.Info("retention: sessions deleted", "count", n, "ttl", r.TTL, "max_sessions", r.MaxSessions, "max_bytes", r.MaxBytes)
 		}
 		select {
 		case <-ctx.Done():
