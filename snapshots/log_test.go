@@ -225,7 +225,7 @@ func TestLogCompactionRedis(t *testing.T) {
 		})
 	}
 	st.compactor.wait()
-	n, err := st.rdb.LLen(ctx, st.logKey(key("c"))).Result()
+	n, err := st.rdb.LLen(ctx, st.keys.log(key("c"))).Result()
 	if err != nil || n >= 151 {
 		t.Errorf("%d records after 151 changes (%v): never compacted", n, err)
 	}

@@ -41,7 +41,7 @@ import (
 // replicas), not Redis Cluster.
 type RedisStore struct {
 	rdb       *redis.Client
-	prefix    string
+	keys      redisKeys
 	maxCount  int
 	log       *slog.Logger
 	now       func() time.Time
@@ -84,7 +84,7 @@ func (st *RedisStore) Ping(ctx context.Context) error {
 func redisStoreOn(rdb *redis.Client, cfg Config, log *slog.Logger) *RedisStore {
 	st := &RedisStore{
 		rdb:      rdb,
-		prefix:   cfg.Redis.Prefix,
+		keys:     redisKeys(cfg.Redis.Prefix),
 		maxCount: cfg.MaxCount,
 		log:      log,
 		now:      time.Now,
@@ -95,13 +95,19 @@ func redisStoreOn(rdb *redis.Client, cfg Config, log *slog.Logger) *RedisStore {
 	return st
 }
 
-func (st *RedisStore) logKey(k string) string       { return st.prefix + "log:" + k }
-func (st *RedisStore) verKey(k string) string       { return st.prefix + "ver:" + k }
-func (st *RedisStore) sessionKey(k string) string   { return st.prefix + "session:" + k }
-func (st *RedisStore) indexKey() string             { return st.prefix + "sessions" }
-func (st *RedisStore) snapIndexKey(k string) string { return st.prefix + "snapshots:" + k }
-func (st *RedisStore) snapKey(k, snapID string) string {
-	return st.prefix + "snapshot:" + k + ":" + snapID
+// redisKeys names a store's Redis keys under its prefix: per session
+// (by its hashed key k) the record log, its version, the v1 value read
+// for migration, and the snapshot index and snapshots; and the index of
+// sessions.
+type redisKeys string
+
+func (p redisKeys) log(k string) string       { return string(p) + "log:" + k }
+func (p redisKeys) ver(k string) string       { return string(p) + "ver:" + k }
+func (p redisKeys) session(k string) string   { return string(p) + "session:" + k }
+func (p redisKeys) index() string             { return string(p) + "sessions" }
+func (p redisKeys) snapIndex(k string) string { return string(p) + "snapshots:" + k }
+func (p redisKeys) snap(k, snapID string) string {
+	return string(p) + "snapshot:" + k + ":" + snapID
 }
 
 func (st *RedisStore) readErr(err error) error {
@@ -141,14 +147,14 @@ type loaded struct {
 // version is still the one cached, else the log replayed. An unreadable
 // session is reported with an error wrapping ErrCorrupt.
 func (st *RedisStore) load(ctx context.Context, c redis.Cmdable, k, id string) (loaded, error) {
-	ver, err := c.Get(ctx, st.verKey(k)).Result()
+	ver, err := c.Get(ctx, st.keys.ver(k)).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return loaded{}, st.readErr(err)
 	}
 	if e := st.cache.get(k); e != nil && ver != "" && strconv.FormatInt(e.seq, 36) == ver {
 		return loaded{e: e, ver: ver}, nil
 	}
-	recs, err := c.LRange(ctx, st.logKey(k), 0, -1).Result()
+	recs, err := c.LRange(ctx, st.keys.log(k), 0, -1).Result()
 	if err != nil {
 		return loaded{}, st.readErr(err)
 	}
@@ -174,9 +180,9 @@ func (st *RedisStore) load(ctx context.Context, c redis.Cmdable, k, id string) (
 		}
 	}
 	if r.cut != nil {
-		st.corrupt(st.logKey(k), r.cut)
+		st.corrupt(st.keys.log(k), r.cut)
 		if r.s == nil {
-			return loaded{bad: st.logKey(k)}, fmt.Errorf("snapshots: session %q: %w", id, r.cut)
+			return loaded{bad: st.keys.log(k)}, fmt.Errorf("snapshots: session %q: %w", id, r.cut)
 		}
 	}
 	seq, _ := strconv.ParseInt(ver, 36, 64)
@@ -189,7 +195,7 @@ func (st *RedisStore) load(ctx context.Context, c redis.Cmdable, k, id string) (
 
 // loadV1 reads a session stored in the format before the log.
 func (st *RedisStore) loadV1(ctx context.Context, c redis.Cmdable, k, id string) (loaded, error) {
-	data, err := c.Get(ctx, st.sessionKey(k)).Bytes()
+	data, err := c.Get(ctx, st.keys.session(k)).Bytes()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return loaded{}, nil
@@ -198,8 +204,8 @@ func (st *RedisStore) loadV1(ctx context.Context, c redis.Cmdable, k, id string)
 	}
 	s, err := readSession(data, id)
 	if err != nil {
-		st.corrupt(st.sessionKey(k), err)
-		return loaded{bad: st.sessionKey(k)}, fmt.Errorf("snapshots: session %q: %w", id, err)
+		st.corrupt(st.keys.session(k), err)
+		return loaded{bad: st.keys.session(k)}, fmt.Errorf("snapshots: session %q: %w", id, err)
 	}
 	return loaded{e: &cached{k: k, s: s}, rewrite: true}, nil
 }
@@ -247,7 +253,7 @@ func (st *RedisStore) update(ctx context.Context, id string, create bool, fn fun
 	for attempt := 1; ; attempt++ {
 		err := st.rdb.Watch(ctx, func(tx *redis.Tx) error {
 			return st.tryUpdate(ctx, tx, id, k, create, fn)
-		}, st.logKey(k), st.sessionKey(k))
+		}, st.keys.log(k), st.keys.session(k))
 		if !errors.Is(err, redis.TxFailedErr) {
 			return err
 		}
@@ -298,11 +304,11 @@ func (st *RedisStore) tryUpdate(ctx context.Context, tx *redis.Tx, id, k string,
 			pl.Rename(ctx, l.bad, l.bad+":corrupt")
 		}
 		if replace {
-			pl.Del(ctx, st.logKey(k), st.sessionKey(k))
+			pl.Del(ctx, st.keys.log(k), st.keys.session(k))
 		}
-		pl.RPush(ctx, st.logKey(k), rec)
-		pl.Set(ctx, st.verKey(k), strconv.FormatInt(seq, 36), 0)
-		pl.HSet(ctx, st.indexKey(), k, ib)
+		pl.RPush(ctx, st.keys.log(k), rec)
+		pl.Set(ctx, st.keys.ver(k), strconv.FormatInt(seq, 36), 0)
+		pl.HSet(ctx, st.keys.index(), k, ib)
 		return nil
 	})
 	switch {
@@ -355,9 +361,9 @@ func (st *RedisStore) compact(k, id string) {
 			return err
 		}
 		_, err = tx.TxPipelined(ctx, func(pl redis.Pipeliner) error {
-			pl.Del(ctx, st.logKey(k))
-			pl.RPush(ctx, st.logKey(k), rec)
-			pl.HSet(ctx, st.indexKey(), k, ib)
+			pl.Del(ctx, st.keys.log(k))
+			pl.RPush(ctx, st.keys.log(k), rec)
+			pl.HSet(ctx, st.keys.index(), k, ib)
 			return nil
 		})
 		if err == nil {
@@ -365,7 +371,7 @@ func (st *RedisStore) compact(k, id string) {
 			l.e.size, l.e.base = int64(len(rec)), int64(len(rec))
 		}
 		return err
-	}, st.logKey(k))
+	}, st.keys.log(k))
 	if errors.Is(err, redis.TxFailedErr) {
 		err = nil
 	}
@@ -377,7 +383,7 @@ func (st *RedisStore) compact(k, id string) {
 // List returns every session, most recently updated first.
 func (st *RedisStore) List(ctx context.Context) (out []SessionInfo, err error) {
 	defer st.obs.done(OpList, &err)
-	all, err := st.rdb.HGetAll(ctx, st.indexKey()).Result()
+	all, err := st.rdb.HGetAll(ctx, st.keys.index()).Result()
 	if err != nil {
 		return nil, st.readErr(err)
 	}
@@ -386,7 +392,7 @@ func (st *RedisStore) List(ctx context.Context) (out []SessionInfo, err error) {
 	for k, v := range all {
 		var info SessionInfo
 		if err := json.Unmarshal([]byte(v), &info); err != nil || key(info.ID) != k {
-			st.corrupt(st.indexKey()+" "+k, fmt.Errorf("%w: index entry", ErrCorrupt))
+			st.corrupt(st.keys.index()+" "+k, fmt.Errorf("%w: index entry", ErrCorrupt))
 			continue
 		}
 		out = append(out, info)
@@ -394,7 +400,7 @@ func (st *RedisStore) List(ctx context.Context) (out []SessionInfo, err error) {
 	}
 	cmds, err := st.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, k := range keys {
-			p.HVals(ctx, st.snapIndexKey(k))
+			p.HVals(ctx, st.keys.snapIndex(k))
 		}
 		return nil
 	})
@@ -424,18 +430,18 @@ func (st *RedisStore) Delete(ctx context.Context, id string) (err error) {
 	k := key(id)
 	defer st.locks.lock(k)()
 	st.cache.drop(k)
-	snapIDs, err := st.rdb.HKeys(ctx, st.snapIndexKey(k)).Result()
+	snapIDs, err := st.rdb.HKeys(ctx, st.keys.snapIndex(k)).Result()
 	if err != nil {
 		return st.readErr(err)
 	}
 	var del *redis.IntCmd
 	_, err = st.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		del = p.Del(ctx, st.logKey(k), st.sessionKey(k))
-		p.Del(ctx, st.verKey(k))
-		p.HDel(ctx, st.indexKey(), k)
-		p.Del(ctx, st.snapIndexKey(k))
+		del = p.Del(ctx, st.keys.log(k), st.keys.session(k))
+		p.Del(ctx, st.keys.ver(k))
+		p.HDel(ctx, st.keys.index(), k)
+		p.Del(ctx, st.keys.snapIndex(k))
 		for _, snapID := range snapIDs {
-			p.Del(ctx, st.snapKey(k, snapID))
+			p.Del(ctx, st.keys.snap(k, snapID))
 		}
 		return nil
 	})

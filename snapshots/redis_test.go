@@ -152,13 +152,13 @@ func TestRedisStoreCorruptRecord(t *testing.T) {
 
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	v, _ := rdb.LIndex(ctx, st.logKey(key("bad")), 0).Bytes()
-	rdb.LSet(ctx, st.logKey(key("bad")), 0, v[:len(v)/2]) // truncated
-	v, _ = rdb.Get(ctx, st.snapKey(key("bad"), badSnap.ID)).Bytes()
-	rdb.Set(ctx, st.snapKey(key("bad"), badSnap.ID), v[:len(v)/2], 0)
-	v, _ = rdb.LIndex(ctx, st.logKey(key("tail")), 1).Bytes()
+	v, _ := rdb.LIndex(ctx, st.keys.log(key("bad")), 0).Bytes()
+	rdb.LSet(ctx, st.keys.log(key("bad")), 0, v[:len(v)/2]) // truncated
+	v, _ = rdb.Get(ctx, st.keys.snap(key("bad"), badSnap.ID)).Bytes()
+	rdb.Set(ctx, st.keys.snap(key("bad"), badSnap.ID), v[:len(v)/2], 0)
+	v, _ = rdb.LIndex(ctx, st.keys.log(key("tail")), 1).Bytes()
 	v[len(v)-2] ^= 0x10 // the appended record: cut, the rest loads
-	rdb.LSet(ctx, st.logKey(key("tail")), 1, v)
+	rdb.LSet(ctx, st.keys.log(key("tail")), 1, v)
 
 	st2 := newRedisStore(t, addr, "corrupt:", Config{})
 	if _, err := st2.Get(ctx, "bad"); !isCorrupt(err) {
@@ -183,11 +183,11 @@ func TestRedisStoreCorruptRecord(t *testing.T) {
 	if s := mustGet(t, st2, "bad"); len(s.Messages) != 1 {
 		t.Errorf("after an update of a corrupt session: %d messages", len(s.Messages))
 	}
-	if n, _ := rdb.Exists(ctx, st.logKey(key("bad"))+":corrupt").Result(); n != 1 {
+	if n, _ := rdb.Exists(ctx, st.keys.log(key("bad"))+":corrupt").Result(); n != 1 {
 		t.Error("the damaged session log was not kept aside")
 	}
 	mustUpdate(t, st2, "tail", func(s *Session) { s.Messages = append(s.Messages, msg("user", "5")) })
-	if n, _ := rdb.LLen(ctx, st.logKey(key("tail"))).Result(); n != 1 {
+	if n, _ := rdb.LLen(ctx, st.keys.log(key("tail"))).Result(); n != 1 {
 		t.Errorf("the cut log has %d records after an update, want 1: rewritten whole", n)
 	}
 	if s := mustGet(t, newRedisStore(t, addr, "corrupt:", Config{}), "tail"); len(s.Messages) != 5 {
@@ -213,8 +213,8 @@ func TestRedisStoreMigratesV1(t *testing.T) {
 	ib, _ := json.Marshal(info)
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	rdb.Set(ctx, st.sessionKey(key("legacy")), rec, 0)
-	rdb.HSet(ctx, st.indexKey(), key("legacy"), ib)
+	rdb.Set(ctx, st.keys.session(key("legacy")), rec, 0)
+	rdb.HSet(ctx, st.keys.index(), key("legacy"), ib)
 
 	if d := diff(old, mustGet(t, st, "legacy")); d != "" {
 		t.Errorf("a v1 session (-want +got):\n%s", d)
@@ -223,7 +223,7 @@ func TestRedisStoreMigratesV1(t *testing.T) {
 		t.Errorf("List = %+v", list)
 	}
 	mustUpdate(t, st, "legacy", func(s *Session) { s.Messages = append(s.Messages, msg("user", "after")) })
-	if n, _ := rdb.Exists(ctx, st.sessionKey(key("legacy"))).Result(); n != 0 {
+	if n, _ := rdb.Exists(ctx, st.keys.session(key("legacy"))).Result(); n != 0 {
 		t.Error("the v1 key is still there after an update")
 	}
 	got := mustGet(t, newRedisStore(t, addr, "v1:", Config{}), "legacy")

@@ -31,7 +31,7 @@ func (st *RedisStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (_ Snaps
 	s.Created = s.Created.UTC()
 	for s.ID == "" {
 		s.ID = newSnapID(s.Created)
-		taken, err := st.rdb.HExists(ctx, st.snapIndexKey(k), s.ID).Result()
+		taken, err := st.rdb.HExists(ctx, st.keys.snapIndex(k), s.ID).Result()
 		if err != nil {
 			return SnapshotInfo{}, st.readErr(err)
 		}
@@ -48,8 +48,8 @@ func (st *RedisStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (_ Snaps
 		return SnapshotInfo{}, err
 	}
 	_, err = st.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, st.snapKey(k, s.ID), rec, 0)
-		p.HSet(ctx, st.snapIndexKey(k), s.ID, ib)
+		p.Set(ctx, st.keys.snap(k, s.ID), rec, 0)
+		p.HSet(ctx, st.keys.snapIndex(k), s.ID, ib)
 		return nil
 	})
 	if err != nil {
@@ -73,8 +73,8 @@ func (st *RedisStore) prune(ctx context.Context, k string) error {
 	}
 	_, err = st.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for _, info := range infos[st.maxCount:] {
-			p.Del(ctx, st.snapKey(k, info.ID))
-			p.HDel(ctx, st.snapIndexKey(k), info.ID)
+			p.Del(ctx, st.keys.snap(k, info.ID))
+			p.HDel(ctx, st.keys.snapIndex(k), info.ID)
 		}
 		return nil
 	})
@@ -87,7 +87,7 @@ func (st *RedisStore) prune(ctx context.Context, k string) error {
 // snapInfos returns session k's snapshot index, newest first, skipping
 // entries that do not decode.
 func (st *RedisStore) snapInfos(ctx context.Context, k string) ([]SnapshotInfo, error) {
-	all, err := st.rdb.HGetAll(ctx, st.snapIndexKey(k)).Result()
+	all, err := st.rdb.HGetAll(ctx, st.keys.snapIndex(k)).Result()
 	if err != nil {
 		return nil, st.readErr(err)
 	}
@@ -95,7 +95,7 @@ func (st *RedisStore) snapInfos(ctx context.Context, k string) ([]SnapshotInfo, 
 	for snapID, v := range all {
 		var info SnapshotInfo
 		if err := json.Unmarshal([]byte(v), &info); err != nil || info.ID != snapID {
-			st.corrupt(st.snapIndexKey(k)+" "+snapID, fmt.Errorf("%w: index entry", ErrCorrupt))
+			st.corrupt(st.keys.snapIndex(k)+" "+snapID, fmt.Errorf("%w: index entry", ErrCorrupt))
 			continue
 		}
 		m[snapID] = info
@@ -122,7 +122,7 @@ func (st *RedisStore) LoadSnapshot(ctx context.Context, id, snapID string) (_ *S
 		return nil, err
 	}
 	k := key(id)
-	rkey := st.snapKey(k, snapID)
+	rkey := st.keys.snap(k, snapID)
 	data, err := st.rdb.Get(ctx, rkey).Bytes()
 	switch {
 	case errors.Is(err, redis.Nil):
@@ -138,7 +138,7 @@ func (st *RedisStore) LoadSnapshot(ctx context.Context, id, snapID string) (_ *S
 		// listing.
 		st.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			p.Rename(ctx, rkey, rkey+":corrupt")
-			p.HDel(ctx, st.snapIndexKey(k), snapID)
+			p.HDel(ctx, st.keys.snapIndex(k), snapID)
 			return nil
 		})
 		return nil, fmt.Errorf("snapshots: snapshot %s of %q: %w", snapID, id, err)
@@ -158,8 +158,8 @@ func (st *RedisStore) DeleteSnapshot(ctx context.Context, id, snapID string) (er
 	k := key(id)
 	var del, hdel *redis.IntCmd
 	_, err = st.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		del = p.Del(ctx, st.snapKey(k, snapID))
-		hdel = p.HDel(ctx, st.snapIndexKey(k), snapID)
+		del = p.Del(ctx, st.keys.snap(k, snapID))
+		hdel = p.HDel(ctx, st.keys.snapIndex(k), snapID)
 		return nil
 	})
 	if err != nil {
