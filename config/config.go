@@ -210,7 +210,7 @@ func Default() Config {
 	c.AllowedHosts, c.AllowedOrigins = []string{}, []string{}
 	c.Backend = Backend{URL: "http://127.0.0.1:11434", Kind: "auto", TranslateOpenAI: "auto",
 		ResponseHeaderTimeout: 5 * time.Minute, DialTimeout: 10 * time.Second}
-	c.Session = Session{Header: "X-Session-ID", Fingerprint: true}
+	c.Session = Session{Header: "X-Session-ID", Fingerprint: true, ScopeHeader: "Authorization"}
 	c.Tokens = Tokens{Encoding: "auto", ApproxCharsPerToken: 4, ImageTokens: 768, Calibrate: true, Exact: true, CacheEntries: 100000}
 	c.Context = Context{AutoSize: true, MinSize: 2048, MaxSize: 131072, VRAMBuffer: 512 << 20,
 		KVQuantization: "f16", NumParallel: 1, ReserveOutput: 1024, RespectClient: true}

@@ -76,6 +76,18 @@ type Chat struct {
 	// toldNoProxy is whether the user was told that answers come without
 	// ctxproxy's headers.
 	toldNoProxy bool
+	// stored is the id ctxproxy stores the session under, from
+	// X-Ctxproxy-Session: the id sent, scoped to the caller's credential
+	// when the proxy scopes sessions (session.scope_header).
+	stored string
+}
+
+// storedID is the session's id for the admin API.
+func (r *Chat) storedID() string {
+	if r.stored != "" {
+		return r.stored
+	}
+	return r.Session
 }
 
 // input is where lines come from: a plain reader, or a terminal with line
@@ -158,7 +170,7 @@ func (r *Chat) handle(ctx context.Context, line string) bool {
 // commands is the context command runner for this chat's session.
 func (r *Chat) commands() *Commands {
 	return &Commands{Client: r.Client, Printer: view.Printer{Palette: r.OutPalette, Loc: r.Loc}, Out: r.Out, Stdin: r.Stdin,
-		Session: r.Session, Model: r.Model, slash: true, Options: Options{Reason: "manual"}}
+		Session: r.storedID(), Model: r.Model, slash: true, Options: Options{Reason: "manual"}}
 }
 
 // command runs a slash command; it returns true to leave.
@@ -294,6 +306,9 @@ func (r *Chat) turn(ctx context.Context, text string) {
 	r.needSystem = false
 	h := api.ParseHeaders(reply.Header)
 	r.last = &h
+	if h.Session != "" {
+		r.stored = h.Session
+	}
 	if !h.Seen && !r.toldNoProxy {
 		r.toldNoProxy = true
 		fmt.Fprintln(r.Err, r.ErrPalette.Warning("The answer came without ctxproxy's headers: is "+r.Client.URL()+
@@ -325,7 +340,7 @@ func (r *Chat) facts(ctx context.Context) view.Facts {
 		}
 	})
 	wg.Go(func() {
-		if s, _, err := r.Client.Session(ctx, r.Session); err == nil {
+		if s, _, err := r.Client.Session(ctx, r.storedID()); err == nil {
 			f.Session = &s
 		}
 	})

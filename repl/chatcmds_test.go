@@ -10,6 +10,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/client"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/internal/proxytest"
+	"github.com/ctxproxy/ctxproxy/proxy"
 	"github.com/ctxproxy/ctxproxy/view"
 )
 
@@ -301,5 +302,30 @@ func TestChatThinking(t *testing.T) {
 	colored := runChat(t, p, chatRun{session: "s2", model: "llama3.1", noBar: true, color: true}, lines("question"))
 	if want := view.Dim + "Let me count." + view.Reset + "\n\n42\n"; colored.stdout != want {
 		t.Errorf("colored stdout = %q, want %q", colored.stdout, want)
+	}
+}
+
+// TestChatFollowsScopedSession: with sessions scoped to the caller's
+// credential (session.scope_header: Authorization, the default), the
+// session is stored under "<id>~<hash>"; the chat takes that id from
+// X-Ctxproxy-Session, so its commands find the conversation, and another
+// key never sees it.
+func TestChatFollowsScopedSession(t *testing.T) {
+	p := start(t, proxytest.Options{Config: proxy.Config{ScopeHeader: "Authorization"}})
+	out := runChat(t, p, chatRun{session: "mine", model: "llama3.1", apiKey: "key-a", noBar: true},
+		lines("hello", "/stats"))
+	if strings.Contains(out.stdout, "is empty") || !strings.Contains(out.stdout, "Messages") {
+		t.Fatalf("/stats after a turn with an API key:\n%s", out.both)
+	}
+	m := regexp.MustCompile(`Session +(mine~[0-9a-f]{16})`).FindStringSubmatch(out.stdout)
+	if m == nil {
+		t.Fatalf("/stats does not name the scoped session:\n%s", out.stdout)
+	}
+	if sess := p.Session(t, m[1]); len(sess.Messages) != 2 {
+		t.Errorf("stored %d messages under %s, want 2", len(sess.Messages), m[1])
+	}
+	other := runChat(t, p, chatRun{session: "mine", model: "llama3.1", apiKey: "key-b", noBar: true}, lines("/stats"))
+	if !strings.Contains(other.stdout, "is empty") {
+		t.Errorf("another key's chat with the same session id saw the conversation:\n%s", other.both)
 	}
 }
