@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
 // retryAfter is how long a session waits, after a summarizer call failed,
@@ -17,7 +19,7 @@ import (
 const retryAfter = 30 * time.Second
 
 // cacheEntries bounds the summaries a Compactor keeps in memory (a few
-// hundred bytes each); the SummaryStore keeps them all.
+// hundred bytes each) and the failures it remembers.
 const cacheEntries = 16384
 
 // Compactor folds old iterations of conversations into summaries (seed
@@ -46,11 +48,15 @@ type Compactor struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	cache   summaryCache
-	jobs    map[string]*job    // by scope: one in flight per session
-	retry   map[string]failure // scope → its last failure
-	changed chan struct{}      // closed and replaced when cache or jobs change
+	mu sync.Mutex
+	// summaries by key (Summary.Key), the most recently used; the
+	// SummaryStore keeps them all.
+	summaries *cache.LRU[string, Summary]
+	jobs      map[string]*job // by scope: one in flight per session
+	// retry holds each scope's last failure, until it may be tried again;
+	// scopes are client data (sessions), so it is bounded too.
+	retry   *cache.LRU[string, failure]
+	changed chan struct{} // closed and replaced when summaries or jobs change
 	closed  bool
 
 	stats struct {
@@ -85,10 +91,10 @@ func NewCompactor(cfg SummarizeConfig, s Summarizer, opts CompactorOptions) *Com
 		cfg: cfg.withDefaults(), sum: s, store: opts.Store, log: opts.Log,
 		now: opts.Now, after: opts.After, onCall: opts.OnCall,
 		ctx: ctx, cancel: cancel,
-		cache:   newSummaryCache(cacheEntries),
-		jobs:    make(map[string]*job),
-		retry:   make(map[string]failure),
-		changed: make(chan struct{}),
+		summaries: cache.New[string, Summary](cacheEntries),
+		jobs:      make(map[string]*job),
+		retry:     cache.New[string, failure](cacheEntries),
+		changed:   make(chan struct{}),
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -201,9 +207,8 @@ func (c *Compactor) Compact(ctx context.Context, msgs []Message, cnt Counter) (C
 	}
 	texts := c.texts(keys)
 	if len(texts) < n {
-		c.mu.Lock()
-		cause := c.retry[scope].err
-		c.mu.Unlock()
+		f, _ := c.retry.Peek(scope)
+		cause := f.err
 		var err error
 		switch {
 		case ctx.Err() != nil:
@@ -240,7 +245,7 @@ func (c *Compactor) Estimate(msgs []Message, cnt Counter) Compaction {
 	missing := 0
 	c.mu.Lock()
 	for i, k := range keys {
-		if s, ok := c.cache.get(k); ok {
+		if s, ok := c.summaries.Get(k); ok {
 			texts[i] = s.Text
 		} else {
 			missing++ // an empty line, counted at the expected length
@@ -301,6 +306,10 @@ func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt C
 		if c.ensure(scope, info, cnt, v, n, false) && c.cfg.Wait > 0 {
 			c.stats.waited.Add(1)
 			got = c.await(ctx, scope, keys, c.after(c.cfg.Wait))
+		} else {
+			// A job in flight may have written the rest since the look-up
+			// above: ensure then finds nothing missing and starts none.
+			got = c.cachedPrefix(keys)
 		}
 		if err := ctx.Err(); err != nil {
 			return Result{}, err
@@ -391,7 +400,7 @@ func (c *Compactor) cachedPrefix(keys []string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, k := range keys {
-		if _, ok := c.cache.get(k); !ok {
+		if _, ok := c.summaries.Get(k); !ok {
 			return i
 		}
 	}
@@ -404,7 +413,7 @@ func (c *Compactor) texts(keys []string) []string {
 	defer c.mu.Unlock()
 	out := make([]string, 0, len(keys))
 	for _, k := range keys {
-		s, ok := c.cache.get(k)
+		s, ok := c.summaries.Get(k)
 		if !ok {
 			break
 		}
@@ -427,7 +436,7 @@ func (c *Compactor) await(ctx context.Context, scope string, keys []string, dead
 		c.mu.Lock()
 		n := len(keys)
 		for i, k := range keys {
-			if _, ok := c.cache.get(k); !ok {
+			if _, ok := c.summaries.Get(k); !ok {
 				n = i
 				break
 			}
@@ -472,7 +481,7 @@ func (c *Compactor) ensure(scope string, info RequestInfo, cnt Counter, v *conv,
 	}
 	iters := make(map[int][]Message)
 	for i, k := range keys {
-		if _, ok := c.cache.get(k); !ok {
+		if _, ok := c.summaries.Get(k); !ok {
 			iters[i] = v.iterMessages(i)
 		}
 	}
@@ -488,11 +497,11 @@ func (c *Compactor) ensure(scope string, info RequestInfo, cnt Counter, v *conv,
 		j.info, j.cnt = info, cnt
 		return true
 	}
-	if f, ok := c.retry[scope]; ok && !force {
+	if f, ok := c.retry.Peek(scope); ok && !force {
 		if c.now().Before(f.until) {
 			return false
 		}
-		delete(c.retry, scope)
+		c.retry.Remove(scope)
 	}
 	j := &job{scope: scope, session: info.Session, keys: keys, iters: iters, info: info, cnt: cnt}
 	c.jobs[scope] = j
@@ -511,7 +520,7 @@ func (c *Compactor) run(j *job) {
 	}
 	for {
 		c.mu.Lock()
-		i, ok := j.next(&c.cache)
+		i, ok := j.next(c.summaries)
 		if !ok || c.ctx.Err() != nil {
 			delete(c.jobs, j.scope)
 			c.broadcast()
@@ -531,15 +540,7 @@ func (c *Compactor) run(j *job) {
 					"session", info.Session, "err", err)
 			}
 			c.mu.Lock()
-			c.retry[j.scope] = failure{until: c.now().Add(retryAfter), err: err}
-			if len(c.retry) > cacheEntries { // forget old failures
-				now := c.now()
-				for k, f := range c.retry {
-					if now.After(f.until) {
-						delete(c.retry, k)
-					}
-				}
-			}
+			c.retry.Add(j.scope, failure{until: c.now().Add(retryAfter), err: err})
 			delete(c.jobs, j.scope)
 			c.broadcast()
 			c.mu.Unlock()
@@ -554,7 +555,7 @@ func (c *Compactor) run(j *job) {
 			}
 		}
 		c.mu.Lock()
-		c.cache.put(s)
+		c.summaries.Add(s.Key, s)
 		c.broadcast()
 		c.mu.Unlock()
 	}
@@ -568,9 +569,9 @@ type failure struct {
 
 // next returns the first iteration of the job's wish that has no summary
 // and whose messages it holds.
-func (j *job) next(cache *summaryCache) (int, bool) {
+func (j *job) next(summaries *cache.LRU[string, Summary]) (int, bool) {
 	for i, k := range j.keys {
-		if _, ok := cache.get(k); ok {
+		if _, ok := summaries.Get(k); ok {
 			continue
 		}
 		if _, ok := j.iters[i]; ok {
@@ -599,7 +600,7 @@ func (c *Compactor) load(j *job) {
 	defer c.mu.Unlock()
 	for _, s := range ss {
 		if want[s.Key] && s.Text != "" {
-			c.cache.put(s)
+			c.summaries.Add(s.Key, s)
 		}
 	}
 	c.broadcast()
@@ -612,7 +613,7 @@ func (c *Compactor) previous(keys []string, cnt Counter) string {
 	room := 4 * c.cfg.MaxTokens
 	var parts []string
 	for i := len(keys) - 1; i >= 0; i-- {
-		s, ok := c.cache.get(keys[i])
+		s, ok := c.summaries.Get(keys[i])
 		if !ok {
 			break
 		}
@@ -672,37 +673,4 @@ func (c *Compactor) call(info RequestInfo, cnt Counter, msgs []Message, prev, ke
 		return Summary{}, err
 	}
 	return Summary{Key: key, Covers: covers, Text: text, Tokens: textCost(text, cnt), Created: c.now()}, nil
-}
-
-// summaryCache is a bounded map of summaries by key; the oldest entry
-// goes first when it is full.
-type summaryCache struct {
-	max   int
-	m     map[string]Summary
-	order []string // ring of keys in insertion order
-	next  int
-}
-
-func newSummaryCache(n int) summaryCache {
-	return summaryCache{max: n, m: make(map[string]Summary), order: make([]string, 0, min(n, 1024))}
-}
-
-func (sc *summaryCache) get(k string) (Summary, bool) {
-	s, ok := sc.m[k]
-	return s, ok
-}
-
-func (sc *summaryCache) put(s Summary) {
-	if _, ok := sc.m[s.Key]; ok {
-		sc.m[s.Key] = s
-		return
-	}
-	if len(sc.order) < sc.max {
-		sc.order = append(sc.order, s.Key)
-	} else {
-		delete(sc.m, sc.order[sc.next])
-		sc.order[sc.next] = s.Key
-		sc.next = (sc.next + 1) % len(sc.order)
-	}
-	sc.m[s.Key] = s
 }
