@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/chat"
 )
 
 // lockedBuffer is a log sink safe for concurrent writes.
@@ -147,7 +147,7 @@ func TestFrozenCounterIgnoresLaterCalibration(t *testing.T) {
 	before := frozen.CountText(text)
 	live := r.MessageCounter("m")
 	for range 5 {
-		est := live.Prompt([]rewrite.Message{{Role: "user", Content: text}}, nil)
+		est := live.Prompt([]chat.Message{{Role: "user", Content: text}}, nil)
 		r.Observe("m", est, est.Raw*3, 0)
 	}
 	if live.CountText(text) == before {
