@@ -43,8 +43,9 @@ type MessageCounting interface {
 // Tracker follows one conversation's token use against a model's limits
 // (seed 001, "Context Tracker"). The running total is kept incrementally
 // as turns are added (seed 000: not recounted from scratch); each
-// message's count is cached in its Tokens field. A Tracker is safe for
-// concurrent use.
+// message's count is cached in its Tokens field. Beside its own count, it
+// keeps the conversation's running totals as the proxy saw its requests
+// (Record, Totals). A Tracker is safe for concurrent use.
 type Tracker struct {
 	counter MessageCounting
 	limits  Limits
@@ -54,6 +55,7 @@ type Tracker struct {
 	conversation int
 	messages     int
 	tools        int
+	totals       Totals
 }
 
 // NewTracker returns a tracker counting with c against l.
