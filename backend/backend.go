@@ -83,7 +83,8 @@ func New(cfg Config) *Backend {
 	if b.configured == "" {
 		b.configured = KindAuto
 	}
-	b.models.entries = make(map[string]*modelEntry)
+	b.models = newModelCache()
+	b.remote = newRemoteState()
 	return b
 }
 

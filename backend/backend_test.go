@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -208,6 +209,32 @@ func TestModelErrorRetried(t *testing.T) {
 	b.Model(ctx, "nope")
 	if o.shows.Load() != 2 {
 		t.Fatal("not asked again after the error TTL")
+	}
+}
+
+// TestModelHotSurvivesFlood: model names are client data, so the cache is
+// bounded, but a model in use is not fetched again because a client sent
+// many other names: the least recently used names go, not everything.
+func TestModelHotSurvivesFlood(t *testing.T) {
+	o := &ollamaShow{vocab: vocabgen.BPE(500, "default", 1)}
+	o.digest.Store("d")
+	b, _ := newBackend(t, o)
+	ctx := context.Background()
+	if m := b.Model(ctx, "tiny"); m.Err != nil {
+		t.Fatal(m.Err)
+	}
+	flood := 3 * maxModels
+	for i := range flood {
+		b.Model(ctx, fmt.Sprintf("flood-%d", i))
+		if m := b.Model(ctx, "tiny"); m.Err != nil || m.Tokenizer == nil {
+			t.Fatalf("after %d names: err %v, tokenizer err %v", i+1, m.Err, m.TokenizerErr)
+		}
+	}
+	if n := int(o.shows.Load()); n != 1+flood {
+		t.Errorf("%d show calls, want %d: the model in use was fetched again", n, 1+flood)
+	}
+	if n := b.models.entries.Len(); n != maxModels {
+		t.Errorf("%d names cached, want %d", n, maxModels)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/budget/exact"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
 // Model is what ctxproxy knows of one Ollama model.
@@ -110,12 +111,18 @@ func abs(x int) int {
 }
 
 // modelCache holds Model per name; one fetch per name runs at a time.
+// Names are client data: both caches keep the maxModels most recently
+// used.
 type modelCache struct {
-	mu      sync.Mutex
-	entries map[string]*modelEntry
+	mu      sync.Mutex // makes finding and starting a fetch one step
+	entries *cache.LRU[string, *modelEntry]
 	// tokenizers by digest, so a refetch of an unchanged model (or two
 	// names of one model) does not parse its vocabulary again.
-	tokenizers map[string]*tokEntry
+	tokenizers *cache.LRU[string, *tokEntry]
+}
+
+func newModelCache() modelCache {
+	return modelCache{entries: cache.New[string, *modelEntry](maxModels), tokenizers: cache.New[string, *tokEntry](maxModels)}
 }
 
 type modelEntry struct {
@@ -146,7 +153,7 @@ const (
 func (b *Backend) Model(ctx context.Context, name string) Model {
 	c := &b.models
 	c.mu.Lock()
-	e, ok := c.entries[name]
+	e, ok := c.entries.Get(name)
 	if ok {
 		select {
 		case <-e.ready:
@@ -161,11 +168,8 @@ func (b *Backend) Model(ctx context.Context, name string) Model {
 		}
 	}
 	if !ok {
-		if len(c.entries) >= maxModels {
-			clear(c.entries) // names are client data: bound the map
-		}
 		e = &modelEntry{ready: make(chan struct{})}
-		c.entries[name] = e
+		c.entries.Add(name, e)
 		c.mu.Unlock()
 		e.model = b.fetch(ctx, name)
 		close(e.ready)
@@ -215,9 +219,7 @@ func (b *Backend) fetch(ctx context.Context, name string) Model {
 
 	// The tokenizer of a digest already loaded is reused: only the facts
 	// are read again (a plain /api/show, a few KB).
-	b.models.mu.Lock()
-	te := b.models.tokenizers[m.Digest]
-	b.models.mu.Unlock()
+	te, _ := b.models.tokenizers.Get(m.Digest)
 	verbose := te == nil || m.Digest == ""
 
 	var show struct {
@@ -247,12 +249,7 @@ func (b *Backend) fetch(ctx context.Context, name string) Model {
 				"took", b.now().Sub(start).Round(time.Millisecond))
 		}
 		if m.Digest != "" {
-			b.models.mu.Lock()
-			if b.models.tokenizers == nil || len(b.models.tokenizers) >= maxModels {
-				b.models.tokenizers = map[string]*tokEntry{}
-			}
-			b.models.tokenizers[m.Digest] = te
-			b.models.mu.Unlock()
+			b.models.tokenizers.Add(m.Digest, te)
 		}
 	}
 	m.Tokenizer, m.TokenizerErr, m.drift = te.tok, te.err, te.drift

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
 // Tokenize APIs of OpenAI-compatible backends that ctxproxy counts with.
@@ -36,13 +38,26 @@ type Remote struct {
 
 // remoteState caches, per model, which API the backend has, and counts of
 // whole prompts by a hash of their messages and tools: a resent
-// conversation costs no round trip, a new message one.
+// conversation costs no round trip, a new message one. Both caches are
+// keyed by client data and keep the most recently used entries.
 type remoteState struct {
+	models *cache.LRU[string, remoteEntry]
+	seed   maphash.Seed
+	counts *cache.LRU[uint64, int]
+
+	// probing holds the probe in flight per model, so that one runs at a
+	// time; an entry lives only as long as its probe.
 	mu      sync.Mutex
-	models  map[string]remoteEntry
-	seed    maphash.Seed
-	counts  map[uint64]int
 	probing map[string]chan struct{}
+}
+
+func newRemoteState() remoteState {
+	return remoteState{
+		models:  cache.New[string, remoteEntry](maxModels),
+		seed:    maphash.MakeSeed(),
+		counts:  cache.New[uint64, int](maxRemoteCount),
+		probing: make(map[string]chan struct{}),
+	}
 }
 
 type remoteEntry struct {
@@ -66,7 +81,7 @@ func (b *Backend) Remote(ctx context.Context, model string) Remote {
 	}
 	rs := &b.remote
 	rs.mu.Lock()
-	if e, ok := rs.models[model]; ok && b.now().Before(e.until) {
+	if e, ok := rs.models.Get(model); ok && b.now().Before(e.until) {
 		rs.mu.Unlock()
 		return e.remote
 	}
@@ -77,13 +92,8 @@ func (b *Backend) Remote(ctx context.Context, model string) Remote {
 		case <-ctx.Done():
 			return Remote{}
 		}
-		rs.mu.Lock()
-		defer rs.mu.Unlock()
-		return rs.models[model].remote
-	}
-	if rs.probing == nil {
-		rs.probing = map[string]chan struct{}{}
-		rs.models = map[string]remoteEntry{}
+		e, _ := rs.models.Peek(model)
+		return e.remote
 	}
 	done := make(chan struct{})
 	rs.probing[model] = done
@@ -95,10 +105,7 @@ func (b *Backend) Remote(ctx context.Context, model string) Remote {
 		ttl = remoteErrorTTL
 	}
 	rs.mu.Lock()
-	if len(rs.models) >= maxModels {
-		clear(rs.models) // model names are client data
-	}
-	rs.models[model] = remoteEntry{remote: r, until: b.now().Add(ttl)}
+	rs.models.Add(model, remoteEntry{remote: r, until: b.now().Add(ttl)})
 	delete(rs.probing, model)
 	close(done)
 	rs.mu.Unlock()
@@ -147,22 +154,14 @@ func (b *Backend) CountRemote(ctx context.Context, model string, messages, tools
 	}
 	rs := &b.remote
 	var h maphash.Hash
-	rs.mu.Lock()
-	if rs.counts == nil {
-		rs.seed = maphash.MakeSeed()
-		rs.counts = map[uint64]int{}
-	}
 	h.SetSeed(rs.seed)
-	rs.mu.Unlock()
 	h.WriteString(model)
 	h.WriteByte(0)
 	h.Write(messages)
 	h.WriteByte(0)
 	h.Write(tools)
 	key := h.Sum64()
-	rs.mu.Lock()
-	n, ok := rs.counts[key]
-	rs.mu.Unlock()
+	n, ok := rs.counts.Get(key)
 	if ok {
 		return n, nil
 	}
@@ -201,11 +200,6 @@ func (b *Backend) CountRemote(ctx context.Context, model string, messages, tools
 		}
 		n = len(out.Tokens)
 	}
-	rs.mu.Lock()
-	if len(rs.counts) >= maxRemoteCount {
-		clear(rs.counts)
-	}
-	rs.counts[key] = n
-	rs.mu.Unlock()
+	rs.counts.Add(key, n)
 	return n, nil
 }

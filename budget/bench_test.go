@@ -6,11 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/chat"
 )
 
 // benchConversation is 100 messages of about 1 KB: a ~100 KB chat.
-func benchConversation(b *testing.B, seed string) ([]rewrite.Message, int) {
+func benchConversation(b *testing.B, seed string) ([]chat.Message, int) {
 	msgs := conversation(readTestdata(b, "chat_en.txt"), 100, 1000, seed)
 	size := 0
 	for _, m := range msgs {
@@ -27,14 +27,14 @@ func BenchmarkResend(b *testing.B) {
 	mc := r.MessageCounter("llama3.1:8b")
 	msgs, _ := benchConversation(b, "resend")
 	mc.Prompt(fresh(msgs), nil) // the conversation so far is known
-	batch := make([]rewrite.Message, len(msgs)+1)
+	batch := make([]chat.Message, len(msgs)+1)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		copy(batch, msgs)
 		for j := range msgs {
 			batch[j].Tokens = 0
 		}
-		batch[len(msgs)] = rewrite.Message{Role: "user", Content: "Thanks! One more question, number " + strconv.Itoa(i) + ": how do I rotate the logs?"}
+		batch[len(msgs)] = chat.Message{Role: "user", Content: "Thanks! One more question, number " + strconv.Itoa(i) + ": how do I rotate the logs?"}
 		mc.Prompt(batch, nil)
 	}
 }
@@ -50,14 +50,14 @@ func BenchmarkResendWithTools(b *testing.B) {
 	}
 	tools := json.RawMessage("[" + strings.Join(defs, ",") + "]")
 	mc.Prompt(fresh(msgs), tools)
-	batch := make([]rewrite.Message, len(msgs)+1)
+	batch := make([]chat.Message, len(msgs)+1)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		copy(batch, msgs)
 		for j := range msgs {
 			batch[j].Tokens = 0
 		}
-		batch[len(msgs)] = rewrite.Message{Role: "user", Content: "Next step " + strconv.Itoa(i)}
+		batch[len(msgs)] = chat.Message{Role: "user", Content: "Next step " + strconv.Itoa(i)}
 		mc.Prompt(batch, tools)
 	}
 }

@@ -3,8 +3,8 @@ package budget
 import (
 	"hash/maphash"
 	"math"
-	"sync"
-	"sync/atomic"
+
+	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
 // DefaultCacheEntries is the default bound of a count cache
@@ -19,9 +19,8 @@ const DefaultCacheEntries = 100000
 // not kept, so a cached 10 MB message costs 16 bytes) together with the
 // text's length; the seed is per counter, so counters of two encodings
 // sharing a store never see each other's entries. The store is bounded and
-// evicts with CLOCK (second chance), which keeps the entries in use — the
-// messages of live conversations — at the cost of one bit per entry.
-// Caching is safe for concurrent use.
+// evicts the least recently used entry, which keeps the entries in use —
+// the messages of live conversations. Caching is safe for concurrent use.
 type Caching struct {
 	inner Counter
 	seed  maphash.Seed
@@ -59,7 +58,7 @@ func (c *Caching) Count(text string) int {
 }
 
 // peek returns the count of text if it is in the cache, without touching
-// the statistics or the entry's use bit.
+// the statistics or the entry's recency.
 func (c *Caching) peek(text string) (int, bool) {
 	if text == "" {
 		return 0, true
@@ -77,113 +76,40 @@ type CacheStats struct {
 	Entries, Capacity int
 }
 
-// countStore is a sharded CLOCK cache from (hash, length) to a count.
+// countStore maps (hash, length) of a text to its count: the length is
+// a second check on the 64-bit hash. It is internal/cache's sharded LRU,
+// so that counting on every core at once does not queue on one lock.
 type countStore struct {
-	shards       []countShard
-	hits, misses atomic.Uint64
-	capacity     int
+	c *cache.Sharded[countKey, int32]
 }
 
-type countShard struct {
-	mu        sync.Mutex
-	index     map[uint64]int32
-	slots     []countSlot
-	hand      int
-	limit     int
-	evictions uint64
-	_         [32]byte // keep shards' locks on separate cache lines
-}
-
-type countSlot struct {
-	key    uint64
-	size   uint32 // low bits of the text length: a second check on the key
-	tokens int32
-	ref    bool
+type countKey struct {
+	hash uint64
+	size int
 }
 
 func newCountStore(entries int) *countStore {
 	if entries <= 0 {
 		entries = DefaultCacheEntries
 	}
-	n := 16
-	for n > 1 && entries/n < 64 {
-		n /= 2
-	}
-	per := (entries + n - 1) / n
-	s := &countStore{shards: make([]countShard, n), capacity: per * n}
-	for i := range s.shards {
-		s.shards[i].limit = per
-		s.shards[i].index = make(map[uint64]int32, min(per, 1024))
-	}
-	return s
-}
-
-func (s *countStore) shard(key uint64) *countShard {
-	// The low bits pick the map bucket; use the high ones for the shard.
-	return &s.shards[(key>>56)%uint64(len(s.shards))]
+	return &countStore{c: cache.NewSharded[countKey, int32](entries, func(k countKey) uint64 { return k.hash })}
 }
 
 func (s *countStore) get(key uint64, size int) (int, bool) {
-	sh := s.shard(key)
-	sh.mu.Lock()
-	i, ok := sh.index[key]
-	if ok && sh.slots[i].size == uint32(size) {
-		sh.slots[i].ref = true
-		n := int(sh.slots[i].tokens)
-		sh.mu.Unlock()
-		s.hits.Add(1)
-		return n, true
-	}
-	sh.mu.Unlock()
-	s.misses.Add(1)
-	return 0, false
+	n, ok := s.c.Get(countKey{key, size})
+	return int(n), ok
 }
 
 func (s *countStore) peek(key uint64, size int) (int, bool) {
-	sh := s.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if i, ok := sh.index[key]; ok && sh.slots[i].size == uint32(size) {
-		return int(sh.slots[i].tokens), true
-	}
-	return 0, false
+	n, ok := s.c.Peek(countKey{key, size})
+	return int(n), ok
 }
 
 func (s *countStore) put(key uint64, size, tokens int) {
-	t := int32(min(tokens, math.MaxInt32))
-	sh := s.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if i, ok := sh.index[key]; ok {
-		sh.slots[i] = countSlot{key: key, size: uint32(size), tokens: t}
-		return
-	}
-	if len(sh.slots) < sh.limit {
-		sh.index[key] = int32(len(sh.slots))
-		sh.slots = append(sh.slots, countSlot{key: key, size: uint32(size), tokens: t})
-		return
-	}
-	// Second chance: skip (and clear) recently used slots.
-	for sh.slots[sh.hand].ref {
-		sh.slots[sh.hand].ref = false
-		sh.hand = (sh.hand + 1) % len(sh.slots)
-	}
-	i := sh.hand
-	delete(sh.index, sh.slots[i].key)
-	sh.slots[i] = countSlot{key: key, size: uint32(size), tokens: t}
-	sh.index[key] = int32(i)
-	sh.hand = (i + 1) % len(sh.slots)
-	sh.evictions++
+	s.c.Add(countKey{key, size}, int32(min(tokens, math.MaxInt32)))
 }
 
 func (s *countStore) stats() CacheStats {
-	st := CacheStats{Hits: s.hits.Load(), Misses: s.misses.Load(), Capacity: s.capacity}
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		st.Entries += len(sh.slots)
-		st.Evictions += sh.evictions
-		sh.mu.Unlock()
-	}
-	return st
+	st := s.c.Stats()
+	return CacheStats{Hits: st.Hits, Misses: st.Misses, Evictions: st.Evictions, Entries: st.Len, Capacity: st.Size}
 }

@@ -47,7 +47,7 @@ func TestCachingBounded(t *testing.T) {
 	}
 }
 
-// CLOCK keeps an entry that is used over one that is not.
+// An entry in use survives a flood of new texts.
 func TestCachingKeepsHotEntries(t *testing.T) {
 	inner := &countingCounter{Counter: Approx{}}
 	c := NewCaching(inner, 64) // one shard of 64

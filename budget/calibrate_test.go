@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/chat"
 )
 
 var shared struct {
@@ -35,7 +35,7 @@ func sharedCounters(t testing.TB, r *Registry) {
 // backend is a fake backend's true token count of a prompt.
 type backend struct {
 	name  string
-	count func(msgs []rewrite.Message) int
+	count func(msgs []chat.Message) int
 }
 
 // memo caches a backend's counts of texts: the simulations resend the
@@ -58,7 +58,7 @@ func memo(count func(string) int) func(string) int {
 // byteLevel counts like a byte-level tokenizer (one token per 1.3 bytes)
 // with a chat template of 6 tokens a message and 5 a prompt: nothing like
 // cl100k_base.
-func byteLevel(msgs []rewrite.Message) int {
+func byteLevel(msgs []chat.Message) int {
 	n := 5
 	for _, m := range msgs {
 		n += 6 + int(math.Ceil(float64(len(m.Role)+len(m.Content))/1.3))
@@ -68,9 +68,9 @@ func byteLevel(msgs []rewrite.Message) int {
 
 // otherBPE counts with o200k_base under a Llama-3-like template (5 tokens
 // a message, a 24-token default system preamble).
-func otherBPE(t testing.TB) func([]rewrite.Message) int {
+func otherBPE(t testing.TB) func([]chat.Message) int {
 	count := memo(mustTiktoken(t, EncodingO200K).Count)
-	return func(msgs []rewrite.Message) int {
+	return func(msgs []chat.Message) int {
 		n := 24
 		for _, m := range msgs {
 			n += 5 + count(m.Content)
@@ -81,9 +81,9 @@ func otherBPE(t testing.TB) func([]rewrite.Message) int {
 
 // sentencePiece counts like a small-vocabulary tokenizer: 1.25 cl100k
 // tokens a token, 4 a message.
-func sentencePiece(t testing.TB) func([]rewrite.Message) int {
+func sentencePiece(t testing.TB) func([]chat.Message) int {
 	count := memo(mustTiktoken(t, EncodingCL100K).Count)
-	return func(msgs []rewrite.Message) int {
+	return func(msgs []chat.Message) int {
 		n := 1
 		for _, m := range msgs {
 			n += 4 + int(math.Ceil(1.25*float64(count(m.Content))))
@@ -96,7 +96,7 @@ func sentencePiece(t testing.TB) func([]rewrite.Message) int {
 // conversations interleaved, each resent whole with one more turn each
 // time, turns drawn from prose, code and mixed-script text of varied
 // length. It returns the prompts in the order they are sent.
-func sessions(t testing.TB, seed uint64, users, turns int, multilingual bool) [][]rewrite.Message {
+func sessions(t testing.TB, seed uint64, users, turns int, multilingual bool) [][]chat.Message {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	pool := strings.Split(readTestdata(t, "chat_en.txt"), "\n\n")
 	if multilingual {
@@ -114,18 +114,18 @@ func sessions(t testing.TB, seed uint64, users, turns int, multilingual bool) []
 		}
 		return b.String()
 	}
-	convs := make([][]rewrite.Message, users)
+	convs := make([][]chat.Message, users)
 	for u := range convs {
-		convs[u] = []rewrite.Message{{Role: "system", Content: fmt.Sprintf("You are assistant number %d. Answer briefly.", u)}}
+		convs[u] = []chat.Message{{Role: "system", Content: fmt.Sprintf("You are assistant number %d. Answer briefly.", u)}}
 	}
-	var prompts [][]rewrite.Message
+	var prompts [][]chat.Message
 	for range turns {
 		u := rng.IntN(users)
 		c := convs[u]
 		if len(c) > 1 {
-			c = append(c, rewrite.Message{Role: "assistant", Content: turn()})
+			c = append(c, chat.Message{Role: "assistant", Content: turn()})
 		}
-		c = append(c, rewrite.Message{Role: "user", Content: turn()})
+		c = append(c, chat.Message{Role: "user", Content: turn()})
 		convs[u] = c
 		prompts = append(prompts, fresh(c))
 	}
@@ -136,7 +136,7 @@ func sessions(t testing.TB, seed uint64, users, turns int, multilingual bool) []
 // relative error of each estimate against the backend's count, learning
 // from each response as the proxy does. only pins the calibration basis
 // (0: choose, 1: tokens, 2: chars).
-func simulate(t testing.TB, cfg Config, be backend, prompts [][]rewrite.Message, only int) []float64 {
+func simulate(t testing.TB, cfg Config, be backend, prompts [][]chat.Message, only int) []float64 {
 	r := NewRegistry(cfg, nil)
 	sharedCounters(t, r)
 	const model = "local-model"
@@ -247,7 +247,7 @@ func TestObserveIgnoresTruncation(t *testing.T) {
 	}
 	big := fresh(msgs[5])
 	for range 20 { // a conversation far over num_ctx
-		big = append(big, rewrite.Message{Role: "user", Content: readTestdata(t, "chat_en.txt")})
+		big = append(big, chat.Message{Role: "user", Content: readTestdata(t, "chat_en.txt")})
 	}
 	est := mc.Prompt(big, nil)
 	for range 5 { // persistent truncation, every turn

@@ -8,7 +8,7 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/chat"
 )
 
 // Prompt structure overhead, as OpenAI's chat format bills it ("How to
@@ -51,8 +51,6 @@ type MessageCounter struct {
 	toolsSeed  maphash.Seed
 	toolCounts *countStore // counts of tools arrays by their raw JSON
 }
-
-var _ rewrite.Counter = (*MessageCounter)(nil)
 
 // NewMessageCounter returns an uncalibrated counter of messages whose text
 // is counted by text; imageTokens is the cost of one image (0 means
@@ -105,7 +103,7 @@ func (mc *MessageCounter) CountText(s string) int {
 // overhead included. The count is cached in m.Tokens: a message already
 // counted (Tokens > 0) is not counted again, so whoever changes a
 // message's content must zero its Tokens.
-func (mc *MessageCounter) CountMessage(m *rewrite.Message) int {
+func (mc *MessageCounter) CountMessage(m *chat.Message) int {
 	if m.Tokens > 0 {
 		return m.Tokens
 	}
@@ -134,7 +132,7 @@ type Estimate struct {
 // fills each message's Tokens when zero. Messages not seen before are
 // tokenized in parallel when there is enough new text to pay for it;
 // resent ones cost a hash and a cache look-up each.
-func (mc *MessageCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) Estimate {
+func (mc *MessageCounter) Prompt(msgs []chat.Message, tools json.RawMessage) Estimate {
 	var e Estimate
 	e.Raw, e.Chars = mc.tools(tools)
 	if len(msgs) > 0 {
@@ -210,7 +208,7 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // raw returns the uncorrected tiktoken and characters/4 counts of one
 // message.
-func (mc *MessageCounter) raw(m *rewrite.Message) (tokens, chr int) {
+func (mc *MessageCounter) raw(m *chat.Message) (tokens, chr int) {
 	fixed := perMessage + mc.role(m.Role) + min(max(0, m.Images), maxImages)*mc.imageTokens
 	tokens = fixed + mc.text.Count(m.Content)
 	chr = fixed + chars(m.Content)
@@ -246,7 +244,7 @@ const parallelMessageBytes = 32 << 10
 
 // warm counts, in parallel, the contents of messages that the text cache
 // does not know yet, when there are several and enough text.
-func (mc *MessageCounter) warm(msgs []rewrite.Message) {
+func (mc *MessageCounter) warm(msgs []chat.Message) {
 	c, ok := mc.text.(*Caching)
 	if !ok || len(msgs) < 2 || runtime.GOMAXPROCS(0) == 1 {
 		return

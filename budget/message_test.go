@@ -7,8 +7,13 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/chat"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
+
+// The strategies measure with a MessageCounter: it must satisfy the
+// Counter they declare (budget itself does not import rewrite).
+var _ rewrite.Counter = (*MessageCounter)(nil)
 
 // countingCounter records the texts its inner counter was asked for.
 type countingCounter struct {
@@ -39,7 +44,7 @@ func newCL100K(t testing.TB) *MessageCounter {
 // message adds 3 + 1 for its role, and the reply priming 3.
 func TestSeed001_CountTokensInMessages(t *testing.T) {
 	mc := newCL100K(t)
-	msgs := []rewrite.Message{
+	msgs := []chat.Message{
 		{Role: "user", Content: "Hello"},
 		{Role: "assistant", Content: "Hi there!"},
 	}
@@ -54,7 +59,7 @@ func TestSeed001_CountTokensInMessages(t *testing.T) {
 	if got, want := msgs[0].Tokens, 5; got != want {
 		t.Errorf("msgs[0].Tokens = %d, want %d", got, want)
 	}
-	if got, want := mc.CountMessage(&rewrite.Message{Role: "assistant", Content: "Hi there!"}), 7; got != want {
+	if got, want := mc.CountMessage(&chat.Message{Role: "assistant", Content: "Hi there!"}), 7; got != want {
 		t.Errorf("CountMessage = %d, want %d", got, want)
 	}
 }
@@ -63,8 +68,8 @@ func TestSeed001_CountTokensInMessages(t *testing.T) {
 // name and arguments are all counted.
 func TestSeed001_CountTokensWithToolCalls(t *testing.T) {
 	mc := newCL100K(t)
-	plain := rewrite.Message{Role: "assistant"}
-	call := rewrite.Message{Role: "assistant", ToolCalls: []rewrite.ToolCall{{
+	plain := chat.Message{Role: "assistant"}
+	call := chat.Message{Role: "assistant", ToolCalls: []chat.ToolCall{{
 		ID:        "call_1",
 		Name:      "get_weather",
 		Arguments: `{"location":"Paris","unit":"celsius"}`,
@@ -74,27 +79,27 @@ func TestSeed001_CountTokensWithToolCalls(t *testing.T) {
 	if got, want := mc.CountMessage(&call)-mc.CountMessage(&plain), perToolCall+name+args; got != want {
 		t.Errorf("tool call adds %d tokens, want %d (overhead %d + name %d + arguments %d)", got, want, perToolCall, name, args)
 	}
-	two := rewrite.Message{Role: "assistant", ToolCalls: append(call.ToolCalls, rewrite.ToolCall{Name: "get_time", Arguments: "{}"})}
-	if mc.CountMessage(&two) <= mc.CountMessage(&rewrite.Message{Role: "assistant", ToolCalls: call.ToolCalls}) {
+	two := chat.Message{Role: "assistant", ToolCalls: append(call.ToolCalls, chat.ToolCall{Name: "get_time", Arguments: "{}"})}
+	if mc.CountMessage(&two) <= mc.CountMessage(&chat.Message{Role: "assistant", ToolCalls: call.ToolCalls}) {
 		t.Errorf("a second call adds nothing")
 	}
 }
 
 func TestCountMessageParts(t *testing.T) {
 	mc := newCL100K(t)
-	base := mc.CountMessage(&rewrite.Message{Role: "user", Content: "Hello"})
+	base := mc.CountMessage(&chat.Message{Role: "user", Content: "Hello"})
 	tests := []struct {
 		name string
-		m    rewrite.Message
+		m    chat.Message
 		want int
 	}{
-		{"name adds 1 + its tokens", rewrite.Message{Role: "user", Content: "Hello", Name: "alice"}, base + 1 + 1},
-		{"images at 768 each", rewrite.Message{Role: "user", Content: "Hello", Images: 2}, base + 2*768},
-		{"empty content", rewrite.Message{Role: "user"}, 4},
-		{"unknown role counted", rewrite.Message{Role: "narrator", Content: "Hello"}, base - 1 + mc.CountText("narrator")},
-		{"empty role", rewrite.Message{Content: "Hello"}, base - 1},
-		{"invalid utf-8", rewrite.Message{Role: "user", Content: "\xff\xfe\xfd"}, 4 + mustTiktoken(t, EncodingCL100K).Count("\xff\xfe\xfd")},
-		{"cached Tokens win", rewrite.Message{Role: "user", Content: "Hello", Tokens: 1234}, 1234},
+		{"name adds 1 + its tokens", chat.Message{Role: "user", Content: "Hello", Name: "alice"}, base + 1 + 1},
+		{"images at 768 each", chat.Message{Role: "user", Content: "Hello", Images: 2}, base + 2*768},
+		{"empty content", chat.Message{Role: "user"}, 4},
+		{"unknown role counted", chat.Message{Role: "narrator", Content: "Hello"}, base - 1 + mc.CountText("narrator")},
+		{"empty role", chat.Message{Content: "Hello"}, base - 1},
+		{"invalid utf-8", chat.Message{Role: "user", Content: "\xff\xfe\xfd"}, 4 + mustTiktoken(t, EncodingCL100K).Count("\xff\xfe\xfd")},
+		{"cached Tokens win", chat.Message{Role: "user", Content: "Hello", Tokens: 1234}, 1234},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,7 +109,7 @@ func TestCountMessageParts(t *testing.T) {
 		})
 	}
 	custom := NewMessageCounter(NewCaching(mustTiktoken(t, EncodingCL100K), 0), 100)
-	if got, want := custom.CountMessage(&rewrite.Message{Role: "user", Images: 3}), 4+300; got != want {
+	if got, want := custom.CountMessage(&chat.Message{Role: "user", Images: 3}), 4+300; got != want {
 		t.Errorf("image_tokens 100: CountMessage = %d, want %d", got, want)
 	}
 }
@@ -113,7 +118,7 @@ func TestCountMessageParts(t *testing.T) {
 func TestCountHugeMessage(t *testing.T) {
 	mc := newCL100K(t)
 	content := strings.Repeat("All work and no play makes Jack a dull boy.\n", 10<<20/44)
-	m := rewrite.Message{Role: "tool", Content: content}
+	m := chat.Message{Role: "tool", Content: content}
 	got := mc.CountMessage(&m)
 	want := 11 * len(content) / 44 // 11 tokens a line
 	if !within(got, want, 0.05) {
@@ -156,7 +161,7 @@ func TestTools(t *testing.T) {
 			}
 		})
 	}
-	msgs := []rewrite.Message{{Role: "user", Content: "Weather in Paris?"}}
+	msgs := []chat.Message{{Role: "user", Content: "Weather in Paris?"}}
 	without := mc.Prompt(msgs, nil).Raw
 	with := mc.Prompt(msgs, json.RawMessage(tools)).Raw
 	if got, want := with-without, mc.Tools(json.RawMessage(tools)); got != want {
@@ -166,9 +171,9 @@ func TestTools(t *testing.T) {
 
 // conversation returns n messages of about size bytes each, distinct per
 // seed, alternating user and assistant, with a leading system message.
-func conversation(sample string, n, size int, seed string) []rewrite.Message {
+func conversation(sample string, n, size int, seed string) []chat.Message {
 	paras := strings.Split(sample, "\n\n")
-	msgs := []rewrite.Message{{Role: "system", Content: "You are a helpful assistant. " + seed}}
+	msgs := []chat.Message{{Role: "system", Content: "You are a helpful assistant. " + seed}}
 	for i := 1; i < n; i++ {
 		var b strings.Builder
 		fmt.Fprintf(&b, "[%s %d] ", seed, i)
@@ -180,15 +185,15 @@ func conversation(sample string, n, size int, seed string) []rewrite.Message {
 		if i%2 == 0 {
 			role = "assistant"
 		}
-		msgs = append(msgs, rewrite.Message{Role: role, Content: b.String()[:size]})
+		msgs = append(msgs, chat.Message{Role: role, Content: b.String()[:size]})
 	}
 	return msgs
 }
 
 // fresh copies msgs with no cached counts, as the proxy decodes them anew
 // for every request.
-func fresh(msgs []rewrite.Message) []rewrite.Message {
-	out := make([]rewrite.Message, len(msgs))
+func fresh(msgs []chat.Message) []chat.Message {
+	out := make([]chat.Message, len(msgs))
 	for i, m := range msgs {
 		m.Tokens = 0
 		out[i] = m
@@ -206,12 +211,12 @@ func TestSeed004_CachedCountsForResentMessages(t *testing.T) {
 	first := mc.Prompt(fresh(msgs), nil)
 	before := inner.calls()
 
-	next := append(fresh(msgs), rewrite.Message{Role: "user", Content: "And one more question."})
+	next := append(fresh(msgs), chat.Message{Role: "user", Content: "And one more question."})
 	second := mc.Prompt(next, nil)
 	if got := inner.calls() - before; got != 1 {
 		t.Errorf("resend tokenized %d texts, want 1 (the new message)", got)
 	}
-	if want := first.Raw + mc.CountMessage(&rewrite.Message{Role: "user", Content: "And one more question."}); second.Raw != want {
+	if want := first.Raw + mc.CountMessage(&chat.Message{Role: "user", Content: "And one more question."}); second.Raw != want {
 		t.Errorf("resend Raw = %d, want %d", second.Raw, want)
 	}
 }
@@ -243,14 +248,14 @@ func TestPromptEmpty(t *testing.T) {
 func TestSeed004_PerModelMultipliers(t *testing.T) {
 	r := NewRegistry(Config{Models: map[string]Model{"slow": {Multiplier: 2}}}, nil)
 	mc := r.MessageCounter("slow")
-	m := rewrite.Message{Role: "user", Content: "Hello"}
+	m := chat.Message{Role: "user", Content: "Hello"}
 	if got, want := mc.CountMessage(&m), 10; got != want { // (3 + 1 + 1) × 2
 		t.Errorf("CountMessage = %d, want %d", got, want)
 	}
 	if got, want := mc.CountText("Hello"), 2; got != want {
 		t.Errorf("CountText = %d, want %d", got, want)
 	}
-	est := mc.Prompt([]rewrite.Message{{Role: "user", Content: "Hello"}}, nil)
+	est := mc.Prompt([]chat.Message{{Role: "user", Content: "Hello"}}, nil)
 	if est.Raw != 8 || est.Tokens != 16 {
 		t.Errorf("Prompt = %+v, want Raw 8, Tokens 16", est)
 	}
@@ -279,11 +284,11 @@ func TestOverhead(t *testing.T) {
 // Odd messages are counted, never a panic.
 func TestCountMessageOddValues(t *testing.T) {
 	mc := newCL100K(t)
-	for name, m := range map[string]rewrite.Message{
+	for name, m := range map[string]chat.Message{
 		"negative images":    {Role: "user", Images: -3},
 		"absurd images":      {Role: "user", Images: 1 << 40},
-		"empty tool call":    {Role: "assistant", ToolCalls: []rewrite.ToolCall{{}}},
-		"arguments not json": {Role: "assistant", ToolCalls: []rewrite.ToolCall{{Name: "f", Arguments: "{{{\xff"}}},
+		"empty tool call":    {Role: "assistant", ToolCalls: []chat.ToolCall{{}}},
+		"arguments not json": {Role: "assistant", ToolCalls: []chat.ToolCall{{Name: "f", Arguments: "{{{\xff"}}},
 		"only a name":        {Name: "bob"},
 		"nul bytes":          {Role: "user\x00", Content: "\x00\x00"},
 	} {
@@ -300,8 +305,8 @@ func FuzzPrompt(f *testing.F) {
 	f.Add("", "\xff\xfe", "n\x00", "", "", -1, "null")
 	mc := newCL100K(f)
 	f.Fuzz(func(t *testing.T, role, content, name, call, args string, images int, tools string) {
-		msgs := []rewrite.Message{{Role: role, Content: content, Name: name, Images: images,
-			ToolCalls: []rewrite.ToolCall{{Name: call, Arguments: args}}}}
+		msgs := []chat.Message{{Role: role, Content: content, Name: name, Images: images,
+			ToolCalls: []chat.ToolCall{{Name: call, Arguments: args}}}}
 		est := mc.Prompt(msgs, json.RawMessage(tools))
 		if est.Tokens < 0 || est.Raw < 0 || msgs[0].Tokens <= 0 {
 			t.Errorf("Prompt = %+v, message Tokens %d", est, msgs[0].Tokens)

@@ -4,11 +4,14 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+
+	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
 // maxModels bounds the per-model state a Registry keeps (calibration, the
 // unknown-model warning), since model names come from clients. Past it,
-// new models are served without remembered state.
+// the least recently used model's state goes: the models in use keep
+// what they learned through a flood of other names.
 const maxModels = 4096
 
 // Registry hands out counters and limits per model and keeps what it
@@ -24,9 +27,9 @@ type Registry struct {
 	// replaces them while requests read them.
 	overrides atomic.Pointer[[]override]
 
-	mu     sync.Mutex
+	mu     sync.Mutex         // makes finding and creating a model's state one step
 	texts  map[string]Counter // by encoding
-	models map[string]*modelState
+	models *cache.LRU[string, *modelState]
 
 	// newTiktoken builds an encoding; tests replace it to make loading fail.
 	newTiktoken func(encoding string) (Counter, error)
@@ -54,7 +57,7 @@ func NewRegistry(cfg Config, log *slog.Logger) *Registry {
 		log:    log,
 		store:  newCountStore(cfg.CacheEntries),
 		texts:  make(map[string]Counter),
-		models: make(map[string]*modelState),
+		models: cache.New[string, *modelState](maxModels),
 		newTiktoken: func(enc string) (Counter, error) {
 			t, err := NewTiktoken(enc)
 			if err != nil {
@@ -183,14 +186,8 @@ func (r *Registry) Calibration(model string) Calibration {
 // Calibrations returns the correction of every model that has learned
 // from at least one response, by model name.
 func (r *Registry) Calibrations() map[string]Calibration {
-	r.mu.Lock()
-	states := make(map[string]*modelState, len(r.models))
-	for name, st := range r.models {
-		states[name] = st
-	}
-	r.mu.Unlock()
 	out := make(map[string]Calibration)
-	for name, st := range states {
+	for name, st := range r.models.All() {
 		if c := st.cal.get(); c.Observations > 0 {
 			out[name] = c
 		}
@@ -254,7 +251,7 @@ func (r *Registry) Tracker(model string) *Tracker {
 func (r *Registry) state(model string) *modelState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if st, ok := r.models[model]; ok {
+	if st, ok := r.models.Get(model); ok {
 		return st
 	}
 	var prior float64
@@ -262,8 +259,6 @@ func (r *Registry) state(model string) *modelState {
 		prior = ov.Multiplier
 	}
 	st := &modelState{cal: newCalibrator(prior)}
-	if len(r.models) < maxModels {
-		r.models[model] = st
-	}
+	r.models.Add(model, st)
 	return st
 }

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/chat"
 )
 
 // lockedBuffer is a log sink safe for concurrent writes.
@@ -113,13 +113,24 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// Model names are client data: the registry keeps a bounded number, and a
+// model in use keeps its calibration through a flood of other names.
 func TestRegistryBoundsModels(t *testing.T) {
 	r := NewRegistry(Config{}, nil)
+	r.Observe("hot", Estimate{Raw: 100, Tokens: 100}, 120, 0)
+	learned := r.Calibration("hot")
+	if learned.Observations == 0 {
+		t.Fatal("nothing learned from the first report")
+	}
 	for i := range maxModels + 10 {
 		r.Observe("model-"+strconv.Itoa(i), Estimate{Raw: 100, Tokens: 100}, 100, 0)
+		r.Calibration("hot")
 	}
-	if n := len(r.models); n > maxModels {
+	if n := r.models.Len(); n > maxModels {
 		t.Errorf("registry holds %d models, bound is %d", n, maxModels)
+	}
+	if got := r.Calibration("hot"); got != learned {
+		t.Errorf("calibration of the model in use = %+v, want %+v (kept)", got, learned)
 	}
 }
 
@@ -147,7 +158,7 @@ func TestFrozenCounterIgnoresLaterCalibration(t *testing.T) {
 	before := frozen.CountText(text)
 	live := r.MessageCounter("m")
 	for range 5 {
-		est := live.Prompt([]rewrite.Message{{Role: "user", Content: text}}, nil)
+		est := live.Prompt([]chat.Message{{Role: "user", Content: text}}, nil)
 		r.Observe("m", est, est.Raw*3, 0)
 	}
 	if live.CountText(text) == before {

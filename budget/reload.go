@@ -19,7 +19,7 @@ func (r *Registry) SetModels(models map[string]Model) {
 	prev := r.overrides.Swap(next)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for name, st := range r.models {
+	for name, st := range r.models.All() {
 		oldOv, _ := lookup(name, overrideName, *prev)
 		newOv, _ := lookup(name, overrideName, *next)
 		if oldOv.Multiplier == newOv.Multiplier {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/chat"
 )
 
 // Warning thresholds, as fractions of the effective limit (seed 000,
@@ -32,13 +32,22 @@ func WarningAt(usage, warn, critical float64) string {
 	return ""
 }
 
+// MessageCounting counts what one message costs in a prompt, structure
+// overhead included. A *MessageCounter does; so does every counter the
+// strategies take (rewrite.Counter), so a Tracker and a strategy can share
+// one.
+type MessageCounting interface {
+	CountMessage(m *chat.Message) int
+}
+
 // Tracker follows one conversation's token use against a model's limits
 // (seed 001, "Context Tracker"). The running total is kept incrementally
 // as turns are added (seed 000: not recounted from scratch); each
-// message's count is cached in its Tokens field. A Tracker is safe for
-// concurrent use.
+// message's count is cached in its Tokens field. Beside its own count, it
+// keeps the conversation's running totals as the proxy saw its requests
+// (Record, Totals). A Tracker is safe for concurrent use.
 type Tracker struct {
-	counter rewrite.Counter
+	counter MessageCounting
 	limits  Limits
 
 	mu           sync.Mutex
@@ -46,10 +55,11 @@ type Tracker struct {
 	conversation int
 	messages     int
 	tools        int
+	totals       Totals
 }
 
 // NewTracker returns a tracker counting with c against l.
-func NewTracker(c rewrite.Counter, l Limits) *Tracker {
+func NewTracker(c MessageCounting, l Limits) *Tracker {
 	return &Tracker{counter: c, limits: l}
 }
 
@@ -61,7 +71,7 @@ func (t *Tracker) Limits() Limits { return t.limits }
 func (t *Tracker) SetSystemPrompt(prompt string) int {
 	n := 0
 	if prompt != "" {
-		n = t.counter.CountMessage(&rewrite.Message{Role: "system", Content: prompt})
+		n = t.counter.CountMessage(&chat.Message{Role: "system", Content: prompt})
 	}
 	t.mu.Lock()
 	t.system = n
@@ -79,7 +89,7 @@ func (t *Tracker) SetTools(tokens int) {
 
 // Update replaces the tracked conversation with msgs. Messages already
 // counted (Tokens > 0) are not counted again.
-func (t *Tracker) Update(msgs []rewrite.Message) {
+func (t *Tracker) Update(msgs []chat.Message) {
 	n := 0
 	for i := range msgs {
 		n += t.counter.CountMessage(&msgs[i])
@@ -91,7 +101,7 @@ func (t *Tracker) Update(msgs []rewrite.Message) {
 
 // Add appends turns to the conversation, counting only them, and returns
 // the new total.
-func (t *Tracker) Add(msgs ...*rewrite.Message) int {
+func (t *Tracker) Add(msgs ...*chat.Message) int {
 	n := 0
 	for _, m := range msgs {
 		n += t.counter.CountMessage(m)

@@ -3,7 +3,7 @@ package budget
 import (
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/chat"
 )
 
 // Seed 001, "Create tracker for model".
@@ -34,10 +34,10 @@ func TestSeed001_SetSystemPrompt(t *testing.T) {
 }
 
 // messagesOf returns n messages already counted at tokens each.
-func messagesOf(n, tokens int) []rewrite.Message {
-	msgs := make([]rewrite.Message, n)
+func messagesOf(n, tokens int) []chat.Message {
+	msgs := make([]chat.Message, n)
 	for i := range msgs {
-		msgs[i] = rewrite.Message{Role: "user", Content: "x", Tokens: tokens}
+		msgs[i] = chat.Message{Role: "user", Content: "x", Tokens: tokens}
 	}
 	return msgs
 }
@@ -108,7 +108,7 @@ func TestSeed000_TrackRunningTokenTotal(t *testing.T) {
 	turns := []string{"Hello", "Hi there! How can I help?", "Tell me a joke.", "Why did the chicken cross the road?"}
 	want := 0
 	for i, s := range turns {
-		m := &rewrite.Message{Role: "user", Content: s}
+		m := &chat.Message{Role: "user", Content: s}
 		calls := inner.calls()
 		got := tr.Add(m)
 		want += m.Tokens
@@ -133,7 +133,7 @@ func TestTrackerZeroLimit(t *testing.T) {
 	if tr.Usage() != 0 {
 		t.Errorf("empty: Usage() = %v", tr.Usage())
 	}
-	tr.Add(&rewrite.Message{Role: "user", Content: "hi"})
+	tr.Add(&chat.Message{Role: "user", Content: "hi"})
 	if tr.Usage() != 100 || !tr.ExceedsLimit() {
 		t.Errorf("zero limit: Usage() = %v, ExceedsLimit() = %v", tr.Usage(), tr.ExceedsLimit())
 	}

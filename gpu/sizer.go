@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+
+	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
 // Model is what the proxy knows about the model a request names, from
@@ -117,10 +119,13 @@ type Sizer struct {
 	mu       sync.Mutex
 	override *int   // nil: config; 0: auto; n > 0: fixed at n
 	epoch    uint64 // bumped by SetTarget and SetAuto
-	models   map[string]*modelState
+	models   *cache.LRU[string, *modelState]
 }
 
-// maxModels bounds the models a Sizer remembers.
+// maxModels bounds the models a Sizer remembers. Clients choose model
+// names; the least recently used go first, so the models in use keep
+// their held num_ctx (forgetting it would let the next sample move it and
+// make Ollama reload the model).
 const maxModels = 256
 
 type modelState struct {
@@ -141,7 +146,7 @@ type decisionKey struct {
 
 // NewSizer returns a Sizer; zero fields of cfg mean their defaults.
 func NewSizer(cfg Config) *Sizer {
-	return &Sizer{cfg: cfg.withDefaults(), models: make(map[string]*modelState)}
+	return &Sizer{cfg: cfg.withDefaults(), models: cache.New[string, *modelState](maxModels)}
 }
 
 // ErrBadSize is returned by SetTarget for a size that is not positive.
@@ -169,7 +174,7 @@ func (s *Sizer) SetAuto() {
 	zero := 0
 	s.override = &zero
 	s.epoch++
-	for _, st := range s.models {
+	for _, st := range s.models.All() {
 		st.held, st.pending, st.seq = 0, 0, 0
 	}
 }
@@ -197,7 +202,7 @@ func (s *Sizer) mode() (auto bool, target int) {
 func (s *Sizer) Forget(model string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.models, model)
+	s.models.Remove(model)
 }
 
 // Decide returns the num_ctx for m under snap. It is cheap (no I/O) and
@@ -207,17 +212,10 @@ func (s *Sizer) Decide(m Model, snap Snapshot) Decision {
 	defer s.mu.Unlock()
 	c := s.cfg
 	auto, target := s.mode()
-	st := s.models[m.Name]
-	if st == nil {
-		if len(s.models) >= maxModels {
-			// Clients choose model names; keep the map bounded.
-			for name := range s.models {
-				delete(s.models, name)
-				break
-			}
-		}
+	st, ok := s.models.Get(m.Name)
+	if !ok {
 		st = &modelState{}
-		s.models[m.Name] = st
+		s.models.Add(m.Name, st)
 	}
 	bpt := m.Facts.BytesPerToken(c.KVQuantization, c.NumParallel)
 	key := decisionKey{seq: snap.Seq, epoch: s.epoch, bpt: bpt, weights: m.Weights, contextLength: m.Facts.ContextLength}

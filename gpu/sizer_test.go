@@ -575,14 +575,29 @@ func BenchmarkDecideNewSample(b *testing.B) {
 	}
 }
 
+// Model names are client data: the Sizer remembers a bounded number, and
+// a model in use keeps its held num_ctx through a flood of other names
+// (losing it would let num_ctx move on the next sample and reload it).
 func TestSizerRemembersBoundedModels(t *testing.T) {
 	s := NewSizer(Config{})
 	f := facts(t, "tiny")
+	hot := Model{Name: "hot", Facts: f}
+	held := s.Decide(hot, snap(1, gb)).NumCtx
+	if held == 0 {
+		t.Fatal("no num_ctx for the hot model")
+	}
 	for i := range 3 * maxModels {
 		s.Decide(Model{Name: fmt.Sprint("m", i), Facts: f}, snap(1, gb))
+		s.Decide(hot, snap(1, gb))
 	}
-	if n := len(s.models); n > maxModels {
+	if n := s.models.Len(); n > maxModels {
 		t.Errorf("%d models remembered, want at most %d", n, maxModels)
+	}
+	switch st, ok := s.models.Peek("hot"); {
+	case !ok:
+		t.Error("hot model forgotten")
+	case st.held != held:
+		t.Errorf("hot model holds %d, want %d", st.held, held)
 	}
 }
 

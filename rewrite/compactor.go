@@ -2,13 +2,13 @@ package rewrite
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
 // retryAfter is how long a session waits, after a summarizer call failed,
@@ -17,7 +17,7 @@ import (
 const retryAfter = 30 * time.Second
 
 // cacheEntries bounds the summaries a Compactor keeps in memory (a few
-// hundred bytes each); the SummaryStore keeps them all.
+// hundred bytes each) and the failures it remembers.
 const cacheEntries = 16384
 
 // Compactor folds old iterations of conversations into summaries (seed
@@ -46,11 +46,15 @@ type Compactor struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	cache   summaryCache
-	jobs    map[string]*job    // by scope: one in flight per session
-	retry   map[string]failure // scope → its last failure
-	changed chan struct{}      // closed and replaced when cache or jobs change
+	mu sync.Mutex
+	// summaries by key (Summary.Key), the most recently used; the
+	// SummaryStore keeps them all.
+	summaries *cache.LRU[string, Summary]
+	jobs      map[string]*job // by scope: one in flight per session
+	// retry holds each scope's last failure, until it may be tried again;
+	// scopes are client data (sessions), so it is bounded too.
+	retry   *cache.LRU[string, failure]
+	changed chan struct{} // closed and replaced when summaries or jobs change
 	closed  bool
 
 	stats struct {
@@ -85,10 +89,10 @@ func NewCompactor(cfg SummarizeConfig, s Summarizer, opts CompactorOptions) *Com
 		cfg: cfg.withDefaults(), sum: s, store: opts.Store, log: opts.Log,
 		now: opts.Now, after: opts.After, onCall: opts.OnCall,
 		ctx: ctx, cancel: cancel,
-		cache:   newSummaryCache(cacheEntries),
-		jobs:    make(map[string]*job),
-		retry:   make(map[string]failure),
-		changed: make(chan struct{}),
+		summaries: cache.New[string, Summary](cacheEntries),
+		jobs:      make(map[string]*job),
+		retry:     cache.New[string, failure](cacheEntries),
+		changed:   make(chan struct{}),
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -201,9 +205,8 @@ func (c *Compactor) Compact(ctx context.Context, msgs []Message, cnt Counter) (C
 	}
 	texts := c.texts(keys)
 	if len(texts) < n {
-		c.mu.Lock()
-		cause := c.retry[scope].err
-		c.mu.Unlock()
+		f, _ := c.retry.Peek(scope)
+		cause := f.err
 		var err error
 		switch {
 		case ctx.Err() != nil:
@@ -222,35 +225,6 @@ func (c *Compactor) Compact(ctx context.Context, msgs []Message, cnt Counter) (C
 		Messages: res.Messages, Folded: res.Summarized, Summaries: n, Kept: len(v.its) - n,
 		Before: out.Before, After: Total(res.Messages, cnt), Notice: res.Notice,
 	}, nil
-}
-
-// Estimate predicts what Compact would do, without calling the summarizer
-// (seed 004 5.6): remembered summaries count at their length, the others at
-// the expected length of a summary.
-func (c *Compactor) Estimate(msgs []Message, cnt Counter) Compaction {
-	v, n := c.compactPlan(msgs, cnt)
-	out := Compaction{Before: Total(msgs, cnt), Kept: len(v.its) - n, Summaries: n}
-	out.After = out.Before
-	if n == 0 || c.sum == nil {
-		out.Kept, out.Summaries = len(v.its), 0
-		return out
-	}
-	keys := v.keysTo(n)
-	texts := make([]string, n)
-	missing := 0
-	c.mu.Lock()
-	for i, k := range keys {
-		if s, ok := c.cache.get(k); ok {
-			texts[i] = s.Text
-		} else {
-			missing++ // an empty line, counted at the expected length
-		}
-	}
-	c.mu.Unlock()
-	res := v.fold(texts, c.blockLimit(context.Background()))
-	out.Folded, out.After = res.Summarized, Total(res.Messages, cnt)+missing*c.perSummary()
-	out.Notice = res.Notice
-	return out
 }
 
 // compactPlan returns the conversation and how many iterations Compact
@@ -301,6 +275,10 @@ func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt C
 		if c.ensure(scope, info, cnt, v, n, false) && c.cfg.Wait > 0 {
 			c.stats.waited.Add(1)
 			got = c.await(ctx, scope, keys, c.after(c.cfg.Wait))
+		} else {
+			// A job in flight may have written the rest since the look-up
+			// above: ensure then finds nothing missing and starts none.
+			got = c.cachedPrefix(keys)
 		}
 		if err := ctx.Err(); err != nil {
 			return Result{}, err
@@ -391,7 +369,7 @@ func (c *Compactor) cachedPrefix(keys []string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, k := range keys {
-		if _, ok := c.cache.get(k); !ok {
+		if _, ok := c.summaries.Get(k); !ok {
 			return i
 		}
 	}
@@ -404,7 +382,7 @@ func (c *Compactor) texts(keys []string) []string {
 	defer c.mu.Unlock()
 	out := make([]string, 0, len(keys))
 	for _, k := range keys {
-		s, ok := c.cache.get(k)
+		s, ok := c.summaries.Get(k)
 		if !ok {
 			break
 		}
@@ -427,7 +405,7 @@ func (c *Compactor) await(ctx context.Context, scope string, keys []string, dead
 		c.mu.Lock()
 		n := len(keys)
 		for i, k := range keys {
-			if _, ok := c.cache.get(k); !ok {
+			if _, ok := c.summaries.Get(k); !ok {
 				n = i
 				break
 			}
@@ -446,263 +424,4 @@ func (c *Compactor) await(ctx context.Context, scope string, keys []string, dead
 			return n
 		}
 	}
-}
-
-// A job writes the summaries of one scope in order, one call at a time.
-type job struct {
-	scope, session string // fixed
-	// The latest request's wishes: its iterations' keys, the messages of
-	// those not yet summarized, and what the calls need of it.
-	keys  []string
-	iters map[int][]Message
-	info  RequestInfo
-	cnt   Counter
-}
-
-// ensure makes sure a job is writing the summaries of v's first n
-// iterations, and reports whether one is (false: nothing is missing, the
-// Compactor is closed, or the scope failed less than retryAfter ago and
-// force is not set).
-func (c *Compactor) ensure(scope string, info RequestInfo, cnt Counter, v *conv, n int, force bool) bool {
-	keys := slices.Clone(v.keysTo(n))
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return false
-	}
-	iters := make(map[int][]Message)
-	for i, k := range keys {
-		if _, ok := c.cache.get(k); !ok {
-			iters[i] = v.iterMessages(i)
-		}
-	}
-	if len(iters) == 0 {
-		return false
-	}
-	if j, ok := c.jobs[scope]; ok {
-		// A job in flight keeps a longer wish of the same conversation
-		// (a prefetch beyond what this request needs).
-		if len(keys) >= len(j.keys) || !slices.Equal(j.keys[:len(keys)], keys) {
-			j.keys, j.iters = keys, iters
-		}
-		j.info, j.cnt = info, cnt
-		return true
-	}
-	if f, ok := c.retry[scope]; ok && !force {
-		if c.now().Before(f.until) {
-			return false
-		}
-		delete(c.retry, scope)
-	}
-	j := &job{scope: scope, session: info.Session, keys: keys, iters: iters, info: info, cnt: cnt}
-	c.jobs[scope] = j
-	c.stats.jobs.Add(1)
-	c.wg.Add(1)
-	go c.run(j)
-	return true
-}
-
-// run is a job: it loads what the store has, then summarizes the missing
-// iterations in order, each with the summaries before it as context.
-func (c *Compactor) run(j *job) {
-	defer c.wg.Done()
-	if j.session != "" && c.store != nil {
-		c.load(j)
-	}
-	for {
-		c.mu.Lock()
-		i, ok := j.next(&c.cache)
-		if !ok || c.ctx.Err() != nil {
-			delete(c.jobs, j.scope)
-			c.broadcast()
-			c.mu.Unlock()
-			return
-		}
-		key, msgs, info, cnt := j.keys[i], j.iters[i], j.info, j.cnt
-		prev := c.previous(j.keys[:i], cnt)
-		c.mu.Unlock()
-
-		s, err := c.call(info, cnt, msgs, prev, key, i+1)
-
-		if err != nil {
-			err = fmt.Errorf("summarizing iteration %d: %w", i+1, err)
-			if c.ctx.Err() == nil {
-				c.log.Warn("summarizer failed; trimming instead until it works again",
-					"session", info.Session, "err", err)
-			}
-			c.mu.Lock()
-			c.retry[j.scope] = failure{until: c.now().Add(retryAfter), err: err}
-			if len(c.retry) > cacheEntries { // forget old failures
-				now := c.now()
-				for k, f := range c.retry {
-					if now.After(f.until) {
-						delete(c.retry, k)
-					}
-				}
-			}
-			delete(c.jobs, j.scope)
-			c.broadcast()
-			c.mu.Unlock()
-			return
-		}
-		// Stored before it is used, so that what a request folds is what
-		// every replica finds.
-		if j.session != "" && c.store != nil {
-			if err := c.store.Put(c.ctx, j.session, s); err != nil {
-				c.stats.storeErrors.Add(1)
-				c.log.Warn("saving a summary failed", "session", j.session, "err", err)
-			}
-		}
-		c.mu.Lock()
-		c.cache.put(s)
-		c.broadcast()
-		c.mu.Unlock()
-	}
-}
-
-// failure is a scope's last summarizer failure.
-type failure struct {
-	until time.Time // no new job before
-	err   error
-}
-
-// next returns the first iteration of the job's wish that has no summary
-// and whose messages it holds.
-func (j *job) next(cache *summaryCache) (int, bool) {
-	for i, k := range j.keys {
-		if _, ok := cache.get(k); ok {
-			continue
-		}
-		if _, ok := j.iters[i]; ok {
-			return i, true
-		}
-	}
-	return 0, false
-}
-
-// load copies the summaries of the job's keys from the store into memory.
-func (c *Compactor) load(j *job) {
-	session := j.session
-	c.mu.Lock()
-	want := make(map[string]bool, len(j.keys))
-	for _, k := range j.keys {
-		want[k] = true
-	}
-	c.mu.Unlock()
-	ss, err := c.store.Get(c.ctx, session)
-	if err != nil {
-		c.stats.storeErrors.Add(1)
-		c.log.Warn("loading summaries failed", "session", session, "err", err)
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, s := range ss {
-		if want[s.Key] && s.Text != "" {
-			c.cache.put(s)
-		}
-	}
-	c.broadcast()
-}
-
-// previous returns the context of the next call: the summaries of the
-// iterations before it, newest first as far as max_tokens·4 tokens go,
-// oldest first in the text. c.mu must be held.
-func (c *Compactor) previous(keys []string, cnt Counter) string {
-	room := 4 * c.cfg.MaxTokens
-	var parts []string
-	for i := len(keys) - 1; i >= 0; i-- {
-		s, ok := c.cache.get(keys[i])
-		if !ok {
-			break
-		}
-		room -= max(textCost(s.Text, cnt), 1)
-		if room < 0 && len(parts) > 0 {
-			break
-		}
-		parts = append(parts, s.Text)
-	}
-	slices.Reverse(parts)
-	out := ""
-	for _, p := range parts {
-		out = joinNotices(out, p)
-	}
-	return out
-}
-
-// call makes one summarizer call and returns its cleaned result.
-func (c *Compactor) call(info RequestInfo, cnt Counter, msgs []Message, prev, key string, covers int) (Summary, error) {
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
-	defer cancel()
-	model := c.cfg.Model
-	if model == "" {
-		model = info.Model
-	}
-	start := c.now()
-	text, err := c.sum.Summarize(ctx, SummaryRequest{
-		Model: model, Messages: msgs, Previous: prev, MaxTokens: c.cfg.MaxTokens,
-		NumCtx: info.NumCtx, Auth: info.Auth,
-	})
-	d := c.now().Sub(start)
-	var cut bool
-	if err == nil {
-		text, cut = TrimSummary(text, c.cfg.MaxTokens, cnt)
-		if text == "" {
-			err = ErrEmptySummary
-		}
-	}
-	if err == nil && ctx.Err() != nil {
-		err = ctx.Err() // an answer after the deadline is not trusted
-	}
-	c.stats.calls.Add(1)
-	c.stats.latency.Add(int64(d))
-	if cut {
-		c.stats.cut.Add(1)
-	}
-	if err != nil {
-		c.stats.failures.Add(1)
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("rewrite: summarizer timed out after %v: %w", c.cfg.Timeout, err)
-		}
-	}
-	if c.onCall != nil {
-		c.onCall(d, err)
-	}
-	if err != nil {
-		return Summary{}, err
-	}
-	return Summary{Key: key, Covers: covers, Text: text, Tokens: textCost(text, cnt), Created: c.now()}, nil
-}
-
-// summaryCache is a bounded map of summaries by key; the oldest entry
-// goes first when it is full.
-type summaryCache struct {
-	max   int
-	m     map[string]Summary
-	order []string // ring of keys in insertion order
-	next  int
-}
-
-func newSummaryCache(n int) summaryCache {
-	return summaryCache{max: n, m: make(map[string]Summary), order: make([]string, 0, min(n, 1024))}
-}
-
-func (sc *summaryCache) get(k string) (Summary, bool) {
-	s, ok := sc.m[k]
-	return s, ok
-}
-
-func (sc *summaryCache) put(s Summary) {
-	if _, ok := sc.m[s.Key]; ok {
-		sc.m[s.Key] = s
-		return
-	}
-	if len(sc.order) < sc.max {
-		sc.order = append(sc.order, s.Key)
-	} else {
-		delete(sc.m, sc.order[sc.next])
-		sc.order[sc.next] = s.Key
-		sc.next = (sc.next + 1) % len(sc.order)
-	}
-	sc.m[s.Key] = s
 }

@@ -49,9 +49,9 @@ func numbered(msgs ...Message) []Message {
 	return msgs
 }
 
-// chat returns n alternating user/assistant messages, numbered, each with
+// alternating returns n alternating user/assistant messages, numbered, each with
 // content of size bytes.
-func chat(n, size int) []Message {
+func alternating(n, size int) []Message {
 	msgs := make([]Message, n)
 	for i := range msgs {
 		role := "user"

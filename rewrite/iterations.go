@@ -8,7 +8,8 @@ import (
 	"hash/maphash"
 	"io"
 	"strings"
-	"sync"
+
+	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
 // The summary block that reaches the model (seed 002's
@@ -135,7 +136,7 @@ func (v *conv) key(i int) string {
 		}
 		buf = v.feed(&fh, buf[:0], k)
 		fast := fh.Sum64()
-		key, ok := keyMemo.get(fast)
+		key, ok := keyMemo.Get(fast)
 		if !ok {
 			h := sha256.New()
 			if k > 0 {
@@ -143,7 +144,7 @@ func (v *conv) key(i int) string {
 			}
 			buf = v.feed(h, buf[:0], k)
 			key = hex.EncodeToString(h.Sum(nil)[:16])
-			keyMemo.put(fast, key)
+			keyMemo.Add(fast, key)
 		}
 		v.fast = append(v.fast, fast)
 		v.keys = append(v.keys, key)
@@ -182,35 +183,15 @@ func (v *conv) feed(h io.Writer, buf []byte, k int) []byte {
 	return buf[:0]
 }
 
-// keySeed seeds the memo's sums; keyMemo maps a sum to its SHA-256 key.
+// keySeed seeds the memo's sums; keyMemo maps a sum to its SHA-256 key,
+// keeping the keys of the conversations in use.
 var (
 	keySeed = maphash.MakeSeed()
-	keyMemo = memo{m: make(map[uint64]string)}
+	keyMemo = cache.New[uint64, string](memoEntries)
 )
 
-// memoEntries bounds keyMemo; when full it starts over.
+// memoEntries bounds keyMemo.
 const memoEntries = 1 << 16
-
-type memo struct {
-	mu sync.Mutex
-	m  map[uint64]string
-}
-
-func (mm *memo) get(k uint64) (string, bool) {
-	mm.mu.Lock()
-	defer mm.mu.Unlock()
-	s, ok := mm.m[k]
-	return s, ok
-}
-
-func (mm *memo) put(k uint64, s string) {
-	mm.mu.Lock()
-	defer mm.mu.Unlock()
-	if len(mm.m) >= memoEntries {
-		clear(mm.m)
-	}
-	mm.m[k] = s
-}
 
 func (v *conv) keysTo(n int) []string {
 	if n > 0 {

@@ -16,12 +16,12 @@ func TestMarkerPlacement(t *testing.T) {
 	}{
 		{
 			"odd gap: one marker of the other role",
-			Smart{PreserveFirst: 2, PreserveLast: 2}, chat(9, 10), 0,
+			Smart{PreserveFirst: 2, PreserveLast: 2}, alternating(9, 10), 0,
 			"user assistant [user] assistant user",
 		},
 		{
 			"even gap: a pair keeps the parity",
-			Smart{PreserveFirst: 2, PreserveLast: 2}, chat(8, 10), 0,
+			Smart{PreserveFirst: 2, PreserveLast: 2}, alternating(8, 10), 0,
 			"user assistant [user] [assistant] user assistant",
 		},
 		{
@@ -32,22 +32,22 @@ func TestMarkerPlacement(t *testing.T) {
 		},
 		{
 			"the newest user message is kept: an odd gap before it",
-			Smart{PreserveFirst: 1, PreserveLast: 1}, withSys(chat(6, 10)), 0,
+			Smart{PreserveFirst: 1, PreserveLast: 1}, withSys(alternating(6, 10)), 0,
 			"system user [assistant] user assistant",
 		},
 		{
 			"smart with no head: the first message after the system block is a user message",
-			Smart{PreserveFirst: -1, PreserveLast: 2}, withSys(chat(6, 10)), 0,
+			Smart{PreserveFirst: -1, PreserveLast: 2}, withSys(alternating(6, 10)), 0,
 			"system [user] [assistant] user assistant",
 		},
 		{
 			"token budget: no marker where the kept part starts with a user message",
-			TokenBudget{}, chat(10, 40), 4 * 13,
+			TokenBudget{}, alternating(10, 40), 4 * 13,
 			"user assistant user assistant",
 		},
 		{
 			"token budget: a user marker before a leading assistant message",
-			TokenBudget{}, chat(10, 40), 3*13 + 9,
+			TokenBudget{}, alternating(10, 40), 3*13 + 9,
 			"[user] assistant user assistant",
 		},
 		{
@@ -65,12 +65,12 @@ func TestMarkerPlacement(t *testing.T) {
 		{
 			"a kept system message in the gap is transparent",
 			Smart{PreserveFirst: 2, PreserveLast: 2},
-			numbered(append(append(chat(4, 10), sys("mid")), chat(5, 10)...)...), 0,
+			numbered(append(append(alternating(4, 10), sys("mid")), alternating(5, 10)...)...), 0,
 			"user assistant system [user] assistant user",
 		},
 		{
 			"dropping assistants between kept user messages",
-			Selective{}, chat(6, 10), 0,
+			Selective{}, alternating(6, 10), 0,
 			"user [assistant] user [assistant] user assistant",
 		},
 	}

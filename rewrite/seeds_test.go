@@ -47,7 +47,7 @@ func markers(msgs []Message) []Message {
 }
 
 func TestSeed001_SlidingWindow_TruncateWithSlidingWindow(t *testing.T) {
-	msgs := append([]Message{sys("You are helpful.")}, chat(24, 20)...)
+	msgs := append([]Message{sys("You are helpful.")}, alternating(24, 20)...)
 	msgs = numbered(msgs...)
 	res := apply(t, SlidingWindow{WindowSize: 10, PreserveSystem: true}, msgs, 0)
 	want := append([]int{0}, rangeInts(15, 25)...)
@@ -61,7 +61,7 @@ func TestSeed001_SlidingWindow_TruncateWithSlidingWindow(t *testing.T) {
 
 func TestSeed001_SlidingWindow_PreserveSystemMessages(t *testing.T) {
 	// 2 system messages (first and in the middle) and 20 others.
-	others := chat(20, 20)
+	others := alternating(20, 20)
 	msgs := append([]Message{sys("first")}, others[:10]...)
 	msgs = append(msgs, sys("second"))
 	msgs = numbered(append(msgs, others[10:]...)...)
@@ -78,7 +78,7 @@ func TestSeed001_SlidingWindow_PreserveSystemMessages(t *testing.T) {
 }
 
 func TestSeed001_SlidingWindow_NoTruncationNeeded(t *testing.T) {
-	msgs := chat(5, 20)
+	msgs := alternating(5, 20)
 	res := apply(t, SlidingWindow{WindowSize: 10}, msgs, 0)
 	if &res.Messages[0] != &msgs[0] || len(res.Messages) != 5 || res.Notice != "" || res.Dropped != 0 {
 		t.Errorf("got %v (notice %q), want the input unchanged", ids(res.Messages), res.Notice)
@@ -90,7 +90,7 @@ func TestSeed001_SlidingWindow_NoTruncationNeeded(t *testing.T) {
 const hundred = (100 - 3) * 4
 
 func TestSeed001_TokenBudget_TruncateToFitBudget(t *testing.T) {
-	msgs := chat(100, hundred) // 10000 tokens
+	msgs := alternating(100, hundred) // 10000 tokens
 	if got := Total(msgs, counter); got != 10000 {
 		t.Fatalf("setup: %d tokens", got)
 	}
@@ -105,7 +105,7 @@ func TestSeed001_TokenBudget_TruncateToFitBudget(t *testing.T) {
 }
 
 func TestSeed001_TokenBudget_PreserveSystemMessagesInBudget(t *testing.T) {
-	msgs := numbered(append([]Message{sys(pad("rules ", (500-3)*4))}, chat(100, hundred)...)...)
+	msgs := numbered(append([]Message{sys(pad("rules ", (500-3)*4))}, alternating(100, hundred)...)...)
 	res := apply(t, TokenBudget{}, msgs, 2000)
 	got := ids(res.Messages)
 	if got[0] != 0 {
@@ -125,7 +125,7 @@ func TestSeed001_TokenBudget_PreserveSystemMessagesInBudget(t *testing.T) {
 func TestSeed001_TokenBudget_SystemMessagesExceedBudget(t *testing.T) {
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	msgs := chat(6, 40)
+	msgs := alternating(6, 40)
 	msgs = numbered(append([]Message{sys(pad("a ", (1500-3)*4))}, append(msgs[:3], append([]Message{sys(pad("b ", (1500-3)*4))}, msgs[3:]...)...)...)...)
 	res := apply(t, TokenBudget{Log: log}, msgs, 2000)
 	if got := rolesOf(res.Messages); got != "system system" {
@@ -137,7 +137,7 @@ func TestSeed001_TokenBudget_SystemMessagesExceedBudget(t *testing.T) {
 }
 
 func TestSeed001_Smart_PreserveFirstAndLastMessages(t *testing.T) {
-	msgs := chat(50, 20)
+	msgs := alternating(50, 20)
 	res := apply(t, Smart{PreserveFirst: 2, PreserveLast: 5}, msgs, 0)
 	want := []int{0, 1, -1, 45, 46, 47, 48, 49}
 	if diff := cmp.Diff(want, ids(res.Messages)); diff != "" {
@@ -149,7 +149,7 @@ func TestSeed001_Smart_PreserveFirstAndLastMessages(t *testing.T) {
 }
 
 func TestSeed001_Smart_SmallConversationNotTruncated(t *testing.T) {
-	msgs := chat(5, 20)
+	msgs := alternating(5, 20)
 	res := apply(t, Smart{PreserveFirst: 2, PreserveLast: 5}, msgs, 0)
 	if len(res.Messages) != 5 || len(markers(res.Messages)) != 0 || res.Notice != "" {
 		t.Errorf("got %s, want the 5 messages and no marker", rolesOf(res.Messages))
@@ -157,7 +157,7 @@ func TestSeed001_Smart_SmallConversationNotTruncated(t *testing.T) {
 }
 
 func TestSeed001_Smart_TruncationMarkerContent(t *testing.T) {
-	res := apply(t, Smart{PreserveFirst: 2, PreserveLast: 5}, chat(100, 20), 0)
+	res := apply(t, Smart{PreserveFirst: 2, PreserveLast: 5}, alternating(100, 20), 0)
 	ms := markers(res.Messages)
 	if len(ms) != 1 || ms[0].Content != "[93 messages omitted]" {
 		t.Errorf("markers = %+v, want one with [93 messages omitted]", ms)
@@ -179,7 +179,7 @@ func TestSeed001_Selective_PreserveMessagesByRole(t *testing.T) {
 }
 
 func TestSeed001_Selective_PreserveMarkedMessages(t *testing.T) {
-	msgs := chat(10, 20)
+	msgs := alternating(10, 20)
 	msgs[3].Preserve = true
 	msgs[6].Preserve = true
 	res := apply(t, Selective{PreserveRoles: []string{}, PreserveMarked: true}, msgs, 0)
@@ -207,7 +207,7 @@ func (s spy) Apply(ctx context.Context, msgs []Message, target int, c Counter) (
 
 func TestSeed001_Composite_ChainStrategies(t *testing.T) {
 	var calls []string
-	msgs := chat(50, hundred) // 5000 tokens; first 2 + last 5 are 700
+	msgs := alternating(50, hundred) // 5000 tokens; first 2 + last 5 are 700
 	c := Composite{Strategies: []Strategy{
 		spy{Smart{PreserveFirst: 2, PreserveLast: 5}, &calls},
 		spy{TokenBudget{}, &calls},
@@ -223,7 +223,7 @@ func TestSeed001_Composite_ChainStrategies(t *testing.T) {
 
 func TestSeed001_Composite_StopWhenWithinBudget(t *testing.T) {
 	var calls []string
-	msgs := chat(50, hundred)
+	msgs := alternating(50, hundred)
 	c := Composite{Strategies: []Strategy{
 		spy{Smart{PreserveFirst: 2, PreserveLast: 5}, &calls},
 		spy{TokenBudget{}, &calls},
@@ -298,7 +298,7 @@ func TestSeed001_ContextManager_AddMessageWithAutoTruncation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs := chat(95, hundred) // 95% of 10000
+	msgs := alternating(95, hundred) // 95% of 10000
 	msgs = append(msgs, user(pad("big ", 1000*4)))
 	res, err := tr.Trim(context.Background(), "", msgs, 10000, counter)
 	if err != nil {
@@ -317,7 +317,7 @@ func TestSeed001_ContextManager_CompactWhenNearLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs := chat(92, hundred) // 92%
+	msgs := alternating(92, hundred) // 92%
 	res, err := tr.Trim(context.Background(), "", msgs, 10000, counter)
 	if err != nil {
 		t.Fatal(err)
@@ -391,7 +391,7 @@ func TestSeed000_TriggerTrimmingAt80PercentThreshold(t *testing.T) {
 }
 
 func TestSeed000_SlidingWindowStrategy(t *testing.T) {
-	msgs := chat(20, 20)
+	msgs := alternating(20, 20)
 	res := apply(t, Smart{PreserveFirst: 2, PreserveLast: 10}, msgs, 0)
 	// Turns 1-2 and 11-20 (ids 0-1 and 10-19) kept, 3-10 discarded.
 	if diff := cmp.Diff(append([]int{0, 1}, rangeInts(10, 20)...), realIDs(res.Messages)); diff != "" {
@@ -409,7 +409,7 @@ func TestSeed000_SlidingWindowStrategy(t *testing.T) {
 }
 
 func TestSeed000_PreserveImportantTurns(t *testing.T) {
-	msgs := numbered(append([]Message{sys("metadata")}, chat(20, 20)...)...)
+	msgs := numbered(append([]Message{sys("metadata")}, alternating(20, 20)...)...)
 	res := apply(t, Smart{PreserveFirst: 2, PreserveLast: 10}, msgs, 0)
 	got := realIDs(res.Messages)
 	for _, want := range []int{0, 1, 2, 11, 20} { // system, first, second, recent
@@ -424,7 +424,7 @@ func TestSeed000_PreserveImportantTurns(t *testing.T) {
 }
 
 func TestSeed000_NotifyAfterAutoTrim(t *testing.T) {
-	res := apply(t, Smart{PreserveFirst: 2, PreserveLast: 10}, chat(30, 20), 0)
+	res := apply(t, Smart{PreserveFirst: 2, PreserveLast: 10}, alternating(30, 20), 0)
 	if want := "Context trimmed. Kept first 2 and last 10 turns."; res.Notice != want {
 		t.Errorf("Notice = %q, want %q", res.Notice, want)
 	}
@@ -436,7 +436,7 @@ func withImportance(m Message, v float64) Message {
 }
 
 func TestSeed003_HybridPruning_AlwaysPreserve(t *testing.T) {
-	msgs := chat(30, 40)
+	msgs := alternating(30, 40)
 	msgs[4] = withImportance(msgs[4], 0.9)
 	msgs[6] = withImportance(msgs[6], 0.8) // not above 0.8
 	msgs = numbered(append([]Message{sys("s")}, msgs...)...)
@@ -448,7 +448,7 @@ func TestSeed003_HybridPruning_AlwaysPreserve(t *testing.T) {
 }
 
 func TestSeed003_HybridPruning_OldestLowestImportanceFirst(t *testing.T) {
-	msgs := chat(12, hundred)
+	msgs := alternating(12, hundred)
 	msgs[2] = withImportance(msgs[2], 0.5)
 	msgs[3] = withImportance(msgs[3], 0.5)
 	msgs[4] = withImportance(msgs[4], 0.3)

@@ -22,7 +22,7 @@ var ignoreTokens = cmpopts.IgnoreFields(Message{}, "Tokens")
 func TestSeed001_ContextCompaction_CompactViaSummarization(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{KeepRecent: 5}, f, CompactorOptions{})
-	msgs := chat(50, hundred) // 25 iterations, well over any small budget
+	msgs := alternating(50, hundred) // 25 iterations, well over any small budget
 	got, err := c.Compact(session("s"), msgs, counter)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func TestSeed001_ContextCompaction_CompactViaSummarization(t *testing.T) {
 func TestSeed001_ContextCompaction_SkipCompactionForFewMessages(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{MinMessages: 6, KeepRecent: 1}, f, CompactorOptions{})
-	msgs := chat(5, hundred)
+	msgs := alternating(5, hundred)
 	got, err := c.Compact(session("s"), msgs, counter)
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +63,7 @@ func TestSeed001_ContextCompaction_SummarizationFailureFallback(t *testing.T) {
 		return "", errors.New("model exploded")
 	}}
 	c, _ := newCompactor(t, SummarizeConfig{}, f, CompactorOptions{Log: slog.New(slog.NewTextHandler(&logs, nil))})
-	msgs := chat(20, hundred)
+	msgs := alternating(20, hundred)
 	got, err := c.Compact(session("s"), msgs, counter)
 	if err == nil {
 		t.Error("no error")
@@ -83,7 +83,7 @@ func TestSeed001_ContextManager_CompactWhenNearLimitWithCompactor(t *testing.T) 
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{}, f, CompactorOptions{})
 	tr := summarizingTrimmer(t, Config{Mode: "summarize", Threshold: 0.9, Target: 0.6}, c)
-	msgs := chat(92, hundred) // 92% of 10000
+	msgs := alternating(92, hundred) // 92% of 10000
 	res, err := tr.Trim(session("s"), "", msgs, 10000, counter)
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +126,7 @@ func TestSeed002_EstimateThreadTokens(t *testing.T) {
 	if got := (seed002Counter{}).CountText("hello"); got != 2 {
 		t.Errorf(`estimateTokens("hello") = %d, want 2`, got)
 	}
-	msgs := chat(10, 35) // 10 tokens each
+	msgs := alternating(10, 35) // 10 tokens each
 	c, _ := newCompactor(t, SummarizeConfig{}, &fakeSummarizer{}, CompactorOptions{})
 	if got := c.Estimate(msgs, seed002Counter{}).Before; got != 100 {
 		t.Errorf("thread estimate = %d, want 100", got)

@@ -20,7 +20,7 @@ func newTrimmer(t *testing.T, cfg Config) *Trimmer {
 }
 
 func TestTrimBelowThresholdIsUnchanged(t *testing.T) {
-	msgs := chat(79, hundred) // 79% of 10000
+	msgs := alternating(79, hundred) // 79% of 10000
 	res, err := newTrimmer(t, Config{}).Trim(context.Background(), "", msgs, 10000, counter)
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func TestTrimOverflow(t *testing.T) {
 }
 
 func TestTrimModeNone(t *testing.T) {
-	msgs := chat(90, hundred)
+	msgs := alternating(90, hundred)
 	tr := newTrimmer(t, Config{Mode: "none"})
 	res, err := tr.Trim(context.Background(), "", msgs, 10000, counter)
 	if err != nil || len(res.Messages) != 90 || res.Notice != "" {
@@ -109,7 +109,7 @@ func TestTrimModeNone(t *testing.T) {
 
 func TestTrimPerRequestMode(t *testing.T) {
 	tr := newTrimmer(t, Config{})
-	msgs := chat(90, hundred)
+	msgs := alternating(90, hundred)
 	res, err := tr.Trim(context.Background(), "token_budget", msgs, 10000, counter)
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +256,7 @@ func TestCanceledContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, sub := range subjects(t) {
-		if _, err := sub.s.Apply(ctx, chat(4, 10), 0, counter); !errors.Is(err, context.Canceled) {
+		if _, err := sub.s.Apply(ctx, alternating(4, 10), 0, counter); !errors.Is(err, context.Canceled) {
 			t.Errorf("%s: error = %v, want context.Canceled", sub.s.Name(), err)
 		}
 	}

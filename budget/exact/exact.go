@@ -28,8 +28,8 @@ import (
 	"hash/maphash"
 	"slices"
 	"strings"
-	"sync"
 
+	"github.com/ctxproxy/ctxproxy/internal/cache"
 	"github.com/ollama/ollama/api"
 	"github.com/ollama/ollama/model/renderers"
 	"github.com/ollama/ollama/template"
@@ -55,7 +55,8 @@ type Show struct {
 // prompt fits (server/prompt.go: a CLIP image is 768 embeddings).
 const imageTokens = 768
 
-// maxPieces bounds the cache of piece counts per model.
+// maxPieces bounds the caches of piece counts and message shares per
+// model; the pieces of live conversations are the recently used ones.
 const maxPieces = 1 << 16
 
 // Model counts prompts for one Ollama model. It is safe for concurrent
@@ -80,10 +81,11 @@ type Model struct {
 	spmPrefix bool
 	merging   *mergingBPE
 
-	seed   maphash.Seed
-	mu     sync.Mutex
-	pieces map[pieceKey]int
-	shares map[uint64]int
+	seed maphash.Seed
+	// pieces is sharded: a long prompt's new pieces are counted on
+	// several cores at once (warm).
+	pieces *cache.Sharded[pieceKey, int]
+	shares *cache.LRU[uint64, int]
 }
 
 type pieceKey struct {
@@ -132,8 +134,8 @@ func New(show Show) (*Model, error) {
 		addBOS:   vocab.AddBOS && len(vocab.BOS) > 0,
 		addEOS:   vocab.AddEOS && len(vocab.EOS) > 0,
 		seed:     maphash.MakeSeed(),
-		pieces:   make(map[pieceKey]int),
-		shares:   make(map[uint64]int),
+		pieces:   cache.NewSharded[pieceKey, int](maxPieces, func(k pieceKey) uint64 { return k.hash }),
+		shares:   cache.New[uint64, int](maxPieces),
 	}
 	model, _ := kv["tokenizer.ggml.model"].(string)
 	pre, _ := kv["tokenizer.ggml.pre"].(string)
@@ -348,10 +350,7 @@ func (m *Model) Detokenize(ids []int32) (string, error) {
 // messages they are close, and Count stays the measure of a whole prompt.
 func (m *Model) Share(msg api.Message) (int, error) {
 	key := m.messageKey(&msg)
-	m.mu.Lock()
-	n, ok := m.shares[key]
-	m.mu.Unlock()
-	if ok {
+	if n, ok := m.shares.Get(key); ok {
 		return n, nil
 	}
 	anchor := api.Message{Role: "user"}
@@ -366,13 +365,8 @@ func (m *Model) Share(msg api.Message) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n = max(0, with-without) + len(msg.Images)*imageTokens
-	m.mu.Lock()
-	if len(m.shares) >= maxPieces {
-		clear(m.shares)
-	}
-	m.shares[key] = n
-	m.mu.Unlock()
+	n := max(0, with-without) + len(msg.Images)*imageTokens
+	m.shares.Add(key, n)
 	return n, nil
 }
 

@@ -21,14 +21,15 @@ const parallelBytes = 32 << 10
 func (m *Model) warm(pieces []piece) {
 	var todo []string
 	size := 0
-	m.mu.Lock()
 	for _, p := range pieces {
-		if _, ok := m.pieces[pieceKey{maphash.String(m.seed, p.text), len(p.text)}]; !p.special && !ok {
+		if p.special {
+			continue
+		}
+		if _, ok := m.pieces.Peek(pieceKey{maphash.String(m.seed, p.text), len(p.text)}); !ok {
 			todo = append(todo, p.text)
 			size += len(p.text)
 		}
 	}
-	m.mu.Unlock()
 	workers := min(runtime.GOMAXPROCS(0), len(todo))
 	if workers < 2 || size < parallelBytes {
 		return
@@ -53,12 +54,10 @@ func (m *Model) warm(pieces []piece) {
 // from the cache when it was seen before.
 func (m *Model) countPiece(text string) (int, error) {
 	key := pieceKey{maphash.String(m.seed, text), len(text)}
-	m.mu.Lock()
-	n, ok := m.pieces[key]
-	m.mu.Unlock()
-	if ok {
+	if n, ok := m.pieces.Get(key); ok {
 		return n, nil
 	}
+	var n int
 	if m.merging != nil {
 		n = m.merging.count(text)
 	} else {
@@ -68,20 +67,7 @@ func (m *Model) countPiece(text string) (int, error) {
 		}
 		n = len(ids)
 	}
-	m.mu.Lock()
-	if len(m.pieces) >= maxPieces {
-		// Drop a random half: pieces of live conversations come back at
-		// once, and a map needs no list to keep.
-		i := 0
-		for k := range m.pieces {
-			if i%2 == 0 {
-				delete(m.pieces, k)
-			}
-			i++
-		}
-	}
-	m.pieces[key] = n
-	m.mu.Unlock()
+	m.pieces.Add(key, n)
 	return n, nil
 }
 

@@ -1,0 +1,233 @@
+package rewrite
+
+// The Compactor's background jobs: one per scope (a session), writing the
+// summaries a request asked for in order, each with the ones before it
+// as context.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/internal/cache"
+)
+
+// A job writes the summaries of one scope in order, one call at a time.
+type job struct {
+	scope, session string // fixed
+	// The latest request's wishes: its iterations' keys, the messages of
+	// those not yet summarized, and what the calls need of it.
+	keys  []string
+	iters map[int][]Message
+	info  RequestInfo
+	cnt   Counter
+}
+
+// ensure makes sure a job is writing the summaries of v's first n
+// iterations, and reports whether one is (false: nothing is missing, the
+// Compactor is closed, or the scope failed less than retryAfter ago and
+// force is not set).
+func (c *Compactor) ensure(scope string, info RequestInfo, cnt Counter, v *conv, n int, force bool) bool {
+	keys := slices.Clone(v.keysTo(n))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	iters := make(map[int][]Message)
+	for i, k := range keys {
+		if _, ok := c.summaries.Get(k); !ok {
+			iters[i] = v.iterMessages(i)
+		}
+	}
+	if len(iters) == 0 {
+		return false
+	}
+	if j, ok := c.jobs[scope]; ok {
+		// A job in flight keeps a longer wish of the same conversation
+		// (a prefetch beyond what this request needs).
+		if len(keys) >= len(j.keys) || !slices.Equal(j.keys[:len(keys)], keys) {
+			j.keys, j.iters = keys, iters
+		}
+		j.info, j.cnt = info, cnt
+		return true
+	}
+	if f, ok := c.retry.Peek(scope); ok && !force {
+		if c.now().Before(f.until) {
+			return false
+		}
+		c.retry.Remove(scope)
+	}
+	j := &job{scope: scope, session: info.Session, keys: keys, iters: iters, info: info, cnt: cnt}
+	c.jobs[scope] = j
+	c.stats.jobs.Add(1)
+	c.wg.Add(1)
+	go c.run(j)
+	return true
+}
+
+// run is a job: it loads what the store has, then summarizes the missing
+// iterations in order, each with the summaries before it as context.
+func (c *Compactor) run(j *job) {
+	defer c.wg.Done()
+	if j.session != "" && c.store != nil {
+		c.load(j)
+	}
+	for {
+		c.mu.Lock()
+		i, ok := j.next(c.summaries)
+		if !ok || c.ctx.Err() != nil {
+			delete(c.jobs, j.scope)
+			c.broadcast()
+			c.mu.Unlock()
+			return
+		}
+		key, msgs, info, cnt := j.keys[i], j.iters[i], j.info, j.cnt
+		prev := c.previous(j.keys[:i], cnt)
+		c.mu.Unlock()
+
+		s, err := c.call(info, cnt, msgs, prev, key, i+1)
+
+		if err != nil {
+			err = fmt.Errorf("summarizing iteration %d: %w", i+1, err)
+			if c.ctx.Err() == nil {
+				c.log.Warn("summarizer failed; trimming instead until it works again",
+					"session", info.Session, "err", err)
+			}
+			c.mu.Lock()
+			c.retry.Add(j.scope, failure{until: c.now().Add(retryAfter), err: err})
+			delete(c.jobs, j.scope)
+			c.broadcast()
+			c.mu.Unlock()
+			return
+		}
+		// Stored before it is used, so that what a request folds is what
+		// every replica finds.
+		if j.session != "" && c.store != nil {
+			if err := c.store.Put(c.ctx, j.session, s); err != nil {
+				c.stats.storeErrors.Add(1)
+				c.log.Warn("saving a summary failed", "session", j.session, "err", err)
+			}
+		}
+		c.mu.Lock()
+		c.summaries.Add(s.Key, s)
+		c.broadcast()
+		c.mu.Unlock()
+	}
+}
+
+// failure is a scope's last summarizer failure.
+type failure struct {
+	until time.Time // no new job before
+	err   error
+}
+
+// next returns the first iteration of the job's wish that has no summary
+// and whose messages it holds.
+func (j *job) next(summaries *cache.LRU[string, Summary]) (int, bool) {
+	for i, k := range j.keys {
+		if _, ok := summaries.Get(k); ok {
+			continue
+		}
+		if _, ok := j.iters[i]; ok {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// load copies the summaries of the job's keys from the store into memory.
+func (c *Compactor) load(j *job) {
+	session := j.session
+	c.mu.Lock()
+	want := make(map[string]bool, len(j.keys))
+	for _, k := range j.keys {
+		want[k] = true
+	}
+	c.mu.Unlock()
+	ss, err := c.store.Get(c.ctx, session)
+	if err != nil {
+		c.stats.storeErrors.Add(1)
+		c.log.Warn("loading summaries failed", "session", session, "err", err)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range ss {
+		if want[s.Key] && s.Text != "" {
+			c.summaries.Add(s.Key, s)
+		}
+	}
+	c.broadcast()
+}
+
+// previous returns the context of the next call: the summaries of the
+// iterations before it, newest first as far as max_tokens·4 tokens go,
+// oldest first in the text. c.mu must be held.
+func (c *Compactor) previous(keys []string, cnt Counter) string {
+	room := 4 * c.cfg.MaxTokens
+	var parts []string
+	for i := len(keys) - 1; i >= 0; i-- {
+		s, ok := c.summaries.Get(keys[i])
+		if !ok {
+			break
+		}
+		room -= max(textCost(s.Text, cnt), 1)
+		if room < 0 && len(parts) > 0 {
+			break
+		}
+		parts = append(parts, s.Text)
+	}
+	slices.Reverse(parts)
+	out := ""
+	for _, p := range parts {
+		out = joinNotices(out, p)
+	}
+	return out
+}
+
+// call makes one summarizer call and returns its cleaned result.
+func (c *Compactor) call(info RequestInfo, cnt Counter, msgs []Message, prev, key string, covers int) (Summary, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
+	defer cancel()
+	model := c.cfg.Model
+	if model == "" {
+		model = info.Model
+	}
+	start := c.now()
+	text, err := c.sum.Summarize(ctx, SummaryRequest{
+		Model: model, Messages: msgs, Previous: prev, MaxTokens: c.cfg.MaxTokens,
+		NumCtx: info.NumCtx, Auth: info.Auth,
+	})
+	d := c.now().Sub(start)
+	var cut bool
+	if err == nil {
+		text, cut = TrimSummary(text, c.cfg.MaxTokens, cnt)
+		if text == "" {
+			err = ErrEmptySummary
+		}
+	}
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err() // an answer after the deadline is not trusted
+	}
+	c.stats.calls.Add(1)
+	c.stats.latency.Add(int64(d))
+	if cut {
+		c.stats.cut.Add(1)
+	}
+	if err != nil {
+		c.stats.failures.Add(1)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("rewrite: summarizer timed out after %v: %w", c.cfg.Timeout, err)
+		}
+	}
+	if c.onCall != nil {
+		c.onCall(d, err)
+	}
+	if err != nil {
+		return Summary{}, err
+	}
+	return Summary{Key: key, Covers: covers, Text: text, Tokens: textCost(text, cnt), Created: c.now()}, nil
+}
