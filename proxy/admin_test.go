@@ -805,7 +805,7 @@ func (pressedProbe) Devices(context.Context) ([]gpu.Device, error) {
 }
 
 func TestSeenModelsBounded(t *testing.T) {
-	var sm seenModels
+	sm := newSeenModels()
 	start := time.Now()
 	for i := range maxSeenModels + 10 {
 		sm.note(seenModel{name: "m" + string(rune('A'+i)), at: start.Add(time.Duration(i) * time.Second)})

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/internal/cache"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
@@ -28,27 +28,21 @@ type memoryGuard struct {
 // before clearing it, so the session's next response can say how to get
 // it back (seed 004 R6.5).
 type emergencies struct {
-	mu sync.Mutex
-	m  map[string]string // session → snapshot id
+	lru *cache.LRU[string, string] // session → snapshot id
 }
 
-func (e *emergencies) set(session, snap string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.m == nil || len(e.m) >= 100000 {
-		e.m = map[string]string{} // sessions that never came back
-	}
-	e.m[session] = snap
+// maxEmergencies bounds the sessions remembered as cleared: those that
+// never come back are forgotten first.
+const maxEmergencies = 100000
+
+func newEmergencies() *emergencies {
+	return &emergencies{lru: cache.New[string, string](maxEmergencies)}
 }
+
+func (e *emergencies) set(session, snap string) { e.lru.Add(session, snap) }
 
 // take returns and forgets the emergency snapshot of session.
-func (e *emergencies) take(session string) (string, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	snap, ok := e.m[session]
-	delete(e.m, session)
-	return snap, ok
-}
+func (e *emergencies) take(session string) (string, bool) { return e.lru.Take(session) }
 
 // onEvent is the memory guard's hook (gpu.Monitor.Subscribe). At the
 // emergency level (seed 004 R6.4: 95% of memory used) every active session

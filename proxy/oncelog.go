@@ -2,28 +2,25 @@ package proxy
 
 import (
 	"log/slog"
-	"sync"
+
+	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
 // onceLog logs a warning the first time its key is seen; keys are
 // bounded, since model names come from clients.
 type onceLog struct {
-	log *slog.Logger
-	mu  sync.Mutex
-	m   map[string]bool
+	log  *slog.Logger
+	seen *cache.LRU[string, struct{}]
+}
+
+func newOnceLog(log *slog.Logger) *onceLog {
+	return &onceLog{log: log, seen: cache.New[string, struct{}](4096)}
 }
 
 // warn logs msg at warning level the first time key is seen; keys
 // are bounded, since model names come from clients.
 func (s *onceLog) warn(key, msg string, attrs ...any) {
-	s.mu.Lock()
-	if s.m == nil || len(s.m) >= 4096 {
-		s.m = map[string]bool{}
-	}
-	seen := s.m[key]
-	s.m[key] = true
-	s.mu.Unlock()
-	if !seen {
+	if _, seen := s.seen.Swap(key, struct{}{}); !seen {
 		s.log.Warn(msg, attrs...)
 	}
 }

@@ -23,7 +23,6 @@ import (
 	"path"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -105,10 +104,10 @@ type Server struct {
 
 	be      *backend.Backend
 	gate    *gate
-	usage   usageCache
+	usage   *usageCache
 	tok     *tokenizeRoutes
 	once    *onceLog
-	cleared emergencies
+	cleared *emergencies
 
 	// The services chat requests share with the admin API.
 	sessions *sessions
@@ -117,44 +116,6 @@ type Server struct {
 	guard    *memoryGuard
 	rec      *recorder
 	namer    sessionNamer
-}
-
-// usageCache remembers each session's last usage and when it was seen,
-// to notice when usage crosses a threshold and which sessions are active.
-// Session ids are client data: it is bounded.
-type usageCache struct {
-	mu sync.Mutex
-	m  map[string]usageEntry
-}
-
-type usageEntry struct {
-	usage float64
-	seen  time.Time
-}
-
-// swap stores usage for id and returns the previous value.
-func (u *usageCache) swap(id string, usage float64) (prev float64, seen bool) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.m == nil || len(u.m) >= 100000 {
-		u.m = map[string]usageEntry{}
-	}
-	e, seen := u.m[id]
-	u.m[id] = usageEntry{usage: usage, seen: time.Now()}
-	return e.usage, seen
-}
-
-// active lists the sessions seen within d.
-func (u *usageCache) active(d time.Duration) []string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	var out []string
-	for id, e := range u.m {
-		if time.Since(e.seen) < d {
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -194,18 +155,20 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	}
 	s.mux = http.NewServeMux()
 	s.tok = &tokenizeRoutes{be: s.be, tokens: s.tokens, noExact: cfg.NoExact, gate: s.gate, rp: s.rp}
-	seen := &seenModels{}
+	seen := newSeenModels()
+	s.cleared = newEmergencies()
 	s.sessions = &sessions{store: deps.Store, writer: deps.Writer, tokens: deps.Tokens, trimmer: &s.trimmer,
-		seen: seen, cleared: &s.cleared, log: log}
+		seen: seen, cleared: s.cleared, log: log}
 	s.status = &statusReporter{info: cfg.Status, version: cfg.Version, backend: u, be: s.be, tokens: deps.Tokens,
 		trimmer: &s.trimmer, sizer: deps.Sizer, monitor: deps.Monitor, store: deps.Store,
 		inflight: &s.metrics.inflight, seen: seen, start: time.Now(), log: log}
 	s.inband = &inband{sessions: s.sessions, status: s.status, monitor: deps.Monitor,
 		sessionHeader: cfg.SessionHeader, adminOff: cfg.AdminOff}
-	s.once = &onceLog{log: log}
-	s.rec = &recorder{tokens: deps.Tokens, writer: deps.Writer, trimmer: &s.trimmer, usage: &s.usage, metrics: s.metrics, log: log}
+	s.usage = newUsageCache()
+	s.once = newOnceLog(log)
+	s.rec = &recorder{tokens: deps.Tokens, writer: deps.Writer, trimmer: &s.trimmer, usage: s.usage, metrics: s.metrics, log: log}
 	s.namer = sessionNamer{header: cfg.SessionHeader, scopeHeader: cfg.ScopeHeader, noFingerprint: cfg.NoFingerprint}
-	s.guard = &memoryGuard{sessions: s.sessions, usage: &s.usage, log: log}
+	s.guard = &memoryGuard{sessions: s.sessions, usage: s.usage, log: log}
 	if deps.Monitor != nil {
 		deps.Monitor.Subscribe(s.guard.onEvent)
 	}

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/internal/cache"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -214,8 +214,11 @@ func (s *statusReporter) note(p *plan, facts gpu.ModelFacts) {
 // seenModels remembers the models requests used. Model names are client
 // data: it keeps the maxSeenModels most recent.
 type seenModels struct {
-	mu sync.Mutex
-	m  map[string]seenModel
+	lru *cache.LRU[string, seenModel]
+}
+
+func newSeenModels() *seenModels {
+	return &seenModels{lru: cache.New[string, seenModel](maxSeenModels)}
 }
 
 const maxSeenModels = 64
@@ -231,29 +234,14 @@ type seenModel struct {
 	exact     *backend.Model // for its agreement, when counted exactly
 }
 
-func (sm *seenModels) note(e seenModel) {
-	sm.mu.Lock()
-	defer sm.mu.Unlock()
-	if sm.m == nil {
-		sm.m = make(map[string]seenModel)
-	}
-	if _, ok := sm.m[e.name]; !ok && len(sm.m) >= maxSeenModels {
-		oldest := ""
-		for name, o := range sm.m {
-			if oldest == "" || o.at.Before(sm.m[oldest].at) {
-				oldest = name
-			}
-		}
-		delete(sm.m, oldest)
-	}
-	sm.m[e.name] = e
-}
+func (sm *seenModels) note(e seenModel) { sm.lru.Add(e.name, e) }
 
 // list returns the models seen, most recent first.
 func (sm *seenModels) list() []seenModel {
-	sm.mu.Lock()
-	defer sm.mu.Unlock()
-	out := slices.Collect(maps.Values(sm.m))
+	var out []seenModel
+	for _, e := range sm.lru.All() {
+		out = append(out, e)
+	}
 	slices.SortFunc(out, func(a, b seenModel) int {
 		if c := b.at.Compare(a.at); c != 0 {
 			return c
@@ -263,9 +251,4 @@ func (sm *seenModels) list() []seenModel {
 	return out
 }
 
-func (sm *seenModels) get(name string) (seenModel, bool) {
-	sm.mu.Lock()
-	defer sm.mu.Unlock()
-	e, ok := sm.m[name]
-	return e, ok
-}
+func (sm *seenModels) get(name string) (seenModel, bool) { return sm.lru.Peek(name) }
