@@ -19,9 +19,9 @@ const activeWindow = 10 * time.Minute
 // emergency level it snapshots and clears every active session.
 type memoryGuard struct {
 	sessions *sessions
-	// usage says which sessions are active.
-	usage *usageCache
-	log   *slog.Logger
+	// trackers say which sessions are active.
+	trackers *trackers
+	log      *slog.Logger
 }
 
 // emergencies remembers, per session, the snapshot the memory guard took
@@ -68,7 +68,7 @@ func (g *memoryGuard) emergency() {
 	if err := g.sessions.writer.Flush(ctx); err != nil {
 		g.log.Warn("memory emergency: queued session writes not flushed; snapshots may miss the newest turns", "err", err)
 	}
-	for _, id := range g.usage.active(activeWindow) {
+	for _, id := range g.trackers.active(activeWindow) {
 		// The same clear as DELETE /ctxproxy/sessions/{id}, snapshotted
 		// first under its own reason.
 		undo, err := g.sessions.clear(ctx, id, false, snapshots.ReasonEmergency)

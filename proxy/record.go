@@ -21,10 +21,11 @@ type recorder struct {
 	tokens  *budget.Registry
 	writer  Writer
 	trimmer *atomic.Pointer[rewrite.Trimmer]
-	// usage is each session's last usage, to notice a first overflow.
-	usage   *usageCache
-	metrics *metrics
-	log     *slog.Logger
+	// trackers keep each session's running totals, to notice a first
+	// overflow.
+	trackers *trackers
+	metrics  *metrics
+	log      *slog.Logger
 }
 
 // afterReply runs when the response has ended: calibrate the counter from
@@ -113,15 +114,13 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 	sent := toStored(p.sent)
 	newTurn := toStored(p.newTurn)
 	now := time.Now()
-	usage := p.usage()
-	stats := snapshots.Stats{
-		Tokens: p.before.Tokens, Limit: p.limit, Usage: usage, Sent: p.after.Tokens, NumCtx: p.numCtx,
+	turn := budget.Turn{Tokens: p.before.Tokens, Sent: p.after.Tokens, Limit: p.limit, NumCtx: p.numCtx,
 		Dropped: p.result.Dropped - p.result.Summarized, Summarized: p.result.Summarized,
-	}
+		Truncated: truncated, Retries: p.retries, At: now}
 	if rep.promptTokens > 0 {
-		stats.PromptTokens, stats.CompletionTokens = rep.promptTokens, rep.outputTokens
+		turn.PromptTokens, turn.CompletionTokens = rep.promptTokens, rep.outputTokens
 	}
-	model, accum, retries := p.model, p.accum, p.retries
+	model, accum := p.model, p.accum
 	err := s.writer.Update(ex.session, func(sess *snapshots.Session) error {
 		if model != "" {
 			sess.Model = model
@@ -135,16 +134,10 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 			}
 			sess.SetMessages(msgs, now)
 		}
-		st := stats
-		st.Requests = sess.Stats.Requests + 1
-		st.Truncations = sess.Stats.Truncations
-		st.LastTruncation = sess.Stats.LastTruncation
-		st.OverflowRetries = sess.Stats.OverflowRetries + retries
-		if truncated {
-			st.Truncations++
-			st.LastTruncation = now.UTC()
-		}
-		sess.Stats = st
+		// The store's copy of the totals carries on from itself, so a
+		// session served by another replica or before a restart keeps
+		// its counts.
+		sess.Stats = storedStats(totalsOf(sess.Stats).Add(turn))
 		return nil
 	})
 	if err != nil {
@@ -155,12 +148,12 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 	// the window (seed 004 4.7, the pre-overflow event). The writer takes
 	// the automatic snapshot at snapshots.auto_threshold itself, from the
 	// usage recorded above (seed 004 4.6).
-	prev, seen := s.usage.swap(ex.session, usage)
-	if p.result.Dropped > 0 && (!seen || prev < s.threshold()) {
+	before := s.trackers.record(ex.session, p.model, turn)
+	if p.result.Dropped > 0 && (before.Requests == 0 || before.Usage() < s.threshold()) {
 		s.log.Info("pre-overflow: conversation outgrew the window; snapshot taken before the first cut",
 			"session", ex.session, "tokens", p.before.Tokens, "limit", p.limit)
 		snap := snapshots.NewSnapshot(&snapshots.Session{ID: ex.session, Model: p.model, Messages: sent,
-			Stats: stats}, snapshots.ReasonOverflow)
+			Stats: storedStats(budget.Totals{}.Add(turn))}, snapshots.ReasonOverflow)
 		if err := s.writer.SaveSnapshot(snap); err != nil {
 			s.log.Warn("snapshot not queued", "session", ex.session, "err", err)
 		}

@@ -102,12 +102,12 @@ type Server struct {
 	store   Store
 	writer  Writer
 
-	be      *backend.Backend
-	gate    *gate
-	usage   *usageCache
-	tok     *tokenizeRoutes
-	once    *onceLog
-	cleared *emergencies
+	be       *backend.Backend
+	gate     *gate
+	trackers *trackers
+	tok      *tokenizeRoutes
+	once     *onceLog
+	cleared  *emergencies
 
 	// The services chat requests share with the admin API.
 	sessions *sessions
@@ -164,11 +164,11 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		inflight: &s.metrics.inflight, seen: seen, start: time.Now(), log: log}
 	s.inband = &inband{sessions: s.sessions, status: s.status, monitor: deps.Monitor,
 		sessionHeader: cfg.SessionHeader, adminOff: cfg.AdminOff}
-	s.usage = newUsageCache()
+	s.trackers = newTrackers(deps.Tokens)
 	s.once = newOnceLog(log)
-	s.rec = &recorder{tokens: deps.Tokens, writer: deps.Writer, trimmer: &s.trimmer, usage: s.usage, metrics: s.metrics, log: log}
+	s.rec = &recorder{tokens: deps.Tokens, writer: deps.Writer, trimmer: &s.trimmer, trackers: s.trackers, metrics: s.metrics, log: log}
 	s.namer = sessionNamer{header: cfg.SessionHeader, scopeHeader: cfg.ScopeHeader, noFingerprint: cfg.NoFingerprint}
-	s.guard = &memoryGuard{sessions: s.sessions, usage: s.usage, log: log}
+	s.guard = &memoryGuard{sessions: s.sessions, trackers: s.trackers, log: log}
 	if deps.Monitor != nil {
 		deps.Monitor.Subscribe(s.guard.onEvent)
 	}

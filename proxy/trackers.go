@@ -1,0 +1,73 @@
+package proxy
+
+import (
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/internal/cache"
+	"github.com/ctxproxy/ctxproxy/snapshots"
+)
+
+// maxTrackedSessions bounds the sessions whose trackers are kept: session
+// ids are client data.
+const maxTrackedSessions = 100000
+
+// trackers are seed 001's context tracker, one per session served here:
+// each turn is recorded into it, and the store keeps a copy of its totals
+// (snapshots.Stats) for the admin API, /stats, the status page and other
+// replicas. The least recently used sessions are forgotten first.
+type trackers struct {
+	tokens *budget.Registry
+	lru    *cache.LRU[string, *budget.Tracker]
+}
+
+func newTrackers(tokens *budget.Registry) *trackers {
+	return &trackers{tokens: tokens, lru: cache.New[string, *budget.Tracker](maxTrackedSessions)}
+}
+
+// record adds turn to session id's tracker and returns the totals before
+// it; a session not tracked here yet starts from nothing (Requests 0).
+func (ts *trackers) record(id, model string, turn budget.Turn) (before budget.Totals) {
+	tr, ok := ts.lru.Get(id)
+	if !ok {
+		if ts.tokens != nil {
+			tr = ts.tokens.Tracker(model)
+		} else {
+			tr = budget.NewTracker(nil, budget.Limits{})
+		}
+		ts.lru.Add(id, tr)
+	}
+	before, _ = tr.Record(turn)
+	return before
+}
+
+// active lists the sessions whose last request was answered within d.
+func (ts *trackers) active(d time.Duration) []string {
+	var out []string
+	for id, tr := range ts.lru.All() {
+		if time.Since(tr.Totals().LastRequest) < d {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// totalsOf and statsOf convert between the tracker's totals and the
+// store's copy of them.
+func totalsOf(st snapshots.Stats) budget.Totals {
+	return budget.Totals{Tokens: st.Tokens, Sent: st.Sent, Limit: st.Limit, NumCtx: st.NumCtx,
+		Dropped: st.Dropped, Summarized: st.Summarized, PromptTokens: st.PromptTokens,
+		CompletionTokens: st.CompletionTokens, Requests: st.Requests, Truncations: st.Truncations,
+		OverflowRetries: st.OverflowRetries, LastTruncation: st.LastTruncation}
+}
+
+func storedStats(t budget.Totals) snapshots.Stats {
+	st := snapshots.Stats{Tokens: t.Tokens, Sent: t.Sent, Limit: t.Limit, Usage: t.Usage(), NumCtx: t.NumCtx,
+		Dropped: t.Dropped, Summarized: t.Summarized, PromptTokens: t.PromptTokens,
+		CompletionTokens: t.CompletionTokens, Requests: t.Requests, Truncations: t.Truncations,
+		OverflowRetries: t.OverflowRetries}
+	if !t.LastTruncation.IsZero() {
+		st.LastTruncation = t.LastTruncation.UTC()
+	}
+	return st
+}
