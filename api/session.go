@@ -40,6 +40,22 @@ type SessionStats struct {
 	Requests         int        `json:"requests"`
 	Truncations      int        `json:"truncations"`
 	LastTruncation   *time.Time `json:"last_truncation"`
+	// Budget is how the last request's window was divided (seed 001's
+	// context budget allocation); absent before a counted request.
+	Budget *Budget `json:"budget,omitempty"`
+}
+
+// Budget is how a request's window (Total, num_ctx or the model's) was
+// divided: the system prompt, the tools with the chat template's own
+// tokens, the reserve for the reply, and the conversation as forwarded;
+// Available is what was left.
+type Budget struct {
+	Total        int `json:"total"`
+	System       int `json:"system"`
+	Tools        int `json:"tools"`
+	Reserve      int `json:"reserve"`
+	Conversation int `json:"conversation"`
+	Available    int `json:"available"`
 }
 
 // SessionDetail is GET (and the answer of PUT) /ctxproxy/sessions/{id}.

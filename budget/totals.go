@@ -27,6 +27,9 @@ type Turn struct {
 	Retries int
 	// At is when the request was answered.
 	At time.Time
+	// Budget is how the request's window was divided (seed 001's context
+	// budget allocation); the zero Budget when it was not counted.
+	Budget Budget
 }
 
 // Totals are a conversation's running totals: the numbers of its last
@@ -42,6 +45,8 @@ type Totals struct {
 	// LastTruncation is when the backend last cut a prompt; LastRequest
 	// when the last request was answered.
 	LastTruncation, LastRequest time.Time
+	// Budget is the last request's allocation of its window.
+	Budget Budget
 }
 
 // Add returns the totals after turn.
@@ -51,7 +56,7 @@ func (t Totals) Add(turn Turn) Totals {
 		Dropped: turn.Dropped, Summarized: turn.Summarized,
 		PromptTokens: turn.PromptTokens, CompletionTokens: turn.CompletionTokens,
 		Requests: t.Requests + 1, Truncations: t.Truncations, OverflowRetries: t.OverflowRetries + max(turn.Retries, 0),
-		LastTruncation: t.LastTruncation, LastRequest: turn.At,
+		LastTruncation: t.LastTruncation, LastRequest: turn.At, Budget: turn.Budget,
 	}
 	if turn.PromptTokens <= 0 {
 		// A report is of one answer: without one, the last is unknown,

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -59,6 +60,11 @@ type plan struct {
 	uncutChanged bool
 	// retries is the number of overflow retries the request took.
 	retries int
+	// lim are the model's limits as this request runs with them; alloc
+	// how its window was divided (setPlanHeaders).
+	lim   budget.Limits
+	alloc budget.Budget
+	tools json.RawMessage
 	// window is the context window the backend runs the request with,
 	// when ctxproxy knows it (num_ctx, or Ollama's default): a reported
 	// count at it may be censored.
@@ -195,7 +201,7 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 				"model", req.model, "window", lim.MaxTokens, "reserve", lim.MaxOutputTokens)
 			lim = floored
 		}
-		p.limit = lim.Effective()
+		p.limit, p.lim = lim.Effective(), lim
 		est := s.tokens.MessageCounter(req.model).Frozen()
 		p.counter = est
 		if toOllama && mi.Tokenizer != nil && !s.cfg.NoExact {
@@ -240,8 +246,29 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 			return s.cut(ctx, r, ex, req, p, toOllama, shrink)
 		}
 	}
+	p.tools = req.tools
+	p.allocate()
 	setPlanHeaders(ex, p)
 	return body, nil
+}
+
+// allocate divides the window among the parts of what is forwarded (seed
+// 001's context budget): the system prompt, the tools with the template's
+// own tokens (what belongs to no message), the reply's reserve, and the
+// rest of the conversation.
+func (p *plan) allocate() {
+	if p.counter == nil || p.lim.MaxTokens <= 0 {
+		return
+	}
+	system := 0
+	for i := range p.messages {
+		if isSystemRole(p.messages[i].Role) {
+			system += p.counter.CountMessage(&p.messages[i])
+		}
+	}
+	overhead := p.counter.Overhead(p.tools)
+	p.alloc = budget.Budget{Total: p.lim.MaxTokens, SystemPrompt: system, Tools: overhead,
+		ResponseReserve: p.lim.MaxOutputTokens, Conversation: max(0, p.after.Tokens-system-overhead)}
 }
 
 // cut trims the conversation to the plan's limit less shrink tokens and

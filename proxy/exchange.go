@@ -118,4 +118,8 @@ func setPlanHeaders(ex *exchange, p *plan) {
 	if p.result.Notice != "" {
 		h.Set("X-Ctxproxy-Notice", p.result.Notice)
 	}
+	if b := p.alloc; b.Total > 0 {
+		h.Set("X-Ctxproxy-Budget", fmt.Sprintf("total=%d system=%d tools=%d reserve=%d conversation=%d available=%d",
+			b.Total, b.SystemPrompt, b.Tools, b.ResponseReserve, b.Conversation, b.Available()))
+	}
 }

@@ -130,6 +130,7 @@ func (s *Server) retryOverflow(resp *http.Response, ex *exchange) (next *http.Re
 		}
 		if next.StatusCode == http.StatusOK {
 			ex.warn(fmt.Sprintf("the backend refused the prompt as longer than its window; ctxproxy cut it by %d tokens more and retried (%d)", shrink, attempt))
+			p.allocate()
 			setPlanHeaders(ex, p)
 			return next, false
 		}

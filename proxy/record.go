@@ -116,7 +116,7 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 	now := time.Now()
 	turn := budget.Turn{Tokens: p.before.Tokens, Sent: p.after.Tokens, Limit: p.limit, NumCtx: p.numCtx,
 		Dropped: p.result.Dropped - p.result.Summarized, Summarized: p.result.Summarized,
-		Truncated: truncated, Retries: p.retries, At: now}
+		Truncated: truncated, Retries: p.retries, At: now, Budget: p.alloc}
 	if rep.promptTokens > 0 {
 		turn.PromptTokens, turn.CompletionTokens = rep.promptTokens, rep.outputTokens
 	}

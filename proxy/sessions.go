@@ -384,6 +384,12 @@ func statsOf(st snapshots.Stats) api.SessionStats {
 		t := st.LastTruncation.UTC()
 		out.LastTruncation = &t
 	}
+	if a := st.Budget; a != nil {
+		b := budget.Budget{Total: a.Total, SystemPrompt: a.System, Tools: a.Tools, ResponseReserve: a.Reserve,
+			Conversation: a.Conversation}
+		out.Budget = &api.Budget{Total: a.Total, System: a.System, Tools: a.Tools, Reserve: a.Reserve,
+			Conversation: a.Conversation, Available: b.Available()}
+	}
 	return out
 }
 

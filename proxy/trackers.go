@@ -55,10 +55,15 @@ func (ts *trackers) active(d time.Duration) []string {
 // totalsOf and statsOf convert between the tracker's totals and the
 // store's copy of them.
 func totalsOf(st snapshots.Stats) budget.Totals {
-	return budget.Totals{Tokens: st.Tokens, Sent: st.Sent, Limit: st.Limit, NumCtx: st.NumCtx,
+	t := budget.Totals{Tokens: st.Tokens, Sent: st.Sent, Limit: st.Limit, NumCtx: st.NumCtx,
 		Dropped: st.Dropped, Summarized: st.Summarized, PromptTokens: st.PromptTokens,
 		CompletionTokens: st.CompletionTokens, Requests: st.Requests, Truncations: st.Truncations,
 		OverflowRetries: st.OverflowRetries, LastTruncation: st.LastTruncation}
+	if a := st.Budget; a != nil {
+		t.Budget = budget.Budget{Total: a.Total, SystemPrompt: a.System, Tools: a.Tools, ResponseReserve: a.Reserve,
+			Conversation: a.Conversation}
+	}
+	return t
 }
 
 func storedStats(t budget.Totals) snapshots.Stats {
@@ -68,6 +73,10 @@ func storedStats(t budget.Totals) snapshots.Stats {
 		OverflowRetries: t.OverflowRetries}
 	if !t.LastTruncation.IsZero() {
 		st.LastTruncation = t.LastTruncation.UTC()
+	}
+	if b := t.Budget; b.Total > 0 {
+		st.Budget = &snapshots.Allocation{Total: b.Total, System: b.SystemPrompt, Tools: b.Tools,
+			Reserve: b.ResponseReserve, Conversation: b.Conversation}
 	}
 	return st
 }

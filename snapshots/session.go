@@ -77,6 +77,20 @@ type Stats struct {
 	// OverflowRetries counts resends after the backend refused a prompt
 	// as longer than its window (ctxproxy cut it harder each time).
 	OverflowRetries int `json:"overflow_retries,omitempty"`
+	// Budget is how the last request's window was divided; nil when it
+	// was not counted.
+	Budget *Allocation `json:"budget,omitempty"`
+}
+
+// Allocation is how a request's window was divided: the system prompt,
+// the tools and the chat template's own tokens, the reply's reserve, and
+// the conversation (as forwarded).
+type Allocation struct {
+	Total        int `json:"total"`
+	System       int `json:"system"`
+	Tools        int `json:"tools"`
+	Reserve      int `json:"reserve"`
+	Conversation int `json:"conversation"`
 }
 
 // Summary is a cached summary of some iterations of a conversation, keyed

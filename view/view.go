@@ -253,6 +253,9 @@ func SessionStats(w io.Writer, p Printer, s api.SessionDetail) error {
 	fmt.Fprintf(tw, "Requests\t%s (%s prompt + %s completion tokens)\n",
 		Grouped(st.Requests), Grouped(st.PromptTokens), Grouped(st.CompletionTokens))
 	fmt.Fprintf(tw, "Trimmed\t%s dropped, %s summarized\n", Plural(st.Dropped, "message"), Grouped(st.Summarized))
+	if b := st.Budget; b != nil {
+		fmt.Fprintf(tw, "Budget\t%s\n", BudgetLine(*b))
+	}
 	fmt.Fprintf(tw, "Snapshots\t%s\n", Grouped(s.Snapshots))
 	fmt.Fprintf(tw, "Created\t%s\n", p.When(s.Created))
 	fmt.Fprintf(tw, "Updated\t%s\n", p.When(s.Updated))
@@ -333,4 +336,12 @@ func writeDevices(w io.Writer, devices []api.Device) {
 	for _, d := range devices {
 		fmt.Fprintf(w, "Device\t%s: %s, %s free\n", Clean(orDash(d.Name)), gib(d.Used, d.Total, " / "), BytesIEC(float64(d.Free)))
 	}
+}
+
+// BudgetLine is how the last request's window was divided (seed 001's
+// context budget): "8,192: 120 system, 340 tools, 1,024 reply, 5,000
+// conversation, 1,708 free".
+func BudgetLine(b api.Budget) string {
+	return fmt.Sprintf("%s: %s system, %s tools, %s reply, %s conversation, %s free", Grouped(b.Total),
+		Grouped(b.System), Grouped(b.Tools), Grouped(b.Reserve), Grouped(b.Conversation), Grouped(b.Available))
 }
