@@ -110,8 +110,8 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 		m := replyMessage(ex.dialect, rep)
 		replyMsg = &m
 	}
-	sent := toStored(p.sent)
-	newTurn := toStored(p.newTurn)
+	sent := storedMessages(ex.dialect, p.sent)
+	newTurn := storedMessages(ex.dialect, p.newTurn)
 	now := time.Now()
 	usage := p.usage()
 	stats := snapshots.Stats{
