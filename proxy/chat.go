@@ -82,7 +82,7 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	}
 	toOllama := (req.dialect == Ollama && kind != KindOpenAI) || p.translate
 	if req.serverState != "" {
-		return continueServerState(s.log, ex, req, p)
+		return continueServerState(s.log, ex, req, p, kind == KindOllama)
 	}
 
 	// Accumulate: the client sends only its new turn (seed 000). It needs

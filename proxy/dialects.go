@@ -392,8 +392,8 @@ func writeDialectAnswer(w http.ResponseWriter, req *chatRequest, text string) {
 // unsupported_parameter. Bound for another backend it is forwarded as
 // sent and not trimmed: the window holds context ctxproxy cannot count.
 // The session records it as a turn appended to what it holds.
-func continueServerState(log *slog.Logger, ex *exchange, req *chatRequest, p *plan) ([]byte, *apiError) {
-	if p.translate {
+func continueServerState(log *slog.Logger, ex *exchange, req *chatRequest, p *plan, ollama bool) ([]byte, *apiError) {
+	if p.translate || ollama {
 		if _, rt, err := toOllamaChat(req.dialect, req.body, 0, 0); err != nil {
 			return nil, translationError(rt, err)
 		}

@@ -613,3 +613,53 @@ func TestDialectsExactCount(t *testing.T) {
 		})
 	}
 }
+
+// withMember returns the JSON object body with key set to v.
+func withMember(t *testing.T, body []byte, key string, v any) []byte {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatal(err)
+	}
+	m[key] = v
+	out, _ := json.Marshal(m)
+	return out
+}
+
+// TestDialectsOverflowRetry: when Ollama refuses a translated prompt as
+// longer than num_ctx, ctxproxy cuts harder and resends it, streamed or
+// not, before the client sees a byte; when Ollama refuses every prompt,
+// the client gets context_length_exceeded in the route's error shape.
+func TestDialectsOverflowRetry(t *testing.T) {
+	for _, rt := range dialectRoutes {
+		for _, stream := range []bool{false, true} {
+			be, sys := undercounting(t)
+			body := withMember(t, rt.body("m", 40, 60, stream), "options", map[string]any{"num_ctx": 2048})
+			resp := post(t, sys.url+rt.path, body, nil)
+			got := readAll(t, resp.Body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("%s stream %v: status %d: %s", rt.name, stream, resp.StatusCode, got)
+			}
+			checkDialectReply(t, rt.name, stream, resp, got, "")
+			if w := strings.Join(resp.Header.Values("X-Ctxproxy-Warning"), " | "); !strings.Contains(w, "retried") {
+				t.Errorf("%s: no word of the retry: %q", rt.name, w)
+			}
+			if n := requestsTo(be, "/api/chat"); n < 2 {
+				t.Errorf("%s: the backend saw %d chat requests; want the refused one and a retry", rt.name, n)
+			}
+		}
+	}
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Status: 400, ErrorMessage: "the input length exceeds the context length"})
+	sys := newSystem(t, be.URL, setup{gpu: gpuOff()})
+	for _, rt := range dialectRoutes {
+		resp := post(t, sys.url+rt.path, rt.body("m", 10, 40, false), nil)
+		got := readAll(t, resp.Body)
+		want := `"code":"context_length_exceeded"`
+		if rt.name == "messages" {
+			want = `"type":"error","error":{"type":"invalid_request_error"`
+		}
+		if resp.StatusCode != 400 || !strings.Contains(got, want) || !strings.Contains(got, "refused the prompt") {
+			t.Errorf("%s: %d %s", rt.name, resp.StatusCode, got)
+		}
+	}
+}
