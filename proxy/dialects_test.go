@@ -663,3 +663,33 @@ func TestDialectsOverflowRetry(t *testing.T) {
 		}
 	}
 }
+
+// TestDialectsCutBodies: every prefix of a valid request, and a few
+// shapes of the wrong type, gets an answer (forwarded, or a clear 4xx),
+// never a dropped connection or a 5xx of ctxproxy's own.
+func TestDialectsCutBodies(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	sys := newSystem(t, be.URL, setup{cfg: Config{Inband: true}})
+	for _, rt := range dialectRoutes {
+		full := rt.body("llama3.1:8b", 2, 20, false)
+		bodies := [][]byte{[]byte(`{}`), []byte(`null`), []byte(`""`),
+			[]byte(`{"model":"llama3.1:8b","input":[null],"messages":[null],"max_tokens":1}`),
+			[]byte(`{"model":"llama3.1:8b","input":[{}],"messages":[{"role":"user","content":[{"type":"tool_result"}]}],"max_tokens":1}`),
+			[]byte(`{"model":"llama3.1:8b","input":[{"type":"function_call_output"}],"messages":[{"role":"assistant","content":[{"type":"tool_use"}]}],"max_tokens":1}`),
+			[]byte(`{"model":"llama3.1:8b","instructions":["x"],"system":{"a":1},"input":"/context","messages":[{"role":"user","content":"/context"}],"max_tokens":1}`)}
+		for i := 1; i < len(full); i += 29 {
+			bodies = append(bodies, full[:i])
+		}
+		for _, body := range bodies {
+			req, _ := http.NewRequest(http.MethodPost, sys.url+rt.path, bytes.NewReader(body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("%s %q: %v", rt.path, body, err)
+			}
+			reply := readAll(t, resp.Body)
+			if resp.StatusCode >= 500 {
+				t.Errorf("%s %q: %d %s", rt.path, body, resp.StatusCode, reply)
+			}
+		}
+	}
+}
