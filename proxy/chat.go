@@ -12,7 +12,6 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
-	"github.com/ctxproxy/ctxproxy/proxy/translate"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -48,8 +47,10 @@ type plan struct {
 	after     budget.Estimate
 	result    rewrite.Result
 	translate bool
-	info      translate.Info
-	counter   promptCounter
+	// reply carries a translated request's answer back to the client's
+	// dialect.
+	reply   replyTranslator
+	counter promptCounter
 	// exact is the backend's model when the prompt was counted with its
 	// own tokenizer; nil when estimated.
 	exact *backend.Model
@@ -80,17 +81,23 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	kind := s.kind(ctx)
 	switch s.cfg.TranslateOpenAI {
 	case "on":
-		p.translate = req.dialect == OpenAI && kind != KindOpenAI
+		p.translate = req.dialect != Ollama && kind != KindOpenAI
 	case "off":
 	default:
-		p.translate = req.dialect == OpenAI && kind == KindOllama
+		p.translate = req.dialect != Ollama && kind == KindOllama
 	}
 	toOllama := (req.dialect == Ollama && kind != KindOpenAI) || p.translate
+	if req.serverState != "" {
+		return continueServerState(s.log, ex, req, p, kind == KindOllama)
+	}
 
 	// Accumulate: the client sends only its new turn (seed 000). It needs
 	// a session the client names: a fingerprint of the new turn alone
 	// would change every turn.
-	if ex.named && s.store != nil && (s.cfg.Accumulate || r.Header.Get("X-Ctxproxy-Accumulate") == "1") {
+	// The conversation dialects are not accumulated: their clients send
+	// the whole conversation, or continue the backend's
+	// (previous_response_id).
+	if ex.named && s.store != nil && req.conv == nil && (s.cfg.Accumulate || r.Header.Get("X-Ctxproxy-Accumulate") == "1") {
 		p.accum = true
 		p.newTurn = req.messages
 		// The turns before this one must be stored before it is built on
@@ -168,7 +175,7 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	// itself, and may say the model's window.
 	var remote backend.Remote
 	trained := mi.Facts.ContextLength
-	if !toOllama && s.tokens != nil && !s.cfg.NoExact {
+	if !toOllama && s.tokens != nil && !s.cfg.NoExact && req.conv == nil {
 		remote = s.be.Remote(ctx, req.model)
 		trained = max(trained, remote.Window)
 	}
@@ -205,16 +212,16 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 		est := s.tokens.MessageCounter(req.model).Frozen()
 		p.counter = est
 		if toOllama && mi.Tokenizer != nil && !s.cfg.NoExact {
-			ec := newExactCounter(mi.Tokenizer, req)
-			if ec.err == nil {
+			ec := exactFor(mi.Tokenizer, req)
+			if ec.failed() == nil {
 				p.before = ec.Prompt(p.messages, req.tools)
 			}
-			if ec.err == nil {
+			if ec.failed() == nil {
 				p.counter = ec
 				p.exact = &mi
 			} else {
 				s.once.warn("exact:"+req.model, "exact counting failed for this request's shape; estimating instead",
-					"model", req.model, "err", ec.err)
+					"model", req.model, "err", ec.failed())
 			}
 		}
 		if remote.API != "" {
@@ -323,7 +330,9 @@ func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *ch
 	// unless the client chose truncate itself, or asked for no management.
 	noTruncate := toOllama && p.counter != nil && !req.truncate && s.manages(r)
 	body := req.body
-	if p.changed || req.annotated || (toOllama && req.dialect == Ollama && ((p.numCtx > 0 && p.numCtx != req.numCtx) || noTruncate)) {
+	if req.conv != nil {
+		body = encodeConversation(s.log, req, p)
+	} else if p.changed || req.annotated || (toOllama && req.dialect == Ollama && ((p.numCtx > 0 && p.numCtx != req.numCtx) || noTruncate)) {
 		numCtx := 0
 		if req.dialect == Ollama && toOllama && p.numCtx != req.numCtx {
 			numCtx = p.numCtx
@@ -338,15 +347,11 @@ func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *ch
 		}
 	}
 	if p.translate {
-		out, info, err := translate.Request(body, translate.RequestOptions{NumCtx: p.numCtx})
+		out, rt, err := toOllamaChat(req.dialect, body, p.numCtx, p.after.Tokens)
 		if err != nil {
-			var te *translate.Error
-			if errors.As(err, &te) {
-				return nil, &apiError{status: te.Status, message: te.Message, code: te.Code, raw: te.JSON()}
-			}
-			return nil, &apiError{status: http.StatusBadRequest, message: err.Error()}
+			return nil, translationError(rt, err)
 		}
-		for _, d := range info.Dropped {
+		for _, d := range rt.dropped() {
 			s.log.Debug("translate: field not forwarded to Ollama", "field", d.Field, "reason", d.Reason)
 		}
 		if noTruncate {
@@ -354,7 +359,7 @@ func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *ch
 				out = withFlag
 			}
 		}
-		p.info = info
+		p.reply = rt
 		body = out
 		ex.outPath = "/api/chat"
 	}

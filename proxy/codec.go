@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
+	"github.com/ctxproxy/ctxproxy/proxy/translate"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
@@ -21,11 +22,22 @@ const (
 	// OpenAI is POST /v1/chat/completions: SSE streams ending in
 	// "data: [DONE]", {"error": {...}} errors, streaming off unless asked.
 	OpenAI
+	// Responses is OpenAI's Responses API, POST /v1/responses: typed SSE
+	// events, OpenAI's error shape (see dialects.go).
+	Responses
+	// Messages is Anthropic's Messages API, POST /v1/messages: typed SSE
+	// events, {"type":"error","error":{...}} errors (see dialects.go).
+	Messages
 )
 
 func (d Dialect) String() string {
-	if d == OpenAI {
+	switch d {
+	case OpenAI:
 		return "openai"
+	case Responses:
+		return "responses"
+	case Messages:
+		return "messages"
 	}
 	return "ollama"
 }
@@ -65,6 +77,13 @@ type chatRequest struct {
 	maxOutput int
 	// firstSystem and firstUser feed the session fingerprint.
 	firstSystem, firstUser string
+	// conv is the conversation of a Responses or Messages request, which
+	// encodes the body back; nil for the chat dialects.
+	conv *translate.Conversation
+	// serverState names the member of a Responses request that refers to
+	// state the backend keeps (previous_response_id, conversation,
+	// prompt, item_reference); "" when none.
+	serverState string
 }
 
 // errNotChat means the body is not a chat request ctxproxy understands; it

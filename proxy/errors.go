@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+
+	"github.com/ctxproxy/ctxproxy/proxy/translate"
 )
 
 // apiError is an error a client sees, written in its dialect's shape: a Go
@@ -13,8 +15,8 @@ type apiError struct {
 	message string
 	// code is OpenAI's machine-readable code (e.g. context_length_exceeded).
 	code string
-	// raw, when set, is the complete OpenAI error body to send (from the
-	// translator, which fills param and type itself).
+	// raw, when set, is the complete error body to send in the client's
+	// dialect (from the translator, which fills param and type itself).
 	raw []byte
 }
 
@@ -29,10 +31,16 @@ func writeError(w http.ResponseWriter, d Dialect, e apiError) {
 	_, _ = w.Write(append(body, '\n'))
 }
 
-// dialectOf returns the dialect whose error shape fits a request path: the
-// OpenAI shape for /v1/..., Ollama's for everything else.
+// dialectOf returns the dialect whose error shape fits a request path:
+// Anthropic's for /v1/messages, the OpenAI shape for the rest of /v1/...,
+// Ollama's for everything else.
 func dialectOf(path string) Dialect {
-	if strings.HasPrefix(path, "/v1/") {
+	switch {
+	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
+		return Messages
+	case path == "/v1/responses" || strings.HasPrefix(path, "/v1/responses/"):
+		return Responses
+	case strings.HasPrefix(path, "/v1/"):
 		return OpenAI
 	}
 	return Ollama
@@ -40,12 +48,16 @@ func dialectOf(path string) Dialect {
 
 // errorBody is e in the dialect's error shape.
 func errorBody(d Dialect, e apiError) []byte {
-	if d == OpenAI && e.raw != nil {
+	if d != Ollama && e.raw != nil {
 		return e.raw
 	}
-	if d != OpenAI {
+	switch d {
+	case Ollama:
 		body, _ := json.Marshal(map[string]string{"error": e.message})
 		return body
+	case Messages:
+		te := translate.Error{Status: e.status, Message: e.message, Code: e.code}
+		return te.AnthropicJSON()
 	}
 	typ := "invalid_request_error"
 	switch {

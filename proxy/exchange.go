@@ -46,6 +46,15 @@ func (ex *exchange) warn(msg string) {
 	}
 }
 
+// wire is the dialect of the backend's answer: Ollama's for a request
+// translated to /api/chat, else the client's own.
+func (ex *exchange) wire() Dialect {
+	if ex.plan != nil && ex.plan.translate {
+		return Ollama
+	}
+	return ex.dialect
+}
+
 type exchangeKey struct{}
 
 func exchangeFrom(ctx context.Context) *exchange {

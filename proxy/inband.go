@@ -326,6 +326,10 @@ func (ib *inband) memoryStatsText(ctx context.Context, d api.SessionDetail, mode
 // true, OpenAI chat.completion or SSE chunks ending in "data: [DONE]".
 // Token counts are zero: no model ran.
 func writeAnswer(w http.ResponseWriter, req *chatRequest, text string) {
+	if req.conv != nil {
+		writeDialectAnswer(w, req, text)
+		return
+	}
 	h := w.Header()
 	now := time.Now()
 	msg := map[string]string{"role": "assistant", "content": text}

@@ -111,8 +111,8 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 		m := replyMessage(ex.dialect, rep)
 		replyMsg = &m
 	}
-	sent := toStored(p.sent)
-	newTurn := toStored(p.newTurn)
+	sent := storedMessages(ex.dialect, p.sent)
+	newTurn := storedMessages(ex.dialect, p.newTurn)
 	now := time.Now()
 	turn := budget.Turn{Tokens: p.before.Tokens, Sent: p.after.Tokens, Limit: p.limit, NumCtx: p.numCtx,
 		Dropped: p.result.Dropped - p.result.Summarized, Summarized: p.result.Summarized,

@@ -2,10 +2,11 @@
 // and OpenAI dialect codecs, forwarding through httputil.ReverseProxy, the
 // response headers, the admin API and metrics.
 //
-// Two routes are intercepted: POST /api/chat (Ollama) and POST
-// /v1/chat/completions (OpenAI). Everything else, and every byte of an
-// intercepted request that ctxproxy does not need to change, passes through
-// as the client sent it.
+// Four routes are intercepted: POST /api/chat (Ollama), POST
+// /v1/chat/completions (OpenAI), POST /v1/responses (OpenAI's Responses
+// API) and POST /v1/messages (Anthropic's Messages API). Everything else,
+// and every byte of an intercepted request that ctxproxy does not need to
+// change, passes through as the client sent it.
 package proxy
 
 import (
@@ -193,6 +194,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.raw(w, r, OpenAI) })
 	s.mux.HandleFunc("POST /api/chat", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, Ollama) })
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, OpenAI) })
+	s.mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, Responses) })
+	s.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, Messages) })
 	s.mux.HandleFunc("/", s.passthrough)
 }
 
@@ -250,7 +253,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 			message: fmt.Sprintf("request JSON nests deeper than %d levels", s.cfg.MaxDepth)})
 		return
 	}
-	req, err := decodeChat(d, body)
+	req, err := decodeRequest(d, body)
 	if err != nil {
 		// Not a chat request ctxproxy understands: the backend decides
 		// (DESIGN.md rule 3).
@@ -396,7 +399,7 @@ func (s *Server) shapeResponse(resp *http.Response) error {
 		resp.ContentLength = -1
 		resp.Uncompressed = true
 	}
-	resp.Body = newTap(resp.Body, ex.dialect, resp.StatusCode, resp.Header.Get("Content-Type"), func(rep reply) {
+	resp.Body = newTap(resp.Body, ex.wire(), resp.StatusCode, resp.Header.Get("Content-Type"), func(rep reply) {
 		s.rec.afterReply(ex, rep)
 	})
 	if ex.plan != nil && ex.plan.translate {

@@ -65,7 +65,9 @@ func fromStored(msgs []snapshots.Message) ([]rewrite.Message, error) {
 }
 
 // replyMessage is the assistant's reply as a message the client would
-// send back in its next request, in the request's dialect.
+// send back in its next request, in the request's dialect; for the
+// conversation dialects in Ollama's chat shape, as storedMessages keeps
+// their messages.
 func replyMessage(d Dialect, rep reply) snapshots.Message {
 	m := map[string]any{"role": "assistant", "content": rep.content}
 	if len(rep.toolCalls) > 0 {
@@ -89,9 +91,13 @@ func replyMessage(d Dialect, rep reply) snapshots.Message {
 		}
 		m["tool_calls"] = calls
 	}
-	if rep.thinking != "" && d == Ollama {
+	if rep.thinking != "" && d != OpenAI {
 		m["thinking"] = rep.thinking
 	}
 	raw, _ := json.Marshal(m)
-	return snapshots.Message{Role: "assistant", Content: rep.content, Raw: raw}
+	sm := snapshots.Message{Role: "assistant", Content: rep.content, Raw: raw}
+	if d == Responses || d == Messages {
+		sm.Metadata = map[string]any{"dialect": d.String()}
+	}
+	return sm
 }

@@ -239,6 +239,10 @@ func (t *tap) appendContent(sb *strings.Builder, s string) {
 }
 
 func (t *tap) event(data []byte, whole bool) {
+	if t.dialect == Responses || t.dialect == Messages {
+		t.dialectEvent(data, whole)
+		return
+	}
 	var e event
 	if json.Unmarshal(data, &e) != nil {
 		return

@@ -11,11 +11,12 @@ import (
 )
 
 // translateResponse turns Ollama's answer to a translated request back into
-// OpenAI's shape: errors into OpenAI error objects, a JSON body into a
-// chat.completion, an NDJSON stream into SSE chunks, line by line so every
-// chunk is flushed as it comes.
+// the client's dialect (OpenAI chat, Responses or Messages): errors into
+// the dialect's error objects, a JSON body into its reply object, an
+// NDJSON stream into its SSE events, line by line so every event is
+// flushed as it comes.
 func (s *Server) translateResponse(resp *http.Response, ex *exchange) error {
-	info := ex.plan.info
+	rt := ex.plan.reply
 	h := resp.Header
 	h.Del("Content-Length")
 	resp.ContentLength = -1
@@ -23,7 +24,7 @@ func (s *Server) translateResponse(resp *http.Response, ex *exchange) error {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
 		e := translate.BackendError(resp.StatusCode, body)
-		out := e.JSON()
+		out := rt.errorJSON(e)
 		resp.StatusCode = e.Status
 		h.Set("Content-Type", "application/json")
 		h.Set("Content-Length", strconv.Itoa(len(out)))
@@ -31,17 +32,17 @@ func (s *Server) translateResponse(resp *http.Response, ex *exchange) error {
 		resp.Body = io.NopCloser(bytes.NewReader(out))
 		return nil
 	}
-	if !info.Stream {
+	if !rt.streamed() {
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close() // runs the tap's done
 		if err != nil {
 			return err
 		}
-		out, err := translate.Response(body, info, translate.ResponseOptions{})
+		out, err := rt.whole(body)
 		if err != nil {
 			var te *translate.Error
 			if errors.As(err, &te) {
-				out = te.JSON()
+				out = rt.errorJSON(te)
 				resp.StatusCode = te.Status
 			} else {
 				return err
@@ -55,16 +56,16 @@ func (s *Server) translateResponse(resp *http.Response, ex *exchange) error {
 	}
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
-	resp.Body = &sseBody{src: resp.Body, st: translate.NewStream(info, translate.ResponseOptions{})}
+	resp.Body = &sseBody{src: resp.Body, st: rt.lines()}
 	return nil
 }
 
-// sseBody reads Ollama NDJSON from src and yields OpenAI SSE events. Each
+// sseBody reads Ollama NDJSON from src and yields the client's SSE events. Each
 // Read returns the events of the lines that have arrived, so the proxy
 // flushes them before reading further.
 type sseBody struct {
 	src  io.ReadCloser
-	st   *translate.Stream
+	st   lineConverter
 	in   []byte // an incomplete line
 	out  []byte // converted, not yet read
 	buf  [32 << 10]byte
