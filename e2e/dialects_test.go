@@ -31,13 +31,19 @@ import (
 // answer carries X-Ctxproxy-* headers, and the session is recorded.
 func TestRealOllama_SDKClients(t *testing.T) {
 	o := need(t)
+	// Without Node.js the checks skip, unless CI is set: .ci/run
+	// installs it, so a missing one there is a failure.
+	missing := t.Skip
+	if os.Getenv(envCI) != "" {
+		missing = t.Fatal
+	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		t.Skip("npm is not installed: the SDK checks need Node.js and npm (e2e/sdk/README.md)")
+		missing("npm is not installed: the SDK checks need Node.js and npm (e2e/sdk/README.md)")
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Skip("node is not installed: the SDK checks need Node.js (e2e/sdk/README.md)")
+		missing("node is not installed: the SDK checks need Node.js (e2e/sdk/README.md)")
 	}
 	dir := filepath.Join(suite.repo, "e2e", "sdk")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
