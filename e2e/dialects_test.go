@@ -65,6 +65,10 @@ func TestRealOllama_SDKClients(t *testing.T) {
 	run.Stderr = &stderr
 	out, runErr := run.Output()
 	checks := 0
+	// The SDKs send their API key, so the session is scoped to it
+	// (session.scope_header: Authorization): X-Ctxproxy-Session names
+	// the id it is stored under.
+	stored := ""
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -94,6 +98,9 @@ func TestRealOllama_SDKClients(t *testing.T) {
 			if h["x-ctxproxy-session"] == "" || h["x-ctxproxy-tokens"] == "" || h["x-ctxproxy-num-ctx"] == "" {
 				t.Errorf("check %s, request %d: x-ctxproxy headers missing: %v", c.Check, i, h)
 			}
+			if strings.HasPrefix(c.Check, "messages") && stored == "" {
+				stored = h["x-ctxproxy-session"]
+			}
 		}
 	}
 	if checks < 6 {
@@ -102,7 +109,10 @@ func TestRealOllama_SDKClients(t *testing.T) {
 	if runErr != nil {
 		t.Errorf("node run-all.mjs: %v\n%s", runErr, stderr.String())
 	}
-	status, body := p.get(t, "/ctxproxy/sessions/"+url.PathEscape(session)+"/export")
+	if !strings.HasPrefix(stored, session+"~") {
+		t.Errorf("the session is stored as %q: want %q scoped to the SDKs' key", stored, session)
+	}
+	status, body := p.get(t, "/ctxproxy/sessions/"+url.PathEscape(stored)+"/export")
 	if status != http.StatusOK || !bytes.Contains(body, []byte(`"dialect":"messages"`)) {
 		t.Errorf("the SDKs' session is not recorded: %d %.400s", status, body)
 	}
