@@ -9,7 +9,6 @@ import (
 	"os"
 	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -319,9 +318,7 @@ func Load(opts LoadOptions) (Config, string, []string) {
 	}
 	c.normalize()
 	problems = append(problems, c.validate()...)
-	if len(problems) == 0 {
-		problems = append(problems, c.packageProblems()...)
-	}
+	problems = append(problems, c.packageProblems()...)
 	return c, path, problems
 }
 
@@ -360,12 +357,6 @@ func oneOf(problems *[]string, key, val string, allowed ...string) {
 	}
 }
 
-func fraction(problems *[]string, key string, val float64) {
-	if val <= 0 || val > 1 {
-		*problems = append(*problems, fmt.Sprintf("%s: %v must be in (0, 1]", key, val))
-	}
-}
-
 func positive(problems *[]string, key string, val int64) {
 	if val <= 0 {
 		*problems = append(*problems, fmt.Sprintf("%s: %d must be positive", key, val))
@@ -392,14 +383,7 @@ func (c Config) validate() []string {
 	if c.Session.Header == "" {
 		p = append(p, "session.header: must not be empty")
 	}
-	oneOf(&p, "tokens.encoding", c.Tokens.Encoding, "auto", "cl100k_base", "o200k_base", "approximate")
-	if c.Tokens.ApproxCharsPerToken <= 0 {
-		p = append(p, "tokens.approx_chars_per_token: must be positive")
-	}
-	if c.Tokens.ImageTokens < 0 {
-		p = append(p, "tokens.image_tokens: must not be negative")
-	}
-	positive(&p, "tokens.cache_entries", int64(c.Tokens.CacheEntries))
+	// tokens: and models: are validated by budget.Config (packageProblems).
 	if c.Snapshots.TTL < 0 || c.Snapshots.MaxSessions < 0 || c.Snapshots.MaxBytes < 0 {
 		p = append(p, "snapshots.ttl, snapshots.max_sessions and snapshots.max_bytes: must not be negative (0 keeps every session)")
 	}
@@ -414,29 +398,13 @@ func (c Config) validate() []string {
 		p = append(p, fmt.Sprintf("limits.body_memory (%s) is smaller than max_body (%s): a largest request could never be served",
 			c.Limits.BodyMemory, c.MaxBody))
 	}
-	positive(&p, "context.min_size", int64(c.Context.MinSize))
-	if c.Context.MaxSize < c.Context.MinSize {
-		p = append(p, fmt.Sprintf("context.max_size: %d is below context.min_size %d", c.Context.MaxSize, c.Context.MinSize))
-	}
-	if c.Context.TargetSize < 0 {
-		p = append(p, "context.target_size: must not be negative")
-	}
+	// context: is validated by gpu.Config and budget.Config
+	// (packageProblems), but for the buffer only ctxproxy reads.
 	if c.Context.VRAMBuffer < 0 {
 		p = append(p, "context.vram_buffer: must not be negative")
 	}
-	oneOf(&p, "context.kv_quantization", c.Context.KVQuantization, "f16", "q8_0", "q4_0")
-	positive(&p, "context.num_parallel", int64(c.Context.NumParallel))
-	if c.Context.ReserveOutput < 0 {
-		p = append(p, "context.reserve_output: must not be negative")
-	}
-	modes := []string{"none", "sliding_window", "token_budget", "smart", "selective", "importance", "summarize", "hybrid", "composite"}
-	oneOf(&p, "strategy.mode", c.Strategy.Mode, modes...)
-	fraction(&p, "strategy.threshold", c.Strategy.Threshold)
-	fraction(&p, "strategy.target", c.Strategy.Target)
-	if c.Strategy.Target > c.Strategy.Threshold {
-		p = append(p, fmt.Sprintf("strategy.target: %v is above strategy.threshold %v", c.Strategy.Target, c.Strategy.Threshold))
-	}
-	oneOf(&p, "strategy.on_overflow", c.Strategy.OnOverflow, "shrink", "reject", "forward")
+	// strategy.mode, threshold, target, on_overflow and composite are
+	// validated by rewrite.Config (packageProblems); the per-mode knobs here.
 	positive(&p, "strategy.sliding_window.window_size", int64(c.Strategy.SlidingWindow.WindowSize))
 	if c.Strategy.Smart.PreserveFirst < 0 || c.Strategy.Smart.PreserveLast < 1 {
 		p = append(p, "strategy.smart: preserve_first must be ≥ 0 and preserve_last ≥ 1")
@@ -448,39 +416,14 @@ func (c Config) validate() []string {
 		p = append(p, "strategy.importance.preserve_recent: must not be negative")
 	}
 	positive(&p, "strategy.tool_results.max_tokens", int64(c.Strategy.ToolResults.MaxTokens))
-	for _, m := range c.Strategy.Composite {
-		if m == "composite" || !slices.Contains(modes, m) {
-			p = append(p, fmt.Sprintf("strategy.composite: %q is not a strategy", m))
-		}
-	}
 	// summarize: is validated by rewrite.SummarizeConfig (packageProblems).
-	oneOf(&p, "gpu.probe", c.GPU.Probe, "auto", "nvidia", "amd", "apple", "cpu")
-	positive(&p, "gpu.poll_active", int64(c.GPU.PollActive))
-	positive(&p, "gpu.poll_idle", int64(c.GPU.PollIdle))
-	g := c.GPU.Guard
-	fraction(&p, "gpu.guard.compress_at", g.CompressAt)
-	fraction(&p, "gpu.guard.shrink_at", g.ShrinkAt)
-	fraction(&p, "gpu.guard.emergency_at", g.EmergencyAt)
-	if g.CompressAt > g.ShrinkAt || g.ShrinkAt > g.EmergencyAt {
-		p = append(p, "gpu.guard: compress_at ≤ shrink_at ≤ emergency_at must hold")
-	}
+	// gpu: is validated by gpu.Config (packageProblems).
 	oneOf(&p, "snapshots.store", c.Snapshots.Store, "file", "redis", StoreNone)
 	if c.Snapshots.Store == "file" && c.Snapshots.Dir == "" {
 		p = append(p, "snapshots.dir: must not be empty with the file store")
 	}
-	fraction(&p, "snapshots.auto_threshold", c.Snapshots.AutoThreshold)
-	positive(&p, "snapshots.max_count", int64(c.Snapshots.MaxCount))
-	names := make([]string, 0, len(c.Models))
-	for name := range c.Models {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		m := c.Models[name]
-		if m.MaxTokens < 0 || m.MaxOutputTokens < 0 || (m.MaxTokens > 0 && m.MaxOutputTokens >= m.MaxTokens) {
-			p = append(p, fmt.Sprintf("models.%s: max_output_tokens must be below max_tokens, both ≥ 0", name))
-		}
-	}
+	// snapshots.auto_threshold, max_count and redis are validated by
+	// snapshots.Config (packageProblems).
 	oneOf(&p, "log.level", strings.ToLower(c.Log.Level), "debug", "info", "warn", "error")
 	oneOf(&p, "log.format", c.Log.Format, "auto", "text", "json")
 	return p

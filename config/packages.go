@@ -1,7 +1,7 @@
 package config
 
 import (
-	"fmt"
+	"strings"
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
@@ -123,15 +123,11 @@ func (c Config) SnapshotsConfig() snapshots.Config {
 // check-config reports what they would refuse at start.
 func (c Config) packageProblems() []string {
 	var out []string
-	for name, err := range map[string]error{
-		"tokens":    c.BudgetConfig().Validate(),
-		"strategy":  c.StrategyConfig().Validate(),
-		"gpu":       c.GPUConfig().Validate(),
-		"snapshots": c.SnapshotsConfig().Validate(),
-		"summarize": c.Summarize.Validate(),
-	} {
+	for _, err := range []error{c.BudgetConfig().Validate(), c.StrategyConfig().Validate(), c.GPUConfig().Validate(),
+		c.SnapshotsConfig().Validate(), c.Summarize.Validate()} {
 		if err != nil {
-			out = append(out, fmt.Sprintf("%s: %v", name, err))
+			// Each package names its keys; errors.Join puts one a line.
+			out = append(out, strings.Split(err.Error(), "\n")...)
 		}
 	}
 	return out

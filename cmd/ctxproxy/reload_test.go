@@ -175,7 +175,7 @@ snapshots:
   max_count: -3
 `)
 	waitLog(t, logs, `"msg":"configuration rejected; the running configuration stays in force"`, 1)
-	for _, want := range []string{`unknown key \"strategy_typo\"`, `snapshots.max_count: -3 must be positive`} {
+	for _, want := range []string{`unknown key \"strategy_typo\"`, `snapshots.max_count: -3 is negative`} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("problem %s not logged:\n%s", want, logs)
 		}

@@ -257,8 +257,8 @@ models:
 	}
 	for _, want := range []string{
 		`unknown key "strategy.unknown_knob"`, `"lots" is not a size`, `listen: "nope" is not host:port`,
-		`strategy.mode: "magic"`, `strategy.target: 0.7 is above strategy.threshold 0.5`,
-		`context.kv_quantization: "q2"`, `gpu.guard: compress_at ≤ shrink_at`, `models.llama3.1`,
+		`strategy.mode: rewrite: unknown strategy mode: "magic"`, `strategy.target: 0.7 is not in (0, threshold]`,
+		`context.kv_quantization: "q2"`, `gpu.guard: need compress_at (0.9) ≤ shrink_at (0.8)`, `models.llama3.1`,
 	} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("missing problem %q in:\n%s", want, stderr.String())
