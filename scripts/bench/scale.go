@@ -1,0 +1,5 @@
+package main
+
+import "errors"
+
+func runScale(o options) error { return errors.New("not yet") }
