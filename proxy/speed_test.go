@@ -6,11 +6,16 @@ package proxy
 
 import (
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
@@ -194,4 +199,32 @@ func BenchmarkRebuildBody(b *testing.B) {
 			}
 		}
 	})
+}
+
+// loggedExchange is a counted, cut chat exchange as logExchange sees it.
+func loggedExchange() (*recorder, *exchange) {
+	m := newMetrics(prometheus.NewRegistry(), Deps{})
+	rec := &recorder{metrics: m, log: slog.New(slog.DiscardHandler)}
+	p := &plan{model: "llama3.1:8b", counter: budget.NewMessageCounter(budget.Approx{}, 0), limit: 8192, numCtx: 8192,
+		before: budget.Estimate{Tokens: 9000}, after: budget.Estimate{Tokens: 5000},
+		result: rewrite.Result{Dropped: 10, Notice: "Context trimmed."}}
+	return rec, &exchange{dialect: Ollama, route: "/api/chat", model: p.model, session: "s1", status: 200,
+		start: time.Now(), plan: p}
+}
+
+// With the log level above info, logging an exchange builds no
+// attributes: only the metrics are updated.
+func TestLogExchangeAllocsWhenNotLogged(t *testing.T) {
+	rec, ex := loggedExchange()
+	if n := testing.AllocsPerRun(100, func() { rec.logExchange(ex) }); n > 4 {
+		t.Errorf("%v allocations per exchange with logging off, want at most 4", n)
+	}
+}
+
+func BenchmarkLogExchange(b *testing.B) {
+	rec, ex := loggedExchange()
+	b.ReportAllocs()
+	for b.Loop() {
+		rec.logExchange(ex)
+	}
 }
