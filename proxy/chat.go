@@ -338,10 +338,7 @@ func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *ch
 			numCtx = p.numCtx
 		}
 		var err error
-		if body, err = rebuildBody(req.body, p.messages, p.changed || req.annotated, numCtx); err == nil && noTruncate && req.dialect == Ollama {
-			body, err = setMember(body, "truncate", []byte("false"))
-		}
-		if err != nil {
+		if body, err = rebuildBody(req.body, req.members, p.messages, p.changed || req.annotated, numCtx, noTruncate && req.dialect == Ollama); err != nil {
 			s.log.Error("re-encoding the request failed; forwarding it as sent", "err", err)
 			body = req.body
 		}

@@ -55,6 +55,9 @@ const (
 type chatRequest struct {
 	dialect Dialect
 	body    []byte
+	// members are body's top-level members (decodeChat), so that
+	// rebuildBody edits it without scanning it again.
+	members []member
 	model   string
 	// stream is the effective streaming flag (Ollama defaults to true).
 	stream bool
@@ -105,7 +108,7 @@ func decodeChat(d Dialect, body []byte) (*chatRequest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNotChat, err)
 	}
-	req := &chatRequest{dialect: d, body: body, stream: d == Ollama}
+	req := &chatRequest{dialect: d, body: body, members: ms, stream: d == Ollama}
 	var msgs []byte
 	for _, m := range ms {
 		v := body[m.valueStart:m.end]
@@ -417,29 +420,45 @@ func editedContent(m *rewrite.Message) ([]byte, error) {
 	return append(out, ']'), nil
 }
 
-// rebuildBody returns the request body with messages replaced by msgs and,
-// when numCtx > 0, options.num_ctx set to it. Every other byte of the body
-// is kept as the client sent it.
-func rebuildBody(body []byte, msgs []rewrite.Message, setMessages bool, numCtx int) ([]byte, error) {
-	out := body
+// rebuildBody returns body with its messages replaced by msgs (when
+// setMessages), options.num_ctx set (numCtx > 0) and "truncate": false
+// added (noTruncate), every other byte as sent, in one copy. ms are
+// body's top-level members as decodeChat found them; nil scans them.
+func rebuildBody(body []byte, ms []member, msgs []rewrite.Message, setMessages bool, numCtx int, noTruncate bool) ([]byte, error) {
+	if ms == nil {
+		var err error
+		if ms, err = members(body); err != nil {
+			return nil, err
+		}
+	}
+	var buf [3]edit
+	edits := buf[:0]
 	if setMessages {
 		arr, err := encodeMessages(msgs)
 		if err != nil {
 			return nil, err
 		}
-		out, err = setMember(out, "messages", arr)
-		if err != nil {
-			return nil, err
-		}
+		edits = append(edits, edit{"messages", arr})
 	}
 	if numCtx > 0 {
-		var err error
-		out, err = setOption(out, "num_ctx", appendInt(nil, numCtx))
-		if err != nil {
-			return nil, err
+		num := appendInt(nil, numCtx)
+		if m, ok := findMember(ms, "options"); ok && body[m.valueStart] == '{' {
+			opts, err := setMember(body[m.valueStart:m.end], "num_ctx", num)
+			if err != nil {
+				return nil, err
+			}
+			edits = append(edits, edit{"options", opts})
+		} else {
+			edits = append(edits, edit{"options", append(append([]byte(`{"num_ctx":`), num...), '}')})
 		}
 	}
-	return out, nil
+	if noTruncate {
+		edits = append(edits, edit{"truncate", []byte("false")})
+	}
+	if len(edits) == 0 {
+		return body, nil
+	}
+	return splice(body, ms, edits), nil
 }
 
 // setOption sets options.<key> in an Ollama request body, creating the

@@ -194,3 +194,63 @@ func depthExceeds(b []byte, limit int) bool {
 
 // appendInt is strconv.AppendInt for the common case.
 func appendInt(b []byte, n int) []byte { return strconv.AppendInt(b, int64(n), 10) }
+
+// edit sets one top-level member of an object: splice replaces the value
+// of the last member named key, or appends the member when there is none.
+type edit struct {
+	key   string
+	value []byte
+}
+
+// splice returns obj with every edit applied, in one copy and without
+// scanning obj again: ms are obj's members (members(obj)). Edits name
+// distinct keys; appended members keep the order of edits.
+func splice(obj []byte, ms []member, edits []edit) []byte {
+	var at [4]member // the member each edit replaces; start -1: appended
+	found := at[:0]
+	size := len(obj)
+	for _, e := range edits {
+		m, ok := findMember(ms, e.key)
+		if ok {
+			size += len(e.value) - (m.end - m.valueStart)
+		} else {
+			m = member{key: e.key, start: -1}
+			size += len(e.key) + len(e.value) + 4 // "key": and a comma
+		}
+		found = append(found, m)
+	}
+	out := make([]byte, 0, size)
+	from := 0
+	// Replacements in the order of their offsets.
+	for {
+		next := -1
+		for i, m := range found {
+			if m.start >= 0 && m.valueStart >= from && (next < 0 || m.valueStart < found[next].valueStart) {
+				next = i
+			}
+		}
+		if next < 0 {
+			break
+		}
+		m := found[next]
+		out = append(out, obj[from:m.valueStart]...)
+		out = append(out, edits[next].value...)
+		from = m.end
+	}
+	closing := bytes.LastIndexByte(obj, '}')
+	out = append(out, obj[from:closing]...)
+	n := len(ms)
+	for i, m := range found {
+		if m.start >= 0 {
+			continue
+		}
+		if n > 0 {
+			out = append(out, ',')
+		}
+		n++
+		out = jsonscan.AppendString(out, edits[i].key)
+		out = append(out, ':')
+		out = append(out, edits[i].value...)
+	}
+	return append(out, obj[closing:]...)
+}

@@ -170,41 +170,57 @@ func (s *recorder) threshold() float64 {
 func (s *recorder) logExchange(ex *exchange) {
 	status := ex.status
 	s.metrics.requests.WithLabelValues(ex.route, ex.dialect.String(), strconv.Itoa(status)).Inc()
-	s.metrics.duration.WithLabelValues(ex.route).Observe(time.Since(ex.start).Seconds())
+	took := time.Since(ex.start)
+	s.metrics.duration.WithLabelValues(ex.route).Observe(took.Seconds())
+	if p := ex.plan; p != nil {
+		if p.counter != nil {
+			s.metrics.exactCounts.WithLabelValues(p.countMethod()).Inc()
+			s.metrics.tokensBefore.Observe(float64(p.before.Tokens))
+			s.metrics.tokensAfter.Observe(float64(p.after.Tokens))
+		}
+		s.metrics.observeNumCtx(p.numCtx)
+		if p.result.Notice != "" {
+			s.metrics.dropped.Add(float64(p.result.Dropped - p.result.Summarized))
+			s.metrics.summarized.Add(float64(p.result.Summarized))
+		}
+	}
 	level := slog.LevelInfo
 	if status >= 500 {
 		level = slog.LevelWarn
 	}
+	ctx := context.Background()
+	if !s.log.Enabled(ctx, level) {
+		return // the attributes below cost a dozen allocations
+	}
 	attrs := []any{"route", ex.route, "dialect", ex.dialect.String(), "model", ex.model, "session", ex.session,
-		"stream", ex.stream, "status", status, "duration", time.Since(ex.start).Round(time.Millisecond)}
+		"stream", ex.stream, "status", status, "duration", took.Round(time.Millisecond)}
 	if p := ex.plan; p != nil {
 		if p.counter != nil {
 			attrs = append(attrs, "tokens_before", p.before.Tokens, "tokens", p.after.Tokens, "exact", p.before.Exact, "limit", p.limit,
 				"usage", fmt.Sprintf("%.1f%%", p.usage()*100))
-			method := "estimate"
-			switch {
-			case p.exact != nil:
-				method = "exact"
-			case p.before.Exact:
-				method = "backend"
-			}
-			s.metrics.exactCounts.WithLabelValues(method).Inc()
-			s.metrics.tokensBefore.Observe(float64(p.before.Tokens))
-			s.metrics.tokensAfter.Observe(float64(p.after.Tokens))
 		}
 		if p.numCtx > 0 {
 			attrs = append(attrs, "num_ctx", p.numCtx)
-			s.metrics.observeNumCtx(p.numCtx)
 		}
 		if p.result.Notice != "" {
 			attrs = append(attrs, "dropped", p.result.Dropped, "summarized", p.result.Summarized, "notice", p.result.Notice)
-			s.metrics.dropped.Add(float64(p.result.Dropped - p.result.Summarized))
-			s.metrics.summarized.Add(float64(p.result.Summarized))
 		}
 		if p.translate {
 			attrs = append(attrs, "translated", true)
 		}
 	}
 	attrs = append(attrs, ex.logAttrs...)
-	s.log.Log(context.Background(), level, "chat", attrs...)
+	s.log.Log(ctx, level, "chat", attrs...)
+}
+
+// countMethod is how the prompt was counted, the method label of
+// ctxproxy_prompt_counts_total.
+func (p *plan) countMethod() string {
+	switch {
+	case p.exact != nil:
+		return "exact"
+	case p.before.Exact:
+		return "backend"
+	}
+	return "estimate"
 }

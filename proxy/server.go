@@ -150,6 +150,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		Rewrite:        s.rewrite,
 		Transport:      transport,
 		FlushInterval:  -1, // flush every chunk: NDJSON streams are not auto-flushed
+		BufferPool:     copyBuffers,
 		ModifyResponse: s.modifyResponse,
 		ErrorHandler:   s.proxyError,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),

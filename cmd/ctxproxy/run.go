@@ -210,6 +210,7 @@ func newLogger(c config.Log, w io.Writer, level *slog.LevelVar) *slog.Logger {
 
 func serve(ctx context.Context, args []string, e env) error {
 	cf := newConfigFlags("serve", e)
+	pprofAddr := cf.fs.String("pprof", "", "serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off when empty")
 	c, path, problems, err := cf.load(args, e)
 	if err != nil {
 		return err
@@ -257,6 +258,11 @@ func serve(ctx context.Context, args []string, e env) error {
 	rl := newReloader(cf, args, e, c, watched, srv, level, log)
 	rl.trimmer = sys.newTrimmer
 	rl.start(bg)
+	if *pprofAddr != "" {
+		if err := servePprof(bg, *pprofAddr, log); err != nil {
+			return fmt.Errorf("pprof: %w", err)
+		}
+	}
 
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
