@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -77,6 +78,28 @@ func TestSmartModeKeepsFirstExchange(t *testing.T) {
 		}
 		if got[len(got)-1] != 41 {
 			t.Errorf("limit %d: newest turn missing from %v", limit, got)
+		}
+	}
+}
+
+// The selective notice: where selective dropped messages here and there
+// and the token budget after it dropped more, the notice counts what was
+// dropped rather than claiming a window ("Kept last 2 turns" of ten kept).
+func TestSelectiveNoticeCounts(t *testing.T) {
+	msgs := numbered(append([]Message{sys("s")}, alternating(30, 400)...)...)
+	tr := newTrimmer(t, Config{})
+	for _, limit := range []int{3000, 1500, 1000} {
+		res, err := tr.Trim(context.Background(), "selective", msgs, limit, counter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("Context trimmed. Dropped %d of 31 messages.", res.Dropped)
+		if res.Notice != want {
+			t.Errorf("limit %d: notice %q, want %q", limit, res.Notice, want)
+		}
+		real := len(realIDs(res.Messages))
+		if real+res.Dropped != len(msgs) {
+			t.Errorf("limit %d: %d kept + %d dropped ≠ %d", limit, real, res.Dropped, len(msgs))
 		}
 	}
 }
