@@ -110,10 +110,14 @@ type Context struct {
 
 // Strategy is how a conversation is cut when it outgrows the window.
 type Strategy struct {
-	Mode          string  `mapstructure:"mode"`
-	Threshold     float64 `mapstructure:"threshold"`
-	Target        float64 `mapstructure:"target"`
-	OnOverflow    string  `mapstructure:"on_overflow"`
+	Mode       string  `mapstructure:"mode"`
+	Threshold  float64 `mapstructure:"threshold"`
+	Target     float64 `mapstructure:"target"`
+	OnOverflow string  `mapstructure:"on_overflow"`
+	// Reserved is seed 001's reserved_tokens: a safety margin kept free
+	// of every model's window besides the reply reserve (effective limit
+	// = window − reply reserve − reserved).
+	Reserved      int `mapstructure:"reserved"`
 	SlidingWindow struct {
 		WindowSize     int  `mapstructure:"window_size"`
 		PreserveSystem bool `mapstructure:"preserve_system"`
@@ -437,6 +441,9 @@ func (c Config) validate() []string {
 		p = append(p, fmt.Sprintf("strategy.target: %v is above strategy.threshold %v", c.Strategy.Target, c.Strategy.Threshold))
 	}
 	oneOf(&p, "strategy.on_overflow", c.Strategy.OnOverflow, "shrink", "reject", "forward")
+	if c.Strategy.Reserved < 0 {
+		p = append(p, "strategy.reserved: must not be negative")
+	}
 	positive(&p, "strategy.sliding_window.window_size", int64(c.Strategy.SlidingWindow.WindowSize))
 	if c.Strategy.Smart.PreserveFirst < 0 || c.Strategy.Smart.PreserveLast < 1 {
 		p = append(p, "strategy.smart: preserve_first must be ≥ 0 and preserve_last ≥ 1")

@@ -58,6 +58,7 @@ func (c Config) BudgetConfig() budget.Config {
 		CacheEntries:        c.Tokens.CacheEntries,
 		Models:              models,
 		ReserveOutput:       c.Context.ReserveOutput,
+		Reserved:            c.Strategy.Reserved,
 	}
 }
 
