@@ -360,7 +360,28 @@ func (t *Trimmer) Strategy(mode string) (Strategy, error) {
 // When the strategy is or holds a Prefetcher (summarize, hybrid), Trim
 // also starts it, below the threshold too, as the conversation nears its
 // next trim step (see Prefetcher); the proxy needs to do nothing more.
+//
+// Under WithMaxMessages it first caps the conversation at that many
+// non-system messages (MaxMessages), whatever the usage, and goes on from
+// there.
 func (t *Trimmer) Trim(ctx context.Context, mode string, msgs []Message, limit int, c Counter) (Result, error) {
+	capped, err := capMessages(ctx, msgs, c)
+	if err != nil || capped.Dropped == 0 {
+		if err != nil {
+			return Result{}, err
+		}
+		return t.trim(ctx, mode, msgs, limit, c)
+	}
+	res, err := t.trim(ctx, mode, capped.Messages, limit, c)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Dropped += capped.Dropped
+	res.Notice = joinNotices(capped.Notice, res.Notice)
+	return res, nil
+}
+
+func (t *Trimmer) trim(ctx context.Context, mode string, msgs []Message, limit int, c Counter) (Result, error) {
 	s, err := t.Strategy(mode)
 	if err != nil {
 		return Result{}, err
