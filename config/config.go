@@ -137,6 +137,10 @@ type Strategy struct {
 	ToolResults struct {
 		MaxTokens int `mapstructure:"max_tokens"`
 	} `mapstructure:"tool_results"`
+	Mask struct {
+		KeepLast  int `mapstructure:"keep_last"`
+		MaxTokens int `mapstructure:"max_tokens"`
+	} `mapstructure:"mask"`
 	Composite []string `mapstructure:"composite"`
 }
 
@@ -231,6 +235,7 @@ func Default() Config {
 	c.Strategy.Importance.PreserveAbove = 0.8
 	c.Strategy.Importance.PreserveRecent = 5
 	c.Strategy.ToolResults.MaxTokens = 1000
+	c.Strategy.Mask.KeepLast = 3
 	c.Strategy.Composite = []string{"smart", "token_budget"}
 	c.Summarize = rewrite.SummarizeConfig{KeepRecent: 3, MinMessages: 6, MaxTokens: 256, Timeout: 60 * time.Second,
 		PrefetchAt: 0.70, Wait: 2 * time.Second}
@@ -433,7 +438,7 @@ func (c Config) validate() []string {
 	if c.Context.ReserveOutput < 0 {
 		p = append(p, "context.reserve_output: must not be negative")
 	}
-	modes := []string{"none", "sliding_window", "token_budget", "smart", "selective", "importance", "summarize", "hybrid", "composite"}
+	modes := []string{"none", "sliding_window", "token_budget", "smart", "selective", "importance", "mask", "summarize", "hybrid", "composite"}
 	oneOf(&p, "strategy.mode", c.Strategy.Mode, modes...)
 	fraction(&p, "strategy.threshold", c.Strategy.Threshold)
 	fraction(&p, "strategy.target", c.Strategy.Target)
@@ -455,6 +460,9 @@ func (c Config) validate() []string {
 		p = append(p, "strategy.importance.preserve_recent: must not be negative")
 	}
 	positive(&p, "strategy.tool_results.max_tokens", int64(c.Strategy.ToolResults.MaxTokens))
+	if c.Strategy.Mask.KeepLast < 0 || c.Strategy.Mask.MaxTokens < 0 {
+		p = append(p, "strategy.mask: keep_last and max_tokens must not be negative")
+	}
 	for _, m := range c.Strategy.Composite {
 		if m == "composite" || !slices.Contains(modes, m) {
 			p = append(p, fmt.Sprintf("strategy.composite: %q is not a strategy", m))
