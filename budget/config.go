@@ -73,7 +73,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("context.reserve_output: %d is negative", c.ReserveOutput))
 	}
 	if c.Reserved < 0 {
-		errs = append(errs, fmt.Errorf("reserved tokens: %d is negative", c.Reserved))
+		errs = append(errs, fmt.Errorf("strategy.reserved: %d is negative", c.Reserved))
 	}
 	names := make([]string, 0, len(c.Models))
 	for name := range c.Models {

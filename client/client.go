@@ -253,6 +253,11 @@ func (c *Client) Clear(ctx context.Context, id string, purge bool) ([]byte, erro
 	return c.call(ctx, http.MethodDelete, path, nil, nil)
 }
 
+// Messages is the session's stored conversation.
+func (c *Client) Messages(ctx context.Context, id string) (api.Messages, []byte, error) {
+	return get[api.Messages](ctx, c, http.MethodGet, sessionPath(id)+"/messages", nil)
+}
+
 func (c *Client) AddMessages(ctx context.Context, id string, msgs []api.NewMessage) (api.Appended, []byte, error) {
 	return get[api.Appended](ctx, c, http.MethodPost, sessionPath(id)+"/messages",
 		map[string]any{"messages": msgs})

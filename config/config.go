@@ -109,10 +109,14 @@ type Context struct {
 
 // Strategy is how a conversation is cut when it outgrows the window.
 type Strategy struct {
-	Mode          string  `mapstructure:"mode"`
-	Threshold     float64 `mapstructure:"threshold"`
-	Target        float64 `mapstructure:"target"`
-	OnOverflow    string  `mapstructure:"on_overflow"`
+	Mode       string  `mapstructure:"mode"`
+	Threshold  float64 `mapstructure:"threshold"`
+	Target     float64 `mapstructure:"target"`
+	OnOverflow string  `mapstructure:"on_overflow"`
+	// Reserved is seed 001's reserved_tokens: a safety margin kept free
+	// of every model's window besides the reply reserve (effective limit
+	// = window − reply reserve − reserved).
+	Reserved      int `mapstructure:"reserved"`
 	SlidingWindow struct {
 		WindowSize     int  `mapstructure:"window_size"`
 		PreserveSystem bool `mapstructure:"preserve_system"`
@@ -132,6 +136,10 @@ type Strategy struct {
 	ToolResults struct {
 		MaxTokens int `mapstructure:"max_tokens"`
 	} `mapstructure:"tool_results"`
+	Mask struct {
+		KeepLast  int `mapstructure:"keep_last"`
+		MaxTokens int `mapstructure:"max_tokens"`
+	} `mapstructure:"mask"`
 	Composite []string `mapstructure:"composite"`
 }
 
@@ -226,6 +234,7 @@ func Default() Config {
 	c.Strategy.Importance.PreserveAbove = 0.8
 	c.Strategy.Importance.PreserveRecent = 5
 	c.Strategy.ToolResults.MaxTokens = 1000
+	c.Strategy.Mask.KeepLast = 3
 	c.Strategy.Composite = []string{"smart", "token_budget"}
 	c.Summarize = rewrite.SummarizeConfig{KeepRecent: 3, MinMessages: 6, MaxTokens: 256, Timeout: 60 * time.Second,
 		PrefetchAt: 0.70, Wait: 2 * time.Second}
@@ -404,7 +413,8 @@ func (c Config) validate() []string {
 		p = append(p, "context.vram_buffer: must not be negative")
 	}
 	// strategy.mode, threshold, target, on_overflow and composite are
-	// validated by rewrite.Config (packageProblems); the per-mode knobs here.
+	// validated by rewrite.Config, strategy.reserved by budget.Config
+	// (packageProblems); the per-mode knobs here.
 	positive(&p, "strategy.sliding_window.window_size", int64(c.Strategy.SlidingWindow.WindowSize))
 	if c.Strategy.Smart.PreserveFirst < 0 || c.Strategy.Smart.PreserveLast < 1 {
 		p = append(p, "strategy.smart: preserve_first must be ≥ 0 and preserve_last ≥ 1")
@@ -416,6 +426,9 @@ func (c Config) validate() []string {
 		p = append(p, "strategy.importance.preserve_recent: must not be negative")
 	}
 	positive(&p, "strategy.tool_results.max_tokens", int64(c.Strategy.ToolResults.MaxTokens))
+	if c.Strategy.Mask.KeepLast < 0 || c.Strategy.Mask.MaxTokens < 0 {
+		p = append(p, "strategy.mask: keep_last and max_tokens must not be negative")
+	}
 	// summarize: is validated by rewrite.SummarizeConfig (packageProblems).
 	// gpu: is validated by gpu.Config (packageProblems).
 	oneOf(&p, "snapshots.store", c.Snapshots.Store, "file", "redis", StoreNone)

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -110,5 +112,32 @@ func TestSummarizeValidatedByItsPackage(t *testing.T) {
 	c.Summarize.MaxTokens = -5
 	if p := c.packageProblems(); len(p) != 1 || !strings.Contains(p[0], "summarize.max_tokens") {
 		t.Errorf("a negative max_tokens: %v", p)
+	}
+}
+
+// strategy.reserved is seed 001's reserved_tokens: it reaches every
+// model's effective limit (100000 − 4096 − 1000 = 94904), and changing it
+// needs a restart.
+func TestStrategyReserved(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	yaml := "strategy:\n  reserved: 1000\nmodels:\n  m: {max_tokens: 100000, max_output_tokens: 4096}\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, _, problems := Load(LoadOptions{Path: file})
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	reg := budget.NewRegistry(c.BudgetConfig(), nil)
+	if got := reg.Limits("m", 0).Effective(); got != 94904 {
+		t.Errorf("effective limit %d, want 94904", got)
+	}
+	applied, restart := Diff(Default(), c)
+	if !slices.Contains(restart, "strategy.reserved") || slices.Contains(applied, "strategy.reserved") {
+		t.Errorf("applied %v, restart %v: strategy.reserved needs a restart", applied, restart)
+	}
+	c.Strategy.Reserved = -1
+	if p := append(c.validate(), c.packageProblems()...); !slices.ContainsFunc(p, func(s string) bool { return strings.HasPrefix(s, "strategy.reserved") }) {
+		t.Errorf("a negative strategy.reserved is not a problem: %v", p)
 	}
 }

@@ -58,6 +58,7 @@ func (c Config) BudgetConfig() budget.Config {
 		CacheEntries:        c.Tokens.CacheEntries,
 		Models:              models,
 		ReserveOutput:       c.Context.ReserveOutput,
+		Reserved:            c.Strategy.Reserved,
 	}
 }
 
@@ -75,6 +76,7 @@ func (c Config) StrategyConfig() rewrite.Config {
 		Selective:   rewrite.SelectiveConfig{PreserveRoles: s.Selective.PreserveRoles, PreserveMarked: &preserveMarked},
 		Importance:  rewrite.ImportanceConfig{PreserveAbove: s.Importance.PreserveAbove, PreserveRecent: orNone(s.Importance.PreserveRecent)},
 		ToolResults: rewrite.ToolResultsConfig{MaxTokens: s.ToolResults.MaxTokens},
+		Mask:        rewrite.MaskConfig{KeepLast: orNone(s.Mask.KeepLast), MaxTokens: s.Mask.MaxTokens},
 		Composite:   s.Composite,
 	}
 }

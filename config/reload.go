@@ -12,6 +12,11 @@ import (
 // changes is reported as needing a restart and left as it is.
 var reloadable = []string{"strategy.", "models", "log.level"}
 
+// restartOnly are keys under a reloadable prefix that still need a
+// restart: strategy.reserved sizes every model's limits, which are built
+// once at start.
+var restartOnly = []string{"strategy.reserved"}
+
 // Diff returns the keys that differ between a and b: those a reload
 // applies, and those that need a restart. Only key names are returned,
 // never values (admin.token and the Redis password are secrets).
@@ -33,6 +38,11 @@ func Diff(a, b Config) (applied, restart []string) {
 }
 
 func Reloadable(key string) bool {
+	for _, r := range restartOnly {
+		if key == r {
+			return false
+		}
+	}
 	for _, r := range reloadable {
 		if key == r || (strings.HasSuffix(r, ".") && strings.HasPrefix(key, r)) {
 			return true

@@ -246,9 +246,10 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	if aerr != nil {
 		return nil, aerr
 	}
-	if p.exact != nil || s.tokens != nil {
+	if (p.exact != nil || s.tokens != nil) && !clientNoTruncate(req) {
 		// An overflow the backend reports despite the count is cut
-		// harder and retried before the client sees a byte.
+		// harder and retried before the client sees a byte (never for a
+		// client that asked for no cut).
 		ex.recut = func(shrink int) ([]byte, *apiError) {
 			return s.cut(ctx, r, ex, req, p, toOllama, shrink)
 		}
@@ -284,14 +285,32 @@ func (p *plan) allocate() {
 // it again with more.
 func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *chatRequest, p *plan, toOllama bool, shrink int) ([]byte, *apiError) {
 	p.messages, p.changed, p.result, p.after = p.uncut, p.uncutChanged, rewrite.Result{}, p.before
+	capN, aerr := maxMessages(r)
+	if aerr != nil {
+		return nil, aerr
+	}
+	// A client's own truncate: false: no message is dropped; the request
+	// goes uncut (num_ctx still sized), or gets an overflow error.
+	uncut := clientNoTruncate(req)
+	if uncut {
+		if capN > 0 {
+			ex.warn(maxMessagesHeader + " ignored: the request sets \"truncate\": false, so no message is dropped")
+		}
+		if aerr := checkUncut(ex, p); aerr != nil {
+			return nil, aerr
+		}
+	}
 	// Trim when the conversation outgrows the window.
-	if trimmer := s.trimmer.Load(); trimmer != nil && p.counter != nil && p.limit > 0 {
+	if trimmer := s.trimmer.Load(); trimmer != nil && p.counter != nil && p.limit > 0 && !uncut {
 		mode := r.Header.Get("X-Ctxproxy-Strategy")
 		if _, err := trimmer.Strategy(mode); err != nil {
 			return nil, &apiError{status: http.StatusBadRequest, message: "X-Ctxproxy-Strategy: " + err.Error()}
 		}
 		tctx := rewrite.WithRequestInfo(ctx, rewrite.RequestInfo{Session: ex.session, Model: req.model,
 			Auth: r.Header.Get("Authorization"), NumCtx: p.numCtx})
+		if capN > 0 {
+			tctx = rewrite.WithMaxMessages(tctx, capN)
+		}
 		if s.monitor != nil && s.monitor.Snapshot().Level >= gpu.LevelCompress {
 			// Seed 004 R6.2: under memory pressure, compress earlier.
 			tctx = rewrite.WithThreshold(tctx, max(trimmer.Threshold()-0.2, trimmer.Target()))

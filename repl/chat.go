@@ -188,7 +188,7 @@ func (r *Chat) command(ctx context.Context, text string) bool {
 			r.needSystem = r.System != ""
 		}
 	case "/stats":
-		err = r.commands().Run(ctx, "show", nil)
+		err = r.commands().SessionStats(ctx)
 	case "/save":
 		err = r.commands().Run(ctx, "snapshot", nil)
 	case "/export", "/import":

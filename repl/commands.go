@@ -70,11 +70,7 @@ func (a *Commands) Run(ctx context.Context, cmd string, args []string) error {
 	case "status":
 		return a.status(ctx)
 	case "show":
-		s, raw, err := a.Client.Session(ctx, a.Session)
-		if err != nil || a.JSON {
-			return a.printJSON(raw, err)
-		}
-		return view.SessionStats(a.Out, a.Printer, s)
+		return a.show(ctx)
 	case "stats":
 		return a.stats(ctx)
 	case "list":
@@ -250,6 +246,48 @@ func (a *Commands) stats(ctx context.Context) error {
 		return a.printJSON(jsonObject(map[string][]byte{"proxy": rawSt, "session": rawS, "ps": rawPS}))
 	}
 	return view.MemoryStats(a.Out, a.Printer, view.Facts{Model: a.Model, Status: &st, Session: &s}, running)
+}
+
+// SessionStats is the chat's /stats: the session and its running token
+// total (seed 000), without the messages.
+func (a *Commands) SessionStats(ctx context.Context) error {
+	s, raw, err := a.Client.Session(ctx, a.Session)
+	if err != nil || a.JSON {
+		return a.printJSON(raw, err)
+	}
+	return view.SessionStats(a.Out, a.Printer, s)
+}
+
+// show is "ctxproxy context show": the session's stats and its stored
+// messages. With --json it prints the session's object with the messages
+// added as "conversation".
+func (a *Commands) show(ctx context.Context) error {
+	s, raw, err := a.Client.Session(ctx, a.Session)
+	if err != nil {
+		return a.printJSON(raw, err)
+	}
+	ms, rawMs, err := a.Client.Messages(ctx, a.Session)
+	if err != nil {
+		return a.printJSON(rawMs, err)
+	}
+	if a.JSON {
+		var list struct {
+			Messages json.RawMessage `json:"messages"`
+		}
+		obj := strings.TrimSpace(string(raw))
+		if json.Unmarshal(rawMs, &list) != nil || len(list.Messages) == 0 || !strings.HasSuffix(obj, "}") {
+			return a.printJSON(raw, nil)
+		}
+		joined := strings.TrimSuffix(obj, "}") + `,"conversation":` + string(list.Messages) + "}"
+		return a.printJSON([]byte(joined), nil)
+	}
+	if err := view.SessionStats(a.Out, a.Printer, s); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintln(a.Out); err != nil {
+		return err
+	}
+	return view.Messages(a.Out, a.Printer, ms.Messages)
 }
 
 // jsonObject joins admin answers into one JSON object; a missing answer

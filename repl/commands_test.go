@@ -32,7 +32,7 @@ func contextFixture(t *testing.T, o proxytest.Options) *proxytest.Proxy {
 	if _, _, err := c.PutSession(context.Background(), "s1", map[string]any{"project": "ctxproxy", "priority": 2}, ""); err != nil {
 		t.Fatal(err)
 	}
-	converse(t, p, "team/a b", 3, 800)
+	converse(t, p, "team/a b", 5, 540)
 	return p
 }
 

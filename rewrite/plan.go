@@ -351,24 +351,34 @@ func (p *plan) notice() string {
 
 // trimNotice says what a trim kept, in seed 000's words: "Context trimmed.
 // Kept first 2 and last 10 turns." (a turn being a message, as there).
+// That sentence is true only of one gap — a kept head and a kept tail —
+// so where messages were dropped here and there (selective, importance,
+// or a token budget after them) it says how many were dropped instead.
+// System messages and messages marked _preserve, kept wherever they
+// stand, are not counted as turns and do not split a gap.
 func (p *plan) trimNotice() string {
-	if p.style == styleDropped {
-		return fmt.Sprintf("Context trimmed. Dropped %d of %d %s.", p.ndrop, len(p.msgs), plural(len(p.msgs), "message", "messages"))
-	}
-	first, last := 0, 0
-	seenGap := false
+	first, last, gaps := 0, 0, 0
+	seenGap, inGap := false, false
 	for i := range p.msgs {
 		m := &p.msgs[i]
 		switch {
 		case p.dropped[i]:
-			seenGap = true
+			if !inGap {
+				gaps++
+			}
+			seenGap, inGap = true, true
 			last = 0
-		case isSystem(m) || m.Synthetic:
+		case isSystem(m) || m.Synthetic || m.Preserve:
+			// Kept wherever they stand: they neither end a gap nor count.
 		case !seenGap:
 			first++
 		default:
+			inGap = false
 			last++
 		}
+	}
+	if p.style == styleDropped || gaps > 1 {
+		return fmt.Sprintf("Context trimmed. Dropped %d of %d %s.", p.ndrop, len(p.msgs), plural(len(p.msgs), "message", "messages"))
 	}
 	if first == 0 {
 		return fmt.Sprintf("Context trimmed. Kept last %d %s.", last, plural(last, "turn", "turns"))

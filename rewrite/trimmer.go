@@ -46,7 +46,7 @@ var defaultComposite = []string{"smart", "token_budget"}
 // zero field means the default DESIGN.md lists.
 type Config struct {
 	// Mode is none, sliding_window, token_budget, smart, selective,
-	// importance, summarize, hybrid or composite; "" means DefaultMode.
+	// importance, mask, summarize, hybrid or composite; "" means DefaultMode.
 	// summarize and hybrid need a Compactor's strategies (NewTrimmer).
 	Mode string `mapstructure:"mode"`
 	// Threshold is the share of the effective limit at which trimming
@@ -63,6 +63,7 @@ type Config struct {
 	Selective     SelectiveConfig     `mapstructure:"selective"`
 	Importance    ImportanceConfig    `mapstructure:"importance"`
 	ToolResults   ToolResultsConfig   `mapstructure:"tool_results"`
+	Mask          MaskConfig          `mapstructure:"mask"`
 	// Composite lists the modes the composite mode runs in order; nil
 	// means smart, then token_budget.
 	Composite []string `mapstructure:"composite"`
@@ -104,6 +105,14 @@ type ImportanceConfig struct {
 type ToolResultsConfig struct {
 	// MaxTokens: 0 means DefaultToolResultTokens, negative turns
 	// compaction off.
+	MaxTokens int `mapstructure:"max_tokens"`
+}
+
+// MaskConfig configures Mask.
+type MaskConfig struct {
+	// KeepLast: 0 means DefaultMaskKeepLast, negative none.
+	KeepLast int `mapstructure:"keep_last"`
+	// MaxTokens: 0 means no bound.
 	MaxTokens int `mapstructure:"max_tokens"`
 }
 
@@ -233,6 +242,8 @@ func baseStrategy(mode string, cfg Config, log *slog.Logger, extra map[string]St
 		return TokenBudget{KeepTurn: true, Log: log}, nil
 	case "tool_results":
 		return ToolResults{MaxTokens: cfg.ToolResults.MaxTokens}, nil
+	case "mask":
+		return Mask{KeepLast: cfg.Mask.KeepLast, MaxTokens: cfg.Mask.MaxTokens}, nil
 	case "summarize", "hybrid":
 		return nil, fmt.Errorf("%w: %q needs a summarizer (NewTrimmer with a Compactor's strategies)", ErrUnknownMode, mode)
 	}
@@ -294,7 +305,7 @@ type Trimmer struct {
 }
 
 // modes are the values of strategy.mode a Trimmer builds.
-var modes = []string{"none", "sliding_window", "token_budget", "smart", "selective", "importance", "composite"}
+var modes = []string{"none", "sliding_window", "token_budget", "smart", "selective", "importance", "mask", "composite"}
 
 // NewTrimmer validates cfg and builds a strategy for every mode. extra adds
 // strategies by their Name, usable as a mode and in strategy.composite (the
@@ -360,7 +371,28 @@ func (t *Trimmer) Strategy(mode string) (Strategy, error) {
 // When the strategy is or holds a Prefetcher (summarize, hybrid), Trim
 // also starts it, below the threshold too, as the conversation nears its
 // next trim step (see Prefetcher); the proxy needs to do nothing more.
+//
+// Under WithMaxMessages it first caps the conversation at that many
+// non-system messages (MaxMessages), whatever the usage, and goes on from
+// there.
 func (t *Trimmer) Trim(ctx context.Context, mode string, msgs []Message, limit int, c Counter) (Result, error) {
+	capped, err := capMessages(ctx, msgs, c)
+	if err != nil || capped.Dropped == 0 {
+		if err != nil {
+			return Result{}, err
+		}
+		return t.trim(ctx, mode, msgs, limit, c)
+	}
+	res, err := t.trim(ctx, mode, capped.Messages, limit, c)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Dropped += capped.Dropped
+	res.Notice = joinNotices(capped.Notice, res.Notice)
+	return res, nil
+}
+
+func (t *Trimmer) trim(ctx context.Context, mode string, msgs []Message, limit int, c Counter) (Result, error) {
 	s, err := t.Strategy(mode)
 	if err != nil {
 		return Result{}, err

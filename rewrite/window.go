@@ -81,6 +81,24 @@ func (s SlidingWindow) prune(p *plan, _ int) {
 // recent history as fits, and the cut stays put while the conversation
 // grows (see Budget), so the backend's prompt cache keeps hitting. New sets
 // Fill.
+//
+// The first exchange (the first PreserveFirst messages, seed 000: "the
+// first turn and the second turn SHALL always be preserved") and the
+// newest turn (the newest user message and the last unit) are kept before
+// anything else. When the conversation does not fit the target, Smart with
+// Fill gives up, in this order:
+//
+//  1. the messages between the first PreserveFirst and the last
+//     PreserveLast, oldest first, only as many as the target needs;
+//  2. then the last PreserveLast themselves, oldest first, up to the
+//     newest turn;
+//  3. nothing more: the leading system messages, the first exchange, the
+//     newest turn, later system messages and messages marked _preserve
+//     are never dropped. Smart pins the first exchange in the plan, so the
+//     TokenBudget that New runs after it does not drop it either. If what
+//     is left still exceeds the window, strategy.on_overflow decides
+//     (shrink cuts the middle out of the largest contents, tool results
+//     first; reject answers an overflow error; forward sends it as is).
 type Smart struct {
 	// PreserveFirst is how many leading messages to keep; 0 means
 	// DefaultPreserveFirst, a negative value none.
@@ -105,28 +123,28 @@ func (s Smart) prune(p *plan, target int) {
 	win := p.window(false)
 	first := orDefault(s.PreserveFirst, DefaultPreserveFirst)
 	last := orDefault(s.PreserveLast, DefaultPreserveLast)
-	if len(win) <= first+last {
-		return
-	}
-	keep := make([]bool, p.g.count())
-	for _, i := range win[:first] {
-		keep[p.g.unitOf[i]] = true
-	}
-	for _, i := range win[len(win)-last:] {
-		keep[p.g.unitOf[i]] = true
-	}
-	cands := p.candidates(func(u int) bool { return !keep[u] && !p.preserve[u] && !p.system[u] })
-	if len(cands) == 0 {
-		return
+	for _, i := range win[:min(first, len(win))] {
+		p.pinned[p.g.unitOf[i]] = true // the first exchange: see the order above
 	}
 	before, mark := p.ndrop, p.markAll
 	p.markAll = true // so that Fill counts the markers it will need
-	if s.Fill {
-		p.dropUntilFits(cands, target)
-	} else {
-		for _, u := range cands {
-			p.drop(u)
+	if len(win) > first+last {
+		keep := make([]bool, p.g.count())
+		for _, i := range win[len(win)-last:] {
+			keep[p.g.unitOf[i]] = true
 		}
+		cands := p.candidates(func(u int) bool { return !keep[u] && !p.preserve[u] && !p.system[u] })
+		if s.Fill {
+			p.dropUntilFits(cands, target)
+		} else {
+			for _, u := range cands {
+				p.drop(u)
+			}
+		}
+	}
+	if s.Fill && !p.fits(target) {
+		// Step 2: the newest messages, oldest first; the pinned ones stay.
+		p.dropUntilFits(p.candidates(func(u int) bool { return !p.preserve[u] && !p.system[u] }), target)
 	}
 	if p.ndrop == before {
 		p.markAll = mark

@@ -205,7 +205,9 @@ func (rl *reloader) reload(force bool) {
 	if err := lvl.UnmarshalText([]byte(next.Log.Level)); err == nil && rl.level != nil {
 		rl.level.Set(lvl)
 	}
+	reserved := rl.running.Strategy.Reserved // needs a restart
 	rl.running.Strategy, rl.running.Models, rl.running.Log.Level = next.Strategy, next.Models, next.Log.Level
+	rl.running.Strategy.Reserved = reserved
 	rl.data = data
 	rl.log.Info("configuration reloaded", "path", path, "changed", strings.Join(applied, ","),
 		"strategy", next.Strategy.Mode, "threshold", next.Strategy.Threshold, "target", next.Strategy.Target,
