@@ -34,11 +34,15 @@ const ollamaDefaultCtx = 4096
 
 // plan is what ctxproxy decided for one chat request.
 type plan struct {
-	model     string
-	messages  []rewrite.Message // what is forwarded
-	sent      []rewrite.Message // the conversation as the client meant it (history included when accumulating)
-	newTurn   []rewrite.Message // what the client sent this time (accumulate mode)
-	accum     bool
+	model    string
+	messages []rewrite.Message // what is forwarded
+	sent     []rewrite.Message // the conversation as the client meant it (history included when accumulating)
+	newTurn  []rewrite.Message // what the client sent this time (accumulate mode)
+	accum    bool
+	// restore is the pending restore this request applied (a client
+	// that resends its whole history, after /context restore); nil when
+	// none did.
+	restore   *restoreMark
 	changed   bool
 	numCtx    int
 	numReason string
@@ -133,7 +137,9 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	}
 
 	if s.cfg.Inband && !p.accum {
-		if msgs, changed := inbandHistory(p.messages); changed {
+		if msgs, mark := (restorer{store: s.store, log: s.log}).apply(ctx, ex.session, p.messages); mark != nil {
+			p.messages, p.sent, p.changed, p.restore = msgs, msgs, true, mark
+		} else if msgs, changed := inbandHistory(p.messages); changed {
 			p.messages, p.sent, p.changed = msgs, msgs, true
 		}
 	}

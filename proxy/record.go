@@ -120,7 +120,7 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 	if rep.promptTokens > 0 {
 		turn.PromptTokens, turn.CompletionTokens = rep.promptTokens, rep.outputTokens
 	}
-	model, accum := p.model, p.accum
+	model, accum, mark := p.model, p.accum, p.restore
 	err := s.writer.Update(ex.session, func(sess *snapshots.Session) error {
 		if model != "" {
 			sess.Model = model
@@ -134,6 +134,8 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 			}
 			sess.SetMessages(msgs, now)
 		}
+		// A restore lasts as long as each turn applies it.
+		keepMark(sess, mark)
 		// The store's copy of the totals carries on from itself, so a
 		// session served by another replica or before a restart keeps
 		// its counts.
@@ -144,6 +146,7 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 		s.log.Warn("session not recorded", "session", ex.session, "err", err)
 		return
 	}
+	s.prune(ex, p, replyMsg)
 	// Snapshot before the first cut of a conversation that has outgrown
 	// the window (seed 004 4.7, the pre-overflow event). The writer takes
 	// the automatic snapshot at snapshots.auto_threshold itself, from the
@@ -158,6 +161,33 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 			s.log.Warn("snapshot not queued", "session", ex.session, "err", err)
 		}
 	}
+}
+
+// prune prunes an accumulated session's stored history that outgrew its
+// window (pruneStored), after a snapshot of the whole (reason prune), so
+// the session stops growing past its window and nothing is lost.
+func (s *recorder) prune(ex *exchange, p *plan, reply *snapshots.Message) {
+	pr := pruneStored(s.trimmer.Load(), p, reply)
+	if pr == nil {
+		return
+	}
+	if err := s.writer.Snapshot(ex.session, snapshots.ReasonPrune); err != nil {
+		s.log.Warn("snapshot not queued; stored history not pruned", "session", ex.session, "err", err)
+		return
+	}
+	now := time.Now()
+	err := s.writer.Update(ex.session, func(sess *snapshots.Session) error {
+		if !pr.apply(sess, now) {
+			s.log.Debug("stored history changed before it was pruned; pruning on a later turn", "session", ex.session)
+		}
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("stored history not pruned", "session", ex.session, "err", err)
+		return
+	}
+	s.log.Info("stored history outgrew the window; pruned by importance after a snapshot",
+		"session", ex.session, "messages", len(pr.full), "kept", len(pr.kept), "tokens", pr.tokens, "limit", pr.limit)
 }
 
 func (s *recorder) threshold() float64 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -89,6 +90,11 @@ func (s *sessions) get(ctx context.Context, id string) (*snapshots.Session, api.
 		return nil, api.SessionDetail{}, err
 	}
 	md := sess.Metadata
+	if _, ok := md[restoreKey]; ok {
+		// ctxproxy's own mark of a pending restore is not the user's.
+		md = maps.Clone(md)
+		delete(md, restoreKey)
+	}
 	if md == nil {
 		md = map[string]any{}
 	}
@@ -151,12 +157,19 @@ func (s *sessions) restore(ctx context.Context, id, snap string) (n int, undo sn
 	if err != nil {
 		return 0, undo, notFound(err, "snapshot %q of session %q not found", snap, id)
 	}
-	sess, err := s.store.Get(ctx, id)
+	// Mark the restore, so that it holds for a client that resends its
+	// whole history (restorer).
+	n = 0
+	err = s.store.Update(ctx, id, func(sess *snapshots.Session) error {
+		markRestored(sess, snap)
+		n = len(sess.Messages)
+		return nil
+	})
 	if err != nil {
 		return 0, undo, err
 	}
 	s.cleared.take(id)
-	return len(sess.Messages), undo, nil
+	return n, undo, nil
 }
 
 // errChanged aborts a compress whose session changed under it.

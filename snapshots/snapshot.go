@@ -26,6 +26,9 @@ const (
 	ReasonImport = "import"
 	// ReasonClear: the state a /clear removed.
 	ReasonClear = "clear"
+	// ReasonPrune: an accumulated history that outgrew its window, just
+	// before its low-importance messages were pruned from the store.
+	ReasonPrune = "prune"
 )
 
 // Snapshot is a saved copy of a session's conversation at a point in time
