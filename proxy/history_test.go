@@ -23,8 +23,14 @@ import (
 // the answer's text and the response's headers.
 func historyTurn(t *testing.T, e *adminEnv, header map[string]string, msgs []map[string]string) (string, http.Header) {
 	t.Helper()
+	return historyTurnAt(t, e, "/api/chat", header, msgs)
+}
+
+// historyTurnAt is historyTurn on an Ollama or OpenAI chat route.
+func historyTurnAt(t *testing.T, e *adminEnv, path string, header map[string]string, msgs []map[string]string) (string, http.Header) {
+	t.Helper()
 	body, _ := json.Marshal(map[string]any{"model": tinyModel, "stream": false, "messages": msgs})
-	req, _ := http.NewRequest(http.MethodPost, e.ts.URL+"/api/chat", bytes.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, e.ts.URL+path, bytes.NewReader(body))
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
@@ -39,12 +45,18 @@ func historyTurn(t *testing.T, e *adminEnv, header map[string]string, msgs []map
 	}
 	var v struct {
 		Message struct{ Content string } `json:"message"`
+		Choices []struct {
+			Message struct{ Content string } `json:"message"`
+		} `json:"choices"`
 	}
 	if err := json.Unmarshal(data, &v); err != nil {
 		t.Fatalf("%v: %s", err, data)
 	}
 	if err := e.writer.Flush(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if len(v.Choices) > 0 {
+		return v.Choices[0].Message.Content, resp.Header
 	}
 	return v.Message.Content, resp.Header
 }
@@ -78,11 +90,18 @@ func lastForwarded(t *testing.T, e *adminEnv) []string {
 // (a diverged history) is forwarded as sent, and ends the restore.
 func TestInbandRestoreFullHistory(t *testing.T) {
 	e := newAdminEnv(t, "", func(c *Config, _ *Deps) { c.Inband = true })
-	hdr := map[string]string{"X-Session-ID": "full"}
+	for _, path := range []string{"/api/chat", "/v1/chat/completions"} {
+		t.Run(path, func(t *testing.T) { restoreFullHistory(t, e, path) })
+	}
+}
+
+func restoreFullHistory(t *testing.T, e *adminEnv, path string) {
+	id := "full" + strings.ReplaceAll(path, "/", "-")
+	hdr := map[string]string{"X-Session-ID": id}
 	var hist []map[string]string
 	say := func(text string) string {
 		hist = append(hist, map[string]string{"role": "user", "content": text})
-		answer, _ := historyTurn(t, e, hdr, hist)
+		answer, _ := historyTurnAt(t, e, path, hdr, hist)
 		hist = append(hist, map[string]string{"role": "assistant", "content": answer})
 		return answer
 	}
@@ -113,7 +132,7 @@ func TestInbandRestoreFullHistory(t *testing.T) {
 	if got := lastForwarded(t, e); !slices.Equal(got, want) {
 		t.Fatalf("second turn after the restore forwarded\n%q\nwant\n%q", got, want)
 	}
-	sess, err := e.srv.store.Get(context.Background(), "full")
+	sess, err := e.srv.store.Get(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,12 +149,12 @@ func TestInbandRestoreFullHistory(t *testing.T) {
 	edited := slices.Clone(hist)
 	edited[1] = map[string]string{"role": "user", "content": "q1, edited"}
 	edited = append(edited, map[string]string{"role": "user", "content": "q7"})
-	historyTurn(t, e, hdr, edited)
+	historyTurnAt(t, e, path, hdr, edited)
 	got := lastForwarded(t, e)
 	if !slices.Contains(got, "user:q1, edited") || !slices.Contains(got, "user:q3") || got[len(got)-1] != "user:q7" {
 		t.Errorf("a diverged history was not forwarded as sent: %q", got)
 	}
-	sess, err = e.srv.store.Get(context.Background(), "full")
+	sess, err = e.srv.store.Get(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +163,7 @@ func TestInbandRestoreFullHistory(t *testing.T) {
 	}
 	// The mark is gone: the original history no longer brings the
 	// restore back.
-	historyTurn(t, e, hdr, append(slices.Clone(hist), map[string]string{"role": "user", "content": "q8"}))
+	historyTurnAt(t, e, path, hdr, append(slices.Clone(hist), map[string]string{"role": "user", "content": "q8"}))
 	if got := lastForwarded(t, e); !slices.Contains(got, "user:q3") {
 		t.Errorf("the restore applied after it ended: %q", got)
 	}
