@@ -367,3 +367,44 @@ func TestPruneStoredKeepsToolUnits(t *testing.T) {
 		t.Errorf("pruned to %.2f of the window", sess.Stats.Usage)
 	}
 }
+
+// TestRestoreMark: the mark survives a JSON round trip (the stores keep
+// metadata as JSON), and keepMark binds it, keeps a newer one, or ends it.
+func TestRestoreMark(t *testing.T) {
+	sess := &snapshots.Session{Metadata: map[string]any{"agent": "x"},
+		Messages: []snapshots.Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}}}
+	markRestored(sess, "snap-1")
+	data, err := json.Marshal(sess.Metadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md map[string]any
+	if err := json.Unmarshal(data, &md); err != nil {
+		t.Fatal(err)
+	}
+	m := markOf(md)
+	if m == nil || m.Snapshot != "snap-1" || m.Messages != 2 || m.Restored != storedPrint(sess.Messages) || m.Prefix != "" {
+		t.Fatalf("mark after a round trip: %+v", m)
+	}
+	sess.Metadata = md
+
+	bound := *m
+	bound.Prefix = "p"
+	keepMark(sess, &bound)
+	if got := markOf(sess.Metadata); got == nil || *got != bound {
+		t.Errorf("not bound: %+v", got)
+	}
+	if md["agent"] != "x" || markOf(md).Prefix != "" {
+		t.Error("keepMark changed the metadata map it was given")
+	}
+	other := bound
+	other.Snapshot = "snap-0"
+	keepMark(sess, &other)
+	if got := markOf(sess.Metadata); got == nil || got.Snapshot != "snap-1" {
+		t.Errorf("a newer restore's mark was replaced: %+v", got)
+	}
+	keepMark(sess, nil)
+	if _, ok := sess.Metadata[restoreKey]; ok || sess.Metadata["agent"] != "x" {
+		t.Errorf("a turn that did not apply the restore left %v", sess.Metadata)
+	}
+}
