@@ -42,7 +42,10 @@ type plan struct {
 	// restore is the pending restore this request applied (a client
 	// that resends its whole history, after /context restore); nil when
 	// none did.
-	restore   *restoreMark
+	restore *restoreMark
+	// keepWhole keeps an accumulated history unpruned (the client's
+	// truncate: false, or strategy none for the request).
+	keepWhole bool
 	changed   bool
 	numCtx    int
 	numReason string
@@ -134,6 +137,9 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 				message: "this session's stored history could not be read, so ctxproxy will not send the turn without it"}
 		}
 		p.messages, p.sent, p.changed = msgs, msgs, len(msgs) != len(req.messages)
+		// A client that asked for no cut keeps its stored history whole
+		// too (pruneStored).
+		p.keepWhole = clientNoTruncate(req) || r.Header.Get("X-Ctxproxy-Strategy") == "none"
 	}
 
 	if s.cfg.Inband && !p.accum {

@@ -221,12 +221,13 @@ type pruning struct {
 // it: system messages, messages above strategy.importance.preserve_above,
 // pinned ones and the newest preserve_recent stay, the rest go lowest
 // importance first, tool calls with their results. nil when nothing is to
-// be pruned. Between strategy.threshold and the window the stored history
-// stays whole and the configured strategy cuts what is forwarded, as for
-// any client; past the window keeping it whole would only make every
-// later turn cut more and warn.
+// be pruned, and for a request that asked for no cut (truncate: false,
+// X-Ctxproxy-Strategy: none). Between strategy.threshold and the window
+// the stored history stays whole and the configured strategy cuts what is
+// forwarded, as for any client; past the window keeping it whole would
+// only make every later turn cut more and warn.
 func pruneStored(t *rewrite.Trimmer, p *plan, reply *snapshots.Message) *pruning {
-	if t == nil || p == nil || !p.accum || reply == nil || p.counter == nil || p.limit <= 0 || t.Mode() == "none" {
+	if t == nil || p == nil || !p.accum || p.keepWhole || reply == nil || p.counter == nil || p.limit <= 0 || t.Mode() == "none" {
 		return nil
 	}
 	r, err := fromStored([]snapshots.Message{*reply})

@@ -206,9 +206,40 @@ func TestLastRestore(t *testing.T) {
 func TestSeed003_PruneStoredHistory(t *testing.T) {
 	e := newAdminEnv(t, "")
 	const id = "seed003"
+	decisions, full := seed003Session(t, e, id)
+
+	hdr := map[string]string{"X-Session-ID": id, "X-Ctxproxy-Accumulate": "1"}
+	_, h := historyTurn(t, e, hdr, []map[string]string{{"role": "user", "content": "the newest question"}})
+	if u, _ := strconv.ParseFloat(h.Get("X-Ctxproxy-Usage"), 64); u <= 100 {
+		t.Fatalf("the session is at %.1f%%; the test wants it past its window", u)
+	}
+	checkPruned(t, e, id, decisions, full)
+}
+
+// TestPruneNotForUncutRequests: a turn that asked for no cut leaves its
+// stored history whole.
+func TestPruneNotForUncutRequests(t *testing.T) {
+	e := newAdminEnv(t, "")
+	_, full := seed003Session(t, e, "uncut")
+	hdr := map[string]string{"X-Session-ID": "uncut", "X-Ctxproxy-Accumulate": "1", "X-Ctxproxy-Strategy": "none"}
+	historyTurn(t, e, hdr, []map[string]string{{"role": "user", "content": "the newest question"}})
+	sess, err := e.srv.store.Get(context.Background(), "uncut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sess.Messages) != full {
+		t.Errorf("stored %d messages, want all %d", len(sess.Messages), full)
+	}
+}
+
+// seed003Session builds session id with `context add` messages of mixed
+// importance past the tiny model's window, as seed 003's scenario does. It
+// returns the important messages and how many messages the session has
+// after one more turn.
+func seed003Session(t *testing.T, e *adminEnv, id string) (decisions []string, full int) {
+	t.Helper()
 	e.json(http.MethodPut, sessionPath(id), map[string]any{"model": tinyModel}, 200)
 	msgs := []map[string]any{{"role": "system", "content": "Architecture context.", "importance": 1.0}}
-	var decisions []string
 	for i := range 44 {
 		role := []string{"user", "assistant"}[i%2]
 		imp := []float64{0.3, 0.5, 0.7}[i%3]
@@ -221,14 +252,13 @@ func TestSeed003_PruneStoredHistory(t *testing.T) {
 		msgs = append(msgs, map[string]any{"role": role, "content": content, "importance": imp})
 	}
 	e.json(http.MethodPost, sessionPath(id)+"/messages", map[string]any{"messages": msgs}, 200)
-	full := len(msgs) + 2
+	return decisions, len(msgs) + 2
+}
 
-	hdr := map[string]string{"X-Session-ID": id, "X-Ctxproxy-Accumulate": "1"}
-	_, h := historyTurn(t, e, hdr, []map[string]string{{"role": "user", "content": "the newest question"}})
-	if u, _ := strconv.ParseFloat(h.Get("X-Ctxproxy-Usage"), 64); u <= 100 {
-		t.Fatalf("the session is at %.1f%%; the test wants it past its window", u)
-	}
-
+// checkPruned checks session id after the turn that took it past its
+// window, and the turn after it.
+func checkPruned(t *testing.T, e *adminEnv, id string, decisions []string, full int) {
+	t.Helper()
 	ctx := context.Background()
 	sess, err := e.srv.store.Get(ctx, id)
 	if err != nil {
@@ -269,7 +299,8 @@ func TestSeed003_PruneStoredHistory(t *testing.T) {
 		t.Fatalf("no prune snapshot of the whole history (%d messages): %+v", full, list)
 	}
 
-	_, h = historyTurn(t, e, hdr, []map[string]string{{"role": "user", "content": "and another"}})
+	hdr := map[string]string{"X-Session-ID": id, "X-Ctxproxy-Accumulate": "1"}
+	_, h := historyTurn(t, e, hdr, []map[string]string{{"role": "user", "content": "and another"}})
 	if u, _ := strconv.ParseFloat(h.Get("X-Ctxproxy-Usage"), 64); u >= 80 {
 		t.Errorf("the next turn is at %.1f%%", u)
 	}
