@@ -34,18 +34,11 @@ const ollamaDefaultCtx = 4096
 
 // plan is what ctxproxy decided for one chat request.
 type plan struct {
-	model    string
-	messages []rewrite.Message // what is forwarded
-	sent     []rewrite.Message // the conversation as the client meant it (history included when accumulating)
-	newTurn  []rewrite.Message // what the client sent this time (accumulate mode)
-	accum    bool
-	// restore is the pending restore this request applied (a client
-	// that resends its whole history, after /context restore); nil when
-	// none did.
-	restore *restoreMark
-	// keepWhole keeps an accumulated history unpruned (the client's
-	// truncate: false, or strategy none for the request).
-	keepWhole bool
+	model     string
+	messages  []rewrite.Message // what is forwarded
+	sent      []rewrite.Message // the conversation as the client meant it (history included when accumulating)
+	newTurn   []rewrite.Message // what the client sent this time (accumulate mode)
+	accum     bool
 	changed   bool
 	numCtx    int
 	numReason string
@@ -77,6 +70,13 @@ type plan struct {
 	// when ctxproxy knows it (num_ctx, or Ollama's default): a reported
 	// count at it may be censored.
 	window int
+	// restore is the pending restore this request applied (a client
+	// that resends its whole history, after /context restore); nil when
+	// none did.
+	restore *restoreMark
+	// keepWhole keeps an accumulated history unpruned (the client's
+	// truncate: false, or strategy none for the request).
+	keepWhole bool
 }
 
 // prepare runs the request path of DESIGN.md: accumulate, size num_ctx,
