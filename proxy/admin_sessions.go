@@ -220,7 +220,7 @@ func (s *adminAPI) listSnapshots(w http.ResponseWriter, r *http.Request) {
 
 // reasons are the snapshot reasons a client may give.
 var reasons = []string{snapshots.ReasonManual, snapshots.ReasonAuto, snapshots.ReasonOverflow,
-	snapshots.ReasonEmergency, snapshots.ReasonRestore, snapshots.ReasonImport, snapshots.ReasonClear}
+	snapshots.ReasonEmergency, snapshots.ReasonRestore, snapshots.ReasonImport, snapshots.ReasonClear, snapshots.ReasonPrune}
 
 func (s *adminAPI) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	var body struct {
