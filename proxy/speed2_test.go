@@ -1,0 +1,79 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+
+	"net/http/httptest"
+)
+
+// BenchmarkChatWarm100K is a warm 100-message, 100 KB conversation resent
+// through the whole pipeline (session, sizing, counting, recording), the
+// harness's "big chat warm" in process.
+func BenchmarkChatWarm100K(b *testing.B) {
+	sys := newSystem(b, trivialOllama(b), setup{})
+	sys.srv.log = slog.New(slog.DiscardHandler)
+	body := chatBody100K()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	post := func() {
+		resp, err := client.Post(sys.url+"/api/chat", "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	post()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		post()
+	}
+}
+
+// trivialOllama answers every chat with a fixed small reply without
+// reading more than the body, so that profiles show ctxproxy's work.
+func trivialOllama(b testing.TB) string {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"model":"llama3.1:8b","message":{"role":"assistant","content":"ok"},"done":true,"prompt_eval_count":10,"eval_count":1}`)
+	}))
+	b.Cleanup(be.Close)
+	return be.URL
+}
+
+// Decoding a chat shares the message contents with the body instead of
+// copying them: a 100 KB body cost 139 KB and 631 allocations to decode
+// when every content was copied into a string.
+func TestDecodeChatAllocs(t *testing.T) {
+	body := chatBody100K()
+	decode := func() {
+		if _, err := decodeChat(Ollama, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := bytesPerRequest(20, decode); n > uint64(len(body))/2 {
+		t.Errorf("%d bytes allocated to decode a %d-byte chat, want well under the body (are contents copied?)", n, len(body))
+	}
+	if n := testing.AllocsPerRun(20, decode); n > 500 {
+		t.Errorf("%v allocations to decode a 101-message chat, want at most 500", n)
+	}
+}
+
+// decodeString shares the bytes of an unescaped string and decodes an
+// escaped one.
+func TestDecodeStringShares(t *testing.T) {
+	for in, want := range map[string]string{`""`: "", `"a"`: "a", `"a\"b"`: `a"b`, `"\u00e9t\u00e9"`: "été", `"héllo"`: "héllo"} {
+		if got, err := decodeString([]byte(in)); err != nil || got != want {
+			t.Errorf("decodeString(%s) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	v := []byte(`"some content"`)
+	if n := testing.AllocsPerRun(100, func() { _, _ = decodeString(v) }); n > 0 {
+		t.Errorf("%v allocations to decode an unescaped string, want none", n)
+	}
+}
