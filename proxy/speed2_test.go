@@ -3,6 +3,8 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/rewrite"
 	"io"
 	"log/slog"
 	"net"
@@ -137,5 +139,54 @@ func BenchmarkPooledConnReadFrom(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		io.Copy(c, &io.LimitedReader{R: bytes.NewReader(body), N: int64(len(body))})
+	}
+}
+
+func plannedExchange() (*exchange, *plan) {
+	p := &plan{model: "llama3.1:8b", counter: budget.NewMessageCounter(budget.Approx{}, 0), limit: 8192, numCtx: 8192,
+		before: budget.Estimate{Tokens: 9000}, after: budget.Estimate{Tokens: 5000},
+		result: rewrite.Result{Dropped: 10, Notice: "Context trimmed."}}
+	return &exchange{headers: http.Header{}}, p
+}
+
+// The plan's headers are set under canonical keys, each with one value,
+// from one allocation of values (and the numbers' strings).
+func TestSetPlanHeaders(t *testing.T) {
+	ex, p := plannedExchange()
+	setPlanHeaders(ex, p)
+	for k, v := range ex.headers {
+		if k != http.CanonicalHeaderKey(k) {
+			t.Errorf("header %q is not canonical", k)
+		}
+		if len(v) != 1 && k != "X-Ctxproxy-Warning" {
+			t.Errorf("%s: %q, want one value", k, v)
+		}
+	}
+	if got := ex.headers.Get("X-Ctxproxy-Tokens-Before"); got != "9000" {
+		t.Errorf("X-Ctxproxy-Tokens-Before %q", got)
+	}
+	if got := ex.headers.Get("X-Ctxproxy-Num-Ctx"); got != "8192" {
+		t.Errorf("X-Ctxproxy-Num-Ctx %q", got)
+	}
+	// A header added later does not overwrite its neighbour's value.
+	ex.headers.Add("X-Ctxproxy-Tokens", "1")
+	if got := ex.headers.Get("X-Ctxproxy-Tokens-Before"); got != "9000" {
+		t.Errorf("after an Add: X-Ctxproxy-Tokens-Before %q", got)
+	}
+	n := testing.AllocsPerRun(100, func() {
+		ex, p := plannedExchange()
+		setPlanHeaders(ex, p)
+	}) - testing.AllocsPerRun(100, func() { _, _ = plannedExchange() })
+	// One header at a time: 21 allocations.
+	if n > 14 {
+		t.Errorf("%v allocations to set the plan's headers, want at most 14", n)
+	}
+}
+
+func BenchmarkSetPlanHeaders(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		ex, p := plannedExchange()
+		setPlanHeaders(ex, p)
 	}
 }
