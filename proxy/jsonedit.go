@@ -40,13 +40,50 @@ func members(obj []byte) ([]member, error) {
 	for end > i && isSpace(obj[end-1]) {
 		end--
 	}
-	var out []member
+	// A chat message has two to four members: one allocation for them.
+	out := make([]member, 0, 4)
 	err := jsonscan.Members(obj[i:end], func(key, val []byte) error {
 		vs := offset(obj, val)
-		out = append(out, member{key: jsonscan.KeyName(key), start: offset(obj, key), valueStart: vs, end: vs + len(val)})
+		out = append(out, member{key: keyName(key), start: offset(obj, key), valueStart: vs, end: vs + len(val)})
 		return nil
 	})
 	return out, err
+}
+
+// keyName is the name of a member's key token. The keys of chat requests
+// and messages are constants, so that decoding a message allocates no
+// string for its keys; others are decoded.
+func keyName(key []byte) string {
+	if len(key) < 2 {
+		return jsonscan.KeyName(key)
+	}
+	switch string(key[1 : len(key)-1]) {
+	case "role":
+		return "role"
+	case "content":
+		return "content"
+	case "name":
+		return "name"
+	case "tool_calls":
+		return "tool_calls"
+	case "tool_call_id":
+		return "tool_call_id"
+	case "images":
+		return "images"
+	case "thinking":
+		return "thinking"
+	case "model":
+		return "model"
+	case "messages":
+		return "messages"
+	case "stream":
+		return "stream"
+	case "options":
+		return "options"
+	case "tools":
+		return "tools"
+	}
+	return jsonscan.KeyName(key)
 }
 
 // findMember returns the last member named key (encoding/json also takes

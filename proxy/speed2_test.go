@@ -3,12 +3,14 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 
 	"net/http/httptest"
@@ -188,5 +190,72 @@ func BenchmarkSetPlanHeaders(b *testing.B) {
 	for b.Loop() {
 		ex, p := plannedExchange()
 		setPlanHeaders(ex, p)
+	}
+}
+
+// chatBodyN is an Ollama chat of n messages of about 300 bytes each, the
+// harness's scale workload.
+func chatBodyN(n int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"model":"llama3.1:8b","stream":false,"messages":[`)
+	for i := range n {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"role":%q,"content":%q}`, role, strings.Repeat(fmt.Sprintf("turn %d ", i), 300/len(fmt.Sprintf("turn %d ", i))))
+	}
+	b.WriteString(`]}`)
+	return []byte(b.String())
+}
+
+// BenchmarkChatWarm1000 resends a 1,000-message conversation: per turn,
+// only the new work should be paid.
+func BenchmarkChatWarm1000(b *testing.B) {
+	sys := newSystem(b, trivialOllama(b), setup{})
+	sys.srv.log = slog.New(slog.DiscardHandler)
+	body := chatBodyN(1000)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	post := func() {
+		resp, err := client.Post(sys.url+"/api/chat", "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	post()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		post()
+	}
+}
+
+// A message's members cost one allocation: keys of chat messages are
+// constants, and the members' slice is sized for a message.
+func TestMembersAllocs(t *testing.T) {
+	msg := []byte(`{"role":"assistant","content":"hello","tool_calls":null,"name":"x"}`)
+	if n := testing.AllocsPerRun(100, func() { _, _ = members(msg) }); n > 1 {
+		t.Errorf("%v allocations to list a message's members, want 1", n)
+	}
+	ms := mustMembers(t, []byte(`{"role":1,"r\u006fle":2,"other":3,"x\"y":4,"content" : 5}`))
+	var keys []string
+	for _, m := range ms {
+		keys = append(keys, m.key)
+	}
+	if got := strings.Join(keys, ","); got != `role,role,other,x"y,content` {
+		t.Errorf("keys %s", got)
+	}
+}
+
+func BenchmarkMembers(b *testing.B) {
+	msg := []byte(`{"role":"assistant","content":"hello there","images":[]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = members(msg)
 	}
 }
