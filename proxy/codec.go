@@ -236,7 +236,8 @@ func decodeString(v []byte) (string, error) {
 // decodeMessage reads the fields ctxproxy needs from one message object.
 // The caller has validated the body, so values are scanned, not checked.
 func decodeMessage(raw json.RawMessage) (rewrite.Message, bool, error) {
-	ms, err := members(raw)
+	var buf [8]member // the members are not kept: no allocation for them
+	ms, err := appendMembers(buf[:0], raw)
 	if err != nil {
 		return rewrite.Message{}, false, err
 	}

@@ -32,6 +32,13 @@ func offset(whole, part []byte) int { return cap(whole) - cap(part) }
 // members lists the top-level members of the JSON object in obj, which
 // must be valid JSON (callers have validated it with jsonscan.Valid).
 func members(obj []byte) ([]member, error) {
+	// A chat message has two to four members: one allocation for them.
+	return appendMembers(make([]member, 0, 4), obj)
+}
+
+// appendMembers appends the members of obj to dst, for a caller that
+// lists them into a buffer of its own (decodeMessage, on its stack).
+func appendMembers(dst []member, obj []byte) ([]member, error) {
 	i := jsonscan.SkipSpace(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
 		return nil, errNotObject
@@ -40,8 +47,7 @@ func members(obj []byte) ([]member, error) {
 	for end > i && isSpace(obj[end-1]) {
 		end--
 	}
-	// A chat message has two to four members: one allocation for them.
-	out := make([]member, 0, 4)
+	out := dst
 	err := jsonscan.Members(obj[i:end], func(key, val []byte) error {
 		vs := offset(obj, val)
 		out = append(out, member{key: keyName(key), start: offset(obj, key), valueStart: vs, end: vs + len(val)})

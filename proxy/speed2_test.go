@@ -65,8 +65,10 @@ func TestDecodeChatAllocs(t *testing.T) {
 	if n := bytesPerRequest(20, decode); n > uint64(len(body))/2 {
 		t.Errorf("%d bytes allocated to decode a %d-byte chat, want well under the body (are contents copied?)", n, len(body))
 	}
-	if n := testing.AllocsPerRun(20, decode); n > 500 {
-		t.Errorf("%v allocations to decode a 101-message chat, want at most 500", n)
+	// Not one per message: a message's members are listed on the stack
+	// (429 allocations with a slice per message and its keys copied).
+	if n := testing.AllocsPerRun(20, decode); n > 40 {
+		t.Errorf("%v allocations to decode a 101-message chat, want at most 40", n)
 	}
 }
 
