@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unsafe"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/proxy/translate"
@@ -215,11 +216,17 @@ type wirePart struct {
 	Text string `json:"text"`
 }
 
-// decodeString decodes a JSON string value, without the decoder when it
-// holds no escapes (the common case for long chat content).
+// decodeString decodes a JSON string value. One without escapes (the
+// common case for long chat content) is not copied: the string shares v's
+// bytes, so v must never change afterwards. Request bodies are never
+// edited in place (rebuildBody copies), and a message's Raw already keeps
+// its body alive wherever the message goes, so sharing adds no retention.
 func decodeString(v []byte) (string, error) {
-	if len(v) >= 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {
-		return string(v[1 : len(v)-1]), nil
+	if len(v) > 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {
+		return unsafe.String(&v[1], len(v)-2), nil
+	}
+	if len(v) == 2 && v[0] == '"' {
+		return "", nil
 	}
 	var s string
 	err := json.Unmarshal(v, &s)
@@ -229,7 +236,8 @@ func decodeString(v []byte) (string, error) {
 // decodeMessage reads the fields ctxproxy needs from one message object.
 // The caller has validated the body, so values are scanned, not checked.
 func decodeMessage(raw json.RawMessage) (rewrite.Message, bool, error) {
-	ms, err := members(raw)
+	var buf [8]member // the members are not kept: no allocation for them
+	ms, err := appendMembers(buf[:0], raw)
 	if err != nil {
 		return rewrite.Message{}, false, err
 	}

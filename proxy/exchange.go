@@ -39,6 +39,20 @@ type exchange struct {
 	recut func(shrink int) ([]byte, *apiError)
 }
 
+// headerValues sets headers whose values are one-element slices of one
+// backing array: the plan's ten headers cost one allocation instead of
+// one each. Keys must be canonical (they are constants here).
+type headerValues struct {
+	h    http.Header
+	vals []string
+}
+
+func (hv *headerValues) set(key, v string) {
+	hv.vals = append(hv.vals, v)
+	n := len(hv.vals)
+	hv.h[key] = hv.vals[n-1 : n : n]
+}
+
 // warn adds a warning for the client (X-Ctxproxy-Warning) and the log.
 func (ex *exchange) warn(msg string) {
 	if !slices.Contains(ex.headers.Values("X-Ctxproxy-Warning"), msg) {
@@ -96,16 +110,16 @@ func readBody(r *http.Request, maxBody int64) ([]byte, *apiError) {
 
 // setPlanHeaders sets the X-Ctxproxy-* response headers of DESIGN.md.
 func setPlanHeaders(ex *exchange, p *plan) {
-	h := ex.headers
+	h := headerValues{h: ex.headers, vals: make([]string, 0, 10)}
 	if p.counter != nil {
-		h.Set("X-Ctxproxy-Tokens", strconv.Itoa(p.after.Tokens))
-		h.Set("X-Ctxproxy-Tokens-Before", strconv.Itoa(p.before.Tokens))
-		h.Set("X-Ctxproxy-Limit", strconv.Itoa(p.limit))
+		h.set("X-Ctxproxy-Tokens", strconv.Itoa(p.after.Tokens))
+		h.set("X-Ctxproxy-Tokens-Before", strconv.Itoa(p.before.Tokens))
+		h.set("X-Ctxproxy-Limit", strconv.Itoa(p.limit))
 		// Two numbers, each named: the conversation as the client sent
 		// it, and what was forwarded after cutting.
 		usage, fwd := p.usage(), p.forwardedUsage()
-		h.Set("X-Ctxproxy-Usage", strconv.FormatFloat(usage*100, 'f', 1, 64))
-		h.Set("X-Ctxproxy-Usage-Forwarded", strconv.FormatFloat(fwd*100, 'f', 1, 64))
+		h.set("X-Ctxproxy-Usage", strconv.FormatFloat(usage*100, 'f', 1, 64))
+		h.set("X-Ctxproxy-Usage-Forwarded", strconv.FormatFloat(fwd*100, 'f', 1, 64))
 		switch cut := p.result.Notice != ""; {
 		case cut && fwd >= 0.8:
 			ex.warn(fmt.Sprintf("Context at %.0f%% capacity after cutting (the conversation as sent is at %.0f%%).", fwd*100, usage*100))
@@ -119,16 +133,16 @@ func setPlanHeaders(ex *exchange, p *plan) {
 		}
 	}
 	// Result.Dropped counts every message not forwarded, folded ones too.
-	h.Set("X-Ctxproxy-Dropped", strconv.Itoa(p.result.Dropped-p.result.Summarized))
-	h.Set("X-Ctxproxy-Summarized", strconv.Itoa(p.result.Summarized))
+	h.set("X-Ctxproxy-Dropped", strconv.Itoa(p.result.Dropped-p.result.Summarized))
+	h.set("X-Ctxproxy-Summarized", strconv.Itoa(p.result.Summarized))
 	if p.numCtx > 0 {
-		h.Set("X-Ctxproxy-Num-Ctx", strconv.Itoa(p.numCtx))
+		h.set("X-Ctxproxy-Num-Ctx", strconv.Itoa(p.numCtx))
 	}
 	if p.result.Notice != "" {
-		h.Set("X-Ctxproxy-Notice", p.result.Notice)
+		h.set("X-Ctxproxy-Notice", p.result.Notice)
 	}
 	if b := p.alloc; b.Total > 0 {
-		h.Set("X-Ctxproxy-Budget", fmt.Sprintf("total=%d system=%d tools=%d reserve=%d conversation=%d available=%d",
+		h.set("X-Ctxproxy-Budget", fmt.Sprintf("total=%d system=%d tools=%d reserve=%d conversation=%d available=%d",
 			b.Total, b.SystemPrompt, b.Tools, b.ResponseReserve, b.Conversation, b.Available()))
 	}
 }

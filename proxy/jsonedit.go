@@ -32,6 +32,13 @@ func offset(whole, part []byte) int { return cap(whole) - cap(part) }
 // members lists the top-level members of the JSON object in obj, which
 // must be valid JSON (callers have validated it with jsonscan.Valid).
 func members(obj []byte) ([]member, error) {
+	// A chat message has two to four members: one allocation for them.
+	return appendMembers(make([]member, 0, 4), obj)
+}
+
+// appendMembers appends the members of obj to dst, for a caller that
+// lists them into a buffer of its own (decodeMessage, on its stack).
+func appendMembers(dst []member, obj []byte) ([]member, error) {
 	i := jsonscan.SkipSpace(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
 		return nil, errNotObject
@@ -40,13 +47,49 @@ func members(obj []byte) ([]member, error) {
 	for end > i && isSpace(obj[end-1]) {
 		end--
 	}
-	var out []member
+	out := dst
 	err := jsonscan.Members(obj[i:end], func(key, val []byte) error {
 		vs := offset(obj, val)
-		out = append(out, member{key: jsonscan.KeyName(key), start: offset(obj, key), valueStart: vs, end: vs + len(val)})
+		out = append(out, member{key: keyName(key), start: offset(obj, key), valueStart: vs, end: vs + len(val)})
 		return nil
 	})
 	return out, err
+}
+
+// keyName is the name of a member's key token. The keys of chat requests
+// and messages are constants, so that decoding a message allocates no
+// string for its keys; others are decoded.
+func keyName(key []byte) string {
+	if len(key) < 2 {
+		return jsonscan.KeyName(key)
+	}
+	switch string(key[1 : len(key)-1]) {
+	case "role":
+		return "role"
+	case "content":
+		return "content"
+	case "name":
+		return "name"
+	case "tool_calls":
+		return "tool_calls"
+	case "tool_call_id":
+		return "tool_call_id"
+	case "images":
+		return "images"
+	case "thinking":
+		return "thinking"
+	case "model":
+		return "model"
+	case "messages":
+		return "messages"
+	case "stream":
+		return "stream"
+	case "options":
+		return "options"
+	case "tools":
+		return "tools"
+	}
+	return jsonscan.KeyName(key)
 }
 
 // findMember returns the last member named key (encoding/json also takes

@@ -20,6 +20,8 @@ type Chat struct {
 
 // ParseChat reads a chat request body of either dialect; both carry
 // "messages", and the fields ctxproxy reads have one meaning in each.
+// The messages' text shares body's bytes: body must not change while the
+// result is in use.
 func ParseChat(body []byte) (Chat, error) {
 	req, err := decodeChat(Ollama, body)
 	if err != nil {

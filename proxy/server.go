@@ -22,7 +22,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -308,8 +307,9 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, ex *exchange, b
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.ContentLength = int64(len(body))
 	out.TransferEncoding = nil
-	out.Header = r.Header.Clone()
-	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	// out shares r's header: ReverseProxy clones it before it changes
+	// anything, and the transport writes Content-Length from
+	// ContentLength, never from the header, so no copy is made here.
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	s.rp.ServeHTTP(w, out)
 }

@@ -1,0 +1,263 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/rewrite"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"net/http/httptest"
+)
+
+// BenchmarkChatWarm100K is a warm 100-message, 100 KB conversation resent
+// through the whole pipeline (session, sizing, counting, recording), the
+// harness's "big chat warm" in process.
+func BenchmarkChatWarm100K(b *testing.B) {
+	sys := newSystem(b, trivialOllama(b), setup{})
+	sys.srv.log = slog.New(slog.DiscardHandler)
+	body := chatBody100K()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	post := func() {
+		resp, err := client.Post(sys.url+"/api/chat", "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	post()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		post()
+	}
+}
+
+// trivialOllama answers every chat with a fixed small reply without
+// reading more than the body, so that profiles show ctxproxy's work.
+func trivialOllama(b testing.TB) string {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"model":"llama3.1:8b","message":{"role":"assistant","content":"ok"},"done":true,"prompt_eval_count":10,"eval_count":1}`)
+	}))
+	b.Cleanup(be.Close)
+	return be.URL
+}
+
+// Decoding a chat shares the message contents with the body instead of
+// copying them: a 100 KB body cost 139 KB and 631 allocations to decode
+// when every content was copied into a string.
+func TestDecodeChatAllocs(t *testing.T) {
+	body := chatBody100K()
+	decode := func() {
+		if _, err := decodeChat(Ollama, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := bytesPerRequest(20, decode); n > uint64(len(body))/2 {
+		t.Errorf("%d bytes allocated to decode a %d-byte chat, want well under the body (are contents copied?)", n, len(body))
+	}
+	// Not one per message: a message's members are listed on the stack
+	// (429 allocations with a slice per message and its keys copied).
+	if n := testing.AllocsPerRun(20, decode); n > 40 {
+		t.Errorf("%v allocations to decode a 101-message chat, want at most 40", n)
+	}
+}
+
+// decodeString shares the bytes of an unescaped string and decodes an
+// escaped one.
+func TestDecodeStringShares(t *testing.T) {
+	for in, want := range map[string]string{`""`: "", `"a"`: "a", `"a\"b"`: `a"b`, `"\u00e9t\u00e9"`: "été", `"héllo"`: "héllo"} {
+		if got, err := decodeString([]byte(in)); err != nil || got != want {
+			t.Errorf("decodeString(%s) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	v := []byte(`"some content"`)
+	if n := testing.AllocsPerRun(100, func() { _, _ = decodeString(v) }); n > 0 {
+		t.Errorf("%v allocations to decode an unescaped string, want none", n)
+	}
+}
+
+// discardConn is a connection that accepts every write.
+type discardConn struct{ net.Conn }
+
+func (discardConn) Write(p []byte) (int, error) { return len(p), nil }
+
+// The transport writes a request body to the backend connection's
+// ReadFrom behind an io.LimitedReader; a TCP connection then allocates a
+// 32 KiB buffer for every request, a pooledConn none.
+func TestPooledConnReadFromAllocs(t *testing.T) {
+	body := chatBody100K()
+	c := pooledConn{discardConn{}}
+	r := bytes.NewReader(body)
+	lr := &io.LimitedReader{}
+	write := func() {
+		r.Reset(body)
+		*lr = io.LimitedReader{R: r, N: int64(len(body))}
+		if n, err := io.Copy(c, lr); err != nil || n != int64(len(body)) {
+			t.Fatalf("copied %d bytes, %v", n, err)
+		}
+	}
+	// Without the pool: 32 KiB a write. The race detector makes sync.Pool
+	// drop a quarter of what is put back, hence the margin.
+	if n := bytesPerRequest(100, write); n > 16<<10 {
+		t.Errorf("%d bytes allocated to write a %d-byte body, want no copy buffer", n, len(body))
+	}
+	if n := testing.AllocsPerRun(100, write); n > 3 {
+		t.Errorf("%v allocations to write a body, want at most 3 (interface boxing)", n)
+	}
+}
+
+// The backend transport's connections copy through the pool.
+func TestTransportDialsPooledConns(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := NewTransport(Config{}).DialContext(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.(io.ReaderFrom); !ok {
+		t.Fatalf("%T has no ReadFrom", c)
+	}
+	if _, ok := c.(pooledConn); !ok {
+		t.Errorf("the transport dials %T, want pooledConn", c)
+	}
+}
+
+func BenchmarkPooledConnReadFrom(b *testing.B) {
+	body := chatBody100K()
+	c := pooledConn{discardConn{}}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		io.Copy(c, &io.LimitedReader{R: bytes.NewReader(body), N: int64(len(body))})
+	}
+}
+
+func plannedExchange() (*exchange, *plan) {
+	p := &plan{model: "llama3.1:8b", counter: budget.NewMessageCounter(budget.Approx{}, 0), limit: 8192, numCtx: 8192,
+		before: budget.Estimate{Tokens: 9000}, after: budget.Estimate{Tokens: 5000},
+		result: rewrite.Result{Dropped: 10, Notice: "Context trimmed."}}
+	return &exchange{headers: http.Header{}}, p
+}
+
+// The plan's headers are set under canonical keys, each with one value,
+// from one allocation of values (and the numbers' strings).
+func TestSetPlanHeaders(t *testing.T) {
+	ex, p := plannedExchange()
+	setPlanHeaders(ex, p)
+	for k, v := range ex.headers {
+		if k != http.CanonicalHeaderKey(k) {
+			t.Errorf("header %q is not canonical", k)
+		}
+		if len(v) != 1 && k != "X-Ctxproxy-Warning" {
+			t.Errorf("%s: %q, want one value", k, v)
+		}
+	}
+	if got := ex.headers.Get("X-Ctxproxy-Tokens-Before"); got != "9000" {
+		t.Errorf("X-Ctxproxy-Tokens-Before %q", got)
+	}
+	if got := ex.headers.Get("X-Ctxproxy-Num-Ctx"); got != "8192" {
+		t.Errorf("X-Ctxproxy-Num-Ctx %q", got)
+	}
+	// A header added later does not overwrite its neighbour's value.
+	ex.headers.Add("X-Ctxproxy-Tokens", "1")
+	if got := ex.headers.Get("X-Ctxproxy-Tokens-Before"); got != "9000" {
+		t.Errorf("after an Add: X-Ctxproxy-Tokens-Before %q", got)
+	}
+	n := testing.AllocsPerRun(100, func() {
+		ex, p := plannedExchange()
+		setPlanHeaders(ex, p)
+	}) - testing.AllocsPerRun(100, func() { _, _ = plannedExchange() })
+	// One header at a time: 21 allocations.
+	if n > 14 {
+		t.Errorf("%v allocations to set the plan's headers, want at most 14", n)
+	}
+}
+
+func BenchmarkSetPlanHeaders(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		ex, p := plannedExchange()
+		setPlanHeaders(ex, p)
+	}
+}
+
+// chatBodyN is an Ollama chat of n messages of about 300 bytes each, the
+// harness's scale workload.
+func chatBodyN(n int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"model":"llama3.1:8b","stream":false,"messages":[`)
+	for i := range n {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"role":%q,"content":%q}`, role, strings.Repeat(fmt.Sprintf("turn %d ", i), 300/len(fmt.Sprintf("turn %d ", i))))
+	}
+	b.WriteString(`]}`)
+	return []byte(b.String())
+}
+
+// BenchmarkChatWarm1000 resends a 1,000-message conversation: per turn,
+// only the new work should be paid.
+func BenchmarkChatWarm1000(b *testing.B) {
+	sys := newSystem(b, trivialOllama(b), setup{})
+	sys.srv.log = slog.New(slog.DiscardHandler)
+	body := chatBodyN(1000)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	post := func() {
+		resp, err := client.Post(sys.url+"/api/chat", "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	post()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		post()
+	}
+}
+
+// A message's members cost one allocation: keys of chat messages are
+// constants, and the members' slice is sized for a message.
+func TestMembersAllocs(t *testing.T) {
+	msg := []byte(`{"role":"assistant","content":"hello","tool_calls":null,"name":"x"}`)
+	if n := testing.AllocsPerRun(100, func() { _, _ = members(msg) }); n > 1 {
+		t.Errorf("%v allocations to list a message's members, want 1", n)
+	}
+	ms := mustMembers(t, []byte(`{"role":1,"r\u006fle":2,"other":3,"x\"y":4,"content" : 5}`))
+	var keys []string
+	for _, m := range ms {
+		keys = append(keys, m.key)
+	}
+	if got := strings.Join(keys, ","); got != `role,role,other,x"y,content` {
+		t.Errorf("keys %s", got)
+	}
+}
+
+func BenchmarkMembers(b *testing.B) {
+	msg := []byte(`{"role":"assistant","content":"hello there","images":[]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = members(msg)
+	}
+}
