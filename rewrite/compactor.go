@@ -272,7 +272,11 @@ func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt C
 	got := c.cachedPrefix(keys)
 	if got < n {
 		scope := c.scope(info.Session, v)
-		if c.ensure(scope, info, cnt, v, n, false) && c.cfg.Wait > 0 {
+		// Only the first fold waits (got == 0: no summary of this
+		// conversation is ready yet). Later ones fold what is ready and
+		// leave the rest to trimming: their summaries are folded in on a
+		// later turn, and no request waits on a summarizer twice.
+		if c.ensure(scope, info, cnt, v, n, false) && c.cfg.Wait > 0 && got == 0 {
 			c.stats.waited.Add(1)
 			got = c.await(ctx, scope, keys, c.after(c.cfg.Wait))
 		} else {

@@ -50,9 +50,11 @@ type SummarizeConfig struct {
 	// which the summaries the next trim will need are written in the
 	// background; 0 means DefaultPrefetchAt, negative never.
 	PrefetchAt float64 `mapstructure:"prefetch_at"`
-	// Wait is how long a request that needs summaries waits for them
-	// before it is trimmed instead; 0 means DefaultSummaryWait, negative
-	// not at all.
+	// Wait is how long the first request of a conversation that needs
+	// summaries waits for them before it is trimmed instead; 0 means
+	// DefaultSummaryWait, negative not at all. Later requests never wait:
+	// they fold the summaries that are ready and trim the rest, and fold
+	// the others in once they are written.
 	Wait time.Duration `mapstructure:"wait"`
 }
 

@@ -403,7 +403,12 @@ func (t *Trimmer) trim(ctx context.Context, mode string, msgs []Message, limit i
 	target := min(t.cfg.Target, th)
 	_, act := Budget(total, limit, th, target)
 	pf := prefetcherOf(s)
-	if pf != nil && (limit <= 0 || pf.PrefetchAt() <= 0 || float64(total) < pf.PrefetchAt()*float64(limit)) {
+	lead := 0
+	if pf != nil && limit > 0 && pf.PrefetchAt() > 0 {
+		// Cheap: it looks at the newest iterations only.
+		lead = prefetchLead(limit, th, pf.PrefetchAt(), turnGrowth(msgs, c))
+	}
+	if pf != nil && (lead <= 0 || float64(total) < th*float64(limit)-float64(lead)) {
 		pf = nil // far from any step: the common case costs nothing
 	}
 	if !act && pf == nil {
@@ -431,7 +436,7 @@ func (t *Trimmer) trim(ctx context.Context, mode string, msgs []Message, limit i
 		if pf != nil {
 			// With the tool results compacted as the step will see them,
 			// so that the summaries written now are the ones it asks for.
-			if next, ok := nextStep(total, limit, th, target, pf.PrefetchAt()); ok {
+			if next, ok := nextStep(total, limit, th, target, lead); ok {
 				pf.Prefetch(ctx, res.Messages, next, c)
 			}
 		}
