@@ -2,6 +2,8 @@ package rewrite
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -53,7 +55,9 @@ type Compactor struct {
 	jobs      map[string]*job // by scope: one in flight per session
 	// retry holds each scope's last failure, until it may be tried again;
 	// scopes are client data (sessions), so it is bounded too.
-	retry   *cache.LRU[string, failure]
+	retry *cache.LRU[string, failure]
+	// waited holds the scopes whose first fold has waited already.
+	waited  *cache.LRU[string, struct{}]
 	changed chan struct{} // closed and replaced when summaries or jobs change
 	closed  bool
 
@@ -92,6 +96,7 @@ func NewCompactor(cfg SummarizeConfig, s Summarizer, opts CompactorOptions) *Com
 		summaries: cache.New[string, Summary](cacheEntries),
 		jobs:      make(map[string]*job),
 		retry:     cache.New[string, failure](cacheEntries),
+		waited:    cache.New[string, struct{}](cacheEntries),
 		changed:   make(chan struct{}),
 	}
 	if c.log == nil {
@@ -198,8 +203,14 @@ func (c *Compactor) Compact(ctx context.Context, msgs []Message, cnt Counter) (C
 		return out, nil
 	}
 	info := RequestInfoFrom(ctx)
+	if info.Instructions != "" {
+		// Summaries written to these instructions are not those of the
+		// automatic folds: their own keys, and their own job.
+		sum := sha256.Sum256([]byte(info.Instructions))
+		v.salt = "+" + hex.EncodeToString(sum[:6])
+	}
 	keys := v.keysTo(n)
-	scope := c.scope(info.Session, v)
+	scope := c.scope(info.Session, v) + v.salt
 	if c.cachedPrefix(keys) < n && c.ensure(scope, info, cnt, v, n, true) {
 		c.await(ctx, scope, keys, nil)
 	}
@@ -272,11 +283,11 @@ func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt C
 	got := c.cachedPrefix(keys)
 	if got < n {
 		scope := c.scope(info.Session, v)
-		// Only the first fold waits (got == 0: no summary of this
-		// conversation is ready yet). Later ones fold what is ready and
-		// leave the rest to trimming: their summaries are folded in on a
-		// later turn, and no request waits on a summarizer twice.
-		if c.ensure(scope, info, cnt, v, n, false) && c.cfg.Wait > 0 && got == 0 {
+		// Only the first fold of a scope waits. Later ones fold what is
+		// ready and leave the rest to trimming: their summaries are
+		// folded in on a later turn, and no request of a session waits
+		// on the summarizer twice.
+		if c.ensure(scope, info, cnt, v, n, false) && c.cfg.Wait > 0 && c.firstWait(scope) {
 			c.stats.waited.Add(1)
 			got = c.await(ctx, scope, keys, c.after(c.cfg.Wait))
 		} else {
@@ -298,6 +309,18 @@ func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt C
 	}
 	c.stats.folded.Add(uint64(len(texts)))
 	return v.fold(texts, limit), nil
+}
+
+// firstWait reports whether scope has not waited for summaries before,
+// and marks it as having waited.
+func (c *Compactor) firstWait(scope string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.waited.Get(scope); ok {
+		return false
+	}
+	c.waited.Add(scope, struct{}{})
+	return true
 }
 
 // prefetch starts writing, in the background, the summaries that folding
