@@ -203,12 +203,7 @@ func (c *Compactor) Compact(ctx context.Context, msgs []Message, cnt Counter) (C
 		return out, nil
 	}
 	info := RequestInfoFrom(ctx)
-	if info.Instructions != "" {
-		// Summaries written to these instructions are not those of the
-		// automatic folds: their own keys, and their own job.
-		sum := sha256.Sum256([]byte(info.Instructions))
-		v.salt = "+" + hex.EncodeToString(sum[:6])
-	}
+	salt(v, info)
 	keys := v.keysTo(n)
 	scope := c.scope(info.Session, v) + v.salt
 	if c.cachedPrefix(keys) < n && c.ensure(scope, info, cnt, v, n, true) {
@@ -270,6 +265,7 @@ func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt C
 	}
 	n = v.trimEmpty(n)
 	info := RequestInfoFrom(ctx)
+	salt(v, info)
 	if hybrid {
 		// Hybrid folds on every turn as its window slides: write now what
 		// the next turn will most likely fold, assuming it is as long as
@@ -282,12 +278,12 @@ func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt C
 	keys := v.keysTo(n)
 	got := c.cachedPrefix(keys)
 	if got < n {
-		scope := c.scope(info.Session, v)
+		scope := c.scope(info.Session, v) + v.salt
 		// Only the first fold of a scope waits. Later ones fold what is
 		// ready and leave the rest to trimming: their summaries are
 		// folded in on a later turn, and no request of a session waits
 		// on the summarizer twice.
-		if c.ensure(scope, info, cnt, v, n, false) && c.cfg.Wait > 0 && c.firstWait(scope) {
+		if c.ensure(scope, info, cnt, v, n, false) && c.cfg.Wait > 0 && (c.firstWait(scope) || waitFrom(ctx)) {
 			c.stats.waited.Add(1)
 			got = c.await(ctx, scope, keys, c.after(c.cfg.Wait))
 		} else {
@@ -309,6 +305,29 @@ func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt C
 	}
 	c.stats.folded.Add(uint64(len(texts)))
 	return v.fold(texts, limit), nil
+}
+
+// salt sets apart the summaries written to one-off instructions from
+// those of the automatic folds: their own keys, and their own job.
+func salt(v *conv, info RequestInfo) {
+	if info.Instructions != "" {
+		sum := sha256.Sum256([]byte(info.Instructions))
+		v.salt = "+" + hex.EncodeToString(sum[:6])
+	}
+}
+
+type waitKey struct{}
+
+// WithWait returns ctx under which a fold waits for its summaries (at
+// most summarize.wait) even when it is not its conversation's first: an
+// explicit compress (/context compress, /compact) does.
+func WithWait(ctx context.Context) context.Context {
+	return context.WithValue(ctx, waitKey{}, true)
+}
+
+func waitFrom(ctx context.Context) bool {
+	b, _ := ctx.Value(waitKey{}).(bool)
+	return b
 }
 
 // firstWait reports whether scope has not waited for summaries before,
