@@ -170,6 +170,14 @@ type Compressed struct {
 	Undo       *SnapshotInfo `json:"undo"`
 }
 
+// CompressRequest is the optional body of POST
+// /ctxproxy/sessions/{id}/compress: one-off instructions appended to the
+// summary prompt (/compact <instructions>). They are used only when the
+// strategy summarizes.
+type CompressRequest struct {
+	Instructions string `json:"instructions,omitempty"`
+}
+
 // ContextSize is GET and PUT /ctxproxy/context/size.
 type ContextSize struct {
 	Auto bool `json:"auto"`

@@ -294,6 +294,16 @@ func (c *Client) Compress(ctx context.Context, id string) (api.Compressed, []byt
 	return get[api.Compressed](ctx, c, http.MethodPost, sessionPath(id)+"/compress", nil)
 }
 
+// Compact is Compress with one-off instructions appended to the summary
+// prompt (/compact INSTRUCTIONS); "" is Compress.
+func (c *Client) Compact(ctx context.Context, id, instructions string) (api.Compressed, []byte, error) {
+	if instructions == "" {
+		return c.Compress(ctx, id)
+	}
+	return get[api.Compressed](ctx, c, http.MethodPost, sessionPath(id)+"/compress",
+		api.CompressRequest{Instructions: instructions})
+}
+
 func (c *Client) ContextSize(ctx context.Context) (api.ContextSize, []byte, error) {
 	return get[api.ContextSize](ctx, c, http.MethodGet, "/ctxproxy/context/size", nil)
 }

@@ -116,8 +116,13 @@ type Strategy struct {
 	// Reserved is seed 001's reserved_tokens: a safety margin kept free
 	// of every model's window besides the reply reserve (effective limit
 	// = window − reply reserve − reserved).
-	Reserved      int `mapstructure:"reserved"`
-	SlidingWindow struct {
+	Reserved int `mapstructure:"reserved"`
+	// Agent-framework triggers and targets (rewrite.Config): 0 is off.
+	TriggerTokens   int `mapstructure:"trigger_tokens"`
+	TriggerMessages int `mapstructure:"trigger_messages"`
+	KeepTokens      int `mapstructure:"keep_tokens"`
+	KeepMessages    int `mapstructure:"keep_messages"`
+	SlidingWindow   struct {
 		WindowSize     int  `mapstructure:"window_size"`
 		PreserveSystem bool `mapstructure:"preserve_system"`
 	} `mapstructure:"sliding_window"`

@@ -78,6 +78,9 @@ func (c Config) StrategyConfig() rewrite.Config {
 		ToolResults: rewrite.ToolResultsConfig{MaxTokens: s.ToolResults.MaxTokens},
 		Mask:        rewrite.MaskConfig{KeepLast: orNone(s.Mask.KeepLast), MaxTokens: s.Mask.MaxTokens},
 		Composite:   s.Composite,
+
+		TriggerTokens: s.TriggerTokens, TriggerMessages: s.TriggerMessages,
+		KeepTokens: s.KeepTokens, KeepMessages: s.KeepMessages,
 	}
 }
 

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
@@ -268,8 +270,15 @@ func (s *adminAPI) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *adminAPI) compressSession(w http.ResponseWriter, r *http.Request) {
+	var body api.CompressRequest
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
+			s.fail(w, errorf(http.StatusBadRequest, "the body is not a JSON object {\"instructions\": \"...\"}: %v", err))
+			return
+		}
+	}
 	s.sessions.flush(r.Context())
-	res, err := s.sessions.compress(r.Context(), r.PathValue("id"))
+	res, err := s.sessions.compact(r.Context(), r.PathValue("id"), body.Instructions)
 	if err != nil {
 		s.fail(w, err)
 		return

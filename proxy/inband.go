@@ -70,6 +70,8 @@ func commandOf(last *rewrite.Message) (cmd string, args []string, ok bool) {
 	switch {
 	case len(f) == 1 && (f[0] == "/clear" || f[0] == "/stats"):
 		return f[0][1:], nil, true
+	case len(f) >= 1 && f[0] == "/compact":
+		return "compact", f[1:], true
 	case len(f) == 1 && f[0] == "/context":
 		return "context status", nil, true
 	case len(f) >= 2 && f[0] == "/context":
@@ -134,6 +136,7 @@ const inbandHelp = `ctxproxy answers these commands itself:
   /context restore ID  restore a snapshot (the context it replaces is saved first)
   /context clear       clear this session's context except the system prompt
   /context compress    trim or summarize this session's stored context now
+  /compact TEXT        compress now, TEXT added to the summary prompt
   /clear               clear this session's context (its metadata stays)
   /stats               this session: messages, running token total`
 
@@ -234,8 +237,8 @@ func (ib *inband) sessionCommand(ctx context.Context, session, model, cmd string
 			text = "Context cleared (the system prompt stays)."
 		}
 		return text + undoHint(undo.ID), nil
-	case "context compress":
-		res, err := ib.sessions.compress(ctx, session)
+	case "context compress", "compact":
+		res, err := ib.sessions.compact(ctx, session, strings.Join(args, " "))
 		if err != nil {
 			return "", err
 		}

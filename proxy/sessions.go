@@ -202,7 +202,7 @@ func (s *sessions) compress(ctx context.Context, id string) (api.Compressed, err
 	// Acting from the target itself cuts down to it now: a threshold
 	// lower than the target would lower the target with it (Trim cuts to
 	// min(target, threshold)).
-	tctx := rewrite.WithThreshold(ctx, trimmer.Target())
+	tctx := rewrite.WithWait(rewrite.WithThreshold(ctx, trimmer.Target()))
 	out, err := trimmer.Trim(tctx, "", msgs, limit-counter.Overhead(nil), counter)
 	switch {
 	case errors.Is(err, rewrite.ErrOverflow):

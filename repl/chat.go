@@ -35,6 +35,7 @@ const chatHelp = `Commands:
   /context list        this session's snapshots
   /context clear       clear the conversation (the system prompt is sent again)
   /context compress    trim or summarize the stored conversation now
+  /compact [TEXT]      the same, TEXT added to the summary prompt
   /context stats       memory statistics: model memory, KV cache, compression
   /model [NAME]        show the model and those available, or switch to NAME
   /help                this help
@@ -202,6 +203,8 @@ func (r *Chat) command(ctx context.Context, text string) bool {
 		}
 	case "/context":
 		err = r.context(ctx, rest)
+	case "/compact":
+		err = r.commands().Compact(ctx, rest)
 	case "/model":
 		err = r.switchModel(ctx, rest)
 	default:

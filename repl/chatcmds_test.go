@@ -77,6 +77,11 @@ func TestSeed004_R7_ContextCommands(t *testing.T) {
 				t.Errorf("after compress: %d dropped, %d tokens; want some dropped and fewer tokens", s.Stats.Dropped, s.Stats.Tokens)
 			}
 		}},
+		{"compact", "/compact keep the numbers", `(?s)Compressed: \d+ → \d+ tokens \([1-5] messages? dropped, 0 summarized\)\..*The instructions were not used: nothing was summarized \(strategy\.mode smart\)\.`, func(t *testing.T, p *proxytest.Proxy, c *client.Client) {
+			if s := p.Session(t, "s1"); s.Stats.Dropped == 0 {
+				t.Errorf("after /compact: nothing dropped")
+			}
+		}},
 		{"R7.9 stats", "/context stats", `Model memory  6\.0 GiB \(5\.0 GiB in VRAM\)`, nil},
 	}
 	for _, tt := range tests {

@@ -105,18 +105,7 @@ func (a *Commands) Run(ctx context.Context, cmd string, args []string) error {
 		// Seed 000's /clear.
 		return a.say("Context cleared.")
 	case "compress":
-		r, raw, err := a.Client.Compress(ctx, a.Session)
-		if err != nil || a.JSON {
-			return a.printJSON(raw, err)
-		}
-		if err := a.say("Compressed: %s → %s tokens (%s dropped, %s summarized).", view.Grouped(r.Before),
-			view.Grouped(r.After), view.Plural(r.Dropped, "message"), view.Grouped(r.Summarized)); err != nil {
-			return err
-		}
-		if r.Notice != "" {
-			return a.say("%s", a.Printer.Notice(r.Notice))
-		}
-		return nil
+		return a.Compact(ctx, "")
 	case "size", "auto":
 		return a.size(ctx, cmd, args)
 	case "export":
@@ -445,4 +434,21 @@ func (a *Commands) importFile(ctx context.Context, file string) error {
 		return err
 	}
 	return a.undoHint(r.Undo)
+}
+
+// Compact compresses the session now, with instructions ("" none)
+// appended to the summary prompt: /compact INSTRUCTIONS, and "compress".
+func (a *Commands) Compact(ctx context.Context, instructions string) error {
+	r, raw, err := a.Client.Compact(ctx, a.Session, instructions)
+	if err != nil || a.JSON {
+		return a.printJSON(raw, err)
+	}
+	if err := a.say("Compressed: %s → %s tokens (%s dropped, %s summarized).", view.Grouped(r.Before),
+		view.Grouped(r.After), view.Plural(r.Dropped, "message"), view.Grouped(r.Summarized)); err != nil {
+		return err
+	}
+	if r.Notice != "" {
+		return a.say("%s", a.Printer.Notice(r.Notice))
+	}
+	return nil
 }

@@ -2,6 +2,8 @@ package rewrite
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -53,7 +55,9 @@ type Compactor struct {
 	jobs      map[string]*job // by scope: one in flight per session
 	// retry holds each scope's last failure, until it may be tried again;
 	// scopes are client data (sessions), so it is bounded too.
-	retry   *cache.LRU[string, failure]
+	retry *cache.LRU[string, failure]
+	// waited holds the scopes whose first fold has waited already.
+	waited  *cache.LRU[string, struct{}]
 	changed chan struct{} // closed and replaced when summaries or jobs change
 	closed  bool
 
@@ -92,6 +96,7 @@ func NewCompactor(cfg SummarizeConfig, s Summarizer, opts CompactorOptions) *Com
 		summaries: cache.New[string, Summary](cacheEntries),
 		jobs:      make(map[string]*job),
 		retry:     cache.New[string, failure](cacheEntries),
+		waited:    cache.New[string, struct{}](cacheEntries),
 		changed:   make(chan struct{}),
 	}
 	if c.log == nil {
@@ -198,8 +203,9 @@ func (c *Compactor) Compact(ctx context.Context, msgs []Message, cnt Counter) (C
 		return out, nil
 	}
 	info := RequestInfoFrom(ctx)
+	salt(v, info)
 	keys := v.keysTo(n)
-	scope := c.scope(info.Session, v)
+	scope := c.scope(info.Session, v) + v.salt
 	if c.cachedPrefix(keys) < n && c.ensure(scope, info, cnt, v, n, true) {
 		c.await(ctx, scope, keys, nil)
 	}
@@ -259,6 +265,7 @@ func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt C
 	}
 	n = v.trimEmpty(n)
 	info := RequestInfoFrom(ctx)
+	salt(v, info)
 	if hybrid {
 		// Hybrid folds on every turn as its window slides: write now what
 		// the next turn will most likely fold, assuming it is as long as
@@ -271,8 +278,12 @@ func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt C
 	keys := v.keysTo(n)
 	got := c.cachedPrefix(keys)
 	if got < n {
-		scope := c.scope(info.Session, v)
-		if c.ensure(scope, info, cnt, v, n, false) && c.cfg.Wait > 0 {
+		scope := c.scope(info.Session, v) + v.salt
+		// Only the first fold of a scope waits. Later ones fold what is
+		// ready and leave the rest to trimming: their summaries are
+		// folded in on a later turn, and no request of a session waits
+		// on the summarizer twice.
+		if c.ensure(scope, info, cnt, v, n, false) && c.cfg.Wait > 0 && (c.firstWait(scope) || waitFrom(ctx)) {
 			c.stats.waited.Add(1)
 			got = c.await(ctx, scope, keys, c.after(c.cfg.Wait))
 		} else {
@@ -294,6 +305,41 @@ func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt C
 	}
 	c.stats.folded.Add(uint64(len(texts)))
 	return v.fold(texts, limit), nil
+}
+
+// salt sets apart the summaries written to one-off instructions from
+// those of the automatic folds: their own keys, and their own job.
+func salt(v *conv, info RequestInfo) {
+	if info.Instructions != "" {
+		sum := sha256.Sum256([]byte(info.Instructions))
+		v.salt = "+" + hex.EncodeToString(sum[:6])
+	}
+}
+
+type waitKey struct{}
+
+// WithWait returns ctx under which a fold waits for its summaries (at
+// most summarize.wait) even when it is not its conversation's first: an
+// explicit compress (/context compress, /compact) does.
+func WithWait(ctx context.Context) context.Context {
+	return context.WithValue(ctx, waitKey{}, true)
+}
+
+func waitFrom(ctx context.Context) bool {
+	b, _ := ctx.Value(waitKey{}).(bool)
+	return b
+}
+
+// firstWait reports whether scope has not waited for summaries before,
+// and marks it as having waited.
+func (c *Compactor) firstWait(scope string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.waited.Get(scope); ok {
+		return false
+	}
+	c.waited.Add(scope, struct{}{})
+	return true
 }
 
 // prefetch starts writing, in the background, the summaries that folding

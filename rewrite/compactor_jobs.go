@@ -199,7 +199,7 @@ func (c *Compactor) call(info RequestInfo, cnt Counter, msgs []Message, prev, ke
 	start := c.now()
 	text, err := c.sum.Summarize(ctx, SummaryRequest{
 		Model: model, Messages: msgs, Previous: prev, MaxTokens: c.cfg.MaxTokens,
-		NumCtx: info.NumCtx, Auth: info.Auth,
+		NumCtx: info.NumCtx, Auth: info.Auth, System: c.cfg.Prompt, Instructions: info.Instructions,
 	})
 	d := c.now().Sub(start)
 	var cut bool

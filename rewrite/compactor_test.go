@@ -412,11 +412,12 @@ func TestOneJobPerSession(t *testing.T) {
 			mustTrim(t, tr, session("s"), msgs, 10000)
 		}()
 	}
-	for range n {
-		<-clock.waiting
-	}
+	<-clock.waiting // one waits: the session's first fold; the others trim at once
 	clock.fire()
 	wg.Wait()
+	if w := c.Stats().Waited; w != 1 {
+		t.Errorf("%d requests waited, want the first only", w)
+	}
 	close(release)
 	idle(c)
 	res := mustTrim(t, tr, session("s"), msgs, 10000)
@@ -568,15 +569,15 @@ func TestNextStep(t *testing.T) {
 		{11000, 5000, true}, // and now near: it cuts 6000
 	}
 	for _, tt := range tests {
-		target, ok := nextStep(tt.total, 10000, 0.8, 0.6, 0.7)
+		target, ok := nextStep(tt.total, 10000, 0.8, 0.6, prefetchLead(10000, 0.8, 0.7, 0))
 		if ok != tt.wantOK || (ok && target != tt.wantTarget) {
 			t.Errorf("nextStep(%d) = %d, %v; want %d, %v", tt.total, target, ok, tt.wantTarget, tt.wantOK)
 		}
 	}
-	if _, ok := nextStep(9000, 10000, 0.8, 0.6, -1); ok {
+	if _, ok := nextStep(9000, 10000, 0.8, 0.6, prefetchLead(10000, 0.8, -1, 500)); ok {
 		t.Error("prefetch_at < 0 prefetches")
 	}
-	if target, ok := nextStep(7500, 10000, 0.8, 0.8, 0.7); !ok || target != 8000 {
+	if target, ok := nextStep(7500, 10000, 0.8, 0.8, prefetchLead(10000, 0.8, 0.7, 0)); !ok || target != 8000 {
 		t.Errorf("threshold = target: %d, %v", target, ok)
 	}
 }

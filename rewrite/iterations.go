@@ -71,6 +71,9 @@ type conv struct {
 	its  []iteration
 	keys []string // chain keys of its[:len(keys)], computed on demand
 	fast []uint64 // their memo sums
+	// salt sets apart summaries written with one-off instructions
+	// (/compact): keysTo appends it to every key.
+	salt string
 }
 
 func analyze(msgs []Message, c Counter) *conv {
@@ -197,7 +200,14 @@ func (v *conv) keysTo(n int) []string {
 	if n > 0 {
 		v.key(n - 1)
 	}
-	return v.keys[:n]
+	if v.salt == "" {
+		return v.keys[:n]
+	}
+	out := make([]string, n)
+	for i, k := range v.keys[:n] {
+		out[i] = k + v.salt
+	}
+	return out
 }
 
 // hasBlock reports whether the leading system messages already carry a

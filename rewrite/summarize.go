@@ -50,9 +50,15 @@ type SummarizeConfig struct {
 	// which the summaries the next trim will need are written in the
 	// background; 0 means DefaultPrefetchAt, negative never.
 	PrefetchAt float64 `mapstructure:"prefetch_at"`
-	// Wait is how long a request that needs summaries waits for them
-	// before it is trimmed instead; 0 means DefaultSummaryWait, negative
-	// not at all.
+	// Prompt is the system prompt of every summarizer call; "" means
+	// SummaryPrompt. It is told to condense the exchange in <exchange>,
+	// with <earlier_summary> for context.
+	Prompt string `mapstructure:"prompt"`
+	// Wait is how long the first request of a conversation that needs
+	// summaries waits for them before it is trimmed instead; 0 means
+	// DefaultSummaryWait, negative not at all. Later requests never wait:
+	// they fold the summaries that are ready and trim the rest, and fold
+	// the others in once they are written.
 	Wait time.Duration `mapstructure:"wait"`
 }
 
@@ -118,6 +124,12 @@ type SummaryRequest struct {
 	// Auth is the Authorization header value of the client's request, for
 	// backends that need a key; "" sends none. Never log it.
 	Auth string
+	// System is the system prompt (summarize.prompt); "" means
+	// SummaryPrompt.
+	System string
+	// Instructions are one-off instructions for this summary (/compact
+	// <instructions>), appended to the system prompt; "" adds none.
+	Instructions string
 }
 
 // SummaryPrompt is the system prompt of every summarizer call. Seed 002
@@ -137,13 +149,21 @@ const (
 )
 
 // Prompt returns the system and user messages of the summarizer call for
-// r: SummaryPrompt, and the previous summary and the exchange, each in its
+// r: r.System (SummaryPrompt by default) with r.Instructions after it, and
+// the previous summary and the exchange, each in its
 // own delimited block. Long message contents are cut in the middle so the
 // exchange fits the summarizing model's context (r.NumCtx when known).
 func (r SummaryRequest) Prompt() (system, user string) {
+	system = r.System
+	if strings.TrimSpace(system) == "" {
+		system = SummaryPrompt
+	}
+	if in := strings.TrimSpace(r.Instructions); in != "" {
+		system += "\n\nInstructions for this summary: " + in
+	}
 	budget := maxSummaryInput
 	if r.NumCtx > 0 {
-		budget = min(budget, max((r.NumCtx-r.MaxTokens-512)*bytesPerTokenLow-len(SummaryPrompt)-len(r.Previous), minSummaryInput))
+		budget = min(budget, max((r.NumCtx-r.MaxTokens-512)*bytesPerTokenLow-len(system)-len(r.Previous), minSummaryInput))
 	}
 	var b strings.Builder
 	if p := strings.TrimSpace(r.Previous); p != "" {
@@ -157,7 +177,7 @@ func (r SummaryRequest) Prompt() (system, user string) {
 		b.WriteByte('\n')
 	}
 	b.WriteString("</exchange>")
-	return SummaryPrompt, b.String()
+	return system, b.String()
 }
 
 // renderExchange writes each message as "role: content", tool calls as
@@ -312,6 +332,10 @@ type RequestInfo struct {
 	// NumCtx is the num_ctx the proxy sends to Ollama for this request (0:
 	// none); summarizer calls send the same (see SummaryRequest.NumCtx).
 	NumCtx int
+	// Instructions are one-off instructions for the summaries Compact
+	// writes (/compact <instructions>); summaries written to them are kept
+	// apart from the automatic ones.
+	Instructions string
 }
 
 type requestInfoKey struct{}

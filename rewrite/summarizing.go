@@ -30,11 +30,12 @@ type Prefetcher interface {
 // iterations stay folded, and the system prompt unchanged, until the
 // conversation has grown by a step; then the next iterations fold at once.
 // Their summaries are written in the background as the conversation
-// nears that step (Prefetch, summarize.prefetch_at), so the request that
-// reaches it finds them ready. If they are not ready within summarize.wait,
-// the request is trimmed instead and the summaries are used from the next
-// request on: no request waits longer for a summary, and none waits for
-// one it does not need.
+// nears that step (Prefetch: from summarize.prefetch_at, or PrefetchTurns
+// turns' growth ahead), so the request that reaches it finds them ready.
+// Only the first fold of a conversation waits for its summaries, at most
+// summarize.wait; a later request folds those that are ready, is trimmed
+// for the rest at once, and folds the others in once they are written: no
+// request after the first waits for a summary.
 type Summarize struct{ c *Compactor }
 
 // Summarize returns the strategy of mode summarize.
@@ -109,26 +110,61 @@ func prefetcherOf(s Strategy) Prefetcher {
 	return nil
 }
 
+// PrefetchTurns is how many turns' growth ahead of a trim step its
+// summaries are started at least, whatever summarize.prefetch_at says: a
+// turn's growth is the mean cost of the newest iterations, so a
+// conversation of long tool results is prepared further ahead than a chat.
+const PrefetchTurns = 4
+
+// prefetchLead is how many tokens before a trim step the summaries it
+// needs are started: (threshold − prefetchAt)·limit, or PrefetchTurns
+// turns' growth when that is more. Zero turns prefetching off.
+func prefetchLead(limit int, threshold, prefetchAt float64, growth int) int {
+	if limit <= 0 || prefetchAt <= 0 {
+		return 0
+	}
+	lead := max(int((threshold-prefetchAt)*float64(limit)), 0)
+	return max(lead, PrefetchTurns*growth)
+}
+
+// turnGrowth is what one turn adds to msgs, predicted as the mean cost of
+// its newest complete iterations (up to three: a user message and all
+// that followed it up to the next), or 0 when it has none.
+func turnGrowth(msgs []Message, c Counter) int {
+	const sample = 3
+	var users []int
+	for i := len(msgs) - 1; i >= 0 && len(users) <= sample; i-- {
+		if msgs[i].Role == roleUser {
+			users = append(users, i)
+		}
+	}
+	if len(users) < 2 {
+		return 0
+	}
+	// users is newest first; the iterations lie between consecutive ones.
+	total := Total(msgs[users[len(users)-1]:users[0]], c)
+	return total / (len(users) - 1)
+}
+
 // nextStep says whether a conversation of total tokens is within lead
 // tokens of its next trim step, and what that step will cut it to.
 // Budget drops n·Q tokens at step n (Q = (threshold−target)·limit, T =
 // target·limit), and step n+1 begins at T + (n+1)·Q; it will cut to what
 // the conversation is then less (n+1)·Q, which is what a prefetch now,
 // with the same oldest iterations, must save.
-func nextStep(total, limit int, threshold, target, prefetchAt float64) (int, bool) {
-	if limit <= 0 || prefetchAt <= 0 || prefetchAt >= threshold {
+func nextStep(total, limit int, threshold, target float64, lead int) (int, bool) {
+	if limit <= 0 || lead <= 0 {
 		return 0, false
 	}
-	lead := (threshold - prefetchAt) * float64(limit)
 	t := int(target * float64(limit))
 	q := int((threshold - target) * float64(limit))
 	if q <= 0 { // no hysteresis: every step cuts to the target
-		return t, float64(total) >= threshold*float64(limit)-lead
+		return t, float64(total) >= threshold*float64(limit)-float64(lead)
 	}
 	n := 0
 	if float64(total) >= threshold*float64(limit) {
 		n = max((total-t)/q, 0)
 	}
 	at := t + (n+1)*q
-	return total - (n+1)*q, float64(total) >= float64(at)-lead
+	return total - (n+1)*q, total >= at-lead
 }

@@ -67,6 +67,22 @@ type Config struct {
 	// Composite lists the modes the composite mode runs in order; nil
 	// means smart, then token_budget.
 	Composite []string `mapstructure:"composite"`
+
+	// TriggerTokens, when positive, starts trimming once the conversation
+	// costs this many tokens, if that comes before Threshold.
+	TriggerTokens int `mapstructure:"trigger_tokens"`
+	// TriggerMessages, when positive, starts trimming once the
+	// conversation holds this many non-system messages.
+	TriggerMessages int `mapstructure:"trigger_messages"`
+	// KeepTokens, when positive, replaces Target: trimming keeps the
+	// leading system messages and about this many tokens of the newest
+	// messages.
+	KeepTokens int `mapstructure:"keep_tokens"`
+	// KeepMessages, when positive, replaces Target: trimming keeps the
+	// leading system messages and about the newest this many messages
+	// (what they cost; tool units stay whole). With KeepTokens, the
+	// smaller of the two.
+	KeepMessages int `mapstructure:"keep_messages"`
 }
 
 // SlidingWindowConfig configures SlidingWindow.
@@ -159,6 +175,15 @@ func (c Config) validate(extra map[string]Strategy) error {
 	}
 	if !(c.Target > 0 && c.Target <= c.Threshold) {
 		errs = append(errs, fmt.Errorf("strategy.target: %v is not in (0, threshold]", c.Target))
+	}
+	for _, k := range []struct {
+		key string
+		n   int
+	}{{"trigger_tokens", c.TriggerTokens}, {"trigger_messages", c.TriggerMessages},
+		{"keep_tokens", c.KeepTokens}, {"keep_messages", c.KeepMessages}} {
+		if k.n < 0 {
+			errs = append(errs, fmt.Errorf("strategy.%s: %d is negative", k.key, k.n))
+		}
 	}
 	if !slices.Contains([]string{OverflowShrink, OverflowReject, OverflowForward}, c.OnOverflow) {
 		errs = append(errs, fmt.Errorf("strategy.on_overflow: %q is not shrink, reject or forward", c.OnOverflow))
@@ -401,9 +426,16 @@ func (t *Trimmer) trim(ctx context.Context, mode string, msgs []Message, limit i
 	total := Total(msgs, c)
 	th := threshold(ctx, t.cfg.Threshold)
 	target := min(t.cfg.Target, th)
+	th, target, msgAct := t.triggers(msgs, limit, th, target, c)
 	_, act := Budget(total, limit, th, target)
+	act = act || msgAct
 	pf := prefetcherOf(s)
-	if pf != nil && (limit <= 0 || pf.PrefetchAt() <= 0 || float64(total) < pf.PrefetchAt()*float64(limit)) {
+	lead := 0
+	if pf != nil && limit > 0 && pf.PrefetchAt() > 0 {
+		// Cheap: it looks at the newest iterations only.
+		lead = prefetchLead(limit, th, pf.PrefetchAt(), turnGrowth(msgs, c))
+	}
+	if pf != nil && (lead <= 0 || float64(total) < th*float64(limit)-float64(lead)) {
 		pf = nil // far from any step: the common case costs nothing
 	}
 	if !act && pf == nil {
@@ -431,7 +463,7 @@ func (t *Trimmer) trim(ctx context.Context, mode string, msgs []Message, limit i
 		if pf != nil {
 			// With the tool results compacted as the step will see them,
 			// so that the summaries written now are the ones it asks for.
-			if next, ok := nextStep(total, limit, th, target, pf.PrefetchAt()); ok {
+			if next, ok := nextStep(total, limit, th, target, lead); ok {
 				pf.Prefetch(ctx, res.Messages, next, c)
 			}
 		}
@@ -440,6 +472,10 @@ func (t *Trimmer) trim(ctx context.Context, mode string, msgs []Message, limit i
 		}
 		if budget, act := Budget(total, limit, th, target); act {
 			if err := step(s, budget); err != nil {
+				return Result{}, err
+			}
+		} else if msgAct {
+			if err := step(s, min(total, int(target*float64(limit)))); err != nil {
 				return Result{}, err
 			}
 		}

@@ -1,0 +1,34 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/rewrite"
+)
+
+// compact is /compact INSTRUCTIONS (in-band, the REPL, and the admin API's
+// compress with a body): compress, with instructions appended to the
+// summary prompt of the summaries it writes. When nothing is summarized —
+// the strategy does not summarize — it compresses as /context compress
+// does and says the instructions were not used.
+func (s *sessions) compact(ctx context.Context, id, instructions string) (api.Compressed, error) {
+	instructions = strings.TrimSpace(instructions)
+	if instructions != "" {
+		info := rewrite.RequestInfoFrom(ctx)
+		info.Instructions = instructions
+		ctx = rewrite.WithRequestInfo(ctx, info)
+	}
+	res, err := s.compress(ctx, id)
+	if err == nil && instructions != "" && res.Summarized == 0 {
+		mode := "?"
+		if t := s.trimmer.Load(); t != nil {
+			mode = t.Mode()
+		}
+		res.Notice = strings.TrimSpace(res.Notice + " " + fmt.Sprintf(
+			"The instructions were not used: nothing was summarized (strategy.mode %s).", mode))
+	}
+	return res, err
+}
