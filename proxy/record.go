@@ -151,7 +151,7 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 	// the window (seed 004 4.7, the pre-overflow event). The writer takes
 	// the automatic snapshot at snapshots.auto_threshold itself, from the
 	// usage recorded above (seed 004 4.6).
-	before := s.trackers.record(ex.session, p.model, turn)
+	before := s.trackers.record(ex.session, turn)
 	if p.result.Dropped > 0 && (before.Requests == 0 || before.Usage() < s.threshold()) {
 		s.log.Info("pre-overflow: conversation outgrew the window; snapshot taken before the first cut",
 			"session", ex.session, "tokens", p.before.Tokens, "limit", p.limit)

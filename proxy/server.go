@@ -165,7 +165,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		inflight: &s.metrics.inflight, seen: seen, start: time.Now(), log: log}
 	s.inband = &inband{sessions: s.sessions, status: s.status, monitor: deps.Monitor,
 		sessionHeader: cfg.SessionHeader, adminOff: cfg.AdminOff}
-	s.trackers = newTrackers(deps.Tokens)
+	s.trackers = newTrackers()
 	s.once = newOnceLog(log)
 	s.rec = &recorder{tokens: deps.Tokens, writer: deps.Writer, trimmer: &s.trimmer, trackers: s.trackers, metrics: s.metrics, log: log}
 	s.namer = sessionNamer{header: cfg.SessionHeader, scopeHeader: cfg.ScopeHeader, noFingerprint: cfg.NoFingerprint}

@@ -17,24 +17,21 @@ const maxTrackedSessions = 100000
 // (snapshots.Stats) for the admin API, /stats, the status page and other
 // replicas. The least recently used sessions are forgotten first.
 type trackers struct {
-	tokens *budget.Registry
-	lru    *cache.LRU[string, *budget.Tracker]
+	lru *cache.LRU[string, *budget.Tracker]
 }
 
-func newTrackers(tokens *budget.Registry) *trackers {
-	return &trackers{tokens: tokens, lru: cache.New[string, *budget.Tracker](maxTrackedSessions)}
+func newTrackers() *trackers {
+	return &trackers{lru: cache.New[string, *budget.Tracker](maxTrackedSessions)}
 }
 
 // record adds turn to session id's tracker and returns the totals before
 // it; a session not tracked here yet starts from nothing (Requests 0).
-func (ts *trackers) record(id, model string, turn budget.Turn) (before budget.Totals) {
+func (ts *trackers) record(id string, turn budget.Turn) (before budget.Totals) {
 	tr, ok := ts.lru.Get(id)
 	if !ok {
-		if ts.tokens != nil {
-			tr = ts.tokens.Tracker(model)
-		} else {
-			tr = budget.NewTracker(nil, budget.Limits{})
-		}
+		// Only the running totals are kept here: the turn arrives counted,
+		// so the tracker needs no counter or limits of its own.
+		tr = budget.NewTracker(nil, budget.Limits{})
 		ts.lru.Add(id, tr)
 	}
 	before, _ = tr.Record(turn)

@@ -40,14 +40,14 @@ func TestStoredStatsRoundTrip(t *testing.T) {
 // TestTrackersActive: a session is active while its last request is
 // recent, and the first turn of a session starts from nothing.
 func TestTrackersActive(t *testing.T) {
-	ts := newTrackers(nil)
-	if before := ts.record("a", "m", budget.Turn{Tokens: 10, Limit: 100, At: time.Now()}); before.Requests != 0 {
+	ts := newTrackers()
+	if before := ts.record("a", budget.Turn{Tokens: 10, Limit: 100, At: time.Now()}); before.Requests != 0 {
 		t.Errorf("first turn's before: %+v", before)
 	}
-	if before := ts.record("a", "m", budget.Turn{Tokens: 20, Limit: 100, At: time.Now()}); before.Requests != 1 || before.Tokens != 10 {
+	if before := ts.record("a", budget.Turn{Tokens: 20, Limit: 100, At: time.Now()}); before.Requests != 1 || before.Tokens != 10 {
 		t.Errorf("second turn's before: %+v", before)
 	}
-	ts.record("old", "m", budget.Turn{At: time.Now().Add(-time.Hour)})
+	ts.record("old", budget.Turn{At: time.Now().Add(-time.Hour)})
 	if got := ts.active(10 * time.Minute); len(got) != 1 || got[0] != "a" {
 		t.Errorf("active: %v", got)
 	}
