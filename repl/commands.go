@@ -84,13 +84,13 @@ func (a *Commands) Run(ctx context.Context, cmd string, args []string) error {
 		if err != nil || a.JSON {
 			return a.printJSON(raw, err)
 		}
-		return a.say("Saved snapshot %s (%s, %s tokens).", view.Clean(s.ID), view.Plural(s.Messages, "message"), view.Grouped(s.Tokens))
+		return a.say("%s", view.SnapshotSaved(s))
 	case "restore":
 		r, raw, err := a.Client.Restore(ctx, a.Session, args[0])
 		if err != nil || a.JSON {
 			return a.printJSON(raw, err)
 		}
-		if err := a.say("Restored snapshot %s: %s.", view.Clean(args[0]), view.Plural(r.Messages, "message")); err != nil {
+		if err := a.say("%s", view.SnapshotRestored(args[0], r.Messages)); err != nil {
 			return err
 		}
 		return a.undoHint(r.Undo)
@@ -162,10 +162,9 @@ func (a *Commands) undoHint(undo *api.SnapshotInfo) error {
 		return nil
 	}
 	if a.slash {
-		return a.say("The context it replaced is snapshot %s: /context restore %s undoes this.", view.Clean(undo.ID), view.Clean(undo.ID))
+		return a.say("%s", view.UndoHint(undo.ID, "/context restore "+view.Clean(undo.ID)))
 	}
-	return a.say("The context it replaced is snapshot %s: ctxproxy context restore %s --session %s undoes this.",
-		view.Clean(undo.ID), shellQuote(undo.ID), shellQuote(a.Session))
+	return a.say("%s", view.UndoHint(undo.ID, "ctxproxy context restore "+shellQuote(undo.ID)+" --session "+shellQuote(a.Session)))
 }
 
 // shellQuote quotes s for a POSIX shell when it needs it.
@@ -379,14 +378,7 @@ func (a *Commands) size(ctx context.Context, cmd string, args []string) error {
 	if err != nil || a.JSON {
 		return a.printJSON(raw, err)
 	}
-	if cs.Auto {
-		line := "Context size: auto, from free VRAM"
-		if cs.Target > 0 {
-			line += " (" + view.Grouped(cs.Target) + " tokens now)"
-		}
-		return a.say("%s.", line)
-	}
-	return a.say("Context size: %s tokens (auto sizing off).", view.Grouped(cs.Target))
+	return a.say("%s", view.ContextSize(cs))
 }
 
 // export is seed 000's /export: the conversation as seed 003's JSON.
@@ -443,8 +435,10 @@ func (a *Commands) Compact(ctx context.Context, instructions string) error {
 	if err != nil || a.JSON {
 		return a.printJSON(raw, err)
 	}
-	if err := a.say("Compressed: %s → %s tokens (%s dropped, %s summarized).", view.Grouped(r.Before),
-		view.Grouped(r.After), view.Plural(r.Dropped, "message"), view.Grouped(r.Summarized)); err != nil {
+	// The notice follows on a line of its own, styled as a notice.
+	counts := r
+	counts.Notice = ""
+	if err := a.say("%s", view.Compressed(counts)); err != nil {
 		return err
 	}
 	if r.Notice != "" {
