@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/budget"
 )
 
 // exchange is the state of one intercepted chat request, carried to the
@@ -110,7 +112,7 @@ func readBody(r *http.Request, maxBody int64) ([]byte, *apiError) {
 
 // setPlanHeaders sets the X-Ctxproxy-* response headers of DESIGN.md.
 func setPlanHeaders(ex *exchange, p *plan) {
-	h := headerValues{h: ex.headers, vals: make([]string, 0, 10)}
+	h := headerValues{h: ex.headers, vals: make([]string, 0, 11)}
 	if p.counter != nil {
 		h.set("X-Ctxproxy-Tokens", strconv.Itoa(p.after.Tokens))
 		h.set("X-Ctxproxy-Tokens-Before", strconv.Itoa(p.before.Tokens))
@@ -142,7 +144,24 @@ func setPlanHeaders(ex *exchange, p *plan) {
 		h.set("X-Ctxproxy-Notice", p.result.Notice)
 	}
 	if b := p.alloc; b.Total > 0 {
-		h.set("X-Ctxproxy-Budget", fmt.Sprintf("total=%d system=%d tools=%d reserve=%d conversation=%d available=%d",
-			b.Total, b.SystemPrompt, b.Tools, b.ResponseReserve, b.Conversation, b.Available()))
+		h.set("X-Ctxproxy-Budget", budgetHeader(b))
 	}
+}
+
+// budgetHeader is X-Ctxproxy-Budget's value: "total=8192 system=120
+// tools=340 reserve=1024 conversation=5000 available=1708", built in one
+// buffer (it is set on every counted request).
+func budgetHeader(b budget.Budget) string {
+	buf := make([]byte, 0, 96)
+	for i, part := range [...]struct {
+		key string
+		n   int
+	}{{"total=", b.Total}, {"system=", b.SystemPrompt}, {"tools=", b.Tools}, {"reserve=", b.ResponseReserve},
+		{"conversation=", b.Conversation}, {"available=", b.Available()}} {
+		if i > 0 {
+			buf = append(buf, ' ')
+		}
+		buf = strconv.AppendInt(append(buf, part.key...), int64(part.n), 10)
+	}
+	return string(buf)
 }
