@@ -245,8 +245,10 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 					"model", req.model, "api", remote.API, "err", rc.err)
 			}
 		}
-		if p.exact == nil && !p.before.Exact {
-			p.counter = est
+		if p.counter == promptCounter(est) {
+			// Neither the model's tokenizer nor the backend's counted
+			// this prompt (or one failed after it started): estimate.
+			// A failed count's zero estimate must not stand.
 			p.before = est.Prompt(p.messages, req.tools)
 		}
 		p.after = p.before

@@ -72,8 +72,9 @@ type chatRequest struct {
 	// OpenAI reasoning_effort; both shape the prompt of thinking models.
 	think  json.RawMessage
 	effort string
-	// truncate reports that the request sets Ollama's "truncate" itself.
-	truncate bool
+	// truncate reports that the request sets Ollama's "truncate" itself;
+	// noTruncate that it set it to false.
+	truncate, noTruncate bool
 	// numCtx is the client's options.num_ctx (Ollama), 0 when unset.
 	numCtx int
 	// maxOutput is the request's own output limit (max_tokens,
@@ -144,6 +145,7 @@ func decodeChat(d Dialect, body []byte) (*chatRequest, error) {
 			}
 		case "truncate":
 			req.truncate = !bytes.Equal(v, []byte("null"))
+			req.noTruncate = bytes.Equal(v, []byte("false"))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", errNotChat, m.key, err)

@@ -63,7 +63,9 @@ func inbandCommand(req *chatRequest) (cmd string, args []string, ok bool) {
 
 // commandOf returns the in-band command a message is, if it is one.
 func commandOf(last *rewrite.Message) (cmd string, args []string, ok bool) {
-	if last.Role != "user" || len(last.Content) > 200 {
+	if last.Role != "user" || len(last.Content) > 200 ||
+		!strings.HasPrefix(strings.TrimLeft(last.Content, " \t\r\n"), "/") {
+		// Most messages: no command, and nothing to split.
 		return "", nil, false
 	}
 	f := strings.Fields(last.Content)
@@ -407,11 +409,15 @@ func randomHex(n int) string {
 func inbandHistory(msgs []rewrite.Message) ([]rewrite.Message, bool) {
 	// The newest message is never taken out: a command there was answered
 	// in-band before the conversation reached here.
-	cut, skip := -1, map[int]bool{}
+	cut := -1
+	var skip map[int]bool // most conversations have no command to skip
 	for i := 0; i+1 < len(msgs)-1; i++ {
 		cmd, _, ok := commandOf(&msgs[i])
 		if !ok || msgs[i+1].Role != "assistant" {
 			continue
+		}
+		if skip == nil {
+			skip = map[int]bool{}
 		}
 		skip[i], skip[i+1] = true, true
 		if cmd == "clear" || cmd == "context clear" {

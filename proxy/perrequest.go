@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -21,15 +20,7 @@ const maxMessagesHeader = "X-Ctxproxy-Max-Messages"
 // the requests it manages, but only after this is read, from the body as
 // the client sent it.
 func clientNoTruncate(req *chatRequest) bool {
-	if req.dialect != Ollama || !req.truncate {
-		return false // most requests: no need to look
-	}
-	ms, err := members(req.body)
-	if err != nil {
-		return false
-	}
-	m, ok := findMember(ms, "truncate")
-	return ok && bytes.Equal(req.body[m.valueStart:m.end], []byte("false"))
+	return req.dialect == Ollama && req.noTruncate
 }
 
 // maxMessages reads X-Ctxproxy-Max-Messages: 0 when absent.

@@ -193,20 +193,17 @@ func (s *statusReporter) setContextSize(tokens int) error {
 	return nil
 }
 
-// noteModel records what the request path decided for a model, for the
-// models of /ctxproxy/status. prepare calls it once per request, after
-// trimming: `s.noteModel(p, facts)`.
+// note records what the request path decided for a model (its window,
+// num_ctx and how it was counted), for the models of /ctxproxy/status.
+// prepare calls it once per request, before cutting.
 func (s *statusReporter) note(p *plan, facts gpu.ModelFacts) {
 	if p == nil || p.model == "" {
 		return
 	}
 	e := seenModel{name: p.model, facts: facts, numCtx: p.numCtx, reason: p.numReason,
-		effective: p.limit, at: time.Now(), counting: api.CountingStatus{Method: "estimate"}}
-	switch {
-	case p.exact != nil:
-		e.counting.Method, e.counting.Tokenizer, e.exact = "exact", p.exact.Tokenizer.Name(), p.exact
-	case p.before.Exact:
-		e.counting.Method = "backend"
+		effective: p.limit, at: time.Now(), counting: api.CountingStatus{Method: p.countMethod()}}
+	if p.exact != nil {
+		e.counting.Tokenizer, e.exact = p.exact.Tokenizer.Name(), p.exact
 	}
 	s.seen.note(e)
 }
