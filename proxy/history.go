@@ -239,7 +239,8 @@ func pruneStored(t *rewrite.Trimmer, p *plan, reply *snapshots.Message) *pruning
 	for i := range full {
 		full[i].Tokens = 0 // counted as stored, not as a strategy left them
 	}
-	room := p.limit - p.counter.Overhead(p.tools)
+	overhead := p.counter.Overhead(p.tools)
+	room := p.limit - overhead
 	total := rewrite.Total(full, p.counter)
 	if room <= 0 || total <= room {
 		return nil
@@ -252,7 +253,7 @@ func pruneStored(t *rewrite.Trimmer, p *plan, reply *snapshots.Message) *pruning
 	if err != nil || len(res.Messages) >= len(full) {
 		return nil
 	}
-	return &pruning{full: full, kept: res.Messages, tokens: rewrite.Total(res.Messages, p.counter) + p.counter.Overhead(p.tools), limit: p.limit}
+	return &pruning{full: full, kept: res.Messages, tokens: rewrite.Total(res.Messages, p.counter) + overhead, limit: p.limit}
 }
 
 // apply replaces sess's stored history with what the prune kept, when it

@@ -108,12 +108,7 @@ func (t *tap) dialectEvent(data []byte, whole bool) {
 		if json.Unmarshal(e.Delta, &d) == nil && d.StopReason != "" {
 			t.r.finishReason = d.StopReason
 		}
-		if e.Usage != nil {
-			t.r.outputTokens = e.Usage.OutputTokens
-			if e.Usage.InputTokens != nil {
-				t.r.promptTokens = *e.Usage.InputTokens
-			}
-		}
+		t.usage(e.Usage)
 	case e.Type == "message_stop":
 		t.r.complete = true
 	}

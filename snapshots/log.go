@@ -298,12 +298,10 @@ func apply(s *Session, id string, p []byte) (*Session, error) {
 
 // replayed is what replaying a log found.
 type replayed struct {
-	s       *Session
-	info    SessionInfo // the last good record's listing entry
-	records int
-	good    int   // bytes up to the end of the last good record
-	base    int   // bytes up to the end of the last replace record
-	cut     error // why the rest was cut: errTorn or an ErrCorrupt
+	s    *Session
+	good int   // bytes up to the end of the last good record
+	base int   // bytes up to the end of the last replace record
+	cut  error // why the rest was cut: errTorn or an ErrCorrupt
 }
 
 // errTorn reports a log that ends in an incomplete record: a write that a
@@ -327,16 +325,12 @@ func replay(b []byte, start int, id string) replayed {
 			return r
 		}
 		s, err := apply(r.s, id, p)
-		if err == nil {
-			r.info, err = payloadInfo(p)
-		}
 		if err != nil {
 			r.cut = fmt.Errorf("record at byte %d: %w", start+off, err)
 			return r
 		}
 		r.s = s
 		off += n
-		r.records++
 		r.good = start + off
 		if p[0] == kindReplace {
 			r.base = r.good

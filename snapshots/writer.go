@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
 // ErrQueueFull reports a change that Writer dropped because as many
@@ -53,7 +55,7 @@ type Writer struct {
 	healthMu sync.Mutex
 	lastErr  error
 	since    time.Time
-	unsaved  map[string]bool
+	unsaved  *cache.LRU[string, struct{}]
 
 	// backoff is the wait before retrying a session the store refused,
 	// by attempt (tests shorten it).
@@ -119,7 +121,7 @@ func NewWriter(st Store, cfg Config, log *slog.Logger) *Writer {
 		threshold: cfg.AutoThreshold,
 		capacity:  cfg.QueueSize,
 		pending:   make(map[string]*pending),
-		unsaved:   make(map[string]bool),
+		unsaved:   cache.New[string, struct{}](maxUnsaved),
 		backoff:   defaultBackoff,
 	}
 	w.wake = sync.NewCond(&w.mu)
@@ -280,17 +282,16 @@ func (w *Writer) noteWrite(id string, err error) {
 	defer w.healthMu.Unlock()
 	if err == nil {
 		w.lastErr = nil
-		delete(w.unsaved, id)
+		w.unsaved.Remove(id)
 		return
 	}
 	if w.lastErr == nil {
 		w.since = time.Now()
 	}
 	w.lastErr = err
-	if len(w.unsaved) >= maxUnsaved {
-		clear(w.unsaved)
-	}
-	w.unsaved[id] = true
+	// Bounded: during a long outage the least recently failed sessions
+	// are forgotten first, never every flag at once.
+	w.unsaved.Add(id, struct{}{})
 }
 
 // Health reports whether the store refused the last write, with the
@@ -306,7 +307,8 @@ func (w *Writer) Health() (since time.Time, err error) {
 func (w *Writer) Unsaved(id string) bool {
 	w.healthMu.Lock()
 	defer w.healthMu.Unlock()
-	return w.unsaved[id]
+	_, ok := w.unsaved.Peek(id)
+	return ok
 }
 
 // write applies one session's queued ops in order, joining consecutive
