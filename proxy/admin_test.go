@@ -944,6 +944,12 @@ func TestAdminCompressSummarized(t *testing.T) {
 	if kept := float64(len(after)) - 1; kept+summarized+dropped != 30 {
 		t.Errorf("%v kept + %v summarized + %v dropped ≠ 30: %v", kept, summarized, dropped, res)
 	}
+	// The summarizer's text is what replaced them: a system message at
+	// the start, one summary per folded iteration.
+	first, _ := after[0].(map[string]any)
+	if first["role"] != "system" || strings.Count(fmt.Sprint(first["content"]), "talked about numbers") != int(summarized)/2 {
+		t.Errorf("the history does not start with the summaries of the %v folded messages: %v", summarized, first)
+	}
 	st := e.json("GET", p, nil, 200)["stats"].(map[string]any)
 	if st["dropped"] != res["dropped"] || st["summarized"] != res["summarized"] {
 		t.Errorf("stats %v disagree with the answer %v", st, res)

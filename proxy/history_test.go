@@ -386,6 +386,11 @@ func TestPruneStoredKeepsToolUnits(t *testing.T) {
 	for _, m := range sess.Messages {
 		if strings.Contains(string(m.Raw), `"kept"`) {
 			calls++
+			// The call has no content: checked here, as the loop above
+			// skips it.
+			if m.Role == "assistant" && !m.Timestamp.Equal(at) {
+				t.Errorf("the kept tool call lost its timestamp: %v", m.Timestamp)
+			}
 		}
 		if strings.Contains(string(m.Raw), `"dropped"`) {
 			t.Errorf("the dropped call stayed without its result: %s", m.Raw)

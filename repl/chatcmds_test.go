@@ -330,8 +330,18 @@ func TestChatFollowsScopedSession(t *testing.T) {
 	if sess := p.Session(t, m[1]); len(sess.Messages) != 2 {
 		t.Errorf("stored %d messages under %s, want 2", len(sess.Messages), m[1])
 	}
-	other := runChat(t, p, chatRun{session: "mine", model: "llama3.1", apiKey: "key-b", noBar: true}, lines("/stats"))
-	if !strings.Contains(other.stdout, "is empty") {
-		t.Errorf("another key's chat with the same session id saw the conversation:\n%s", other.both)
+	// Another key naming the same id talks in a session of its own: its
+	// turn lands under its own scoped id, and key-a's is untouched.
+	other := runChat(t, p, chatRun{session: "mine", model: "llama3.1", apiKey: "key-b", noBar: true},
+		lines("hello again", "/stats"))
+	mb := regexp.MustCompile(`Session +(mine~[0-9a-f]{16})`).FindStringSubmatch(other.stdout)
+	if mb == nil || mb[1] == m[1] {
+		t.Fatalf("key-b's session %v, key-a's %s:\n%s", mb, m[1], other.both)
+	}
+	if sess := p.Session(t, m[1]); len(sess.Messages) != 2 {
+		t.Errorf("key-a's session has %d messages after key-b's turn, want 2", len(sess.Messages))
+	}
+	if sess := p.Session(t, mb[1]); len(sess.Messages) != 2 || sess.Messages[0].Content != "hello again" {
+		t.Errorf("key-b's session: %+v", sess.Messages)
 	}
 }

@@ -116,8 +116,10 @@ func TestLogCompaction(t *testing.T) {
 		}
 		b = b[n:]
 	}
-	if records >= 151 {
-		t.Errorf("%d records after 151 changes: never compacted", records)
+	// Compaction keeps up: the log holds the last copy and the few
+	// changes since, not a record for most of the 151 changes.
+	if records > 20 {
+		t.Errorf("%d records after 151 changes: compaction did not keep up", records)
 	}
 	e := st.cache.get(key("c"))
 	if e == nil || e.needsCompaction() || e.size != int64(len(data)) {
@@ -226,8 +228,8 @@ func TestLogCompactionRedis(t *testing.T) {
 	}
 	st.compactor.wait()
 	n, err := st.rdb.LLen(ctx, st.keys.log(key("c"))).Result()
-	if err != nil || n >= 151 {
-		t.Errorf("%d records after 151 changes (%v): never compacted", n, err)
+	if err != nil || n > 20 {
+		t.Errorf("%d records after 151 changes (%v): compaction did not keep up", n, err)
 	}
 	want := mustGet(t, st, "c")
 	if d := diff(want, mustGet(t, newRedisStore(t, addr, "compact:", Config{}), "c")); d != "" {
