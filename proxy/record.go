@@ -111,8 +111,14 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 		m := replyMessage(ex.dialect, rep)
 		replyMsg = &m
 	}
-	sent := storedMessages(ex.dialect, p.sent)
-	newTurn := storedMessages(ex.dialect, p.newTurn)
+	// In accumulate mode p.sent is the whole stored history: only the new
+	// turn is converted, and the history only for a pre-overflow snapshot.
+	var sent, newTurn []snapshots.Message
+	if p.accum {
+		newTurn = storedMessages(ex.dialect, p.newTurn)
+	} else {
+		sent = storedMessages(ex.dialect, p.sent)
+	}
 	now := time.Now()
 	turn := budget.Turn{Tokens: p.before.Tokens, Sent: p.after.Tokens, Limit: p.limit, NumCtx: p.numCtx,
 		Dropped: p.result.Dropped - p.result.Summarized, Summarized: p.result.Summarized,
@@ -155,6 +161,9 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 	if p.result.Dropped > 0 && (before.Requests == 0 || before.Usage() < s.threshold()) {
 		s.log.Info("pre-overflow: conversation outgrew the window; snapshot taken before the first cut",
 			"session", ex.session, "tokens", p.before.Tokens, "limit", p.limit)
+		if sent == nil {
+			sent = storedMessages(ex.dialect, p.sent)
+		}
 		snap := snapshots.NewSnapshot(&snapshots.Session{ID: ex.session, Model: p.model, Messages: sent,
 			Stats: storedStats(budget.Totals{}.Add(turn))}, snapshots.ReasonOverflow)
 		if err := s.writer.SaveSnapshot(snap); err != nil {

@@ -262,3 +262,17 @@ func BenchmarkMembers(b *testing.B) {
 		_, _ = members(msg)
 	}
 }
+
+// BenchmarkStoredMessages1000 is the conversion of a 1,000-message
+// history for the store: what an accumulated turn no longer pays (only its
+// new turn is converted) unless it takes a pre-overflow snapshot.
+func BenchmarkStoredMessages1000(b *testing.B) {
+	req, err := decodeChat(Ollama, chatBodyN(1000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = storedMessages(Ollama, req.messages)
+	}
+}
