@@ -128,12 +128,8 @@ func MessagesRequest(body []byte, opts RequestOptions) ([]byte, MessagesInfo, er
 	if dst, err = r.appendThink(dst, &info.Info); err != nil {
 		return nil, info, err
 	}
-	if r.keepAlive != nil {
-		if k := jsonscan.KindOf(r.keepAlive); k != jsonscan.KindString && k != jsonscan.KindNumber {
-			return nil, info, invalid("keep_alive", codeInvalidType, "keep_alive must be a duration string or a number of seconds")
-		}
-		dst = append(dst, `,"keep_alive":`...)
-		dst = append(dst, r.keepAlive...)
+	if dst, err = r.appendKeepAlive(dst); err != nil {
+		return nil, info, err
 	}
 	// Anthropic's clients leave sampling to the server unless they say:
 	// the model's own defaults, not OpenAI's 1.0.

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"bytes"
 	"strconv"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
@@ -120,13 +121,25 @@ func appendJoined(dst []byte, texts [][]byte) []byte {
 // lastCallName returns the name token of the latest call with id among
 // msgs, so a tool result gets the tool_name Ollama's templates print.
 func lastCallName(msgs []ollamaMessage, id []byte) []byte {
-	var calls []call
-	for i := range msgs {
-		for _, c := range msgs[i].calls {
-			calls = append(calls, call{c.id, c.name})
+	// Newest first, without copying the calls: it runs for every tool
+	// result of a conversation. The match is nameFor's: the id as sent,
+	// else the same id spelled with other escapes.
+	match := func(got []byte) bool { return bytes.Equal(got, id) }
+	for pass := 0; pass < 2; pass++ {
+		for i := len(msgs) - 1; i >= 0; i-- {
+			for k := len(msgs[i].calls) - 1; k >= 0; k-- {
+				if c := msgs[i].calls[k]; match(c.id) {
+					return c.name
+				}
+			}
 		}
+		if pass == 1 || bytes.IndexByte(id, '\\') < 0 {
+			return nil
+		}
+		want, _ := jsonscan.Unquote(id)
+		match = func(got []byte) bool { s, _ := jsonscan.Unquote(got); return s == want }
 	}
-	return nameFor(calls, id)
+	return nil
 }
 
 // fields reads an object's members into a map from key to value, leaving

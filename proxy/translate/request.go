@@ -186,19 +186,11 @@ func (r *request) translate(dst []byte, opts RequestOptions, info *Info) ([]byte
 		return nil, err
 	}
 
-	if r.model == nil {
-		return nil, invalid("model", codeMissing, "model is required")
+	if err := checkModel(r.model, info); err != nil {
+		return nil, err
 	}
-	if jsonscan.KindOf(r.model) != jsonscan.KindString || jsonscan.IsEmptyString(r.model) {
-		return nil, invalid("model", codeInvalidType, "model must be a non-empty string")
-	}
-	info.Model, _ = jsonscan.Unquote(r.model)
-
-	if r.stream != nil {
-		if jsonscan.KindOf(r.stream) != jsonscan.KindBool {
-			return nil, invalid("stream", codeInvalidType, "stream must be a boolean")
-		}
-		info.Stream = r.stream[0] == 't'
+	if err := checkStream(r.stream, info); err != nil {
+		return nil, err
 	}
 	if r.streamOptions != nil {
 		include, err := r.includeUsage(info)
@@ -215,8 +207,7 @@ func (r *request) translate(dst []byte, opts RequestOptions, info *Info) ([]byte
 	if dst, err = appendMessages(dst, r.messages, info); err != nil {
 		return nil, err
 	}
-	dst = append(dst, `,"stream":`...)
-	dst = strconv.AppendBool(dst, info.Stream)
+	dst = appendStreamFlag(dst, info.Stream)
 
 	if dst, err = r.appendFormat(dst); err != nil {
 		return nil, err
@@ -227,12 +218,8 @@ func (r *request) translate(dst []byte, opts RequestOptions, info *Info) ([]byte
 	if dst, err = r.appendThink(dst, info); err != nil {
 		return nil, err
 	}
-	if r.keepAlive != nil {
-		if k := jsonscan.KindOf(r.keepAlive); k != jsonscan.KindString && k != jsonscan.KindNumber {
-			return nil, invalid("keep_alive", codeInvalidType, "keep_alive must be a duration string or a number of seconds")
-		}
-		dst = append(dst, `,"keep_alive":`...)
-		dst = append(dst, r.keepAlive...)
+	if dst, err = r.appendKeepAlive(dst); err != nil {
+		return nil, err
 	}
 	if r.logprobs != nil {
 		if jsonscan.KindOf(r.logprobs) != jsonscan.KindBool {
@@ -333,4 +320,16 @@ func messagePath(i int, suffix string) string {
 	b.WriteByte(']')
 	b.WriteString(suffix)
 	return b.String()
+}
+
+// appendKeepAlive carries keep_alive, a duration string or a number of
+// seconds, as it was sent; every dialect has it with Ollama's meaning.
+func (r *request) appendKeepAlive(dst []byte) ([]byte, error) {
+	if r.keepAlive == nil {
+		return dst, nil
+	}
+	if k := jsonscan.KindOf(r.keepAlive); k != jsonscan.KindString && k != jsonscan.KindNumber {
+		return nil, invalid("keep_alive", codeInvalidType, "keep_alive must be a duration string or a number of seconds")
+	}
+	return append(append(dst, `,"keep_alive":`...), r.keepAlive...), nil
 }
