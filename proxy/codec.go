@@ -106,6 +106,11 @@ func decodeChat(d Dialect, body []byte) (*chatRequest, error) {
 	if _, err := jsonscan.Valid(body); err != nil {
 		return nil, fmt.Errorf("%w: %v", errNotChat, err)
 	}
+	return decodeValidChat(d, body)
+}
+
+// decodeValidChat is decodeChat of a body jsonscan already accepted.
+func decodeValidChat(d Dialect, body []byte) (*chatRequest, error) {
 	ms, err := members(body)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNotChat, err)

@@ -26,13 +26,14 @@ import (
 // is translated to /api/chat (num_ctx, truncate:false) and the answer
 // back; bound for any other backend it is forwarded in its own dialect.
 
-// decodeRequest decodes body as a request of dialect d. Any error means
-// the request should be forwarded unchanged (DESIGN.md rule 3).
+// decodeRequest decodes body, which jsonscan.ValidDepth accepted, as a
+// request of dialect d. Any error means the request should be forwarded
+// unchanged (DESIGN.md rule 3).
 func decodeRequest(d Dialect, body []byte) (*chatRequest, error) {
 	if d == Responses || d == Messages {
 		return decodeConversation(d, body)
 	}
-	return decodeChat(d, body)
+	return decodeValidChat(d, body)
 }
 
 // decodeConversation reads a Responses or Messages request: the

@@ -32,6 +32,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -233,7 +234,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 		s.rp.ServeHTTP(w, r)
 		return
 	}
-	ex := &exchange{dialect: d, route: route, start: time.Now(), headers: http.Header{}}
+	// Room for the X-Ctxproxy-* headers a counted request gets, so the
+	// map is not grown while they are set.
+	ex := &exchange{dialect: d, route: route, start: time.Now(), headers: make(http.Header, 16)}
 	defer func() { s.rec.logExchange(ex) }()
 	if s.monitor != nil {
 		// Memory is sampled every poll_active while a request is in
@@ -247,13 +250,21 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 		return
 	}
 	defer release()
-	if depthExceeds(body, s.cfg.MaxDepth) {
+	// One pass validates the body and bounds its nesting, before any
+	// decoder runs (DESIGN.md rule 3).
+	_, err := jsonscan.ValidDepth(body, s.cfg.MaxDepth)
+	if errors.Is(err, jsonscan.ErrDepth) {
 		ex.status = http.StatusBadRequest
 		writeError(w, d, apiError{status: http.StatusBadRequest,
 			message: fmt.Sprintf("request JSON nests deeper than %d levels", s.cfg.MaxDepth)})
 		return
 	}
-	req, err := decodeRequest(d, body)
+	var req *chatRequest
+	if err == nil {
+		req, err = decodeRequest(d, body)
+	} else {
+		err = fmt.Errorf("%w: %v", errNotChat, err)
+	}
 	if err != nil {
 		// Not a chat request ctxproxy understands: the backend decides
 		// (DESIGN.md rule 3).

@@ -239,10 +239,20 @@ func (t *tap) appendContent(sb *strings.Builder, s string) {
 }
 
 func (t *tap) event(data []byte, whole bool) {
-	if t.dialect == Responses || t.dialect == Messages {
+	switch t.dialect {
+	case Responses, Messages:
 		t.dialectEvent(data, whole)
-		return
+	case Ollama:
+		if !t.quickEvent(data, whole) {
+			t.decodeEvent(data, whole)
+		}
+	default:
+		t.decodeEvent(data, whole)
 	}
+}
+
+// decodeEvent reads an Ollama or OpenAI event in full.
+func (t *tap) decodeEvent(data []byte, whole bool) {
 	var e event
 	if json.Unmarshal(data, &e) != nil {
 		return

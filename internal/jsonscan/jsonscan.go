@@ -6,10 +6,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"strconv"
-	"unicode"
-	"unicode/utf16"
-	"unicode/utf8"
 )
 
 // encoding/json needs two passes over a body even into json.RawMessage fields
@@ -30,7 +26,8 @@ const MaxDepth = 10000
 
 var (
 	errSyntax = errors.New("invalid JSON")
-	errDepth  = errors.New("JSON nested too deeply")
+	// ErrDepth reports a value nested deeper than allowed.
+	ErrDepth = errors.New("JSON nested too deeply")
 )
 
 // Kind is the type of a JSON value, read from its first byte.
@@ -99,9 +96,15 @@ func SkipSpace(d []byte, i int) int {
 
 // Valid reports whether d is exactly one JSON value, with optional
 // surrounding white space, and returns it trimmed.
-func Valid(d []byte) ([]byte, error) {
+func Valid(d []byte) ([]byte, error) { return ValidDepth(d, MaxDepth) }
+
+// ValidDepth is Valid with objects and arrays nested at most limit levels
+// deep; a deeper value is an error wrapping ErrDepth. One pass both
+// validates and bounds the nesting, so a hostile body never reaches a
+// recursive decoder.
+func ValidDepth(d []byte, limit int) ([]byte, error) {
 	i := SkipSpace(d, 0)
-	end, err := skipValue(d, i, 0)
+	end, err := skipValue(d, i, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -111,9 +114,9 @@ func Valid(d []byte) ([]byte, error) {
 	return d[i:end], nil
 }
 
-// skipValue validates the value starting at d[i] and returns the index just
-// past it.
-func skipValue(d []byte, i, depth int) (int, error) {
+// skipValue validates the value starting at d[i], inside which left more
+// levels of nesting are allowed, and returns the index just past it.
+func skipValue(d []byte, i, left int) (int, error) {
 	if i >= len(d) {
 		return 0, errSyntax
 	}
@@ -121,9 +124,9 @@ func skipValue(d []byte, i, depth int) (int, error) {
 	case c == '"':
 		return skipString(d, i)
 	case c == '{':
-		return skipObject(d, i, depth+1)
+		return skipObject(d, i, left-1)
 	case c == '[':
-		return skipArray(d, i, depth+1)
+		return skipArray(d, i, left-1)
 	case c == 't':
 		return skipLiteral(d, i, "true")
 	case c == 'f':
@@ -251,9 +254,9 @@ func skipNumber(d []byte, i int) (int, error) {
 	return i, nil
 }
 
-func skipObject(d []byte, i, depth int) (int, error) {
-	if depth > MaxDepth {
-		return 0, errDepth
+func skipObject(d []byte, i, left int) (int, error) {
+	if left < 0 {
+		return 0, ErrDepth
 	}
 	i = SkipSpace(d, i+1)
 	if i < len(d) && d[i] == '}' {
@@ -271,7 +274,7 @@ func skipObject(d []byte, i, depth int) (int, error) {
 		if i >= len(d) || d[i] != ':' {
 			return 0, errSyntax
 		}
-		if i, err = skipValue(d, SkipSpace(d, i+1), depth); err != nil {
+		if i, err = skipValue(d, SkipSpace(d, i+1), left); err != nil {
 			return 0, err
 		}
 		i = SkipSpace(d, i)
@@ -289,9 +292,9 @@ func skipObject(d []byte, i, depth int) (int, error) {
 	}
 }
 
-func skipArray(d []byte, i, depth int) (int, error) {
-	if depth > MaxDepth {
-		return 0, errDepth
+func skipArray(d []byte, i, left int) (int, error) {
+	if left < 0 {
+		return 0, ErrDepth
 	}
 	i = SkipSpace(d, i+1)
 	if i < len(d) && d[i] == ']' {
@@ -299,7 +302,7 @@ func skipArray(d []byte, i, depth int) (int, error) {
 	}
 	for {
 		var err error
-		if i, err = skipValue(d, i, depth); err != nil {
+		if i, err = skipValue(d, i, left); err != nil {
 			return 0, err
 		}
 		i = SkipSpace(d, i)
@@ -449,146 +452,3 @@ func KeyName(key []byte) string {
 	}
 	return s
 }
-
-// Unquote decodes a valid JSON string token.
-func Unquote(tok []byte) (string, error) {
-	if len(tok) < 2 || tok[0] != '"' || tok[len(tok)-1] != '"' {
-		return "", errSyntax
-	}
-	inner := tok[1 : len(tok)-1]
-	if bytes.IndexByte(inner, '\\') < 0 {
-		return string(inner), nil
-	}
-	return string(AppendUnescaped(nil, tok)), nil
-}
-
-// AppendUnescaped appends the text of a valid JSON string token, escapes
-// decoded. A lone UTF-16 surrogate becomes U+FFFD, as in encoding/json.
-func AppendUnescaped(dst, tok []byte) []byte {
-	s := tok[1 : len(tok)-1]
-	for {
-		j := bytes.IndexByte(s, '\\')
-		if j < 0 || j+1 >= len(s) {
-			return append(dst, s...)
-		}
-		dst = append(dst, s[:j]...)
-		c := s[j+1]
-		s = s[j+2:]
-		switch c {
-		case 'b':
-			dst = append(dst, '\b')
-		case 'f':
-			dst = append(dst, '\f')
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case 't':
-			dst = append(dst, '\t')
-		case 'u':
-			r, ok := hex4(s)
-			if !ok {
-				return dst // not valid; callers pass valid tokens
-			}
-			s = s[4:]
-			if utf16.IsSurrogate(r) {
-				r2 := unicode.ReplacementChar
-				if len(s) >= 6 && s[0] == '\\' && s[1] == 'u' {
-					if lo, ok := hex4(s[2:]); ok {
-						if d := utf16.DecodeRune(r, lo); d != unicode.ReplacementChar {
-							s, r2 = s[6:], d
-						}
-					}
-				}
-				r = r2
-			}
-			dst = utf8.AppendRune(dst, r)
-		default: // '"', '\\', '/'
-			dst = append(dst, c)
-		}
-	}
-}
-
-func hex4(s []byte) (rune, bool) {
-	if len(s) < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range s[:4] {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c -= 'a' - 10
-		case c >= 'A' && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
-}
-
-// AppendString appends s as a JSON string token.
-func AppendString(dst []byte, s string) []byte {
-	return AppendStringBytes(dst, []byte(s))
-}
-
-// AppendStringBytes appends the raw bytes s as a JSON string token. Invalid
-// UTF-8 becomes U+FFFD, as encoding/json does, so the output is always valid.
-func AppendStringBytes(dst, s []byte) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRune(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
-
-const hexDigits = "0123456789abcdef"
-
-// AppendKey appends `"name":` for a name that needs no escaping.
-func AppendKey(dst []byte, name string) []byte {
-	dst = append(dst, '"')
-	dst = append(dst, name...)
-	return append(dst, '"', ':')
-}
-
-// AppendInt appends n in decimal.
-func AppendInt(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }
-
-// IsEmptyString reports whether tok is the token "".
-func IsEmptyString(tok []byte) bool { return len(tok) == 2 && tok[0] == '"' }

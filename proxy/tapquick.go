@@ -1,0 +1,255 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
+)
+
+// Every chunk of a streamed Ollama answer passes through the tap, and
+// decoding each into the event struct with encoding/json's reflection
+// cost more than the rest of the chunk's trip through ctxproxy. quickEvent
+// reads the common shape of an Ollama chunk or answer (the message's
+// content and thinking, done, done_reason and the counts) with jsonscan,
+// which hands out sub-slices of the chunk and allocates nothing for them.
+// Anything else (tool calls, OpenAI's choices and usage, a repeated key, a
+// key that matches a known one only without regard to case, a value of an
+// unexpected type) is left, untouched, to event's full decoding, so the
+// two always agree.
+
+// quickKeys are the event's top-level keys quickEvent knows, by bit.
+var quickKeys = [...]string{"message", "done", "done_reason", "prompt_eval_count", "eval_count", "error", "choices", "usage"}
+
+// quick is what quickEvent read from one event.
+type quick struct {
+	message          bool
+	content, think   []byte // raw string tokens, quotes included; nil when absent or null
+	done             bool
+	doneReason       []byte
+	promptEval       int
+	hasPromptEval    bool
+	evalCount        int
+	failed, declined bool
+}
+
+// quickEvent applies an event it can read in full and reports true; it
+// reports false, having changed nothing, when event must decode it.
+func (t *tap) quickEvent(data []byte, whole bool) bool {
+	v, err := jsonscan.Valid(data)
+	if err != nil || jsonscan.KindOf(v) != jsonscan.KindObject {
+		// Not an object: encoding/json fails on it or finds no field.
+		return err != nil || jsonscan.KindOf(v) == jsonscan.KindNull
+	}
+	var q quick
+	var seen uint
+	_ = jsonscan.Members(v, func(key, val []byte) error {
+		bit := quickKey(key)
+		switch {
+		case bit < 0:
+			q.declined = true // a key encoding/json would match without regard to case
+		case bit >= len(quickKeys):
+			return nil // not the event's
+		case seen&(1<<bit) != 0:
+			q.declined = true // a repeated key: encoding/json merges objects
+		default:
+			seen |= 1 << bit
+			q.read(quickKeys[bit], val)
+		}
+		if q.declined {
+			return errDeclined
+		}
+		return nil
+	})
+	if q.declined {
+		return false
+	}
+	if q.failed {
+		return true // an error event: not a reply
+	}
+	if q.message {
+		t.appendToken(&t.content, q.content)
+		t.appendToken(&t.think, q.think)
+	}
+	if q.hasPromptEval {
+		t.r.promptTokens = q.promptEval
+		t.r.outputTokens = q.evalCount
+	}
+	if q.done || (whole && q.message) {
+		t.r.complete = true
+		t.r.finishReason = ""
+		if q.doneReason != nil {
+			t.r.finishReason, _ = jsonscan.Unquote(q.doneReason)
+		}
+	}
+	return true
+}
+
+// errDeclined stops a member walk that met what quickEvent leaves to
+// event.
+var errDeclined = errorString("declined")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// quickKey returns the index of key in quickKeys, len(quickKeys) for a key
+// the event does not have, or -1 for a key encoding/json would still match
+// to one of them (another case, or escapes).
+func quickKey(key []byte) int {
+	name := key[1 : len(key)-1]
+	for i, k := range quickKeys {
+		if string(name) == k {
+			return i
+		}
+	}
+	if unusualKey(name) {
+		return -1
+	}
+	for _, k := range quickKeys {
+		if foldsTo(name, k) {
+			return -1
+		}
+	}
+	return len(quickKeys)
+}
+
+// unusualKey reports a key with escapes or non-ASCII bytes, which
+// encoding/json may still match to a field (it folds Unicode: "ſ" is "s").
+func unusualKey(name []byte) bool {
+	for _, c := range name {
+		if c == '\\' || c >= utf8.RuneSelf {
+			return true
+		}
+	}
+	return false
+}
+
+// foldsTo reports whether the ASCII key name equals k regardless of case.
+func foldsTo(name []byte, k string) bool {
+	if len(name) != len(k) {
+		return false
+	}
+	for i := range len(name) {
+		a, b := name[i], k[i]
+		if 'A' <= a && a <= 'Z' {
+			a += 'a' - 'A'
+		}
+		if a != b {
+			return false
+		}
+	}
+	return true
+}
+
+// read takes one top-level member.
+func (q *quick) read(key string, val []byte) {
+	null := jsonscan.KindOf(val) == jsonscan.KindNull
+	switch key {
+	case "message":
+		switch {
+		case null:
+		case jsonscan.KindOf(val) == jsonscan.KindObject:
+			q.message = true
+			q.readMessage(val)
+		default:
+			q.declined = true
+		}
+	case "done":
+		switch string(val) {
+		case "true":
+			q.done = true
+		case "false", "null":
+		default:
+			q.declined = true
+		}
+	case "done_reason":
+		q.doneReason, q.declined = stringToken(val)
+	case "prompt_eval_count":
+		if !null {
+			q.promptEval, q.declined = intToken(val)
+			q.hasPromptEval = true
+		}
+	case "eval_count":
+		if !null {
+			q.evalCount, q.declined = intToken(val)
+		}
+	case "error":
+		q.failed = !null
+	case "choices", "usage":
+		q.declined = !null // OpenAI's shapes: event reads them
+	}
+}
+
+// readMessage takes the message's content and thinking; tool calls are
+// left to event.
+func (q *quick) readMessage(obj []byte) {
+	var seen uint
+	_ = jsonscan.Members(obj, func(key, val []byte) error {
+		var bit uint
+		switch string(key) {
+		case `"content"`:
+			bit = 1
+			q.content, q.declined = stringToken(val)
+		case `"thinking"`:
+			bit = 2
+			q.think, q.declined = stringToken(val)
+		case `"tool_calls"`:
+			bit = 4
+			q.declined = string(val) != "null" && string(val) != "[]"
+		default:
+			name := key[1 : len(key)-1]
+			q.declined = unusualKey(name) || foldsTo(name, "content") || foldsTo(name, "thinking") || foldsTo(name, "tool_calls")
+		}
+		if seen&bit != 0 {
+			q.declined = true
+		}
+		seen |= bit
+		if q.declined {
+			return errDeclined
+		}
+		return nil
+	})
+}
+
+// stringToken returns a string value's token, nil for null; declined for
+// any other kind, and for text that is not valid UTF-8 (encoding/json
+// replaces such bytes).
+func stringToken(val []byte) (tok []byte, declined bool) {
+	switch jsonscan.KindOf(val) {
+	case jsonscan.KindString:
+		return val, !utf8.Valid(val)
+	case jsonscan.KindNull:
+		return nil, false
+	}
+	return nil, true
+}
+
+// intToken returns an integer value; declined for anything encoding/json
+// would not put in an int.
+func intToken(val []byte) (int, bool) {
+	n, err := strconv.Atoi(string(val))
+	return n, err != nil
+}
+
+// appendToken appends a string token's text to sb, within maxCapture.
+func (t *tap) appendToken(sb *strings.Builder, tok []byte) {
+	if len(tok) < 2 {
+		return
+	}
+	inner := tok[1 : len(tok)-1]
+	if len(inner) == 0 {
+		return
+	}
+	if bytes.IndexByte(inner, '\\') >= 0 {
+		t.appendContent(sb, string(jsonscan.AppendUnescaped(nil, tok)))
+		return
+	}
+	if sb.Len()+len(inner) > maxCapture {
+		t.r.truncated = true
+		return
+	}
+	sb.Write(inner)
+}
