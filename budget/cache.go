@@ -48,22 +48,29 @@ func (c *Caching) Count(text string) int {
 	if text == "" {
 		return 0
 	}
-	key := maphash.String(c.seed, text)
-	if n, ok := c.store.get(key, len(text)); ok {
+	key, n, ok := c.lookup(text)
+	if ok {
 		return n
 	}
+	return c.countMiss(key, text)
+}
+
+// lookup returns text's key and its cached count, if any, as Count would
+// find it (the entry's recency and the statistics are updated).
+func (c *Caching) lookup(text string) (key uint64, n int, ok bool) {
+	if text == "" {
+		return 0, 0, true
+	}
+	key = maphash.String(c.seed, text)
+	n, ok = c.store.get(key, len(text))
+	return key, n, ok
+}
+
+// countMiss counts text, whose key lookup did not find, and caches it.
+func (c *Caching) countMiss(key uint64, text string) int {
 	n := c.inner.Count(text)
 	c.store.put(key, len(text), n)
 	return n
-}
-
-// peek returns the count of text if it is in the cache, without touching
-// the statistics or the entry's recency.
-func (c *Caching) peek(text string) (int, bool) {
-	if text == "" {
-		return 0, true
-	}
-	return c.store.peek(maphash.String(c.seed, text), len(text))
 }
 
 // Stats reports the cache's use; counters sharing a store report the same.
@@ -97,11 +104,6 @@ func newCountStore(entries int) *countStore {
 
 func (s *countStore) get(key uint64, size int) (int, bool) {
 	n, ok := s.c.Get(countKey{key, size})
-	return int(n), ok
-}
-
-func (s *countStore) peek(key uint64, size int) (int, bool) {
-	n, ok := s.c.Peek(countKey{key, size})
 	return int(n), ok
 }
 

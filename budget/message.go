@@ -139,11 +139,12 @@ func (mc *MessageCounter) Prompt(msgs []chat.Message, tools json.RawMessage) Est
 		e.Raw += replyPriming
 		e.Chars += replyPriming
 	}
-	mc.warm(msgs)
+	var buf [128]int
+	content := mc.contents(msgs, buf[:0])
 	cal := mc.Calibration()
 	for i := range msgs {
 		m := &msgs[i]
-		t, c := mc.raw(m)
+		t, c := mc.rawWith(m, content[i])
 		if m.Tokens == 0 {
 			m.Tokens = cal.scale(t, c)
 		}
@@ -209,8 +210,13 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // raw returns the uncorrected tiktoken and characters/4 counts of one
 // message.
 func (mc *MessageCounter) raw(m *chat.Message) (tokens, chr int) {
+	return mc.rawWith(m, mc.text.Count(m.Content))
+}
+
+// rawWith is raw for a message whose content counts content tokens.
+func (mc *MessageCounter) rawWith(m *chat.Message, content int) (tokens, chr int) {
 	fixed := perMessage + mc.role(m.Role) + min(max(0, m.Images), maxImages)*mc.imageTokens
-	tokens = fixed + mc.text.Count(m.Content)
+	tokens = fixed + content
 	chr = fixed + chars(m.Content)
 	if m.Name != "" {
 		tokens += perName + mc.text.Count(m.Name)
@@ -242,27 +248,43 @@ func (mc *MessageCounter) role(r string) int {
 // at 30–40 MB/s a core, so 32 KB (about a millisecond) is worth spreading.
 const parallelMessageBytes = 32 << 10
 
-// warm counts, in parallel, the contents of messages that the text cache
-// does not know yet, when there are several and enough text.
-func (mc *MessageCounter) warm(msgs []chat.Message) {
+// contents appends to dst the token count of each message's content, in
+// one pass: a message counted before costs one hash and one look-up (a
+// resent 100-message chat is all look-ups), and those the cache does not
+// know are counted, on several cores when there are several and enough
+// text.
+func (mc *MessageCounter) contents(msgs []chat.Message, dst []int) []int {
 	c, ok := mc.text.(*Caching)
-	if !ok || len(msgs) < 2 || runtime.GOMAXPROCS(0) == 1 {
-		return
+	if !ok {
+		for i := range msgs {
+			dst = append(dst, mc.text.Count(msgs[i].Content))
+		}
+		return dst
 	}
+	start := len(dst)
 	var pending []int
+	var keys []uint64
 	size := 0
 	for i := range msgs {
 		s := msgs[i].Content
-		if len(s) == 0 {
-			continue
-		}
-		if _, hit := c.peek(s); !hit {
+		key, n, hit := c.lookup(s)
+		dst = append(dst, n)
+		if !hit {
 			pending = append(pending, i)
+			keys = append(keys, key)
 			size += len(s)
 		}
 	}
-	if len(pending) < 2 || size < parallelMessageBytes {
-		return
+	if len(pending) >= 2 && size >= parallelMessageBytes && runtime.GOMAXPROCS(0) > 1 {
+		counts := make([]int, len(pending))
+		parallel(len(pending), func(j int) { counts[j] = c.countMiss(keys[j], msgs[pending[j]].Content) })
+		for j, i := range pending {
+			dst[start+i] = counts[j]
+		}
+	} else {
+		for j, i := range pending {
+			dst[start+i] = c.countMiss(keys[j], msgs[i].Content)
+		}
 	}
-	parallel(len(pending), func(i int) { c.Count(msgs[pending[i]].Content) })
+	return dst
 }
