@@ -82,7 +82,7 @@ type plan struct {
 // prepare runs the request path of DESIGN.md: accumulate, size num_ctx,
 // count, trim, encode. It returns the body to forward, or an error for the
 // client.
-func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req *chatRequest) ([]byte, *apiError) {
+func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req *chatRequest) (payload, *apiError) {
 	p := &plan{model: req.model, messages: req.messages, sent: req.messages}
 	ex.plan = p
 	kind := s.kind(ctx)
@@ -95,7 +95,8 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	}
 	toOllama := (req.dialect == Ollama && kind != KindOpenAI) || p.translate
 	if req.serverState != "" {
-		return continueServerState(s.log, ex, req, p, kind == KindOllama)
+		body, aerr := continueServerState(s.log, ex, req, p, kind == KindOllama)
+		return bodyOf(body), aerr
 	}
 
 	// Accumulate: the client sends only its new turn (seed 000). It needs
@@ -264,7 +265,7 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 		// An overflow the backend reports despite the count is cut
 		// harder and retried before the client sees a byte (never for a
 		// client that asked for no cut).
-		ex.recut = func(shrink int) ([]byte, *apiError) {
+		ex.recut = func(shrink int) (payload, *apiError) {
 			return s.cut(ctx, r, ex, req, p, toOllama, shrink)
 		}
 	}
@@ -297,7 +298,7 @@ func (p *plan) allocate() {
 // encodes the body to forward: the messages, num_ctx, truncate:false and
 // the translation. prepare runs it with shrink 0; an overflow retry runs
 // it again with more.
-func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *chatRequest, p *plan, toOllama bool, shrink int) ([]byte, *apiError) {
+func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *chatRequest, p *plan, toOllama bool, shrink int) (payload, *apiError) {
 	p.messages, p.changed, p.result, p.after = p.uncut, p.uncutChanged, rewrite.Result{}, p.before
 	capN, aerr := maxMessages(r)
 	if aerr != nil {
@@ -362,9 +363,9 @@ func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *ch
 	// a prompt longer than num_ctx instead of cutting it without a word,
 	// unless the client chose truncate itself, or asked for no management.
 	noTruncate := toOllama && p.counter != nil && !req.truncate && s.manages(r)
-	body := req.body
+	body := bodyOf(req.body)
 	if req.conv != nil {
-		body = encodeConversation(s.log, req, p)
+		body = bodyOf(encodeConversation(s.log, req, p))
 	} else if p.changed || req.annotated || (toOllama && req.dialect == Ollama && ((p.numCtx > 0 && p.numCtx != req.numCtx) || noTruncate)) {
 		numCtx := 0
 		if req.dialect == Ollama && toOllama && p.numCtx != req.numCtx {
@@ -373,11 +374,11 @@ func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *ch
 		var err error
 		if body, err = rebuildBody(req.body, req.members, p.messages, p.changed || req.annotated, numCtx, noTruncate && req.dialect == Ollama); err != nil {
 			s.log.Error("re-encoding the request failed; forwarding it as sent", "err", err)
-			body = req.body
+			body = bodyOf(req.body)
 		}
 	}
 	if p.translate {
-		out, rt, err := toOllamaChat(req.dialect, body, p.numCtx, p.after.Tokens)
+		out, rt, err := toOllamaChat(req.dialect, body.bytes(), p.numCtx, p.after.Tokens)
 		if err != nil {
 			return nil, translationError(rt, err)
 		}
@@ -390,7 +391,7 @@ func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *ch
 			}
 		}
 		p.reply = rt
-		body = out
+		body = bodyOf(out)
 		ex.outPath = "/api/chat"
 	}
 	return body, nil

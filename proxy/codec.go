@@ -437,9 +437,10 @@ func editedContent(m *rewrite.Message) ([]byte, error) {
 
 // rebuildBody returns body with its messages replaced by msgs (when
 // setMessages), options.num_ctx set (numCtx > 0) and "truncate": false
-// added (noTruncate), every other byte as sent, in one copy. ms are
-// body's top-level members as decodeChat found them; nil scans them.
-func rebuildBody(body []byte, ms []member, msgs []rewrite.Message, setMessages bool, numCtx int, noTruncate bool) ([]byte, error) {
+// added (noTruncate), every other byte as sent and not copied (splice).
+// ms are body's top-level members as decodeChat found them; nil scans
+// them.
+func rebuildBody(body []byte, ms []member, msgs []rewrite.Message, setMessages bool, numCtx int, noTruncate bool) (payload, error) {
 	if ms == nil {
 		var err error
 		if ms, err = members(body); err != nil {
@@ -471,7 +472,7 @@ func rebuildBody(body []byte, ms []member, msgs []rewrite.Message, setMessages b
 		edits = append(edits, edit{"truncate", []byte("false")})
 	}
 	if len(edits) == 0 {
-		return body, nil
+		return bodyOf(body), nil
 	}
 	return splice(body, ms, edits), nil
 }

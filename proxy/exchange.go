@@ -38,7 +38,7 @@ type exchange struct {
 	ready time.Time
 	// recut, when set, cuts the conversation shrink tokens below the
 	// limit and returns the body to forward (an overflow retry).
-	recut func(shrink int) ([]byte, *apiError)
+	recut func(shrink int) (payload, *apiError)
 }
 
 // headerValues sets headers whose values are one-element slices of one

@@ -245,24 +245,21 @@ type edit struct {
 	value []byte
 }
 
-// splice returns obj with every edit applied, in one copy and without
-// scanning obj again: ms are obj's members (members(obj)). Edits name
-// distinct keys; appended members keep the order of edits.
-func splice(obj []byte, ms []member, edits []edit) []byte {
+// splice returns obj with every edit applied, without copying obj and
+// without scanning it again: the parts are obj's own bytes between the
+// edits and the edited values. ms are obj's members (members(obj)). Edits
+// name distinct keys; appended members keep the order of edits.
+func splice(obj []byte, ms []member, edits []edit) payload {
 	var at [4]member // the member each edit replaces; start -1: appended
 	found := at[:0]
-	size := len(obj)
 	for _, e := range edits {
 		m, ok := findMember(ms, e.key)
-		if ok {
-			size += len(e.value) - (m.end - m.valueStart)
-		} else {
+		if !ok {
 			m = member{key: e.key, start: -1}
-			size += len(e.key) + len(e.value) + 4 // "key": and a comma
 		}
 		found = append(found, m)
 	}
-	out := make([]byte, 0, size)
+	out := make(payload, 0, 2*len(edits)+2)
 	from := 0
 	// Replacements in the order of their offsets.
 	for {
@@ -276,24 +273,27 @@ func splice(obj []byte, ms []member, edits []edit) []byte {
 			break
 		}
 		m := found[next]
-		out = append(out, obj[from:m.valueStart]...)
-		out = append(out, edits[next].value...)
+		out = append(out, obj[from:m.valueStart], edits[next].value)
 		from = m.end
 	}
 	closing := bytes.LastIndexByte(obj, '}')
-	out = append(out, obj[from:closing]...)
+	out = append(out, obj[from:closing])
+	var added []byte
 	n := len(ms)
 	for i, m := range found {
 		if m.start >= 0 {
 			continue
 		}
 		if n > 0 {
-			out = append(out, ',')
+			added = append(added, ',')
 		}
 		n++
-		out = jsonscan.AppendString(out, edits[i].key)
-		out = append(out, ':')
-		out = append(out, edits[i].value...)
+		added = jsonscan.AppendString(added, edits[i].key)
+		added = append(added, ':')
+		added = append(added, edits[i].value...)
 	}
-	return append(out, obj[closing:]...)
+	if added != nil {
+		out = append(out, added)
+	}
+	return append(out, obj[closing:])
 }

@@ -154,12 +154,13 @@ func (s *Server) retryOverflow(resp *http.Response, ex *exchange) (next *http.Re
 }
 
 // resend sends body to the backend in place of the original request's.
-func (s *Server) resend(orig *http.Request, body []byte) (*http.Response, error) {
+func (s *Server) resend(orig *http.Request, body payload) (*http.Response, error) {
 	out := orig.Clone(orig.Context())
-	out.Body = io.NopCloser(bytes.NewReader(body))
-	out.ContentLength = int64(len(body))
-	out.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	n := body.size()
+	out.Body = io.NopCloser(body.reader())
+	out.ContentLength = int64(n)
+	out.Header.Set("Content-Length", strconv.Itoa(n))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.reader()), nil }
 	return s.rp.Transport.RoundTrip(out)
 }
 

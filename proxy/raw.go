@@ -54,7 +54,7 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d Dialect) {
 	var prompt string
 	if depthExceeds(body, s.cfg.MaxDepth) || json.Unmarshal(body, &req) != nil || json.Unmarshal(req.Prompt, &prompt) != nil || s.tokens == nil {
 		// A prompt array, or anything unusual: the backend decides.
-		s.forward(w, r, ex, body)
+		s.forward(w, r, ex, bodyOf(body))
 		return
 	}
 	ex.model = req.Model
@@ -134,5 +134,5 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d Dialect) {
 			"window", window, "exact", p.exact != nil)
 	}
 	ex.ready = time.Now()
-	s.forward(w, r, ex, body)
+	s.forward(w, r, ex, bodyOf(body))
 }

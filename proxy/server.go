@@ -10,7 +10,6 @@
 package proxy
 
 import (
-	"bytes"
 	"compress/gzip"
 	"context"
 	"errors"
@@ -270,7 +269,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 		// (DESIGN.md rule 3).
 		s.metrics.unparsable.WithLabelValues(d.String()).Inc()
 		s.log.Debug("forwarding unparsable chat request unchanged", "route", route, "err", err)
-		s.forward(w, r, ex, body)
+		s.forward(w, r, ex, bodyOf(body))
 		return
 	}
 	ex.model, ex.stream = req.model, req.stream
@@ -312,16 +311,16 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 }
 
 // forward sends body to the backend in place of r's body.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, ex *exchange, body []byte) {
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, ex *exchange, body payload) {
 	defer s.metrics.track(ex.stream)()
 	out := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
-	out.Body = io.NopCloser(bytes.NewReader(body))
-	out.ContentLength = int64(len(body))
+	out.Body = io.NopCloser(body.reader())
+	out.ContentLength = int64(body.size())
 	out.TransferEncoding = nil
 	// out shares r's header: ReverseProxy clones it before it changes
 	// anything, and the transport writes Content-Length from
 	// ContentLength, never from the header, so no copy is made here.
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.reader()), nil }
 	s.rp.ServeHTTP(w, out)
 }
 

@@ -4,14 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/ctxproxy/ctxproxy/budget"
-	"github.com/ctxproxy/ctxproxy/rewrite"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/rewrite"
 
 	"net/http/httptest"
 )

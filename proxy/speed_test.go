@@ -126,7 +126,11 @@ func TestRebuildBodyMatchesEditsInTurn(t *testing.T) {
 						t.Fatal(err)
 					}
 					for _, ms := range [][]member{nil, mustMembers(t, body)} {
-						got, err := rebuildBody(body, ms, msgs, setMsgs, numCtx, noTrunc)
+						parts, err := rebuildBody(body, ms, msgs, setMsgs, numCtx, noTrunc)
+						got := parts.bytes()
+						if read, _ := io.ReadAll(parts.reader()); string(read) != string(got) {
+							t.Errorf("the payload reads %s, joins %s", read, got)
+						}
 						if err != nil || string(got) != string(want) {
 							t.Errorf("rebuildBody(%s, messages %v, num_ctx %d, truncate %v) = %s, %v; want %s",
 								in, setMsgs, numCtx, noTrunc, got, err, want)

@@ -1,0 +1,67 @@
+package proxy
+
+import "io"
+
+// payload is a request body to forward, in parts. An edited chat body is
+// the client's own bytes around the edits: a 100 KB chat whose only edit
+// is options.num_ctx is forwarded as the bytes before the options, the
+// new options, and the bytes after, without a 100 KB copy (and the
+// allocation the collector then has to sweep) on every request.
+type payload [][]byte
+
+// bodyOf is the payload of one contiguous body.
+func bodyOf(b []byte) payload { return payload{b} }
+
+// size is the payload's length in bytes.
+func (p payload) size() int {
+	n := 0
+	for _, b := range p {
+		n += len(b)
+	}
+	return n
+}
+
+// bytes returns the payload in one slice; copied only when it has
+// several parts.
+func (p payload) bytes() []byte {
+	switch len(p) {
+	case 0:
+		return nil
+	case 1:
+		return p[0]
+	}
+	out := make([]byte, 0, p.size())
+	for _, b := range p {
+		out = append(out, b...)
+	}
+	return out
+}
+
+// reader returns a reader of the payload from its start; each call
+// starts again, as a request's GetBody must.
+func (p payload) reader() io.Reader {
+	return &payloadReader{parts: append(payload(nil), p...)}
+}
+
+// payloadReader reads a payload's parts as one stream. Each Read fills as
+// much of the buffer as the parts allow, so the transport writes the
+// same chunks it would for one contiguous body.
+type payloadReader struct {
+	parts payload
+}
+
+func (r *payloadReader) Read(b []byte) (int, error) {
+	n := 0
+	for len(b) > 0 && len(r.parts) > 0 {
+		c := copy(b, r.parts[0])
+		n += c
+		b = b[c:]
+		if r.parts[0] = r.parts[0][c:]; len(r.parts[0]) == 0 {
+			r.parts = r.parts[1:]
+		}
+	}
+	if n == 0 && len(r.parts) == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
