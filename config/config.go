@@ -166,6 +166,9 @@ type Snapshots struct {
 	Dir           string  `mapstructure:"dir"`
 	AutoThreshold float64 `mapstructure:"auto_threshold"`
 	MaxCount      int     `mapstructure:"max_count"`
+	// FsyncInterval is snapshots.Config.FsyncInterval; negative fsyncs
+	// every appended turn before it counts as stored.
+	FsyncInterval time.Duration `mapstructure:"fsync_interval"`
 	// TTL, MaxSessions and MaxBytes bound what is kept
 	// (snapshots.Retention).
 	TTL         time.Duration `mapstructure:"ttl"`
@@ -253,6 +256,7 @@ func Default() Config {
 	c.Snapshots.Dir = "./ctxproxy-data"
 	c.Snapshots.AutoThreshold = 0.80
 	c.Snapshots.MaxCount = 20
+	c.Snapshots.FsyncInterval = time.Second
 	c.Snapshots.Redis.Addr = "127.0.0.1:6379"
 	c.Snapshots.Redis.Prefix = "ctxproxy:"
 	c.Models = map[string]Model{}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/google/go-cmp/cmp"
@@ -139,5 +140,27 @@ func TestStrategyReserved(t *testing.T) {
 	c.Strategy.Reserved = -1
 	if p := append(c.validate(), c.packageProblems()...); !slices.ContainsFunc(p, func(s string) bool { return strings.HasPrefix(s, "strategy.reserved") }) {
 		t.Errorf("a negative strategy.reserved is not a problem: %v", p)
+	}
+}
+
+// snapshots.fsync_interval reaches the store; a negative one (fsync every
+// turn) is valid, and changing it needs a restart like its siblings.
+func TestSnapshotsFsyncInterval(t *testing.T) {
+	if got := Default().SnapshotsConfig().FsyncInterval; got != time.Second {
+		t.Errorf("default fsync_interval %v, want 1s", got)
+	}
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("snapshots:\n  fsync_interval: -1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, _, problems := Load(LoadOptions{Path: file})
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	if got := c.SnapshotsConfig().FsyncInterval; got != -time.Second {
+		t.Errorf("fsync_interval: -1s loads as %v", got)
+	}
+	if applied, restart := Diff(Default(), c); len(applied) != 0 || !slices.Equal(restart, []string{"snapshots.fsync_interval"}) {
+		t.Errorf("Diff: applied %v, restart %v", applied, restart)
 	}
 }

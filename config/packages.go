@@ -120,6 +120,7 @@ func (c Config) SnapshotsConfig() snapshots.Config {
 		Dir:           s.Dir,
 		AutoThreshold: s.AutoThreshold,
 		MaxCount:      s.MaxCount,
+		FsyncInterval: s.FsyncInterval,
 		Redis:         snapshots.RedisConfig{Addr: s.Redis.Addr, Password: s.Redis.Password, DB: s.Redis.DB, Prefix: s.Redis.Prefix},
 	}
 }

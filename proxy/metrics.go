@@ -338,7 +338,7 @@ var (
 	descStoreWriteBytes = prometheus.NewDesc("ctxproxy_store_write_bytes_total",
 		"Bytes the session store wrote (compressed, as stored).", nil, nil)
 	descStoreWriteErrors = prometheus.NewDesc("ctxproxy_store_write_failures_total",
-		"Writes the session store failed (disk full, read-only, Redis down).", nil, nil)
+		"Writes the session store failed (disk full, read-only, Redis down), background fsyncs of session logs included.", nil, nil)
 	descStoreReads = prometheus.NewDesc("ctxproxy_store_reads_total",
 		"Records the session store read.", nil, nil)
 	descStoreReadErrors = prometheus.NewDesc("ctxproxy_store_read_failures_total",

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 )
 
 // benchSession is a 100-message session of chat-sized messages (about 600
@@ -50,7 +51,7 @@ func benchStores(b *testing.B, fn func(b *testing.B, st Store)) {
 }
 
 // Update of a 100-message session: read, decode, change, encode, write
-// (fsync included for the file store).
+// (the file store fsyncs once a second, in the background, by default).
 func BenchmarkUpdate100(b *testing.B) {
 	benchStores(b, func(b *testing.B, st Store) {
 		s := benchSession("bench")
@@ -192,32 +193,51 @@ func BenchmarkWriterUpdate(b *testing.B) {
 func BenchmarkAppendTurn(b *testing.B) {
 	for _, turns := range []int{5, 500} {
 		b.Run(fmt.Sprint("turn=", turns), func(b *testing.B) {
-			benchStores(b, func(b *testing.B, st Store) {
-				base := benchSession("bench").Messages
-				msgs := make([]Message, 0, 2*turns)
-				for len(msgs) < 2*turns {
-					msgs = append(msgs, base[len(msgs)%len(base)])
-				}
-				mustUpdate(b, st, "bench", func(s *Session) { s.Messages = msgs })
-				b.ReportAllocs()
-				defer reportCPU(b)()
-				i := 0
-				for b.Loop() {
-					i++
-					user, reply := base[i%len(base)], base[(i+1)%len(base)]
-					user.Content = fmt.Sprint(i, user.Content)
-					err := st.Update(ctx, "bench", func(s *Session) error {
-						s.Messages = append(s.Messages[:len(s.Messages)-2], user, reply)
-						s.Stats.Requests++
-						return nil
-					})
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-				c := st.Counters()
-				b.ReportMetric(float64(c.WriteBytes)/float64(c.Writes), "B/record")
-			})
+			benchStores(b, func(b *testing.B, st Store) { appendTurns(b, st, turns) })
 		})
 	}
+}
+
+// One turn's Update of a warm 5-turn session in the file store, its
+// record fsynced before Update returns (fsync_interval -1s) or by the
+// syncer once per interval (the default 1s): what a turn costs the
+// writer's worker, and what the interval saves (BENCHMARKS.md).
+func BenchmarkAppendTurnFsync(b *testing.B) {
+	for _, every := range []time.Duration{-1, time.Second} {
+		name := "fsync=each"
+		if every > 0 {
+			name = fmt.Sprint("fsync=", every)
+		}
+		b.Run(name, func(b *testing.B) {
+			appendTurns(b, newFileStore(b, b.TempDir(), Config{MaxCount: 1 << 30, FsyncInterval: every}), 5)
+		})
+	}
+}
+
+// appendTurns stores a new last turn of a session of turns turns per op.
+func appendTurns(b *testing.B, st Store, turns int) {
+	base := benchSession("bench").Messages
+	msgs := make([]Message, 0, 2*turns)
+	for len(msgs) < 2*turns {
+		msgs = append(msgs, base[len(msgs)%len(base)])
+	}
+	mustUpdate(b, st, "bench", func(s *Session) { s.Messages = msgs })
+	b.ReportAllocs()
+	defer reportCPU(b)()
+	i := 0
+	for b.Loop() {
+		i++
+		user, reply := base[i%len(base)], base[(i+1)%len(base)]
+		user.Content = fmt.Sprint(i, user.Content)
+		err := st.Update(ctx, "bench", func(s *Session) error {
+			s.Messages = append(s.Messages[:len(s.Messages)-2], user, reply)
+			s.Stats.Requests++
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	c := st.Counters()
+	b.ReportMetric(float64(c.WriteBytes)/float64(c.Writes), "B/record")
 }

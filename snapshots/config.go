@@ -3,6 +3,7 @@ package snapshots
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Store kinds for Config.Store.
@@ -31,8 +32,20 @@ type Config struct {
 	// default 1024.
 	QueueSize int `mapstructure:"queue_size"`
 	// Workers is how many of Writer's writes run at once; default 4.
-	Workers int         `mapstructure:"workers"`
-	Redis   RedisConfig `mapstructure:"redis"`
+	Workers int `mapstructure:"workers"`
+	// FsyncInterval is how soon the file store fsyncs a turn appended to
+	// a session log; default 1s. A negative value fsyncs each record
+	// before Update returns (0 is the default, as for every key). The
+	// record is in the kernel's page cache the moment its write returns,
+	// so a crash of ctxproxy (kill -9, a panic, the OOM killer) loses
+	// nothing acknowledged; only an OS crash or a power cut can lose the
+	// turns of the last interval, the trade SQLite's WAL makes with
+	// synchronous=NORMAL and Redis with appendfsync everysec. A log that
+	// lost its tail that way is cut at its last whole record when read.
+	// Whole files (new logs, replaced histories, compactions, snapshots)
+	// are fsynced before they are renamed into place, always.
+	FsyncInterval time.Duration `mapstructure:"fsync_interval"`
+	Redis         RedisConfig   `mapstructure:"redis"`
 	// Observe, when set, is called after every store operation with the
 	// store's kind (StoreFile, StoreRedis), the operation (OpGet,
 	// OpUpdate, …) and its error, nil on success: the proxy counts
@@ -60,6 +73,7 @@ const (
 	DefaultMaxCount      = 20
 	DefaultQueueSize     = 1024
 	DefaultWorkers       = 4
+	DefaultFsyncInterval = time.Second
 	DefaultRedisAddr     = "127.0.0.1:6379"
 	DefaultRedisPrefix   = "ctxproxy:"
 )
@@ -83,6 +97,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Workers == 0 {
 		c.Workers = DefaultWorkers
+	}
+	if c.FsyncInterval == 0 {
+		c.FsyncInterval = DefaultFsyncInterval
 	}
 	if c.Redis.Addr == "" {
 		c.Redis.Addr = DefaultRedisAddr

@@ -11,6 +11,9 @@
 // per change (see log.go), so that storing a turn costs the turn and not
 // the conversation; logs are replayed on read, compacted in the
 // background, and a torn or corrupt tail is cut at the last good record.
+// FileStore keeps logs open between turns and fsyncs appended records in
+// the background, every Config.FsyncInterval (see there for what that
+// risks); whole files are fsynced before they are renamed into place.
 // Snapshots are gzip-compressed, checksummed JSON (see format.go). A
 // corrupt record is reported and set aside; every other record still
 // loads.

@@ -21,13 +21,19 @@ import (
 //	DIR/snapshots/KEY/SNAPSHOT-ID.json.gz
 //
 // where KEY is the hex SHA-256 of the session id. A session is a log of
-// records (log.go), one per change: a turn appends the turn and fsyncs it
-// before Update returns, so what Update acknowledged survives a crash or a
-// power cut, and a crash loses at most the change being written, which was
-// not acknowledged (its torn tail is cut at the last whole record when the
-// log is next read). A new session, a replaced history and a compaction
-// write a whole new log instead, atomically (temporary file, fsync, rename,
-// fsync of the directory), as snapshots are written (seed 004 4.2, 10.2).
+// records (log.go), one per change: a turn appends the turn with one
+// pwrite to the log, kept open between turns (filesync.go). The record is
+// in the kernel's page cache when Update returns, so what Update
+// acknowledged survives a crash of the process, and a crash loses at most
+// the change being written, which was not acknowledged (its torn tail is
+// cut at the last whole record when the log is next read). Appended
+// records are fsynced in the background within Config.FsyncInterval (1s),
+// so a power cut or an OS crash can lose that last interval's turns; a
+// negative interval fsyncs each record before Update returns. A new
+// session, a replaced history and a compaction write a whole new log
+// instead, atomically (temporary file, fsync, rename, fsync of the
+// directory), as snapshots are written (seed 004 4.2, 10.2), whatever the
+// interval.
 // Logs are compacted in the background once the records after the last
 // whole copy of the session outweigh it.
 //
@@ -55,6 +61,7 @@ type FileStore struct {
 	snapLocks keyLocks
 	cache     *stateCache
 	compactor *compactor
+	syncs     *syncer
 
 	mu       sync.RWMutex
 	sessions map[string]SessionInfo             // by key; Bytes is the log's size
@@ -105,6 +112,7 @@ func NewFileStore(cfg Config, log *slog.Logger) (*FileStore, error) {
 		return nil, err
 	}
 	st.compactor = newCompactor(st.compact)
+	st.syncs = newSyncer(cfg.FsyncInterval, st.syncLog)
 	return st, nil
 }
 
@@ -405,7 +413,8 @@ func (st *FileStore) update(ctx context.Context, id string, create bool, fn func
 		}
 		e = &cached{k: k, size: n, base: n}
 	} else {
-		if err := st.files.appendAt(st.logPath(k), e.size, rec); err != nil {
+		durable := !st.syncs.mark(k, id)
+		if err := st.files.appendAt(st.logPath(k), e.size, rec, durable); err != nil {
 			st.log.Error("snapshots: save session", "session", id, "err", err)
 			return err
 		}
@@ -490,6 +499,7 @@ func (st *FileStore) Delete(ctx context.Context, id string) (err error) {
 	defer st.sessLocks.lock(k)()
 	defer st.snapLocks.lock(k)()
 	st.cache.drop(k)
+	st.files.logs.drop(st.logPath(k))
 	found := false
 	err = os.Remove(st.logPath(k))
 	switch {
@@ -527,8 +537,13 @@ func (st *FileStore) Delete(ctx context.Context, id string) (err error) {
 func (st *FileStore) Counters() Counters { return st.counters.get() }
 
 // Close stops the background compaction (a log left uncompacted is
-// whole). Every write is complete when it returns.
+// whole), fsyncs the logs appended to since the syncer's last round and
+// closes the logs kept open. Every write is complete and durable when it
+// returns; the error is that of a failed fsync. Updates after Close still
+// work, fsyncing each record.
 func (st *FileStore) Close() error {
 	st.compactor.close()
-	return nil
+	err := st.syncs.close()
+	st.files.logs.closeAll()
+	return err
 }

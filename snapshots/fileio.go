@@ -11,11 +11,12 @@ import (
 
 // files is FileStore's access to the disk: whole files replaced
 // atomically (snapshots, new and compacted logs) and records appended to
-// logs. Tests swap createTemp and openLog to make writes fail as on a full
-// disk.
+// logs, which stay open in logs between appends. Tests swap createTemp and
+// openLog to make writes fail as on a full disk.
 type files struct {
 	log      *slog.Logger
 	counters *counters
+	logs     *logPool
 	// createTemp makes the temporary file a replacement goes to.
 	createTemp func(dir, pattern string) (tempFile, error)
 	// openLog opens an existing log to append to.
@@ -40,6 +41,7 @@ func newFiles(log *slog.Logger, c *counters) files {
 	return files{
 		log:      log,
 		counters: c,
+		logs:     newLogPool(maxOpenLogs),
 		createTemp: func(dir, pattern string) (tempFile, error) {
 			return os.CreateTemp(dir, pattern)
 		},
@@ -66,12 +68,15 @@ func (f files) read(path string) ([]byte, error) {
 // write replaces dir/name with the parts, atomically: written to a
 // temporary file in the same directory, fsynced, renamed over the old one,
 // and the directory fsynced, so a crash at any moment leaves the old
-// version or the new one, never a mix. It returns the bytes written.
+// version or the new one, never a mix, whatever fsync_interval says. It
+// returns the bytes written. A log kept open is closed first: the caller
+// holds its session's lock, and the new log is the one appended to next.
 func (f files) write(dir, name string, parts ...[]byte) (n int64, err error) {
+	path := filepath.Join(dir, name)
 	defer func() {
 		if err != nil {
 			f.counters.writeErrors.Add(1)
-			err = fmt.Errorf("snapshots: write %s: %w", filepath.Join(dir, name), err)
+			err = fmt.Errorf("snapshots: write %s: %w", path, err)
 			return
 		}
 		f.counters.writes.Add(1)
@@ -95,7 +100,8 @@ func (f files) write(dir, name string, parts ...[]byte) (n int64, err error) {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, name))
+		f.logs.drop(path)
+		err = os.Rename(tmp, path)
 	}
 	if err != nil {
 		os.Remove(tmp)
@@ -106,11 +112,16 @@ func (f files) write(dir, name string, parts ...[]byte) (n int64, err error) {
 }
 
 // appendAt writes rec at offset off of the log at path, the end of its
-// last good record, and fsyncs it before returning: an acknowledged
-// record survives a crash. Writing at the offset rather than appending
-// means the bytes of an earlier failed write are overwritten, never left
-// between two good records; a failure truncates them away if it can.
-func (f files) appendAt(path string, off int64, rec []byte) (err error) {
+// last good record, with the log's descriptor kept open from the last
+// append when there is one. With durable it fsyncs before returning, and
+// an acknowledged record survives a power cut; without, the syncer
+// fsyncs it within the interval, and until then it survives a crash of
+// the process but not of the machine (Config.FsyncInterval). Writing at
+// the offset rather than appending means the bytes of an earlier failed
+// write are overwritten, never left between two good records; a failure
+// truncates them away if it can, and closes the descriptor, so that the
+// next append starts from a fresh open.
+func (f files) appendAt(path string, off int64, rec []byte, durable bool) (err error) {
 	defer func() {
 		if err != nil {
 			f.counters.writeErrors.Add(1)
@@ -120,21 +131,23 @@ func (f files) appendAt(path string, off int64, rec []byte) (err error) {
 		f.counters.writes.Add(1)
 		f.counters.writeBytes.Add(uint64(len(rec)))
 	}()
-	lf, err := f.openLog(path)
-	if err != nil {
-		return err
+	lf := f.logs.take(path)
+	if lf == nil {
+		if lf, err = f.openLog(path); err != nil {
+			return err
+		}
 	}
 	_, err = lf.WriteAt(rec, off)
-	if err == nil {
+	if err == nil && durable {
 		err = lf.Sync()
 	}
 	if err != nil {
 		lf.Truncate(off)
+		lf.Close()
+		return err
 	}
-	if cerr := lf.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	f.logs.put(path, lf)
+	return nil
 }
 
 // cut truncates the log at path to its good bytes after replay found a
@@ -153,6 +166,7 @@ func (f files) cut(path string, data []byte, good int, cause error) {
 			f.log.Warn("snapshots: keep the cut records", "path", path, "err", err)
 		}
 	}
+	f.logs.drop(path)
 	if err := os.Truncate(path, int64(good)); err != nil {
 		f.log.Error("snapshots: cut a session log", "path", path, "err", err)
 	}
@@ -180,6 +194,7 @@ func (f files) syncDir(dir string) {
 func (f files) setAside(path string, cause error) {
 	f.counters.corrupt.Add(1)
 	f.log.Error("snapshots: corrupt file set aside; everything else still loads", "path", path, "err", cause)
+	f.logs.drop(path)
 	if err := os.Rename(path, path+corruptExt); err != nil {
 		f.log.Warn("snapshots: set aside corrupt file", "path", path, "err", err)
 	}

@@ -66,7 +66,7 @@ var (
 type Counters struct {
 	// Writes counts records written, WriteBytes their compressed bytes,
 	// WriteErrors the writes that failed (disk full, read-only, Redis
-	// down).
+	// down) and the file store's background fsyncs that failed.
 	Writes      uint64
 	WriteBytes  uint64
 	WriteErrors uint64
@@ -114,6 +114,10 @@ const (
 	// OpCompact is a background rewrite of a session log; no caller
 	// waits on it, so this is the only place its failures show.
 	OpCompact = "compact"
+	// OpSync is the file store's background fsync of a session log
+	// appended to (Config.FsyncInterval); the Update that appended has
+	// returned, so this is the only place its failures show.
+	OpSync = "sync"
 )
 
 // observer hands each operation's outcome to Config.Observe.
