@@ -134,9 +134,12 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 		if accum {
 			sess.AppendTurn(newTurn, replyMsg, now)
 		} else {
+			// sent is this closure's own (the snapshot below converts
+			// the conversation afresh): the reply goes into its spare
+			// capacity and SetMessages stamps it in place.
 			msgs := sent
 			if replyMsg != nil {
-				msgs = append(msgs[:len(msgs):len(msgs)], *replyMsg)
+				msgs = append(msgs, *replyMsg)
 			}
 			sess.SetMessages(msgs, now)
 		}
@@ -161,10 +164,9 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 	if p.result.Dropped > 0 && (before.Requests == 0 || before.Usage() < s.threshold()) {
 		s.log.Info("pre-overflow: conversation outgrew the window; snapshot taken before the first cut",
 			"session", ex.session, "tokens", p.before.Tokens, "limit", p.limit)
-		if sent == nil {
-			sent = storedMessages(ex.dialect, p.sent)
-		}
-		snap := snapshots.NewSnapshot(&snapshots.Session{ID: ex.session, Model: p.model, Messages: sent,
+		// The turn's own list belongs to the queued update.
+		whole := storedMessages(ex.dialect, p.sent)
+		snap := snapshots.NewSnapshot(&snapshots.Session{ID: ex.session, Model: p.model, Messages: whole,
 			Stats: storedStats(budget.Totals{}.Add(turn))}, snapshots.ReasonOverflow)
 		if err := s.writer.SaveSnapshot(snap); err != nil {
 			s.log.Warn("snapshot not queued", "session", ex.session, "err", err)

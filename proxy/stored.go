@@ -13,7 +13,9 @@ import (
 
 // toStored converts messages for the session store, keeping raw bytes.
 func toStored(msgs []rewrite.Message) []snapshots.Message {
-	out := make([]snapshots.Message, len(msgs))
+	// Room for the reply a turn appends (record), so the list is not
+	// copied again for it.
+	out := make([]snapshots.Message, len(msgs), len(msgs)+1)
 	for i, m := range msgs {
 		sm := snapshots.Message{Role: m.Role, Content: m.Content, Raw: m.Raw, Preserve: m.Preserve}
 		if m.Edited || m.Raw == nil {

@@ -165,11 +165,15 @@ func (s *Session) clear() {
 // the stored one at the same position (same raw bytes, or same role and
 // content when either has no raw) keeps its timestamp, and its importance
 // and metadata unless msgs sets them; the rest are stamped with now.
+//
+// The session takes msgs over and stamps them in place (a turn of a long
+// conversation is not copied once more): the caller must not use them
+// afterwards. Running it again on the same msgs gives the same result.
 func (s *Session) SetMessages(msgs []Message, now time.Time) {
 	now = now.UTC()
-	out := make([]Message, len(msgs))
-	for i, m := range msgs {
-		if i < len(s.Messages) && same(&s.Messages[i], &m) {
+	for i := range msgs {
+		m := &msgs[i]
+		if i < len(s.Messages) && same(&s.Messages[i], m) {
 			old := &s.Messages[i]
 			if m.Timestamp.IsZero() {
 				m.Timestamp = old.Timestamp
@@ -184,9 +188,8 @@ func (s *Session) SetMessages(msgs []Message, now time.Time) {
 		if m.Timestamp.IsZero() {
 			m.Timestamp = now
 		}
-		out[i] = m
 	}
-	s.Messages = out
+	s.Messages = msgs
 }
 
 // same reports whether a and b are the same message of a conversation.

@@ -1,6 +1,7 @@
 package snapshots
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,18 @@ func TestSetMessages(t *testing.T) {
 	want[1].Timestamp, want[2].Timestamp = later, later
 	if d := diff(want, s.Messages); d != "" {
 		t.Errorf("SetMessages (-want +got):\n%s", d)
+	}
+
+	// It stamps the given messages in place, and the writer may run an
+	// update again after a failed write: a second run on the same
+	// messages, from the same stored state, gives the same session.
+	in := []Message{msg("user", "q1"), edited, msg("user", "q2")}
+	first := &Session{Messages: slices.Clone(old)}
+	first.SetMessages(in, later)
+	again := &Session{Messages: slices.Clone(old)}
+	again.SetMessages(in, later)
+	if d := diff(want, again.Messages); d != "" {
+		t.Errorf("SetMessages run again (-want +got):\n%s", d)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,7 +143,7 @@ func seed(dir string, n int) error {
 			for i := range next {
 				err := st.Update(context.Background(), fmt.Sprintf("seeded-%d", i), func(s *snapshots.Session) error {
 					s.Model = "llama3.1:8b"
-					s.SetMessages(msgs, time.Now())
+					s.SetMessages(slices.Clone(msgs), time.Now()) // it stamps them in place
 					return nil
 				})
 				if err != nil {
