@@ -172,3 +172,14 @@ func BenchmarkNewTiktokenShared(b *testing.B) {
 		mustTiktoken(b, EncodingO200K)
 	}
 }
+
+// BenchmarkLimits is the per-request look-up of a model's limits: the
+// table's answer is remembered, and without a models: section the name is
+// not normalized for it.
+func BenchmarkLimits(b *testing.B) {
+	r := NewRegistry(Config{}, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Limits("llama3.1:8b", 131072)
+	}
+}

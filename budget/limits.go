@@ -2,8 +2,11 @@ package budget
 
 import (
 	"cmp"
+
 	"slices"
 	"strings"
+
+	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
 // Limits are a model's context window and what of it is kept free.
@@ -192,8 +195,23 @@ func init() {
 // family. MaxOutputTokens is 0 for a local model (no output limit of its
 // own). Reserved is never set.
 func Known(model string) (Limits, bool) {
+	if r, ok := knownCache.Get(model); ok {
+		return r.l, r.ok
+	}
 	k, ok := lookup(model, func(k known) string { return k.prefix }, table)
-	return Limits{MaxTokens: k.window, MaxOutputTokens: k.maxOutput}, ok
+	l := Limits{MaxTokens: k.window, MaxOutputTokens: k.maxOutput}
+	knownCache.Add(model, knownResult{l, ok})
+	return l, ok
+}
+
+// knownCache remembers Known's answers: the table does not change, and
+// every chat request asks for its model (matching a name against the table
+// normalizes it and tries each prefix).
+var knownCache = cache.New[string, knownResult](1024)
+
+type knownResult struct {
+	l  Limits
+	ok bool
 }
 
 // lookup finds the row of rows whose key best names model: the longest key

@@ -31,7 +31,11 @@ func (r *Registry) SetModels(models map[string]Model) {
 
 // override returns the models: entry that applies to model.
 func (r *Registry) override(model string) (override, bool) {
-	return lookup(model, overrideName, *r.overrides.Load())
+	tbl := *r.overrides.Load()
+	if len(tbl) == 0 {
+		return override{}, false // no models: section: nothing to normalize the name for
+	}
+	return lookup(model, overrideName, tbl)
 }
 
 func overrideName(o override) string { return o.name }
