@@ -174,6 +174,19 @@ func special(x uint64) bool {
 // skipString validates the string token at d[i] == '"'.
 func skipString(d []byte, i int) (int, error) {
 	i++
+	// Most strings have no escapes: find the closing quote with
+	// bytes.IndexByte (vector instructions), and check the text before it
+	// for a backslash the same way and for control characters 32 bytes at
+	// a time. A string with escapes is read byte by byte below.
+	if j := bytes.IndexByte(d[i:], '"'); j >= 0 {
+		text := d[i : i+j]
+		if bytes.IndexByte(text, '\\') < 0 {
+			if hasControl(text) {
+				return 0, errSyntax
+			}
+			return i + j + 1, nil
+		}
+	}
 	for {
 		// Chat text is long runs of plain bytes: test eight at a time.
 		for i+8 <= len(d) && !special(binary.LittleEndian.Uint64(d[i:])) {
@@ -207,6 +220,27 @@ func skipString(d []byte, i int) (int, error) {
 			return 0, errSyntax
 		}
 	}
+}
+
+// hasControl reports whether b holds a byte below 0x20, which a JSON
+// string may not hold unescaped.
+func hasControl(b []byte) bool {
+	const low = 0x20 * ones
+	for len(b) >= 32 {
+		_ = b[31] // one bounds check for the four words
+		w, x := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
+		y, z := binary.LittleEndian.Uint64(b[16:]), binary.LittleEndian.Uint64(b[24:])
+		if ((w-low)&^w|(x-low)&^x|(y-low)&^y|(z-low)&^z)&highs != 0 {
+			return true
+		}
+		b = b[32:]
+	}
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
 }
 
 func isHex(c byte) bool {

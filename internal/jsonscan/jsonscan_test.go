@@ -2,6 +2,7 @@ package jsonscan
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -97,4 +98,24 @@ func FuzzUnquote(f *testing.F) {
 			t.Fatalf("Unquote(%s) = %q, %v; want %q", tok, got, err, want)
 		}
 	})
+}
+
+// BenchmarkValid is the validation of a 100 KB chat body: a hundred
+// messages of plain text, the common case every chat request pays for.
+func BenchmarkValid(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"model":"llama3.1:8b","stream":false,"messages":[{"role":"system","content":"You are a helpful assistant."}`)
+	for i := range 100 {
+		sb.WriteString(`,{"role":"user","content":"`)
+		sb.WriteString(strings.Repeat(fmt.Sprintf("message %d says something useful. ", i), 30))
+		sb.WriteString(`"}`)
+	}
+	sb.WriteString(`]}`)
+	body := []byte(sb.String())
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := Valid(body); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
