@@ -159,17 +159,20 @@ func decodeValidChat(d Dialect, body []byte) (*chatRequest, error) {
 	if msgs == nil || msgs[0] != '[' {
 		return nil, fmt.Errorf("%w: messages is not an array", errNotChat)
 	}
-	spans, err := elements(msgs)
-	if err != nil {
-		return nil, fmt.Errorf("%w: messages: %v", errNotChat, err)
-	}
-	req.messages = make([]rewrite.Message, len(spans))
-	for i, sp := range spans {
-		m, annotated, err := decodeMessage(msgs[sp[0]:sp[1]:sp[1]])
+	// One walk of the array decodes each message where it starts. Every
+	// message has a "role" key: counting them sizes the list (a count too
+	// high only leaves room unused).
+	req.messages = make([]rewrite.Message, 0, bytes.Count(msgs, []byte(`"role"`)))
+	at := jsonscan.SkipSpace(msgs, 1)
+	for i := 0; at < len(msgs) && msgs[at] != ']'; i++ {
+		m, annotated, end, err := decodeMessageAt(msgs, at)
 		if err != nil {
 			return nil, fmt.Errorf("%w: message %d: %v", errNotChat, i, err)
 		}
-		req.messages[i] = m
+		if at = jsonscan.SkipSpace(msgs, end); at < len(msgs) && msgs[at] == ',' {
+			at = jsonscan.SkipSpace(msgs, at+1)
+		}
+		req.messages = append(req.messages, m)
 		req.annotated = req.annotated || annotated
 		switch {
 		case req.firstSystem == "" && isSystemRole(m.Role):
@@ -243,15 +246,29 @@ func decodeString(v []byte) (string, error) {
 // decodeMessage reads the fields ctxproxy needs from one message object.
 // The caller has validated the body, so values are scanned, not checked.
 func decodeMessage(raw json.RawMessage) (rewrite.Message, bool, error) {
-	var buf [8]member // the members are not kept: no allocation for them
-	ms, err := appendMembers(buf[:0], raw)
-	if err != nil {
-		return rewrite.Message{}, false, err
+	i := jsonscan.SkipSpace(raw, 0)
+	m, annotated, end, err := decodeMessageAt(raw, i)
+	if err == nil && jsonscan.SkipSpace(raw, end) != len(raw) {
+		err = errors.New("json: text after the message")
 	}
+	return m, annotated, err
+}
+
+// decodeMessageAt decodes the message object at d[i] (valid JSON, like
+// all of d) and returns the index just past it. The messages of a request
+// are read in one walk of its array: each object is scanned once, not
+// once to find its end and again for its members.
+func decodeMessageAt(d []byte, i int) (rewrite.Message, bool, int, error) {
+	var buf [8]member // the members are not kept: no allocation for them
+	ms, end, err := appendMembersAt(buf[:0], d, i)
+	if err != nil {
+		return rewrite.Message{}, false, 0, err
+	}
+	raw := json.RawMessage(d[i:end:end])
 	m := rewrite.Message{Raw: raw}
 	annotated := false
 	for _, mem := range ms {
-		v := raw[mem.valueStart:mem.end]
+		v := d[mem.valueStart:mem.end]
 		null := bytes.Equal(v, []byte("null"))
 		switch mem.key {
 		case "role":
@@ -291,20 +308,20 @@ func decodeMessage(raw json.RawMessage) (rewrite.Message, bool, error) {
 			}
 		}
 		if err != nil {
-			return rewrite.Message{}, false, fmt.Errorf("%s: %v", mem.key, err)
+			return rewrite.Message{}, false, 0, fmt.Errorf("%s: %v", mem.key, err)
 		}
 	}
 	if m.Role == "" {
-		return rewrite.Message{}, false, errors.New("message has no role")
+		return rewrite.Message{}, false, 0, errors.New("message has no role")
 	}
 	if annotated {
 		clean, err := removeMembers(raw, func(k string) bool { return k == keyPreserve || k == keyImportance })
 		if err != nil {
-			return rewrite.Message{}, false, err
+			return rewrite.Message{}, false, 0, err
 		}
 		m.Raw = clean
 	}
-	return m, annotated, nil
+	return m, annotated, end, nil
 }
 
 // decodeContent reads a string content, or the text parts of a parts

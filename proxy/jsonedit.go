@@ -56,6 +56,21 @@ func appendMembers(dst []member, obj []byte) ([]member, error) {
 	return out, err
 }
 
+// appendMembersAt appends the members of the object at d[i] (valid JSON),
+// with offsets into d, and returns the index just past the object.
+func appendMembersAt(dst []member, d []byte, i int) ([]member, int, error) {
+	if i >= len(d) || d[i] != '{' {
+		return nil, 0, errNotObject
+	}
+	out := dst
+	end, err := jsonscan.MembersAt(d, i, func(key, val []byte) error {
+		vs := offset(d, val)
+		out = append(out, member{key: keyName(key), start: offset(d, key), valueStart: vs, end: vs + len(val)})
+		return nil
+	})
+	return out, end, err
+}
+
 // keyName is the name of a member's key token. The keys of chat requests
 // and messages are constants, so that decoding a message allocates no
 // string for its keys; others are decoded.

@@ -423,27 +423,39 @@ func skipValidString(d []byte, i int) int {
 // value. It stops at fn's first error. Validation happens once, in
 // Valid; walking a value again only looks for where things end.
 func Members(obj []byte, fn func(key, val []byte) error) error {
-	i := SkipSpace(obj, 1)
-	if i < len(obj) && obj[i] == '}' {
-		return nil
+	_, err := MembersAt(obj, 0, fn)
+	return err
+}
+
+// MembersAt is Members of the object that starts at d[i] (already
+// validated, like all of d), and returns the index just past it: a caller
+// walking an array of objects reads each one once, without first finding
+// where it ends.
+func MembersAt(d []byte, i int, fn func(key, val []byte) error) (end int, err error) {
+	i = SkipSpace(d, i+1)
+	if i < len(d) && d[i] == '}' {
+		return i + 1, nil
 	}
-	for i < len(obj) {
-		kEnd := skipValidString(obj, i)
-		vStart := SkipSpace(obj, SkipSpace(obj, kEnd)+1) // past ':'
-		if vStart >= len(obj) {
-			return errSyntax
+	for i < len(d) {
+		kEnd := skipValidString(d, i)
+		vStart := SkipSpace(d, SkipSpace(d, kEnd)+1) // past ':'
+		if vStart >= len(d) {
+			return 0, errSyntax
 		}
-		vEnd := skipValid(obj, vStart)
-		if err := fn(obj[i:kEnd], obj[vStart:vEnd]); err != nil {
-			return err
+		vEnd := skipValid(d, vStart)
+		if err := fn(d[i:kEnd], d[vStart:vEnd]); err != nil {
+			return 0, err
 		}
-		i = SkipSpace(obj, vEnd)
-		if i >= len(obj) || obj[i] == '}' {
-			return nil
+		i = SkipSpace(d, vEnd)
+		if i >= len(d) {
+			return 0, errSyntax
 		}
-		i = SkipSpace(obj, i+1) // past ','
+		if d[i] == '}' {
+			return i + 1, nil
+		}
+		i = SkipSpace(d, i+1) // past ','
 	}
-	return nil
+	return 0, errSyntax
 }
 
 // Elements calls fn for each element of arr, a trimmed and already
