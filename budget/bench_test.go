@@ -183,3 +183,33 @@ func BenchmarkLimits(b *testing.B) {
 		r.Limits("llama3.1:8b", 131072)
 	}
 }
+
+// TestPromptLooksUpOnce pins that counting a resent conversation finds
+// each message in the count cache with one counted hit (the look-up that
+// plans the parallel count is the one whose answer is used; it used to be
+// a separate, uncounted peek), and allocates nothing when all are known.
+func TestPromptLooksUpOnce(t *testing.T) {
+	tk, err := NewTiktoken(EncodingCL100K)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewCaching(tk, 0)
+	mc := NewMessageCounter(c, 0)
+	msgs := conversation(readTestdata(t, "chat_en.txt"), 100, 1000, "once")
+	mc.Prompt(fresh(msgs), nil)
+	before := c.Stats()
+	mc.Prompt(fresh(msgs), nil)
+	after := c.Stats()
+	if hits, misses := after.Hits-before.Hits, after.Misses-before.Misses; hits != uint64(len(msgs)) || misses != 0 {
+		t.Errorf("a resent %d-message prompt: %d look-ups hit, %d missed; want one hit per message", len(msgs), hits, misses)
+	}
+	batch := fresh(msgs)
+	if n := testing.AllocsPerRun(20, func() {
+		for i := range batch {
+			batch[i].Tokens = 0
+		}
+		mc.Prompt(batch, nil)
+	}); n > 0 {
+		t.Errorf("%v allocations to count a known 100-message prompt, want none", n)
+	}
+}

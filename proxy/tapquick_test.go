@@ -125,3 +125,16 @@ func BenchmarkTapChunk(b *testing.B) {
 		})
 	}
 }
+
+// A streamed chunk costs the tap at most one allocation (the full decode
+// took ten).
+func TestQuickEventAllocs(t *testing.T) {
+	chunk := []byte(`{"model":"llama3.1:8b","created_at":"2026-11-21T12:00:00Z","message":{"role":"assistant","content":"The sea "},"done":false}`)
+	tp := newTap(nil, Ollama, 200, "application/x-ndjson", nil)
+	if n := testing.AllocsPerRun(100, func() {
+		tp.event(chunk, false)
+		tp.content.Reset()
+	}); n > 1 {
+		t.Errorf("%v allocations per streamed chunk, want at most 1", n)
+	}
+}

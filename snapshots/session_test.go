@@ -71,6 +71,10 @@ func TestSetMessages(t *testing.T) {
 	if d := diff(want, again.Messages); d != "" {
 		t.Errorf("SetMessages run again (-want +got):\n%s", d)
 	}
+	// In place: a turn's list is not copied again.
+	if n := testing.AllocsPerRun(50, func() { again.SetMessages(in, later) }); n > 0 {
+		t.Errorf("SetMessages allocated %v times, want none", n)
+	}
 }
 
 func TestConfig(t *testing.T) {
