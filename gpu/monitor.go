@@ -48,6 +48,11 @@ type Monitor struct {
 	snap   atomic.Pointer[Snapshot]
 	active atomic.Int64
 	wake   chan struct{}
+	// quick is set while Run waits at most poll_active: a request that
+	// begins then needs no wake-up, since Run looks again within
+	// poll_active anyway (back-to-back requests would otherwise wake it
+	// once each).
+	quick atomic.Bool
 
 	sampleMu sync.Mutex // one sample at a time; guards guard and seq
 	guard    *Guard
@@ -94,7 +99,7 @@ func (m *Monitor) Snapshot() Snapshot { return *m.snap.Load() }
 // idle spell wakes the sampler, which samples at once if the last sample
 // is older than poll_active.
 func (m *Monitor) Active() (done func()) {
-	if m.active.Add(1) == 1 {
+	if m.active.Add(1) == 1 && !m.quick.Load() {
 		select {
 		case m.wake <- struct{}{}:
 		default:
@@ -130,6 +135,7 @@ func (m *Monitor) Run(ctx context.Context) {
 		if m.active.Load() > 0 {
 			interval = m.cfg.PollActive
 		}
+		m.quick.Store(interval <= m.cfg.PollActive)
 		last := m.Snapshot()
 		elapsed := m.opts.Now().Sub(last.Time)
 		if last.Seq == 0 || elapsed >= interval {

@@ -171,6 +171,37 @@ func TestSeed004_1_7_PollsEvery5sDuringInference(t *testing.T) {
 	}
 }
 
+// Back-to-back requests while the monitor already polls at poll_active
+// do not wake it one by one: it looks again within poll_active anyway, and
+// still samples every poll_active while one is in flight.
+func TestMonitorBackToBackRequestsDoNotWakeIt(t *testing.T) {
+	p := &fakeProbe{}
+	p.set(50*gb, nil)
+	m, clock := startMonitor(t, p, Config{PollActive: 5 * time.Second, PollIdle: 60 * time.Second}, MonitorOptions{})
+	clock.next(t)
+	clock.mu.Lock()
+	clock.now = clock.now.Add(10 * time.Second)
+	clock.mu.Unlock()
+	first := m.Active() // the first request after the idle spell wakes it
+	w := clock.next(t)
+	if w.d != 5*time.Second {
+		t.Fatalf("wait after a request = %v, want 5s", w.d)
+	}
+	first()
+	done := m.Active() // the next one, while it waits at most 5 s
+	select {
+	case extra := <-clock.waits:
+		t.Fatalf("a request woke the monitor again (new wait %v) though it was polling at poll_active", extra.d)
+	case <-time.After(100 * time.Millisecond): // no wake-up came
+	}
+	clock.elapse(w, 5*time.Second)
+	w = clock.next(t)
+	if got := m.Snapshot().Seq; got != 3 || w.d != 5*time.Second {
+		t.Errorf("after poll_active with a request in flight: Seq %d, wait %v; want a sample and another 5s wait", got, w.d)
+	}
+	done()
+}
+
 func TestMonitorRecentSampleIsNotRepeated(t *testing.T) {
 	p := &fakeProbe{}
 	p.set(50*gb, nil)
