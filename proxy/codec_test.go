@@ -2,12 +2,14 @@ package proxy
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
@@ -82,15 +84,17 @@ func TestSetOption(t *testing.T) {
 	}
 }
 
-func TestDepthExceeds(t *testing.T) {
-	if depthExceeds([]byte(`{"a":"[[[[[[[[[[[[["}`), 3) {
-		t.Error("brackets inside strings counted")
+// The nesting bound is jsonscan.ValidDepth's (one pass with validation):
+// brackets inside strings do not count, and limit levels are allowed.
+func TestValidDepth(t *testing.T) {
+	if _, err := jsonscan.ValidDepth([]byte(`{"a":"[[[[[[[[[[[[["}`), 3); err != nil {
+		t.Errorf("brackets inside strings counted: %v", err)
 	}
-	if !depthExceeds([]byte(`[[[[1]]]]`), 3) {
-		t.Error("depth 4 not caught at limit 3")
+	if _, err := jsonscan.ValidDepth([]byte(`[[[[1]]]]`), 3); !errors.Is(err, jsonscan.ErrDepth) {
+		t.Errorf("4 levels with a limit of 3: %v, want ErrDepth", err)
 	}
-	if depthExceeds([]byte(`[[[1]]]`), 3) {
-		t.Error("depth 3 caught at limit 3")
+	if _, err := jsonscan.ValidDepth([]byte(`[[[1]]]`), 3); err != nil {
+		t.Errorf("3 levels with a limit of 3: %v", err)
 	}
 }
 

@@ -186,29 +186,6 @@ func removeMembers(obj []byte, drop func(key string) bool) ([]byte, error) {
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-// skipString returns the offset just past the JSON string starting at i.
-// It jumps from quote to quote with bytes.IndexByte, which is vectorized:
-// chat bodies are mostly long strings.
-func skipString(b []byte, i int) (int, error) {
-	i++ // opening quote
-	for {
-		j := bytes.IndexByte(b[i:], '"')
-		if j < 0 {
-			return 0, errors.New("json: unterminated string")
-		}
-		i += j
-		// The quote is escaped if an odd number of backslashes precede it.
-		k := i - 1
-		for k >= 0 && b[k] == '\\' {
-			k--
-		}
-		if (i-1-k)%2 == 0 {
-			return i + 1, nil
-		}
-		i++
-	}
-}
-
 // elements returns the [start, end) offsets of each element of the JSON
 // array in arr, which must be valid.
 func elements(arr []byte) ([][2]int, error) {
@@ -223,31 +200,6 @@ func elements(arr []byte) ([][2]int, error) {
 		return nil
 	})
 	return out, err
-}
-
-// depthExceeds reports whether the JSON text nests objects and arrays more
-// than limit levels deep. It runs before decoding, so a hostile body cannot
-// make the decoder recurse (DESIGN.md rule 3).
-func depthExceeds(b []byte, limit int) bool {
-	depth := 0
-	for i := 0; i < len(b); i++ {
-		switch b[i] {
-		case '"':
-			j, err := skipString(b, i)
-			if err != nil {
-				return false // malformed: the decoder reports it
-			}
-			i = j - 1
-		case '{', '[':
-			depth++
-			if depth > limit {
-				return true
-			}
-		case '}', ']':
-			depth--
-		}
-	}
-	return false
 }
 
 // appendInt is strconv.AppendInt for the common case.

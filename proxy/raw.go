@@ -50,9 +50,8 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d Dialect) {
 		return
 	}
 	defer release()
-	var req rawRequest
-	var prompt string
-	if depthExceeds(body, s.cfg.MaxDepth) || json.Unmarshal(body, &req) != nil || json.Unmarshal(req.Prompt, &prompt) != nil || s.tokens == nil {
+	req, prompt, ok := decodeRaw(body, s.cfg.MaxDepth)
+	if !ok || s.tokens == nil {
 		// A prompt array, or anything unusual: the backend decides.
 		s.forward(w, r, ex, bodyOf(body))
 		return

@@ -1,0 +1,142 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// rawByJSON is how raw prompts were read before decodeRaw: encoding/json
+// into rawRequest, then the prompt into a string. decodeRaw must agree
+// with it on every input (below the depth bound).
+func rawByJSON(body []byte) (rawRequest, string, bool) {
+	var req rawRequest
+	var prompt string
+	if json.Unmarshal(body, &req) != nil || json.Unmarshal(req.Prompt, &prompt) != nil {
+		return rawRequest{}, "", false
+	}
+	return req, prompt, true
+}
+
+var rawSeeds = []string{
+	`{"model":"llama3.1:8b","prompt":"Why is the sky blue?","stream":false}`,
+	`{"model":"m","prompt":"<|user|>hi","raw":true,"options":{"num_ctx":8192,"temperature":0.1}}`,
+	`{"model":"m","prompt":"a \"quoted\" \u00e9 line\n","system":"be brief","template":"{{ .Prompt }}","suffix":"end"}`,
+	`{"model":"m","prompt":"x","images":["aGk=","aGk="],"context":[1,2,3],"think":true}`,
+	`{"model":"m","prompt":null}`,
+	`{"model":"m"}`,
+	`{"model":"m","prompt":["a","b"]}`,
+	`{"model":"m","prompt":5}`,
+	`{"Model":"M","PROMPT":"case","Stream":true,"Options":{"NUM_CTX":4096}}`,
+	`{"model":"a","model":"b","prompt":"one","prompt":"two"}`,
+	`{"model":"m","prompt":"p","options":{"num_ctx":2048},"options":{"temperature":1}}`,
+	`{"model":"m","prompt":"p","options":{"num_ctx":1.5}}`,
+	`{"model":"m","prompt":"p","options":null,"stream":null,"raw":null,"system":null}`,
+	`{"model":"m","prompt":"p","options":"big"}`,
+	`{"model":"m","prompt":"p","context":[1,"2"]}`,
+	`{"model":"m","prompt":"p","context":null,"images":null}`,
+	`{"model":"m","prompt":"p","images":{}}`,
+	`{"model":"m","prompt":"p","raw":"yes"}`,
+	`{"model":7,"prompt":"p"}`,
+	`{"model":"m","prompt":"p","unknown":{"deep":[1,2,{"x":null}]}}`,
+	"{\"model\":\"m\",\"prompt\":\"bad \xff utf8\"}",
+	`{"model":"m","pro\u006dpt":"escaped key"}`,
+	`{"model":"m","prompt":"p"} trailing`,
+	`null`,
+	`[]`,
+	`"prompt"`,
+	``,
+}
+
+func compareRaw(t *testing.T, body string) {
+	t.Helper()
+	wantReq, wantPrompt, wantOK := rawByJSON([]byte(body))
+	gotReq, gotPrompt, gotOK := decodeRaw([]byte(body), 256)
+	if gotOK != wantOK {
+		t.Fatalf("decodeRaw(%q) ok = %v, encoding/json %v", body, gotOK, wantOK)
+	}
+	if !gotOK {
+		return
+	}
+	if gotPrompt != wantPrompt {
+		t.Errorf("decodeRaw(%q) prompt = %q, encoding/json %q", body, gotPrompt, wantPrompt)
+	}
+	// Raw values keep their bytes; compact both sides' for comparison,
+	// since encoding/json hands out the same bytes.
+	norm := func(r rawRequest) rawRequest {
+		r.Prompt, r.Think = compactRaw(r.Prompt), compactRaw(r.Think)
+		for i := range r.Images {
+			r.Images[i] = compactRaw(r.Images[i])
+		}
+		return r
+	}
+	if d := cmp.Diff(norm(wantReq), norm(gotReq)); d != "" {
+		t.Errorf("decodeRaw(%q) (-encoding/json +decodeRaw):\n%s", body, d)
+	}
+}
+
+func compactRaw(r json.RawMessage) json.RawMessage {
+	if r == nil {
+		return nil
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, r) != nil {
+		return r
+	}
+	return b.Bytes()
+}
+
+func TestDecodeRawAgreesWithJSON(t *testing.T) {
+	for _, s := range rawSeeds {
+		compareRaw(t, s)
+	}
+	// A long prompt is shared with the body, not copied.
+	long := `{"model":"m","prompt":"` + strings.Repeat("word ", 20000) + `"}`
+	compareRaw(t, long)
+}
+
+// A request nested deeper than max_depth is forwarded as sent, unread.
+func TestDecodeRawDepth(t *testing.T) {
+	deep := `{"model":"m","prompt":"p","x":` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}`
+	if _, _, ok := decodeRaw([]byte(deep), 256); ok {
+		t.Error("a body nested 301 levels deep was read with max_depth 256")
+	}
+}
+
+func FuzzDecodeRaw(f *testing.F) {
+	for _, s := range rawSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		if strings.Count(body, "[")+strings.Count(body, "{") > 200 {
+			return // below the depth bound, where the two must agree
+		}
+		compareRaw(t, body)
+	})
+}
+
+// BenchmarkDecodeRaw reads a raw request with a 100 KB prompt.
+func BenchmarkDecodeRaw(b *testing.B) {
+	body := []byte(`{"model":"llama3.1:8b","prompt":"` + strings.Repeat("message says something useful. ", 3300) + `","stream":false,"options":{"num_ctx":8192}}`)
+	b.Run("jsonscan", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, ok := decodeRaw(body, 256); !ok {
+				b.Fatal("not read")
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, ok := rawByJSON(body); !ok {
+				b.Fatal("not read")
+			}
+		}
+	})
+}
