@@ -122,21 +122,38 @@ func decodeValidChat(d Dialect, body []byte) (*chatRequest, error) {
 		switch m.key {
 		case "messages":
 			msgs = v
+		// The small values are read as encoding/json would, without its
+		// reflection: null leaves the default, another type is not a
+		// chat request ctxproxy understands.
 		case "model":
-			err = json.Unmarshal(v, &req.model)
+			switch jsonscan.KindOf(v) {
+			case jsonscan.KindString:
+				req.model, err = decodeText(v)
+			case jsonscan.KindNull:
+			default:
+				err = errors.New("not a string")
+			}
 		case "stream":
-			var b *bool
-			if err = json.Unmarshal(v, &b); err == nil && b != nil {
-				req.stream = *b
+			switch string(v) {
+			case "true", "false":
+				req.stream = string(v) == "true"
+			case "null":
+			default:
+				err = errors.New("not a boolean")
 			}
 		case "tools":
 			if !bytes.Equal(v, []byte("null")) {
 				req.tools = v
 			}
 		case "max_tokens", "max_completion_tokens":
-			var n *int
-			if err = json.Unmarshal(v, &n); err == nil && n != nil && (m.key == "max_completion_tokens" || req.maxOutput == 0) {
-				req.maxOutput = *n
+			if jsonscan.KindOf(v) == jsonscan.KindNull {
+				break
+			}
+			n, ok := jsonInt(v)
+			if !ok {
+				err = errors.New("not an integer")
+			} else if m.key == "max_completion_tokens" || req.maxOutput == 0 {
+				req.maxOutput = n
 			}
 		case "options":
 			req.decodeOptions(v)
@@ -508,7 +525,7 @@ func setOption(body []byte, key string, value []byte) ([]byte, error) {
 		}
 		return replaceValue(body, m, opts), nil
 	}
-	k, _ := json.Marshal(key)
+	k := jsonscan.AppendString(nil, key)
 	opts := append(append(append([]byte{'{'}, k...), ':'), value...)
 	opts = append(opts, '}')
 	return setMember(body, "options", opts)

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"strconv"
 
@@ -137,7 +136,7 @@ func setMember(obj []byte, key string, value []byte) ([]byte, error) {
 	if m, ok := findMember(ms, key); ok {
 		return replaceValue(obj, m, value), nil
 	}
-	k, _ := json.Marshal(key)
+	k := jsonscan.AppendString(nil, key)
 	closing := bytes.LastIndexByte(obj, '}')
 	out := make([]byte, 0, len(obj)+len(k)+len(value)+2)
 	out = append(out, obj[:closing]...)

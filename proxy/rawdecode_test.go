@@ -140,3 +140,38 @@ func BenchmarkDecodeRaw(b *testing.B) {
 		}
 	})
 }
+
+// decodeChat reads model, stream and max_tokens as encoding/json did
+// (null keeps the default, another type makes the body one ctxproxy does
+// not understand, forwarded as sent).
+func TestDecodeChatSmallValuesAsJSON(t *testing.T) {
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	for _, c := range []struct {
+		members   string
+		ok        bool
+		model     string
+		stream    bool
+		maxOutput int
+	}{
+		{`"model":"llama3.1:8b","stream":false,"max_tokens":100`, true, "llama3.1:8b", false, 100},
+		{`"model":"caf\u00e9","stream":true`, true, "café", true, 0},
+		{`"model":null,"stream":null,"max_tokens":null`, true, "", true, 0},
+		{`"model":"m","max_tokens":10,"max_completion_tokens":20`, true, "m", true, 20},
+		{`"model":"m","max_completion_tokens":20,"max_tokens":10`, true, "m", true, 20},
+		{`"model":5`, false, "", false, 0},
+		{`"model":"m","stream":"yes"`, false, "", false, 0},
+		{`"model":"m","max_tokens":1.5`, false, "", false, 0},
+		{`"model":"m","max_tokens":"10"`, false, "", false, 0},
+		{"\"model\":\"bad \xff\"", true, "bad \ufffd", true, 0},
+	} {
+		body := `{` + c.members + `,` + msgs + `}`
+		req, err := decodeChat(Ollama, []byte(body))
+		if (err == nil) != c.ok {
+			t.Errorf("decodeChat(%s): err %v, want ok %v", body, err, c.ok)
+			continue
+		}
+		if err == nil && (req.model != c.model || req.stream != c.stream || req.maxOutput != c.maxOutput) {
+			t.Errorf("decodeChat(%s) = model %q stream %v max %d; want %q %v %d", body, req.model, req.stream, req.maxOutput, c.model, c.stream, c.maxOutput)
+		}
+	}
+}
