@@ -242,12 +242,10 @@ func (t *tap) event(data []byte, whole bool) {
 	switch t.dialect {
 	case Responses, Messages:
 		t.dialectEvent(data, whole)
-	case Ollama:
+	default:
 		if !t.quickEvent(data, whole) {
 			t.decodeEvent(data, whole)
 		}
-	default:
-		t.decodeEvent(data, whole)
 	}
 }
 

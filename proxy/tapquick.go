@@ -9,14 +9,15 @@ import (
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 )
 
-// Every chunk of a streamed Ollama answer passes through the tap, and
-// decoding each into the event struct with encoding/json's reflection
-// cost more than the rest of the chunk's trip through ctxproxy. quickEvent
-// reads the common shape of an Ollama chunk or answer (the message's
-// content and thinking, done, done_reason and the counts) with jsonscan,
-// which hands out sub-slices of the chunk and allocates nothing for them.
-// Anything else (tool calls, OpenAI's choices and usage, a repeated key, a
-// key that matches a known one only without regard to case, a value of an
+// Every chunk of a streamed answer passes through the tap, and decoding
+// each into the event struct with encoding/json's reflection cost more
+// than the rest of the chunk's trip through ctxproxy. quickEvent reads the
+// common shapes with jsonscan, which hands out sub-slices of the chunk and
+// allocates nothing for them: an Ollama chunk or answer (the message's
+// content and thinking, done, done_reason and the counts), and an OpenAI
+// one (the first choice's content, reasoning and finish_reason, usage).
+// Anything else (tool calls, several choices, a repeated key, a key that
+// matches a known one only without regard to case, a value of an
 // unexpected type) is left, untouched, to event's full decoding, so the
 // two always agree.
 
@@ -33,6 +34,10 @@ type quick struct {
 	hasPromptEval    bool
 	evalCount        int
 	failed, declined bool
+	// ollama reports one of Ollama's keys; OpenAI's are read by
+	// readChoices and readUsage (tapquick_openai.go).
+	ollama bool
+	quickChoice
 }
 
 // quickEvent applies an event it can read in full and reports true; it
@@ -63,8 +68,8 @@ func (t *tap) quickEvent(data []byte, whole bool) bool {
 		}
 		return nil
 	})
-	if q.declined {
-		return false
+	if q.declined || q.ollama && (q.choice || q.usage) {
+		return false // declined, or both shapes in one event
 	}
 	if q.failed {
 		return true // an error event: not a reply
@@ -84,6 +89,7 @@ func (t *tap) quickEvent(data []byte, whole bool) bool {
 			t.r.finishReason, _ = jsonscan.Unquote(q.doneReason)
 		}
 	}
+	t.applyOpenAI(&q.quickChoice, whole)
 	return true
 }
 
@@ -148,6 +154,10 @@ func foldsTo(name []byte, k string) bool {
 func (q *quick) read(key string, val []byte) {
 	null := jsonscan.KindOf(val) == jsonscan.KindNull
 	switch key {
+	case "message", "done", "done_reason", "prompt_eval_count", "eval_count":
+		q.ollama = true
+	}
+	switch key {
 	case "message":
 		switch {
 		case null:
@@ -178,8 +188,22 @@ func (q *quick) read(key string, val []byte) {
 		}
 	case "error":
 		q.failed = !null
-	case "choices", "usage":
-		q.declined = !null // OpenAI's shapes: event reads them
+	case "choices":
+		switch {
+		case null:
+		case jsonscan.KindOf(val) == jsonscan.KindArray:
+			q.readChoices(val)
+		default:
+			q.declined = true
+		}
+	case "usage":
+		switch {
+		case null:
+		case jsonscan.KindOf(val) == jsonscan.KindObject:
+			q.readUsage(val)
+		default:
+			q.declined = true
+		}
 	}
 }
 

@@ -48,6 +48,35 @@ var quickSeeds = []string{
 	`"just a string"`,
 	`{}`,
 	` {"message" : { "content" : "spaced" } , "done" : true } `,
+	// OpenAI's shapes.
+	`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}`,
+	`{"id":"c1","choices":[{"index":0,"delta":{"content":"lo \u00e9\n"},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"completion_tokens":2,"total_tokens":13}}`,
+	`{"id":"c2","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"length"}],"usage":{"prompt_tokens":9,"completion_tokens":1}}`,
+	`{"choices":[{"index":0,"delta":{"reasoning_content":"think","reasoning":"other"}}]}`,
+	`{"choices":[{"index":0,"delta":{"reasoning":"only"}}]}`,
+	`{"choices":[{"index":0,"delta":{"content":null,"reasoning_content":null}}]}`,
+	`{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":5}]}`,
+	`{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":""}]}`,
+	`{"choices":[{"index":1,"delta":{"content":"second"}}]}`,
+	`{"choices":[{"index":0,"delta":{"content":"a"}},{"index":1,"delta":{"content":"b"}}]}`,
+	`{"choices":[{"index":0,"delta":{"content":"d"},"message":{"content":"m"}}]}`,
+	`{"choices":[{"index":0,"delta":null,"message":{"content":"m"}}]}`,
+	`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"t","function":{"name":"f","arguments":"{}"}}]}}]}`,
+	`{"choices":[{"index":0,"delta":{"content":"x","tool_calls":[]}}]}`,
+	`{"choices":[{"index":"0","delta":{"content":"x"}}]}`,
+	`{"choices":[{"Index":0,"delta":{"Content":"x"}}]}`,
+	`{"Choices":[{"index":0,"delta":{"content":"x"}}]}`,
+	`{"choices":[null]}`,
+	`{"choices":[]}`,
+	`{"choices":{}}`,
+	`{"choices":[{"index":0,"delta":"text"}]}`,
+	`{"usage":{"prompt_tokens":null,"completion_tokens":3}}`,
+	`{"usage":{"prompt_tokens":1.5}}`,
+	`{"usage":{"prompt_tokens":2,"prompt_tokens":3}}`,
+	`{"usage":[]}`,
+	`{"choices":[{"index":0,"delta":{"content":"mixed"}}],"message":{"content":"ollama"},"done":true}`,
+	`{"choices":[{"index":0,"delta":{"content":"e"}}],"error":{"message":"boom"}}`,
+	"{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"bad \xff\"}}]}",
 }
 
 func compareTaps(t *testing.T, data string, whole bool) {
@@ -88,7 +117,13 @@ func TestQuickEventReadsCommonChunks(t *testing.T) {
 			t.Errorf("quickEvent declined %s", s)
 		}
 	}
-	for _, s := range []string{quickSeeds[6], quickSeeds[7], quickSeeds[10], quickSeeds[28]} {
+	for _, s := range []string{quickSeeds[38], quickSeeds[39], quickSeeds[40]} {
+		tp := newTap(nil, OpenAI, 200, "text/event-stream", nil)
+		if !tp.quickEvent([]byte(s), false) {
+			t.Errorf("quickEvent declined %s", s)
+		}
+	}
+	for _, s := range []string{quickSeeds[6], quickSeeds[7], quickSeeds[10], quickSeeds[50]} {
 		tp := newTap(nil, Ollama, 200, "application/x-ndjson", nil)
 		if tp.quickEvent([]byte(s), false) {
 			t.Errorf("quickEvent read %s, which it must leave to the full decode", s)
@@ -136,5 +171,27 @@ func TestQuickEventAllocs(t *testing.T) {
 		tp.content.Reset()
 	}); n > 1 {
 		t.Errorf("%v allocations per streamed chunk, want at most 1", n)
+	}
+}
+
+// An OpenAI chunk, as an OpenAI-compatible backend streams it, through
+// the quick path and the full decode.
+func BenchmarkTapChunkOpenAI(b *testing.B) {
+	chunk := []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"m","choices":[{"index":0,"delta":{"content":"The sea "},"finish_reason":null}]}`)
+	for _, bc := range []struct {
+		name string
+		fn   func(*tap, []byte)
+	}{
+		{"quick", func(t *tap, d []byte) { t.event(d, false) }},
+		{"decode", func(t *tap, d []byte) { t.decodeEvent(d, false) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			tp := newTap(nil, OpenAI, 200, "text/event-stream", nil)
+			for b.Loop() {
+				bc.fn(tp, chunk)
+				tp.content.Reset()
+			}
+		})
 	}
 }
