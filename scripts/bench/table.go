@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -153,8 +154,16 @@ func printTable(o options, sm samples) {
 			}
 			diffs[i] = c[i] - b[i]
 		}
-		cell := fmt.Sprintf("%.2f× [%.2f–%.2f]", median(ratios), slices.Min(ratios), slices.Max(ratios))
 		judge := median(ratios)
+		digits := 2
+		if rw.ok != nil && !rw.diff {
+			// A ratio that rounds onto its target's line shows the digit
+			// that decided the verdict ("0.797×", not "0.80×" and "no").
+			if r, _ := strconv.ParseFloat(strconv.FormatFloat(judge, 'f', 2, 64), 64); rw.ok(r) != rw.ok(judge) {
+				digits = 3
+			}
+		}
+		cell := fmt.Sprintf("%.*f× [%.2f–%.2f]", digits, judge, slices.Min(ratios), slices.Max(ratios))
 		if rw.diff {
 			cell = fmt.Sprintf("%+.0f µs [%+.0f…%+.0f]", median(diffs), slices.Min(diffs), slices.Max(diffs))
 			judge = median(diffs)
