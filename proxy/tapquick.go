@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -21,7 +22,7 @@ import (
 // unexpected type) is left, untouched, to event's full decoding, so the
 // two always agree.
 
-// quickKeys are the event's top-level keys quickEvent knows, by bit.
+// quickKeys are the event's top-level keys quickEvent knows.
 var quickKeys = [...]string{"message", "done", "done_reason", "prompt_eval_count", "eval_count", "error", "choices", "usage"}
 
 // quick is what quickEvent read from one event.
@@ -49,25 +50,7 @@ func (t *tap) quickEvent(data []byte, whole bool) bool {
 		return err != nil || jsonscan.KindOf(v) == jsonscan.KindNull
 	}
 	var q quick
-	var seen uint
-	_ = jsonscan.Members(v, func(key, val []byte) error {
-		bit := quickKey(key)
-		switch {
-		case bit < 0:
-			q.declined = true // a key encoding/json would match without regard to case
-		case bit >= len(quickKeys):
-			return nil // not the event's
-		case seen&(1<<bit) != 0:
-			q.declined = true // a repeated key: encoding/json merges objects
-		default:
-			seen |= 1 << bit
-			q.read(quickKeys[bit], val)
-		}
-		if q.declined {
-			return errDeclined
-		}
-		return nil
-	})
+	q.members(v, quickKeys[:], func(i int, val []byte) { q.read(quickKeys[i], val) })
 	if q.declined || q.ollama && (q.choice || q.usage) {
 		return false // declined, or both shapes in one event
 	}
@@ -95,31 +78,42 @@ func (t *tap) quickEvent(data []byte, whole bool) bool {
 
 // errDeclined stops a member walk that met what quickEvent leaves to
 // event.
-var errDeclined = errorString("declined")
+var errDeclined = errors.New("declined")
 
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
-
-// quickKey returns the index of key in quickKeys, len(quickKeys) for a key
-// the event does not have, or -1 for a key encoding/json would still match
-// to one of them (another case, or escapes).
-func quickKey(key []byte) int {
-	name := key[1 : len(key)-1]
-	for i, k := range quickKeys {
-		if string(name) == k {
-			return i
+// members walks obj's members for the keys in names (matched exactly),
+// calling fn with each one's index; a repeated key, or one encoding/json
+// would match to a name without regard to case, declines the event.
+func (q *quick) members(obj []byte, names []string, fn func(i int, val []byte)) {
+	var seen uint
+	_ = jsonscan.Members(obj, func(key, val []byte) error {
+		name := key[1 : len(key)-1]
+		found := -1
+		for i, n := range names {
+			if string(name) == n {
+				found = i
+				break
+			}
 		}
-	}
-	if unusualKey(name) {
-		return -1
-	}
-	for _, k := range quickKeys {
-		if foldsTo(name, k) {
-			return -1
+		switch {
+		case found >= 0 && seen&(1<<found) != 0:
+			q.declined = true
+		case found >= 0:
+			seen |= 1 << found
+			fn(found, val)
+		case unusualKey(name):
+			q.declined = true
+		default:
+			for _, n := range names {
+				if foldsTo(name, n) {
+					q.declined = true
+				}
+			}
 		}
-	}
-	return len(quickKeys)
+		if q.declined {
+			return errDeclined
+		}
+		return nil
+	})
 }
 
 // unusualKey reports a key with escapes or non-ASCII bytes, which
@@ -207,34 +201,21 @@ func (q *quick) read(key string, val []byte) {
 	}
 }
 
+// messageKeys are the message's keys readMessage knows.
+var messageKeys = []string{"content", "thinking", "tool_calls"}
+
 // readMessage takes the message's content and thinking; tool calls are
 // left to event.
 func (q *quick) readMessage(obj []byte) {
-	var seen uint
-	_ = jsonscan.Members(obj, func(key, val []byte) error {
-		var bit uint
-		switch string(key) {
-		case `"content"`:
-			bit = 1
+	q.members(obj, messageKeys, func(i int, val []byte) {
+		switch i {
+		case 0:
 			q.content, q.declined = stringToken(val)
-		case `"thinking"`:
-			bit = 2
+		case 1:
 			q.think, q.declined = stringToken(val)
-		case `"tool_calls"`:
-			bit = 4
+		case 2:
 			q.declined = string(val) != "null" && string(val) != "[]"
-		default:
-			name := key[1 : len(key)-1]
-			q.declined = unusualKey(name) || foldsTo(name, "content") || foldsTo(name, "thinking") || foldsTo(name, "tool_calls")
 		}
-		if seen&bit != 0 {
-			q.declined = true
-		}
-		seen |= bit
-		if q.declined {
-			return errDeclined
-		}
-		return nil
 	})
 }
 

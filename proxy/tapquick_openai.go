@@ -43,41 +43,13 @@ func (t *tap) applyOpenAI(o *quickChoice, whole bool) {
 	}
 }
 
-// members walks obj's members for the keys in names (matched exactly),
-// calling fn with each one's index; a repeated key, or one encoding/json
-// would match to a name without regard to case, declines the event.
-func (q *quick) members(obj []byte, names []string, fn func(i int, val []byte)) {
-	var seen uint
-	_ = jsonscan.Members(obj, func(key, val []byte) error {
-		name := key[1 : len(key)-1]
-		found := -1
-		for i, n := range names {
-			if string(name) == n {
-				found = i
-				break
-			}
-		}
-		switch {
-		case found >= 0 && seen&(1<<found) != 0:
-			q.declined = true
-		case found >= 0:
-			seen |= 1 << found
-			fn(found, val)
-		case unusualKey(name):
-			q.declined = true
-		default:
-			for _, n := range names {
-				if foldsTo(name, n) {
-					q.declined = true
-				}
-			}
-		}
-		if q.declined {
-			return errDeclined
-		}
-		return nil
-	})
-}
+// The keys of a choice, its delta (or message) and usage that quickEvent
+// reads.
+var (
+	choiceKeys = []string{"index", "delta", "message", "finish_reason"}
+	deltaKeys  = []string{"content", "reasoning_content", "reasoning", "tool_calls"}
+	usageKeys  = []string{"prompt_tokens", "completion_tokens"}
+)
 
 // readChoices reads OpenAI's choices: one choice, of index 0, is read;
 // several are left to decodeEvent.
@@ -89,7 +61,7 @@ func (q *quick) readChoices(arr []byte) {
 			return errDeclined
 		}
 		var delta, message []byte
-		q.members(el, []string{"index", "delta", "message", "finish_reason"}, func(i int, val []byte) {
+		q.members(el, choiceKeys, func(i int, val []byte) {
 			null := jsonscan.KindOf(val) == jsonscan.KindNull
 			switch i {
 			case 0:
@@ -133,7 +105,7 @@ func (q *quick) readChoices(arr []byte) {
 // readDelta reads a choice's delta (or message); tool calls are left to
 // decodeEvent.
 func (q *quick) readDelta(obj []byte) {
-	q.members(obj, []string{"content", "reasoning_content", "reasoning", "tool_calls"}, func(i int, val []byte) {
+	q.members(obj, deltaKeys, func(i int, val []byte) {
 		switch i {
 		case 0:
 			q.delta, q.declined = stringToken(val)
@@ -150,7 +122,7 @@ func (q *quick) readDelta(obj []byte) {
 // readUsage reads usage's token counts.
 func (q *quick) readUsage(obj []byte) {
 	q.usage = true
-	q.members(obj, []string{"prompt_tokens", "completion_tokens"}, func(i int, val []byte) {
+	q.members(obj, usageKeys, func(i int, val []byte) {
 		if jsonscan.KindOf(val) == jsonscan.KindNull {
 			return
 		}

@@ -140,27 +140,6 @@ func FuzzQuickEvent(f *testing.F) {
 	})
 }
 
-// BenchmarkTapChunk is one streamed Ollama chunk through the tap's parser.
-func BenchmarkTapChunk(b *testing.B) {
-	chunk := []byte(`{"model":"llama3.1:8b","created_at":"2026-11-21T12:00:00Z","message":{"role":"assistant","content":"The sea "},"done":false}`)
-	for _, bc := range []struct {
-		name string
-		fn   func(*tap, []byte)
-	}{
-		{"quick", func(t *tap, d []byte) { t.event(d, false) }},
-		{"decode", func(t *tap, d []byte) { t.decodeEvent(d, false) }},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			tp := newTap(nil, Ollama, 200, "application/x-ndjson", nil)
-			for b.Loop() {
-				bc.fn(tp, chunk)
-				tp.content.Reset()
-			}
-		})
-	}
-}
-
 // A streamed chunk costs the tap at most one allocation (the full decode
 // took ten).
 func TestQuickEventAllocs(t *testing.T) {
@@ -174,24 +153,34 @@ func TestQuickEventAllocs(t *testing.T) {
 	}
 }
 
-// An OpenAI chunk, as an OpenAI-compatible backend streams it, through
-// the quick path and the full decode.
-func BenchmarkTapChunkOpenAI(b *testing.B) {
-	chunk := []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"m","choices":[{"index":0,"delta":{"content":"The sea "},"finish_reason":null}]}`)
-	for _, bc := range []struct {
-		name string
-		fn   func(*tap, []byte)
+// BenchmarkTapChunk is one streamed chunk through the tap, as Ollama and
+// as an OpenAI-compatible backend stream them, by the quick path and by
+// the full decode.
+func BenchmarkTapChunk(b *testing.B) {
+	chunks := []struct {
+		name    string
+		dialect Dialect
+		data    []byte
 	}{
-		{"quick", func(t *tap, d []byte) { t.event(d, false) }},
-		{"decode", func(t *tap, d []byte) { t.decodeEvent(d, false) }},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			tp := newTap(nil, OpenAI, 200, "text/event-stream", nil)
-			for b.Loop() {
-				bc.fn(tp, chunk)
-				tp.content.Reset()
-			}
-		})
+		{"ollama", Ollama, []byte(`{"model":"llama3.1:8b","created_at":"2026-11-21T12:00:00Z","message":{"role":"assistant","content":"The sea "},"done":false}`)},
+		{"openai", OpenAI, []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"m","choices":[{"index":0,"delta":{"content":"The sea "},"finish_reason":null}]}`)},
+	}
+	for _, c := range chunks {
+		for _, path := range []struct {
+			name string
+			fn   func(*tap, []byte)
+		}{
+			{"quick", func(t *tap, d []byte) { t.event(d, false) }},
+			{"decode", func(t *tap, d []byte) { t.decodeEvent(d, false) }},
+		} {
+			b.Run(c.name+"/"+path.name, func(b *testing.B) {
+				b.ReportAllocs()
+				tp := newTap(nil, c.dialect, 200, "application/x-ndjson", nil)
+				for b.Loop() {
+					path.fn(tp, c.data)
+					tp.content.Reset()
+				}
+			})
+		}
 	}
 }
