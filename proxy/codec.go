@@ -177,9 +177,12 @@ func decodeValidChat(d Dialect, body []byte) (*chatRequest, error) {
 		return nil, fmt.Errorf("%w: messages is not an array", errNotChat)
 	}
 	// One walk of the array decodes each message where it starts. Every
-	// message has a "role" key: counting them sizes the list (a count too
-	// high only leaves room unused).
-	req.messages = make([]rewrite.Message, 0, bytes.Count(msgs, []byte(`"role"`)))
+	// message is an object: counting the opening braces (one vector pass)
+	// sizes the list. Braces in the text count too, so the estimate is
+	// capped at one message per 128 bytes of the array (a list of shorter
+	// messages grows as it is filled), lest a body of braces allocate a
+	// list many times its size.
+	req.messages = make([]rewrite.Message, 0, min(bytes.Count(msgs, []byte{'{'}), len(msgs)/128+1))
 	at := jsonscan.SkipSpace(msgs, 1)
 	for i := 0; at < len(msgs) && msgs[at] != ']'; i++ {
 		m, annotated, end, err := decodeMessageAt(msgs, at)

@@ -73,6 +73,17 @@ func TestDecodeChatAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(20, decode); n > 14 {
 		t.Errorf("%v allocations to decode a 101-message chat, want at most 14", n)
 	}
+
+	// The list is sized by counting braces: one message of 100 KB of
+	// braces must not size it for thousands of messages.
+	braces := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("{", 100<<10) + `"}]}`)
+	if n := bytesPerRequest(20, func() {
+		if _, err := decodeChat(Ollama, braces); err != nil {
+			t.Fatal(err)
+		}
+	}); n > uint64(len(braces))*2 {
+		t.Errorf("%d bytes allocated to decode one message of %d braces, want under twice the body", n, len(braces))
+	}
 }
 
 // decodeString shares the bytes of an unescaped string and decodes an
