@@ -184,11 +184,12 @@ func BenchmarkLimits(b *testing.B) {
 	}
 }
 
-// TestPromptLooksUpOnce pins that counting a resent conversation finds
-// each message in the count cache with one counted hit (the look-up that
-// plans the parallel count is the one whose answer is used; it used to be
-// a separate, uncounted peek), and allocates nothing when all are known.
-func TestPromptLooksUpOnce(t *testing.T) {
+// TestPromptCountsKnownMessagesAsHits pins that counting a resent
+// conversation finds each message in the count cache, one counted hit per
+// message and no miss, and allocates nothing when all are known. (That a
+// message is looked up once, not twice, is a matter of speed, which
+// BenchmarkResend shows: the old second look-up was an uncounted peek.)
+func TestPromptCountsKnownMessagesAsHits(t *testing.T) {
 	tk, err := NewTiktoken(EncodingCL100K)
 	if err != nil {
 		t.Fatal(err)
