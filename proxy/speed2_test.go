@@ -20,10 +20,13 @@ import (
 // BenchmarkChatWarm100K is a warm 100-message, 100 KB conversation resent
 // through the whole pipeline (session, sizing, counting, recording), the
 // harness's "big chat warm" in process.
-func BenchmarkChatWarm100K(b *testing.B) {
+func BenchmarkChatWarm100K(b *testing.B) { benchWarmChat(b, chatBody100K()) }
+
+// benchWarmChat resends body, a conversation with nothing to cut, through
+// the whole pipeline against a trivial backend.
+func benchWarmChat(b *testing.B, body []byte) {
 	sys := newSystem(b, trivialOllama(b), setup{})
 	sys.srv.log = slog.New(slog.DiscardHandler)
-	body := chatBody100K()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	post := func() {
 		resp, err := client.Post(sys.url+"/api/chat", "application/json", bytes.NewReader(body))
@@ -231,26 +234,7 @@ func chatBodyN(n int) []byte {
 
 // BenchmarkChatWarm1000 resends a 1,000-message conversation: per turn,
 // only the new work should be paid.
-func BenchmarkChatWarm1000(b *testing.B) {
-	sys := newSystem(b, trivialOllama(b), setup{})
-	sys.srv.log = slog.New(slog.DiscardHandler)
-	body := chatBodyN(1000)
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-	post := func() {
-		resp, err := client.Post(sys.url+"/api/chat", "application/json", bytes.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
-	post()
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		post()
-	}
-}
+func BenchmarkChatWarm1000(b *testing.B) { benchWarmChat(b, chatBodyN(1000)) }
 
 // A message's members cost one allocation: keys of chat messages are
 // constants, and the members' slice is sized for a message.
