@@ -1,12 +1,13 @@
 package snapshots
 
 import (
-	"container/list"
 	"errors"
 	"fmt"
 	"io/fs"
 	"sync"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
 // A turn used to cost the store open, two fcntl, an epoll_ctl the kernel
@@ -20,77 +21,50 @@ import (
 // that tests can lower it.
 var maxOpenLogs = 256
 
-// logPool keeps up to max session logs open between appends, the least
-// recently used closed first to make room (when one is put back: the
-// logs being written are open besides those in the pool). A log is taken out while it is
-// written or synced and put back after, by the holder of its session's
-// lock, so a file in the pool is never in use and can be closed at any
-// moment; one taken is not in the pool and is never closed under its
-// user. Logs are keyed by path, one per session. Whoever replaces,
-// removes or truncates a log drops it first (files.write, files.cut,
-// files.setAside, FileStore.Delete), under the session's lock, so that no
-// descriptor outlives its inode's place in the directory and no record is
-// written to a log nobody will read.
-type logPool struct {
-	mu     sync.Mutex
-	max    int
-	lru    list.List // of *openLog, most recently put first
-	m      map[string]*list.Element
-	closed bool
-}
-
-type openLog struct {
-	path string
-	f    logFile
-}
-
-func newLogPool(max int) *logPool {
-	return &logPool{max: max, m: make(map[string]*list.Element)}
-}
-
-// take removes the log at path from the pool and returns it, or nil when
-// it is not open.
-func (p *logPool) take(path string) logFile {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	el := p.m[path]
-	if el == nil {
-		return nil
-	}
-	p.lru.Remove(el)
-	delete(p.m, path)
-	return el.Value.(*openLog).f
-}
-
-// put hands the log at path back as the most recently used, and closes
-// the least recently used beyond the bound. After closeAll it closes f.
+// logPool keeps up to max session logs open between appends, in an
+// internal/cache LRU: the least recently used is closed to make room
+// (when one is put back: the logs being written are open besides those in
+// the pool). A log is taken out while it is written or synced and put
+// back after, by the holder of its session's lock, so a file in the pool
+// is never in use and can be closed at any moment; one taken is not in
+// the pool and is never closed under its user. Logs are keyed by path,
+// one per session. Whoever replaces, removes or truncates a log drops it
+// first (files.write, files.cut, files.setAside, FileStore.Delete), under
+// the session's lock, so that no descriptor outlives its inode's place in
+// the directory and no record is written to a log nobody will read.
 //
 // Errors of Close are not reported: what was written was written by
 // WriteAt, which reported its own errors, and the fsync (inline or the
 // syncer's, on this descriptor or another of the same file) reports the
 // writeback's.
+type logPool struct {
+	open   *cache.LRU[string, logFile]
+	mu     sync.Mutex // orders put against closeAll
+	closed bool
+}
+
+func newLogPool(max int) *logPool {
+	return &logPool{open: cache.New[string, logFile](max)}
+}
+
+// take removes the log at path from the pool and returns it, or nil when
+// it is not open.
+func (p *logPool) take(path string) logFile {
+	f, _ := p.open.Take(path)
+	return f
+}
+
+// put hands the log at path back as the most recently used, and closes
+// what that displaced. After closeAll it closes f.
 func (p *logPool) put(path string, f logFile) {
-	var out []logFile
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.closed {
-		out = append(out, f)
-	} else {
-		if el := p.m[path]; el != nil { // not expected: its user holds the lock
-			out = append(out, el.Value.(*openLog).f)
-			p.lru.Remove(el)
-		}
-		p.m[path] = p.lru.PushFront(&openLog{path, f})
-		for p.lru.Len() > p.max {
-			el := p.lru.Back()
-			p.lru.Remove(el)
-			o := el.Value.(*openLog)
-			delete(p.m, o.path)
-			out = append(out, o.f)
-		}
-	}
-	p.mu.Unlock()
-	for _, f := range out {
 		f.Close()
+		return
+	}
+	if _, old, displaced := p.open.Push(path, f); displaced {
+		old.Close()
 	}
 }
 
@@ -104,16 +78,14 @@ func (p *logPool) drop(path string) {
 // closeAll closes every log in the pool; logs put back later are closed.
 func (p *logPool) closeAll() {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.closed = true
-	var out []logFile
-	for el := p.lru.Front(); el != nil; el = el.Next() {
-		out = append(out, el.Value.(*openLog).f)
-	}
-	p.lru.Init()
-	clear(p.m)
-	p.mu.Unlock()
-	for _, f := range out {
-		f.Close()
+	for path := range p.open.All() {
+		// Taken, not read from the listing: a log its user took
+		// meanwhile is closed when it is put back.
+		if f, ok := p.open.Take(path); ok {
+			f.Close()
+		}
 	}
 }
 

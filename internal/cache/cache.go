@@ -72,6 +72,25 @@ func (l *LRU[K, V]) Add(k K, v V) (evicted bool) {
 	return l.add(k, v)
 }
 
+// Push stores v under k as the most recently used entry and returns the
+// entry it displaced, if any: k's previous value, or the least recently
+// used entry dropped to make room. It is Add for values that hold
+// something to release (open files), which the caller releases.
+func (l *LRU[K, V]) Push(k K, v V) (oldK K, oldV V, displaced bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if prev, ok := l.c.Peek(k); ok {
+		l.c.Add(k, v)
+		return k, prev, true
+	}
+	if l.c.Len() >= l.size {
+		oldK, oldV, displaced = l.c.RemoveOldest()
+		l.stats.Evictions++
+	}
+	l.c.Add(k, v)
+	return oldK, oldV, displaced
+}
+
 // Swap stores v under k and returns what k held before, in one step: two
 // callers swapping the same key each see the other's value, never the
 // same old one.

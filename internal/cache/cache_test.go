@@ -179,3 +179,24 @@ func TestShardedConcurrent(t *testing.T) {
 		t.Errorf("Len %d over Size %d", st.Len, st.Size)
 	}
 }
+
+// Push hands back what it displaced, for the caller to release: the
+// previous value of the key, or the least recently used entry.
+func TestLRUPushReturnsTheDisplaced(t *testing.T) {
+	l := New[string, int](2)
+	for _, k := range []string{"a", "b"} {
+		if _, _, displaced := l.Push(k, len(k)); displaced {
+			t.Fatalf("Push(%s) into room displaced an entry", k)
+		}
+	}
+	if k, v, displaced := l.Push("a", 10); !displaced || k != "a" || v != 1 {
+		t.Errorf("Push(a) again = %s %d %v, want a's old value 1", k, v, displaced)
+	}
+	// b is now the least recently used.
+	if k, v, displaced := l.Push("c", 3); !displaced || k != "b" || v != 1 {
+		t.Errorf("Push(c) into a full cache = %s %d %v, want b dropped", k, v, displaced)
+	}
+	if _, ok := l.Peek("b"); ok || l.Len() != 2 || l.Stats().Evictions != 1 {
+		t.Errorf("after the drop: b held %v, len %d, evictions %d", ok, l.Len(), l.Stats().Evictions)
+	}
+}
