@@ -32,31 +32,13 @@ func offset(whole, part []byte) int { return cap(whole) - cap(part) }
 // must be valid JSON (callers have validated it with jsonscan.Valid).
 func members(obj []byte) ([]member, error) {
 	// A chat message has two to four members: one allocation for them.
-	return appendMembers(make([]member, 0, 4), obj)
-}
-
-// appendMembers appends the members of obj to dst, for a caller that
-// lists them into a buffer of its own (decodeMessage, on its stack).
-func appendMembers(dst []member, obj []byte) ([]member, error) {
-	i := jsonscan.SkipSpace(obj, 0)
-	if i >= len(obj) || obj[i] != '{' {
-		return nil, errNotObject
-	}
-	end := len(obj)
-	for end > i && isSpace(obj[end-1]) {
-		end--
-	}
-	out := dst
-	err := jsonscan.Members(obj[i:end], func(key, val []byte) error {
-		vs := offset(obj, val)
-		out = append(out, member{key: keyName(key), start: offset(obj, key), valueStart: vs, end: vs + len(val)})
-		return nil
-	})
-	return out, err
+	ms, _, err := appendMembersAt(make([]member, 0, 4), obj, jsonscan.SkipSpace(obj, 0))
+	return ms, err
 }
 
 // appendMembersAt appends the members of the object at d[i] (valid JSON),
-// with offsets into d, and returns the index just past the object.
+// with offsets into d, and returns the index just past the object; dst is
+// a caller's own buffer (decodeMessageAt's, on its stack).
 func appendMembersAt(dst []member, d []byte, i int) ([]member, int, error) {
 	if i >= len(d) || d[i] != '{' {
 		return nil, 0, errNotObject
