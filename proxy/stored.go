@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -71,6 +72,14 @@ func fromStored(msgs []snapshots.Message) ([]rewrite.Message, error) {
 // conversation dialects in Ollama's chat shape, as storedMessages keeps
 // their messages.
 func replyMessage(d Dialect, rep reply) snapshots.Message {
+	sm := snapshots.Message{Role: "assistant", Content: rep.content}
+	if d == Responses || d == Messages {
+		sm.Metadata = map[string]any{"dialect": d.String()}
+	}
+	if raw, ok := plainReply(rep); ok {
+		sm.Raw = raw
+		return sm
+	}
 	m := map[string]any{"role": "assistant", "content": rep.content}
 	if len(rep.toolCalls) > 0 {
 		calls := make([]any, 0, len(rep.toolCalls))
@@ -96,10 +105,21 @@ func replyMessage(d Dialect, rep reply) snapshots.Message {
 	if rep.thinking != "" && d != OpenAI {
 		m["thinking"] = rep.thinking
 	}
-	raw, _ := json.Marshal(m)
-	sm := snapshots.Message{Role: "assistant", Content: rep.content, Raw: raw}
-	if d == Responses || d == Messages {
-		sm.Metadata = map[string]any{"dialect": d.String()}
-	}
+	sm.Raw, _ = json.Marshal(m)
 	return sm
+}
+
+// plainReply is the raw message of a reply that is text alone, the bytes
+// json.Marshal gives its map (keys sorted, <, > and & escaped) without
+// the map and the reflection: a turn of every chat stores one. ok is false
+// where the text holds what encoding/json escapes and jsonscan does not.
+func plainReply(rep reply) (raw []byte, ok bool) {
+	if len(rep.toolCalls) > 0 || rep.thinking != "" ||
+		strings.ContainsAny(rep.content, "<>&\b\f\u2028\u2029") {
+		return nil, false
+	}
+	const head, tail = `{"content":`, `,"role":"assistant"}`
+	raw = make([]byte, 0, len(head)+len(rep.content)+len(tail)+8)
+	raw = jsonscan.AppendString(append(raw, head...), rep.content)
+	return append(raw, tail...), true
 }
