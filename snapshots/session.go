@@ -175,6 +175,12 @@ func (s *Session) SetMessages(msgs []Message, now time.Time) {
 		m := &msgs[i]
 		if i < len(s.Messages) && same(&s.Messages[i], m) {
 			old := &s.Messages[i]
+			if m.Raw != nil && old.Raw != nil {
+				// The same bytes (same compared them): the stored
+				// copy's, so that encoding the change finds them
+				// equal by address instead of comparing them again.
+				m.Raw = old.Raw
+			}
 			if m.Timestamp.IsZero() {
 				m.Timestamp = old.Timestamp
 			}
