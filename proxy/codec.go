@@ -106,15 +106,19 @@ func decodeChat(d Dialect, body []byte) (*chatRequest, error) {
 	if _, err := jsonscan.Valid(body); err != nil {
 		return nil, fmt.Errorf("%w: %v", errNotChat, err)
 	}
-	return decodeValidChat(d, body)
+	return decodeValidChat(d, body, nil)
 }
 
-// decodeValidChat is decodeChat of a body jsonscan already accepted.
-func decodeValidChat(d Dialect, body []byte) (*chatRequest, error) {
-	ms, err := members(body)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNotChat, err)
+// decodeValidChat is decodeChat of a body jsonscan already accepted, whose
+// top-level members ms are (nil: not known yet; they are found here).
+func decodeValidChat(d Dialect, body []byte, ms []member) (*chatRequest, error) {
+	if ms == nil {
+		var err error
+		if ms, err = members(body); err != nil {
+			return nil, fmt.Errorf("%w: %v", errNotChat, err)
+		}
 	}
+	var err error
 	req := &chatRequest{dialect: d, body: body, members: ms, stream: d == Ollama}
 	var msgs []byte
 	for _, m := range ms {

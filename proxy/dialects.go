@@ -26,14 +26,15 @@ import (
 // is translated to /api/chat (num_ctx, truncate:false) and the answer
 // back; bound for any other backend it is forwarded in its own dialect.
 
-// decodeRequest decodes body, which jsonscan.ValidDepth accepted, as a
-// request of dialect d. Any error means the request should be forwarded
+// decodeRequest decodes body, which jsonscan accepted, as a request of
+// dialect d; ms are its top-level members when the validating pass found
+// them (nil: not known). Any error means the request should be forwarded
 // unchanged (DESIGN.md rule 3).
-func decodeRequest(d Dialect, body []byte) (*chatRequest, error) {
+func decodeRequest(d Dialect, body []byte, ms []member) (*chatRequest, error) {
 	if d == Responses || d == Messages {
 		return decodeConversation(d, body)
 	}
-	return decodeValidChat(d, body)
+	return decodeValidChat(d, body, ms)
 }
 
 // decodeConversation reads a Responses or Messages request: the

@@ -45,11 +45,17 @@ func appendMembersAt(dst []member, d []byte, i int) ([]member, int, error) {
 	}
 	out := dst
 	end, err := jsonscan.MembersAt(d, i, func(key, val []byte) error {
-		vs := offset(d, val)
-		out = append(out, member{key: keyName(key), start: offset(d, key), valueStart: vs, end: vs + len(val)})
+		out = append(out, memberOf(d, key, val))
 		return nil
 	})
 	return out, end, err
+}
+
+// memberOf is the member of d whose key token and value are key and val
+// (subslices of d).
+func memberOf(d, key, val []byte) member {
+	vs := offset(d, val)
+	return member{key: keyName(key), start: offset(d, key), valueStart: vs, end: vs + len(val)}
 }
 
 // keyName is the name of a member's key token. The keys of chat requests

@@ -114,6 +114,30 @@ func ValidDepth(d []byte, limit int) ([]byte, error) {
 	return d[i:end], nil
 }
 
+// ValidMembers is ValidDepth that also calls fn with each member of the
+// document, when it is an object, as MembersAt would (the key's raw
+// token, the value trimmed), in the same pass: a caller that needs the
+// top-level members does not walk the document a second time. fn runs
+// before the rest of the document is validated; what it was given is
+// meaningful only when ValidMembers returns no error.
+func ValidMembers(d []byte, limit int, fn func(key, val []byte)) ([]byte, error) {
+	i := SkipSpace(d, 0)
+	var end int
+	var err error
+	if i < len(d) && d[i] == '{' {
+		end, err = walkObject(d, i, limit-1, fn)
+	} else {
+		end, err = skipValue(d, i, limit)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if SkipSpace(d, end) != len(d) {
+		return nil, errSyntax
+	}
+	return d[i:end], nil
+}
+
 // skipValue validates the value starting at d[i], inside which left more
 // levels of nesting are allowed, and returns the index just past it.
 func skipValue(d []byte, i, left int) (int, error) {
@@ -288,7 +312,11 @@ func skipNumber(d []byte, i int) (int, error) {
 	return i, nil
 }
 
-func skipObject(d []byte, i, left int) (int, error) {
+func skipObject(d []byte, i, left int) (int, error) { return walkObject(d, i, left, nil) }
+
+// walkObject is skipObject calling fn, when not nil, with each member's
+// key token and value.
+func walkObject(d []byte, i, left int, fn func(key, val []byte)) (int, error) {
 	if left < 0 {
 		return 0, ErrDepth
 	}
@@ -300,16 +328,22 @@ func skipObject(d []byte, i, left int) (int, error) {
 		if i >= len(d) || d[i] != '"' {
 			return 0, errSyntax
 		}
+		key := i
 		var err error
 		if i, err = skipString(d, i); err != nil {
 			return 0, err
 		}
+		keyEnd := i
 		i = SkipSpace(d, i)
 		if i >= len(d) || d[i] != ':' {
 			return 0, errSyntax
 		}
-		if i, err = skipValue(d, SkipSpace(d, i+1), left); err != nil {
+		val := SkipSpace(d, i+1)
+		if i, err = skipValue(d, val, left); err != nil {
 			return 0, err
+		}
+		if fn != nil {
+			fn(d[key:keyEnd], d[val:i])
 		}
 		i = SkipSpace(d, i)
 		if i >= len(d) {

@@ -2,7 +2,9 @@ package jsonscan
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -59,6 +61,35 @@ func FuzzValidValue(f *testing.F) {
 		_, err := Valid(b)
 		if got, want := err == nil, json.Valid(b); got != want {
 			t.Fatalf("Valid(%q) ok = %v, json.Valid = %v", b, got, want)
+		}
+	})
+}
+
+// FuzzValidMembers holds ValidMembers to ValidDepth, and the members it
+// reports to those Members finds in the document it accepted.
+func FuzzValidMembers(f *testing.F) {
+	for _, s := range []string{` { "a" : 1 , "b\u0021" : [ 1 , "x" , {} ] , "c":null } `, `{}`, `[{"a":1}]`, `"x"`,
+		`{"a":{"b":[null]}}`, `{"a":1,}`, `{"a":1}x`, strings.Repeat(`{"a":`, 8) + `1` + strings.Repeat(`}`, 8)} {
+		f.Add([]byte(s), 5)
+	}
+	f.Fuzz(func(t *testing.T, b []byte, limit int) {
+		limit = limit%MaxDepth + 1
+		var got []string
+		v, err := ValidMembers(b, limit, func(key, val []byte) { got = append(got, string(key)+"="+string(val)) })
+		w, werr := ValidDepth(b, limit)
+		if (err == nil) != (werr == nil) || string(v) != string(w) || errors.Is(err, ErrDepth) != errors.Is(werr, ErrDepth) {
+			t.Fatalf("ValidMembers(%q, %d) = %q, %v; ValidDepth = %q, %v", b, limit, v, err, w, werr)
+		}
+		if err != nil || len(w) == 0 || w[0] != '{' {
+			return
+		}
+		var want []string
+		_ = Members(w, func(key, val []byte) error {
+			want = append(want, string(key)+"="+string(val))
+			return nil
+		})
+		if !slices.Equal(got, want) {
+			t.Fatalf("ValidMembers(%q) members %q, Members finds %q", b, got, want)
 		}
 	})
 }
