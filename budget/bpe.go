@@ -9,7 +9,7 @@ import (
 // first, as tiktoken does. Only the count is kept, so nothing is
 // allocated for pieces of up to stackParts bytes.
 type bpe struct {
-	ranks map[string]int
+	ranks *rankTable
 	piece func(s string, p int) int
 }
 
@@ -43,7 +43,7 @@ func (e *bpe) pieceTokens(piece string) int {
 	if len(piece) <= 1 {
 		return len(piece)
 	}
-	if _, ok := e.ranks[piece]; ok {
+	if _, ok := e.ranks.get(piece); ok {
 		return 1
 	}
 	var buf [stackParts + 1]part
@@ -59,8 +59,8 @@ func (e *bpe) pieceTokens(piece string) int {
 	rank := func(i int) int32 {
 		// The rank of the token spanning parts i and i+1.
 		if i+2 < len(parts) {
-			if r, ok := e.ranks[piece[parts[i].start:parts[i+2].start]]; ok {
-				return int32(r)
+			if r, ok := e.ranks.get(piece[parts[i].start:parts[i+2].start]); ok {
+				return r
 			}
 		}
 		return noRank

@@ -63,7 +63,12 @@ func NewTiktoken(encoding string) (*Tiktoken, error) {
 			e.err = fmt.Errorf("budget: load encoding %q: %w", encoding, err)
 			return
 		}
-		e.enc = &bpe{ranks: ranks, piece: piece}
+		table, err := newRankTable(ranks)
+		if err != nil {
+			e.err = fmt.Errorf("budget: load encoding %q: %w", encoding, err)
+			return
+		}
+		e.enc = &bpe{ranks: table, piece: piece}
 	})
 	if e.err != nil {
 		return nil, e.err
