@@ -175,12 +175,14 @@ func (l *LRU[K, V]) count(hit bool) {
 }
 
 // Sharded is an LRU split into shards, each with its own lock, so that
-// look-ups from many goroutines at once do not queue on one lock. Each
+// look-ups from many goroutines at once do not queue on one lock. Its
+// shards hold their entries in slices (flat), so a cache of keys and
+// values without pointers costs the garbage collector nothing per entry. Each
 // shard evicts its own least recently used entry: recency is per shard,
 // which, with keys spread evenly, keeps what a single LRU keeps. It is
 // safe for concurrent use.
 type Sharded[K comparable, V any] struct {
-	shards []*LRU[K, V]
+	shards []*flat[K, V]
 	hash   func(K) uint64
 }
 
@@ -199,34 +201,34 @@ func NewSharded[K comparable, V any](size int, hash func(K) uint64) *Sharded[K, 
 		n /= 2
 	}
 	per := (size + n - 1) / n
-	s := &Sharded[K, V]{shards: make([]*LRU[K, V], n), hash: hash}
+	s := &Sharded[K, V]{shards: make([]*flat[K, V], n), hash: hash}
 	for i := range s.shards {
-		s.shards[i] = New[K, V](per)
+		s.shards[i] = newFlat[K, V](per)
 	}
 	return s
 }
 
-func (s *Sharded[K, V]) shard(k K) *LRU[K, V] {
+func (s *Sharded[K, V]) shard(k K) *flat[K, V] {
 	// The low bits of a map-friendly hash pick buckets inside the
 	// shard's map; the high ones pick the shard.
 	return s.shards[(s.hash(k)>>56)%uint64(len(s.shards))]
 }
 
 // Get returns the value of k and marks it used.
-func (s *Sharded[K, V]) Get(k K) (V, bool) { return s.shard(k).Get(k) }
+func (s *Sharded[K, V]) Get(k K) (V, bool) { return s.shard(k).get(k, true) }
 
 // Peek returns the value of k without marking it used.
-func (s *Sharded[K, V]) Peek(k K) (V, bool) { return s.shard(k).Peek(k) }
+func (s *Sharded[K, V]) Peek(k K) (V, bool) { return s.shard(k).get(k, false) }
 
 // Add stores v under k and reports whether an entry of its shard was
 // dropped to make room.
-func (s *Sharded[K, V]) Add(k K, v V) bool { return s.shard(k).Add(k, v) }
+func (s *Sharded[K, V]) Add(k K, v V) bool { return s.shard(k).add(k, v) }
 
 // Stats returns the counters summed over the shards.
 func (s *Sharded[K, V]) Stats() Stats {
 	var t Stats
 	for _, sh := range s.shards {
-		st := sh.Stats()
+		st := sh.statsNow()
 		t.Hits += st.Hits
 		t.Misses += st.Misses
 		t.Evictions += st.Evictions
