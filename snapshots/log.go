@@ -228,22 +228,18 @@ func equalMessage(a, b *Message) bool {
 }
 
 // apply changes s (nil: none yet) by one record for session id and
-// returns the result. Message Raw bytes alias payload, which the caller
-// must not reuse.
+// returns the result. The result holds no part of p: message Raw bytes
+// are copies (one array per record).
 func apply(s *Session, id string, p []byte) (*Session, error) {
 	kind, ib, body, err := splitPayload(p)
 	if err != nil {
 		return nil, err
 	}
-	var info struct {
-		ID string `json:"session_id"`
-	}
-	if err := json.Unmarshal(ib, &info); err != nil {
-		return nil, fmt.Errorf("%w: listing entry: %v", ErrCorrupt, err)
-	}
 	// A log is stored under the hash of its id; a record of another id
 	// is someone else's (or a forged file): never hand it out.
-	if info.ID != id {
+	if match, err := infoIs(ib, id); err != nil {
+		return nil, err
+	} else if !match {
 		return nil, fmt.Errorf("%w: record holds another session id", ErrCorrupt)
 	}
 	switch kind {
@@ -262,8 +258,14 @@ func apply(s *Session, id string, p []byte) (*Session, error) {
 			return nil, fmt.Errorf("%w: an append record with nothing before it", ErrCorrupt)
 		}
 		var d delta
-		if err := json.Unmarshal(body, &d); err != nil {
-			return nil, fmt.Errorf("%w: append record: %v", ErrCorrupt, err)
+		st, hasStats, ok := fastDelta(body, &d)
+		if hasStats {
+			d.Stats = &st
+		}
+		if !ok {
+			if d, err = slowDelta(body); err != nil {
+				return nil, err
+			}
 		}
 		if d.At < 0 || d.At > len(s.Messages) {
 			return nil, fmt.Errorf("%w: append record keeps %d of %d messages", ErrCorrupt, d.At, len(s.Messages))
@@ -294,6 +296,30 @@ func apply(s *Session, id string, p []byte) (*Session, error) {
 		return s, nil
 	}
 	return nil, fmt.Errorf("%w: unknown record kind %q", ErrCorrupt, kind)
+}
+
+// infoIs reports whether the listing entry ib is of session id.
+func infoIs(ib []byte, id string) (bool, error) {
+	if match, ok := fastInfoIs(ib, id); ok {
+		return match, nil
+	}
+	var info struct {
+		ID string `json:"session_id"`
+	}
+	if err := json.Unmarshal(ib, &info); err != nil {
+		return false, fmt.Errorf("%w: listing entry: %v", ErrCorrupt, err)
+	}
+	return info.ID == id, nil
+}
+
+// slowDelta decodes an append record's body with encoding/json: what
+// fastDelta leaves to it.
+func slowDelta(body []byte) (delta, error) {
+	var d delta
+	if err := json.Unmarshal(body, &d); err != nil {
+		return d, fmt.Errorf("%w: append record: %v", ErrCorrupt, err)
+	}
+	return d, nil
 }
 
 // replayed is what replaying a log found.
