@@ -172,14 +172,21 @@ func encodeChange(old, s *Session) ([]byte, error) {
 			return nil, fmt.Errorf("snapshots: encode summaries of %q: %w", s.ID, err)
 		}
 	}
-	body, err := marshal(&d)
+	// One buffer for the whole payload, sized for the messages.
+	p, err := payloadHead(kindAppend, s, 256+messagesSize(s.Messages[at:]))
 	if err != nil {
-		return nil, fmt.Errorf("snapshots: encode session %q: %w", s.ID, err)
-	}
-	if body, err = withMessages(body, s.Messages[at:]); err != nil {
 		return nil, err
 	}
-	return payload(kindAppend, s, body)
+	start := len(p)
+	var ok bool
+	if p, ok = appendDelta(p, &d); !ok {
+		body, err := marshal(&d)
+		if err != nil {
+			return nil, fmt.Errorf("snapshots: encode session %q: %w", s.ID, err)
+		}
+		p = append(p[:start], body...)
+	}
+	return withMessages(p, s.Messages[at:])
 }
 
 // encodeReplace returns the payload of a replace record of s.
@@ -194,18 +201,31 @@ func encodeReplace(s *Session) ([]byte, error) {
 	return payload(kindReplace, s, body)
 }
 
+// payload returns a record's payload: kind, s's listing entry, body.
 func payload(kind byte, s *Session, body []byte) ([]byte, error) {
+	p, err := payloadHead(kind, s, len(body))
+	if err != nil {
+		return nil, err
+	}
+	return append(p, body...), nil
+}
+
+// payloadHead returns the start of a record's payload, kind and s's
+// listing entry and '\n', with room for a body of about size bytes.
+func payloadHead(kind byte, s *Session, size int) ([]byte, error) {
 	info := s.Info()
 	info.Snapshots = 0
-	ib, err := json.Marshal(info)
-	if err != nil {
-		return nil, fmt.Errorf("snapshots: encode info: %w", err)
+	p := make([]byte, 1, 2+256+len(info.ID)+len(info.Model)+size)
+	p[0] = kind
+	p, ok := appendInfo(p, &info)
+	if !ok {
+		ib, err := json.Marshal(info)
+		if err != nil {
+			return nil, fmt.Errorf("snapshots: encode info: %w", err)
+		}
+		p = append(p[:1], ib...)
 	}
-	p := make([]byte, 0, 2+len(ib)+len(body))
-	p = append(p, kind)
-	p = append(p, ib...)
-	p = append(p, '\n')
-	return append(p, body...), nil
+	return append(p, '\n'), nil
 }
 
 // commonPrefix returns how many messages at the start of a and b are

@@ -256,7 +256,8 @@ func TestApplyAppendAllocs(t *testing.T) {
 	}
 }
 
-// FuzzDeltaDecode holds the fast decoders to encoding/json on any input.
+// FuzzDeltaDecode holds the fast decoders, and the fast encoders, to
+// encoding/json on any input (checkCodec).
 func FuzzDeltaDecode(f *testing.F) {
 	r := rand.New(rand.NewPCG(1, 1))
 	for range 40 {
@@ -275,5 +276,5 @@ func FuzzDeltaDecode(f *testing.F) {
 	_, ib, body, _ := splitPayload(p)
 	f.Add(ib)
 	f.Add(body)
-	f.Fuzz(checkFast)
+	f.Fuzz(checkCodec)
 }
