@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -240,4 +241,53 @@ func appendTurns(b *testing.B, st Store, turns int) {
 	}
 	c := st.Counters()
 	b.ReportMetric(float64(c.WriteBytes)/float64(c.Writes), "B/record")
+}
+
+// turnRecord returns a warm 5-turn session and the payload of the append
+// record that stores its next turn (two chat-sized messages with raw JSON,
+// and the stats), as a store writes it.
+func turnRecord(tb testing.TB) (old *Session, p []byte) {
+	base := benchSession("bench")
+	old = &Session{ID: "bench", Created: t0, Updated: t0, Stats: base.Stats}
+	old.Messages = slices.Clone(base.Messages[:10])
+	s := old.Clone()
+	s.Messages = append(s.Messages, base.Messages[10:12]...)
+	s.Stats.Requests++
+	s.Updated = t0.Add(time.Second)
+	p, err := encodeChange(old, s)
+	if err != nil || p[0] != kindAppend {
+		tb.Fatalf("%q: %v", p[:1], err)
+	}
+	return old, p
+}
+
+// Applying a turn's append record to the cached session, as a store does
+// after writing it (and replay does per record): decoding the record.
+func BenchmarkApplyAppend(b *testing.B) {
+	old, p := turnRecord(b)
+	s := old.Clone()
+	b.ReportAllocs()
+	defer reportCPU(b)()
+	for b.Loop() {
+		if _, err := apply(s, "bench", p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// Encoding a turn's append record: the messages, the delta and the
+// listing entry.
+func BenchmarkEncodeTurn(b *testing.B) {
+	old, _ := turnRecord(b)
+	base := benchSession("bench")
+	s := old.Clone()
+	s.Messages = append(s.Messages, base.Messages[10:12]...)
+	s.Stats.Requests++
+	b.ReportAllocs()
+	defer reportCPU(b)()
+	for b.Loop() {
+		if _, err := encodeChange(old, s); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

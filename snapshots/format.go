@@ -197,19 +197,32 @@ func encodeSnapshot(snap *Snapshot) ([]byte, error) {
 	return withMessages(b, snap.Messages)
 }
 
-// withMessages appends ,"messages":[…] to the JSON object obj.
+// withMessages appends ,"messages":[…] to the JSON object that ends obj,
+// in obj's spare capacity when it has enough (obj is not used again).
 func withMessages(obj []byte, msgs []Message) ([]byte, error) {
 	if len(msgs) == 0 {
 		return obj, nil
 	}
-	out := make([]byte, 0, len(obj)+len(msgs)*256)
-	out = append(out, obj[:len(obj)-1]...)
+	out := obj[:len(obj)-1]
+	if n := len(obj) + 16 + messagesSize(msgs); cap(out) < n {
+		out = append(make([]byte, 0, n), out...)
+	}
 	out = append(out, `,"messages":`...)
 	out, err := appendMessages(out, msgs)
 	if err != nil {
 		return nil, err
 	}
 	return append(out, '}'), nil
+}
+
+// messagesSize estimates the bytes of msgs as JSON: text and raw, keys
+// and a timestamp.
+func messagesSize(msgs []Message) int {
+	n := 2
+	for i := range msgs {
+		n += 96 + len(msgs[i].Role) + len(msgs[i].Content) + len(msgs[i].Raw)
+	}
+	return n
 }
 
 // appendMessages appends msgs as a JSON array, each Raw verbatim.
@@ -226,15 +239,19 @@ func appendMessages(out []byte, msgs []Message) ([]byte, error) {
 		}
 		m.Raw = nil
 		m.Timestamp = m.Timestamp.UTC()
-		b, err := marshal(&m)
-		if err != nil {
-			return nil, fmt.Errorf("snapshots: message %d: %w", i, err)
+		mark := len(out)
+		var ok bool
+		if out, ok = appendMessageHead(out, &m); !ok {
+			b, err := marshal(&m)
+			if err != nil {
+				return nil, fmt.Errorf("snapshots: message %d: %w", i, err)
+			}
+			out = append(out[:mark], b[:len(b)-1]...)
 		}
 		if raw == nil {
-			out = append(out, b...)
+			out = append(out, '}')
 			continue
 		}
-		out = append(out, b[:len(b)-1]...)
 		out = append(out, `,"raw":`...)
 		out = append(out, raw...)
 		out = append(out, '}')

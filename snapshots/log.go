@@ -172,14 +172,21 @@ func encodeChange(old, s *Session) ([]byte, error) {
 			return nil, fmt.Errorf("snapshots: encode summaries of %q: %w", s.ID, err)
 		}
 	}
-	body, err := marshal(&d)
+	// One buffer for the whole payload, sized for the messages.
+	p, err := payloadHead(kindAppend, s, 256+messagesSize(s.Messages[at:]))
 	if err != nil {
-		return nil, fmt.Errorf("snapshots: encode session %q: %w", s.ID, err)
-	}
-	if body, err = withMessages(body, s.Messages[at:]); err != nil {
 		return nil, err
 	}
-	return payload(kindAppend, s, body)
+	start := len(p)
+	var ok bool
+	if p, ok = appendDelta(p, &d); !ok {
+		body, err := marshal(&d)
+		if err != nil {
+			return nil, fmt.Errorf("snapshots: encode session %q: %w", s.ID, err)
+		}
+		p = append(p[:start], body...)
+	}
+	return withMessages(p, s.Messages[at:])
 }
 
 // encodeReplace returns the payload of a replace record of s.
@@ -194,18 +201,31 @@ func encodeReplace(s *Session) ([]byte, error) {
 	return payload(kindReplace, s, body)
 }
 
+// payload returns a record's payload: kind, s's listing entry, body.
 func payload(kind byte, s *Session, body []byte) ([]byte, error) {
+	p, err := payloadHead(kind, s, len(body))
+	if err != nil {
+		return nil, err
+	}
+	return append(p, body...), nil
+}
+
+// payloadHead returns the start of a record's payload, kind and s's
+// listing entry and '\n', with room for a body of about size bytes.
+func payloadHead(kind byte, s *Session, size int) ([]byte, error) {
 	info := s.Info()
 	info.Snapshots = 0
-	ib, err := json.Marshal(info)
-	if err != nil {
-		return nil, fmt.Errorf("snapshots: encode info: %w", err)
+	p := make([]byte, 1, 2+256+len(info.ID)+len(info.Model)+size)
+	p[0] = kind
+	p, ok := appendInfo(p, &info)
+	if !ok {
+		ib, err := json.Marshal(info)
+		if err != nil {
+			return nil, fmt.Errorf("snapshots: encode info: %w", err)
+		}
+		p = append(p[:1], ib...)
 	}
-	p := make([]byte, 0, 2+len(ib)+len(body))
-	p = append(p, kind)
-	p = append(p, ib...)
-	p = append(p, '\n')
-	return append(p, body...), nil
+	return append(p, '\n'), nil
 }
 
 // commonPrefix returns how many messages at the start of a and b are
@@ -228,22 +248,18 @@ func equalMessage(a, b *Message) bool {
 }
 
 // apply changes s (nil: none yet) by one record for session id and
-// returns the result. Message Raw bytes alias payload, which the caller
-// must not reuse.
+// returns the result. The result holds no part of p: message Raw bytes
+// are copies (one array per record).
 func apply(s *Session, id string, p []byte) (*Session, error) {
 	kind, ib, body, err := splitPayload(p)
 	if err != nil {
 		return nil, err
 	}
-	var info struct {
-		ID string `json:"session_id"`
-	}
-	if err := json.Unmarshal(ib, &info); err != nil {
-		return nil, fmt.Errorf("%w: listing entry: %v", ErrCorrupt, err)
-	}
 	// A log is stored under the hash of its id; a record of another id
 	// is someone else's (or a forged file): never hand it out.
-	if info.ID != id {
+	if match, err := infoIs(ib, id); err != nil {
+		return nil, err
+	} else if !match {
 		return nil, fmt.Errorf("%w: record holds another session id", ErrCorrupt)
 	}
 	switch kind {
@@ -262,8 +278,14 @@ func apply(s *Session, id string, p []byte) (*Session, error) {
 			return nil, fmt.Errorf("%w: an append record with nothing before it", ErrCorrupt)
 		}
 		var d delta
-		if err := json.Unmarshal(body, &d); err != nil {
-			return nil, fmt.Errorf("%w: append record: %v", ErrCorrupt, err)
+		st, hasStats, ok := fastDelta(body, &d)
+		if hasStats {
+			d.Stats = &st
+		}
+		if !ok {
+			if d, err = slowDelta(body); err != nil {
+				return nil, err
+			}
 		}
 		if d.At < 0 || d.At > len(s.Messages) {
 			return nil, fmt.Errorf("%w: append record keeps %d of %d messages", ErrCorrupt, d.At, len(s.Messages))
@@ -294,6 +316,30 @@ func apply(s *Session, id string, p []byte) (*Session, error) {
 		return s, nil
 	}
 	return nil, fmt.Errorf("%w: unknown record kind %q", ErrCorrupt, kind)
+}
+
+// infoIs reports whether the listing entry ib is of session id.
+func infoIs(ib []byte, id string) (bool, error) {
+	if match, ok := fastInfoIs(ib, id); ok {
+		return match, nil
+	}
+	var info struct {
+		ID string `json:"session_id"`
+	}
+	if err := json.Unmarshal(ib, &info); err != nil {
+		return false, fmt.Errorf("%w: listing entry: %v", ErrCorrupt, err)
+	}
+	return info.ID == id, nil
+}
+
+// slowDelta decodes an append record's body with encoding/json: what
+// fastDelta leaves to it.
+func slowDelta(body []byte) (delta, error) {
+	var d delta
+	if err := json.Unmarshal(body, &d); err != nil {
+		return d, fmt.Errorf("%w: append record: %v", ErrCorrupt, err)
+	}
+	return d, nil
 }
 
 // replayed is what replaying a log found.
