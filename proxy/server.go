@@ -146,9 +146,14 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 			Client: &http.Client{Transport: transport}})
 	}
 	s.rp = &httputil.ReverseProxy{
-		Rewrite:        s.rewrite,
-		Transport:      transport,
-		FlushInterval:  -1, // flush every chunk: NDJSON streams are not auto-flushed
+		Rewrite:   s.rewrite,
+		Transport: transport,
+		// Go's default: a stream (Server-Sent Events, or a body of unknown
+		// length, as Ollama's NDJSON streams are) is flushed chunk by
+		// chunk; an answer of known length goes out in one write with
+		// its headers, instead of the headers first from a timer's
+		// goroutine and the body in a second write.
+		FlushInterval:  0,
 		BufferPool:     copyBuffers,
 		ModifyResponse: s.modifyResponse,
 		ErrorHandler:   s.proxyError,

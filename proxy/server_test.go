@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -401,6 +402,55 @@ func TestStreamNotBuffered(t *testing.T) {
 				t.Errorf("stream did not finish: %q", rest)
 			}
 		})
+	}
+}
+
+// countingListener counts the writes made to the connections it accepts.
+type countingListener struct {
+	net.Listener
+	writes *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	return countingConn{c, l.writes}, err
+}
+
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// TestAnswerInOneWrite: an answer of known length goes to the client in one
+// write, its headers with its body, while a stream is still flushed chunk
+// by chunk (TestStreamNotBuffered).
+func TestAnswerInOneWrite(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Reply: "The sea is wide."})
+	s, err := New(Config{Backend: be.URL}, Deps{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes atomic.Int64
+	ts := httptest.NewUnstartedServer(s)
+	ts.Listener = countingListener{ts.Listener, &writes}
+	ts.Start()
+	t.Cleanup(ts.Close)
+	body := []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`)
+	for range 3 {
+		before := writes.Load()
+		resp := post(t, ts.URL+"/api/chat", body, nil)
+		got := readAll(t, resp.Body)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(got, "The sea is wide.") {
+			t.Fatalf("got %d %s", resp.StatusCode, got)
+		}
+		if n := writes.Load() - before; n != 1 {
+			t.Errorf("the answer took %d writes to the client, want 1", n)
+		}
 	}
 }
 

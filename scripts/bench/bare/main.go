@@ -34,8 +34,7 @@ func main() {
 			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 			pr.SetXForwarded()
 		},
-		Transport:     proxy.NewTransport(proxy.Config{Backend: *backend}),
-		FlushInterval: -1,
+		Transport: proxy.NewTransport(proxy.Config{Backend: *backend}),
 	}
 	var h http.Handler = rp
 	if *reencode {
