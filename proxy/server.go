@@ -332,8 +332,26 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, ex *exchange, b
 	// anything, and the transport writes Content-Length from
 	// ContentLength, never from the header, so no copy is made here.
 	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.reader()), nil }
-	s.rp.ServeHTTP(w, out)
+	s.rp.ServeHTTP(flushingWriter{w}, out)
 }
+
+// flushingWriter hands every write of an answer to the client at once, its
+// headers with its first bytes: the client does not wait for what ctxproxy
+// does after the answer (recording the reply, the metrics) to get it.
+// ReverseProxy flushes streams itself; an answer of known length would
+// otherwise stay buffered until the handler returns.
+type flushingWriter struct{ http.ResponseWriter }
+
+func (f flushingWriter) Write(b []byte) (int, error) {
+	n, err := f.ResponseWriter.Write(b)
+	if fl, ok := f.ResponseWriter.(http.Flusher); ok && err == nil {
+		fl.Flush()
+	}
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection's own writer.
+func (f flushingWriter) Unwrap() http.ResponseWriter { return f.ResponseWriter }
 
 // rewrite is the ReverseProxy hook that shapes the outbound request.
 func (s *Server) rewrite(pr *httputil.ProxyRequest) {
