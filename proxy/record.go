@@ -111,14 +111,6 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 		m := replyMessage(ex.dialect, rep)
 		replyMsg = &m
 	}
-	// In accumulate mode p.sent is the whole stored history: only the new
-	// turn is converted, and the history only for a pre-overflow snapshot.
-	var sent, newTurn []snapshots.Message
-	if p.accum {
-		newTurn = storedMessages(ex.dialect, p.newTurn)
-	} else {
-		sent = storedMessages(ex.dialect, p.sent)
-	}
 	now := time.Now()
 	turn := budget.Turn{Tokens: p.before.Tokens, Sent: p.after.Tokens, Limit: p.limit, NumCtx: p.numCtx,
 		Dropped: p.result.Dropped - p.result.Summarized, Summarized: p.result.Summarized,
@@ -126,18 +118,21 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 	if rep.promptTokens > 0 {
 		turn.PromptTokens, turn.CompletionTokens = rep.promptTokens, rep.outputTokens
 	}
-	model, accum, mark := p.model, p.accum, p.restore
+	// The messages are converted for the store on the writer, not here
+	// while the client waits for the end of the answer. In accumulate
+	// mode p.sent is the whole stored history: only the new turn is
+	// converted, and the history only for a pre-overflow snapshot.
+	model, accum, mark, dialect, sent, newTurn := p.model, p.accum, p.restore, ex.dialect, p.sent, p.newTurn
 	err := s.writer.Update(ex.session, func(sess *snapshots.Session) error {
 		if model != "" {
 			sess.Model = model
 		}
 		if accum {
-			sess.AppendTurn(newTurn, replyMsg, now)
+			sess.AppendTurn(storedMessages(dialect, newTurn), replyMsg, now)
 		} else {
-			// sent is this closure's own (the snapshot below converts
-			// the conversation afresh): the reply goes into its spare
-			// capacity and SetMessages stamps it in place.
-			msgs := sent
+			// Each run converts a list of its own: the reply goes into
+			// its spare capacity and SetMessages stamps it in place.
+			msgs := storedMessages(dialect, sent)
 			if replyMsg != nil {
 				msgs = append(msgs, *replyMsg)
 			}
