@@ -167,7 +167,8 @@ func (s *Session) clear() {
 // and metadata unless msgs sets them; the rest are stamped with now.
 //
 // The session takes msgs over and stamps them in place (a turn of a long
-// conversation is not copied once more): the caller must not use them
+// conversation is not copied once more; a message found the same takes
+// the stored copy of its raw bytes): the caller must not use them
 // afterwards. Running it again on the same msgs gives the same result.
 func (s *Session) SetMessages(msgs []Message, now time.Time) {
 	now = now.UTC()

@@ -92,3 +92,22 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestSetMessagesSharesStoredRaw: a resent message with the same raw bytes
+// takes the stored copy, so that encoding the change finds it equal by
+// address; a changed one keeps its own.
+func TestSetMessagesSharesStoredRaw(t *testing.T) {
+	stored := []Message{{Role: "user", Content: "q1", Raw: []byte(`{"role":"user","content":"q1"}`)},
+		{Role: "assistant", Content: "a1", Raw: []byte(`{"role":"assistant","content":"a1"}`)}}
+	s := &Session{Messages: stored}
+	sent := []Message{{Role: "user", Content: "q1", Raw: []byte(`{"role":"user","content":"q1"}`)},
+		{Role: "assistant", Content: "a2", Raw: []byte(`{"role":"assistant","content":"a2"}`)}}
+	own := &sent[1].Raw[0]
+	s.SetMessages(sent, time.Now())
+	if &s.Messages[0].Raw[0] != &stored[0].Raw[0] {
+		t.Error("the unchanged message kept its own copy of the same raw bytes")
+	}
+	if &s.Messages[1].Raw[0] != own || string(s.Messages[1].Raw) != `{"role":"assistant","content":"a2"}` {
+		t.Errorf("the changed message's raw bytes = %s, not its own", s.Messages[1].Raw)
+	}
+}
