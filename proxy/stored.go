@@ -3,7 +3,6 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -110,16 +109,14 @@ func replyMessage(d Dialect, rep reply) snapshots.Message {
 }
 
 // plainReply is the raw message of a reply that is text alone, the bytes
-// json.Marshal gives its map (keys sorted, <, > and & escaped) without
-// the map and the reflection: a turn of every chat stores one. ok is false
-// where the text holds what encoding/json escapes and jsonscan does not.
+// json.Marshal gives its map (keys sorted, <, > and & escaped) without the
+// map and the reflection: a turn of every chat stores one.
 func plainReply(rep reply) (raw []byte, ok bool) {
-	if len(rep.toolCalls) > 0 || rep.thinking != "" ||
-		strings.ContainsAny(rep.content, "<>&\b\f\u2028\u2029") {
+	if len(rep.toolCalls) > 0 || rep.thinking != "" {
 		return nil, false
 	}
 	const head, tail = `{"content":`, `,"role":"assistant"}`
 	raw = make([]byte, 0, len(head)+len(rep.content)+len(tail)+8)
-	raw = jsonscan.AppendString(append(raw, head...), rep.content)
+	raw = jsonscan.AppendStringHTML(append(raw, head...), rep.content)
 	return append(raw, tail...), true
 }

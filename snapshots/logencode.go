@@ -14,62 +14,9 @@ import (
 	"math"
 	"strconv"
 	"time"
-	"unicode/utf8"
-)
 
-// appendJSONString appends s as encoding/json writes a string: invalid
-// UTF-8 as U+FFFD, U+2028 and U+2029 escaped, and <, > and & escaped when
-// html is set (json.Marshal) but not otherwise (marshal).
-func appendJSONString(dst []byte, s string, html bool) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && (!html || c != '<' && c != '>' && c != '&') {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				dst = append(dst, '\\', c)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
+)
 
 // appendJSONFloat appends a finite f as encoding/json writes a float64:
 // like %g, but with ES6's exponent cutoffs and no zero-padded exponent.
@@ -128,9 +75,9 @@ func appendMessageHead(dst []byte, m *Message) ([]byte, bool) {
 		return dst, false
 	}
 	dst = append(dst, `{"role":`...)
-	dst = appendJSONString(dst, m.Role, false)
+	dst = jsonscan.AppendString(dst, m.Role)
 	dst = append(dst, `,"content":`...)
-	dst = appendJSONString(dst, m.Content, false)
+	dst = jsonscan.AppendString(dst, m.Content)
 	if !m.Timestamp.IsZero() {
 		var ok bool
 		if dst, ok = appendJSONTime(dst, "timestamp", m.Timestamp); !ok {
@@ -152,9 +99,9 @@ func appendInfo(dst []byte, info *SessionInfo) ([]byte, bool) {
 		return dst, false
 	}
 	dst = append(dst, `{"session_id":`...)
-	dst = appendJSONString(dst, info.ID, true)
+	dst = jsonscan.AppendStringHTML(dst, info.ID)
 	if info.Model != "" {
-		dst = appendJSONString(appendName(dst, "model"), info.Model, true)
+		dst = jsonscan.AppendStringHTML(appendName(dst, "model"), info.Model)
 	}
 	var ok, ok2 bool
 	dst, ok = appendJSONTime(dst, "created", info.Created)
@@ -182,7 +129,7 @@ func appendDelta(dst []byte, d *delta) ([]byte, bool) {
 	}
 	dst = strconv.AppendInt(append(dst, `{"at":`...), int64(d.At), 10)
 	if d.Model != nil {
-		dst = appendJSONString(appendName(dst, "model"), *d.Model, false)
+		dst = jsonscan.AppendString(appendName(dst, "model"), *d.Model)
 	}
 	ok := true
 	if d.Created != nil {

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 )
 
 // checkEncode fails t when a fast encoder writes other bytes than
@@ -36,16 +38,17 @@ func checkEncode(t *testing.T, m *Message, d *delta, info *SessionInfo) {
 	}
 }
 
-// checkString fails t when appendJSONString writes s otherwise than
-// encoding/json, with HTML escaping and without.
+// checkString fails t when the string encoder the records use
+// (jsonscan's) writes s otherwise than encoding/json, with HTML escaping
+// and without.
 func checkString(t *testing.T, s string) {
 	t.Helper()
 	want, _ := marshal(s)
-	if got := appendJSONString(nil, s, false); !bytes.Equal(got, want) {
+	if got := jsonscan.AppendString(nil, s); !bytes.Equal(got, want) {
 		t.Fatalf("%q: marshal %s, fast %s", s, want, got)
 	}
 	want, _ = json.Marshal(s)
-	if got := appendJSONString(nil, s, true); !bytes.Equal(got, want) {
+	if got := jsonscan.AppendStringHTML(nil, s); !bytes.Equal(got, want) {
 		t.Fatalf("%q: json.Marshal %s, fast %s", s, want, got)
 	}
 }

@@ -1,6 +1,7 @@
 package jsonscan
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,7 +98,7 @@ func FuzzValidMembers(f *testing.F) {
 // FuzzAppendString checks that any bytes encode to a valid JSON string that
 // decodes to the same text (invalid UTF-8 replaced, as encoding/json does).
 func FuzzAppendString(f *testing.F) {
-	for _, s := range []string{"", "plain", "q\"b\\n\n\t\x00\x1f", "café ☃", "\xff\xfe", "\u2028"} {
+	for _, s := range []string{"", "plain", "q\"b\\n\n\t\x00\x1f", "café ☃", "\xff\xfe", "\u2028", "<b>&amp;</b>", "\b\f\x7f", "a\u2029b"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -112,7 +113,36 @@ func FuzzAppendString(f *testing.F) {
 		if back, err := Unquote(tok); err != nil || back != got {
 			t.Fatalf("Unquote(%s) = %q, %v; want %q", tok, back, err, got)
 		}
+		// The same bytes encoding/json writes, with HTML escaping off
+		// and on.
+		var plain bytes.Buffer
+		enc := json.NewEncoder(&plain)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		if want := bytes.TrimSuffix(plain.Bytes(), []byte("\n")); !bytes.Equal(tok, want) {
+			t.Fatalf("AppendString(%q) = %s, encoding/json writes %s", s, tok, want)
+		}
+		if b := AppendStringBytes(nil, []byte(s)); !bytes.Equal(b, tok) {
+			t.Fatalf("AppendStringBytes(%q) = %s, AppendString %s", s, b, tok)
+		}
+		html, _ := json.Marshal(s)
+		if got := AppendStringHTML(nil, s); !bytes.Equal(got, html) {
+			t.Fatalf("AppendStringHTML(%q) = %s, json.Marshal writes %s", s, got, html)
+		}
 	})
+}
+
+// BenchmarkAppendString writes 10 KB of chat text with a few escapes.
+func BenchmarkAppendString(b *testing.B) {
+	text := strings.Repeat("The sea is wide and calm today; \"quoted\" and café. ", 200)
+	buf := make([]byte, 0, 2*len(text))
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = AppendString(buf[:0], text)
+	}
 }
 
 // FuzzUnquote holds the string decoder to encoding/json's.

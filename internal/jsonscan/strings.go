@@ -6,6 +6,7 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // The string codec: JSON string tokens read into text and text written
@@ -91,20 +92,37 @@ func hex4(s []byte) (rune, bool) {
 	return r, true
 }
 
-// AppendString appends s as a JSON string token.
-func AppendString(dst []byte, s string) []byte {
-	return AppendStringBytes(dst, []byte(s))
+// AppendString appends s as a JSON string token, the bytes encoding/json
+// writes with HTML escaping off (json.Encoder.SetEscapeHTML(false)):
+// invalid UTF-8 becomes U+FFFD, so the output is always valid, and U+2028
+// and U+2029 are escaped.
+func AppendString(dst []byte, s string) []byte { return appendString(dst, s, &safe) }
+
+// AppendStringHTML is AppendString that also escapes <, > and &, the bytes
+// json.Marshal writes.
+func AppendStringHTML(dst []byte, s string) []byte { return appendString(dst, s, &htmlSafe) }
+
+// AppendStringBytes is AppendString of the raw bytes s.
+func AppendStringBytes(dst, s []byte) []byte {
+	return appendString(dst, unsafe.String(unsafe.SliceData(s), len(s)), &safe)
 }
 
-// AppendStringBytes appends the raw bytes s as a JSON string token. Invalid
-// UTF-8 becomes U+FFFD, as encoding/json does, so the output is always valid.
-func AppendStringBytes(dst, s []byte) []byte {
+// safe and htmlSafe mark the ASCII bytes a string token holds as they are.
+var safe, htmlSafe = func() (plain, html [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		plain[c] = c != '"' && c != '\\'
+		html[c] = plain[c] && c != '<' && c != '>' && c != '&'
+	}
+	return plain, html
+}()
+
+func appendString(dst []byte, s string, ok *[utf8.RuneSelf]bool) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
+			if ok[c] {
 				i++
 				continue
 			}
@@ -112,6 +130,10 @@ func AppendStringBytes(dst, s []byte) []byte {
 			switch c {
 			case '"', '\\':
 				dst = append(dst, '\\', c)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
 			case '\n':
 				dst = append(dst, '\\', 'n')
 			case '\r':
@@ -125,15 +147,20 @@ func AppendStringBytes(dst, s []byte) []byte {
 			start = i
 			continue
 		}
-		r, size := utf8.DecodeRune(s[i:])
-		if r == utf8.RuneError && size == 1 {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
 			dst = append(dst, s[start:i]...)
 			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
+		case r == '\u2028' || r == '\u2029':
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		default:
+			i += size
 			continue
 		}
 		i += size
+		start = i
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
