@@ -98,25 +98,37 @@ var errNotChat = errors.New("not a chat request")
 // decodeChat decodes body as a chat request of dialect d. Any error means
 // the request should be forwarded unchanged.
 //
-// It validates the body once (jsonscan.Valid, ~4 GB/s), then reads only
-// what ctxproxy needs: objects are scanned for their members and only small
-// values are decoded (the known cost: decoding a 100 KB body into maps and
-// back is ~1 ms).
+// It validates the body once, finding its top-level members in the same
+// pass (validMembers), then reads only what ctxproxy needs: objects are
+// scanned for their members and only small values are decoded (the known
+// cost: decoding a 100 KB body into maps and back is ~1 ms).
 func decodeChat(d Dialect, body []byte) (*chatRequest, error) {
-	if _, err := jsonscan.Valid(body); err != nil {
+	ms, err := validMembers(body, jsonscan.MaxDepth)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNotChat, err)
 	}
-	return decodeValidChat(d, body, nil)
+	return decodeValidChat(d, body, ms)
 }
 
-// decodeValidChat is decodeChat of a body jsonscan already accepted, whose
-// top-level members ms are (nil: not known yet; they are found here).
+// validMembers validates body, nested at most depth levels deep, and
+// returns the top-level members the same pass found (jsonscan.ValidMembers);
+// nil when body is not an object.
+func validMembers(body []byte, depth int) ([]member, error) {
+	var ms []member
+	if i := jsonscan.SkipSpace(body, 0); i < len(body) && body[i] == '{' {
+		ms = make([]member, 0, 8)
+	}
+	_, err := jsonscan.ValidMembers(body, depth, func(key, val []byte) {
+		ms = append(ms, memberOf(body, key, val))
+	})
+	return ms, err
+}
+
+// decodeValidChat is decodeChat of a body validMembers accepted, with the
+// members it found (nil: not an object).
 func decodeValidChat(d Dialect, body []byte, ms []member) (*chatRequest, error) {
 	if ms == nil {
-		var err error
-		if ms, err = members(body); err != nil {
-			return nil, fmt.Errorf("%w: %v", errNotChat, err)
-		}
+		return nil, fmt.Errorf("%w: %v", errNotChat, errNotObject)
 	}
 	var err error
 	req := &chatRequest{dialect: d, body: body, members: ms, stream: d == Ollama}

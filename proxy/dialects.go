@@ -26,10 +26,9 @@ import (
 // is translated to /api/chat (num_ctx, truncate:false) and the answer
 // back; bound for any other backend it is forwarded in its own dialect.
 
-// decodeRequest decodes body, which jsonscan accepted, as a request of
-// dialect d; ms are its top-level members when the validating pass found
-// them (nil: not known). Any error means the request should be forwarded
-// unchanged (DESIGN.md rule 3).
+// decodeRequest decodes body, which validMembers accepted, as a request of
+// dialect d; ms are the members it found (nil: not an object). Any error
+// means the request should be forwarded unchanged (DESIGN.md rule 3).
 func decodeRequest(d Dialect, body []byte, ms []member) (*chatRequest, error) {
 	if d == Responses || d == Messages {
 		return decodeConversation(d, body)

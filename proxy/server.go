@@ -256,10 +256,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 	defer release()
 	// One pass validates the body and bounds its nesting, before any
 	// decoder runs (DESIGN.md rule 3), and finds its top-level members.
-	ms := make([]member, 0, 8)
-	_, err := jsonscan.ValidMembers(body, s.cfg.MaxDepth, func(key, val []byte) {
-		ms = append(ms, memberOf(body, key, val))
-	})
+	ms, err := validMembers(body, s.cfg.MaxDepth)
 	if errors.Is(err, jsonscan.ErrDepth) {
 		ex.status = http.StatusBadRequest
 		writeError(w, d, apiError{status: http.StatusBadRequest,
@@ -268,9 +265,6 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 	}
 	var req *chatRequest
 	if err == nil {
-		if len(ms) == 0 {
-			ms = nil // not an object, or an empty one: decodeRequest says which
-		}
 		req, err = decodeRequest(d, body, ms)
 	} else {
 		err = fmt.Errorf("%w: %v", errNotChat, err)
