@@ -79,14 +79,3 @@ func (t *rankTable) get(s string) (int32, bool) {
 		}
 	}
 }
-
-// len returns the number of tokens.
-func (t *rankTable) len() int {
-	n := 0
-	for i := range t.slots {
-		if t.slots[i].rank >= 0 {
-			n++
-		}
-	}
-	return n
-}

@@ -61,3 +61,14 @@ func TestRankTableObjects(t *testing.T) {
 	}
 	runtime.KeepAlive(table)
 }
+
+// len returns the number of tokens (for the tests).
+func (t *rankTable) len() int {
+	n := 0
+	for i := range t.slots {
+		if t.slots[i].rank >= 0 {
+			n++
+		}
+	}
+	return n
+}
