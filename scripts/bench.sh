@@ -4,7 +4,7 @@
 # interleaved rounds; prints one table of ratios ctxproxy/bare.
 #
 #   scripts/bench.sh                          # 5 rounds, 3 s per run (about 6 minutes)
-#   ROUNDS=1 DURATION=1s STREAM=5 scripts/bench.sh   # the short check CI runs
+#   ROUNDS=1 DURATION=1s STREAM=5 LATENCY=20 scripts/bench.sh   # the short check CI runs
 #   scripts/bench.sh -scale 10,100,1000       # the scale curve (scale.go)
 #
 # Needs wrk (apt-get install wrk). Everything listens on loopback only.
@@ -20,4 +20,4 @@ go build -o "$tmp/bin/bench" ./scripts/bench
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(free -g | awk '/Mem:/ {print $2}') GiB," \
   "$(go version | cut -d' ' -f3), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 "$tmp/bin/bench" -bin "$tmp/bin" -dir "$tmp" -rounds "${ROUNDS:-5}" -duration "${DURATION:-3s}" \
-  -stream "${STREAM:-50}" -conns "${CONNS:-10}" "$@"
+  -stream "${STREAM:-50}" -latency "${LATENCY:-300}" -conns "${CONNS:-10}" "$@"

@@ -22,6 +22,7 @@ type options struct {
 	duration        time.Duration
 	threads, conns  int
 	streamN         int
+	latencyN        int
 	basePort        int
 	scale, sessions string
 }
@@ -35,6 +36,7 @@ func main() {
 	flag.IntVar(&o.threads, "threads", 2, "wrk threads")
 	flag.IntVar(&o.conns, "conns", 10, "wrk connections")
 	flag.IntVar(&o.streamN, "stream", 50, "streamed requests per target and round")
+	flag.IntVar(&o.latencyN, "latency", 300, "unloaded 100 KB requests per target and round, the targets in turn")
 	flag.IntVar(&o.basePort, "port", 11690, "first of the loopback ports the harness uses")
 	flag.StringVar(&o.scale, "scale", "", "print the scale curve instead: message counts, e.g. 10,100,1000")
 	flag.StringVar(&o.sessions, "sessions", "1,1000,100000", "with -scale: stored session counts")
