@@ -30,7 +30,8 @@ type Limits struct {
 	// MinBodyRate is the slowest a request body may arrive, in bytes a
 	// second, averaged from the start of the body, after a 10 s grace
 	// (default 16 KiB/s). A client that sends a byte now and then cannot
-	// hold a connection for ever.
+	// hold a connection for ever. A body of stated length the rate allows
+	// at most 10 s must arrive whole within the grace and that time.
 	MinBodyRate int64
 	// BodyGrace is the time a body may take before MinBodyRate applies
 	// (default 10s).
@@ -134,7 +135,13 @@ func (g *gate) takeBody(w http.ResponseWriter, r *http.Request, d Dialect) (body
 
 // rateBody makes reading r's body fail once it falls below the minimum
 // rate: each read moves the connection's read deadline to what the bytes
-// so far have earned.
+// so far have earned. A body of known length that the rate allows at most
+// wholeBodyTime is given its whole time at once instead (grace +
+// length/rate to arrive, never less than its bytes would earn), so that
+// it costs two deadline changes, set and clear, rather than one per read:
+// on an idle machine each change of a connection's deadline showed in a
+// request's latency. Such a body can hold its connection at most
+// BodyGrace + wholeBodyTime.
 type rateBody struct {
 	io.ReadCloser
 	rc    *http.ResponseController
@@ -142,7 +149,13 @@ type rateBody struct {
 	rate  int64
 	grace time.Duration
 	n     int64
+	// whole: the deadline set at the start covers the whole body.
+	whole bool
 }
+
+// wholeBodyTime is the most time past the grace a body is given at once:
+// at the default rate, 160 KiB, more than most chats.
+const wholeBodyTime = 10 * time.Second
 
 func (g *gate) limitRate(w http.ResponseWriter, r *http.Request) {
 	if r.Body == nil || r.Body == http.NoBody {
@@ -150,7 +163,12 @@ func (g *gate) limitRate(w http.ResponseWriter, r *http.Request) {
 	}
 	b := &rateBody{ReadCloser: r.Body, rc: http.NewResponseController(w), start: time.Now(),
 		rate: g.lim.MinBodyRate, grace: g.lim.BodyGrace}
-	if b.rc.SetReadDeadline(b.deadline()) != nil {
+	deadline := b.deadline()
+	if n := r.ContentLength; n >= 0 && n <= b.rate*int64(wholeBodyTime/time.Second) {
+		b.whole = true
+		deadline = b.start.Add(b.grace + time.Duration(n*int64(time.Second)/b.rate))
+	}
+	if b.rc.SetReadDeadline(deadline) != nil {
 		return // not a connection that takes deadlines (HTTP/2, tests)
 	}
 	r.Body = b
@@ -165,7 +183,9 @@ func (b *rateBody) Read(p []byte) (int, error) {
 	b.n += int64(n)
 	switch {
 	case err == nil:
-		_ = b.rc.SetReadDeadline(b.deadline())
+		if !b.whole {
+			_ = b.rc.SetReadDeadline(b.deadline())
+		}
 	case errors.Is(err, io.EOF):
 		_ = b.rc.SetReadDeadline(time.Time{}) // done: the response may take its time
 	}

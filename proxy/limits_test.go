@@ -16,16 +16,21 @@ import (
 
 // TestSlowBodyCut: a client that sends its body a byte now and then is
 // cut off once it falls below the minimum rate, instead of holding the
-// connection for ever (slowloris).
+// connection for ever (slowloris). A 100,000-byte body would take 100 s
+// at the test's rate, so its deadline moves with each read; a 1,000-byte
+// one gets its whole time (grace + 1 s) at once.
 func TestSlowBodyCut(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
 	_, px := newProxy(t, be.URL, Config{Limits: Limits{MinBodyRate: 1000, BodyGrace: 300 * time.Millisecond}})
-	for _, path := range []string{"/api/chat", "/api/blobs/sha256:abc"} {
+	for _, c := range []struct{ path, length string }{
+		{"/api/chat", "100000"}, {"/api/blobs/sha256:abc", "100000"}, {"/api/chat", "1000"}, {"/api/blobs/sha256:abc", "1000"},
+	} {
+		path := c.path + " with Content-Length " + c.length
 		conn, err := net.Dial("tcp", strings.TrimPrefix(px.URL, "http://"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n", path)
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %s\r\n\r\n", c.path, c.length)
 		start := time.Now()
 		cut := make(chan time.Duration, 1)
 		go func() {
