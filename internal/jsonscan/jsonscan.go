@@ -121,11 +121,25 @@ func ValidDepth(d []byte, limit int) ([]byte, error) {
 // before the rest of the document is validated; what it was given is
 // meaningful only when ValidMembers returns no error.
 func ValidMembers(d []byte, limit int, fn func(key, val []byte)) ([]byte, error) {
+	return ValidMembersFunc(d, limit, fn, nil, nil)
+}
+
+// ValidMembersFunc is ValidMembers that leaves the values of some members
+// of the document to the caller, so that a value the caller decodes anyway
+// (a chat's messages, nearly all of its bytes) is read once, not validated
+// here and walked again there. For each member whose key token own
+// reports true, value is called with the index where the member's value
+// starts in d and the levels of nesting it may use (as ValidDepth's
+// limit); it must validate the value as ValidDepth would and return the
+// index just past it, or an error. fn then gets that member as any other.
+// The document is valid when ValidMembersFunc returns no error only if
+// value validated what it was given.
+func ValidMembersFunc(d []byte, limit int, fn func(key, val []byte), own func(key []byte) bool, value func(i, limit int) (end int, err error)) ([]byte, error) {
 	i := SkipSpace(d, 0)
 	var end int
 	var err error
 	if i < len(d) && d[i] == '{' {
-		end, err = walkObject(d, i, limit-1, fn)
+		end, err = walkObject(d, i, limit-1, fn, own, value)
 	} else {
 		end, err = skipValue(d, i, limit)
 	}
@@ -312,11 +326,26 @@ func skipNumber(d []byte, i int) (int, error) {
 	return i, nil
 }
 
-func skipObject(d []byte, i, left int) (int, error) { return walkObject(d, i, left, nil) }
+func skipObject(d []byte, i, left int) (int, error) { return walkObject(d, i, left, nil, nil, nil) }
+
+// ValidMembersAt validates the object that starts at d[i], nested at most
+// limit levels deep (the object itself is one), as ValidDepth would, and
+// calls fn with each of its members as MembersAt would; it returns the
+// index just past the object. A caller decoding an array of objects
+// (ValidMembersFunc's value) validates and reads each one in one walk.
+// What fn was given is meaningful only when ValidMembersAt returns no
+// error.
+func ValidMembersAt(d []byte, i, limit int, fn func(key, val []byte)) (end int, err error) {
+	if i >= len(d) || d[i] != '{' {
+		return 0, errSyntax
+	}
+	return walkObject(d, i, limit-1, fn, nil, nil)
+}
 
 // walkObject is skipObject calling fn, when not nil, with each member's
-// key token and value.
-func walkObject(d []byte, i, left int, fn func(key, val []byte)) (int, error) {
+// key token and value, and leaving the values of the members own reports
+// to value (ValidMembersFunc).
+func walkObject(d []byte, i, left int, fn func(key, val []byte), own func(key []byte) bool, value func(i, limit int) (int, error)) (int, error) {
 	if left < 0 {
 		return 0, ErrDepth
 	}
@@ -339,7 +368,16 @@ func walkObject(d []byte, i, left int, fn func(key, val []byte)) (int, error) {
 			return 0, errSyntax
 		}
 		val := SkipSpace(d, i+1)
-		if i, err = skipValue(d, val, left); err != nil {
+		if own != nil && own(d[key:keyEnd]) {
+			end, err := value(val, left)
+			if err == nil && (end <= val || end > len(d)) {
+				err = errSyntax // a value reader's mistake must not pass for valid
+			}
+			if err != nil {
+				return 0, err
+			}
+			i = end
+		} else if i, err = skipValue(d, val, left); err != nil {
 			return 0, err
 		}
 		if fn != nil {
