@@ -340,16 +340,16 @@ func decodeMessageMembers(d []byte, i, end int, ms []member) (rewrite.Message, b
 		null := bytes.Equal(v, []byte("null"))
 		switch mem.key {
 		case "role":
-			m.Role, err = decodeString(v)
+			m.Role, err = decodeMember(v, mem.plain)
 		case "content":
-			err = decodeContent(&m, v)
+			err = decodeContent(&m, v, mem.plain)
 		case "name":
 			if !null {
-				m.Name, err = decodeString(v)
+				m.Name, err = decodeMember(v, mem.plain)
 			}
 		case "tool_call_id":
 			if !null {
-				m.ToolCallID, err = decodeString(v)
+				m.ToolCallID, err = decodeMember(v, mem.plain)
 			}
 		case "images":
 			if v[0] == '[' {
@@ -394,13 +394,13 @@ func decodeMessageMembers(d []byte, i, end int, ms []member) (rewrite.Message, b
 
 // decodeContent reads a string content, or the text parts of a parts
 // array (counting its images).
-func decodeContent(m *rewrite.Message, v []byte) error {
+func decodeContent(m *rewrite.Message, v []byte, plain bool) error {
 	switch v[0] {
 	case 'n':
 		return nil
 	case '"':
 		var err error
-		m.Content, err = decodeString(v)
+		m.Content, err = decodeMember(v, plain)
 		return err
 	case '[':
 		var parts []json.RawMessage

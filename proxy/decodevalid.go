@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"unsafe"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -133,12 +134,23 @@ func (dec *messagesDecoder) decode(i, limit int) (int, error) {
 func decodeValidMessageAt(d []byte, i, limit int) (rewrite.Message, bool, int, error) {
 	var buf [8]member // the members are not kept: no allocation for them
 	ms := buf[:0]
-	end, err := jsonscan.ValidMembersAt(d, i, limit, func(key, val []byte) {
-		ms = append(ms, memberOf(d, key, val))
+	end, err := jsonscan.ValidMembersAt(d, i, limit, func(key, val []byte, plain bool) {
+		m := memberOf(d, key, val)
+		m.plain = plain
+		ms = append(ms, m)
 	})
 	if err != nil {
 		return rewrite.Message{}, false, 0, err
 	}
 	m, annotated, err := decodeMessageMembers(d, i, end, ms)
 	return m, annotated, end, err
+}
+
+// decodeMember is decodeString of a member's value, v, that the walk
+// which found it may have seen to be a plain string (member.plain).
+func decodeMember(v []byte, plain bool) (string, error) {
+	if plain && len(v) > 2 {
+		return unsafe.String(&v[1], len(v)-2), nil
+	}
+	return decodeString(v)
 }

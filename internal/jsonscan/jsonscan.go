@@ -139,7 +139,11 @@ func ValidMembersFunc(d []byte, limit int, fn func(key, val []byte), own func(ke
 	var end int
 	var err error
 	if i < len(d) && d[i] == '{' {
-		end, err = walkObject(d, i, limit-1, fn, own, value)
+		var each func(key, val []byte, plain bool)
+		if fn != nil {
+			each = func(key, val []byte, _ bool) { fn(key, val) }
+		}
+		end, err = walkObject(d, i, limit-1, each, own, value)
 	} else {
 		end, err = skipValue(d, i, limit)
 	}
@@ -211,6 +215,13 @@ func special(x uint64) bool {
 
 // skipString validates the string token at d[i] == '"'.
 func skipString(d []byte, i int) (int, error) {
+	end, _, err := scanString(d, i)
+	return end, err
+}
+
+// scanString is skipString that also reports whether the string is plain,
+// without escapes, so that its text is the bytes between its quotes.
+func scanString(d []byte, i int) (end int, unescaped bool, err error) {
 	i++
 	// Most strings have no escapes: find the closing quote with
 	// bytes.IndexByte (vector instructions), and check the text before it
@@ -220,9 +231,9 @@ func skipString(d []byte, i int) (int, error) {
 		text := d[i : i+j]
 		if bytes.IndexByte(text, '\\') < 0 {
 			if hasControl(text) {
-				return 0, errSyntax
+				return 0, false, errSyntax
 			}
-			return i + j + 1, nil
+			return i + j + 1, true, nil
 		}
 	}
 	for {
@@ -234,28 +245,28 @@ func skipString(d []byte, i int) (int, error) {
 			i++
 		}
 		if i >= len(d) {
-			return 0, errSyntax
+			return 0, false, errSyntax
 		}
 		switch d[i] {
 		case '"':
-			return i + 1, nil
+			return i + 1, false, nil
 		case '\\':
 			if i+1 >= len(d) {
-				return 0, errSyntax
+				return 0, false, errSyntax
 			}
 			switch d[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
 				if len(d)-i < 6 || !isHex(d[i+2]) || !isHex(d[i+3]) || !isHex(d[i+4]) || !isHex(d[i+5]) {
-					return 0, errSyntax
+					return 0, false, errSyntax
 				}
 				i += 6
 			default:
-				return 0, errSyntax
+				return 0, false, errSyntax
 			}
 		default: // a control character
-			return 0, errSyntax
+			return 0, false, errSyntax
 		}
 	}
 }
@@ -333,9 +344,11 @@ func skipObject(d []byte, i, left int) (int, error) { return walkObject(d, i, le
 // calls fn with each of its members as MembersAt would; it returns the
 // index just past the object. A caller decoding an array of objects
 // (ValidMembersFunc's value) validates and reads each one in one walk.
-// What fn was given is meaningful only when ValidMembersAt returns no
-// error.
-func ValidMembersAt(d []byte, i, limit int, fn func(key, val []byte)) (end int, err error) {
+// fn is also told whether the value is a plain string, one without
+// escapes, whose text is the bytes between its quotes: the caller need not
+// look for a backslash the walk has already looked for. What fn was given
+// is meaningful only when ValidMembersAt returns no error.
+func ValidMembersAt(d []byte, i, limit int, fn func(key, val []byte, plain bool)) (end int, err error) {
 	if i >= len(d) || d[i] != '{' {
 		return 0, errSyntax
 	}
@@ -343,9 +356,9 @@ func ValidMembersAt(d []byte, i, limit int, fn func(key, val []byte)) (end int, 
 }
 
 // walkObject is skipObject calling fn, when not nil, with each member's
-// key token and value, and leaving the values of the members own reports
-// to value (ValidMembersFunc).
-func walkObject(d []byte, i, left int, fn func(key, val []byte), own func(key []byte) bool, value func(i, limit int) (int, error)) (int, error) {
+// key token and value (and whether it is a plain string), and leaving the
+// values of the members own reports to value (ValidMembersFunc).
+func walkObject(d []byte, i, left int, fn func(key, val []byte, plain bool), own func(key []byte) bool, value func(i, limit int) (int, error)) (int, error) {
 	if left < 0 {
 		return 0, ErrDepth
 	}
@@ -368,6 +381,7 @@ func walkObject(d []byte, i, left int, fn func(key, val []byte), own func(key []
 			return 0, errSyntax
 		}
 		val := SkipSpace(d, i+1)
+		unescaped := false
 		if own != nil && own(d[key:keyEnd]) {
 			end, err := value(val, left)
 			if err == nil && (end <= val || end > len(d)) {
@@ -377,11 +391,15 @@ func walkObject(d []byte, i, left int, fn func(key, val []byte), own func(key []
 				return 0, err
 			}
 			i = end
+		} else if val < len(d) && d[val] == '"' {
+			if i, unescaped, err = scanString(d, val); err != nil {
+				return 0, err
+			}
 		} else if i, err = skipValue(d, val, left); err != nil {
 			return 0, err
 		}
 		if fn != nil {
-			fn(d[key:keyEnd], d[val:i])
+			fn(d[key:keyEnd], d[val:i], unescaped)
 		}
 		i = SkipSpace(d, i)
 		if i >= len(d) {

@@ -185,14 +185,19 @@ func BenchmarkValid(b *testing.B) {
 // accepts exactly a valid object within the limit, and reports its
 // members as MembersAt finds them.
 func FuzzValidMembersAt(f *testing.F) {
-	for _, s := range []string{` {"a":1,"b":[{"c":"x\n"}]} tail`, `{}`, `{"a":1,}`, `{"a":"\q"}`, `[1]`, `{"a":[[[[1]]]]}`, `{"a"`} {
+	for _, s := range []string{` {"a":1,"b":[{"c":"x\n"}],"d":"e\"","f":"g"} tail`, `{}`, `{"a":1,}`, `{"a":"\q"}`, `[1]`, `{"a":[[[[1]]]]}`, `{"a"`} {
 		f.Add([]byte(s), 3)
 	}
 	f.Fuzz(func(t *testing.T, b []byte, limit int) {
 		limit = limit%8 + 1
 		i := SkipSpace(b, 0)
 		var got []string
-		end, err := ValidMembersAt(b, i, limit, func(key, val []byte) { got = append(got, string(key)+"="+string(val)) })
+		end, err := ValidMembersAt(b, i, limit, func(key, val []byte, plain bool) {
+			got = append(got, string(key)+"="+string(val))
+			if isPlain := val[0] == '"' && bytes.IndexByte(val, '\\') < 0; plain != isPlain {
+				t.Errorf("ValidMembersAt(%q): %q plain %v", b, val, plain)
+			}
+		})
 		if err != nil {
 			if i < len(b) && b[i] == '{' {
 				if _, werr := ValidDepth(b[i:], limit); werr == nil || errors.Is(err, ErrDepth) != errors.Is(werr, ErrDepth) {
