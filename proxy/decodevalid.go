@@ -11,9 +11,9 @@ import (
 
 // A chat body is nearly all messages. Validating the whole body
 // (validMembers) and then walking its messages again to decode them
-// (decodeValidChat) reads that text several times over; on a 100 KB chat
-// the second walk cost as much as the validation. decodeChatDepth
-// validates the top-level members as validMembers does but leaves the
+// (decodeValidChat) reads that text several times over: once to validate
+// each string, again to find where it ends, again to look for escapes.
+// decodeChatDepth validates the top-level members as validMembers does but leaves the
 // messages array to the decoder here, which validates each message in the
 // same walk that reads it (jsonscan.ValidMembersFunc, ValidMembersAt).
 //
