@@ -98,16 +98,17 @@ var errNotChat = errors.New("not a chat request")
 // decodeChat decodes body as a chat request of dialect d. Any error means
 // the request should be forwarded unchanged.
 //
-// It validates the body once, finding its top-level members in the same
-// pass (validMembers), then reads only what ctxproxy needs: objects are
-// scanned for their members and only small values are decoded (the known
-// cost: decoding a 100 KB body into maps and back is ~1 ms).
+// It validates the body once, finding its top-level members and decoding
+// its messages in the same pass (decodeChatDepth), and reads only what
+// ctxproxy needs: objects are scanned for their members and only small
+// values are decoded (the known cost: decoding a 100 KB body into maps and
+// back is ~1 ms).
 func decodeChat(d Dialect, body []byte) (*chatRequest, error) {
-	ms, err := validMembers(body, jsonscan.MaxDepth)
-	if err != nil {
+	req, err := decodeChatDepth(d, body, jsonscan.MaxDepth)
+	if err != nil && !errors.Is(err, errNotChat) {
 		return nil, fmt.Errorf("%w: %v", errNotChat, err)
 	}
-	return decodeValidChat(d, body, ms)
+	return req, err
 }
 
 // validMembers validates body, nested at most depth levels deep, and
@@ -130,9 +131,60 @@ func decodeValidChat(d Dialect, body []byte, ms []member) (*chatRequest, error) 
 	if ms == nil {
 		return nil, fmt.Errorf("%w: %v", errNotChat, errNotObject)
 	}
-	var err error
 	req := &chatRequest{dialect: d, body: body, members: ms, stream: d == Ollama}
+	msgs, err := req.decodeMembers(ms)
+	if err != nil {
+		return nil, err
+	}
+	if msgs == nil || msgs[0] != '[' {
+		return nil, fmt.Errorf("%w: messages is not an array", errNotChat)
+	}
+	// One walk of the array decodes each message where it starts. Every
+	// message is an object: counting the opening braces (one vector pass)
+	// sizes the list. Braces in the text count too, so the estimate is
+	// capped at one message per 128 bytes of the array (a list of shorter
+	// messages grows as it is filled), lest a body of braces allocate a
+	// list many times its size.
+	req.messages = make([]rewrite.Message, 0, min(bytes.Count(msgs, []byte{'{'}), len(msgs)/128+1))
+	at := jsonscan.SkipSpace(msgs, 1)
+	for i := 0; at < len(msgs) && msgs[at] != ']'; i++ {
+		m, annotated, end, err := decodeMessageAt(msgs, at)
+		if err != nil {
+			return nil, fmt.Errorf("%w: message %d: %v", errNotChat, i, err)
+		}
+		if at = jsonscan.SkipSpace(msgs, end); at < len(msgs) && msgs[at] == ',' {
+			at = jsonscan.SkipSpace(msgs, at+1)
+		}
+		req.addMessage(m, annotated)
+	}
+	return req, nil
+}
+
+// addMessage appends m, a message decoded from req's body, to req.
+func (req *chatRequest) addMessage(m rewrite.Message, annotated bool) {
+	req.messages = append(req.messages, m)
+	req.annotated = req.annotated || annotated
+	req.noteFirst(&m)
+}
+
+// noteFirst keeps the content of m, a message of req, when it is the
+// first system or the first user message.
+func (req *chatRequest) noteFirst(m *rewrite.Message) {
+	switch {
+	case req.firstSystem == "" && isSystemRole(m.Role):
+		req.firstSystem = m.Content
+	case req.firstUser == "" && m.Role == "user":
+		req.firstUser = m.Content
+	}
+}
+
+// decodeMembers reads the top-level members of a chat body, ms, into req,
+// all but the messages: it returns the value of the last "messages"
+// member (nil when there is none) for the caller to decode.
+func (req *chatRequest) decodeMembers(ms []member) ([]byte, error) {
+	var err error
 	var msgs []byte
+	body := req.body
 	for _, m := range ms {
 		v := body[m.valueStart:m.end]
 		switch m.key {
@@ -189,35 +241,7 @@ func decodeValidChat(d Dialect, body []byte, ms []member) (*chatRequest, error) 
 			return nil, fmt.Errorf("%w: %s: %v", errNotChat, m.key, err)
 		}
 	}
-	if msgs == nil || msgs[0] != '[' {
-		return nil, fmt.Errorf("%w: messages is not an array", errNotChat)
-	}
-	// One walk of the array decodes each message where it starts. Every
-	// message is an object: counting the opening braces (one vector pass)
-	// sizes the list. Braces in the text count too, so the estimate is
-	// capped at one message per 128 bytes of the array (a list of shorter
-	// messages grows as it is filled), lest a body of braces allocate a
-	// list many times its size.
-	req.messages = make([]rewrite.Message, 0, min(bytes.Count(msgs, []byte{'{'}), len(msgs)/128+1))
-	at := jsonscan.SkipSpace(msgs, 1)
-	for i := 0; at < len(msgs) && msgs[at] != ']'; i++ {
-		m, annotated, end, err := decodeMessageAt(msgs, at)
-		if err != nil {
-			return nil, fmt.Errorf("%w: message %d: %v", errNotChat, i, err)
-		}
-		if at = jsonscan.SkipSpace(msgs, end); at < len(msgs) && msgs[at] == ',' {
-			at = jsonscan.SkipSpace(msgs, at+1)
-		}
-		req.messages = append(req.messages, m)
-		req.annotated = req.annotated || annotated
-		switch {
-		case req.firstSystem == "" && isSystemRole(m.Role):
-			req.firstSystem = m.Content
-		case req.firstUser == "" && m.Role == "user":
-			req.firstUser = m.Content
-		}
-	}
-	return req, nil
+	return msgs, nil
 }
 
 // maxWindow bounds token counts a client writes, so an absurd value
@@ -300,6 +324,14 @@ func decodeMessageAt(d []byte, i int) (rewrite.Message, bool, int, error) {
 	if err != nil {
 		return rewrite.Message{}, false, 0, err
 	}
+	m, annotated, err := decodeMessageMembers(d, i, end, ms)
+	return m, annotated, end, err
+}
+
+// decodeMessageMembers decodes the message object d[i:end] from its
+// members, ms.
+func decodeMessageMembers(d []byte, i, end int, ms []member) (rewrite.Message, bool, error) {
+	var err error
 	raw := json.RawMessage(d[i:end:end])
 	m := rewrite.Message{Raw: raw}
 	annotated := false
@@ -308,16 +340,16 @@ func decodeMessageAt(d []byte, i int) (rewrite.Message, bool, int, error) {
 		null := bytes.Equal(v, []byte("null"))
 		switch mem.key {
 		case "role":
-			m.Role, err = decodeString(v)
+			m.Role, err = decodeMember(v, mem.plain)
 		case "content":
-			err = decodeContent(&m, v)
+			err = decodeContent(&m, v, mem.plain)
 		case "name":
 			if !null {
-				m.Name, err = decodeString(v)
+				m.Name, err = decodeMember(v, mem.plain)
 			}
 		case "tool_call_id":
 			if !null {
-				m.ToolCallID, err = decodeString(v)
+				m.ToolCallID, err = decodeMember(v, mem.plain)
 			}
 		case "images":
 			if v[0] == '[' {
@@ -344,31 +376,31 @@ func decodeMessageAt(d []byte, i int) (rewrite.Message, bool, int, error) {
 			}
 		}
 		if err != nil {
-			return rewrite.Message{}, false, 0, fmt.Errorf("%s: %v", mem.key, err)
+			return rewrite.Message{}, false, fmt.Errorf("%s: %v", mem.key, err)
 		}
 	}
 	if m.Role == "" {
-		return rewrite.Message{}, false, 0, errors.New("message has no role")
+		return rewrite.Message{}, false, errors.New("message has no role")
 	}
 	if annotated {
 		clean, err := removeMembers(raw, func(k string) bool { return k == keyPreserve || k == keyImportance })
 		if err != nil {
-			return rewrite.Message{}, false, 0, err
+			return rewrite.Message{}, false, err
 		}
 		m.Raw = clean
 	}
-	return m, annotated, end, nil
+	return m, annotated, nil
 }
 
 // decodeContent reads a string content, or the text parts of a parts
 // array (counting its images).
-func decodeContent(m *rewrite.Message, v []byte) error {
+func decodeContent(m *rewrite.Message, v []byte, plain bool) error {
 	switch v[0] {
 	case 'n':
 		return nil
 	case '"':
 		var err error
-		m.Content, err = decodeString(v)
+		m.Content, err = decodeMember(v, plain)
 		return err
 	case '[':
 		var parts []json.RawMessage

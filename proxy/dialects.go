@@ -26,14 +26,21 @@ import (
 // is translated to /api/chat (num_ctx, truncate:false) and the answer
 // back; bound for any other backend it is forwarded in its own dialect.
 
-// decodeRequest decodes body, which validMembers accepted, as a request of
-// dialect d; ms are the members it found (nil: not an object). Any error
-// means the request should be forwarded unchanged (DESIGN.md rule 3).
-func decodeRequest(d Dialect, body []byte, ms []member) (*chatRequest, error) {
-	if d == Responses || d == Messages {
-		return decodeConversation(d, body)
+// decodeBody validates body, nested at most depth levels deep, and decodes
+// it as a request of dialect d. Its error is validMembers' own when body
+// is not valid JSON within depth (jsonscan.ErrDepth among them), else one
+// wrapping errNotChat; any error means the request should be forwarded
+// unchanged (DESIGN.md rule 3), save ErrDepth, which is refused. The
+// conversation dialects' decoders rely on the whole body being validated
+// first; the chat dialects validate their messages as they decode them.
+func decodeBody(d Dialect, body []byte, depth int) (*chatRequest, error) {
+	if d != Responses && d != Messages {
+		return decodeChatDepth(d, body, depth)
 	}
-	return decodeValidChat(d, body, ms)
+	if _, err := jsonscan.ValidDepth(body, depth); err != nil {
+		return nil, err
+	}
+	return decodeConversation(d, body)
 }
 
 // decodeConversation reads a Responses or Messages request: the

@@ -255,18 +255,17 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 	}
 	defer release()
 	// One pass validates the body and bounds its nesting, before any
-	// decoder runs (DESIGN.md rule 3), and finds its top-level members.
-	ms, err := validMembers(body, s.cfg.MaxDepth)
+	// decoder reads more than it checked (DESIGN.md rule 3): it finds the
+	// top-level members, and decodes a chat's messages as it validates
+	// them.
+	req, err := decodeBody(d, body, s.cfg.MaxDepth)
 	if errors.Is(err, jsonscan.ErrDepth) {
 		ex.status = http.StatusBadRequest
 		writeError(w, d, apiError{status: http.StatusBadRequest,
 			message: fmt.Sprintf("request JSON nests deeper than %d levels", s.cfg.MaxDepth)})
 		return
 	}
-	var req *chatRequest
-	if err == nil {
-		req, err = decodeRequest(d, body, ms)
-	} else {
+	if err != nil && !errors.Is(err, errNotChat) {
 		err = fmt.Errorf("%w: %v", errNotChat, err)
 	}
 	if err != nil {

@@ -180,3 +180,77 @@ func BenchmarkValid(b *testing.B) {
 		}
 	}
 }
+
+// FuzzValidMembersAt holds ValidMembersAt to ValidDepth and MembersAt: it
+// accepts exactly a valid object within the limit, and reports its
+// members as MembersAt finds them.
+func FuzzValidMembersAt(f *testing.F) {
+	for _, s := range []string{` {"a":1,"b":[{"c":"x\n"}],"d":"e\"","f":"g"} tail`, `{}`, `{"a":1,}`, `{"a":"\q"}`, `[1]`, `{"a":[[[[1]]]]}`, `{"a"`} {
+		f.Add([]byte(s), 3)
+	}
+	f.Fuzz(func(t *testing.T, b []byte, limit int) {
+		limit = limit%8 + 1
+		i := SkipSpace(b, 0)
+		var got []string
+		end, err := ValidMembersAt(b, i, limit, func(key, val []byte, plain bool) {
+			got = append(got, string(key)+"="+string(val))
+			if isPlain := val[0] == '"' && bytes.IndexByte(val, '\\') < 0; plain != isPlain {
+				t.Errorf("ValidMembersAt(%q): %q plain %v", b, val, plain)
+			}
+		})
+		if err != nil {
+			if i < len(b) && b[i] == '{' {
+				if _, werr := ValidDepth(b[i:], limit); werr == nil || errors.Is(err, ErrDepth) != errors.Is(werr, ErrDepth) {
+					t.Fatalf("ValidMembersAt(%q, %d): %v; ValidDepth of the rest: %v", b, limit, err, werr)
+				}
+			}
+			return
+		}
+		if _, werr := ValidDepth(b[i:end], limit); werr != nil {
+			t.Fatalf("ValidMembersAt(%q, %d) accepted %q; ValidDepth: %v", b, limit, b[i:end], werr)
+		}
+		var want []string
+		wend, _ := MembersAt(b, i, func(key, val []byte) error {
+			want = append(want, string(key)+"="+string(val))
+			return nil
+		})
+		if wend != end || !slices.Equal(got, want) {
+			t.Fatalf("ValidMembersAt(%q) = %d %q; MembersAt = %d %q", b, end, got, wend, want)
+		}
+	})
+}
+
+// FuzzValidMembersFunc holds ValidMembersFunc, with a value reader that
+// validates as the package does, to ValidMembers.
+func FuzzValidMembersFunc(f *testing.F) {
+	for _, s := range []string{`{"m":[1,{"a":2}],"b":"x"}`, `{"m":[1,],"b":1}`, `{"m":1,"m":[[[[]]]]}`, `{"\u006d":"\q"}`, `[{"m":1}]`, `{"m"}`} {
+		f.Add([]byte(s), 3)
+	}
+	f.Fuzz(func(t *testing.T, b []byte, limit int) {
+		limit = limit%8 + 1
+		var got, want []string
+		v, err := ValidMembersFunc(b, limit, func(key, val []byte) { got = append(got, string(key)+"="+string(val)) },
+			func(key []byte) bool { return KeyIs(key, "m") },
+			func(i, limit int) (int, error) { return skipValue(b, i, limit) })
+		w, werr := ValidMembers(b, limit, func(key, val []byte) { want = append(want, string(key)+"="+string(val)) })
+		if (err == nil) != (werr == nil) || errors.Is(err, ErrDepth) != errors.Is(werr, ErrDepth) || string(v) != string(w) {
+			t.Fatalf("ValidMembersFunc(%q, %d) = %q, %v; ValidMembers = %q, %v", b, limit, v, err, w, werr)
+		}
+		if err == nil && !slices.Equal(got, want) {
+			t.Fatalf("ValidMembersFunc(%q) members %q, ValidMembers %q", b, got, want)
+		}
+	})
+}
+
+// TestValidMembersFuncBadReader checks that a value reader returning an
+// impossible end makes the document invalid, not a panic.
+func TestValidMembersFuncBadReader(t *testing.T) {
+	b := []byte(`{"m":[1],"n":2}`)
+	for _, end := range []int{-1, 0, 5, len(b) + 1} {
+		_, err := ValidMembersFunc(b, MaxDepth, nil, func([]byte) bool { return true },
+			func(int, int) (int, error) { return end, nil })
+		if err == nil {
+			t.Errorf("end %d accepted", end)
+		}
+	}
+}
