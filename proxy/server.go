@@ -147,7 +147,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	}
 	s.rp = &httputil.ReverseProxy{
 		Rewrite:   s.rewrite,
-		Transport: transport,
+		Transport: newRouteTransport(transport, u, cfg),
 		// Go's default: a stream (Server-Sent Events, or a body of unknown
 		// length, as Ollama's NDJSON streams are) is flushed chunk by
 		// chunk; an answer of known length goes out in one write with
