@@ -391,3 +391,43 @@ func TestRouteTransport(t *testing.T) {
 	}
 	rt.CloseIdleConnections()
 }
+
+// BenchmarkDirect sends a small chat and reads its answer over the direct
+// transport and over http.Transport (NewTransport), to a backend on
+// loopback: the time and allocations each costs a request.
+func BenchmarkDirect(b *testing.B) {
+	be := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"message":{"role":"assistant","content":"The sea is wide."},"done":true}`)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = be.Serve(ln) }()
+	defer be.Close()
+	u, _ := url.Parse("http://" + ln.Addr().String() + "/api/chat")
+	body := []byte(`{"model":"llama3.1:8b","stream":false,"messages":[{"role":"user","content":"Write one sentence about the sea."}]}`)
+	for _, c := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"direct", newDirectTransport(u.Host, Config{})},
+		{"transport", NewTransport(Config{})},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				r := &http.Request{Method: http.MethodPost, URL: u, Host: u.Host, Header: http.Header{"Content-Type": {"application/json"}},
+					Body: io.NopCloser(strings.NewReader(string(body))), ContentLength: int64(len(body))}
+				resp, err := c.rt.RoundTrip(r)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+}
