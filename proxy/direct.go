@@ -135,11 +135,7 @@ func (t *directTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // exchange writes r on c and reads the answer's headers, within the
 // response header timeout; informational (1xx) answers are skipped.
 func (t *directTransport) exchange(c *directConn, r *http.Request) (*http.Response, error) {
-	err := r.Write(c.bw)
-	if err == nil {
-		err = c.bw.Flush()
-	}
-	if err != nil {
+	if err := c.write(r); err != nil {
 		return nil, err
 	}
 	if t.headerTimeout > 0 {
@@ -278,4 +274,86 @@ func (b *directBody) finish(complete bool) {
 		return
 	}
 	b.t.release(b.c, b.stop, b.reuse && complete)
+}
+
+// maxGathered is the largest body written in one system call with its
+// request's head; a larger one, or one of unknown length, is streamed.
+const maxGathered = 4 << 20
+
+// write sends r on c. A body of known length up to maxGathered goes out
+// with the head in one vectored write: written as Request.Write does it,
+// through a buffer, the head went first and a 100 KB chat followed in
+// 32 KiB pieces, five writes to a backend that each could wake it.
+func (c *directConn) write(r *http.Request) error {
+	if r.ContentLength < 0 || r.ContentLength > maxGathered {
+		if err := r.Write(c.bw); err != nil {
+			return err
+		}
+		return c.bw.Flush()
+	}
+	g := gathers.Get().(*gather)
+	defer g.release()
+	if err := r.Write(g); err != nil {
+		return err
+	}
+	bufs := net.Buffers{g.head, g.body}
+	_, err := bufs.WriteTo(c.raw)
+	return err
+}
+
+// gather is the writer Request.Write is given to collect a request: the
+// head and any chunked framing in head, a body of known length, which
+// Request.Write hands to ReadFrom, in body. It implements io.ByteWriter
+// so that Request.Write does not wrap it in a bufio.Writer.
+type gather struct {
+	head, body []byte
+}
+
+var gathers = sync.Pool{New: func() any { return new(gather) }}
+
+// release empties g and returns it to the pool, unless a large body made
+// it too big to keep.
+func (g *gather) release() {
+	if cap(g.body) > 1<<20 {
+		g.body = nil
+	}
+	g.head, g.body = g.head[:0], g.body[:0]
+	gathers.Put(g)
+}
+
+func (g *gather) Write(p []byte) (int, error) {
+	g.head = append(g.head, p...)
+	return len(p), nil
+}
+
+func (g *gather) WriteString(s string) (int, error) {
+	g.head = append(g.head, s...)
+	return len(s), nil
+}
+
+func (g *gather) WriteByte(b byte) error {
+	g.head = append(g.head, b)
+	return nil
+}
+
+// ReadFrom reads a request's body, which Request.Write gives it behind
+// an io.LimitedReader of its Content-Length.
+func (g *gather) ReadFrom(r io.Reader) (int64, error) {
+	if lr, ok := r.(*io.LimitedReader); ok && int64(cap(g.body)) < lr.N {
+		g.body = make([]byte, 0, lr.N)
+	}
+	n0 := len(g.body)
+	for {
+		if len(g.body) == cap(g.body) {
+			g.body = append(g.body, 0)[:len(g.body)]
+		}
+		m, err := r.Read(g.body[len(g.body):cap(g.body)])
+		g.body = g.body[:len(g.body)+m]
+		if err == io.EOF {
+			return int64(len(g.body) - n0), nil
+		}
+		if err != nil {
+			return int64(len(g.body) - n0), err
+		}
+	}
 }

@@ -431,3 +431,57 @@ func BenchmarkDirect(b *testing.B) {
 		})
 	}
 }
+
+// TestDirectBodies: request bodies of every kind reach the backend whole:
+// empty, small and 100 KB ones gathered with their head into one write,
+// one larger than maxGathered and one of unknown length streamed.
+func TestDirectBodies(t *testing.T) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintf(w, "%d %s %s", len(b), r.Header.Get("X-Sum"), r.TransferEncoding)
+		if sum := fmt.Sprint(checksum(b)); sum != r.Header.Get("X-Sum") {
+			t.Errorf("body of %d bytes arrived changed", len(b))
+		}
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	addr := ln.Addr().String()
+	tr := newDirectTransport(addr, Config{})
+	for _, size := range []int{0, 1, 200, 100 << 10, maxGathered, maxGathered + 1} {
+		for _, unknown := range []bool{false, true} {
+			body := make([]byte, size)
+			for i := range body {
+				body[i] = byte('a' + i%23)
+			}
+			r, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/api/chat", io.NopCloser(strings.NewReader(string(body))))
+			r.ContentLength = int64(size)
+			if unknown {
+				r.ContentLength = -1
+			}
+			r.Header.Set("X-Sum", fmt.Sprint(checksum(body)))
+			answer := mustRead(t)(tr.RoundTrip(r))
+			if !strings.HasPrefix(answer, fmt.Sprintf("%d %d", size, checksum(body))) {
+				t.Errorf("%d bytes (unknown length %v): the backend answered %q", size, unknown, answer)
+			}
+		}
+	}
+	if n := len(tr.idle); n != 1 {
+		t.Errorf("%d idle connections after sequential requests, want 1", n)
+	}
+}
+
+func checksum(b []byte) uint32 {
+	var h uint32 = 2166136261
+	for _, c := range b {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return h
+}
