@@ -84,12 +84,12 @@ func newDirectTransport(addr string, cfg Config) *directTransport {
 	}
 	return &directTransport{addr: addr,
 		dial:          (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		headerTimeout: cfg.ResponseHeaderTimeout, idleTimeout: directIdleTimeout, maxIdle: cfg.MaxIdleConns}
+		headerTimeout: cfg.ResponseHeaderTimeout, idleTimeout: idleConnTimeout, maxIdle: cfg.MaxIdleConns}
 }
 
-// directIdleTimeout is how long a connection may wait in the pool, as
-// http.Transport's IdleConnTimeout in NewTransport.
-const directIdleTimeout = 90 * time.Second
+// idleConnTimeout is how long a connection to the backend may wait in a
+// pool, http.Transport's (NewTransport) or the direct transport's.
+const idleConnTimeout = 90 * time.Second
 
 // directConn is one connection to the backend.
 type directConn struct {

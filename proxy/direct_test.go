@@ -368,7 +368,6 @@ func TestRouteTransport(t *testing.T) {
 			t.Errorf("%s: direct %v, want %v", c.backend, got, c.direct)
 		}
 	}
-	t.Setenv("HTTP_PROXY", "http://proxy.example.com:3128")
 	proxied := &http.Transport{Proxy: func(*http.Request) (*url.URL, error) { return url.Parse("http://proxy.example.com:3128") }}
 	u, _ := url.Parse("http://ollama.internal:11434")
 	if newRouteTransport(proxied, u, Config{}).direct != nil {
