@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -114,14 +115,14 @@ func (t *directTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		if r.Body != nil {
 			r.Body.Close()
 		}
-		return nil, t.fail(ctx, err)
+		return nil, fail(ctx, err)
 	}
 	stop := context.AfterFunc(ctx, func() { _ = c.raw.SetDeadline(aLongTimeAgo) })
 	resp, err := t.exchange(c, r)
 	if err != nil {
 		stop()
 		c.raw.Close()
-		return nil, t.fail(ctx, err)
+		return nil, fail(ctx, err)
 	}
 	reuse := !resp.Close && !r.Close
 	if resp.Body == http.NoBody {
@@ -171,7 +172,7 @@ func (t *directTransport) exchange(c *directConn, r *http.Request) (*http.Respon
 
 // fail is the error of a request whose context may have ended: the
 // context's own error then, as http.Transport gives it.
-func (t *directTransport) fail(ctx context.Context, err error) error {
+func fail(ctx context.Context, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return cerr
 	}
@@ -258,7 +259,7 @@ func (b *directBody) Read(p []byte) (int, error) {
 	case err == io.EOF:
 		b.finish(true)
 	case err != nil:
-		err = b.t.fail(b.ctx, err)
+		err = fail(b.ctx, err)
 		b.finish(false)
 	}
 	return n, err
@@ -293,67 +294,39 @@ func (c *directConn) write(r *http.Request) error {
 	}
 	g := gathers.Get().(*gather)
 	defer g.release()
+	// Room for the body and the read that finds its end, which
+	// bytes.Buffer makes room for too.
+	g.body.Grow(int(r.ContentLength) + bytes.MinRead)
 	if err := r.Write(g); err != nil {
 		return err
 	}
-	bufs := net.Buffers{g.head, g.body}
+	bufs := net.Buffers{g.Bytes(), g.body.Bytes()}
 	_, err := bufs.WriteTo(c.raw)
 	return err
 }
 
-// gather is the writer Request.Write is given to collect a request: the
-// head and any chunked framing in head, a body of known length, which
-// Request.Write hands to ReadFrom, in body. It implements io.ByteWriter
-// so that Request.Write does not wrap it in a bufio.Writer.
+// gather is the writer Request.Write is given to collect a request: its
+// Buffer the head, body the body, which Request.Write hands to ReadFrom
+// (behind an io.LimitedReader of its Content-Length). Being a
+// bytes.Buffer, it is an io.ByteWriter, which keeps Request.Write from
+// wrapping it in a bufio.Writer.
 type gather struct {
-	head, body []byte
+	bytes.Buffer
+	body bytes.Buffer
 }
 
 var gathers = sync.Pool{New: func() any { return new(gather) }}
 
+// ReadFrom reads the request's body into g.body.
+func (g *gather) ReadFrom(r io.Reader) (int64, error) { return g.body.ReadFrom(r) }
+
 // release empties g and returns it to the pool, unless a large body made
 // it too big to keep.
 func (g *gather) release() {
-	if cap(g.body) > 1<<20 {
-		g.body = nil
+	if g.body.Cap() > 1<<20 {
+		g.body = bytes.Buffer{}
 	}
-	g.head, g.body = g.head[:0], g.body[:0]
+	g.Reset()
+	g.body.Reset()
 	gathers.Put(g)
-}
-
-func (g *gather) Write(p []byte) (int, error) {
-	g.head = append(g.head, p...)
-	return len(p), nil
-}
-
-func (g *gather) WriteString(s string) (int, error) {
-	g.head = append(g.head, s...)
-	return len(s), nil
-}
-
-func (g *gather) WriteByte(b byte) error {
-	g.head = append(g.head, b)
-	return nil
-}
-
-// ReadFrom reads a request's body, which Request.Write gives it behind
-// an io.LimitedReader of its Content-Length.
-func (g *gather) ReadFrom(r io.Reader) (int64, error) {
-	if lr, ok := r.(*io.LimitedReader); ok && int64(cap(g.body)) < lr.N {
-		g.body = make([]byte, 0, lr.N)
-	}
-	n0 := len(g.body)
-	for {
-		if len(g.body) == cap(g.body) {
-			g.body = append(g.body, 0)[:len(g.body)]
-		}
-		m, err := r.Read(g.body[len(g.body):cap(g.body)])
-		g.body = g.body[:len(g.body)+m]
-		if err == io.EOF {
-			return int64(len(g.body) - n0), nil
-		}
-		if err != nil {
-			return int64(len(g.body) - n0), err
-		}
-	}
 }

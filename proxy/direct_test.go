@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"net/http"
@@ -84,21 +85,12 @@ func directPost(ctx context.Context, t *testing.T, tr *directTransport, addr str
 func mustRead(t *testing.T) func(*http.Response, error) string {
 	return func(resp *http.Response, err error) string {
 		t.Helper()
-		return readAnswer(t, resp, err)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return readAll(t, resp.Body)
 	}
-}
-
-func readAnswer(t *testing.T, resp *http.Response, err error) string {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // TestDirectReusesConnections: answers read to their end leave their
@@ -320,7 +312,7 @@ func TestDirectInformational(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	if got := readAnswer(t, resp, nil); got != `{"ok":true}` {
+	if got := mustRead(t)(resp, nil); got != `{"ok":true}` {
 		t.Fatalf("answer %q", got)
 	}
 }
@@ -340,7 +332,7 @@ func TestDirectPoolBound(t *testing.T) {
 		open = append(open, resp)
 	}
 	for _, resp := range open {
-		readAnswer(t, resp, nil)
+		mustRead(t)(resp, nil)
 	}
 	if n := len(tr.idle); n != 2 {
 		t.Fatalf("%d idle connections, want 2", n)
@@ -454,6 +446,12 @@ func TestDirectBodies(t *testing.T) {
 	defer srv.Close()
 	addr := ln.Addr().String()
 	tr := newDirectTransport(addr, Config{})
+	var writes atomic.Int64 // countingConn, server_test.go
+	dial := tr.dial
+	tr.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		return countingConn{c, &writes}, err
+	}
 	for _, size := range []int{0, 1, 200, 100 << 10, maxGathered, maxGathered + 1} {
 		for _, unknown := range []bool{false, true} {
 			body := make([]byte, size)
@@ -466,7 +464,13 @@ func TestDirectBodies(t *testing.T) {
 				r.ContentLength = -1
 			}
 			r.Header.Set("X-Sum", fmt.Sprint(checksum(body)))
+			writes.Store(0)
 			answer := mustRead(t)(tr.RoundTrip(r))
+			// Gathered: the head and the body in one vectored write, or
+			// two writes on a connection that cannot take one (this one).
+			if n := writes.Load(); !unknown && size <= maxGathered && n > 2 {
+				t.Errorf("%d bytes took %d writes, want the head and the body in one", size, n)
+			}
 			if !strings.HasPrefix(answer, fmt.Sprintf("%d %d", size, checksum(body))) {
 				t.Errorf("%d bytes (unknown length %v): the backend answered %q", size, unknown, answer)
 			}
@@ -477,10 +481,4 @@ func TestDirectBodies(t *testing.T) {
 	}
 }
 
-func checksum(b []byte) uint32 {
-	var h uint32 = 2166136261
-	for _, c := range b {
-		h = (h ^ uint32(c)) * 16777619
-	}
-	return h
-}
+func checksum(b []byte) uint32 { return crc32.ChecksumIEEE(b) }
