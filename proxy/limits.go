@@ -163,10 +163,9 @@ func (g *gate) limitRate(w http.ResponseWriter, r *http.Request) {
 	}
 	b := &rateBody{ReadCloser: r.Body, rc: http.NewResponseController(w), start: time.Now(),
 		rate: g.lim.MinBodyRate, grace: g.lim.BodyGrace}
-	deadline := b.deadline()
-	if n := r.ContentLength; n >= 0 && n <= b.rate*int64(wholeBodyTime/time.Second) {
-		b.whole = true
-		deadline = b.start.Add(b.grace + time.Duration(n*int64(time.Second)/b.rate))
+	deadline := b.earned(0)
+	if n := r.ContentLength; n >= 0 && b.earned(n).Sub(b.start) <= b.grace+wholeBodyTime {
+		b.whole, deadline = true, b.earned(n)
 	}
 	if b.rc.SetReadDeadline(deadline) != nil {
 		return // not a connection that takes deadlines (HTTP/2, tests)
@@ -174,8 +173,10 @@ func (g *gate) limitRate(w http.ResponseWriter, r *http.Request) {
 	r.Body = b
 }
 
-func (b *rateBody) deadline() time.Time {
-	return b.start.Add(b.grace + time.Duration(b.n*int64(time.Second)/b.rate))
+// earned is the deadline n bytes of body have earned: the grace, and
+// the time n bytes take at the minimum rate.
+func (b *rateBody) earned(n int64) time.Time {
+	return b.start.Add(b.grace + time.Duration(n*int64(time.Second)/b.rate))
 }
 
 func (b *rateBody) Read(p []byte) (int, error) {
@@ -184,7 +185,7 @@ func (b *rateBody) Read(p []byte) (int, error) {
 	switch {
 	case err == nil:
 		if !b.whole {
-			_ = b.rc.SetReadDeadline(b.deadline())
+			_ = b.rc.SetReadDeadline(b.earned(b.n))
 		}
 	case errors.Is(err, io.EOF):
 		_ = b.rc.SetReadDeadline(time.Time{}) // done: the response may take its time
