@@ -80,16 +80,15 @@ func runTable(o options) error {
 		// window of its own; the probes take the targets in turn, request
 		// by request (stream.go), and are what the targets are judged on.
 		trio := []*proc{s.fake, s.bare, s.ctx}
+		turn := slices.Concat(trio[r%3:], trio[:r%3]) // a different target first each round
 		lat := map[string]float64{}
-		for i := range trio {
-			p := trio[(i+r)%3]
+		for _, p := range turn {
 			ld, err := drive(p, scripts["big"], "/api/chat", 1, 1, o.duration)
 			if err != nil {
 				return err
 			}
 			lat[p.name] = ld.P50
 		}
-		turn := slices.Concat(trio[r%3:], trio[:r%3]) // a different target first each round
 		paired, err := probeLatency(client, turn, "/api/chat", big, o.latencyN)
 		if err != nil {
 			return err
