@@ -139,13 +139,8 @@ func decodeValidChat(d Dialect, body []byte, ms []member) (*chatRequest, error) 
 	if msgs == nil || msgs[0] != '[' {
 		return nil, fmt.Errorf("%w: messages is not an array", errNotChat)
 	}
-	// One walk of the array decodes each message where it starts. Every
-	// message is an object: counting the opening braces (one vector pass)
-	// sizes the list. Braces in the text count too, so the estimate is
-	// capped at one message per 128 bytes of the array (a list of shorter
-	// messages grows as it is filled), lest a body of braces allocate a
-	// list many times its size.
-	req.messages = make([]rewrite.Message, 0, min(bytes.Count(msgs, []byte{'{'}), len(msgs)/128+1))
+	// One walk of the array decodes each message where it starts.
+	req.messages = messageList(msgs)
 	at := jsonscan.SkipSpace(msgs, 1)
 	for i := 0; at < len(msgs) && msgs[at] != ']'; i++ {
 		m, annotated, end, err := decodeMessageAt(msgs, at)
@@ -158,6 +153,16 @@ func decodeValidChat(d Dialect, body []byte, ms []member) (*chatRequest, error) 
 		req.addMessage(m, annotated)
 	}
 	return req, nil
+}
+
+// messageList returns an empty list with room for the messages of arr, a
+// messages array (or the body from where one starts). Every message is an
+// object: counting the opening braces (one vector pass) sizes the list.
+// Braces in the text count too, so the estimate is capped at one message
+// per 128 bytes (a list of shorter messages grows as it is filled), lest
+// a body of braces allocate a list many times its size.
+func messageList(arr []byte) []rewrite.Message {
+	return make([]rewrite.Message, 0, min(bytes.Count(arr, []byte{'{'}), len(arr)/128+1))
 }
 
 // addMessage appends m, a message decoded from req's body, to req.

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
 	"unsafe"
 
@@ -94,11 +93,9 @@ func (dec *messagesDecoder) decode(i, limit int) (int, error) {
 	if i >= len(d) || d[i] != '[' || limit < 2 {
 		return 0, errFused // not an array, or a message would nest too deep
 	}
-	// Counting the opening braces (one vector pass) sizes the list, as
-	// decodeValidChat does; the end of the array is not known yet, so the
-	// count runs to the end of the body, capped the same way.
-	rest := d[i:]
-	msgs := make([]rewrite.Message, 0, min(bytes.Count(rest, []byte{'{'}), len(rest)/128+1))
+	// The end of the array is not known yet: the list is sized from
+	// the rest of the body.
+	msgs := messageList(d[i:])
 	anyAnnotated := false
 	i = jsonscan.SkipSpace(d, i+1)
 	if i < len(d) && d[i] == ']' {
