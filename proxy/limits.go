@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -151,7 +152,17 @@ type rateBody struct {
 	n     int64
 	// whole: the deadline set at the start covers the whole body.
 	whole bool
+	// eof is set once the body has been read to its end, broken once a
+	// read failed: the transport reads it on a goroutine of its own while
+	// the handler looks.
+	eof, broken atomic.Bool
 }
+
+// finished reports whether the body has been read to its end.
+func (b *rateBody) finished() bool { return b.eof.Load() }
+
+// failed reports whether a read of the body failed before its end.
+func (b *rateBody) failed() bool { return b.broken.Load() }
 
 // wholeBodyTime is the most time past the grace a body is given at once:
 // at the default rate, 160 KiB, more than most chats.
@@ -188,7 +199,10 @@ func (b *rateBody) Read(p []byte) (int, error) {
 			_ = b.rc.SetReadDeadline(b.earned(b.n))
 		}
 	case errors.Is(err, io.EOF):
+		b.eof.Store(true)
 		_ = b.rc.SetReadDeadline(time.Time{}) // done: the response may take its time
+	default:
+		b.broken.Store(true)
 	}
 	// Any other error (the deadline passed) leaves the deadline in the
 	// past, so the server cannot wait for the rest of the body either and

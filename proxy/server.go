@@ -147,7 +147,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	}
 	s.rp = &httputil.ReverseProxy{
 		Rewrite:   s.rewrite,
-		Transport: newRouteTransport(transport, u, cfg),
+		Transport: transport,
 		// Go's default: a stream (Server-Sent Events, or a body of unknown
 		// length, as Ollama's NDJSON streams are) is flushed chunk by
 		// chunk; an answer of known length goes out in one write with
@@ -219,6 +219,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		defer s.gate.inflight.Release(1)
 	}
+	// The server decides after the handler whether the connection can
+	// serve another request from whether its own body was left unread:
+	// it must find that body, not the rate-limiting wrapper, in r.Body.
+	defer func(body io.ReadCloser) { r.Body = body }(r.Body)
 	s.gate.limitRate(w, r)
 	s.mux.ServeHTTP(w, r)
 }
@@ -226,9 +230,51 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Registry is the Prometheus registry behind /metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
 
+// passthrough forwards a request ctxproxy does not read, its body as it
+// arrives.
 func (s *Server) passthrough(w http.ResponseWriter, r *http.Request) {
+	if b, ok := r.Body.(*rateBody); ok {
+		// The transport's own goroutine reads the body, and may still be
+		// reading it (if only to find its end) when the backend's answer
+		// starts to go out. Without full duplex, Go's HTTP/1 server
+		// drains and closes the body at that moment, the transport's read
+		// fails, and the transport closes the backend connection under
+		// the answer: a streamed reply loses its end (the error line of
+		// an "ollama pull", the last chunk of a large body).
+		if http.NewResponseController(w).EnableFullDuplex() == nil {
+			s.rp.ServeHTTP(closeUnread{w, b}, r)
+			if b.failed() {
+				// The body stopped short (too slow, or cut): the rest
+				// of it is still on the connection, and a server in full
+				// duplex would read it as the next request. Abort the
+				// connection, as ReverseProxy does with an answer it
+				// cannot finish.
+				panic(http.ErrAbortHandler)
+			}
+			return
+		}
+	}
 	s.rp.ServeHTTP(w, r)
 }
+
+// closeUnread closes the client connection after an answer that starts
+// before the request's body was read to its end (a backend that answered
+// without reading it): the bytes left on the connection are not a next
+// request. In full duplex Go's server no longer says so itself.
+type closeUnread struct {
+	http.ResponseWriter
+	body *rateBody
+}
+
+func (c closeUnread) WriteHeader(code int) {
+	if code >= 200 && !c.body.finished() {
+		c.Header().Set("Connection", "close")
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach the connection's own writer.
+func (c closeUnread) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // chat handles an intercepted chat route.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {

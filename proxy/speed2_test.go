@@ -2,11 +2,9 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -100,66 +98,6 @@ func TestDecodeStringShares(t *testing.T) {
 	v := []byte(`"some content"`)
 	if n := testing.AllocsPerRun(100, func() { _, _ = decodeString(v) }); n > 0 {
 		t.Errorf("%v allocations to decode an unescaped string, want none", n)
-	}
-}
-
-// discardConn is a connection that accepts every write.
-type discardConn struct{ net.Conn }
-
-func (discardConn) Write(p []byte) (int, error) { return len(p), nil }
-
-// The transport writes a request body to the backend connection's
-// ReadFrom behind an io.LimitedReader; a TCP connection then allocates a
-// 32 KiB buffer for every request, a pooledConn none.
-func TestPooledConnReadFromAllocs(t *testing.T) {
-	body := chatBody100K()
-	c := pooledConn{discardConn{}}
-	r := bytes.NewReader(body)
-	lr := &io.LimitedReader{}
-	write := func() {
-		r.Reset(body)
-		*lr = io.LimitedReader{R: r, N: int64(len(body))}
-		if n, err := io.Copy(c, lr); err != nil || n != int64(len(body)) {
-			t.Fatalf("copied %d bytes, %v", n, err)
-		}
-	}
-	// Without the pool: 32 KiB a write. The race detector makes sync.Pool
-	// drop a quarter of what is put back, hence the margin.
-	if n := bytesPerRequest(100, write); n > 16<<10 {
-		t.Errorf("%d bytes allocated to write a %d-byte body, want no copy buffer", n, len(body))
-	}
-	if n := testing.AllocsPerRun(100, write); n > 3 {
-		t.Errorf("%v allocations to write a body, want at most 3 (interface boxing)", n)
-	}
-}
-
-// The backend transport's connections copy through the pool.
-func TestTransportDialsPooledConns(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := NewTransport(Config{}).DialContext(context.Background(), "tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, ok := c.(io.ReaderFrom); !ok {
-		t.Fatalf("%T has no ReadFrom", c)
-	}
-	if _, ok := c.(pooledConn); !ok {
-		t.Errorf("the transport dials %T, want pooledConn", c)
-	}
-}
-
-func BenchmarkPooledConnReadFrom(b *testing.B) {
-	body := chatBody100K()
-	c := pooledConn{discardConn{}}
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		io.Copy(c, &io.LimitedReader{R: bytes.NewReader(body), N: int64(len(body))})
 	}
 }
 
