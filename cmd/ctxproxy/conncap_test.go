@@ -215,7 +215,8 @@ const chatBody = `{"model":"llama3.1","stream":false,"messages":[{"role":"user",
 // TestServeIdleConnectionsMakeRoom: ten clients holding idle keep-alive
 // connections at limits.max_connections 10 do not lock anyone out: a
 // health check, a readiness check and a chat from new connections are
-// answered, each in place of the connection idle longest.
+// answered, each in place of an idle one (which one is
+// TestConnCapClosesLongestIdle's).
 func TestServeIdleConnectionsMakeRoom(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Reply: "pong"})
 	addr, _, stop := startServe(t, []string{"--backend", be.URL}, map[string]string{"CTXPROXY_LIMITS_MAX_CONNECTIONS": "10"})
@@ -245,16 +246,24 @@ func TestServeIdleConnectionsMakeRoom(t *testing.T) {
 			t.Errorf("%s at the cap: %d %s", r.path, status, text)
 		}
 	}
-	for i := range 3 {
-		if !closedByPeer(held[i]) {
-			t.Errorf("connection %d, idle longest, is still open", i)
-		}
-	}
-	if status, _, err := held[9].do(addr, http.MethodGet, "/ctxproxy/healthz", ""); err != nil || status != http.StatusOK {
-		t.Errorf("connection 9, idle least, no longer works: %d %v", status, err)
-	}
 	if n := counter(t, addr, "ctxproxy_connections_idle_closed_total"); n < 3 {
 		t.Errorf("ctxproxy_connections_idle_closed_total %d, want at least 3", n)
+	}
+	// The ten first held either were closed to make room or still work.
+	closed := 0
+	for i, c := range held[:10] {
+		status, _, err := c.do(addr, http.MethodGet, "/ctxproxy/healthz", "")
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			t.Errorf("connection %d neither answered nor closed", i)
+		case err != nil:
+			closed++
+		case status != http.StatusOK:
+			t.Errorf("connection %d: healthz %d", i, status)
+		}
+	}
+	if closed < 3 {
+		t.Errorf("%d of the idle connections closed to make room, want at least 3", closed)
 	}
 }
 
