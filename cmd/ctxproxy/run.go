@@ -2,7 +2,6 @@ package main
 
 import (
 	"path/filepath"
-	"sync/atomic"
 
 	"github.com/ctxproxy/ctxproxy/config"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -363,39 +362,6 @@ func health(ctx context.Context, args []string, e env) error {
 	}
 	_, err = fmt.Fprintln(e.stdout, "ok")
 	return err
-}
-
-// connCap closes connections beyond limits.max_connections as they
-// arrive, so that no number of clients can exhaust ctxproxy's file
-// descriptors or memory; they are counted in
-// ctxproxy_connections_refused_total.
-type connCap struct {
-	max     int64
-	open    atomic.Int64
-	refused prometheus.Counter
-	gauge   prometheus.GaugeFunc
-}
-
-func newConnCap(max int, reg *prometheus.Registry) *connCap {
-	c := &connCap{max: int64(max)}
-	c.refused = prometheus.NewCounter(prometheus.CounterOpts{Name: "ctxproxy_connections_refused_total",
-		Help: "Client connections closed on arrival because limits.max_connections were open."})
-	c.gauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ctxproxy_connections_open",
-		Help: "Client connections open now."}, func() float64 { return float64(c.open.Load()) })
-	reg.MustRegister(c.refused, c.gauge)
-	return c
-}
-
-func (c *connCap) track(conn net.Conn, state http.ConnState) {
-	switch state {
-	case http.StateNew:
-		if c.open.Add(1) > c.max {
-			c.refused.Inc()
-			conn.Close() // StateClosed follows and counts it out
-		}
-	case http.StateClosed, http.StateHijacked:
-		c.open.Add(-1)
-	}
 }
 
 // collectEvery is how often retention is applied.

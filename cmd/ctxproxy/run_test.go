@@ -322,7 +322,8 @@ func TestServeRedactsBackendPassword(t *testing.T) {
 	}
 }
 
-// TestServeConnectionCap: beyond limits.max_connections, new connections
+// TestServeConnectionCap: beyond limits.max_connections, with no
+// connection idle (these have not sent a request yet), new connections
 // are closed on arrival and counted; open ones keep working.
 func TestServeConnectionCap(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})

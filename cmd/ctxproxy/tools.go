@@ -105,14 +105,14 @@ func count(args []string, e env) error {
 	}
 	if !*local {
 		if remote, err := countRemote(*proxyURL, c.Admin.Token, chat.Model, data, isChat); err == nil {
-			rep.Total, rep.Exact, rep.Source = remote.Count, remote.Exact, remote.Source+" (by the ctxproxy at "+*proxyURL+")"
+			rep.Total, rep.Exact, rep.Source = remote.Count, remote.Exact, remote.Source+" (by the ctxproxy at "+config.RedactURL(*proxyURL)+")"
 			if len(remote.Messages) == len(rep.Messages) {
 				for i, m := range remote.Messages {
 					rep.Messages[i].Tokens = m.Tokens
 				}
 			}
 		} else if !errors.Is(err, errNoProxy) {
-			fmt.Fprintf(e.stderr, "ctxproxy at %s: %v; counting here by estimate\n", *proxyURL, err)
+			fmt.Fprintf(e.stderr, "ctxproxy at %s: %v; counting here by estimate\n", config.RedactURL(*proxyURL), err)
 		}
 	}
 	if rep.Limit > 0 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -172,5 +173,29 @@ func TestGPUAsksRunningProxy(t *testing.T) {
 	}
 	if !strings.Contains(rep.Source, "running ctxproxy") || fmt.Sprint(rep.Model.NumCtx) != chosen {
 		t.Errorf("gpu: source %q, num_ctx %d; the proxy chose %s", rep.Source, rep.Model.NumCtx, chosen)
+	}
+}
+
+// TestCountRedactsProxyPassword: count's report and its warning name the
+// ctxproxy asked with the password of --proxy hidden.
+func TestCountRedactsProxyPassword(t *testing.T) {
+	for _, answer := range []string{`{"model":"m","count":3,"exact":true,"source":"remote"}`, ""} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if answer == "" {
+				http.Error(w, "down", http.StatusServiceUnavailable)
+				return
+			}
+			io.WriteString(w, answer)
+		}))
+		var out bytes.Buffer
+		err := run(context.Background(), []string{"count", "--json", "--proxy", strings.Replace(srv.URL, "http://", "http://u:s3cret@", 1)},
+			envOf(nil), strings.NewReader("some text"), &out, &out)
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out.String(), "s3cret") || !strings.Contains(out.String(), "u:xxxxx@") {
+			t.Errorf("count with the ctxproxy answering %q:\n%s", answer, out.String())
+		}
 	}
 }
