@@ -81,7 +81,9 @@ type Session struct {
 	Header      string `mapstructure:"header"`
 	Fingerprint bool   `mapstructure:"fingerprint"`
 	Accumulate  bool   `mapstructure:"accumulate"`
-	ScopeHeader string `mapstructure:"scope_header"`
+	// ScopeHeader lists the headers whose values scope sessions to their
+	// caller (one name or several).
+	ScopeHeader []string `mapstructure:"scope_header"`
 }
 
 // Tokens is how tokens are counted.
@@ -225,7 +227,7 @@ func Default() Config {
 	c.AllowedHosts, c.AllowedOrigins = []string{}, []string{}
 	c.Backend = Backend{URL: "http://127.0.0.1:11434", Kind: "auto", TranslateOpenAI: "auto",
 		ResponseHeaderTimeout: 5 * time.Minute, DialTimeout: 10 * time.Second}
-	c.Session = Session{Header: "X-Session-ID", Fingerprint: true, ScopeHeader: "Authorization"}
+	c.Session = Session{Header: "X-Session-ID", Fingerprint: true, ScopeHeader: []string{"Authorization", "X-Api-Key", "Api-Key"}}
 	c.Tokens = Tokens{Encoding: "auto", ApproxCharsPerToken: 4, ImageTokens: 768, Calibrate: true, Exact: true, CacheEntries: 100000}
 	c.Context = Context{AutoSize: true, MinSize: 2048, MaxSize: 131072, VRAMBuffer: 512 << 20,
 		KVQuantization: "f16", NumParallel: 1, ReserveOutput: 1024, RespectClient: true}

@@ -23,7 +23,7 @@ func (c Config) ProxyConfig(version string) proxy.Config {
 		DialTimeout:           c.Backend.DialTimeout,
 		SessionHeader:         c.Session.Header,
 		NoFingerprint:         !c.Session.Fingerprint,
-		ScopeHeader:           c.Session.ScopeHeader,
+		ScopeHeaders:          c.Session.ScopeHeader,
 		Accumulate:            c.Session.Accumulate,
 		RespectClient:         c.Context.RespectClient,
 		NoExact:               !c.Tokens.Exact,

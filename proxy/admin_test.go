@@ -203,7 +203,7 @@ func TestAdminErrors(t *testing.T) {
 	e := newAdminEnv(t, "")
 	e.fill("s1", 2, 20)
 	snap := e.json(http.MethodPost, sessionPath("s1")+"/snapshots", nil, 201)["id"].(string)
-	long := strings.Repeat("x", 257)
+	long := strings.Repeat("x", snapshots.MaxIDLen+1)
 	for _, tc := range []struct {
 		name, method, path string
 		body               any
@@ -218,7 +218,7 @@ func TestAdminErrors(t *testing.T) {
 		{"unknown session clear", "DELETE", sessionPath("nope"), nil, 404, `session "nope" not found`},
 		{"unknown session purge", "DELETE", sessionPath("nope") + "?purge=1", nil, 404, `session "nope" not found`},
 		{"unknown session compress", "POST", sessionPath("nope") + "/compress", nil, 404, `session "nope" not found`},
-		{"id too long", "GET", sessionPath(long), nil, 400, "more than 256"},
+		{"id too long", "GET", sessionPath(long), nil, 400, fmt.Sprintf("more than %d", snapshots.MaxIDLen)},
 		{"id not UTF-8", "GET", "/ctxproxy/sessions/%FF", nil, 400, "not valid UTF-8"},
 		{"unknown snapshot", "POST", sessionPath("s1") + "/snapshots/20990101-000000-abcdef/restore", nil, 404,
 			`snapshot "20990101-000000-abcdef" of session "s1" not found`},

@@ -34,13 +34,13 @@ type Config struct {
 	// SessionHeader names the request header carrying the session id
 	// (default X-Session-ID).
 	SessionHeader string
-	// ScopeHeader names the request header whose value scopes sessions
-	// to their caller: a request that carries it gets the session
-	// "<id>~<16 hex digits of its hash>", so one caller (one API key)
-	// can never read or extend another's session by naming or guessing
-	// its id. "" leaves sessions global (the default for now: scoped ids
-	// are what the admin API and the CLI must then name).
-	ScopeHeader string
+	// ScopeHeaders name the request headers whose values are a caller's
+	// credential (Authorization, an SDK's X-Api-Key or Api-Key): a
+	// request that carries one gets the session "<id>~<16 hex digits of
+	// a hash of the credential>", so one caller can never read or extend
+	// another's session by naming or guessing its id. Empty leaves
+	// sessions global.
+	ScopeHeaders []string
 	// NoFingerprint turns off the session fingerprint used when a request
 	// has no session header.
 	NoFingerprint bool

@@ -139,7 +139,7 @@ func TestSessionIDRule(t *testing.T) {
 // without holding the credential.
 func TestSessionScope(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
-	sys := newSystem(t, be.URL, setup{cfg: Config{Accumulate: true, ScopeHeader: "Authorization"}})
+	sys := newSystem(t, be.URL, setup{cfg: Config{Accumulate: true, ScopeHeaders: []string{"Authorization"}}})
 	say := func(key, text string) *http.Response {
 		resp := post(t, sys.url+"/api/chat", []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"`+text+`"}]}`),
 			map[string]string{"X-Session-ID": "shared", "Authorization": "Bearer " + key})

@@ -173,7 +173,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	s.trackers = newTrackers()
 	s.once = newOnceLog(log)
 	s.rec = &recorder{tokens: deps.Tokens, writer: deps.Writer, trimmer: &s.trimmer, trackers: s.trackers, metrics: s.metrics, log: log}
-	s.namer = sessionNamer{header: cfg.SessionHeader, scopeHeader: cfg.ScopeHeader, noFingerprint: cfg.NoFingerprint}
+	s.namer = sessionNamer{header: cfg.SessionHeader, scopeHeaders: cfg.ScopeHeaders, noFingerprint: cfg.NoFingerprint}
 	s.guard = &memoryGuard{sessions: s.sessions, trackers: s.trackers, log: log}
 	if deps.Monitor != nil {
 		deps.Monitor.Subscribe(s.guard.onEvent)

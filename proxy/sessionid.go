@@ -6,38 +6,52 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-
-	"github.com/ctxproxy/ctxproxy/snapshots"
+	"unicode/utf8"
 )
 
+// maxClientID is the longest session id a client may send, in bytes; the
+// id stored may be longer by the scope suffix (snapshots.MaxIDLen).
+const maxClientID = 256
+
+// scopeLen is the length of a scope suffix: "~" and 16 hex digits.
+const scopeLen = 17
+
 // sessionNamer names the session of a chat request: the session header,
-// checked by the store's rule before the turn is answered, else a
-// fingerprint; scoped by the caller's credential when configured.
+// else a fingerprint; scoped by the caller's credential when configured.
 type sessionNamer struct {
 	header        string
-	scopeHeader   string
+	scopeHeaders  []string
 	noFingerprint bool
 }
 
-// sessionID returns the session of a request: the session header, else a
+// id returns the session of a request: the session header, else a
 // fingerprint of the model and the first system and user messages (so a
 // client that resends its whole history keeps one session without saying
-// so), else "".
+// so), else "". With scoping on, a caller's sessions carry its scope; a
+// caller without a credential may not name a scoped session, and one
+// with a credential that names another's gets a session of its own.
 func (s *sessionNamer) id(r *http.Request, req *chatRequest) (string, *apiError) {
 	scope := s.scope(r)
 	if id := r.Header.Get(s.header); id != "" {
-		max := snapshots.MaxIDLen - len(scope)
+		// The caller's own scoped id, as X-Ctxproxy-Session gave it,
+		// names the same session again.
+		name := id
+		if scope != "" && strings.HasSuffix(id, scope) && len(id) > scopeLen {
+			name = strings.TrimSuffix(id, scope)
+		}
 		// The store's rule, checked before the turn is answered: a turn
 		// that could not be saved must not be answered as if it were.
-		if err := snapshots.CheckID(id); err != nil || len(id) > max {
-			why := fmt.Sprintf("session id is %d bytes, more than %d", len(id), max)
-			if err != nil {
-				why = strings.TrimPrefix(err.Error(), snapshots.ErrInvalidID.Error()+": ")
-			}
-			return "", &apiError{status: http.StatusBadRequest,
-				message: fmt.Sprintf("%s: %s (1 to %d bytes of UTF-8)", s.header, why, max)}
+		switch {
+		case len(name) > maxClientID:
+			return "", s.badID(fmt.Sprintf("session id is %d bytes, more than %d", len(name), maxClientID))
+		case !utf8.ValidString(name):
+			return "", s.badID("session id is not valid UTF-8")
+		case scope == "" && len(s.scopeHeaders) > 0 && isScoped(name):
+			return "", &apiError{status: http.StatusForbidden, message: fmt.Sprintf(
+				"%s: this id names a session scoped to a credential (it ends in ~ and 16 hex digits); "+
+					"send the credential it belongs to (%s)", s.header, strings.Join(s.scopeHeaders, ", "))}
 		}
-		return id + scope, nil
+		return name + scope, nil
 	}
 	if s.noFingerprint || req.firstUser == "" {
 		return "", nil
@@ -50,17 +64,39 @@ func (s *sessionNamer) id(r *http.Request, req *chatRequest) (string, *apiError)
 	return "fp-" + hex.EncodeToString(h.Sum(nil)[:8]) + scope, nil
 }
 
+func (s *sessionNamer) badID(why string) *apiError {
+	return &apiError{status: http.StatusBadRequest,
+		message: fmt.Sprintf("%s: %s (1 to %d bytes of UTF-8)", s.header, why, maxClientID)}
+}
+
 // scope is the suffix that keeps a caller's sessions its own: "~" and 16
-// hex digits of a hash of the request's credential (ScopeHeader), or ""
-// when it carries none. The credential itself is never stored.
+// hex digits of a hash of the request's credential, the non-empty values
+// of the scope headers in their order, or "" when it carries none. One
+// credential is one caller whichever header carries it. The credential
+// itself is never stored.
 func (s *sessionNamer) scope(r *http.Request) string {
-	if s.scopeHeader == "" {
+	var creds []string
+	for _, name := range s.scopeHeaders {
+		if v := r.Header.Get(name); v != "" {
+			creds = append(creds, v)
+		}
+	}
+	if len(creds) == 0 {
 		return ""
 	}
-	cred := r.Header.Get(s.scopeHeader)
-	if cred == "" {
-		return ""
-	}
-	sum := sha256.Sum256([]byte("ctxproxy session scope\x00" + cred))
+	sum := sha256.Sum256([]byte("ctxproxy session scope\x00" + strings.Join(creds, "\x00")))
 	return "~" + hex.EncodeToString(sum[:8])
+}
+
+// isScoped reports whether id ends the way a scoped session's id does.
+func isScoped(id string) bool {
+	if len(id) < scopeLen || id[len(id)-scopeLen] != '~' {
+		return false
+	}
+	for _, c := range id[len(id)-scopeLen+1:] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

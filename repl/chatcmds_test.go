@@ -317,7 +317,7 @@ func TestChatThinking(t *testing.T) {
 // X-Ctxproxy-Session, so its commands find the conversation, and another
 // key never sees it.
 func TestChatFollowsScopedSession(t *testing.T) {
-	p := start(t, proxytest.Options{Config: proxy.Config{ScopeHeader: "Authorization"}})
+	p := start(t, proxytest.Options{Config: proxy.Config{ScopeHeaders: []string{"Authorization"}}})
 	out := runChat(t, p, chatRun{session: "mine", model: "llama3.1", apiKey: "key-a", noBar: true},
 		lines("hello", "/stats"))
 	if strings.Contains(out.stdout, "is empty") || !strings.Contains(out.stdout, "Messages") {

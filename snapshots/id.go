@@ -10,8 +10,10 @@ import (
 
 // MaxIDLen is the longest session id accepted, in bytes. Ids come from a
 // client header or URL; a bound keeps a hostile one from bloating every
-// record and index entry that carries it.
-const MaxIDLen = 256
+// record and index entry that carries it. Clients name ids of up to 256
+// bytes; the rest is room for the suffix that scopes a session to its
+// caller's credential.
+const MaxIDLen = 256 + 32
 
 // ErrInvalidID reports an id that cannot be one: a session id that is
 // empty, longer than MaxIDLen or not valid UTF-8, or a snapshot id that is
