@@ -124,6 +124,35 @@ func replay(b []byte, start int, id string) replayed {
 	}
 }
 
+// replayList applies a Redis list's elements, one record each, for
+// session id, skipping those that fail.
+func replayList(recs []string, id string) replayed {
+	var r replayed
+	for i, rec := range recs {
+		p, n, state := nextFrame([]byte(rec))
+		var err error
+		if state != frameOK || n != len(rec) {
+			err = fmt.Errorf("%w: record %d fails its CRC-32C", ErrCorrupt, i)
+		} else {
+			var s *Session
+			if s, err = applyRecord(r.s, id, p, len(r.lost) > 0); err == nil {
+				r.s = s
+				r.good += len(rec)
+				if p[0] == kindReplace {
+					r.base = r.good
+				}
+				if len(r.lost) > 0 {
+					r.kept++
+				}
+				continue
+			}
+			err = fmt.Errorf("record %d: %w", i, err)
+		}
+		r.lost = append(r.lost, lostRecord{at: i, n: len(rec), cause: err})
+	}
+	return r
+}
+
 // infoStart starts every record's listing entry, after its kind byte
 // (appendInfo, or json.Marshal of a SessionInfo).
 var infoStart = []byte(`{"session_id":`)
