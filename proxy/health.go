@@ -25,9 +25,13 @@ func (s *health) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // readyz answers 200 when the backend answered recently, asking it (GET /)
-// when it has not.
+// when it has not. Corrupt records the store set aside since start are
+// told on a line of their own after the status, whatever it is: the
+// sessions they were in still load, so they do not make ctxproxy
+// unready, but someone should look at the copies.
 func (s *health) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	defer s.corrupt(w)
 	if p, ok := s.store.(interface{ Ping(context.Context) error }); ok {
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		err := p.Ping(ctx)
@@ -49,6 +53,22 @@ func (s *health) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = fmt.Fprintf(w, "backend %s is not answering\n", s.backend.Redacted())
+}
+
+// corrupt writes the line that says how many corrupt records the store
+// set aside since start, and where their copies are; nothing when none.
+func (s *health) corrupt(w io.Writer) {
+	c, ok := s.store.(storeCounters)
+	if !ok {
+		return
+	}
+	n := c.Counters()
+	switch {
+	case n.Corrupt == 1:
+		_, _ = fmt.Fprintf(w, "1 corrupt session record set aside since start; copies in %s\n", n.CorruptCopies)
+	case n.Corrupt > 1:
+		_, _ = fmt.Fprintf(w, "%d corrupt session records set aside since start; copies in %s\n", n.Corrupt, n.CorruptCopies)
+	}
 }
 
 // storeHealth is the session store's state as the writer last saw it.

@@ -345,6 +345,8 @@ var (
 		"Reads the session store failed for a reason other than absence or corruption.", nil, nil)
 	descStoreCorrupt = prometheus.NewDesc("ctxproxy_store_corrupt_records_total",
 		"Stored records that failed their checks and were set aside.", nil, nil)
+	descStoreSkipped = prometheus.NewDesc("ctxproxy_store_corrupt_records_skipped_total",
+		"Corrupt records skipped inside session logs, the records after them kept and a copy of the log set aside (also in ctxproxy_store_corrupt_records_total).", nil, nil)
 	descStoreTorn = prometheus.NewDesc("ctxproxy_store_torn_logs_total",
 		"Session logs found ending in an interrupted write, cut at their last whole record.", nil, nil)
 	descSessionUpdates = prometheus.NewDesc("ctxproxy_session_updates_total",
@@ -365,7 +367,7 @@ var (
 func (c storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	if c.store != nil {
 		for _, d := range []*prometheus.Desc{descStoreWrites, descStoreWriteBytes, descStoreWriteErrors,
-			descStoreReads, descStoreReadErrors, descStoreCorrupt, descStoreTorn} {
+			descStoreReads, descStoreReadErrors, descStoreCorrupt, descStoreSkipped, descStoreTorn} {
 			ch <- d
 		}
 	}
@@ -390,6 +392,7 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descStoreReads, s.Reads)
 		counter(descStoreReadErrors, s.ReadErrors)
 		counter(descStoreCorrupt, s.Corrupt)
+		counter(descStoreSkipped, s.Skipped)
 		counter(descStoreTorn, s.Torn)
 	}
 	if c.writer != nil {

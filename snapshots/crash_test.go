@@ -262,7 +262,7 @@ func checkCrashDir(t *testing.T, round int, dir string, acked, seen map[string]c
 		}
 	}
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && (strings.HasSuffix(path, corruptExt) || strings.HasPrefix(d.Name(), tempPrefix)) {
+		if err == nil && (strings.Contains(d.Name(), corruptExt) || strings.HasPrefix(d.Name(), tempPrefix)) {
 			t.Errorf("round %d: %s left after reopening", round, path)
 		}
 		return nil

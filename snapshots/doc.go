@@ -9,8 +9,11 @@
 // directory, one process) and [RedisStore] (shared by several ctxproxy
 // replicas). A session is an append-only log of checksummed records, one
 // per change (see log.go), so that storing a turn costs the turn and not
-// the conversation; logs are replayed on read, compacted in the
-// background, and a torn or corrupt tail is cut at the last good record.
+// the conversation; logs are replayed on read and compacted in the
+// background. A torn tail (a write a crash interrupted) is cut at the last
+// good record; a corrupt record with good ones after it is skipped, a
+// copy of the log kept, and the records after it still load
+// (logrecover.go).
 // FileStore keeps logs open between turns and fsyncs appended records in
 // the background, every Config.FsyncInterval (see there for what that
 // risks); whole files are fsynced before they are renamed into place.

@@ -45,7 +45,10 @@ import (
 //
 // A file that fails its checks is logged, counted, renamed to NAME.corrupt
 // (kept for inspection, never read again) and treated as absent; every
-// other file keeps loading (seed 004 10.3, 10.6).
+// other file keeps loading (seed 004 10.3, 10.6). A session log with a
+// corrupt record inside it is copied whole to KEY.log.corrupt-TIME and
+// rewritten without the record, keeping the records after it
+// (logrecover.go).
 //
 // One process owns a directory; several replicas need RedisStore.
 type FileStore struct {
@@ -101,6 +104,10 @@ func NewFileStore(cfg Config, log *slog.Logger) (*FileStore, error) {
 		cache:    newStateCache(defaultCacheBytes),
 		sessions: make(map[string]SessionInfo),
 		snaps:    make(map[string]map[string]SnapshotInfo),
+	}
+	st.counters.copies = cfg.Dir
+	if abs, err := filepath.Abs(cfg.Dir); err == nil {
+		st.counters.copies = abs
 	}
 	st.files = newFiles(log, &st.counters)
 	for _, d := range []string{st.sessDir, st.snapDir} {
@@ -189,7 +196,9 @@ func run(jobs []func(), n int) {
 
 // indexSession checks every record's CRC in session k's log, cuts a torn
 // or corrupt tail, and indexes the listing entry of the last good record.
-// The records are decoded when the session is first read.
+// The records are decoded when the session is first read, unless a bad
+// record has valid ones after it: then the log is replayed and repaired
+// now (load).
 func (st *FileStore) indexSession(k string) {
 	path := st.logPath(k)
 	data, err := st.files.read(path)
@@ -209,6 +218,18 @@ func (st *FileStore) indexSession(k string) {
 		if state == frameOK {
 			last, good = p, good+n
 			continue
+		}
+		budget := resyncBudget(data)
+		if next := resync(data, good+1, ofKey(k), &budget); next > 0 {
+			// A damaged record with whole ones after it: replay the
+			// log, which skips it, keeps a copy and rewrites it.
+			p, _, _ := nextFrame(data[next:])
+			if info, err := payloadInfo(p); err == nil {
+				if _, err := st.load(k, info.ID); err != nil {
+					st.log.Error("snapshots: read session", "path", path, "err", err)
+				}
+				return
+			}
 		}
 		cause = errTorn
 		if state == frameCorrupt {
@@ -266,11 +287,7 @@ func (st *FileStore) migrate(k string) {
 		st.files.setAside(old, err)
 		return
 	}
-	p, err := encodeReplace(s)
-	var n int64
-	if err == nil {
-		n, err = st.files.write(st.sessDir, k+logExt, []byte(logMagic), frame(p))
-	}
+	n, err := st.files.writeLog(st.sessDir, k+logExt, s)
 	if err != nil {
 		st.log.Error("snapshots: convert a session file to a log; it stays as it is", "path", old, "err", err)
 		return
@@ -293,8 +310,11 @@ func (st *FileStore) logPath(k string) string {
 
 // load returns session k's cached state, replaying its log when it is
 // not cached; nil when there is no session. The caller holds k's lock. A
-// log whose first record is unreadable is set aside and reported with an
-// error wrapping ErrCorrupt; a bad tail is cut and the rest loads.
+// log without a record that loads is set aside and reported with an
+// error wrapping ErrCorrupt; a bad tail is cut and the rest loads; a log
+// with corrupt records skipped is copied and rewritten whole (repair),
+// and when no copy can be kept the session is not read (an error) rather
+// than the log changed without one.
 func (st *FileStore) load(k, id string) (*cached, error) {
 	if e := st.cache.get(k); e != nil {
 		return e, nil
@@ -323,11 +343,18 @@ func (st *FileStore) load(k, id string) (*cached, error) {
 		st.mu.Unlock()
 		return nil, r.cut
 	}
-	if r.cut != nil {
+	size, base := int64(r.good), int64(r.base)
+	switch {
+	case len(r.lost) > 0:
+		if size, base, err = st.files.repair(st.sessDir, k+logExt, data, r); err != nil {
+			return nil, err
+		}
+		st.setInfo(k, r.s, size)
+	case r.cut != nil:
 		st.files.cut(path, data, r.good, r.cut)
-		st.setInfo(k, r.s, int64(r.good))
+		st.setInfo(k, r.s, size)
 	}
-	e := &cached{k: k, s: r.s, size: int64(r.good), base: int64(r.base)}
+	e := &cached{k: k, s: r.s, size: size, base: base}
 	st.cache.put(e)
 	return e, nil
 }
@@ -442,11 +469,7 @@ func (st *FileStore) compact(k, id string) {
 	if e == nil || err != nil || !e.needsCompaction() {
 		return // deleted, replaced or compacted meanwhile
 	}
-	p, err := encodeReplace(e.s)
-	if err != nil {
-		return
-	}
-	n, err := st.files.write(st.sessDir, k+logExt, []byte(logMagic), frame(p))
+	n, err := st.files.writeLog(st.sessDir, k+logExt, e.s)
 	if err != nil {
 		// The log is still whole; the next record asks again.
 		st.log.Warn("snapshots: compact a session log", "session", id, "err", err)

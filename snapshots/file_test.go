@@ -183,7 +183,8 @@ var damage = []struct {
 // logDamage are ways a session log goes bad: a write a crash cut short,
 // zeros a file system left, bytes appended, bits flipped in the last
 // record or the first, the whole file lost. Each is applied to a log of
-// two records: the session with 20 messages, then one appended.
+// two records: the session with 20 messages, then one appended. A first
+// record lost with the second whole keeps the second's turn (logrecover.go).
 var logDamage = []struct {
 	name string
 	fn   func(b []byte, tail int) []byte // tail: where the second record starts
@@ -196,14 +197,15 @@ var logDamage = []struct {
 	{"zeros after", func(b []byte, _ int) []byte { return append(b, make([]byte, 512)...) }, 21, 1, 0},
 	{"garbage after", func(b []byte, _ int) []byte { return append(b, "\x05\x00\x00\x00garbage, not a record"...) }, 21, 0, 1},
 	{"last record bit flipped", func(b []byte, _ int) []byte { b[len(b)-3] ^= 0x10; return b }, 20, 0, 1},
-	{"first record bit flipped", func(b []byte, _ int) []byte { b[len(logMagic)+40] ^= 0x10; return b }, 0, 0, 1},
+	{"first record bit flipped", func(b []byte, _ int) []byte { b[len(logMagic)+40] ^= 0x10; return b }, 1, 0, 1},
 	{"zeroed", func(b []byte, _ int) []byte { return make([]byte, len(b)) }, 0, 0, 1},
 	{"empty", func([]byte, int) []byte { return nil }, 0, 0, 1},
 	{"plain JSON", func([]byte, int) []byte { return []byte(`{"session_id":"bad","messages":[]}`) }, 0, 0, 1},
 }
 
-// A damaged log is cut at its last good record, never read past it; one
-// without a good record is set aside. Nothing else is affected.
+// A damaged log is cut at its last good record, or its bad record skipped
+// when a good one follows, and never read as data; one without a good
+// record is set aside. Nothing else is affected.
 func TestFileStoreCorruptSession(t *testing.T) {
 	for _, d := range logDamage {
 		t.Run(d.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // files is FileStore's access to the disk: whole files replaced
@@ -150,26 +151,65 @@ func (f files) appendAt(path string, off int64, rec []byte, durable bool) (err e
 	return nil
 }
 
+// writeLog replaces the log dir/name with one replace record of s,
+// atomically (write): a session file converted to a log, a compaction,
+// and a log rewritten without its corrupt records.
+func (f files) writeLog(dir, name string, s *Session) (int64, error) {
+	p, err := encodeReplace(s)
+	if err != nil {
+		return 0, err
+	}
+	return f.write(dir, name, []byte(logMagic), frame(p))
+}
+
 // cut truncates the log at path to its good bytes after replay found a
-// torn or corrupt record. A corrupt tail is counted, logged and copied to
-// PATH.corrupt for inspection; a torn one is the unacknowledged write a
-// crash interrupted and is only noted.
+// torn or corrupt record with nothing valid after it. A corrupt tail is
+// counted, logged and the log copied whole first (keepCopy); a torn one
+// is the unacknowledged write a crash interrupted and is only noted.
 func (f files) cut(path string, data []byte, good int, cause error) {
 	if errors.Is(cause, errTorn) {
 		f.counters.torn.Add(1)
 		f.log.Warn("snapshots: cutting an interrupted write off a session log", "path", path, "bytes", len(data)-good)
 	} else {
 		f.counters.corrupt.Add(1)
-		f.log.Error("snapshots: corrupt record in a session log; cut there, the records before it still load",
-			"path", path, "bytes", len(data)-good, "err", cause)
-		if err := os.WriteFile(path+corruptExt, data[good:], 0o600); err != nil {
-			f.log.Warn("snapshots: keep the cut records", "path", path, "err", err)
+		copyPath, err := f.keepCopy(path, data)
+		if err != nil {
+			f.log.Warn("snapshots: keep a copy of a session log before cutting its corrupt tail", "path", path, "err", err)
 		}
+		f.log.Error("snapshots: corrupt record at the end of a session log, nothing valid after it; cut there, the records before it still load",
+			"path", path, "offset", good, "bytes", len(data)-good, "copy", copyPath, "err", cause)
 	}
 	f.logs.drop(path)
 	if err := os.Truncate(path, int64(good)); err != nil {
 		f.log.Error("snapshots: cut a session log", "path", path, "err", err)
 	}
+}
+
+// keepCopy writes data, the bytes of the file at path as they were read,
+// to a new file beside it, PATH.corrupt-TIME (UTC, to the nanosecond, so
+// that a later copy of the same log never replaces an earlier one), and
+// makes it durable before the caller rewrites or cuts the original. It
+// returns the copy's path. The copies are never read again; they are kept
+// for inspection and recovery by hand, and removed by hand.
+func (f files) keepCopy(path string, data []byte) (copyPath string, err error) {
+	copyPath = path + corruptExt + "-" + time.Now().UTC().Format("20060102T150405.000000000Z")
+	c, err := os.OpenFile(copyPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", err
+	}
+	_, err = c.Write(data)
+	if err == nil {
+		err = c.Sync()
+	}
+	if cerr := c.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(copyPath)
+		return "", err
+	}
+	f.syncDir(filepath.Dir(path))
+	return copyPath, nil
 }
 
 // syncDir makes a rename or removal in dir durable. Once the rename is
@@ -205,4 +245,39 @@ func (f files) removeTemp(path string) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		f.log.Warn("snapshots: remove temporary file", "path", path, "err", err)
 	}
+}
+
+// repair handles the log dir/name (as read: data) in which replay
+// skipped corrupt records and kept the records after them (r): it keeps a
+// copy of the log as it was (keepCopy), counts and logs the records lost,
+// and rewrites the log as one replace record of the recovered session,
+// as compaction does, so that the next read finds it whole. It returns
+// the log's size and where its last replace record ends. Without a copy
+// nothing is rewritten and the error says why; when the rewrite fails the
+// damaged log stays as it is (its copy kept) and the sizes are those of
+// the records read, so that the next append goes after the last good one.
+func (f files) repair(dir, name string, data []byte, r replayed) (size, base int64, err error) {
+	path := filepath.Join(dir, name)
+	copyPath, err := f.keepCopy(path, data)
+	if err != nil {
+		f.counters.writeErrors.Add(1)
+		return 0, 0, fmt.Errorf("snapshots: the session log %s holds corrupt records and no copy of it could be kept, "+
+			"so it is left as it is: %w", path, err)
+	}
+	reportLost(f.log, f.counters, r, "path", path, "offset", r.lostAt(), "copy", copyPath)
+	switch {
+	case errors.Is(r.cut, errTorn):
+		f.counters.torn.Add(1)
+	case r.cut != nil:
+		f.counters.corrupt.Add(1)
+		f.log.Error("snapshots: corrupt record at the end of a session log, nothing valid after it; dropped by the rewrite",
+			"path", path, "copy", copyPath, "err", r.cut)
+	}
+	n, err := f.writeLog(dir, name, r.s)
+	if err != nil {
+		f.log.Error("snapshots: rewrite a session log without its corrupt records; it stays as it is until the next read",
+			"path", path, "err", err)
+		return int64(r.good), int64(r.base), nil
+	}
+	return n, n, nil
 }

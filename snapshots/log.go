@@ -26,16 +26,25 @@ package snapshots
 //
 // Every record carries the listing entry of the session as it stands after
 // the record, so an index is built by checking every frame's CRC and
-// decoding only the last entry. Replay stops at the first frame that is
-// incomplete (a write interrupted by a crash: the tail is cut, nothing is
-// lost that was acknowledged) or fails its CRC (corruption: counted,
-// logged, cut); nothing after it is ever read as data.
+// decoding only the last entry.
+//
+// Replay reads the frames in order. An incomplete frame at the end, or
+// zeros there, is a write a crash interrupted before it was acknowledged:
+// the tail is cut and nothing acknowledged is lost. A record that fails
+// its checks (its CRC, a length field damaged so that it points past the
+// end or into the next record, a payload that does not decode or is
+// another session's) is corrupt. When whole records of the session follow
+// it, it is skipped and they are kept: the log is not a tail to cut, and
+// cutting it would throw away every later turn. When nothing valid follows
+// it, the tail is cut there, as for a torn write, but counted as
+// corruption. Either way a copy of the log's bytes is kept before anything
+// is rewritten, and nothing in a bad record is ever read as data
+// (logrecover.go says what a skipped record costs).
 
 import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"reflect"
@@ -251,6 +260,15 @@ func equalMessage(a, b *Message) bool {
 // returns the result. The result holds no part of p: message Raw bytes
 // are copies (one array per record).
 func apply(s *Session, id string, p []byte) (*Session, error) {
+	return applyRecord(s, id, p, false)
+}
+
+// applyRecord is apply; afterLoss says that a record of the log before p
+// was skipped as corrupt, so that p may build on a change that is lost:
+// an append record then keeps all the messages there are when it says it
+// keeps more, and one with nothing before it starts a session of its own
+// (logrecover.go). A record that fails leaves s as it was.
+func applyRecord(s *Session, id string, p []byte, afterLoss bool) (*Session, error) {
 	kind, ib, body, err := splitPayload(p)
 	if err != nil {
 		return nil, err
@@ -274,7 +292,7 @@ func apply(s *Session, id string, p []byte) (*Session, error) {
 		}
 		return n, err
 	case kindAppend:
-		if s == nil {
+		if s == nil && !afterLoss {
 			return nil, fmt.Errorf("%w: an append record with nothing before it", ErrCorrupt)
 		}
 		var d delta
@@ -286,6 +304,30 @@ func apply(s *Session, id string, p []byte) (*Session, error) {
 			if d, err = slowDelta(body); err != nil {
 				return nil, err
 			}
+		}
+		// Everything is decoded before s changes, so that a record
+		// that fails is skipped whole.
+		var md map[string]any
+		if d.Metadata != nil {
+			if err := json.Unmarshal(d.Metadata, &md); err != nil {
+				return nil, fmt.Errorf("%w: metadata: %v", ErrCorrupt, err)
+			}
+		}
+		var sums []Summary
+		if d.Summaries != nil {
+			if err := json.Unmarshal(d.Summaries, &sums); err != nil {
+				return nil, fmt.Errorf("%w: summaries: %v", ErrCorrupt, err)
+			}
+		}
+		if s == nil {
+			info, err := payloadInfo(p)
+			if err != nil {
+				return nil, err
+			}
+			s = &Session{ID: id, Model: info.Model, Created: info.Created}
+		}
+		if afterLoss && d.At > len(s.Messages) {
+			d.At = len(s.Messages)
 		}
 		if d.At < 0 || d.At > len(s.Messages) {
 			return nil, fmt.Errorf("%w: append record keeps %d of %d messages", ErrCorrupt, d.At, len(s.Messages))
@@ -302,16 +344,10 @@ func apply(s *Session, id string, p []byte) (*Session, error) {
 			s.Stats = *d.Stats
 		}
 		if d.Metadata != nil {
-			s.Metadata = nil
-			if err := json.Unmarshal(d.Metadata, &s.Metadata); err != nil {
-				return nil, fmt.Errorf("%w: metadata: %v", ErrCorrupt, err)
-			}
+			s.Metadata = md
 		}
 		if d.Summaries != nil {
-			s.Summaries = nil
-			if err := json.Unmarshal(d.Summaries, &s.Summaries); err != nil {
-				return nil, fmt.Errorf("%w: summaries: %v", ErrCorrupt, err)
-			}
+			s.Summaries = sums
 		}
 		return s, nil
 	}
@@ -340,48 +376,6 @@ func slowDelta(body []byte) (delta, error) {
 		return d, fmt.Errorf("%w: append record: %v", ErrCorrupt, err)
 	}
 	return d, nil
-}
-
-// replayed is what replaying a log found.
-type replayed struct {
-	s    *Session
-	good int   // bytes up to the end of the last good record
-	base int   // bytes up to the end of the last replace record
-	cut  error // why the rest was cut: errTorn or an ErrCorrupt
-}
-
-// errTorn reports a log that ends in an incomplete record: a write that a
-// crash interrupted before it was acknowledged.
-var errTorn = errors.New("snapshots: the log ends in an interrupted write")
-
-// replay applies the frames in b (which starts at byte offset start of the
-// log) for session id, stopping at the first that is torn or bad.
-func replay(b []byte, start int, id string) replayed {
-	r := replayed{good: start, base: start}
-	for off := 0; ; {
-		p, n, state := nextFrame(b[off:])
-		switch state {
-		case frameEnd:
-			return r
-		case frameTorn:
-			r.cut = errTorn
-			return r
-		case frameCorrupt:
-			r.cut = fmt.Errorf("%w: record at byte %d fails its CRC-32C", ErrCorrupt, start+off)
-			return r
-		}
-		s, err := apply(r.s, id, p)
-		if err != nil {
-			r.cut = fmt.Errorf("record at byte %d: %w", start+off, err)
-			return r
-		}
-		r.s = s
-		off += n
-		r.good = start + off
-		if p[0] == kindReplace {
-			r.base = r.good
-		}
-	}
 }
 
 // sessionBytes estimates the memory a decoded session holds, for the

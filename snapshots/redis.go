@@ -18,6 +18,8 @@ import (
 // the config and KEY the hex SHA-256 of the session id:
 //
 //	PREFIX log:KEY                  the session's log: a list of records
+//	PREFIX log:KEY:corrupt-TIME     corrupt records skipped in it, as they
+//	                                were (a list), kept for inspection
 //	PREFIX ver:KEY                  the session's version, new on every change
 //	PREFIX sessions                 hash KEY → SessionInfo JSON (List)
 //	PREFIX snapshot:KEY:SNAPSHOT-ID a snapshot record
@@ -34,11 +36,14 @@ import (
 // the sessions it used last (bounded) with the version it read, and
 // replays the log only when another replica changed the session since. A
 // log is compacted in the background, in the same kind of transaction,
-// into one replace record. A record that fails its checks cuts the log
-// there; a log whose first record fails is renamed to its key plus
-// ":corrupt" by the next update. Transactions span a session's keys and
-// the shared index, so the store needs a single Redis (or a primary with
-// replicas), not Redis Cluster.
+// into one replace record. A record that fails its checks is skipped and
+// the records after it are kept (logrecover.go); in the transaction that
+// rewrites the log without it (the read that found it, or the next
+// update) it is copied to PREFIX log:KEY:corrupt-TIME. A log without a
+// record that loads is renamed to its key plus ":corrupt" by the next
+// update. Transactions span a session's keys and the shared index, so the
+// store needs a single Redis (or a primary with replicas), not Redis
+// Cluster.
 type RedisStore struct {
 	rdb       *redis.Client
 	keys      redisKeys
@@ -91,6 +96,7 @@ func redisStoreOn(rdb *redis.Client, cfg Config, log *slog.Logger) *RedisStore {
 		obs:      observer{StoreRedis, cfg.Observe},
 		cache:    newStateCache(defaultCacheBytes),
 	}
+	st.counters.copies = "Redis keys " + cfg.Redis.Prefix + "*:corrupt*"
 	st.compactor = newCompactor(st.compact)
 	return st
 }
@@ -102,6 +108,7 @@ func redisStoreOn(rdb *redis.Client, cfg Config, log *slog.Logger) *RedisStore {
 type redisKeys string
 
 func (p redisKeys) log(k string) string       { return string(p) + "log:" + k }
+func (p redisKeys) aside(k, t string) string  { return string(p) + "log:" + k + ":corrupt-" + t }
 func (p redisKeys) ver(k string) string       { return string(p) + "ver:" + k }
 func (p redisKeys) session(k string) string   { return string(p) + "session:" + k }
 func (p redisKeys) index() string             { return string(p) + "sessions" }
@@ -136,10 +143,15 @@ type loaded struct {
 	e   *cached // nil: no session
 	ver string  // the version read ("" for none)
 	// rewrite: the next write must replace the log, not append to it (a
-	// session of the earlier format, or a log cut at a bad record).
+	// session of the earlier format, or a log with corrupt records).
 	rewrite bool
 	// bad is the key of an unreadable session, to set aside.
 	bad string
+	// r is the replay, when the log had corrupt records skipped (r.lost),
+	// and lost their elements as they were, to copy aside when the log
+	// is rewritten (setAside).
+	r    replayed
+	lost []any
 }
 
 // load returns session k's state through c (the client, or a
@@ -161,36 +173,39 @@ func (st *RedisStore) load(ctx context.Context, c redis.Cmdable, k, id string) (
 	if len(recs) == 0 {
 		return st.loadV1(ctx, c, k, id)
 	}
-	var r replayed
-	for i, rec := range recs {
-		p, n, state := nextFrame([]byte(rec))
-		if state != frameOK || n != len(rec) {
-			r.cut = fmt.Errorf("%w: record %d fails its CRC-32C", ErrCorrupt, i)
-			break
-		}
-		s, err := apply(r.s, id, p)
-		if err != nil {
-			r.cut = fmt.Errorf("record %d: %w", i, err)
-			break
-		}
-		r.s = s
-		r.good += len(rec)
-		if p[0] == kindReplace {
-			r.base = r.good
-		}
-	}
-	if r.cut != nil {
-		st.corrupt(st.keys.log(k), r.cut)
-		if r.s == nil {
-			return loaded{bad: st.keys.log(k)}, fmt.Errorf("snapshots: session %q: %w", id, r.cut)
-		}
+	r := replayList(recs, id)
+	if r.s == nil {
+		cause := r.lost[0].cause
+		st.corrupt(st.keys.log(k), cause)
+		return loaded{bad: st.keys.log(k)}, fmt.Errorf("snapshots: session %q: %w", id, cause)
 	}
 	seq, _ := strconv.ParseInt(ver, 36, 64)
 	e := &cached{k: k, s: r.s, size: int64(r.good), base: int64(r.base), seq: seq}
-	if r.cut == nil {
+	l := loaded{e: e, ver: ver}
+	if len(r.lost) == 0 {
 		st.cache.put(e)
+		return l, nil
 	}
-	return loaded{e: e, ver: ver, rewrite: r.cut != nil}, nil
+	// Not cached: until a rewrite drops them, the log holds the records.
+	l.rewrite, l.r = true, r
+	for _, x := range r.lost {
+		l.lost = append(l.lost, recs[x.at])
+	}
+	return l, nil
+}
+
+// setAside copies the corrupt records l skipped to a key of their own,
+// in the transaction pl that rewrites session k's log without them, and
+// returns a function that reports them once it went through.
+func (st *RedisStore) setAside(ctx context.Context, pl redis.Pipeliner, k string, l loaded) (done func()) {
+	if len(l.lost) == 0 {
+		return func() {}
+	}
+	aside := st.keys.aside(k, st.now().UTC().Format("20060102T150405.000000000Z"))
+	pl.RPush(ctx, aside, l.lost...)
+	return func() {
+		reportLost(st.log, &st.counters, l.r, "key", st.keys.log(k), "record", l.r.lostAt(), "copy", aside)
+	}
 }
 
 // loadV1 reads a session stored in the format before the log.
@@ -224,6 +239,14 @@ func (st *RedisStore) Get(ctx context.Context, id string) (_ *Session, err error
 		return nil, err
 	case l.e == nil:
 		return nil, ErrNotFound
+	}
+	if len(l.lost) > 0 {
+		// Rewrite the log without its corrupt records now, so that
+		// they are set aside and reported once, not on every read.
+		if err := st.rewrite(ctx, k, id, true); err != nil {
+			st.log.Warn("snapshots: rewrite a session log without its corrupt records; the next read tries again",
+				"session", id, "err", err)
+		}
 	}
 	st.counters.reads.Add(1)
 	return l.e.s.Clone(), nil
@@ -299,10 +322,12 @@ func (st *RedisStore) tryUpdate(ctx context.Context, tx *redis.Tx, id, k string,
 	}
 	info.Bytes = size
 	ib, _ = json.Marshal(info)
+	var reported func()
 	_, err = tx.TxPipelined(ctx, func(pl redis.Pipeliner) error {
 		if aside {
 			pl.Rename(ctx, l.bad, l.bad+":corrupt")
 		}
+		reported = st.setAside(ctx, pl, k, l)
 		if replace {
 			pl.Del(ctx, st.keys.log(k), st.keys.session(k))
 		}
@@ -320,6 +345,7 @@ func (st *RedisStore) tryUpdate(ctx context.Context, tx *redis.Tx, id, k string,
 		return st.writeErr(err)
 	}
 	st.wrote(rec)
+	reported()
 	e.size, e.seq = size, seq
 	if replace {
 		e.base = size
@@ -344,10 +370,24 @@ func (st *RedisStore) compact(k, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	defer st.locks.lock(k)()
-	err = st.rdb.Watch(ctx, func(tx *redis.Tx) error {
+	if err = st.rewrite(ctx, k, id, false); err != nil {
+		st.log.Warn("snapshots: compact a session log", "session", id, "err", err)
+	}
+}
+
+// rewrite replaces session id's log with one replace record of its state
+// when the log holds corrupt records (which it sets aside) or, unless
+// repairOnly, when it is due for compaction; a conflict with another
+// replica's change is no error (the log is read again by whoever needs
+// it). The caller holds k's lock.
+func (st *RedisStore) rewrite(ctx context.Context, k, id string, repairOnly bool) error {
+	err := st.rdb.Watch(ctx, func(tx *redis.Tx) error {
 		l, err := st.load(ctx, tx, k, id)
-		if err != nil || l.e == nil || l.rewrite || !l.e.needsCompaction() {
+		if err != nil || l.e == nil {
 			return err
+		}
+		if len(l.lost) == 0 && (repairOnly || l.rewrite || !l.e.needsCompaction()) {
+			return nil
 		}
 		p, err := encodeReplace(l.e.s)
 		if err != nil {
@@ -360,7 +400,9 @@ func (st *RedisStore) compact(k, id string) {
 		if err != nil {
 			return err
 		}
+		var reported func()
 		_, err = tx.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+			reported = st.setAside(ctx, pl, k, l)
 			pl.Del(ctx, st.keys.log(k))
 			pl.RPush(ctx, st.keys.log(k), rec)
 			pl.HSet(ctx, st.keys.index(), k, ib)
@@ -368,16 +410,16 @@ func (st *RedisStore) compact(k, id string) {
 		})
 		if err == nil {
 			st.wrote(rec)
+			reported()
 			l.e.size, l.e.base = int64(len(rec)), int64(len(rec))
+			st.cache.put(l.e)
 		}
 		return err
 	}, st.keys.log(k))
 	if errors.Is(err, redis.TxFailedErr) {
 		err = nil
 	}
-	if err != nil {
-		st.log.Warn("snapshots: compact a session log", "session", id, "err", err)
-	}
+	return err
 }
 
 // List returns every session, most recently updated first.

@@ -62,7 +62,7 @@ var (
 )
 
 // Counters are a store's running totals since it was opened, meant for
-// Prometheus counters (a CounterFunc per field).
+// Prometheus counters (one per number).
 type Counters struct {
 	// Writes counts records written, WriteBytes their compressed bytes,
 	// WriteErrors the writes that failed (disk full, read-only, Redis
@@ -76,27 +76,44 @@ type Counters struct {
 	Reads      uint64
 	ReadErrors uint64
 	// Corrupt counts records that failed their checks and were set aside
-	// (or, in a session log, cut off with everything after them).
+	// (or, at the end of a session log with nothing valid after them,
+	// copied and cut off).
 	Corrupt uint64
+	// Skipped counts the corrupt records replay skipped in session logs,
+	// keeping the records after them, once a copy of them was kept
+	// (logrecover.go): in a file, a bad record with valid ones after it;
+	// in Redis, any bad element of a log that has good ones. Each is also
+	// in Corrupt.
+	Skipped uint64
 	// Torn counts session logs found ending in an interrupted write (a
 	// crash while a record was being written, before it was
 	// acknowledged) and cut back to their last whole record.
 	Torn uint64
+	// CorruptCopies says where the copies of corrupt records are kept,
+	// for a report of Corrupt to point at: the store's directory (each
+	// copy beside its file, named after it with .corrupt) or the pattern
+	// of the Redis keys set aside. Not a total; empty for a store that
+	// keeps none.
+	CorruptCopies string
 }
 
 type counters struct {
-	writes, writeBytes, writeErrors, reads, readErrors, corrupt, torn atomic.Uint64
+	writes, writeBytes, writeErrors, reads, readErrors, corrupt, skipped, torn atomic.Uint64
+	// copies is Counters.CorruptCopies, set when the store is made.
+	copies string
 }
 
 func (c *counters) get() Counters {
 	return Counters{
-		Writes:      c.writes.Load(),
-		WriteBytes:  c.writeBytes.Load(),
-		WriteErrors: c.writeErrors.Load(),
-		Reads:       c.reads.Load(),
-		ReadErrors:  c.readErrors.Load(),
-		Corrupt:     c.corrupt.Load(),
-		Torn:        c.torn.Load(),
+		Writes:        c.writes.Load(),
+		WriteBytes:    c.writeBytes.Load(),
+		WriteErrors:   c.writeErrors.Load(),
+		Reads:         c.reads.Load(),
+		ReadErrors:    c.readErrors.Load(),
+		Corrupt:       c.corrupt.Load(),
+		Skipped:       c.skipped.Load(),
+		Torn:          c.torn.Load(),
+		CorruptCopies: c.copies,
 	}
 }
 
