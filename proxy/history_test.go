@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // historyTurn posts an Ollama chat request (not streamed) and returns
@@ -442,5 +444,31 @@ func TestRestoreMark(t *testing.T) {
 	keepMark(sess, nil)
 	if _, ok := sess.Metadata[restoreKey]; ok || sess.Metadata["agent"] != "x" {
 		t.Errorf("a turn that did not apply the restore left %v", sess.Metadata)
+	}
+}
+
+// TestLongReplyStoredCut: a reply longer than max_body reaches the client
+// whole; the session keeps what fits and says where it was cut, and the
+// cut is counted.
+func TestLongReplyStoredCut(t *testing.T) {
+	reply := strings.Repeat("long answer ", 400) // 4,800 bytes
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Reply: reply, Chunks: 40})
+	sys := newSystem(t, be.URL, setup{cfg: Config{MaxBody: 2048}})
+	resp := post(t, sys.url+"/api/chat", []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`),
+		map[string]string{"X-Session-ID": "long"})
+	if got := readAll(t, resp.Body); strings.Count(got, "long answer") != 400 {
+		t.Fatalf("the client got %d of 400 pieces of the reply", strings.Count(got, "long answer"))
+	}
+	sys.flush(t)
+	sess, err := sys.store.Get(t.Context(), "long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := sess.Messages[len(sess.Messages)-1]
+	if last.Role != "assistant" || !strings.HasSuffix(last.Content, replyCutMarker) || len(last.Content) > 2048+len(replyCutMarker) {
+		t.Errorf("stored reply: %s %d bytes, ends %q", last.Role, len(last.Content), last.Content[max(0, len(last.Content)-60):])
+	}
+	if n := testutil.ToFloat64(sys.srv.metrics.repliesCut); n != 1 {
+		t.Errorf("ctxproxy_replies_cut_total = %v, want 1", n)
 	}
 }

@@ -34,6 +34,7 @@ type metrics struct {
 	overflowRetries           prometheus.Counter
 	overflowFailures          prometheus.Counter
 	rawOverflows              prometheus.Counter
+	repliesCut                prometheus.Counter
 	refused                   *prometheus.CounterVec
 	exactCounts               *prometheus.CounterVec
 	calibrationError          prometheus.Histogram
@@ -99,6 +100,9 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 	m.rawOverflows = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ctxproxy_raw_prompt_overflows_total",
 		Help: "Raw prompts (/api/generate, /v1/completions) longer than the model's window; ctxproxy does not cut them."})
+	m.repliesCut = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "ctxproxy_replies_cut_total",
+		Help: "Replies longer than max_body that the session stores cut (a streamed reply ends in a marker; a whole JSON reply is not stored)."})
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ctxproxy_refused_requests_total",
 		Help: "Requests refused before any route, by reason (host: a Host or Origin that is not allowed)."},
@@ -157,7 +161,7 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 	for _, r := range []string{"applied", "rejected"} {
 		m.reloads.WithLabelValues(r)
 	}
-	reg.MustRegister(m.exactDisagreements, m.exactCounts, m.overflowRetries, m.overflowFailures, m.rawOverflows, m.refused)
+	reg.MustRegister(m.exactDisagreements, m.exactCounts, m.overflowRetries, m.overflowFailures, m.rawOverflows, m.repliesCut, m.refused)
 	reg.MustRegister(m.requests, m.unparsable, m.duration, m.tokensBefore, m.tokensAfter, m.dropped,
 		m.summarized, m.truncations, m.calibrationError, m.added, m.numCtx, inflight, streams,
 		m.summaries, m.summaryFailures, m.summaryDuration, m.reloads, m.lastReload, m.lastReloadFailed)

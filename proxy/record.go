@@ -95,6 +95,9 @@ func relErr(est, actual int) float64 {
 	return d
 }
 
+// replyCutMarker ends a stored reply that was longer than ctxproxy keeps.
+const replyCutMarker = "\n[… reply cut here: ctxproxy stores at most max_body bytes of a reply; the client got it whole …]"
+
 // record queues the session update for this exchange.
 func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 	p := ex.plan
@@ -106,8 +109,17 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 		// conversation; recording it would replace the conversation.
 		return
 	}
+	whole := rep.status == http.StatusOK && rep.complete
+	if rep.truncated {
+		// The client got every byte; the session keeps what fits, and
+		// says so where a reader of it will look.
+		s.metrics.repliesCut.Inc()
+		s.log.Warn("reply longer than max_body: the session stores it cut", "session", ex.session, "model", p.model,
+			"stored_bytes", len(rep.content), "stored", whole)
+		rep.content += replyCutMarker
+	}
 	var replyMsg *snapshots.Message
-	if rep.status == http.StatusOK && rep.complete {
+	if whole {
 		m := replyMessage(ex.dialect, rep)
 		replyMsg = &m
 	}

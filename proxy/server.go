@@ -233,6 +233,10 @@ func (s *Server) Registry() *prometheus.Registry { return s.registry }
 // passthrough forwards a request ctxproxy does not read, its body as it
 // arrives.
 func (s *Server) passthrough(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+		s.preflight(w, r)
+		return
+	}
 	if b, ok := r.Body.(*rateBody); ok {
 		// The transport's own goroutine reads the body, and may still be
 		// reading it (if only to find its end) when the backend's answer
@@ -460,6 +464,7 @@ func (s *Server) shapeResponse(resp *http.Response) error {
 	for k, v := range ex.headers {
 		resp.Header[k] = v
 	}
+	exposeOwn(resp.Header)
 	if !ex.ready.IsZero() {
 		s.metrics.added.Observe(ex.ready.Sub(ex.start).Seconds())
 	}
@@ -478,7 +483,7 @@ func (s *Server) shapeResponse(resp *http.Response) error {
 		resp.ContentLength = -1
 		resp.Uncompressed = true
 	}
-	resp.Body = newTap(resp.Body, ex.wire(), resp.StatusCode, resp.Header.Get("Content-Type"), func(rep reply) {
+	resp.Body = newTap(resp.Body, ex.wire(), resp.StatusCode, resp.Header.Get("Content-Type"), int(s.cfg.MaxBody), func(rep reply) {
 		s.rec.afterReply(ex, rep)
 	})
 	if ex.plan != nil && ex.plan.translate {

@@ -26,7 +26,9 @@ type reply struct {
 	thinking     string
 	toolCalls    []replyToolCall
 	finishReason string
-	// truncated reports that content was cut at maxCapture.
+	// truncated reports that the reply was longer than the tap keeps:
+	// its content (or, for a whole JSON body, all of it) is not stored
+	// whole.
 	truncated bool
 }
 
@@ -36,9 +38,10 @@ type replyToolCall struct {
 	Arguments string `json:"arguments"`
 }
 
-// maxCapture bounds the reply text kept for the session; the client still
+// maxCapture bounds the reply text kept for the session when the server
+// sets no bound of its own (it keeps up to max_body); the client still
 // gets every byte.
-const maxCapture = 4 << 20
+const maxCapture = 32 << 20
 
 // tap wraps a response body: every byte goes to the client unchanged while
 // a parser reads the stream's events on the side. done runs once, when the
@@ -54,9 +57,13 @@ type tap struct {
 	think   strings.Builder
 	once    sync.Once
 	done    func(reply)
+	// limit is the most reply bytes kept.
+	limit int
 }
 
-func newTap(rc io.ReadCloser, d Dialect, status int, contentType string, done func(reply)) *tap {
+// newTap returns a tap of rc that keeps up to limit bytes of the reply
+// (maxCapture when limit is 0).
+func newTap(rc io.ReadCloser, d Dialect, status int, contentType string, limit int, done func(reply)) *tap {
 	kind := "json"
 	if mt, _, err := mime.ParseMediaType(contentType); err == nil {
 		switch mt {
@@ -66,7 +73,10 @@ func newTap(rc io.ReadCloser, d Dialect, status int, contentType string, done fu
 			kind = "sse"
 		}
 	}
-	return &tap{rc: rc, dialect: d, kind: kind, r: reply{status: status, promptTokens: -1}, done: done}
+	if limit <= 0 {
+		limit = maxCapture
+	}
+	return &tap{rc: rc, dialect: d, kind: kind, r: reply{status: status, promptTokens: -1}, done: done, limit: limit}
 }
 
 func (t *tap) Read(p []byte) (int, error) {
@@ -89,7 +99,7 @@ func (t *tap) Close() error {
 
 func (t *tap) feed(b []byte) {
 	if t.kind == "json" {
-		if len(t.buf)+len(b) <= maxCapture {
+		if len(t.buf)+len(b) <= t.limit {
 			t.buf = append(t.buf, b...)
 		} else {
 			t.r.truncated = true
@@ -105,7 +115,7 @@ func (t *tap) feed(b []byte) {
 		t.line(bytes.TrimRight(t.buf[:i], "\r"))
 		t.buf = t.buf[i+1:]
 	}
-	if len(t.buf) > maxCapture { // a line without end: stop looking at it
+	if len(t.buf) > t.limit { // a line without end: stop looking at it
 		t.buf = t.buf[:0]
 	}
 }
@@ -231,7 +241,7 @@ func (t *tap) call(i int) *replyToolCall {
 }
 
 func (t *tap) appendContent(sb *strings.Builder, s string) {
-	if sb.Len()+len(s) > maxCapture {
+	if sb.Len()+len(s) > t.limit {
 		t.r.truncated = true
 		return
 	}

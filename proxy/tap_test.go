@@ -14,7 +14,7 @@ func tapThrough(t *testing.T, body, contentType string, d Dialect, n int) (strin
 	t.Helper()
 	var got reply
 	calls := 0
-	tp := newTap(io.NopCloser(strings.NewReader(body)), d, 200, contentType, func(r reply) { got = r; calls++ })
+	tp := newTap(io.NopCloser(strings.NewReader(body)), d, 200, contentType, 0, func(r reply) { got = r; calls++ })
 	var sb strings.Builder
 	buf := make([]byte, n)
 	for {

@@ -239,7 +239,7 @@ func intToken(val []byte) (int, bool) {
 	return n, err != nil
 }
 
-// appendToken appends a string token's text to sb, within maxCapture.
+// appendToken appends a string token's text to sb, within the tap's limit.
 func (t *tap) appendToken(sb *strings.Builder, tok []byte) {
 	if len(tok) < 2 {
 		return
@@ -252,7 +252,7 @@ func (t *tap) appendToken(sb *strings.Builder, tok []byte) {
 		t.appendContent(sb, string(jsonscan.AppendUnescaped(nil, tok)))
 		return
 	}
-	if sb.Len()+len(inner) > maxCapture {
+	if sb.Len()+len(inner) > t.limit {
 		t.r.truncated = true
 		return
 	}

@@ -81,8 +81,8 @@ var quickSeeds = []string{
 
 func compareTaps(t *testing.T, data string, whole bool) {
 	t.Helper()
-	quick := newTap(nil, Ollama, 200, "application/x-ndjson", nil)
-	full := newTap(nil, Ollama, 200, "application/x-ndjson", nil)
+	quick := newTap(nil, Ollama, 200, "application/x-ndjson", 0, nil)
+	full := newTap(nil, Ollama, 200, "application/x-ndjson", 0, nil)
 	// Two events, so that appending and overwriting both show.
 	for range 2 {
 		quick.event([]byte(data), whole)
@@ -112,19 +112,19 @@ func TestQuickEventAgreesWithDecode(t *testing.T) {
 // agreement test while losing the speed).
 func TestQuickEventReadsCommonChunks(t *testing.T) {
 	for _, s := range quickSeeds[:6] {
-		tp := newTap(nil, Ollama, 200, "application/x-ndjson", nil)
+		tp := newTap(nil, Ollama, 200, "application/x-ndjson", 0, nil)
 		if !tp.quickEvent([]byte(s), false) {
 			t.Errorf("quickEvent declined %s", s)
 		}
 	}
 	for _, s := range []string{quickSeeds[38], quickSeeds[39], quickSeeds[40]} {
-		tp := newTap(nil, OpenAI, 200, "text/event-stream", nil)
+		tp := newTap(nil, OpenAI, 200, "text/event-stream", 0, nil)
 		if !tp.quickEvent([]byte(s), false) {
 			t.Errorf("quickEvent declined %s", s)
 		}
 	}
 	for _, s := range []string{quickSeeds[6], quickSeeds[7], quickSeeds[10], quickSeeds[50]} {
-		tp := newTap(nil, Ollama, 200, "application/x-ndjson", nil)
+		tp := newTap(nil, Ollama, 200, "application/x-ndjson", 0, nil)
 		if tp.quickEvent([]byte(s), false) {
 			t.Errorf("quickEvent read %s, which it must leave to the full decode", s)
 		}
@@ -144,7 +144,7 @@ func FuzzQuickEvent(f *testing.F) {
 // took ten).
 func TestQuickEventAllocs(t *testing.T) {
 	chunk := []byte(`{"model":"llama3.1:8b","created_at":"2026-11-21T12:00:00Z","message":{"role":"assistant","content":"The sea "},"done":false}`)
-	tp := newTap(nil, Ollama, 200, "application/x-ndjson", nil)
+	tp := newTap(nil, Ollama, 200, "application/x-ndjson", 0, nil)
 	if n := testing.AllocsPerRun(100, func() {
 		tp.event(chunk, false)
 		tp.content.Reset()
@@ -175,7 +175,7 @@ func BenchmarkTapChunk(b *testing.B) {
 		} {
 			b.Run(c.name+"/"+path.name, func(b *testing.B) {
 				b.ReportAllocs()
-				tp := newTap(nil, c.dialect, 200, "application/x-ndjson", nil)
+				tp := newTap(nil, c.dialect, 200, "application/x-ndjson", 0, nil)
 				for b.Loop() {
 					path.fn(tp, c.data)
 					tp.content.Reset()
