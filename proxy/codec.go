@@ -460,7 +460,14 @@ func decodeToolCalls(v []byte) ([]rewrite.ToolCall, error) {
 func encodeMessages(msgs []rewrite.Message) ([]byte, error) {
 	size := 2
 	for i := range msgs {
-		size += len(msgs[i].Raw) + 1
+		// An edited message is written from its (shorter) content, not
+		// its raw bytes: a 30 MB message cut to fit must not cost a
+		// 30 MB buffer.
+		if m := &msgs[i]; m.Raw != nil && !m.Edited {
+			size += len(m.Raw) + 1
+		} else {
+			size += len(m.Content) + 64
+		}
 	}
 	out := make([]byte, 0, size)
 	out = append(out, '[')

@@ -102,6 +102,12 @@ func exempt(path string) bool {
 	return path == "/ctxproxy/healthz" || path == "/ctxproxy/readyz" || path == "/metrics"
 }
 
+// bodyCost is what a chat body holds in memory while it is served, in
+// multiples of its length: the body itself, and the copies made of it
+// (decoded strings with escapes, the edited body, the session's record).
+// Measured with scripts/limits.sh (docs/limits.md).
+const bodyCost = 2
+
 // bodyBudget takes room for r's body from the memory budget, returning
 // the release; ok false when none came in time (503 already written).
 func (g *gate) bodyBudget(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
@@ -109,7 +115,7 @@ func (g *gate) bodyBudget(w http.ResponseWriter, r *http.Request) (release func(
 	if n < 0 || n > g.maxBody {
 		n = g.maxBody // chunked: as much as it may be
 	}
-	n = min(max(n, 1), g.lim.BodyMemory)
+	n = min(max(n, 1)*bodyCost, g.lim.BodyMemory)
 	if err := g.acquire(r.Context(), g.memory, n); err != nil {
 		g.busy(w, r, "memory for request bodies")
 		return nil, false

@@ -84,13 +84,14 @@ func TestInflightCap(t *testing.T) {
 	wg.Wait()
 }
 
-// TestBodyMemoryBudget: bodies held in memory are bounded; one that
-// would pass the budget waits, then gets 503, and is served once room is
-// back.
+// TestBodyMemoryBudget: bodies held in memory are bounded, each charged
+// what it costs to serve (twice its length: two 2 KB bodies do not fit in
+// 5 KB); one that would pass the budget waits, then gets 503, and is
+// served once room is back.
 func TestBodyMemoryBudget(t *testing.T) {
 	stall := make(chan struct{})
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Stall: stall})
-	_, px := newProxy(t, be.URL, Config{MaxBody: 4000, Limits: Limits{BodyMemory: 3000, QueueWait: 100 * time.Millisecond}})
+	_, px := newProxy(t, be.URL, Config{MaxBody: 4000, Limits: Limits{BodyMemory: 5000, QueueWait: 100 * time.Millisecond}})
 	big := []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"` + strings.Repeat("x", 2000) + `"}]}`)
 	var wg sync.WaitGroup
 	wg.Go(func() {

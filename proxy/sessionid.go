@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"unicode/utf8"
@@ -58,10 +59,21 @@ func (s *sessionNamer) id(r *http.Request, req *chatRequest) (string, *apiError)
 	}
 	h := sha256.New()
 	for _, part := range []string{req.model, req.firstSystem, req.firstUser} {
-		h.Write([]byte(part))
+		writeString(h, part)
 		h.Write([]byte{0})
 	}
 	return "fp-" + hex.EncodeToString(h.Sum(nil)[:8]) + scope, nil
+}
+
+// writeString writes s to w a piece at a time: a 30 MB first message is
+// hashed without a copy of it (sha256's digest has no WriteString).
+func writeString(w io.Writer, s string) {
+	var buf [4096]byte
+	for len(s) > 0 {
+		n := copy(buf[:], s)
+		w.Write(buf[:n])
+		s = s[n:]
+	}
 }
 
 func (s *sessionNamer) badID(why string) *apiError {

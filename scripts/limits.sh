@@ -5,6 +5,7 @@
 #
 #   scripts/limits.sh                              # 64 × 30 MB, 2000 slow clients, 30 s
 #   BODIES=8 SIZE=8 SLOW=100 HOLD=15s scripts/limits.sh   # the short version CI runs
+#   MAX_RSS_MIB=768 fails the run when ctxproxy's peak memory is over it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BODIES=${BODIES:-64}; SIZE=${SIZE:-30}; SLOW=${SLOW:-2000}; HOLD=${HOLD:-30s}
@@ -23,4 +24,9 @@ CTXPROXY_SNAPSHOTS_DIR="$tmp/data" "$tmp/ctxproxy" serve --listen "$PROXY" --bac
 pid=$!
 for _ in $(seq 50); do curl -sf "http://$PROXY/ctxproxy/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
 "$tmp/limitsload" -proxy "http://$PROXY" -bodies "$BODIES" -size "$SIZE" -slow "$SLOW" -hold "$HOLD"
-echo "ctxproxy peak memory: $(awk '/VmHWM/ {printf "%.0f MiB", $2/1024}' /proc/$pid/status) (limits.body_memory ${CTXPROXY_LIMITS_BODY_MEMORY:-512MiB})"
+peak=$(awk '/VmHWM/ {printf "%.0f", $2/1024}' /proc/$pid/status)
+echo "ctxproxy peak memory: $peak MiB (limits.body_memory ${CTXPROXY_LIMITS_BODY_MEMORY:-512MiB})"
+if [ -n "${MAX_RSS_MIB:-}" ] && [ "$peak" -gt "$MAX_RSS_MIB" ]; then
+  echo "FAIL: peak memory $peak MiB is over $MAX_RSS_MIB MiB"
+  exit 1
+fi

@@ -400,12 +400,12 @@ func retain(ctx context.Context, st snapshots.Store, r snapshots.Retention, reg 
 // default is 100).
 const gcPercent = 200
 
-// memoryLimit is the Go runtime's soft memory limit for a body budget: a
-// body held is decoded, edited and re-encoded (about three copies at
-// most), plus room for the rest of the process (tokenizer vocabularies,
-// caches).
+// memoryLimit is the Go runtime's soft memory limit for a body budget:
+// the budget already charges a body for the copies made of it while it
+// is served (proxy's bodyCost), plus room for the rest of the process
+// (tokenizer vocabularies, caches, the session store's writes).
 func memoryLimit(bodyMemory int64) int64 {
-	return 3*bodyMemory + 512<<20
+	return bodyMemory + 256<<20
 }
 
 // startupChecklist logs, one line each, what a newcomer needs to know
