@@ -52,5 +52,15 @@ func NewTransport(cfg Config) *http.Transport {
 // kind returns the backend's kind: ollama, openai, or unknown.
 func (s *Server) kind(ctx context.Context) string { return s.be.Kind(ctx) }
 
+// keyRulesOf are how a backend of kind reads a request's member names:
+// Ollama's encoding/json, or, for any other backend, rules ctxproxy
+// cannot know.
+func keyRulesOf(kind string) keyRules {
+	if kind == KindOllama {
+		return jsonKeys
+	}
+	return exactKeys
+}
+
 // Backend returns the backend the server forwards to.
 func (s *Server) Backend() *backend.Backend { return s.be }

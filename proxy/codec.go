@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
-	"unsafe"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/proxy/translate"
@@ -95,20 +93,31 @@ type chatRequest struct {
 // is forwarded unchanged (DESIGN.md rule 3).
 var errNotChat = errors.New("not a chat request")
 
-// decodeChat decodes body as a chat request of dialect d. Any error means
-// the request should be forwarded unchanged.
-//
-// It validates the body once, finding its top-level members and decoding
-// its messages in the same pass (decodeChatDepth), and reads only what
-// ctxproxy needs: objects are scanned for their members and only small
-// values are decoded (the known cost: decoding a 100 KB body into maps and
-// back is ~1 ms).
+// decodeChat decodes body as a chat request of dialect d, its names read
+// as Ollama reads them. Any error means the request should be forwarded
+// unchanged.
 func decodeChat(d Dialect, body []byte) (*chatRequest, error) {
-	req, err := decodeChatDepth(d, body, jsonscan.MaxDepth)
+	req, err := decodeChatDepth(d, body, jsonscan.MaxDepth, jsonKeys)
 	if err != nil && !errors.Is(err, errNotChat) {
 		return nil, fmt.Errorf("%w: %v", errNotChat, err)
 	}
 	return req, err
+}
+
+// decodeChatDepth decodes body as a chat request of dialect d (Ollama or
+// OpenAI), nested at most depth levels deep, its member names read by
+// rules. It validates the body once, finding its top-level members, then
+// walks its messages, and reads only what ctxproxy needs: objects are
+// scanned for their members and only small values are decoded (decoding a
+// 100 KB body into maps and back costs about 1 ms). Its error is
+// jsonscan's when the body is not valid JSON within depth (ErrDepth among
+// them), an *ambiguousError, or one wrapping errNotChat.
+func decodeChatDepth(d Dialect, body []byte, depth int, rules keyRules) (*chatRequest, error) {
+	ms, err := validMembers(body, depth)
+	if err != nil {
+		return nil, err
+	}
+	return decodeValidChat(d, body, ms, rules)
 }
 
 // validMembers validates body, nested at most depth levels deep, and
@@ -125,11 +134,23 @@ func validMembers(body []byte, depth int) ([]member, error) {
 	return ms, err
 }
 
-// decodeValidChat is decodeChat of a body validMembers accepted, with the
-// members it found (nil: not an object).
-func decodeValidChat(d Dialect, body []byte, ms []member) (*chatRequest, error) {
+// decodeValidChat is decodeChatDepth of a body validMembers accepted, with
+// the members it found (nil: not an object).
+func decodeValidChat(d Dialect, body []byte, ms []member, rules keyRules) (*chatRequest, error) {
 	if ms == nil {
 		return nil, fmt.Errorf("%w: %v", errNotChat, errNotObject)
+	}
+	resolved, err := resolveNames(body, ms, requestFields(d), rules)
+	if err != nil {
+		return nil, err
+	}
+	if resolved != nil {
+		// Forwarded resolved: the backend reads it as it would have read
+		// the body as sent.
+		if ms, err = members(resolved); err != nil {
+			return nil, err
+		}
+		body = resolved
 	}
 	req := &chatRequest{dialect: d, body: body, members: ms, stream: d == Ollama}
 	msgs, err := req.decodeMembers(ms)
@@ -142,10 +163,11 @@ func decodeValidChat(d Dialect, body []byte, ms []member) (*chatRequest, error) 
 	// One walk of the array decodes each message where it starts.
 	req.messages = messageList(msgs)
 	at := jsonscan.SkipSpace(msgs, 1)
+	dec := messageDecoder{fields: messageFields(d), rules: rules, lowerRole: rules == jsonKeys}
 	for i := 0; at < len(msgs) && msgs[at] != ']'; i++ {
-		m, annotated, end, err := decodeMessageAt(msgs, at)
+		m, annotated, end, err := dec.decodeAt(msgs, at)
 		if err != nil {
-			return nil, fmt.Errorf("%w: message %d: %v", errNotChat, i, err)
+			return nil, messageError(i, err)
 		}
 		if at = jsonscan.SkipSpace(msgs, end); at < len(msgs) && msgs[at] == ',' {
 			at = jsonscan.SkipSpace(msgs, at+1)
@@ -277,260 +299,6 @@ func (req *chatRequest) decodeOptions(v []byte) {
 // isSystemRole reports whether role carries instructions: OpenAI's newer
 // "developer" role plays the part of "system".
 func isSystemRole(role string) bool { return role == "system" || role == "developer" }
-
-type wireToolCall struct {
-	ID       string `json:"id"`
-	Function struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
-	} `json:"function"`
-}
-
-type wirePart struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
-}
-
-// decodeString decodes a JSON string value. One without escapes (the
-// common case for long chat content) is not copied: the string shares v's
-// bytes, so v must never change afterwards. Request bodies are never
-// edited in place (rebuildBody copies), and a message's Raw already keeps
-// its body alive wherever the message goes, so sharing adds no retention.
-func decodeString(v []byte) (string, error) {
-	if len(v) > 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {
-		return unsafe.String(&v[1], len(v)-2), nil
-	}
-	if len(v) == 2 && v[0] == '"' {
-		return "", nil
-	}
-	var s string
-	err := json.Unmarshal(v, &s)
-	return s, err
-}
-
-// decodeMessage reads the fields ctxproxy needs from one message object.
-// The caller has validated the body, so values are scanned, not checked.
-func decodeMessage(raw json.RawMessage) (rewrite.Message, bool, error) {
-	i := jsonscan.SkipSpace(raw, 0)
-	m, annotated, end, err := decodeMessageAt(raw, i)
-	if err == nil && jsonscan.SkipSpace(raw, end) != len(raw) {
-		err = errors.New("json: text after the message")
-	}
-	return m, annotated, err
-}
-
-// decodeMessageAt decodes the message object at d[i] (valid JSON, like
-// all of d) and returns the index just past it. The messages of a request
-// are read in one walk of its array: each object is scanned once, not
-// once to find its end and again for its members.
-func decodeMessageAt(d []byte, i int) (rewrite.Message, bool, int, error) {
-	var buf [8]member // the members are not kept: no allocation for them
-	ms, end, err := appendMembersAt(buf[:0], d, i)
-	if err != nil {
-		return rewrite.Message{}, false, 0, err
-	}
-	m, annotated, err := decodeMessageMembers(d, i, end, ms)
-	return m, annotated, end, err
-}
-
-// decodeMessageMembers decodes the message object d[i:end] from its
-// members, ms.
-func decodeMessageMembers(d []byte, i, end int, ms []member) (rewrite.Message, bool, error) {
-	var err error
-	raw := json.RawMessage(d[i:end:end])
-	m := rewrite.Message{Raw: raw}
-	annotated := false
-	for _, mem := range ms {
-		v := d[mem.valueStart:mem.end]
-		null := bytes.Equal(v, []byte("null"))
-		switch mem.key {
-		case "role":
-			m.Role, err = decodeMember(v, mem.plain)
-		case "content":
-			err = decodeContent(&m, v, mem.plain)
-		case "name":
-			if !null {
-				m.Name, err = decodeMember(v, mem.plain)
-			}
-		case "tool_call_id":
-			if !null {
-				m.ToolCallID, err = decodeMember(v, mem.plain)
-			}
-		case "images":
-			if v[0] == '[' {
-				var sp [][2]int
-				sp, err = elements(v)
-				m.Images += len(sp)
-			}
-		case "tool_calls":
-			if !null {
-				m.ToolCalls, err = decodeToolCalls(v)
-			}
-		case keyPreserve:
-			annotated = true
-			var b bool
-			if json.Unmarshal(v, &b) == nil {
-				m.Preserve = b
-			}
-		case keyImportance:
-			annotated = true
-			var f float64
-			if json.Unmarshal(v, &f) == nil {
-				m.Importance = min(max(f, 0), 1)
-				m.HasImportance = true
-			}
-		}
-		if err != nil {
-			return rewrite.Message{}, false, fmt.Errorf("%s: %v", mem.key, err)
-		}
-	}
-	if m.Role == "" {
-		return rewrite.Message{}, false, errors.New("message has no role")
-	}
-	if annotated {
-		clean, err := removeMembers(raw, func(k string) bool { return k == keyPreserve || k == keyImportance })
-		if err != nil {
-			return rewrite.Message{}, false, err
-		}
-		m.Raw = clean
-	}
-	return m, annotated, nil
-}
-
-// decodeContent reads a string content, or the text parts of a parts
-// array (counting its images).
-func decodeContent(m *rewrite.Message, v []byte, plain bool) error {
-	switch v[0] {
-	case 'n':
-		return nil
-	case '"':
-		var err error
-		m.Content, err = decodeMember(v, plain)
-		return err
-	case '[':
-		var parts []json.RawMessage
-		if err := json.Unmarshal(v, &parts); err != nil {
-			return err
-		}
-		var texts []string
-		for _, p := range parts {
-			var part wirePart
-			if json.Unmarshal(p, &part) != nil {
-				continue // an unknown part shape is the backend's business
-			}
-			switch part.Type {
-			case "text", "input_text":
-				texts = append(texts, part.Text)
-			case "image_url", "input_image", "image":
-				m.Images++
-			}
-		}
-		m.Content = strings.Join(texts, "\n")
-		return nil
-	}
-	return errors.New("neither a string nor an array")
-}
-
-func decodeToolCalls(v []byte) ([]rewrite.ToolCall, error) {
-	var calls []wireToolCall
-	if err := json.Unmarshal(v, &calls); err != nil {
-		return nil, err
-	}
-	out := make([]rewrite.ToolCall, 0, len(calls))
-	for _, tc := range calls {
-		call := rewrite.ToolCall{ID: tc.ID, Name: tc.Function.Name}
-		args := tc.Function.Arguments
-		if len(args) > 0 && args[0] == '"' {
-			// OpenAI sends the arguments as a string of JSON.
-			var s string
-			if json.Unmarshal(args, &s) == nil {
-				call.Arguments = s
-			}
-		} else if len(args) > 0 && !bytes.Equal(args, []byte("null")) {
-			call.Arguments = string(args)
-		}
-		out = append(out, call)
-	}
-	return out, nil
-}
-
-// encodeMessages returns the JSON array for msgs: each message's raw bytes
-// when it has them, its edited form when a strategy changed its content,
-// and a plain {"role","content"} object for messages ctxproxy made.
-func encodeMessages(msgs []rewrite.Message) ([]byte, error) {
-	size := 2
-	for i := range msgs {
-		// An edited message is written from its (shorter) content, not
-		// its raw bytes: a 30 MB message cut to fit must not cost a
-		// 30 MB buffer.
-		if m := &msgs[i]; m.Raw != nil && !m.Edited {
-			size += len(m.Raw) + 1
-		} else {
-			size += len(m.Content) + 64
-		}
-	}
-	out := make([]byte, 0, size)
-	out = append(out, '[')
-	for i := range msgs {
-		if i > 0 {
-			out = append(out, ',')
-		}
-		b, err := encodeMessage(&msgs[i])
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, b...)
-	}
-	return append(out, ']'), nil
-}
-
-func encodeMessage(m *rewrite.Message) ([]byte, error) {
-	if m.Raw == nil {
-		out := append([]byte(`{"role":`), marshalString(m.Role)...)
-		out = append(out, `,"content":`...)
-		out = append(out, marshalString(m.Content)...)
-		return append(out, '}'), nil
-	}
-	if !m.Edited {
-		return m.Raw, nil
-	}
-	content, err := editedContent(m)
-	if err != nil {
-		return nil, err
-	}
-	return setMember(m.Raw, "content", content)
-}
-
-// editedContent is the new "content" value of an edited message. A parts
-// array keeps its non-text parts (images stay attached) and gets the new
-// text as its first text part.
-func editedContent(m *rewrite.Message) ([]byte, error) {
-	text := marshalString(m.Content)
-	ms, err := members(m.Raw)
-	if err != nil {
-		return nil, err
-	}
-	cm, ok := findMember(ms, "content")
-	if !ok || m.Raw[cm.valueStart] != '[' {
-		return text, nil
-	}
-	var parts []json.RawMessage
-	if err := json.Unmarshal(m.Raw[cm.valueStart:cm.end], &parts); err != nil {
-		return text, nil
-	}
-	out := []byte(`[{"type":"text","text":`)
-	out = append(out, text...)
-	out = append(out, '}')
-	for _, p := range parts {
-		var part wirePart
-		if json.Unmarshal(p, &part) == nil && (part.Type == "text" || part.Type == "input_text") {
-			continue
-		}
-		out = append(out, ',')
-		out = append(out, p...)
-	}
-	return append(out, ']'), nil
-}
 
 // rebuildBody returns body with its messages replaced by msgs (when
 // setMessages), options.num_ctx set (numCtx > 0) and "truncate": false

@@ -17,8 +17,8 @@ import (
 
 // ownRequestHeader reports whether a request header is ctxproxy's own:
 // the session header and X-Ctxproxy-*.
-func (s *Server) ownRequestHeader(name string) bool {
-	return strings.EqualFold(name, s.cfg.SessionHeader) || hasPrefixFold(name, "X-Ctxproxy-")
+func ownRequestHeader(sessionHeader, name string) bool {
+	return strings.EqualFold(name, sessionHeader) || hasPrefixFold(name, "X-Ctxproxy-")
 }
 
 func hasPrefixFold(s, prefix string) bool {
@@ -35,7 +35,7 @@ func (s *Server) preflight(w http.ResponseWriter, r *http.Request) {
 			if name = strings.TrimSpace(name); name == "" {
 				continue
 			}
-			if s.ownRequestHeader(name) {
+			if ownRequestHeader(s.cfg.SessionHeader, name) {
 				own = append(own, name)
 			} else {
 				rest = append(rest, name)

@@ -27,20 +27,76 @@ import (
 // back; bound for any other backend it is forwarded in its own dialect.
 
 // decodeBody validates body, nested at most depth levels deep, and decodes
-// it as a request of dialect d. Its error is validMembers' own when body
-// is not valid JSON within depth (jsonscan.ErrDepth among them), else one
-// wrapping errNotChat; any error means the request should be forwarded
-// unchanged (DESIGN.md rule 3), save ErrDepth, which is refused. The
-// conversation dialects' decoders rely on the whole body being validated
-// first; the chat dialects validate their messages as they decode them.
-func decodeBody(d Dialect, body []byte, depth int) (*chatRequest, error) {
+// it as a request of dialect d, its member names read by rules. Its error
+// is jsonscan's when body is not valid JSON within depth (ErrDepth among
+// them), an *ambiguousError, or one wrapping errNotChat; ErrDepth and an
+// ambiguous body are refused, any other error means the request should be
+// forwarded unchanged.
+func decodeBody(d Dialect, body []byte, depth int, rules keyRules) (*chatRequest, error) {
 	if d != Responses && d != Messages {
-		return decodeChatDepth(d, body, depth)
+		return decodeChatDepth(d, body, depth, rules)
 	}
-	if _, err := jsonscan.ValidDepth(body, depth); err != nil {
+	ms, err := validMembers(body, depth)
+	if err != nil {
+		return nil, err
+	}
+	if ms == nil {
+		return nil, fmt.Errorf("%w: %v", errNotChat, errNotObject)
+	}
+	if body, err = resolveConversation(d, body, ms, rules); err != nil {
 		return nil, err
 	}
 	return decodeConversation(d, body)
+}
+
+// resolveConversation returns a Responses or Messages body with the names
+// of its top level, and of each item of its conversation, resolved by
+// rules (resolveNames); body itself when none needed it. The decoders of
+// package translate then read exact names.
+func resolveConversation(d Dialect, body []byte, ms []member, rules keyRules) ([]byte, error) {
+	resolved, err := resolveNames(body, ms, requestFields(d), rules)
+	if err != nil {
+		return nil, err
+	}
+	if resolved != nil {
+		body = resolved
+		if ms, err = members(body); err != nil {
+			return nil, err
+		}
+	}
+	list := "messages"
+	if d == Responses {
+		list = "input"
+	}
+	m, ok := findMember(ms, list)
+	if !ok || body[m.valueStart] != '[' {
+		return body, nil
+	}
+	arr := body[m.valueStart:m.end]
+	var items [][]byte
+	changed := false
+	err = jsonscan.Elements(arr, func(_ int, item []byte) error {
+		if jsonscan.KindOf(item) == jsonscan.KindObject {
+			ims, err := members(item)
+			if err != nil {
+				return err
+			}
+			fixed, err := resolveNames(item, ims, messageFields(d), rules)
+			if err != nil {
+				return err
+			}
+			if fixed != nil {
+				item, changed = fixed, true
+			}
+		}
+		items = append(items, item)
+		return nil
+	})
+	if err != nil || !changed {
+		return body, err
+	}
+	out := append([]byte{'['}, bytes.Join(items, []byte{','})...)
+	return replaceValue(body, m, append(out, ']')), nil
 }
 
 // decodeConversation reads a Responses or Messages request: the

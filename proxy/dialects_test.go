@@ -527,7 +527,12 @@ func TestDialectsMalformed(t *testing.T) {
 			t.Errorf("%s %s: status %d: %s", tc.path, tc.body, resp.StatusCode, reply)
 			continue
 		}
-		reqs := be.Requests()[n:]
+		var reqs []fakebackend.Request // the route's, not the backend's detection
+		for _, r := range be.Requests()[n:] {
+			if r.Path != "/api/version" && r.Path != "/" {
+				reqs = append(reqs, r)
+			}
+		}
 		if tc.forwarded != (len(reqs) == 1 && reqs[0].Path == tc.path && string(reqs[0].Body) == tc.body) {
 			t.Errorf("%s: forwarded %v: %+v", tc.body, tc.forwarded, reqs)
 		}

@@ -21,10 +21,6 @@ type member struct {
 	start      int
 	valueStart int
 	end        int
-	// plain reports that the value is a string without escapes, when
-	// the walk that found the member validated it (decodeValidMessageAt):
-	// its text is the bytes between the quotes. false says nothing.
-	plain bool
 }
 
 var errNotObject = errors.New("json: not an object")

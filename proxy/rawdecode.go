@@ -136,7 +136,10 @@ func readRawMember(req *rawRequest, key string, val []byte) bool {
 	case strings.EqualFold(key, "think"):
 		req.Think = json.RawMessage(val)
 	case strings.EqualFold(key, "options"):
+		// A map in Ollama's request: null empties it, an object's keys
+		// are added to it, and its keys are matched exactly.
 		if null {
+			req.Options.NumCtx = 0
 			return true
 		}
 		if jsonscan.KindOf(val) != jsonscan.KindObject {
@@ -144,8 +147,9 @@ func readRawMember(req *rawRequest, key string, val []byte) bool {
 		}
 		fits := true
 		_ = jsonscan.Members(val, func(k, v []byte) error {
-			if strings.EqualFold(jsonscan.KeyName(k), "num_ctx") {
+			if jsonscan.KeyName(k) == "num_ctx" {
 				if jsonscan.KindOf(v) == jsonscan.KindNull {
+					req.Options.NumCtx = 0
 					return nil
 				}
 				n, ok := jsonInt(v)

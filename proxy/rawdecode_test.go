@@ -9,13 +9,21 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// rawByJSON is how raw prompts were read before decodeRaw: encoding/json
-// into rawRequest, then the prompt into a string. decodeRaw must agree
-// with it on every input (below the depth bound).
+// rawByJSON reads a raw prompt as Ollama does: encoding/json into its
+// request type (whose options are a map, its keys matched exactly), then
+// the prompt into a string. decodeRaw must agree with it on every input
+// (below the depth bound).
 func rawByJSON(body []byte) (rawRequest, string, bool) {
-	var req rawRequest
+	var wire struct {
+		rawRequest
+		Options map[string]json.RawMessage `json:"options"`
+	}
 	var prompt string
-	if json.Unmarshal(body, &req) != nil || json.Unmarshal(req.Prompt, &prompt) != nil {
+	if json.Unmarshal(body, &wire) != nil || json.Unmarshal(wire.Prompt, &prompt) != nil {
+		return rawRequest{}, "", false
+	}
+	req := wire.rawRequest
+	if v := wire.Options["num_ctx"]; v != nil && json.Unmarshal(v, &req.Options.NumCtx) != nil {
 		return rawRequest{}, "", false
 	}
 	return req, prompt, true
@@ -31,6 +39,9 @@ var rawSeeds = []string{
 	`{"model":"m","prompt":["a","b"]}`,
 	`{"model":"m","prompt":5}`,
 	`{"Model":"M","PROMPT":"case","Stream":true,"Options":{"NUM_CTX":4096}}`,
+	`{"model":"m","prompt":"p","Options":{"num_ctx":4096}}`,
+	`{"model":"m","prompt":"p","options":{"num_ctx":4096},"options":null}`,
+	`{"model":"m","prompt":"p","options":{"num_ctx":4096},"options":{"num_ctx":null}}`,
 	`{"model":"a","model":"b","prompt":"one","prompt":"two"}`,
 	`{"model":"m","prompt":"p","options":{"num_ctx":2048},"options":{"temperature":1}}`,
 	`{"model":"m","prompt":"p","options":{"num_ctx":1.5}}`,

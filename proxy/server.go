@@ -308,11 +308,17 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 	// decoder reads more than it checked (DESIGN.md rule 3): it finds the
 	// top-level members, and decodes a chat's messages as it validates
 	// them.
-	req, err := decodeBody(d, body, s.cfg.MaxDepth)
+	req, err := decodeBody(d, body, s.cfg.MaxDepth, keyRulesOf(s.kind(r.Context())))
 	if errors.Is(err, jsonscan.ErrDepth) {
 		ex.status = http.StatusBadRequest
 		writeError(w, d, apiError{status: http.StatusBadRequest,
 			message: fmt.Sprintf("request JSON nests deeper than %d levels", s.cfg.MaxDepth)})
+		return
+	}
+	if amb := (*ambiguousError)(nil); errors.As(err, &amb) {
+		ex.status = http.StatusBadRequest
+		s.metrics.unparsable.WithLabelValues(d.String()).Inc()
+		writeError(w, d, apiError{status: http.StatusBadRequest, message: err.Error()})
 		return
 	}
 	if err != nil && !errors.Is(err, errNotChat) {

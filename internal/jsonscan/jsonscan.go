@@ -121,29 +121,11 @@ func ValidDepth(d []byte, limit int) ([]byte, error) {
 // before the rest of the document is validated; what it was given is
 // meaningful only when ValidMembers returns no error.
 func ValidMembers(d []byte, limit int, fn func(key, val []byte)) ([]byte, error) {
-	return ValidMembersFunc(d, limit, fn, nil, nil)
-}
-
-// ValidMembersFunc is ValidMembers that leaves the values of some members
-// of the document to the caller, so that a value the caller decodes anyway
-// (a chat's messages, nearly all of its bytes) is read once, not validated
-// here and walked again there. For each member whose key token own
-// reports true, value is called with the index where the member's value
-// starts in d and the levels of nesting it may use (as ValidDepth's
-// limit); it must validate the value as ValidDepth would and return the
-// index just past it, or an error. fn then gets that member as any other.
-// The document is valid when ValidMembersFunc returns no error only if
-// value validated what it was given.
-func ValidMembersFunc(d []byte, limit int, fn func(key, val []byte), own func(key []byte) bool, value func(i, limit int) (end int, err error)) ([]byte, error) {
 	i := SkipSpace(d, 0)
 	var end int
 	var err error
 	if i < len(d) && d[i] == '{' {
-		var each func(key, val []byte, plain bool)
-		if fn != nil {
-			each = func(key, val []byte, _ bool) { fn(key, val) }
-		}
-		end, err = walkObject(d, i, limit-1, each, own, value)
+		end, err = walkObject(d, i, limit-1, fn)
 	} else {
 		end, err = skipValue(d, i, limit)
 	}
@@ -215,13 +197,6 @@ func special(x uint64) bool {
 
 // skipString validates the string token at d[i] == '"'.
 func skipString(d []byte, i int) (int, error) {
-	end, _, err := scanString(d, i)
-	return end, err
-}
-
-// scanString is skipString that also reports whether the string is plain,
-// without escapes, so that its text is the bytes between its quotes.
-func scanString(d []byte, i int) (end int, unescaped bool, err error) {
 	i++
 	// Most strings have no escapes: find the closing quote with
 	// bytes.IndexByte (vector instructions), and check the text before it
@@ -231,9 +206,9 @@ func scanString(d []byte, i int) (end int, unescaped bool, err error) {
 		text := d[i : i+j]
 		if bytes.IndexByte(text, '\\') < 0 {
 			if hasControl(text) {
-				return 0, false, errSyntax
+				return 0, errSyntax
 			}
-			return i + j + 1, true, nil
+			return i + j + 1, nil
 		}
 	}
 	for {
@@ -245,28 +220,28 @@ func scanString(d []byte, i int) (end int, unescaped bool, err error) {
 			i++
 		}
 		if i >= len(d) {
-			return 0, false, errSyntax
+			return 0, errSyntax
 		}
 		switch d[i] {
 		case '"':
-			return i + 1, false, nil
+			return i + 1, nil
 		case '\\':
 			if i+1 >= len(d) {
-				return 0, false, errSyntax
+				return 0, errSyntax
 			}
 			switch d[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
 				if len(d)-i < 6 || !isHex(d[i+2]) || !isHex(d[i+3]) || !isHex(d[i+4]) || !isHex(d[i+5]) {
-					return 0, false, errSyntax
+					return 0, errSyntax
 				}
 				i += 6
 			default:
-				return 0, false, errSyntax
+				return 0, errSyntax
 			}
 		default: // a control character
-			return 0, false, errSyntax
+			return 0, errSyntax
 		}
 	}
 }
@@ -337,28 +312,11 @@ func skipNumber(d []byte, i int) (int, error) {
 	return i, nil
 }
 
-func skipObject(d []byte, i, left int) (int, error) { return walkObject(d, i, left, nil, nil, nil) }
-
-// ValidMembersAt validates the object that starts at d[i], nested at most
-// limit levels deep (the object itself is one), as ValidDepth would, and
-// calls fn with each of its members as MembersAt would; it returns the
-// index just past the object. A caller decoding an array of objects
-// (ValidMembersFunc's value) validates and reads each one in one walk.
-// fn is also told whether the value is a plain string, one without
-// escapes, whose text is the bytes between its quotes: the caller need not
-// look for a backslash the walk has already looked for. What fn was given
-// is meaningful only when ValidMembersAt returns no error.
-func ValidMembersAt(d []byte, i, limit int, fn func(key, val []byte, plain bool)) (end int, err error) {
-	if i >= len(d) || d[i] != '{' {
-		return 0, errSyntax
-	}
-	return walkObject(d, i, limit-1, fn, nil, nil)
-}
+func skipObject(d []byte, i, left int) (int, error) { return walkObject(d, i, left, nil) }
 
 // walkObject is skipObject calling fn, when not nil, with each member's
-// key token and value (and whether it is a plain string), and leaving the
-// values of the members own reports to value (ValidMembersFunc).
-func walkObject(d []byte, i, left int, fn func(key, val []byte, plain bool), own func(key []byte) bool, value func(i, limit int) (int, error)) (int, error) {
+// key token and value.
+func walkObject(d []byte, i, left int, fn func(key, val []byte)) (int, error) {
 	if left < 0 {
 		return 0, ErrDepth
 	}
@@ -381,25 +339,11 @@ func walkObject(d []byte, i, left int, fn func(key, val []byte, plain bool), own
 			return 0, errSyntax
 		}
 		val := SkipSpace(d, i+1)
-		unescaped := false
-		if own != nil && own(d[key:keyEnd]) {
-			end, err := value(val, left)
-			if err == nil && (end <= val || end > len(d)) {
-				err = errSyntax // a value reader's mistake must not pass for valid
-			}
-			if err != nil {
-				return 0, err
-			}
-			i = end
-		} else if val < len(d) && d[val] == '"' {
-			if i, unescaped, err = scanString(d, val); err != nil {
-				return 0, err
-			}
-		} else if i, err = skipValue(d, val, left); err != nil {
+		if i, err = skipValue(d, val, left); err != nil {
 			return 0, err
 		}
 		if fn != nil {
-			fn(d[key:keyEnd], d[val:i], unescaped)
+			fn(d[key:keyEnd], d[val:i])
 		}
 		i = SkipSpace(d, i)
 		if i >= len(d) {
