@@ -2,7 +2,7 @@
 
 // Package e2e proves ctxproxy against a real Ollama server: it builds the
 // ctxproxy binary, starts Ollama with two tiny generated models through
-// shared/realollama/start.sh, puts ctxproxy in front of it and asserts on
+// scripts/realollama/start.sh, puts ctxproxy in front of it and asserts on
 // what the real server reports (prompt_eval_count, load_duration, its debug
 // log), not on what a fake believes a backend does.
 //
@@ -11,7 +11,6 @@
 //	make e2e    # go test -tags e2e -count=1 -v ./e2e/
 //
 // The first run on a fresh machine builds Ollama (a few minutes); later runs
-// reuse the cache in $REALOLLAMA_CACHE (default ~/.cache/realollama). Without
-// start.sh, or when Ollama cannot be built, the tests skip, unless CI is set,
-// where they fail.
+// reuse the cache in $REALOLLAMA_CACHE (default ~/.cache/realollama). When
+// Ollama cannot be built, the tests skip, unless CI is set, where they fail.
 package e2e

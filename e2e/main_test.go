@@ -39,16 +39,14 @@ var suite struct {
 
 // Environment variables the suite reads.
 const (
-	// envRealOllamaDir names the directory of start.sh.
+	// envRealOllamaDir names a directory with a start.sh of one's own,
+	// used in place of scripts/realollama/start.sh.
 	envRealOllamaDir = "REALOLLAMA_DIR"
 	// envCI makes a missing or unbuildable Ollama a failure, not a skip.
 	envCI = "CI"
 	// envWatchdog turns the test binary into the watchdog process.
 	envWatchdog = "CTXPROXY_E2E_WATCHDOG"
 )
-
-// defaultRealOllamaDir is where shared/ lives on the project's machines.
-const defaultRealOllamaDir = "/work/shared/realollama"
 
 // ollamaStartTimeout bounds start.sh: the first run builds Ollama from the
 // Go module proxy (about three minutes on two idle cores, more on busy ones).
@@ -128,34 +126,19 @@ func findRepo() (string, error) {
 	}
 }
 
-// findStartScript locates shared/realollama/start.sh: $REALOLLAMA_DIR, else
-// a shared/realollama beside any directory above the working directory (CI
-// checks the repository out with shared/ beside it), else the project
-// machines' /work/shared/realollama.
+// findStartScript locates the script that starts a real Ollama:
+// $REALOLLAMA_DIR/start.sh when set, else the repository's own
+// scripts/realollama/start.sh.
 func findStartScript() (string, error) {
+	dir := filepath.Join(suite.repo, "scripts", "realollama")
 	if d := os.Getenv(envRealOllamaDir); d != "" {
-		p := filepath.Join(d, "start.sh")
-		if !isExecutable(p) {
-			return "", fmt.Errorf("%s=%s has no executable start.sh", envRealOllamaDir, d)
-		}
-		return p, nil
+		dir = d
 	}
-	if dir, err := os.Getwd(); err == nil {
-		for {
-			if p := filepath.Join(dir, "shared", "realollama", "start.sh"); isExecutable(p) {
-				return p, nil
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				break
-			}
-			dir = parent
-		}
+	p := filepath.Join(dir, "start.sh")
+	if !isExecutable(p) {
+		return "", fmt.Errorf("%s is not an executable start.sh", p)
 	}
-	if p := filepath.Join(defaultRealOllamaDir, "start.sh"); isExecutable(p) {
-		return p, nil
-	}
-	return "", fmt.Errorf("shared/realollama/start.sh not found above the working directory nor in %s (set %s)", defaultRealOllamaDir, envRealOllamaDir)
+	return p, nil
 }
 
 func isExecutable(p string) bool {

@@ -13,7 +13,7 @@ import (
 )
 
 // The files in testdata/real were recorded from a real Ollama v0.17.4
-// (shared/realollama, model "tiny", temperature 0): for one request per
+// (a tiny generated model as scripts/realollama makes it, temperature 0): for one request per
 // dialect, Ollama's own /v1/responses or /v1/messages answer (*_v1.json,
 // *_v1.sse) and its /api/chat answer to this package's translation of the
 // same request (*_api_chat.json, *_api_chat.ndjson). Both ran the same
