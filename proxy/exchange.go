@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
@@ -39,7 +41,40 @@ type exchange struct {
 	// recut, when set, cuts the conversation shrink tokens below the
 	// limit and returns the body to forward (an overflow retry).
 	recut func(shrink int) (payload, *apiError)
+	// hold is the request body's share of the memory budget.
+	hold *bodyHold
 }
+
+// bodyHold is a request body's share of the memory budget, given back
+// once: when its exchange ends, or, when the exchange queues its turn for
+// the session store, once the store has it (the turn's messages share the
+// body's bytes until then).
+type bodyHold struct {
+	release func()
+	once    sync.Once
+	kept    atomic.Bool
+}
+
+func newBodyHold(release func()) *bodyHold { return &bodyHold{release: release} }
+
+// keep hands the hold over to a later owner, and returns what that owner
+// calls when it is done; end then gives nothing back.
+func (h *bodyHold) keep() func() {
+	if h == nil {
+		return nil
+	}
+	h.kept.Store(true)
+	return h.free
+}
+
+// end gives the hold back when no one kept it.
+func (h *bodyHold) end() {
+	if !h.kept.Load() {
+		h.free()
+	}
+}
+
+func (h *bodyHold) free() { h.once.Do(h.release) }
 
 // headerValues sets headers whose values are one-element slices of one
 // backing array: the plan's ten headers cost one allocation instead of

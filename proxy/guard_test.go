@@ -3,7 +3,9 @@ package proxy
 import (
 	"context"
 	"io"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,6 +31,16 @@ func (w *heldWriter) hold(fn func(context.Context) error) error {
 
 func (w *heldWriter) Update(id string, fn func(*snapshots.Session) error) error {
 	return w.hold(func(ctx context.Context) error { return w.store.Update(ctx, id, fn) })
+}
+
+func (w *heldWriter) UpdateThen(id string, fn func(*snapshots.Session) error, done func()) error {
+	return w.hold(func(ctx context.Context) error {
+		err := w.store.Update(ctx, id, fn)
+		if done != nil {
+			done()
+		}
+		return err
+	})
 }
 
 func (w *heldWriter) Snapshot(string, string) error { return nil }
@@ -102,5 +114,46 @@ func TestEmergencySnapshotHasQueuedTurns(t *testing.T) {
 	}
 	if n := len(snap.Messages); n != 4 {
 		t.Errorf("emergency snapshot holds %d messages, want the 4 of the last turn", n)
+	}
+}
+
+// TestBodyHeldUntilStored: a turn's messages share its body's bytes until
+// the session store has them, so the body's share of the memory budget
+// is given back then, not when the answer ends: while the store holds
+// the first turn, a second body that would pass the budget is refused;
+// once it is stored, the second is served.
+func TestBodyHeldUntilStored(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Reply: "ok"})
+	store, err := snapshots.NewFileStore(snapshots.Config{Dir: t.TempDir()}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	w := &heldWriter{store: store}
+	s, err := New(Config{Backend: be.URL, MaxBody: 4000, Limits: Limits{BodyMemory: 5000, QueueWait: 50 * time.Millisecond}},
+		Deps{Store: store, Writer: w}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	body := []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"` + strings.Repeat("x", 2000) + `"}]}`)
+	send := func() int {
+		resp := post(t, ts.URL+"/api/chat", body, map[string]string{"X-Session-ID": "held"})
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := send(); got != 200 {
+		t.Fatalf("first: %d", got)
+	}
+	if got := send(); got != http.StatusServiceUnavailable {
+		t.Errorf("second, while the first turn waits for the store: %d, want 503", got)
+	}
+	if err := w.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := send(); got != 200 {
+		t.Errorf("after the first turn was stored: %d, want 200", got)
 	}
 }

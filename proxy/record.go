@@ -135,7 +135,10 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 	// mode p.sent is the whole stored history: only the new turn is
 	// converted, and the history only for a pre-overflow snapshot.
 	model, accum, mark, dialect, sent, newTurn := p.model, p.accum, p.restore, ex.dialect, p.sent, p.newTurn
-	err := s.writer.Update(ex.session, func(sess *snapshots.Session) error {
+	// The turn's messages share the request body's bytes until the store
+	// has them: the body's share of the memory budget goes back then.
+	stored := ex.hold.keep()
+	err := s.writer.UpdateThen(ex.session, func(sess *snapshots.Session) error {
 		if model != "" {
 			sess.Model = model
 		}
@@ -157,8 +160,11 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 		// its counts.
 		sess.Stats = storedStats(totalsOf(sess.Stats).Add(turn))
 		return nil
-	})
+	}, stored)
 	if err != nil {
+		if stored != nil {
+			stored() // the writer will not
+		}
 		s.log.Warn("session not recorded", "session", ex.session, "err", err)
 		return
 	}

@@ -54,6 +54,9 @@ type Store interface {
 // (snapshots.Writer).
 type Writer interface {
 	Update(id string, fn func(*snapshots.Session) error) error
+	// UpdateThen is Update that calls done once the change is stored or
+	// given up (never when it returns an error).
+	UpdateThen(id string, fn func(*snapshots.Session) error, done func()) error
 	Snapshot(id, reason string) error
 	SaveSnapshot(snap *snapshots.Snapshot) error
 	Flush(ctx context.Context) error
@@ -303,7 +306,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 		ex.status = status
 		return
 	}
-	defer release()
+	ex.hold = newBodyHold(release)
+	defer ex.hold.end()
 	// One pass validates the body and bounds its nesting, before any
 	// decoder reads more than it checked (DESIGN.md rule 3): it finds the
 	// top-level members, and decodes a chat's messages as it validates

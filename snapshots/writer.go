@@ -85,11 +85,23 @@ type pending struct {
 }
 
 // op is one queued change: an update (fn), a snapshot of the stored state
-// (reason), or a given snapshot (snap).
+// (reason), or a given snapshot (snap). done, when set, runs once the op
+// is over: written, or given up.
 type op struct {
 	fn     func(*Session) error
 	reason string
 	snap   *Snapshot
+	done   func()
+}
+
+// finish runs the done of each of ops not finished yet, once.
+func finish(ops []op) {
+	for i := range ops {
+		if done := ops[i].done; done != nil {
+			ops[i].done = nil
+			done()
+		}
+	}
 }
 
 // WriterCounters are a Writer's running totals, for metrics.
@@ -138,10 +150,19 @@ func NewWriter(st Store, cfg Config, log *slog.Logger) *Writer {
 // is logged and counted, and the session's other queued changes still
 // apply.
 func (w *Writer) Update(id string, fn func(*Session) error) error {
+	return w.UpdateThen(id, fn, nil)
+}
+
+// UpdateThen is Update that runs done once the change is over: stored
+// (with the automatic snapshot it may take), or given up after the store
+// refused it. A caller whose change holds memory it accounts for (the
+// request body a turn's messages share) frees it then. done does not run
+// when UpdateThen returns an error.
+func (w *Writer) UpdateThen(id string, fn func(*Session) error, done func()) error {
 	if err := CheckID(id); err != nil {
 		return err
 	}
-	return w.enqueue(id, op{fn: fn})
+	return w.enqueue(id, op{fn: fn, done: done})
 }
 
 // Snapshot queues a snapshot of session id as stored once the changes
@@ -222,6 +243,7 @@ func (w *Writer) work() {
 				w.dropped.Add(uint64(len(p.ops)))
 				w.log.Error("snapshots: session changes dropped after the store refused them", "session", id,
 					"changes", len(p.ops), "attempts", p.retries)
+				finish(p.ops)
 				p.ops = nil
 			default:
 				p.blocked = true
@@ -270,6 +292,7 @@ func (w *Writer) safeWrite(id string, ops []op) (rest []op) {
 		if v := recover(); v != nil {
 			w.failures.Add(1)
 			w.log.Error("snapshots: session change panicked", "session", id, "panic", v)
+			finish(ops)
 			rest = nil
 		}
 	}()
@@ -327,6 +350,7 @@ func (w *Writer) write(id string, ops []op) []op {
 			if err := w.update(ctx, id, ops[:n]); err != nil {
 				return ops
 			}
+			finish(ops[:n])
 			ops = ops[n:]
 			continue
 		}

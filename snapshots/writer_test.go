@@ -287,3 +287,41 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// UpdateThen's done runs once the change is over, and only then: after it
+// is stored, after the store refused it for good, after it panicked; once
+// each, whatever joined it in one write.
+func TestWriterUpdateThenDone(t *testing.T) {
+	st := newFileStore(t, t.TempDir(), Config{})
+	w := newWriter(t, newGated(st), Config{})
+	g := w.st.(*gated)
+	var mu sync.Mutex
+	done := map[string]int{}
+	note := func(name string) func() {
+		return func() { mu.Lock(); done[name]++; mu.Unlock() }
+	}
+	count := func(name string) int { mu.Lock(); defer mu.Unlock(); return done[name] }
+	w.UpdateThen("s", incr, note("a"))
+	w.UpdateThen("s", incr, note("b"))
+	w.UpdateThen("p", func(*Session) error { panic("bug") }, note("panic"))
+	if count("a")+count("b")+count("panic") != 0 {
+		t.Fatalf("done ran before the store wrote: %v", done)
+	}
+	g.release()
+	w.Flush(context.Background())
+	if count("a") != 1 || count("b") != 1 || count("panic") != 1 {
+		t.Errorf("done after the writes: %v, want each once", done)
+	}
+	if s := mustGet(t, st, "s"); s.Stats.Requests != 2 {
+		t.Errorf("requests %d, want 2", s.Stats.Requests)
+	}
+
+	// A store that never recovers: done runs when the change is dropped.
+	w.backoff = func(int) time.Duration { return time.Millisecond }
+	diskFull(st)
+	w.UpdateThen("t", incr, note("dropped"))
+	w.Flush(context.Background())
+	if count("dropped") != 1 {
+		t.Errorf("done of a change given up: %d, want 1", count("dropped"))
+	}
+}
