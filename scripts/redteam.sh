@@ -16,7 +16,7 @@ pgid=""
 trap '[ -n "$pgid" ] && kill -TERM -- -"$pgid" 2>/dev/null; rm -rf "$tmp"' EXIT
 go build -o "$tmp/ctxproxy" ./cmd/ctxproxy
 go build -o "$tmp/redteam" ./scripts/redteam
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 11620)
+port=$(( 20000 + RANDOM % 20000 ))
 eval "$(scripts/realollama/start.sh "$port" "$tmp/ollama")"
 pgid=$OLLAMA_PGID
 "$tmp/redteam" -ctxproxy "$tmp/ctxproxy" -ollama "$OLLAMA_URL" -ollama-bin "$OLLAMA_BIN" -pulls "$PULLS"
