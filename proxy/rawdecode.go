@@ -2,12 +2,16 @@ package proxy
 
 import (
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 )
+
+// errBadMember stops the walk of a member that does not fit its field.
+var errBadMember = errors.New("member does not fit its field")
 
 // decodeRaw reads a raw-prompt request the way encoding/json would into
 // rawRequest (keys matched without regard to case, the last of a repeated
@@ -25,7 +29,7 @@ func decodeRaw(body []byte, maxDepth int) (req rawRequest, prompt string, ok boo
 	_ = jsonscan.Members(v, func(key, val []byte) error {
 		if !readRawMember(&req, jsonscan.KeyName(key), val) {
 			bad = true
-			return errDeclined
+			return errBadMember
 		}
 		return nil
 	})

@@ -253,9 +253,7 @@ func (t *tap) event(data []byte, whole bool) {
 	case Responses, Messages:
 		t.dialectEvent(data, whole)
 	default:
-		if !t.quickEvent(data, whole) {
-			t.decodeEvent(data, whole)
-		}
+		t.decodeEvent(data, whole)
 	}
 }
 
