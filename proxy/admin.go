@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
 // The admin API under /ctxproxy/, as ADMIN_API.md lays it out: status,
@@ -146,7 +148,7 @@ const adminReadTimeout = 1500 * time.Millisecond
 
 // adminError writes {"error": msg}.
 func adminError(w http.ResponseWriter, status int, msg string) {
-	writeError(w, Ollama, apiError{status: status, message: msg})
+	wire.WriteError(w, wire.Ollama, wire.Error{Status: status, Message: msg})
 }
 
 // writeJSON writes v with status.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/backend"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
 // Backend kinds (see package backend).
@@ -55,11 +56,11 @@ func (s *Server) kind(ctx context.Context) string { return s.be.Kind(ctx) }
 // keyRulesOf are how a backend of kind reads a request's member names:
 // Ollama's encoding/json, or, for any other backend, rules ctxproxy
 // cannot know.
-func keyRulesOf(kind string) keyRules {
+func keyRulesOf(kind string) wire.KeyRules {
 	if kind == KindOllama {
-		return jsonKeys
+		return wire.JSONKeys
 	}
-	return exactKeys
+	return wire.ExactKeys
 }
 
 // Backend returns the backend the server forwards to.

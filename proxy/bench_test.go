@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
 // chatBody100K is a 100-message, ~100 KB Ollama chat request.
@@ -72,7 +73,7 @@ func BenchmarkDecodeChat(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := decodeChat(Ollama, body); err != nil {
+		if _, err := wire.DecodeChat(wire.Ollama, body); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -82,21 +83,21 @@ type plan struct {
 // prepare runs the request path of DESIGN.md: accumulate, size num_ctx,
 // count, trim, encode. It returns the body to forward, or an error for the
 // client.
-func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req *chatRequest) (payload, *apiError) {
-	p := &plan{model: req.model, messages: req.messages, sent: req.messages}
+func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req *wire.Request) (wire.Payload, *wire.Error) {
+	p := &plan{model: req.Model, messages: req.Messages, sent: req.Messages}
 	ex.plan = p
 	kind := s.kind(ctx)
 	switch s.cfg.TranslateOpenAI {
 	case "on":
-		p.translate = req.dialect != Ollama && kind != KindOpenAI
+		p.translate = req.Dialect != wire.Ollama && kind != KindOpenAI
 	case "off":
 	default:
-		p.translate = req.dialect != Ollama && kind == KindOllama
+		p.translate = req.Dialect != wire.Ollama && kind == KindOllama
 	}
-	toOllama := (req.dialect == Ollama && kind != KindOpenAI) || p.translate
-	if req.serverState != "" {
+	toOllama := (req.Dialect == wire.Ollama && kind != KindOpenAI) || p.translate
+	if req.ServerState != "" {
 		body, aerr := continueServerState(s.log, ex, req, p, kind == KindOllama)
-		return bodyOf(body), aerr
+		return wire.PayloadOf(body), aerr
 	}
 
 	// Accumulate: the client sends only its new turn (seed 000). It needs
@@ -105,9 +106,9 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	// The conversation dialects are not accumulated: their clients send
 	// the whole conversation, or continue the backend's
 	// (previous_response_id).
-	if ex.named && s.store != nil && req.conv == nil && (s.cfg.Accumulate || r.Header.Get("X-Ctxproxy-Accumulate") == "1") {
+	if ex.named && s.store != nil && req.Conv == nil && (s.cfg.Accumulate || r.Header.Get("X-Ctxproxy-Accumulate") == "1") {
 		p.accum = true
-		p.newTurn = req.messages
+		p.newTurn = req.Messages
 		// The turns before this one must be stored before it is built on
 		// them: a client that sends its next turn the moment a reply
 		// ends would otherwise find the last one missing.
@@ -119,25 +120,25 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 		}
 		if err != nil {
 			s.log.Warn("the session's last turns are not stored; turn refused", "session", ex.session, "err", err)
-			return nil, &apiError{status: http.StatusServiceUnavailable,
-				message: "ctxproxy could not store this session's last turn yet, so it will not send the next one without it; try again"}
+			return nil, &wire.Error{Status: http.StatusServiceUnavailable,
+				Message: "ctxproxy could not store this session's last turn yet, so it will not send the next one without it; try again"}
 		}
 		stored, err := s.store.Get(ctx, ex.session)
 		if err != nil && !errors.Is(err, snapshots.ErrNotFound) {
 			// Sending the new turn alone would answer as if the
 			// conversation were new, without a word: refuse instead.
 			s.log.Warn("reading the session failed; turn refused", "session", ex.session, "err", err)
-			return nil, &apiError{status: http.StatusServiceUnavailable,
-				message: "ctxproxy could not read this session's history from its store, so it will not send the turn without it; try again"}
+			return nil, &wire.Error{Status: http.StatusServiceUnavailable,
+				Message: "ctxproxy could not read this session's history from its store, so it will not send the turn without it; try again"}
 		}
-		history := snapshots.Accumulate(stored, toStored(req.messages))
+		history := snapshots.Accumulate(stored, toStored(req.Messages))
 		msgs, err := fromStored(history)
 		if err != nil {
 			s.log.Warn("stored session unreadable; turn refused", "session", ex.session, "err", err)
-			return nil, &apiError{status: http.StatusServiceUnavailable,
-				message: "this session's stored history could not be read, so ctxproxy will not send the turn without it"}
+			return nil, &wire.Error{Status: http.StatusServiceUnavailable,
+				Message: "this session's stored history could not be read, so ctxproxy will not send the turn without it"}
 		}
-		p.messages, p.sent, p.changed = msgs, msgs, len(msgs) != len(req.messages)
+		p.messages, p.sent, p.changed = msgs, msgs, len(msgs) != len(req.Messages)
 		// A client that asked for no cut keeps its stored history whole
 		// too (pruneStored).
 		p.keepWhole = clientNoTruncate(req) || r.Header.Get("X-Ctxproxy-Strategy") == "none"
@@ -154,8 +155,8 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	// num_ctx from the memory actually free (Ollama only).
 	var mi backend.Model
 	if toOllama {
-		mi = s.be.Model(ctx, req.model)
-		p.numCtx = req.numCtx
+		mi = s.be.Model(ctx, req.Model)
+		p.numCtx = req.NumCtx
 		if s.sizer != nil {
 			var snap gpu.Snapshot
 			if s.monitor != nil {
@@ -163,22 +164,22 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 			}
 			window := 0
 			if s.tokens != nil && mi.Facts.ContextLength == 0 {
-				window = s.tokens.Limits(req.model, 0).MaxTokens
+				window = s.tokens.Limits(req.Model, 0).MaxTokens
 			}
-			d := s.sizer.Decide(gpu.Model{Name: req.model, Facts: mi.Facts, Weights: mi.Weights, Window: window}, snap)
+			d := s.sizer.Decide(gpu.Model{Name: req.Model, Facts: mi.Facts, Weights: mi.Weights, Window: window}, snap)
 			p.numReason = d.Reason
-			if req.numCtx > 0 && s.cfg.RespectClient {
+			if req.NumCtx > 0 && s.cfg.RespectClient {
 				var why string
-				p.numCtx, why = d.Client(req.numCtx)
-				if p.numCtx != req.numCtx {
-					ex.warn("num_ctx " + strconv.Itoa(req.numCtx) + " lowered to " + strconv.Itoa(p.numCtx) + ": " + why)
+				p.numCtx, why = d.Client(req.NumCtx)
+				if p.numCtx != req.NumCtx {
+					ex.warn("num_ctx " + strconv.Itoa(req.NumCtx) + " lowered to " + strconv.Itoa(p.numCtx) + ": " + why)
 				}
 			} else if d.NumCtx > 0 {
 				p.numCtx = d.NumCtx
 				if d.Guessed {
 					ex.warn("num_ctx " + strconv.Itoa(d.NumCtx) + " is a guess: the backend did not give the model's facts")
-					s.once.warn("facts:"+req.model, "the backend did not give the model's facts; num_ctx is a guess",
-						"model", req.model, "num_ctx", d.NumCtx, "reason", d.Reason, "err", mi.Err)
+					s.once.warn("facts:"+req.Model, "the backend did not give the model's facts; num_ctx is a guess",
+						"model", req.Model, "num_ctx", d.NumCtx, "reason", d.Reason, "err", mi.Err)
 				}
 			}
 		}
@@ -188,19 +189,19 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	// itself, and may say the model's window.
 	var remote backend.Remote
 	trained := mi.Facts.ContextLength
-	if !toOllama && s.tokens != nil && !s.cfg.NoExact && req.conv == nil {
-		remote = s.be.Remote(ctx, req.model)
+	if !toOllama && s.tokens != nil && !s.cfg.NoExact && req.Conv == nil {
+		remote = s.be.Remote(ctx, req.Model)
 		trained = max(trained, remote.Window)
 	}
 
 	// The window: the model's limits, capped by num_ctx, less the reply.
 	var lim budget.Limits
 	if s.tokens != nil {
-		lim = s.tokens.Limits(req.model, trained)
+		lim = s.tokens.Limits(req.Model, trained)
 		// One notion of the window: a models: max_tokens below the num_ctx
 		// memory allows is the window, and num_ctx follows it, so Ollama
 		// does not reserve memory for tokens ctxproxy will never send.
-		if toOllama && p.numCtx > lim.MaxTokens && req.numCtx == 0 {
+		if toOllama && p.numCtx > lim.MaxTokens && req.NumCtx == 0 {
 			p.numCtx = lim.MaxTokens
 			p.numReason += fmt.Sprintf("; capped at the model's window %d (models: or the model table)", lim.MaxTokens)
 		}
@@ -211,46 +212,46 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 			lim = lim.Cap(ollamaDefaultCtx)
 			p.window = ollamaDefaultCtx
 		}
-		if req.maxOutput > 0 {
-			lim = lim.WithOutput(req.maxOutput)
+		if req.MaxOutput > 0 {
+			lim = lim.WithOutput(req.MaxOutput)
 		}
 		if floored, ok := lim.Floor(); ok {
 			ex.warn(fmt.Sprintf("the reply reserve (%d tokens) left less than a quarter of the %d-token window for the prompt; "+
 				"ctxproxy keeps a quarter (%d tokens) for it", lim.MaxOutputTokens, lim.MaxTokens, floored.Effective()))
-			s.once.warn("reserve:"+req.model, "the reply reserve leaves less than a quarter of the window for the prompt; keeping a quarter",
-				"model", req.model, "window", lim.MaxTokens, "reserve", lim.MaxOutputTokens)
+			s.once.warn("reserve:"+req.Model, "the reply reserve leaves less than a quarter of the window for the prompt; keeping a quarter",
+				"model", req.Model, "window", lim.MaxTokens, "reserve", lim.MaxOutputTokens)
 			lim = floored
 		}
 		p.limit, p.lim = lim.Effective(), lim
-		est := s.tokens.MessageCounter(req.model).Frozen()
+		est := s.tokens.MessageCounter(req.Model).Frozen()
 		p.counter = est
 		if toOllama && mi.Tokenizer != nil && !s.cfg.NoExact {
 			ec := exactFor(mi.Tokenizer, req)
 			if ec.failed() == nil {
-				p.before = ec.Prompt(p.messages, req.tools)
+				p.before = ec.Prompt(p.messages, req.Tools)
 			}
 			if ec.failed() == nil {
 				p.counter = ec
 				p.exact = &mi
 			} else {
-				s.once.warn("exact:"+req.model, "exact counting failed for this request's shape; estimating instead",
-					"model", req.model, "err", ec.failed())
+				s.once.warn("exact:"+req.Model, "exact counting failed for this request's shape; estimating instead",
+					"model", req.Model, "err", ec.failed())
 			}
 		}
 		if remote.API != "" {
-			rc := newRemoteCounter(ctx, s.be, req.model, est)
-			if before := rc.Prompt(p.messages, req.tools); rc.err == nil {
+			rc := newRemoteCounter(ctx, s.be, req.Model, est)
+			if before := rc.Prompt(p.messages, req.Tools); rc.err == nil {
 				p.counter, p.before = rc, before
 			} else {
-				s.once.warn("remote:"+req.model, "the backend's tokenize API failed; estimating instead",
-					"model", req.model, "api", remote.API, "err", rc.err)
+				s.once.warn("remote:"+req.Model, "the backend's tokenize API failed; estimating instead",
+					"model", req.Model, "api", remote.API, "err", rc.err)
 			}
 		}
 		if p.counter == promptCounter(est) {
 			// Neither the model's tokenizer nor the backend's counted
 			// this prompt (or one failed after it started): estimate.
 			// A failed count's zero estimate must not stand.
-			p.before = est.Prompt(p.messages, req.tools)
+			p.before = est.Prompt(p.messages, req.Tools)
 		}
 		p.after = p.before
 	}
@@ -265,11 +266,11 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 		// An overflow the backend reports despite the count is cut
 		// harder and retried before the client sees a byte (never for a
 		// client that asked for no cut).
-		ex.recut = func(shrink int) (payload, *apiError) {
+		ex.recut = func(shrink int) (wire.Payload, *wire.Error) {
 			return s.cut(ctx, r, ex, req, p, toOllama, shrink)
 		}
 	}
-	p.tools = req.tools
+	p.tools = req.Tools
 	p.allocate()
 	setPlanHeaders(ex, p)
 	return body, nil
@@ -285,7 +286,7 @@ func (p *plan) allocate() {
 	}
 	system := 0
 	for i := range p.messages {
-		if isSystemRole(p.messages[i].Role) {
+		if wire.IsSystemRole(p.messages[i].Role) {
 			system += p.counter.CountMessage(&p.messages[i])
 		}
 	}
@@ -298,7 +299,7 @@ func (p *plan) allocate() {
 // encodes the body to forward: the messages, num_ctx, truncate:false and
 // the translation. prepare runs it with shrink 0; an overflow retry runs
 // it again with more.
-func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *chatRequest, p *plan, toOllama bool, shrink int) (payload, *apiError) {
+func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *wire.Request, p *plan, toOllama bool, shrink int) (wire.Payload, *wire.Error) {
 	p.messages, p.changed, p.result, p.after = p.uncut, p.uncutChanged, rewrite.Result{}, p.before
 	capN, aerr := maxMessages(r)
 	if aerr != nil {
@@ -319,9 +320,9 @@ func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *ch
 	if trimmer := s.trimmer.Load(); trimmer != nil && p.counter != nil && p.limit > 0 && !uncut {
 		mode := r.Header.Get("X-Ctxproxy-Strategy")
 		if _, err := trimmer.Strategy(mode); err != nil {
-			return nil, &apiError{status: http.StatusBadRequest, message: "X-Ctxproxy-Strategy: " + err.Error()}
+			return nil, &wire.Error{Status: http.StatusBadRequest, Message: "X-Ctxproxy-Strategy: " + err.Error()}
 		}
-		tctx := rewrite.WithRequestInfo(ctx, rewrite.RequestInfo{Session: ex.session, Model: req.model,
+		tctx := rewrite.WithRequestInfo(ctx, rewrite.RequestInfo{Session: ex.session, Model: req.Model,
 			Auth: r.Header.Get("Authorization"), NumCtx: p.numCtx})
 		if capN > 0 {
 			tctx = rewrite.WithMaxMessages(tctx, capN)
@@ -331,7 +332,7 @@ func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *ch
 			tctx = rewrite.WithThreshold(tctx, max(trimmer.Threshold()-0.2, trimmer.Target()))
 		}
 		orig := p.messages
-		room := p.limit - p.counter.Overhead(req.tools) - shrink
+		room := p.limit - p.counter.Overhead(req.Tools) - shrink
 		// Exact counts measure the whole prompt; a strategy measures
 		// messages one by one. Where a template joins messages the two
 		// differ by a few tokens: check the cut prompt, and cut again
@@ -340,8 +341,8 @@ func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *ch
 			res, err := trimmer.Trim(tctx, mode, orig, room, p.counter)
 			switch {
 			case errors.Is(err, rewrite.ErrOverflow):
-				return nil, &apiError{status: http.StatusBadRequest, code: "context_length_exceeded",
-					message: fmt.Sprintf("the conversation needs about %d tokens and the model's context window leaves %d; "+
+				return nil, &wire.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded",
+					Message: fmt.Sprintf("the conversation needs about %d tokens and the model's context window leaves %d; "+
 						"ctxproxy could not cut it down (strategy.on_overflow: %s)", p.before.Tokens, p.limit, trimmer.OnOverflow())}
 			case err != nil:
 				s.log.Error("trimming failed; forwarding the conversation as sent", "err", err)
@@ -349,7 +350,7 @@ func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *ch
 				p.result = res
 				p.messages = res.Messages
 				p.changed = true
-				p.after = p.counter.Prompt(p.messages, req.tools)
+				p.after = p.counter.Prompt(p.messages, req.Tools)
 			}
 			fit := p.limit - shrink
 			if err != nil || res.Notice == "" || !p.after.Exact || p.after.Tokens <= fit || attempt == 2 {
@@ -362,23 +363,23 @@ func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *ch
 	// Overflow is never silent: a managed request tells Ollama to refuse
 	// a prompt longer than num_ctx instead of cutting it without a word,
 	// unless the client chose truncate itself, or asked for no management.
-	noTruncate := toOllama && p.counter != nil && !req.truncate && s.manages(r)
-	body := bodyOf(req.body)
-	if req.conv != nil {
-		body = bodyOf(encodeConversation(s.log, req, p))
-	} else if p.changed || req.annotated || (toOllama && req.dialect == Ollama && ((p.numCtx > 0 && p.numCtx != req.numCtx) || noTruncate)) {
+	noTruncate := toOllama && p.counter != nil && !req.Truncate && s.manages(r)
+	body := wire.PayloadOf(req.Body)
+	if req.Conv != nil {
+		body = wire.PayloadOf(encodeConversation(s.log, req, p))
+	} else if p.changed || req.Annotated || (toOllama && req.Dialect == wire.Ollama && ((p.numCtx > 0 && p.numCtx != req.NumCtx) || noTruncate)) {
 		numCtx := 0
-		if req.dialect == Ollama && toOllama && p.numCtx != req.numCtx {
+		if req.Dialect == wire.Ollama && toOllama && p.numCtx != req.NumCtx {
 			numCtx = p.numCtx
 		}
 		var err error
-		if body, err = rebuildBody(req.body, req.members, p.messages, p.changed || req.annotated, numCtx, noTruncate && req.dialect == Ollama); err != nil {
+		if body, err = req.Rebuild(p.messages, p.changed || req.Annotated, numCtx, noTruncate && req.Dialect == wire.Ollama); err != nil {
 			s.log.Error("re-encoding the request failed; forwarding it as sent", "err", err)
-			body = bodyOf(req.body)
+			body = wire.PayloadOf(req.Body)
 		}
 	}
 	if p.translate {
-		out, rt, err := toOllamaChat(req.dialect, body.bytes(), p.numCtx, p.after.Tokens)
+		out, rt, err := toOllamaChat(req.Dialect, body.Bytes(), p.numCtx, p.after.Tokens)
 		if err != nil {
 			return nil, translationError(rt, err)
 		}
@@ -386,12 +387,12 @@ func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *ch
 			s.log.Debug("translate: field not forwarded to Ollama", "field", d.Field, "reason", d.Reason)
 		}
 		if noTruncate {
-			if withFlag, err := setMember(out, "truncate", []byte("false")); err == nil {
+			if withFlag, err := wire.SetMember(out, "truncate", []byte("false")); err == nil {
 				out = withFlag
 			}
 		}
 		p.reply = rt
-		body = bodyOf(out)
+		body = wire.PayloadOf(out)
 		ex.outPath = "/api/chat"
 	}
 	return body, nil

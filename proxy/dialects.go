@@ -1,10 +1,8 @@
 package proxy
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget/exact"
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/proxy/translate"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -26,177 +25,16 @@ import (
 // is translated to /api/chat (num_ctx, truncate:false) and the answer
 // back; bound for any other backend it is forwarded in its own dialect.
 
-// decodeBody validates body, nested at most depth levels deep, and decodes
-// it as a request of dialect d, its member names read by rules. Its error
-// is jsonscan's when body is not valid JSON within depth (ErrDepth among
-// them), an *ambiguousError, or one wrapping errNotChat; ErrDepth and an
-// ambiguous body are refused, any other error means the request should be
-// forwarded unchanged.
-func decodeBody(d Dialect, body []byte, depth int, rules keyRules) (*chatRequest, error) {
-	if d != Responses && d != Messages {
-		return decodeChatDepth(d, body, depth, rules)
-	}
-	ms, err := validMembers(body, depth)
-	if err != nil {
-		return nil, err
-	}
-	if ms == nil {
-		return nil, fmt.Errorf("%w: %v", errNotChat, errNotObject)
-	}
-	if body, err = resolveConversation(d, body, ms, rules); err != nil {
-		return nil, err
-	}
-	return decodeConversation(d, body)
-}
-
-// resolveConversation returns a Responses or Messages body with the names
-// of its top level, and of each item of its conversation, resolved by
-// rules (resolveNames); body itself when none needed it. The decoders of
-// package translate then read exact names.
-func resolveConversation(d Dialect, body []byte, ms []member, rules keyRules) ([]byte, error) {
-	resolved, err := resolveNames(body, ms, requestFields(d), rules)
-	if err != nil {
-		return nil, err
-	}
-	if resolved != nil {
-		body = resolved
-		if ms, err = members(body); err != nil {
-			return nil, err
-		}
-	}
-	list := "messages"
-	if d == Responses {
-		list = "input"
-	}
-	m, ok := findMember(ms, list)
-	if !ok || body[m.valueStart] != '[' {
-		return body, nil
-	}
-	arr := body[m.valueStart:m.end]
-	var items [][]byte
-	changed := false
-	err = jsonscan.Elements(arr, func(_ int, item []byte) error {
-		if jsonscan.KindOf(item) == jsonscan.KindObject {
-			ims, err := members(item)
-			if err != nil {
-				return err
-			}
-			fixed, err := resolveNames(item, ims, messageFields(d), rules)
-			if err != nil {
-				return err
-			}
-			if fixed != nil {
-				item, changed = fixed, true
-			}
-		}
-		items = append(items, item)
-		return nil
-	})
-	if err != nil || !changed {
-		return body, err
-	}
-	out := append([]byte{'['}, bytes.Join(items, []byte{','})...)
-	return replaceValue(body, m, append(out, ']')), nil
-}
-
-// decodeConversation reads a Responses or Messages request: the
-// conversation from package translate, and the few top-level members
-// that shape the prompt (think, reasoning, thinking, options) or name
-// state the backend keeps.
-func decodeConversation(d Dialect, body []byte) (*chatRequest, error) {
-	var conv *translate.Conversation
-	var err error
-	if d == Responses {
-		conv, err = translate.DecodeResponses(body)
-	} else {
-		conv, err = translate.DecodeMessages(body)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNotChat, err)
-	}
-	req := &chatRequest{dialect: d, body: body, model: conv.Model, stream: conv.Stream, messages: conv.Messages,
-		annotated: conv.Annotated, tools: conv.Tools, maxOutput: conv.MaxOutput,
-		firstSystem: conv.FirstSystem, firstUser: conv.FirstUser, conv: conv}
-	ms, err := members(body) // DecodeResponses / DecodeMessages validated it
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNotChat, err)
-	}
-	for _, m := range ms {
-		v := body[m.valueStart:m.end]
-		if bytes.Equal(v, []byte("null")) {
-			continue
-		}
-		switch m.key {
-		case "options":
-			maxOut := req.maxOutput
-			req.decodeOptions(v)
-			if maxOut > 0 {
-				req.maxOutput = maxOut
-			}
-		case "think":
-			req.think = v
-		case "reasoning": // Responses: {"effort": …}
-			var r struct {
-				Effort string `json:"effort"`
-			}
-			if json.Unmarshal(v, &r) == nil {
-				req.effort = r.Effort
-			}
-		case "thinking": // Messages: {"type": "enabled" | "adaptive" | "disabled"}
-			var t struct {
-				Type string `json:"type"`
-			}
-			if json.Unmarshal(v, &t) == nil && req.think == nil {
-				switch t.Type {
-				case "enabled", "adaptive":
-					req.think = json.RawMessage("true")
-				case "disabled":
-					req.think = json.RawMessage("false")
-				}
-			}
-		case "conversation", "prompt":
-			if d == Responses {
-				req.serverState = m.key
-			}
-		}
-	}
-	if conv.PreviousResponseID != "" {
-		req.serverState = "previous_response_id"
-	}
-	if d == Responses && req.serverState == "" {
-		for _, msg := range req.messages {
-			if isItemReference(msg.Raw) {
-				req.serverState = "item_reference"
-				break
-			}
-		}
-	}
-	return req, nil
-}
-
-// isItemReference reports whether raw is a Responses item_reference item.
-func isItemReference(raw []byte) bool {
-	if len(raw) == 0 || raw[0] != '{' || !bytes.Contains(raw, []byte("item_reference")) {
-		return false
-	}
-	ms, err := members(raw)
-	if err != nil {
-		return false
-	}
-	t, ok := findMember(ms, "type")
-	return ok && string(raw[t.valueStart:t.end]) == `"item_reference"`
-}
-
 // encodeConversation writes the conversation p forwards back into the
 // request's own dialect; the body as sent when nothing changed.
-func encodeConversation(log *slog.Logger, req *chatRequest, p *plan) []byte {
-	if !p.changed && !req.annotated {
-		return req.body
+func encodeConversation(log *slog.Logger, req *wire.Request, p *plan) []byte {
+	if !p.changed && !req.Annotated {
+		return req.Body
 	}
-	body, err := req.conv.Encode(p.messages)
+	body, err := req.Conv.Encode(p.messages)
 	if err != nil {
 		log.Error("re-encoding the request failed; forwarding it as sent", "err", err)
-		return req.body
+		return req.Body
 	}
 	return body
 }
@@ -262,13 +100,13 @@ func (r messagesReply) lines() lineConverter {
 // inputTokens is ctxproxy's count of the prompt, which a Messages stream
 // shows in message_start. The replyTranslator is usable even with an
 // error, for its error shape.
-func toOllamaChat(d Dialect, body []byte, numCtx, inputTokens int) ([]byte, replyTranslator, error) {
+func toOllamaChat(d wire.Dialect, body []byte, numCtx, inputTokens int) ([]byte, replyTranslator, error) {
 	opts := translate.RequestOptions{NumCtx: numCtx}
 	switch d {
-	case Responses:
+	case wire.Responses:
 		out, info, err := translate.ResponsesRequest(body, opts)
 		return out, responsesReply{info}, err
-	case Messages:
+	case wire.Messages:
 		out, info, err := translate.MessagesRequest(body, opts)
 		info.InputTokens = inputTokens
 		return out, messagesReply{info}, err
@@ -278,12 +116,12 @@ func toOllamaChat(d Dialect, body []byte, numCtx, inputTokens int) ([]byte, repl
 }
 
 // translationError is a translation failure as the client's error.
-func translationError(rt replyTranslator, err error) *apiError {
+func translationError(rt replyTranslator, err error) *wire.Error {
 	var te *translate.Error
 	if errors.As(err, &te) {
-		return &apiError{status: te.Status, message: te.Message, code: te.Code, raw: rt.errorJSON(te)}
+		return &wire.Error{Status: te.Status, Message: te.Message, Code: te.Code, Raw: rt.errorJSON(te)}
 	}
-	return &apiError{status: http.StatusBadRequest, message: err.Error()}
+	return &wire.Error{Status: http.StatusBadRequest, Message: err.Error()}
 }
 
 // exactPrompt is an exact counter of one request's prompt.
@@ -298,12 +136,12 @@ func (c *exactCounter) failed() error { return c.err }
 // the messages as sent, for the conversation dialects the messages of
 // the /api/chat body they are translated to, which is what Ollama
 // renders and evaluates.
-func exactFor(model *exact.Model, req *chatRequest) exactPrompt {
-	if req.conv == nil {
+func exactFor(model *exact.Model, req *wire.Request) exactPrompt {
+	if req.Conv == nil {
 		return newExactCounter(model, req)
 	}
 	c := &dialectCounter{req: req}
-	oreq, err := c.ollama(req.body)
+	oreq, err := c.ollama(req.Body)
 	if err != nil {
 		c.exactCounter = &exactCounter{model: model, err: err}
 		return c
@@ -319,21 +157,21 @@ func exactFor(model *exact.Model, req *chatRequest) exactPrompt {
 // loop checks the whole prompt, so the two need only be close.
 type dialectCounter struct {
 	*exactCounter
-	req *chatRequest
+	req *wire.Request
 }
 
-func (c *dialectCounter) ollama(body []byte) (*chatRequest, error) {
-	out, _, err := toOllamaChat(c.req.dialect, body, 0, 0)
+func (c *dialectCounter) ollama(body []byte) (*wire.Request, error) {
+	out, _, err := toOllamaChat(c.req.Dialect, body, 0, 0)
 	if err != nil {
 		return nil, err
 	}
-	return decodeChat(Ollama, out)
+	return wire.DecodeChat(wire.Ollama, out)
 }
 
 // Prompt counts msgs as the translated request's messages.
 func (c *dialectCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) budget.Estimate {
-	body, err := c.req.conv.Encode(msgs)
-	var oreq *chatRequest
+	body, err := c.req.Conv.Encode(msgs)
+	var oreq *wire.Request
 	if err == nil {
 		oreq, err = c.ollama(body)
 	}
@@ -343,15 +181,15 @@ func (c *dialectCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) b
 		}
 		return budget.Estimate{Exact: true}
 	}
-	return c.exactCounter.Prompt(oreq.messages, tools)
+	return c.exactCounter.Prompt(oreq.Messages, tools)
 }
 
 // storedMessages converts what a session records. The conversation
 // dialects' messages are stored as Ollama chat messages (role, content,
 // tool_calls, tool_call_id), with the dialect in the metadata: the
 // session's export, compress and restore read every session alike.
-func storedMessages(d Dialect, msgs []rewrite.Message) []snapshots.Message {
-	if d != Responses && d != Messages {
+func storedMessages(d wire.Dialect, msgs []rewrite.Message) []snapshots.Message {
+	if d != wire.Responses && d != wire.Messages {
 		return toStored(msgs)
 	}
 	out := toStored(chatShaped(msgs))
@@ -408,18 +246,18 @@ func chatMessage(m *rewrite.Message) json.RawMessage {
 // writeDialectAnswer writes text as the assistant's complete answer (an
 // in-band command's) in a conversation dialect's shape, streamed or not,
 // by translating an Ollama answer as a backend reply is translated.
-func writeDialectAnswer(w http.ResponseWriter, req *chatRequest, text string) {
-	_, rt, err := toOllamaChat(req.dialect, req.body, 0, 0)
+func writeDialectAnswer(w http.ResponseWriter, req *wire.Request, text string) {
+	_, rt, err := toOllamaChat(req.Dialect, req.Body, 0, 0)
 	if err != nil {
-		info := translate.Info{Model: req.model, Stream: req.stream}
-		if req.dialect == Responses {
+		info := translate.Info{Model: req.Model, Stream: req.Stream}
+		if req.Dialect == wire.Responses {
 			rt = responsesReply{translate.ResponsesInfo{Info: info}}
 		} else {
 			rt = messagesReply{translate.MessagesInfo{Info: info}}
 		}
 	}
 	line := func(content string, done bool) []byte {
-		l := map[string]any{"model": req.model, "created_at": time.Now().UTC().Format(time.RFC3339Nano),
+		l := map[string]any{"model": req.Model, "created_at": time.Now().UTC().Format(time.RFC3339Nano),
 			"message": map[string]string{"role": "assistant", "content": content}, "done": done}
 		if done {
 			l["done_reason"], l["prompt_eval_count"], l["eval_count"] = "stop", 0, 0
@@ -431,7 +269,7 @@ func writeDialectAnswer(w http.ResponseWriter, req *chatRequest, text string) {
 	if !rt.streamed() {
 		out, err := rt.whole(line(text, true))
 		if err != nil {
-			writeError(w, req.dialect, apiError{status: http.StatusInternalServerError, message: "ctxproxy could not write its answer"})
+			wire.WriteError(w, req.Dialect, wire.Error{Status: http.StatusInternalServerError, Message: "ctxproxy could not write its answer"})
 			return
 		}
 		h.Set("Content-Type", "application/json")
@@ -456,16 +294,16 @@ func writeDialectAnswer(w http.ResponseWriter, req *chatRequest, text string) {
 // unsupported_parameter. Bound for another backend it is forwarded as
 // sent and not trimmed: the window holds context ctxproxy cannot count.
 // The session records it as a turn appended to what it holds.
-func continueServerState(log *slog.Logger, ex *exchange, req *chatRequest, p *plan, ollama bool) ([]byte, *apiError) {
+func continueServerState(log *slog.Logger, ex *exchange, req *wire.Request, p *plan, ollama bool) ([]byte, *wire.Error) {
 	if p.translate || ollama {
-		if _, rt, err := toOllamaChat(req.dialect, req.body, 0, 0); err != nil {
+		if _, rt, err := toOllamaChat(req.Dialect, req.Body, 0, 0); err != nil {
 			return nil, translationError(rt, err)
 		}
-		return nil, &apiError{status: http.StatusBadRequest, code: "unsupported_parameter",
-			message: req.serverState + " refers to state kept by the server, and Ollama keeps none: send the whole conversation in input"}
+		return nil, &wire.Error{Status: http.StatusBadRequest, Code: "unsupported_parameter",
+			Message: req.ServerState + " refers to state kept by the server, and Ollama keeps none: send the whole conversation in input"}
 	}
-	p.accum, p.newTurn = true, req.messages
-	ex.headers.Set("X-Ctxproxy-Notice", "Not counted or trimmed: "+req.serverState+
+	p.accum, p.newTurn = true, req.Messages
+	ex.headers.Set("X-Ctxproxy-Notice", "Not counted or trimmed: "+req.ServerState+
 		" continues a conversation the backend keeps, which ctxproxy cannot see.")
 	return encodeConversation(log, req, p), nil
 }

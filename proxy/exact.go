@@ -5,6 +5,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ollama/ollama/api"
 )
@@ -46,22 +47,22 @@ type exactCounter struct {
 
 // newExactCounter returns a counter of req's prompt for model; err when
 // the request's tools or think value do not decode as Ollama would.
-func newExactCounter(model *exact.Model, req *chatRequest) *exactCounter {
+func newExactCounter(model *exact.Model, req *wire.Request) *exactCounter {
 	c := &exactCounter{model: model}
-	if len(req.tools) > 0 {
-		if err := json.Unmarshal(req.tools, &c.tools); err != nil {
+	if len(req.Tools) > 0 {
+		if err := json.Unmarshal(req.Tools, &c.tools); err != nil {
 			c.err = err
 		}
 	}
 	switch {
-	case len(req.think) > 0:
+	case len(req.Think) > 0:
 		var t api.ThinkValue
-		if err := json.Unmarshal(req.think, &t); err == nil {
+		if err := json.Unmarshal(req.Think, &t); err == nil {
 			c.think = &t
 		}
-	case req.effort != "":
+	case req.Effort != "":
 		// The translation's mapping of reasoning_effort to think.
-		switch req.effort {
+		switch req.Effort {
 		case "none":
 			c.think = &api.ThinkValue{Value: false}
 		case "minimal", "low":
@@ -72,7 +73,7 @@ func newExactCounter(model *exact.Model, req *chatRequest) *exactCounter {
 			c.think = &api.ThinkValue{Value: "high"}
 		}
 	}
-	for _, m := range req.messages {
+	for _, m := range req.Messages {
 		for _, tc := range m.ToolCalls {
 			if tc.ID != "" {
 				if c.names == nil {
@@ -158,17 +159,17 @@ func (c *exactCounter) message(m *rewrite.Message) api.Message {
 		am.Images = make([]api.ImageData, m.Images)
 	}
 	if m.Raw != nil {
-		if ms, err := members(m.Raw); err == nil {
+		if ms, err := wire.Members(m.Raw); err == nil {
 			for _, mem := range ms {
-				v := m.Raw[mem.valueStart:mem.end]
-				switch mem.key {
+				v := m.Raw[mem.ValueStart:mem.End]
+				switch mem.Key {
 				case "thinking", "reasoning_content", "reasoning":
 					if am.Thinking == "" && v[0] == '"' && m.Role == "assistant" {
-						am.Thinking, _ = decodeString(v)
+						am.Thinking, _ = wire.DecodeString(v)
 					}
 				case "tool_name":
 					if v[0] == '"' {
-						am.ToolName, _ = decodeString(v)
+						am.ToolName, _ = wire.DecodeString(v)
 					}
 				}
 			}

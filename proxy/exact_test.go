@@ -18,6 +18,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
@@ -84,11 +85,11 @@ func TestExactFirstRequest(t *testing.T) {
 			if sent != got || got == 0 {
 				t.Fatalf("X-Ctxproxy-Tokens %d, prompt_eval_count %d", sent, got)
 			}
-			req, err := decodeChat(Ollama, body)
+			req, err := wire.DecodeChat(wire.Ollama, body)
 			if err != nil {
 				t.Fatal(err)
 			}
-			guess := budget.NewRegistry(budget.Config{}, nil).MessageCounter("tiny").Prompt(req.messages, nil).Tokens
+			guess := budget.NewRegistry(budget.Config{}, nil).MessageCounter("tiny").Prompt(req.Messages, nil).Tokens
 			if d := float64(guess-got) / float64(got); d > -0.01 && d < 0.01 {
 				t.Fatalf("tiktoken's guess %d is within 1%% of %d: the test cannot tell them apart", guess, got)
 			}
@@ -356,16 +357,16 @@ func BenchmarkExactCounting(b *testing.B) {
 	body := textConversation("tiny", 100, 1, nil)
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		req, err := decodeChat(Ollama, body)
+		req, err := wire.DecodeChat(wire.Ollama, body)
 		if err != nil {
 			b.Fatal(err)
 		}
 		ec := newExactCounter(tok, req)
-		ec.Prompt(req.messages, req.tools)
-		ec.Overhead(req.tools)
-		for i := range req.messages {
-			ec.CountMessage(&req.messages[i])
+		ec.Prompt(req.Messages, req.Tools)
+		ec.Overhead(req.Tools)
+		for i := range req.Messages {
+			ec.CountMessage(&req.Messages[i])
 		}
-		ec.Prompt(req.messages, req.tools)
+		ec.Prompt(req.Messages, req.Tools)
 	}
 }

@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
 // exchange is the state of one intercepted chat request, carried to the
 // ReverseProxy hooks through the request context.
 type exchange struct {
-	dialect Dialect
+	dialect wire.Dialect
 	route   string
 	model   string
 	session string
@@ -40,7 +41,7 @@ type exchange struct {
 	ready time.Time
 	// recut, when set, cuts the conversation shrink tokens below the
 	// limit and returns the body to forward (an overflow retry).
-	recut func(shrink int) (payload, *apiError)
+	recut func(shrink int) (wire.Payload, *wire.Error)
 	// hold is the request body's share of the memory budget.
 	hold *bodyHold
 }
@@ -99,9 +100,9 @@ func (ex *exchange) warn(msg string) {
 
 // wire is the dialect of the backend's answer: Ollama's for a request
 // translated to /api/chat, else the client's own.
-func (ex *exchange) wire() Dialect {
+func (ex *exchange) wire() wire.Dialect {
 	if ex.plan != nil && ex.plan.translate {
-		return Ollama
+		return wire.Ollama
 	}
 	return ex.dialect
 }
@@ -115,9 +116,9 @@ func exchangeFrom(ctx context.Context) *exchange {
 
 // readBody reads a chat request body, refusing one over MaxBody before it
 // is read whole.
-func readBody(r *http.Request, maxBody int64) ([]byte, *apiError) {
-	tooLarge := &apiError{status: http.StatusRequestEntityTooLarge,
-		message: fmt.Sprintf("request body is larger than the %d bytes ctxproxy accepts (max_body)", maxBody)}
+func readBody(r *http.Request, maxBody int64) ([]byte, *wire.Error) {
+	tooLarge := &wire.Error{Status: http.StatusRequestEntityTooLarge,
+		Message: fmt.Sprintf("request body is larger than the %d bytes ctxproxy accepts (max_body)", maxBody)}
 	if r.ContentLength > maxBody {
 		return nil, tooLarge
 	}
@@ -137,7 +138,7 @@ func readBody(r *http.Request, maxBody int64) ([]byte, *apiError) {
 		body, err = io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	}
 	if err != nil {
-		return nil, &apiError{status: http.StatusBadRequest, message: "reading the request body failed"}
+		return nil, &wire.Error{Status: http.StatusBadRequest, Message: "reading the request body failed"}
 	}
 	if int64(len(body)) > maxBody {
 		return nil, tooLarge

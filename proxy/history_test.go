@@ -16,6 +16,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -323,7 +324,7 @@ func TestPruneStoredKeepsToolUnits(t *testing.T) {
 	text := strings.Repeat("word ", 40)
 	stored := []snapshots.Message{{Role: "system", Content: "S", Raw: json.RawMessage(`{"role":"system","content":"S"}`)}}
 	add := func(raw string, importance *float64) {
-		m, _, err := decodeMessage([]byte(raw))
+		m, _, err := wire.DecodeMessage([]byte(raw))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 	"github.com/ctxproxy/ctxproxy/view"
@@ -54,11 +55,11 @@ var inbandCommands = map[string]int{
 // inbandCommand returns the command in the newest message of a request:
 // "clear" and "stats" for seed 000's /clear and /stats, "context SUB" for
 // /context SUB, with its arguments.
-func inbandCommand(req *chatRequest) (cmd string, args []string, ok bool) {
-	if len(req.messages) == 0 {
+func inbandCommand(req *wire.Request) (cmd string, args []string, ok bool) {
+	if len(req.Messages) == 0 {
 		return "", nil, false
 	}
-	return commandOf(&req.messages[len(req.messages)-1])
+	return commandOf(&req.Messages[len(req.Messages)-1])
 }
 
 // commandOf returns the in-band command a message is, if it is one.
@@ -106,7 +107,7 @@ var printer = view.Printer{Loc: time.UTC, Zone: true}
 
 // answer answers a chat request whose newest message is an in-band
 // command, and reports whether it did; Server.chat returns when it did.
-func (ib *inband) answer(w http.ResponseWriter, r *http.Request, ex *exchange, req *chatRequest) bool {
+func (ib *inband) answer(w http.ResponseWriter, r *http.Request, ex *exchange, req *wire.Request) bool {
 	cmd, args, ok := inbandCommand(req)
 	if !ok {
 		return false
@@ -117,7 +118,7 @@ func (ib *inband) answer(w http.ResponseWriter, r *http.Request, ex *exchange, r
 		// whose own origin checks (OLLAMA_ORIGINS) apply.
 		return false
 	}
-	text := ib.run(r.Context(), ex.session, req.model, cmd, args)
+	text := ib.run(r.Context(), ex.session, req.Model, cmd, args)
 	ex.status = http.StatusOK
 	ex.logAttrs = append(ex.logAttrs, "inband", cmd)
 	for k, v := range ex.headers {
@@ -330,24 +331,24 @@ func (ib *inband) memoryStatsText(ctx context.Context, d api.SessionDetail, mode
 // request's dialect: Ollama JSON or an NDJSON stream ending in "done":
 // true, OpenAI chat.completion or SSE chunks ending in "data: [DONE]".
 // Token counts are zero: no model ran.
-func writeAnswer(w http.ResponseWriter, req *chatRequest, text string) {
-	if req.conv != nil {
+func writeAnswer(w http.ResponseWriter, req *wire.Request, text string) {
+	if req.Conv != nil {
 		writeDialectAnswer(w, req, text)
 		return
 	}
 	h := w.Header()
 	now := time.Now()
 	msg := map[string]string{"role": "assistant", "content": text}
-	if req.dialect == Ollama {
-		final := map[string]any{"model": req.model, "created_at": now.UTC().Format(time.RFC3339Nano),
+	if req.Dialect == wire.Ollama {
+		final := map[string]any{"model": req.Model, "created_at": now.UTC().Format(time.RFC3339Nano),
 			"message": msg, "done": true, "done_reason": "stop", "total_duration": 0, "load_duration": 0,
 			"prompt_eval_count": 0, "prompt_eval_duration": 0, "eval_count": 0, "eval_duration": 0}
-		if !req.stream {
+		if !req.Stream {
 			writeJSON(w, http.StatusOK, final)
 			return
 		}
 		h.Set("Content-Type", "application/x-ndjson")
-		first, _ := json.Marshal(map[string]any{"model": req.model, "created_at": final["created_at"],
+		first, _ := json.Marshal(map[string]any{"model": req.Model, "created_at": final["created_at"],
 			"message": msg, "done": false})
 		final["message"] = map[string]string{"role": "assistant", "content": ""}
 		last, _ := json.Marshal(final)
@@ -357,9 +358,9 @@ func writeAnswer(w http.ResponseWriter, req *chatRequest, text string) {
 	}
 	id := "chatcmpl-ctxproxy-" + randomHex(12)
 	usage := map[string]int{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-	if !req.stream {
+	if !req.Stream {
 		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "chat.completion", "created": now.Unix(),
-			"model": req.model, "choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": "stop"}},
+			"model": req.Model, "choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": "stop"}},
 			"usage": usage})
 		return
 	}
@@ -368,9 +369,9 @@ func writeAnswer(w http.ResponseWriter, req *chatRequest, text string) {
 			IncludeUsage bool `json:"include_usage"`
 		} `json:"stream_options"`
 	}
-	_ = json.Unmarshal(req.body, &opts)
+	_ = json.Unmarshal(req.Body, &opts)
 	chunk := func(choices []any, usage any) []byte {
-		c := map[string]any{"id": id, "object": "chat.completion.chunk", "created": now.Unix(), "model": req.model,
+		c := map[string]any{"id": id, "object": "chat.completion.chunk", "created": now.Unix(), "model": req.Model,
 			"choices": choices}
 		if usage != nil {
 			c["usage"] = usage
@@ -429,7 +430,7 @@ func inbandHistory(msgs []rewrite.Message) ([]rewrite.Message, bool) {
 		return msgs, false
 	}
 	lead := 0
-	for lead < len(msgs) && isSystemRole(msgs[lead].Role) {
+	for lead < len(msgs) && wire.IsSystemRole(msgs[lead].Role) {
 		lead++
 	}
 	out := make([]rewrite.Message, 0, len(msgs))

@@ -18,6 +18,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
@@ -50,7 +51,7 @@ func TestInbandCommand(t *testing.T) {
 		{"empty", nil, "", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd, args, ok := inbandCommand(&chatRequest{messages: tc.msgs})
+			cmd, args, ok := inbandCommand(&wire.Request{Messages: tc.msgs})
 			if cmd != tc.cmd || ok != tc.ok || (ok && !cmp.Equal(args, tc.args, cmpopts.EquateEmpty())) {
 				t.Errorf("got %q %q %v, want %q %q %v", cmd, args, ok, tc.cmd, tc.args, tc.ok)
 			}

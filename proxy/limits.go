@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"golang.org/x/sync/semaphore"
@@ -92,8 +93,8 @@ func (g *gate) acquire(ctx context.Context, sem *semaphore.Weighted, n int64) er
 func (g *gate) busy(w http.ResponseWriter, r *http.Request, what string) {
 	g.refused.WithLabelValues(what).Inc()
 	w.Header().Set("Retry-After", "1")
-	writeError(w, dialectOf(r.URL.Path), apiError{status: http.StatusServiceUnavailable,
-		message: fmt.Sprintf("ctxproxy is at its limit of %s; try again in a moment", what)})
+	wire.WriteError(w, wire.DialectOf(r.URL.Path), wire.Error{Status: http.StatusServiceUnavailable,
+		Message: fmt.Sprintf("ctxproxy is at its limit of %s; try again in a moment", what)})
 }
 
 // exempt routes are never queued: a load balancer's health check and
@@ -126,7 +127,7 @@ func (g *gate) bodyBudget(w http.ResponseWriter, r *http.Request) (release func(
 // takeBody reads an intercepted request's body within the body-memory
 // budget, answering the client itself when it cannot; release gives the
 // budget back once the exchange is over.
-func (g *gate) takeBody(w http.ResponseWriter, r *http.Request, d Dialect) (body []byte, release func(), status int) {
+func (g *gate) takeBody(w http.ResponseWriter, r *http.Request, d wire.Dialect) (body []byte, release func(), status int) {
 	release, ok := g.bodyBudget(w, r)
 	if !ok {
 		return nil, nil, http.StatusServiceUnavailable
@@ -134,8 +135,8 @@ func (g *gate) takeBody(w http.ResponseWriter, r *http.Request, d Dialect) (body
 	body, aerr := readBody(r, g.maxBody)
 	if aerr != nil {
 		release()
-		writeError(w, d, *aerr)
-		return nil, nil, aerr.status
+		wire.WriteError(w, d, *aerr)
+		return nil, nil, aerr.Status
 	}
 	return body, release, 0
 }

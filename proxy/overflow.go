@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
 // maxOverflowRetries is how many times ctxproxy cuts harder and resends a
@@ -125,8 +127,8 @@ func (s *Server) retryOverflow(resp *http.Response, ex *exchange) (next *http.Re
 			"model", p.model, "session", ex.session, "attempt", attempt, "sent", p.after.Tokens, "limit", p.limit-shrink)
 		next, err := s.resend(resp.Request, out)
 		if err != nil {
-			return errorResponse(resp, ex.dialect, apiError{status: http.StatusBadGateway,
-				message: fmt.Sprintf("ctxproxy could not reach the backend at %s to resend a cut prompt", s.backend.Redacted())}), true
+			return errorResponse(resp, ex.dialect, wire.Error{Status: http.StatusBadGateway,
+				Message: fmt.Sprintf("ctxproxy could not reach the backend at %s to resend a cut prompt", s.backend.Redacted())}), true
 		}
 		if next.StatusCode == http.StatusOK {
 			ex.warn(fmt.Sprintf("the backend refused the prompt as longer than its window; ctxproxy cut it by %d tokens more and retried (%d)", shrink, attempt))
@@ -147,31 +149,31 @@ func (s *Server) retryOverflow(resp *http.Response, ex *exchange) (next *http.Re
 		}
 	}
 	s.metrics.overflowFailures.Inc()
-	return errorResponse(resp, ex.dialect, apiError{status: http.StatusBadRequest, code: "context_length_exceeded",
-		message: fmt.Sprintf("the backend refused the prompt as longer than its context window %d times; ctxproxy counted %d tokens "+
+	return errorResponse(resp, ex.dialect, wire.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded",
+		Message: fmt.Sprintf("the backend refused the prompt as longer than its context window %d times; ctxproxy counted %d tokens "+
 			"for a limit of %d and cut it by up to %d tokens more without success (the model's window may be smaller than configured: "+
 			"see models: in the config)", maxOverflowRetries+1, p.before.Tokens, p.limit, shrink)}), true
 }
 
 // resend sends body to the backend in place of the original request's.
-func (s *Server) resend(orig *http.Request, body payload) (*http.Response, error) {
+func (s *Server) resend(orig *http.Request, body wire.Payload) (*http.Response, error) {
 	out := orig.Clone(orig.Context())
-	n := body.size()
-	out.Body = io.NopCloser(body.reader())
+	n := body.Size()
+	out.Body = io.NopCloser(body.Reader())
 	out.ContentLength = int64(n)
 	out.Header.Set("Content-Length", strconv.Itoa(n))
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.reader()), nil }
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.Reader()), nil }
 	return s.rp.Transport.RoundTrip(out)
 }
 
 // errorResponse is a response of ctxproxy's own carrying e in the
 // dialect's error shape, in place of the backend's resp.
-func errorResponse(resp *http.Response, d Dialect, e apiError) *http.Response {
-	body := errorBody(d, e)
+func errorResponse(resp *http.Response, d wire.Dialect, e wire.Error) *http.Response {
+	body := wire.ErrorBody(d, e)
 	h := http.Header{}
 	h.Set("Content-Type", "application/json; charset=utf-8")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
-	return &http.Response{Status: fmt.Sprintf("%d %s", e.status, http.StatusText(e.status)), StatusCode: e.status,
+	return &http.Response{Status: fmt.Sprintf("%d %s", e.Status, http.StatusText(e.Status)), StatusCode: e.Status,
 		Proto: resp.Proto, ProtoMajor: resp.ProtoMajor, ProtoMinor: resp.ProtoMinor, Header: h,
 		Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)), Request: resp.Request}
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
@@ -23,9 +24,9 @@ type Chat struct {
 // The messages' text shares body's bytes: body must not change while the
 // result is in use.
 func ParseChat(body []byte) (Chat, error) {
-	req, err := decodeChat(Ollama, body)
+	req, err := wire.DecodeChat(wire.Ollama, body)
 	if err != nil {
 		return Chat{}, err
 	}
-	return Chat{Model: req.model, Messages: req.messages, Tools: req.tools, MaxOutput: req.maxOutput, NumCtx: req.numCtx}, nil
+	return Chat{Model: req.Model, Messages: req.Messages, Tools: req.Tools, MaxOutput: req.MaxOutput, NumCtx: req.NumCtx}, nil
 }

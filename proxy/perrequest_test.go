@@ -8,12 +8,13 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
 // withTruncate sets Ollama's "truncate" in a chat body.
 func withTruncate(t *testing.T, body []byte, v string) []byte {
 	t.Helper()
-	out, err := setMember(body, "truncate", []byte(v))
+	out, err := wire.SetMember(body, "truncate", []byte(v))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,26 +10,9 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ollama/ollama/api"
 )
-
-// rawRequest is the part of a raw-prompt request (Ollama's /api/generate,
-// OpenAI's /v1/completions) ctxproxy reads to count it.
-type rawRequest struct {
-	Model    string            `json:"model"`
-	Prompt   json.RawMessage   `json:"prompt"`
-	System   string            `json:"system"`
-	Template string            `json:"template"`
-	Suffix   string            `json:"suffix"`
-	Raw      bool              `json:"raw"`
-	Stream   *bool             `json:"stream"`
-	Images   []json.RawMessage `json:"images"`
-	Context  []int             `json:"context"`
-	Think    json.RawMessage   `json:"think"`
-	Options  struct {
-		NumCtx int `json:"num_ctx"`
-	} `json:"options"`
-}
 
 // raw handles a raw-prompt route. ctxproxy does not cut a raw prompt
 // (there are no messages to choose from), but it counts it, sets the
@@ -37,7 +20,7 @@ type rawRequest struct {
 // the window, and checks the backend's count after the reply, so an
 // overflow or a silent truncation is seen and reported there too. The
 // body is forwarded as sent.
-func (s *Server) raw(w http.ResponseWriter, r *http.Request, d Dialect) {
+func (s *Server) raw(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 	if r.Header.Get("X-Ctxproxy-Bypass") == "1" {
 		s.rp.ServeHTTP(w, r)
 		return
@@ -50,14 +33,14 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d Dialect) {
 		return
 	}
 	defer release()
-	req, prompt, ok := decodeRaw(body, s.cfg.MaxDepth)
+	req, prompt, ok := wire.DecodeRaw(body, s.cfg.MaxDepth)
 	if !ok || s.tokens == nil {
 		// A prompt array, or anything unusual: the backend decides.
-		s.forward(w, r, ex, bodyOf(body))
+		s.forward(w, r, ex, wire.PayloadOf(body))
 		return
 	}
 	ex.model = req.Model
-	ex.stream = req.Stream == nil && d == Ollama || req.Stream != nil && *req.Stream
+	ex.stream = req.Stream == nil && d == wire.Ollama || req.Stream != nil && *req.Stream
 	p := &plan{model: req.Model}
 	ex.plan = p
 
@@ -68,7 +51,7 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d Dialect) {
 	}
 	lim := s.tokens.Limits(req.Model, mi.Facts.ContextLength)
 	switch {
-	case toOllama && d == Ollama && req.Options.NumCtx > 0:
+	case toOllama && d == wire.Ollama && req.Options.NumCtx > 0:
 		p.numCtx = req.Options.NumCtx
 		lim = lim.Cap(req.Options.NumCtx)
 	case toOllama:
@@ -133,5 +116,5 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d Dialect) {
 			"window", window, "exact", p.exact != nil)
 	}
 	ex.ready = time.Now()
-	s.forward(w, r, ex, bodyOf(body))
+	s.forward(w, r, ex, wire.PayloadOf(body))
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -32,34 +33,34 @@ type recorder struct {
 // the backend's truth, detect silent truncation, and record the session.
 // It runs on the request's goroutine after the last byte reached the
 // client; store writes are queued, never waited for.
-func (s *recorder) afterReply(ex *exchange, rep reply) {
+func (s *recorder) afterReply(ex *exchange, rep wire.Reply) {
 	p := ex.plan
 	if p == nil {
 		return
 	}
 	truncated := false
-	if s.tokens != nil && rep.status == http.StatusOK && rep.complete && rep.promptTokens > 0 {
+	if s.tokens != nil && rep.Status == http.StatusOK && rep.Complete && rep.PromptTokens > 0 {
 		numCtx := p.window
-		if p.numCtx > 0 && (ex.dialect == Ollama || p.translate) {
+		if p.numCtx > 0 && (ex.dialect == wire.Ollama || p.translate) {
 			numCtx = p.numCtx
 		}
 		switch {
 		case p.exact != nil:
-			truncated = s.checkExact(ex, p, rep.promptTokens, numCtx)
+			truncated = s.checkExact(ex, p, rep.PromptTokens, numCtx)
 		case p.after.Exact:
 			// Counted by the backend itself: nothing to calibrate, only
 			// a cut to see.
-			truncated = budget.Truncated(p.after.Tokens, rep.promptTokens, numCtx, 0.01)
+			truncated = budget.Truncated(p.after.Tokens, rep.PromptTokens, numCtx, 0.01)
 		default:
-			truncated = s.tokens.Observe(p.model, p.after, rep.promptTokens, numCtx)
+			truncated = s.tokens.Observe(p.model, p.after, rep.PromptTokens, numCtx)
 		}
-		s.metrics.calibrationError.Observe(relErr(p.after.Tokens, rep.promptTokens))
-		ex.logAttrs = append(ex.logAttrs, "prompt_tokens", rep.promptTokens)
+		s.metrics.calibrationError.Observe(relErr(p.after.Tokens, rep.PromptTokens))
+		ex.logAttrs = append(ex.logAttrs, "prompt_tokens", rep.PromptTokens)
 		if truncated {
 			s.metrics.truncations.Inc()
 			s.log.Warn("backend truncated the prompt silently: it reports far fewer prompt tokens than were sent",
 				"model", p.model, "session", ex.session, "sent", p.after.Tokens, "exact", p.exact != nil,
-				"reported", rep.promptTokens, "num_ctx", p.numCtx)
+				"reported", rep.PromptTokens, "num_ctx", p.numCtx)
 		}
 	}
 	s.record(ex, rep, truncated)
@@ -99,7 +100,7 @@ func relErr(est, actual int) float64 {
 const replyCutMarker = "\n[… reply cut here: ctxproxy stores at most max_body bytes of a reply; the client got it whole …]"
 
 // record queues the session update for this exchange.
-func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
+func (s *recorder) record(ex *exchange, rep wire.Reply, truncated bool) {
 	p := ex.plan
 	if s.writer == nil || ex.session == "" || p == nil {
 		return
@@ -109,14 +110,14 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 		// conversation; recording it would replace the conversation.
 		return
 	}
-	whole := rep.status == http.StatusOK && rep.complete
-	if rep.truncated {
+	whole := rep.Status == http.StatusOK && rep.Complete
+	if rep.Truncated {
 		// The client got every byte; the session keeps what fits, and
 		// says so where a reader of it will look.
 		s.metrics.repliesCut.Inc()
 		s.log.Warn("reply longer than max_body: the session stores it cut", "session", ex.session, "model", p.model,
-			"stored_bytes", len(rep.content), "stored", whole)
-		rep.content += replyCutMarker
+			"stored_bytes", len(rep.Content), "stored", whole)
+		rep.Content += replyCutMarker
 	}
 	var replyMsg *snapshots.Message
 	if whole {
@@ -127,8 +128,8 @@ func (s *recorder) record(ex *exchange, rep reply, truncated bool) {
 	turn := budget.Turn{Tokens: p.before.Tokens, Sent: p.after.Tokens, Limit: p.limit, NumCtx: p.numCtx,
 		Dropped: p.result.Dropped - p.result.Summarized, Summarized: p.result.Summarized,
 		Truncated: truncated, Retries: p.retries, At: now, Budget: p.alloc}
-	if rep.promptTokens > 0 {
-		turn.PromptTokens, turn.CompletionTokens = rep.promptTokens, rep.outputTokens
+	if rep.PromptTokens > 0 {
+		turn.PromptTokens, turn.CompletionTokens = rep.PromptTokens, rep.OutputTokens
 	}
 	// The messages are converted for the store on the writer, not here
 	// while the client waits for the end of the answer. In accumulate

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
@@ -33,7 +34,7 @@ func newRemoteCounter(ctx context.Context, be *backend.Backend, model string, es
 // Prompt counts msgs and tools with the backend. The first call sets the
 // ratio of the backend's count to the estimate that shares are scaled by.
 func (c *remoteCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) budget.Estimate {
-	arr, err := encodeMessages(msgs)
+	arr, err := wire.EncodeMessages(msgs)
 	if err != nil {
 		c.fail(err)
 		return budget.Estimate{}

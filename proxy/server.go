@@ -32,6 +32,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -198,12 +199,12 @@ func (s *Server) routes() {
 	s.statusRoutes()
 	s.mux.HandleFunc("POST /api/tokenize", s.tok.apiTokenize(s.tok.postTokenize))
 	s.mux.HandleFunc("POST /api/detokenize", s.tok.apiTokenize(s.tok.postDetokenize))
-	s.mux.HandleFunc("POST /api/generate", func(w http.ResponseWriter, r *http.Request) { s.raw(w, r, Ollama) })
-	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.raw(w, r, OpenAI) })
-	s.mux.HandleFunc("POST /api/chat", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, Ollama) })
-	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, OpenAI) })
-	s.mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, Responses) })
-	s.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, Messages) })
+	s.mux.HandleFunc("POST /api/generate", func(w http.ResponseWriter, r *http.Request) { s.raw(w, r, wire.Ollama) })
+	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.raw(w, r, wire.OpenAI) })
+	s.mux.HandleFunc("POST /api/chat", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, wire.Ollama) })
+	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, wire.OpenAI) })
+	s.mux.HandleFunc("POST /v1/responses", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, wire.Responses) })
+	s.mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.chat(w, r, wire.Messages) })
 	s.mux.HandleFunc("/", s.passthrough)
 }
 
@@ -212,7 +213,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if why := s.cfg.Hosts.checkHost(r); why != "" {
 		s.metrics.refused.WithLabelValues("host").Inc()
 		s.log.Warn("request refused", "host", r.Host, "origin", r.Header.Get("Origin"), "path", r.URL.Path, "why", why)
-		writeError(w, dialectOf(r.URL.Path), apiError{status: http.StatusForbidden, message: why})
+		wire.WriteError(w, wire.DialectOf(r.URL.Path), wire.Error{Status: http.StatusForbidden, Message: why})
 		return
 	}
 	if !exempt(r.URL.Path) {
@@ -284,7 +285,7 @@ func (c closeUnread) WriteHeader(code int) {
 func (c closeUnread) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // chat handles an intercepted chat route.
-func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
+func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 	route := r.URL.Path
 	if r.Header.Get("X-Ctxproxy-Bypass") == "1" {
 		s.metrics.requests.WithLabelValues(route, d.String(), "bypass").Inc()
@@ -312,35 +313,35 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 	// decoder reads more than it checked (DESIGN.md rule 3): it finds the
 	// top-level members, and decodes a chat's messages as it validates
 	// them.
-	req, err := decodeBody(d, body, s.cfg.MaxDepth, keyRulesOf(s.kind(r.Context())))
+	req, err := wire.Decode(d, body, s.cfg.MaxDepth, keyRulesOf(s.kind(r.Context())))
 	if errors.Is(err, jsonscan.ErrDepth) {
 		ex.status = http.StatusBadRequest
-		writeError(w, d, apiError{status: http.StatusBadRequest,
-			message: fmt.Sprintf("request JSON nests deeper than %d levels", s.cfg.MaxDepth)})
+		wire.WriteError(w, d, wire.Error{Status: http.StatusBadRequest,
+			Message: fmt.Sprintf("request JSON nests deeper than %d levels", s.cfg.MaxDepth)})
 		return
 	}
-	if amb := (*ambiguousError)(nil); errors.As(err, &amb) {
+	if amb := (*wire.AmbiguousError)(nil); errors.As(err, &amb) {
 		ex.status = http.StatusBadRequest
 		s.metrics.unparsable.WithLabelValues(d.String()).Inc()
-		writeError(w, d, apiError{status: http.StatusBadRequest, message: err.Error()})
+		wire.WriteError(w, d, wire.Error{Status: http.StatusBadRequest, Message: err.Error()})
 		return
 	}
-	if err != nil && !errors.Is(err, errNotChat) {
-		err = fmt.Errorf("%w: %v", errNotChat, err)
+	if err != nil && !errors.Is(err, wire.ErrNotChat) {
+		err = fmt.Errorf("%w: %v", wire.ErrNotChat, err)
 	}
 	if err != nil {
 		// Not a chat request ctxproxy understands: the backend decides
 		// (DESIGN.md rule 3).
 		s.metrics.unparsable.WithLabelValues(d.String()).Inc()
 		s.log.Debug("forwarding unparsable chat request unchanged", "route", route, "err", err)
-		s.forward(w, r, ex, bodyOf(body))
+		s.forward(w, r, ex, wire.PayloadOf(body))
 		return
 	}
-	ex.model, ex.stream = req.model, req.stream
+	ex.model, ex.stream = req.Model, req.Stream
 	session, aerr := s.namer.id(r, req)
 	if aerr != nil {
-		ex.status = aerr.status
-		writeError(w, d, *aerr)
+		ex.status = aerr.Status
+		wire.WriteError(w, d, *aerr)
 		return
 	}
 	ex.session = session
@@ -363,11 +364,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 
 	out, aerr := s.prepare(r.Context(), r, ex, req)
 	if aerr != nil {
-		ex.status = aerr.status
+		ex.status = aerr.Status
 		for k, v := range ex.headers {
 			w.Header()[k] = v
 		}
-		writeError(w, d, *aerr)
+		wire.WriteError(w, d, *aerr)
 		return
 	}
 	ex.ready = time.Now()
@@ -375,16 +376,16 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d Dialect) {
 }
 
 // forward sends body to the backend in place of r's body.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, ex *exchange, body payload) {
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, ex *exchange, body wire.Payload) {
 	defer s.metrics.track(ex.stream)()
 	out := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, ex))
-	out.Body = io.NopCloser(body.reader())
-	out.ContentLength = int64(body.size())
+	out.Body = io.NopCloser(body.Reader())
+	out.ContentLength = int64(body.Size())
 	out.TransferEncoding = nil
 	// out shares r's header: ReverseProxy clones it before it changes
 	// anything, and the transport writes Content-Length from
 	// ContentLength, never from the header, so no copy is made here.
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.reader()), nil }
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.Reader()), nil }
 	s.rp.ServeHTTP(flushingWriter{w}, out)
 }
 
@@ -493,7 +494,7 @@ func (s *Server) shapeResponse(resp *http.Response) error {
 		resp.ContentLength = -1
 		resp.Uncompressed = true
 	}
-	resp.Body = newTap(resp.Body, ex.wire(), resp.StatusCode, resp.Header.Get("Content-Type"), int(s.cfg.MaxBody), func(rep reply) {
+	resp.Body = wire.NewTap(resp.Body, ex.wire(), resp.StatusCode, resp.Header.Get("Content-Type"), int(s.cfg.MaxBody), func(rep wire.Reply) {
 		s.rec.afterReply(ex, rep)
 	})
 	if ex.plan != nil && ex.plan.translate {
@@ -513,7 +514,7 @@ func (g gzipBody) Close() error { return g.body.Close() }
 // proxyError answers a request the backend could not serve, in the
 // client's dialect.
 func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	d := dialectOf(r.URL.Path)
+	d := wire.DialectOf(r.URL.Path)
 	ex := exchangeFrom(r.Context())
 	if ex != nil {
 		d = ex.dialect
@@ -529,26 +530,26 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		return
 	}
-	e := apiError{status: http.StatusBadGateway,
-		message: fmt.Sprintf("ctxproxy could not reach the backend at %s", s.backend.Redacted())}
+	e := wire.Error{Status: http.StatusBadGateway,
+		Message: fmt.Sprintf("ctxproxy could not reach the backend at %s", s.backend.Redacted())}
 	var bad badAnswer
 	if errors.As(err, &bad) {
-		e.message = fmt.Sprintf("ctxproxy could not read the answer of the backend at %s", s.backend.Redacted())
+		e.Message = fmt.Sprintf("ctxproxy could not read the answer of the backend at %s", s.backend.Redacted())
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() && !isDialError(err) {
-		e = apiError{status: http.StatusGatewayTimeout,
-			message: fmt.Sprintf("the backend at %s sent no response headers within %s (backend.response_header_timeout)",
+		e = wire.Error{Status: http.StatusGatewayTimeout,
+			Message: fmt.Sprintf("the backend at %s sent no response headers within %s (backend.response_header_timeout)",
 				s.backend.Redacted(), s.cfg.ResponseHeaderTimeout)}
 	}
 	if ex != nil {
-		ex.status = e.status
+		ex.status = e.Status
 	}
 	if isDialError(err) {
 		s.be.Forget()
 	}
-	s.log.Warn("backend request failed", "path", r.URL.Path, "status", e.status, "err", err)
-	writeError(w, d, e)
+	s.log.Warn("backend request failed", "path", r.URL.Path, "status", e.Status, "err", err)
+	wire.WriteError(w, d, e)
 }
 
 func isDialError(err error) bool {

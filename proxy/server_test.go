@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -260,7 +261,7 @@ func TestUnparsableForwardedAndCounted(t *testing.T) {
 			if !ok || string(got.Body) != tc.body {
 				t.Fatalf("backend got %q, want the body unchanged", got.Body)
 			}
-			d := dialectOf(tc.path).String()
+			d := wire.DialectOf(tc.path).String()
 			if n := testutil.ToFloat64(s.metrics.unparsable.WithLabelValues(d)); n != 1 {
 				t.Errorf("unparsable counter = %v, want 1", n)
 			}

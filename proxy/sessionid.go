@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
 // maxClientID is the longest session id a client may send, in bytes; the
@@ -31,7 +33,7 @@ type sessionNamer struct {
 // so), else "". With scoping on, a caller's sessions carry its scope; a
 // caller without a credential may not name a scoped session, and one
 // with a credential that names another's gets a session of its own.
-func (s *sessionNamer) id(r *http.Request, req *chatRequest) (string, *apiError) {
+func (s *sessionNamer) id(r *http.Request, req *wire.Request) (string, *wire.Error) {
 	scope := s.scope(r)
 	if id := r.Header.Get(s.header); id != "" {
 		// The caller's own scoped id, as X-Ctxproxy-Session gave it,
@@ -48,17 +50,17 @@ func (s *sessionNamer) id(r *http.Request, req *chatRequest) (string, *apiError)
 		case !utf8.ValidString(name):
 			return "", s.badID("session id is not valid UTF-8")
 		case scope == "" && len(s.scopeHeaders) > 0 && isScoped(name):
-			return "", &apiError{status: http.StatusForbidden, message: fmt.Sprintf(
+			return "", &wire.Error{Status: http.StatusForbidden, Message: fmt.Sprintf(
 				"%s: this id names a session scoped to a credential (it ends in ~ and 16 hex digits); "+
 					"send the credential it belongs to (%s)", s.header, strings.Join(s.scopeHeaders, ", "))}
 		}
 		return name + scope, nil
 	}
-	if s.noFingerprint || req.firstUser == "" {
+	if s.noFingerprint || req.FirstUser == "" {
 		return "", nil
 	}
 	h := sha256.New()
-	for _, part := range []string{req.model, req.firstSystem, req.firstUser} {
+	for _, part := range []string{req.Model, req.FirstSystem, req.FirstUser} {
 		writeString(h, part)
 		h.Write([]byte{0})
 	}
@@ -76,9 +78,9 @@ func writeString(w io.Writer, s string) {
 	}
 }
 
-func (s *sessionNamer) badID(why string) *apiError {
-	return &apiError{status: http.StatusBadRequest,
-		message: fmt.Sprintf("%s: %s (1 to %d bytes of UTF-8)", s.header, why, maxClientID)}
+func (s *sessionNamer) badID(why string) *wire.Error {
+	return &wire.Error{Status: http.StatusBadRequest,
+		Message: fmt.Sprintf("%s: %s (1 to %d bytes of UTF-8)", s.header, why, maxClientID)}
 }
 
 // scope is the suffix that keeps a caller's sessions its own: "~" and 16

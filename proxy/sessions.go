@@ -16,6 +16,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 	"github.com/ctxproxy/ctxproxy/view"
@@ -133,7 +134,7 @@ func (s *sessions) clear(ctx context.Context, id string, keepSystem bool, reason
 	}
 	err = s.store.Update(ctx, id, func(sess *snapshots.Session) error {
 		n := 0
-		for n < len(sess.Messages) && isSystemRole(sess.Messages[n].Role) {
+		for n < len(sess.Messages) && wire.IsSystemRole(sess.Messages[n].Role) {
 			n++
 		}
 		sess.Messages, sess.Summaries = slices.Clone(sess.Messages[:n]), nil

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 
 	"net/http/httptest"
@@ -52,53 +53,6 @@ func trivialOllama(b testing.TB) string {
 	}))
 	b.Cleanup(be.Close)
 	return be.URL
-}
-
-// Decoding a chat shares the message contents with the body instead of
-// copying them: a 100 KB body cost 139 KB and 631 allocations to decode
-// when every content was copied into a string.
-func TestDecodeChatAllocs(t *testing.T) {
-	body := chatBody100K()
-	decode := func() {
-		if _, err := decodeChat(Ollama, body); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := bytesPerRequest(20, decode); n > uint64(len(body))/2 {
-		t.Errorf("%d bytes allocated to decode a %d-byte chat, want well under the body (are contents copied?)", n, len(body))
-	}
-	// Not one per message: a message's members are listed on the stack
-	// (429 allocations with a slice per message and its keys copied), and
-	// the array is walked once into a list sized up front (19 when its
-	// elements were first listed).
-	if n := testing.AllocsPerRun(20, decode); n > 14 {
-		t.Errorf("%v allocations to decode a 101-message chat, want at most 14", n)
-	}
-
-	// The list is sized by counting braces: one message of 100 KB of
-	// braces must not size it for thousands of messages.
-	braces := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("{", 100<<10) + `"}]}`)
-	if n := bytesPerRequest(20, func() {
-		if _, err := decodeChat(Ollama, braces); err != nil {
-			t.Fatal(err)
-		}
-	}); n > uint64(len(braces))*2 {
-		t.Errorf("%d bytes allocated to decode one message of %d braces, want under twice the body", n, len(braces))
-	}
-}
-
-// decodeString shares the bytes of an unescaped string and decodes an
-// escaped one.
-func TestDecodeStringShares(t *testing.T) {
-	for in, want := range map[string]string{`""`: "", `"a"`: "a", `"a\"b"`: `a"b`, `"\u00e9t\u00e9"`: "été", `"héllo"`: "héllo"} {
-		if got, err := decodeString([]byte(in)); err != nil || got != want {
-			t.Errorf("decodeString(%s) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	v := []byte(`"some content"`)
-	if n := testing.AllocsPerRun(100, func() { _, _ = decodeString(v) }); n > 0 {
-		t.Errorf("%v allocations to decode an unescaped string, want none", n)
-	}
 }
 
 func plannedExchange() (*exchange, *plan) {
@@ -174,41 +128,16 @@ func chatBodyN(n int) []byte {
 // only the new work should be paid.
 func BenchmarkChatWarm1000(b *testing.B) { benchWarmChat(b, chatBodyN(1000)) }
 
-// A message's members cost one allocation: keys of chat messages are
-// constants, and the members' slice is sized for a message.
-func TestMembersAllocs(t *testing.T) {
-	msg := []byte(`{"role":"assistant","content":"hello","tool_calls":null,"name":"x"}`)
-	if n := testing.AllocsPerRun(100, func() { _, _ = members(msg) }); n > 1 {
-		t.Errorf("%v allocations to list a message's members, want 1", n)
-	}
-	ms := mustMembers(t, []byte(`{"role":1,"r\u006fle":2,"other":3,"x\"y":4,"content" : 5}`))
-	var keys []string
-	for _, m := range ms {
-		keys = append(keys, m.key)
-	}
-	if got := strings.Join(keys, ","); got != `role,role,other,x"y,content` {
-		t.Errorf("keys %s", got)
-	}
-}
-
-func BenchmarkMembers(b *testing.B) {
-	msg := []byte(`{"role":"assistant","content":"hello there","images":[]}`)
-	b.ReportAllocs()
-	for b.Loop() {
-		_, _ = members(msg)
-	}
-}
-
 // BenchmarkStoredMessages1000 is the conversion of a 1,000-message
 // history for the store: what an accumulated turn no longer pays (only its
 // new turn is converted) unless it takes a pre-overflow snapshot.
 func BenchmarkStoredMessages1000(b *testing.B) {
-	req, err := decodeChat(Ollama, chatBodyN(1000))
+	req, err := wire.DecodeChat(wire.Ollama, chatBodyN(1000))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = storedMessages(Ollama, req.messages)
+		_ = storedMessages(wire.Ollama, req.Messages)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -20,7 +21,7 @@ func toStored(msgs []rewrite.Message) []snapshots.Message {
 		sm := snapshots.Message{Role: m.Role, Content: m.Content, Raw: m.Raw, Preserve: m.Preserve}
 		if m.Edited || m.Raw == nil {
 			sm.Raw = nil
-			if enc, err := encodeMessage(&msgs[i]); err == nil {
+			if enc, err := wire.EncodeMessage(&msgs[i]); err == nil {
 				sm.Raw = enc
 			}
 		}
@@ -53,7 +54,7 @@ func fromStored(msgs []snapshots.Message) ([]rewrite.Message, error) {
 		if _, err := jsonscan.Valid(raw); err != nil {
 			return nil, fmt.Errorf("stored message %d: %w", i, err)
 		}
-		m, _, err := decodeMessage(raw)
+		m, _, err := wire.DecodeMessage(raw)
 		if err != nil {
 			return nil, fmt.Errorf("stored message %d: %w", i, err)
 		}
@@ -70,20 +71,20 @@ func fromStored(msgs []snapshots.Message) ([]rewrite.Message, error) {
 // send back in its next request, in the request's dialect; for the
 // conversation dialects in Ollama's chat shape, as storedMessages keeps
 // their messages.
-func replyMessage(d Dialect, rep reply) snapshots.Message {
-	sm := snapshots.Message{Role: "assistant", Content: rep.content}
-	if d == Responses || d == Messages {
+func replyMessage(d wire.Dialect, rep wire.Reply) snapshots.Message {
+	sm := snapshots.Message{Role: "assistant", Content: rep.Content}
+	if d == wire.Responses || d == wire.Messages {
 		sm.Metadata = map[string]any{"dialect": d.String()}
 	}
 	if raw, ok := plainReply(rep); ok {
 		sm.Raw = raw
 		return sm
 	}
-	m := map[string]any{"role": "assistant", "content": rep.content}
-	if len(rep.toolCalls) > 0 {
-		calls := make([]any, 0, len(rep.toolCalls))
-		for _, tc := range rep.toolCalls {
-			if d == OpenAI {
+	m := map[string]any{"role": "assistant", "content": rep.Content}
+	if len(rep.ToolCalls) > 0 {
+		calls := make([]any, 0, len(rep.ToolCalls))
+		for _, tc := range rep.ToolCalls {
+			if d == wire.OpenAI {
 				calls = append(calls, map[string]any{"id": tc.ID, "type": "function",
 					"function": map[string]any{"name": tc.Name, "arguments": tc.Arguments}})
 				continue
@@ -101,8 +102,8 @@ func replyMessage(d Dialect, rep reply) snapshots.Message {
 		}
 		m["tool_calls"] = calls
 	}
-	if rep.thinking != "" && d != OpenAI {
-		m["thinking"] = rep.thinking
+	if rep.Thinking != "" && d != wire.OpenAI {
+		m["thinking"] = rep.Thinking
 	}
 	sm.Raw, _ = json.Marshal(m)
 	return sm
@@ -111,12 +112,12 @@ func replyMessage(d Dialect, rep reply) snapshots.Message {
 // plainReply is the raw message of a reply that is text alone, the bytes
 // json.Marshal gives its map (keys sorted, <, > and & escaped) without the
 // map and the reflection: a turn of every chat stores one.
-func plainReply(rep reply) (raw []byte, ok bool) {
-	if len(rep.toolCalls) > 0 || rep.thinking != "" {
+func plainReply(rep wire.Reply) (raw []byte, ok bool) {
+	if len(rep.ToolCalls) > 0 || rep.Thinking != "" {
 		return nil, false
 	}
 	const head, tail = `{"content":`, `,"role":"assistant"}`
-	raw = make([]byte, 0, len(head)+len(rep.content)+len(tail)+8)
-	raw = jsonscan.AppendStringHTML(append(raw, head...), rep.content)
+	raw = make([]byte, 0, len(head)+len(rep.Content)+len(tail)+8)
+	raw = jsonscan.AppendStringHTML(append(raw, head...), rep.Content)
 	return append(raw, tail...), true
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
 // FuzzPlainReply holds plainReply to the bytes json.Marshal gives the
@@ -18,10 +20,10 @@ func FuzzPlainReply(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := replyMessage(Ollama, reply{content: content}); !bytes.Equal(got.Raw, want) {
+		if got := replyMessage(wire.Ollama, wire.Reply{Content: content}); !bytes.Equal(got.Raw, want) {
 			t.Fatalf("replyMessage(%q).Raw = %s, json.Marshal gives %s", content, got.Raw, want)
 		}
-		if got, ok := plainReply(reply{content: content}); ok && !bytes.Equal(got, want) {
+		if got, ok := plainReply(wire.Reply{Content: content}); ok && !bytes.Equal(got, want) {
 			t.Fatalf("plainReply(%q) = %s, json.Marshal gives %s", content, got, want)
 		}
 	})
@@ -29,11 +31,11 @@ func FuzzPlainReply(f *testing.F) {
 
 // TestPlainReplyAllocs guards the plain reply's one allocation.
 func TestPlainReplyAllocs(t *testing.T) {
-	rep := reply{content: "The sea is wide and calm today. The sea is wide and calm today."}
+	rep := wire.Reply{Content: "The sea is wide and calm today. The sea is wide and calm today."}
 	if _, ok := plainReply(rep); !ok {
 		t.Fatal("a plain text reply is not plain")
 	}
-	if n := testing.AllocsPerRun(100, func() { replyMessage(Ollama, rep) }); n > 1 {
+	if n := testing.AllocsPerRun(100, func() { replyMessage(wire.Ollama, rep) }); n > 1 {
 		t.Errorf("replyMessage of a plain reply: %v allocations, want 1", n)
 	}
 }

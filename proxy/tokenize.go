@@ -14,6 +14,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
 // tokenizeRoutes serves POST /ctxproxy/tokenize and /ctxproxy/detokenize,
@@ -42,12 +43,12 @@ func (tr *tokenizeRoutes) tokenizerFor(r *http.Request, model string) *exact.Mod
 }
 
 // tokenize counts req as the request path would.
-func (tr *tokenizeRoutes) tokenize(r *http.Request, req api.TokenizeRequest) (api.TokenizeResponse, *apiError) {
+func (tr *tokenizeRoutes) tokenize(r *http.Request, req api.TokenizeRequest) (api.TokenizeResponse, *wire.Error) {
 	if req.Model == "" {
-		return api.TokenizeResponse{}, &apiError{status: http.StatusBadRequest, message: "model is required"}
+		return api.TokenizeResponse{}, &wire.Error{Status: http.StatusBadRequest, Message: "model is required"}
 	}
 	if (req.Content == nil) == (req.Messages == nil) {
-		return api.TokenizeResponse{}, &apiError{status: http.StatusBadRequest, message: "give either content or messages"}
+		return api.TokenizeResponse{}, &wire.Error{Status: http.StatusBadRequest, Message: "give either content or messages"}
 	}
 	out := api.TokenizeResponse{Model: req.Model}
 	tok := tr.tokenizerFor(r, req.Model)
@@ -63,7 +64,7 @@ func (tr *tokenizeRoutes) tokenize(r *http.Request, req api.TokenizeRequest) (ap
 			}
 		}
 		if tr.tokens == nil {
-			return out, &apiError{status: http.StatusNotImplemented, message: "token counting is off"}
+			return out, &wire.Error{Status: http.StatusNotImplemented, Message: "token counting is off"}
 		}
 		mc := tr.tokens.MessageCounter(req.Model).Frozen()
 		out.Count, out.Source = mc.CountText(*req.Content), "estimate:"+mc.Name()
@@ -71,15 +72,15 @@ func (tr *tokenizeRoutes) tokenize(r *http.Request, req api.TokenizeRequest) (ap
 	}
 	body, _ := json.Marshal(map[string]json.RawMessage{"model": mustJSON(req.Model), "messages": req.Messages,
 		"tools": nullIfEmpty(req.Tools), "think": nullIfEmpty(req.Think)})
-	chat, err := decodeChat(Ollama, body)
+	chat, err := wire.DecodeChat(wire.Ollama, body)
 	if err != nil {
-		return out, &apiError{status: http.StatusBadRequest, message: "messages: " + err.Error()}
+		return out, &wire.Error{Status: http.StatusBadRequest, Message: "messages: " + err.Error()}
 	}
 	var pc promptCounter
 	if tok == nil && tr.tokens != nil && !tr.noExact && tr.be.Kind(r.Context()) == KindOpenAI {
 		if remote := tr.be.Remote(r.Context(), req.Model); remote.API != "" {
 			rc := newRemoteCounter(r.Context(), tr.be, req.Model, tr.tokens.MessageCounter(req.Model).Frozen())
-			if e := rc.Prompt(chat.messages, chat.tools); rc.err == nil {
+			if e := rc.Prompt(chat.Messages, chat.Tools); rc.err == nil {
 				out.Count, out.Exact, out.Source = e.Tokens, true, "backend:"+remote.API
 				pc = rc
 			}
@@ -88,12 +89,12 @@ func (tr *tokenizeRoutes) tokenize(r *http.Request, req api.TokenizeRequest) (ap
 	if tok != nil {
 		ec := newExactCounter(tok, chat)
 		if ec.err == nil {
-			text, err := tok.Render(exact.Prompt{Messages: ec.messages(chat.messages), Tools: ec.tools, Think: ec.think})
+			text, err := tok.Render(exact.Prompt{Messages: ec.messages(chat.Messages), Tools: ec.tools, Think: ec.think})
 			if err == nil {
 				n, err := tok.CountPrompt(text)
 				if err == nil {
 					images := 0
-					for _, m := range chat.messages {
+					for _, m := range chat.Messages {
 						images += m.Images
 					}
 					out.Count, out.Exact, out.Source = n+768*images, images == 0, tok.Name()
@@ -107,14 +108,14 @@ func (tr *tokenizeRoutes) tokenize(r *http.Request, req api.TokenizeRequest) (ap
 	}
 	if pc == nil {
 		if tr.tokens == nil {
-			return out, &apiError{status: http.StatusNotImplemented, message: "token counting is off"}
+			return out, &wire.Error{Status: http.StatusNotImplemented, Message: "token counting is off"}
 		}
 		mc := tr.tokens.MessageCounter(req.Model).Frozen()
-		out.Count, out.Source = mc.Prompt(chat.messages, chat.tools).Tokens, "estimate:"+mc.Name()
+		out.Count, out.Source = mc.Prompt(chat.Messages, chat.Tools).Tokens, "estimate:"+mc.Name()
 		pc = mc
 	}
-	for i := range chat.messages {
-		out.Messages = append(out.Messages, api.MessageCount{Role: chat.messages[i].Role, Tokens: pc.CountMessage(&chat.messages[i])})
+	for i := range chat.Messages {
+		out.Messages = append(out.Messages, api.MessageCount{Role: chat.Messages[i].Role, Tokens: pc.CountMessage(&chat.Messages[i])})
 	}
 	return out, nil
 }
@@ -141,11 +142,11 @@ func (tr *tokenizeRoutes) readJSON(w http.ResponseWriter, r *http.Request, v any
 	defer release()
 	body, aerr := readBody(r, tr.gate.maxBody)
 	if aerr != nil {
-		writeError(w, Ollama, *aerr)
+		wire.WriteError(w, wire.Ollama, *aerr)
 		return false
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		writeError(w, Ollama, apiError{status: http.StatusBadRequest, message: "invalid JSON: " + err.Error()})
+		wire.WriteError(w, wire.Ollama, wire.Error{Status: http.StatusBadRequest, Message: "invalid JSON: " + err.Error()})
 		return false
 	}
 	return true
@@ -158,7 +159,7 @@ func (tr *tokenizeRoutes) postTokenize(w http.ResponseWriter, r *http.Request) {
 	}
 	out, aerr := tr.tokenize(r, req)
 	if aerr != nil {
-		writeError(w, Ollama, *aerr)
+		wire.WriteError(w, wire.Ollama, *aerr)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -171,13 +172,13 @@ func (tr *tokenizeRoutes) postDetokenize(w http.ResponseWriter, r *http.Request)
 	}
 	tok := tr.tokenizerFor(r, req.Model)
 	if tok == nil {
-		writeError(w, Ollama, apiError{status: http.StatusNotImplemented,
-			message: fmt.Sprintf("ctxproxy has no tokenizer of its own for %q (only Ollama models with exact counting)", req.Model)})
+		wire.WriteError(w, wire.Ollama, wire.Error{Status: http.StatusNotImplemented,
+			Message: fmt.Sprintf("ctxproxy has no tokenizer of its own for %q (only Ollama models with exact counting)", req.Model)})
 		return
 	}
 	text, err := tok.Detokenize(req.Tokens)
 	if err != nil {
-		writeError(w, Ollama, apiError{status: http.StatusBadRequest, message: err.Error()})
+		wire.WriteError(w, wire.Ollama, wire.Error{Status: http.StatusBadRequest, Message: err.Error()})
 		return
 	}
 	writeJSON(w, http.StatusOK, api.DetokenizeResponse{Model: req.Model, Content: text, Source: tok.Name()})
@@ -197,12 +198,12 @@ func (tr *tokenizeRoutes) apiTokenize(own http.HandlerFunc) http.HandlerFunc {
 		}
 		body, aerr := readBody(r, tr.gate.maxBody)
 		if aerr != nil {
-			writeError(w, Ollama, *aerr)
+			wire.WriteError(w, wire.Ollama, *aerr)
 			return
 		}
 		req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, tr.be.URL().JoinPath(r.URL.Path).String(), bytes.NewReader(body))
 		if err != nil {
-			writeError(w, Ollama, apiError{status: http.StatusInternalServerError, message: err.Error()})
+			wire.WriteError(w, wire.Ollama, wire.Error{Status: http.StatusInternalServerError, Message: err.Error()})
 			return
 		}
 		req.Header = r.Header.Clone()

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,7 @@ func main() {
 	var wg sync.WaitGroup
 	start := time.Now()
 	client := &http.Client{Timeout: 5 * time.Minute}
+	var retryAfter atomic.Int64 // the last Retry-After, in seconds
 	send := func() string {
 		resp, err := client.Post(*proxy+"/api/chat", "application/json", bytes.NewReader(big))
 		if err != nil {
@@ -49,8 +51,12 @@ func main() {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "" {
-			return "503 without Retry-After"
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			n, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+			if err != nil || n <= 0 {
+				return "503 without Retry-After"
+			}
+			retryAfter.Store(int64(n))
 		}
 		return fmt.Sprint(resp.StatusCode)
 	}
@@ -66,11 +72,17 @@ func main() {
 	wg.Wait()
 	refused = statuses["503"]
 	fmt.Printf("large bodies: %d × %d MB at once in %s: %v\n", *bodies, *size, time.Since(start).Round(time.Millisecond), statuses)
-	// A refusal says "try again": each refused request, sent again once
-	// the burst is over, must be served.
+	// A refusal says "try again after Retry-After": each refused request,
+	// sent again as a client that honours it does (a few times at most),
+	// must be served.
 	retried := map[string]int{}
 	for range refused {
-		retried[send()]++
+		got := send()
+		for try := 1; got == "503" && try < 10; try++ {
+			time.Sleep(time.Duration(retryAfter.Load()) * time.Second)
+			got = send()
+		}
+		retried[got]++
 	}
 	if refused > 0 {
 		fmt.Printf("refused bodies sent again one at a time: %v\n", retried)

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"io"
@@ -7,29 +7,29 @@ import (
 )
 
 func TestPayloadReader(t *testing.T) {
-	p := payload{[]byte(`{"a":`), nil, []byte(`1`), []byte(``), []byte(`,"b":[2,3]}`)}
+	p := Payload{[]byte(`{"a":`), nil, []byte(`1`), []byte(``), []byte(`,"b":[2,3]}`)}
 	want := `{"a":1,"b":[2,3]}`
-	if got := string(p.bytes()); got != want {
+	if got := string(p.Bytes()); got != want {
 		t.Fatalf("bytes() = %s, want %s", got, want)
 	}
-	if p.size() != len(want) {
-		t.Fatalf("size() = %d, want %d", p.size(), len(want))
+	if p.Size() != len(want) {
+		t.Fatalf("size() = %d, want %d", p.Size(), len(want))
 	}
 	// Every read pattern sees the same bytes, and each reader starts
 	// again (GetBody on a retry).
 	for range 2 {
-		if err := iotest.TestReader(p.reader(), []byte(want)); err != nil {
+		if err := iotest.TestReader(p.Reader(), []byte(want)); err != nil {
 			t.Fatal(err)
 		}
-		got, err := io.ReadAll(iotest.OneByteReader(p.reader()))
+		got, err := io.ReadAll(iotest.OneByteReader(p.Reader()))
 		if err != nil || string(got) != want {
 			t.Fatalf("one byte at a time: %s, %v", got, err)
 		}
 	}
-	if got := string(p.bytes()); got != want {
+	if got := string(p.Bytes()); got != want {
 		t.Fatalf("reading changed the payload: %s", got)
 	}
-	if n, err := (payload{}).reader().Read(make([]byte, 4)); n != 0 || err != io.EOF {
+	if n, err := (Payload{}).Reader().Read(make([]byte, 4)); n != 0 || err != io.EOF {
 		t.Fatalf("empty payload: %d, %v", n, err)
 	}
 }
@@ -37,9 +37,9 @@ func TestPayloadReader(t *testing.T) {
 // TestPayloadReadsFillTheBuffer pins that a read spans parts: the
 // transport then writes the same chunks as for one contiguous body.
 func TestPayloadReadsFillTheBuffer(t *testing.T) {
-	p := payload{[]byte("abc"), []byte("de"), []byte("fghij")}
+	p := Payload{[]byte("abc"), []byte("de"), []byte("fghij")}
 	buf := make([]byte, 8)
-	n, err := p.reader().Read(buf)
+	n, err := p.Reader().Read(buf)
 	if n != 8 || err != nil || string(buf) != "abcdefgh" {
 		t.Fatalf("Read = %d %v %q, want 8 bytes across the parts", n, err, buf[:n])
 	}

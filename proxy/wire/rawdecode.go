@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"encoding/json"
@@ -10,20 +10,38 @@ import (
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 )
 
+// RawRequest is the part of a raw-prompt request (Ollama's /api/generate,
+// OpenAI's /v1/completions) ctxproxy reads to count it.
+type RawRequest struct {
+	Model    string            `json:"model"`
+	Prompt   json.RawMessage   `json:"prompt"`
+	System   string            `json:"system"`
+	Template string            `json:"template"`
+	Suffix   string            `json:"suffix"`
+	Raw      bool              `json:"raw"`
+	Stream   *bool             `json:"stream"`
+	Images   []json.RawMessage `json:"images"`
+	Context  []int             `json:"context"`
+	Think    json.RawMessage   `json:"think"`
+	Options  struct {
+		NumCtx int `json:"num_ctx"`
+	} `json:"options"`
+}
+
 // errBadMember stops the walk of a member that does not fit its field.
 var errBadMember = errors.New("member does not fit its field")
 
-// decodeRaw reads a raw-prompt request the way encoding/json would into
+// DecodeRaw reads a raw-prompt request the way encoding/json would into
 // rawRequest (keys matched without regard to case, the last of a repeated
 // key kept, null leaving a field at zero) and its prompt as a string, in
 // one validating pass and a walk of the top-level members: a 100 KB prompt
 // cost three encoding/json passes and two copies. ok is false for
 // anything encoding/json would refuse, nesting deeper than maxDepth, or a
 // prompt that is not a string; such a request is forwarded as sent.
-func decodeRaw(body []byte, maxDepth int) (req rawRequest, prompt string, ok bool) {
+func DecodeRaw(body []byte, maxDepth int) (req RawRequest, prompt string, ok bool) {
 	v, err := jsonscan.ValidDepth(body, maxDepth)
 	if err != nil || jsonscan.KindOf(v) != jsonscan.KindObject {
-		return rawRequest{}, "", false
+		return RawRequest{}, "", false
 	}
 	bad := false
 	_ = jsonscan.Members(v, func(key, val []byte) error {
@@ -34,16 +52,16 @@ func decodeRaw(body []byte, maxDepth int) (req rawRequest, prompt string, ok boo
 		return nil
 	})
 	if bad || req.Prompt == nil {
-		return rawRequest{}, "", false
+		return RawRequest{}, "", false
 	}
 	if jsonscan.KindOf(req.Prompt) == jsonscan.KindNull {
 		return req, "", true
 	}
 	if jsonscan.KindOf(req.Prompt) != jsonscan.KindString {
-		return rawRequest{}, "", false
+		return RawRequest{}, "", false
 	}
 	if prompt, err = decodeText(req.Prompt); err != nil {
-		return rawRequest{}, "", false
+		return RawRequest{}, "", false
 	}
 	return req, prompt, true
 }
@@ -52,7 +70,7 @@ func decodeRaw(body []byte, maxDepth int) (req rawRequest, prompt string, ok boo
 // the body when it has no escapes and is valid UTF-8 (the common case),
 // else decoded (escapes read, invalid bytes replaced by U+FFFD).
 func decodeText(tok []byte) (string, error) {
-	s, err := decodeString(tok)
+	s, err := DecodeString(tok)
 	if err == nil && !utf8.ValidString(s) {
 		err = json.Unmarshal(tok, &s)
 	}
@@ -61,7 +79,7 @@ func decodeText(tok []byte) (string, error) {
 
 // readRawMember sets the field of req that key names, as encoding/json
 // would; false when the value does not fit the field.
-func readRawMember(req *rawRequest, key string, val []byte) bool {
+func readRawMember(req *RawRequest, key string, val []byte) bool {
 	null := jsonscan.KindOf(val) == jsonscan.KindNull
 	str := func(dst *string) bool {
 		switch jsonscan.KindOf(val) {

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"fmt"
@@ -21,17 +21,17 @@ import (
 // refused with a 400: it is the one place ctxproxy refuses what it would
 // otherwise pass through.
 
-// keyRules says how the backend reads member names.
-type keyRules uint8
+// KeyRules says how the backend reads member names.
+type KeyRules uint8
 
 const (
-	// exactKeys: the backend's rules are unknown. A body that names a
+	// ExactKeys: the backend's rules are unknown. A body that names a
 	// field ctxproxy reads twice, or not in its documented spelling, is
 	// ambiguous and refused.
-	exactKeys keyRules = iota
-	// jsonKeys: Go's encoding/json, as Ollama (v0.17.4, every route
+	ExactKeys KeyRules = iota
+	// JSONKeys: Go's encoding/json, as Ollama (v0.17.4, every route
 	// through gin's ShouldBindJSON) reads requests.
-	jsonKeys
+	JSONKeys
 )
 
 // decodeKind is how encoding/json decodes a member into the Go field the
@@ -110,14 +110,14 @@ func messageFields(d Dialect) []field {
 	return ollamaMessageFields
 }
 
-// ambiguousError is a body that names a field twice, or in another
+// AmbiguousError is a body that names a field twice, or in another
 // spelling, toward a backend whose rules are unknown.
-type ambiguousError struct {
+type AmbiguousError struct {
 	name     string
 	spelling []string
 }
 
-func (e *ambiguousError) Error() string {
+func (e *AmbiguousError) Error() string {
 	return fmt.Sprintf("the request names %q as %s: ctxproxy cannot tell which the backend reads; "+
 		"send it once, spelled %q", e.name, strings.Join(e.spelling, " and "), e.name)
 }
@@ -127,16 +127,16 @@ func (e *ambiguousError) Error() string {
 // encoding/json decodes it into the backend's type, or nil when each is
 // named at most once and exactly (the common case, checked without
 // allocating). Under exactKeys such an object is an *ambiguousError.
-func resolveNames(obj []byte, ms []member, fs []field, rules keyRules) ([]byte, error) {
+func resolveNames(obj []byte, ms []Member, fs []field, rules KeyRules) ([]byte, error) {
 	var seen uint64 // fs's exact names met once
 	clean := true
 	for _, m := range ms {
-		i := exactField(fs, m.key)
+		i := exactField(fs, m.Key)
 		if i >= 0 && seen&(1<<i) == 0 {
 			seen |= 1 << i
 			continue
 		}
-		if i >= 0 || foldedField(fs, m.key) >= 0 {
+		if i >= 0 || foldedField(fs, m.Key) >= 0 {
 			clean = false
 			break
 		}
@@ -149,26 +149,26 @@ func resolveNames(obj []byte, ms []member, fs []field, rules keyRules) ([]byte, 
 		var spelling []string
 		var values [][]byte
 		for _, m := range ms {
-			if sameName(m.key, f.name) {
-				spelling = append(spelling, fmt.Sprintf("%q", m.key))
-				values = append(values, orig[m.valueStart:m.end])
+			if sameName(m.Key, f.name) {
+				spelling = append(spelling, fmt.Sprintf("%q", m.Key))
+				values = append(values, orig[m.ValueStart:m.End])
 			}
 		}
 		if len(values) == 0 || len(values) == 1 && spelling[0] == fmt.Sprintf("%q", f.name) {
 			continue
 		}
-		if rules == exactKeys {
-			return nil, &ambiguousError{name: f.name, spelling: spelling}
+		if rules == ExactKeys {
+			return nil, &AmbiguousError{name: f.name, spelling: spelling}
 		}
 		v, err := resolveValue(f.kind, values)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", errNotChat, f.name, err)
+			return nil, fmt.Errorf("%w: %s: %v", ErrNotChat, f.name, err)
 		}
-		if obj, err = removeMembers(obj, func(k string) bool { return sameName(k, f.name) }); err != nil {
+		if obj, err = RemoveMembers(obj, func(k string) bool { return sameName(k, f.name) }); err != nil {
 			return nil, err
 		}
 		if v != nil {
-			if obj, err = setMember(obj, f.name, v); err != nil {
+			if obj, err = SetMember(obj, f.name, v); err != nil {
 				return nil, err
 			}
 		}
@@ -228,13 +228,13 @@ func resolveValue(k decodeKind, values [][]byte) ([]byte, error) {
 // replacing a's member of the same name (map keys, as encoding/json
 // compares them: exactly).
 func mergeObjects(a, b []byte) ([]byte, error) {
-	bs, err := members(b)
+	bs, err := Members(b)
 	if err != nil {
 		return nil, err
 	}
-	out, err := removeMembers(a, func(k string) bool {
+	out, err := RemoveMembers(a, func(k string) bool {
 		for _, m := range bs {
-			if m.key == k {
+			if m.Key == k {
 				return true
 			}
 		}
@@ -244,7 +244,7 @@ func mergeObjects(a, b []byte) ([]byte, error) {
 		return nil, err
 	}
 	for _, m := range bs {
-		if out, err = setMember(out, m.key, b[m.valueStart:m.end]); err != nil {
+		if out, err = SetMember(out, m.Key, b[m.ValueStart:m.End]); err != nil {
 			return nil, err
 		}
 	}

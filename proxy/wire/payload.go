@@ -1,19 +1,19 @@
-package proxy
+package wire
 
 import "io"
 
-// payload is a request body to forward, in parts. An edited chat body is
+// Payload is a request body to forward, in parts. An edited chat body is
 // the client's own bytes around the edits: a 100 KB chat whose only edit
 // is options.num_ctx is forwarded as the bytes before the options, the
 // new options, and the bytes after, without a 100 KB copy (and the
 // allocation the collector then has to sweep) on every request.
-type payload [][]byte
+type Payload [][]byte
 
-// bodyOf is the payload of one contiguous body.
-func bodyOf(b []byte) payload { return payload{b} }
+// PayloadOf is the payload of one contiguous body.
+func PayloadOf(b []byte) Payload { return Payload{b} }
 
-// size is the payload's length in bytes.
-func (p payload) size() int {
+// Size is the payload's length in bytes.
+func (p Payload) Size() int {
 	n := 0
 	for _, b := range p {
 		n += len(b)
@@ -21,33 +21,33 @@ func (p payload) size() int {
 	return n
 }
 
-// bytes returns the payload in one slice; copied only when it has
+// Bytes returns the payload in one slice; copied only when it has
 // several parts.
-func (p payload) bytes() []byte {
+func (p Payload) Bytes() []byte {
 	switch len(p) {
 	case 0:
 		return nil
 	case 1:
 		return p[0]
 	}
-	out := make([]byte, 0, p.size())
+	out := make([]byte, 0, p.Size())
 	for _, b := range p {
 		out = append(out, b...)
 	}
 	return out
 }
 
-// reader returns a reader of the payload from its start; each call
+// Reader returns a Reader of the payload from its start; each call
 // starts again, as a request's GetBody must.
-func (p payload) reader() io.Reader {
-	return &payloadReader{parts: append(payload(nil), p...)}
+func (p Payload) Reader() io.Reader {
+	return &payloadReader{parts: append(Payload(nil), p...)}
 }
 
 // payloadReader reads a payload's parts as one stream. Each Read fills as
 // much of the buffer as the parts allow, so the transport writes the
 // same chunks it would for one contiguous body.
 type payloadReader struct {
-	parts payload
+	parts Payload
 }
 
 func (r *payloadReader) Read(b []byte) (int, error) {

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bytes"
@@ -88,8 +88,8 @@ func (t *tap) dialectEvent(data []byte, whole bool) {
 			t.anthropicBlock(b, len(t.calls))
 		}
 		t.usage(e.Usage)
-		t.r.finishReason = e.StopReason
-		t.r.complete = true
+		t.r.FinishReason = e.StopReason
+		t.r.Complete = true
 	case e.Type == "message_start" && e.Message != nil:
 		t.usage(e.Message.Usage)
 	case e.Type == "content_block_start" && e.ContentBlock != nil:
@@ -106,11 +106,11 @@ func (t *tap) dialectEvent(data []byte, whole bool) {
 	case e.Type == "message_delta":
 		var d anthropicBlock
 		if json.Unmarshal(e.Delta, &d) == nil && d.StopReason != "" {
-			t.r.finishReason = d.StopReason
+			t.r.FinishReason = d.StopReason
 		}
 		t.usage(e.Usage)
 	case e.Type == "message_stop":
-		t.r.complete = true
+		t.r.Complete = true
 	}
 }
 
@@ -120,9 +120,9 @@ func (t *tap) usage(u *dialectUsage) {
 		return
 	}
 	if u.InputTokens != nil {
-		t.r.promptTokens = *u.InputTokens
+		t.r.PromptTokens = *u.InputTokens
 	}
-	t.r.outputTokens = u.OutputTokens
+	t.r.OutputTokens = u.OutputTokens
 }
 
 // responsesOutput reads a whole response's output items: the complete
@@ -144,8 +144,8 @@ func (t *tap) responsesOutput(status string, output []responsesOutput, u *dialec
 		}
 	}
 	t.usage(u)
-	t.r.finishReason = status
-	t.r.complete = status == "completed" || status == "incomplete"
+	t.r.FinishReason = status
+	t.r.Complete = status == "completed" || status == "incomplete"
 }
 
 // anthropicBlock reads one content block (whole, or a stream's start).

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"encoding/json"
@@ -24,7 +24,7 @@ func TestSetMember(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := setMember([]byte(tc.in), tc.key, []byte(tc.value))
+			got, err := SetMember([]byte(tc.in), tc.key, []byte(tc.value))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,7 +53,7 @@ func TestRemoveMembers(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := removeMembers([]byte(tc.in), drop)
+			got, err := RemoveMembers([]byte(tc.in), drop)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,15 +104,15 @@ func TestDecodeChat(t *testing.T) {
 		{"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"data:,"}},{"type":"text","text":"here"},{"type":"mystery"}],"name":"ann"},
 		{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},
 		{"role":"tool","tool_call_id":"c1","content":"42","_preserve":true,"_importance":1.5}]}`
-	req, err := decodeChat(OpenAI, []byte(body))
+	req, err := DecodeChat(OpenAI, []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if req.model != "gpt-4o" || req.stream || req.maxOutput != 300 || string(req.tools) != `[{"type":"function"}]` {
+	if req.Model != "gpt-4o" || req.Stream || req.MaxOutput != 300 || string(req.Tools) != `[{"type":"function"}]` {
 		t.Errorf("top level: %+v", req)
 	}
-	if req.firstSystem != "Be kind." || req.firstUser != "look\nhere" || !req.annotated {
-		t.Errorf("first system %q, first user %q, annotated %v", req.firstSystem, req.firstUser, req.annotated)
+	if req.FirstSystem != "Be kind." || req.FirstUser != "look\nhere" || !req.Annotated {
+		t.Errorf("first system %q, first user %q, annotated %v", req.FirstSystem, req.FirstUser, req.Annotated)
 	}
 	want := []rewrite.Message{
 		{Role: "developer", Content: "Be kind."},
@@ -121,26 +121,26 @@ func TestDecodeChat(t *testing.T) {
 		{Role: "tool", ToolCallID: "c1", Content: "42", Preserve: true, Importance: 1, HasImportance: true,
 			Raw: json.RawMessage(`{"role":"tool","tool_call_id":"c1","content":"42"}`)},
 	}
-	if diff := cmp.Diff(want, req.messages, cmpopts.IgnoreFields(rewrite.Message{}, "Raw")); diff != "" {
+	if diff := cmp.Diff(want, req.Messages, cmpopts.IgnoreFields(rewrite.Message{}, "Raw")); diff != "" {
 		t.Errorf("messages (-want +got):\n%s", diff)
 	}
-	if got := string(req.messages[3].Raw); got != string(want[3].Raw) {
+	if got := string(req.Messages[3].Raw); got != string(want[3].Raw) {
 		t.Errorf("annotations not removed from raw: %s", got)
 	}
 
 	ollama := `{"model":"llama3.1","messages":[{"role":"assistant","tool_calls":[{"function":{"name":"g","arguments":{"x":[1,2]}}}]},{"role":"user","content":"hi","images":["a","b"]}],"options":{"num_ctx":8192,"num_predict":64}}`
-	req, err = decodeChat(Ollama, []byte(ollama))
+	req, err = DecodeChat(Ollama, []byte(ollama))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !req.stream || req.numCtx != 8192 || req.maxOutput != 64 {
-		t.Errorf("ollama top level: stream %v numCtx %d maxOutput %d", req.stream, req.numCtx, req.maxOutput)
+	if !req.Stream || req.NumCtx != 8192 || req.MaxOutput != 64 {
+		t.Errorf("ollama top level: stream %v numCtx %d maxOutput %d", req.Stream, req.NumCtx, req.MaxOutput)
 	}
-	if g := req.messages[0].ToolCalls[0].Arguments; g != `{"x":[1,2]}` {
+	if g := req.Messages[0].ToolCalls[0].Arguments; g != `{"x":[1,2]}` {
 		t.Errorf("ollama arguments = %s", g)
 	}
-	if req.messages[1].Images != 2 {
-		t.Errorf("images = %d", req.messages[1].Images)
+	if req.Messages[1].Images != 2 {
+		t.Errorf("images = %d", req.Messages[1].Images)
 	}
 }
 
@@ -150,12 +150,12 @@ func TestDecodeChatBadInput(t *testing.T) {
 		`{"messages":[{"role":"user","content":{"a":1}}]}`, `{"messages":[{"role":"user","content":"` + "\xff" + `"}]}`,
 		`{"model":5,"messages":[]}`,
 	} {
-		if _, err := decodeChat(OpenAI, []byte(body)); err == nil && !strings.Contains(body, "\xff") {
+		if _, err := DecodeChat(OpenAI, []byte(body)); err == nil && !strings.Contains(body, "\xff") {
 			t.Errorf("decodeChat(%q) succeeded", body)
 		}
 	}
 	// Invalid UTF-8 inside a string is accepted (replaced), never a panic.
-	if _, err := decodeChat(OpenAI, []byte("{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}")); err != nil {
+	if _, err := DecodeChat(OpenAI, []byte("{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}")); err != nil {
 		t.Errorf("invalid UTF-8: %v", err)
 	}
 }
@@ -168,7 +168,7 @@ func TestEncodeMessages(t *testing.T) {
 		{Role: "user", Content: "new text", Edited: true, Raw: json.RawMessage(
 			`{"role":"user","content":[{"type":"text","text":"old"},{"type":"image_url","image_url":{"url":"u"}},{"type":"text","text":"old2"}]}`)},
 	}
-	got, err := encodeMessages(msgs)
+	got, err := EncodeMessages(msgs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,11 +195,11 @@ func FuzzJSONEdit(f *testing.F) {
 		if _, ok := v.(map[string]any); !ok {
 			return
 		}
-		out, err := setMember([]byte(s), "messages", []byte(`[1]`))
+		out, err := SetMember([]byte(s), "messages", []byte(`[1]`))
 		if err != nil || !json.Valid(out) {
 			t.Fatalf("setMember(%q) = %q, %v", s, out, err)
 		}
-		out, err = removeMembers([]byte(s), func(k string) bool { return strings.HasPrefix(k, "_") })
+		out, err = RemoveMembers([]byte(s), func(k string) bool { return strings.HasPrefix(k, "_") })
 		if err != nil || !json.Valid(out) {
 			t.Fatalf("removeMembers(%q) = %q, %v", s, out, err)
 		}
@@ -208,4 +208,76 @@ func FuzzJSONEdit(f *testing.F) {
 			t.Fatalf("setOption(%q) = %q, %v", s, out, err)
 		}
 	})
+}
+
+// Decoding a chat shares the message contents with the body instead of
+// copying them: a 100 KB body cost 139 KB and 631 allocations to decode
+// when every content was copied into a string.
+func TestDecodeChatAllocs(t *testing.T) {
+	body := chatBody100K()
+	decode := func() {
+		if _, err := DecodeChat(Ollama, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := bytesPerRequest(20, decode); n > uint64(len(body))/2 {
+		t.Errorf("%d bytes allocated to decode a %d-byte chat, want well under the body (are contents copied?)", n, len(body))
+	}
+	// Not one per message: a message's members are listed on the stack
+	// (429 allocations with a slice per message and its keys copied), and
+	// the array is walked once into a list sized up front (19 when its
+	// elements were first listed).
+	if n := testing.AllocsPerRun(20, decode); n > 14 {
+		t.Errorf("%v allocations to decode a 101-message chat, want at most 14", n)
+	}
+
+	// The list is sized by counting braces: one message of 100 KB of
+	// braces must not size it for thousands of messages.
+	braces := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("{", 100<<10) + `"}]}`)
+	if n := bytesPerRequest(20, func() {
+		if _, err := DecodeChat(Ollama, braces); err != nil {
+			t.Fatal(err)
+		}
+	}); n > uint64(len(braces))*2 {
+		t.Errorf("%d bytes allocated to decode one message of %d braces, want under twice the body", n, len(braces))
+	}
+}
+
+// decodeString shares the bytes of an unescaped string and decodes an
+// escaped one.
+func TestDecodeStringShares(t *testing.T) {
+	for in, want := range map[string]string{`""`: "", `"a"`: "a", `"a\"b"`: `a"b`, `"\u00e9t\u00e9"`: "été", `"héllo"`: "héllo"} {
+		if got, err := DecodeString([]byte(in)); err != nil || got != want {
+			t.Errorf("decodeString(%s) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	v := []byte(`"some content"`)
+	if n := testing.AllocsPerRun(100, func() { _, _ = DecodeString(v) }); n > 0 {
+		t.Errorf("%v allocations to decode an unescaped string, want none", n)
+	}
+}
+
+// A message's members cost one allocation: keys of chat messages are
+// constants, and the members' slice is sized for a message.
+func TestMembersAllocs(t *testing.T) {
+	msg := []byte(`{"role":"assistant","content":"hello","tool_calls":null,"name":"x"}`)
+	if n := testing.AllocsPerRun(100, func() { _, _ = Members(msg) }); n > 1 {
+		t.Errorf("%v allocations to list a message's members, want 1", n)
+	}
+	ms := mustMembers(t, []byte(`{"role":1,"r\u006fle":2,"other":3,"x\"y":4,"content" : 5}`))
+	var keys []string
+	for _, m := range ms {
+		keys = append(keys, m.Key)
+	}
+	if got := strings.Join(keys, ","); got != `role,role,other,x"y,content` {
+		t.Errorf("keys %s", got)
+	}
+}
+
+func BenchmarkMembers(b *testing.B) {
+	msg := []byte(`{"role":"assistant","content":"hello there","images":[]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = Members(msg)
+	}
 }

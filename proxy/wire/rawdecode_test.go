@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bytes"
@@ -13,18 +13,18 @@ import (
 // request type (whose options are a map, its keys matched exactly), then
 // the prompt into a string. decodeRaw must agree with it on every input
 // (below the depth bound).
-func rawByJSON(body []byte) (rawRequest, string, bool) {
-	var wire struct {
-		rawRequest
+func rawByJSON(body []byte) (RawRequest, string, bool) {
+	var ollama struct {
+		RawRequest
 		Options map[string]json.RawMessage `json:"options"`
 	}
 	var prompt string
-	if json.Unmarshal(body, &wire) != nil || json.Unmarshal(wire.Prompt, &prompt) != nil {
-		return rawRequest{}, "", false
+	if json.Unmarshal(body, &ollama) != nil || json.Unmarshal(ollama.Prompt, &prompt) != nil {
+		return RawRequest{}, "", false
 	}
-	req := wire.rawRequest
-	if v := wire.Options["num_ctx"]; v != nil && json.Unmarshal(v, &req.Options.NumCtx) != nil {
-		return rawRequest{}, "", false
+	req := ollama.RawRequest
+	if v := ollama.Options["num_ctx"]; v != nil && json.Unmarshal(v, &req.Options.NumCtx) != nil {
+		return RawRequest{}, "", false
 	}
 	return req, prompt, true
 }
@@ -65,7 +65,7 @@ var rawSeeds = []string{
 func compareRaw(t *testing.T, body string) {
 	t.Helper()
 	wantReq, wantPrompt, wantOK := rawByJSON([]byte(body))
-	gotReq, gotPrompt, gotOK := decodeRaw([]byte(body), 256)
+	gotReq, gotPrompt, gotOK := DecodeRaw([]byte(body), 256)
 	if gotOK != wantOK {
 		t.Fatalf("decodeRaw(%q) ok = %v, encoding/json %v", body, gotOK, wantOK)
 	}
@@ -77,7 +77,7 @@ func compareRaw(t *testing.T, body string) {
 	}
 	// Raw values keep their bytes; compact both sides' for comparison,
 	// since encoding/json hands out the same bytes.
-	norm := func(r rawRequest) rawRequest {
+	norm := func(r RawRequest) RawRequest {
 		r.Prompt, r.Think = compactRaw(r.Prompt), compactRaw(r.Think)
 		for i := range r.Images {
 			r.Images[i] = compactRaw(r.Images[i])
@@ -112,7 +112,7 @@ func TestDecodeRawAgreesWithJSON(t *testing.T) {
 // A request nested deeper than max_depth is forwarded as sent, unread.
 func TestDecodeRawDepth(t *testing.T) {
 	deep := `{"model":"m","prompt":"p","x":` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}`
-	if _, _, ok := decodeRaw([]byte(deep), 256); ok {
+	if _, _, ok := DecodeRaw([]byte(deep), 256); ok {
 		t.Error("a body nested 301 levels deep was read with max_depth 256")
 	}
 }
@@ -136,7 +136,7 @@ func BenchmarkDecodeRaw(b *testing.B) {
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, _, ok := decodeRaw(body, 256); !ok {
+			if _, _, ok := DecodeRaw(body, 256); !ok {
 				b.Fatal("not read")
 			}
 		}
@@ -176,13 +176,13 @@ func TestDecodeChatSmallValuesAsJSON(t *testing.T) {
 		{"\"model\":\"bad \xff\"", true, "bad \ufffd", true, 0},
 	} {
 		body := `{` + c.members + `,` + msgs + `}`
-		req, err := decodeChat(Ollama, []byte(body))
+		req, err := DecodeChat(Ollama, []byte(body))
 		if (err == nil) != c.ok {
 			t.Errorf("decodeChat(%s): err %v, want ok %v", body, err, c.ok)
 			continue
 		}
-		if err == nil && (req.model != c.model || req.stream != c.stream || req.maxOutput != c.maxOutput) {
-			t.Errorf("decodeChat(%s) = model %q stream %v max %d; want %q %v %d", body, req.model, req.stream, req.maxOutput, c.model, c.stream, c.maxOutput)
+		if err == nil && (req.Model != c.model || req.Stream != c.stream || req.MaxOutput != c.maxOutput) {
+			t.Errorf("decodeChat(%s) = model %q stream %v max %d; want %q %v %d", body, req.Model, req.Stream, req.MaxOutput, c.model, c.stream, c.maxOutput)
 		}
 	}
 }

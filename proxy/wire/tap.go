@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bytes"
@@ -10,29 +10,29 @@ import (
 	"sync"
 )
 
-// reply is what ctxproxy learned from a chat response as it streamed by:
+// Reply is what ctxproxy learned from a chat response as it streamed by:
 // the backend's token counts (the truth calibration needs), the assistant's
 // message (what a session records), and whether the response was complete.
-type reply struct {
-	status int
-	// complete: the stream ended with its end marker ("done": true,
+type Reply struct {
+	Status int
+	// Complete: the stream ended with its end marker ("done": true,
 	// "data: [DONE]" or a finish_reason) or the JSON body was whole.
-	complete bool
-	// promptTokens is prompt_eval_count / usage.prompt_tokens; -1 when the
+	Complete bool
+	// PromptTokens is prompt_eval_count / usage.prompt_tokens; -1 when the
 	// backend did not say.
-	promptTokens int
-	outputTokens int
-	content      string
-	thinking     string
-	toolCalls    []replyToolCall
-	finishReason string
-	// truncated reports that the reply was longer than the tap keeps:
+	PromptTokens int
+	OutputTokens int
+	Content      string
+	Thinking     string
+	ToolCalls    []ReplyCall
+	FinishReason string
+	// Truncated reports that the reply was longer than the tap keeps:
 	// its content (or, for a whole JSON body, all of it) is not stored
 	// whole.
-	truncated bool
+	Truncated bool
 }
 
-type replyToolCall struct {
+type ReplyCall struct {
 	ID        string `json:"id,omitempty"`
 	Name      string `json:"name"`
 	Arguments string `json:"arguments"`
@@ -51,19 +51,19 @@ type tap struct {
 	dialect Dialect
 	kind    string // "ndjson", "sse" or "json"
 	buf     []byte // an incomplete line, or the whole JSON body
-	r       reply
-	calls   map[int]*replyToolCall
+	r       Reply
+	calls   map[int]*ReplyCall
 	content strings.Builder
 	think   strings.Builder
 	once    sync.Once
-	done    func(reply)
+	done    func(Reply)
 	// limit is the most reply bytes kept.
 	limit int
 }
 
-// newTap returns a tap of rc that keeps up to limit bytes of the reply
+// NewTap returns a tap of rc that keeps up to limit bytes of the reply
 // (maxCapture when limit is 0).
-func newTap(rc io.ReadCloser, d Dialect, status int, contentType string, limit int, done func(reply)) *tap {
+func NewTap(rc io.ReadCloser, d Dialect, status int, contentType string, limit int, done func(Reply)) *tap {
 	kind := "json"
 	if mt, _, err := mime.ParseMediaType(contentType); err == nil {
 		switch mt {
@@ -76,7 +76,7 @@ func newTap(rc io.ReadCloser, d Dialect, status int, contentType string, limit i
 	if limit <= 0 {
 		limit = maxCapture
 	}
-	return &tap{rc: rc, dialect: d, kind: kind, r: reply{status: status, promptTokens: -1}, done: done, limit: limit}
+	return &tap{rc: rc, dialect: d, kind: kind, r: Reply{Status: status, PromptTokens: -1}, done: done, limit: limit}
 }
 
 func (t *tap) Read(p []byte) (int, error) {
@@ -102,7 +102,7 @@ func (t *tap) feed(b []byte) {
 		if len(t.buf)+len(b) <= t.limit {
 			t.buf = append(t.buf, b...)
 		} else {
-			t.r.truncated = true
+			t.r.Truncated = true
 		}
 		return
 	}
@@ -124,7 +124,7 @@ func (t *tap) feed(b []byte) {
 // a last NDJSON line without a newline.
 func (t *tap) rest() {
 	if t.kind == "json" {
-		if !t.r.truncated {
+		if !t.r.Truncated {
 			t.event(t.buf, true)
 		}
 		return
@@ -140,8 +140,8 @@ func (t *tap) rest() {
 // at EOF, or when the body is closed early.
 func (t *tap) finish() {
 	t.once.Do(func() {
-		t.r.content = t.content.String()
-		t.r.thinking = t.think.String()
+		t.r.Content = t.content.String()
+		t.r.Thinking = t.think.String()
 		if len(t.calls) > 0 {
 			idx := make([]int, 0, len(t.calls))
 			for i := range t.calls {
@@ -149,7 +149,7 @@ func (t *tap) finish() {
 			}
 			sort.Ints(idx)
 			for _, i := range idx {
-				t.r.toolCalls = append(t.r.toolCalls, *t.calls[i])
+				t.r.ToolCalls = append(t.r.ToolCalls, *t.calls[i])
 			}
 		}
 		if t.done != nil {
@@ -166,14 +166,14 @@ func (t *tap) line(l []byte) {
 		}
 		data = bytes.TrimSpace(data)
 		if bytes.Equal(data, []byte("[DONE]")) {
-			t.r.complete = true
+			t.r.Complete = true
 		} else {
 			t.event(data, false)
 		}
 	} else if len(bytes.TrimSpace(l)) > 0 {
 		t.event(l, false)
 	}
-	if t.r.complete {
+	if t.r.Complete {
 		// The end marker has passed: record the turn now rather than at
 		// EOF, so a client that stops reading at the marker and asks the
 		// admin API at once sees it.
@@ -228,13 +228,13 @@ type openaiDelta struct {
 	} `json:"tool_calls"`
 }
 
-func (t *tap) call(i int) *replyToolCall {
+func (t *tap) call(i int) *ReplyCall {
 	if t.calls == nil {
-		t.calls = map[int]*replyToolCall{}
+		t.calls = map[int]*ReplyCall{}
 	}
 	c, ok := t.calls[i]
 	if !ok {
-		c = &replyToolCall{}
+		c = &ReplyCall{}
 		t.calls[i] = c
 	}
 	return c
@@ -242,7 +242,7 @@ func (t *tap) call(i int) *replyToolCall {
 
 func (t *tap) appendContent(sb *strings.Builder, s string) {
 	if sb.Len()+len(s) > t.limit {
-		t.r.truncated = true
+		t.r.Truncated = true
 		return
 	}
 	sb.WriteString(s)
@@ -282,12 +282,12 @@ func (t *tap) decodeEvent(data []byte, whole bool) {
 		}
 	}
 	if e.PromptEvalCount != nil {
-		t.r.promptTokens = *e.PromptEvalCount
-		t.r.outputTokens = e.EvalCount
+		t.r.PromptTokens = *e.PromptEvalCount
+		t.r.OutputTokens = e.EvalCount
 	}
 	if e.Done || (whole && e.Message != nil) {
-		t.r.complete = true
-		t.r.finishReason = e.DoneReason
+		t.r.Complete = true
+		t.r.FinishReason = e.DoneReason
 	}
 	for _, ch := range e.Choices {
 		if ch.Index != 0 {
@@ -323,17 +323,17 @@ func (t *tap) decodeEvent(data []byte, whole bool) {
 		}
 		var fr string
 		if json.Unmarshal(ch.FinishReason, &fr) == nil && fr != "" {
-			t.r.finishReason = fr
+			t.r.FinishReason = fr
 			if whole {
-				t.r.complete = true
+				t.r.Complete = true
 			}
 		}
 	}
 	if e.Usage != nil {
-		t.r.promptTokens = e.Usage.PromptTokens
-		t.r.outputTokens = e.Usage.CompletionTokens
+		t.r.PromptTokens = e.Usage.PromptTokens
+		t.r.OutputTokens = e.Usage.CompletionTokens
 		if whole {
-			t.r.complete = true
+			t.r.Complete = true
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"encoding/json"
@@ -8,33 +8,33 @@ import (
 	"github.com/ctxproxy/ctxproxy/proxy/translate"
 )
 
-// apiError is an error a client sees, written in its dialect's shape: a Go
+// Error is an error a client sees, written in its dialect's shape: a Go
 // error string with internals never reaches a client.
-type apiError struct {
-	status  int
-	message string
-	// code is OpenAI's machine-readable code (e.g. context_length_exceeded).
-	code string
-	// raw, when set, is the complete error body to send in the client's
+type Error struct {
+	Status  int
+	Message string
+	// Code is OpenAI's machine-readable Code (e.g. context_length_exceeded).
+	Code string
+	// Raw, when set, is the complete error body to send in the client's
 	// dialect (from the translator, which fills param and type itself).
-	raw []byte
+	Raw []byte
 }
 
-// writeError writes e in the shape clients of dialect d parse:
+// WriteError writes e in the shape clients of dialect d parse:
 // OpenAI {"error":{"message","type","param","code"}}, Ollama {"error":"..."}.
-func writeError(w http.ResponseWriter, d Dialect, e apiError) {
-	body := errorBody(d, e)
+func WriteError(w http.ResponseWriter, d Dialect, e Error) {
+	body := ErrorBody(d, e)
 	h := w.Header()
 	h.Set("Content-Type", "application/json; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(e.status)
+	w.WriteHeader(e.Status)
 	_, _ = w.Write(append(body, '\n'))
 }
 
-// dialectOf returns the dialect whose error shape fits a request path:
+// DialectOf returns the dialect whose error shape fits a request path:
 // Anthropic's for /v1/messages, the OpenAI shape for the rest of /v1/...,
 // Ollama's for everything else.
-func dialectOf(path string) Dialect {
+func DialectOf(path string) Dialect {
 	switch {
 	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
 		return Messages
@@ -46,32 +46,32 @@ func dialectOf(path string) Dialect {
 	return Ollama
 }
 
-// errorBody is e in the dialect's error shape.
-func errorBody(d Dialect, e apiError) []byte {
-	if d != Ollama && e.raw != nil {
-		return e.raw
+// ErrorBody is e in the dialect's error shape.
+func ErrorBody(d Dialect, e Error) []byte {
+	if d != Ollama && e.Raw != nil {
+		return e.Raw
 	}
 	switch d {
 	case Ollama:
-		body, _ := json.Marshal(map[string]string{"error": e.message})
+		body, _ := json.Marshal(map[string]string{"error": e.Message})
 		return body
 	case Messages:
-		te := translate.Error{Status: e.status, Message: e.message, Code: e.code}
+		te := translate.Error{Status: e.Status, Message: e.Message, Code: e.Code}
 		return te.AnthropicJSON()
 	}
 	typ := "invalid_request_error"
 	switch {
-	case e.status >= 500:
+	case e.Status >= 500:
 		typ = "server_error"
-	case e.status == http.StatusUnauthorized:
+	case e.Status == http.StatusUnauthorized:
 		typ = "authentication_error"
 	}
 	var code any
-	if e.code != "" {
-		code = e.code
+	if e.Code != "" {
+		code = e.Code
 	}
 	body, _ := json.Marshal(map[string]any{"error": map[string]any{
-		"message": e.message, "type": typ, "param": nil, "code": code,
+		"message": e.Message, "type": typ, "param": nil, "code": code,
 	}})
 	return body
 }

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 // The messages of a chat request: read from their raw bytes (names by the
 // backend's rules), and written back with only what a strategy changed.
@@ -28,12 +28,12 @@ type wirePart struct {
 	Text string `json:"text"`
 }
 
-// decodeString decodes a JSON string value. One without escapes (the
+// DecodeString decodes a JSON string value. One without escapes (the
 // common case for long chat content) is not copied: the string shares v's
 // bytes, so v must never change afterwards. Request bodies are never
 // edited in place (rebuildBody copies), and a message's Raw already keeps
 // its body alive wherever the message goes, so sharing adds no retention.
-func decodeString(v []byte) (string, error) {
+func DecodeString(v []byte) (string, error) {
 	if len(v) > 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {
 		return unsafe.String(&v[1], len(v)-2), nil
 	}
@@ -48,18 +48,18 @@ func decodeString(v []byte) (string, error) {
 // messageError is the error of a request whose message i failed to
 // decode with err.
 func messageError(i int, err error) error {
-	if amb := (*ambiguousError)(nil); errors.As(err, &amb) {
+	if amb := (*AmbiguousError)(nil); errors.As(err, &amb) {
 		return fmt.Errorf("message %d: %w", i, err)
 	}
-	return fmt.Errorf("%w: message %d: %v", errNotChat, i, err)
+	return fmt.Errorf("%w: message %d: %v", ErrNotChat, i, err)
 }
 
-// decodeMessage reads the fields ctxproxy needs from one stored message
+// DecodeMessage reads the fields ctxproxy needs from one stored message
 // object (one ctxproxy forwarded, its names resolved then). The caller
 // has validated it, so values are scanned, not checked.
-func decodeMessage(raw json.RawMessage) (rewrite.Message, bool, error) {
+func DecodeMessage(raw json.RawMessage) (rewrite.Message, bool, error) {
 	i := jsonscan.SkipSpace(raw, 0)
-	dec := messageDecoder{fields: ollamaMessageFields, rules: jsonKeys}
+	dec := messageDecoder{fields: ollamaMessageFields, rules: JSONKeys}
 	m, annotated, end, err := dec.decodeAt(raw, i)
 	if err == nil && jsonscan.SkipSpace(raw, end) != len(raw) {
 		err = errors.New("json: text after the message")
@@ -71,7 +71,7 @@ func decodeMessage(raw json.RawMessage) (rewrite.Message, bool, error) {
 // request's rules, against the fields of its dialect's messages.
 type messageDecoder struct {
 	fields []field
-	rules  keyRules
+	rules  KeyRules
 	// lowerRole reads roles in lower case, as Ollama's api.Message does.
 	lowerRole bool
 }
@@ -83,21 +83,21 @@ type messageDecoder struct {
 // raw bytes differ from the request's: ctxproxy's annotations removed, or
 // its names resolved.
 func (dec messageDecoder) decodeAt(d []byte, i int) (m rewrite.Message, annotated bool, end int, err error) {
-	var buf [8]member // the members are not kept: no allocation for them
+	var buf [8]Member // the members are not kept: no allocation for them
 	ms, end, err := appendMembersAt(buf[:0], d, i)
 	if err != nil {
 		return rewrite.Message{}, false, 0, err
 	}
 	raw := d[i:end:end]
 	for k := range ms { // offsets into raw
-		ms[k].start, ms[k].valueStart, ms[k].end = ms[k].start-i, ms[k].valueStart-i, ms[k].end-i
+		ms[k].Start, ms[k].ValueStart, ms[k].End = ms[k].Start-i, ms[k].ValueStart-i, ms[k].End-i
 	}
 	resolved, err := resolveNames(raw, ms, dec.fields, dec.rules)
 	if err != nil {
 		return rewrite.Message{}, false, 0, err
 	}
 	if resolved != nil {
-		if ms, err = members(resolved); err != nil {
+		if ms, err = Members(resolved); err != nil {
 			return rewrite.Message{}, false, 0, err
 		}
 		raw = resolved
@@ -111,25 +111,25 @@ func (dec messageDecoder) decodeAt(d []byte, i int) (m rewrite.Message, annotate
 
 // decodeMessageMembers decodes the message object raw from its members,
 // ms.
-func decodeMessageMembers(raw []byte, ms []member) (rewrite.Message, bool, error) {
+func decodeMessageMembers(raw []byte, ms []Member) (rewrite.Message, bool, error) {
 	var err error
 	m := rewrite.Message{Raw: raw}
 	annotated := false
 	for _, mem := range ms {
-		v := raw[mem.valueStart:mem.end]
+		v := raw[mem.ValueStart:mem.End]
 		null := bytes.Equal(v, []byte("null"))
-		switch mem.key {
+		switch mem.Key {
 		case "role":
-			m.Role, err = decodeString(v)
+			m.Role, err = DecodeString(v)
 		case "content":
 			err = decodeContent(&m, v)
 		case "name":
 			if !null {
-				m.Name, err = decodeString(v)
+				m.Name, err = DecodeString(v)
 			}
 		case "tool_call_id":
 			if !null {
-				m.ToolCallID, err = decodeString(v)
+				m.ToolCallID, err = DecodeString(v)
 			}
 		case "images":
 			if v[0] == '[' {
@@ -156,14 +156,14 @@ func decodeMessageMembers(raw []byte, ms []member) (rewrite.Message, bool, error
 			}
 		}
 		if err != nil {
-			return rewrite.Message{}, false, fmt.Errorf("%s: %v", mem.key, err)
+			return rewrite.Message{}, false, fmt.Errorf("%s: %v", mem.Key, err)
 		}
 	}
 	if m.Role == "" {
 		return rewrite.Message{}, false, errors.New("message has no role")
 	}
 	if annotated {
-		clean, err := removeMembers(raw, func(k string) bool { return k == keyPreserve || k == keyImportance })
+		clean, err := RemoveMembers(raw, func(k string) bool { return k == keyPreserve || k == keyImportance })
 		if err != nil {
 			return rewrite.Message{}, false, err
 		}
@@ -180,7 +180,7 @@ func decodeContent(m *rewrite.Message, v []byte) error {
 		return nil
 	case '"':
 		var err error
-		m.Content, err = decodeString(v)
+		m.Content, err = DecodeString(v)
 		return err
 	case '[':
 		var parts []json.RawMessage
@@ -229,10 +229,10 @@ func decodeToolCalls(v []byte) ([]rewrite.ToolCall, error) {
 	return out, nil
 }
 
-// encodeMessages returns the JSON array for msgs: each message's raw bytes
+// EncodeMessages returns the JSON array for msgs: each message's raw bytes
 // when it has them, its edited form when a strategy changed its content,
 // and a plain {"role","content"} object for messages ctxproxy made.
-func encodeMessages(msgs []rewrite.Message) ([]byte, error) {
+func EncodeMessages(msgs []rewrite.Message) ([]byte, error) {
 	size := 2
 	for i := range msgs {
 		// An edited message is written from its (shorter) content, not
@@ -250,7 +250,7 @@ func encodeMessages(msgs []rewrite.Message) ([]byte, error) {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		b, err := encodeMessage(&msgs[i])
+		b, err := EncodeMessage(&msgs[i])
 		if err != nil {
 			return nil, err
 		}
@@ -259,7 +259,7 @@ func encodeMessages(msgs []rewrite.Message) ([]byte, error) {
 	return append(out, ']'), nil
 }
 
-func encodeMessage(m *rewrite.Message) ([]byte, error) {
+func EncodeMessage(m *rewrite.Message) ([]byte, error) {
 	if m.Raw == nil {
 		out := append([]byte(`{"role":`), marshalString(m.Role)...)
 		out = append(out, `,"content":`...)
@@ -273,7 +273,7 @@ func encodeMessage(m *rewrite.Message) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return setMember(m.Raw, "content", content)
+	return SetMember(m.Raw, "content", content)
 }
 
 // editedContent is the new "content" value of an edited message. A parts
@@ -281,16 +281,16 @@ func encodeMessage(m *rewrite.Message) ([]byte, error) {
 // text as its first text part.
 func editedContent(m *rewrite.Message) ([]byte, error) {
 	text := marshalString(m.Content)
-	ms, err := members(m.Raw)
+	ms, err := Members(m.Raw)
 	if err != nil {
 		return nil, err
 	}
-	cm, ok := findMember(ms, "content")
-	if !ok || m.Raw[cm.valueStart] != '[' {
+	cm, ok := FindMember(ms, "content")
+	if !ok || m.Raw[cm.ValueStart] != '[' {
 		return text, nil
 	}
 	var parts []json.RawMessage
-	if err := json.Unmarshal(m.Raw[cm.valueStart:cm.end], &parts); err != nil {
+	if err := json.Unmarshal(m.Raw[cm.ValueStart:cm.End], &parts); err != nil {
 		return text, nil
 	}
 	out := []byte(`[{"type":"text","text":`)

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bytes"
@@ -49,57 +49,57 @@ const (
 	keyImportance = "_importance"
 )
 
-// chatRequest is a decoded chat request: just what ctxproxy needs, plus the
+// Request is a decoded chat request: just what ctxproxy needs, plus the
 // original bytes so that everything else is forwarded as sent.
-type chatRequest struct {
-	dialect Dialect
-	body    []byte
+type Request struct {
+	Dialect Dialect
+	Body    []byte
 	// members are body's top-level members (decodeChat), so that
 	// rebuildBody edits it without scanning it again.
-	members []member
-	model   string
-	// stream is the effective streaming flag (Ollama defaults to true).
-	stream bool
-	// messages are dialect-neutral; each keeps its raw JSON.
-	messages []rewrite.Message
-	// annotated reports that some message carried _preserve/_importance,
+	members []Member
+	Model   string
+	// Stream is the effective streaming flag (Ollama defaults to true).
+	Stream bool
+	// Messages are dialect-neutral; each keeps its raw JSON.
+	Messages []rewrite.Message
+	// Annotated reports that some message carried _preserve/_importance,
 	// so the messages must be re-encoded even if no strategy changes them.
-	annotated bool
-	tools     json.RawMessage
-	// think is the request's "think" value (raw JSON), effort its
+	Annotated bool
+	Tools     json.RawMessage
+	// Think is the request's "Think" value (raw JSON), effort its
 	// OpenAI reasoning_effort; both shape the prompt of thinking models.
-	think  json.RawMessage
-	effort string
-	// truncate reports that the request sets Ollama's "truncate" itself;
-	// noTruncate that it set it to false.
-	truncate, noTruncate bool
-	// numCtx is the client's options.num_ctx (Ollama), 0 when unset.
-	numCtx int
-	// maxOutput is the request's own output limit (max_tokens,
+	Think  json.RawMessage
+	Effort string
+	// Truncate reports that the request sets Ollama's "Truncate" itself;
+	// NoTruncate that it set it to false.
+	Truncate, NoTruncate bool
+	// NumCtx is the client's options.num_ctx (Ollama), 0 when unset.
+	NumCtx int
+	// MaxOutput is the request's own output limit (max_tokens,
 	// max_completion_tokens or options.num_predict), 0 when unset.
-	maxOutput int
-	// firstSystem and firstUser feed the session fingerprint.
-	firstSystem, firstUser string
-	// conv is the conversation of a Responses or Messages request, which
+	MaxOutput int
+	// FirstSystem and FirstUser feed the session fingerprint.
+	FirstSystem, FirstUser string
+	// Conv is the conversation of a Responses or Messages request, which
 	// encodes the body back; nil for the chat dialects.
-	conv *translate.Conversation
-	// serverState names the member of a Responses request that refers to
+	Conv *translate.Conversation
+	// ServerState names the member of a Responses request that refers to
 	// state the backend keeps (previous_response_id, conversation,
 	// prompt, item_reference); "" when none.
-	serverState string
+	ServerState string
 }
 
-// errNotChat means the body is not a chat request ctxproxy understands; it
+// ErrNotChat means the body is not a chat request ctxproxy understands; it
 // is forwarded unchanged (DESIGN.md rule 3).
-var errNotChat = errors.New("not a chat request")
+var ErrNotChat = errors.New("not a chat request")
 
-// decodeChat decodes body as a chat request of dialect d, its names read
+// DecodeChat decodes body as a chat request of dialect d, its names read
 // as Ollama reads them. Any error means the request should be forwarded
 // unchanged.
-func decodeChat(d Dialect, body []byte) (*chatRequest, error) {
-	req, err := decodeChatDepth(d, body, jsonscan.MaxDepth, jsonKeys)
-	if err != nil && !errors.Is(err, errNotChat) {
-		return nil, fmt.Errorf("%w: %v", errNotChat, err)
+func DecodeChat(d Dialect, body []byte) (*Request, error) {
+	req, err := decodeChatDepth(d, body, jsonscan.MaxDepth, JSONKeys)
+	if err != nil && !errors.Is(err, ErrNotChat) {
+		return nil, fmt.Errorf("%w: %v", ErrNotChat, err)
 	}
 	return req, err
 }
@@ -112,7 +112,7 @@ func decodeChat(d Dialect, body []byte) (*chatRequest, error) {
 // 100 KB body into maps and back costs about 1 ms). Its error is
 // jsonscan's when the body is not valid JSON within depth (ErrDepth among
 // them), an *ambiguousError, or one wrapping errNotChat.
-func decodeChatDepth(d Dialect, body []byte, depth int, rules keyRules) (*chatRequest, error) {
+func decodeChatDepth(d Dialect, body []byte, depth int, rules KeyRules) (*Request, error) {
 	ms, err := validMembers(body, depth)
 	if err != nil {
 		return nil, err
@@ -123,10 +123,10 @@ func decodeChatDepth(d Dialect, body []byte, depth int, rules keyRules) (*chatRe
 // validMembers validates body, nested at most depth levels deep, and
 // returns the top-level members the same pass found (jsonscan.ValidMembers);
 // nil when body is not an object.
-func validMembers(body []byte, depth int) ([]member, error) {
-	var ms []member
+func validMembers(body []byte, depth int) ([]Member, error) {
+	var ms []Member
 	if i := jsonscan.SkipSpace(body, 0); i < len(body) && body[i] == '{' {
-		ms = make([]member, 0, 8)
+		ms = make([]Member, 0, 8)
 	}
 	_, err := jsonscan.ValidMembers(body, depth, func(key, val []byte) {
 		ms = append(ms, memberOf(body, key, val))
@@ -136,9 +136,9 @@ func validMembers(body []byte, depth int) ([]member, error) {
 
 // decodeValidChat is decodeChatDepth of a body validMembers accepted, with
 // the members it found (nil: not an object).
-func decodeValidChat(d Dialect, body []byte, ms []member, rules keyRules) (*chatRequest, error) {
+func decodeValidChat(d Dialect, body []byte, ms []Member, rules KeyRules) (*Request, error) {
 	if ms == nil {
-		return nil, fmt.Errorf("%w: %v", errNotChat, errNotObject)
+		return nil, fmt.Errorf("%w: %v", ErrNotChat, errNotObject)
 	}
 	resolved, err := resolveNames(body, ms, requestFields(d), rules)
 	if err != nil {
@@ -147,23 +147,23 @@ func decodeValidChat(d Dialect, body []byte, ms []member, rules keyRules) (*chat
 	if resolved != nil {
 		// Forwarded resolved: the backend reads it as it would have read
 		// the body as sent.
-		if ms, err = members(resolved); err != nil {
+		if ms, err = Members(resolved); err != nil {
 			return nil, err
 		}
 		body = resolved
 	}
-	req := &chatRequest{dialect: d, body: body, members: ms, stream: d == Ollama}
+	req := &Request{Dialect: d, Body: body, members: ms, Stream: d == Ollama}
 	msgs, err := req.decodeMembers(ms)
 	if err != nil {
 		return nil, err
 	}
 	if msgs == nil || msgs[0] != '[' {
-		return nil, fmt.Errorf("%w: messages is not an array", errNotChat)
+		return nil, fmt.Errorf("%w: messages is not an array", ErrNotChat)
 	}
 	// One walk of the array decodes each message where it starts.
-	req.messages = messageList(msgs)
+	req.Messages = messageList(msgs)
 	at := jsonscan.SkipSpace(msgs, 1)
-	dec := messageDecoder{fields: messageFields(d), rules: rules, lowerRole: rules == jsonKeys}
+	dec := messageDecoder{fields: messageFields(d), rules: rules, lowerRole: rules == JSONKeys}
 	for i := 0; at < len(msgs) && msgs[at] != ']'; i++ {
 		m, annotated, end, err := dec.decodeAt(msgs, at)
 		if err != nil {
@@ -188,33 +188,33 @@ func messageList(arr []byte) []rewrite.Message {
 }
 
 // addMessage appends m, a message decoded from req's body, to req.
-func (req *chatRequest) addMessage(m rewrite.Message, annotated bool) {
-	req.messages = append(req.messages, m)
-	req.annotated = req.annotated || annotated
+func (req *Request) addMessage(m rewrite.Message, annotated bool) {
+	req.Messages = append(req.Messages, m)
+	req.Annotated = req.Annotated || annotated
 	req.noteFirst(&m)
 }
 
 // noteFirst keeps the content of m, a message of req, when it is the
 // first system or the first user message.
-func (req *chatRequest) noteFirst(m *rewrite.Message) {
+func (req *Request) noteFirst(m *rewrite.Message) {
 	switch {
-	case req.firstSystem == "" && isSystemRole(m.Role):
-		req.firstSystem = m.Content
-	case req.firstUser == "" && m.Role == "user":
-		req.firstUser = m.Content
+	case req.FirstSystem == "" && IsSystemRole(m.Role):
+		req.FirstSystem = m.Content
+	case req.FirstUser == "" && m.Role == "user":
+		req.FirstUser = m.Content
 	}
 }
 
 // decodeMembers reads the top-level members of a chat body, ms, into req,
 // all but the messages: it returns the value of the last "messages"
 // member (nil when there is none) for the caller to decode.
-func (req *chatRequest) decodeMembers(ms []member) ([]byte, error) {
+func (req *Request) decodeMembers(ms []Member) ([]byte, error) {
 	var err error
 	var msgs []byte
-	body := req.body
+	body := req.Body
 	for _, m := range ms {
-		v := body[m.valueStart:m.end]
-		switch m.key {
+		v := body[m.ValueStart:m.End]
+		switch m.Key {
 		case "messages":
 			msgs = v
 		// The small values are read as encoding/json would, without its
@@ -223,7 +223,7 @@ func (req *chatRequest) decodeMembers(ms []member) ([]byte, error) {
 		case "model":
 			switch jsonscan.KindOf(v) {
 			case jsonscan.KindString:
-				req.model, err = decodeText(v)
+				req.Model, err = decodeText(v)
 			case jsonscan.KindNull:
 			default:
 				err = errors.New("not a string")
@@ -231,14 +231,14 @@ func (req *chatRequest) decodeMembers(ms []member) ([]byte, error) {
 		case "stream":
 			switch string(v) {
 			case "true", "false":
-				req.stream = string(v) == "true"
+				req.Stream = string(v) == "true"
 			case "null":
 			default:
 				err = errors.New("not a boolean")
 			}
 		case "tools":
 			if !bytes.Equal(v, []byte("null")) {
-				req.tools = v
+				req.Tools = v
 			}
 		case "max_tokens", "max_completion_tokens":
 			if jsonscan.KindOf(v) == jsonscan.KindNull {
@@ -247,25 +247,25 @@ func (req *chatRequest) decodeMembers(ms []member) ([]byte, error) {
 			n, ok := jsonInt(v)
 			if !ok {
 				err = errors.New("not an integer")
-			} else if m.key == "max_completion_tokens" || req.maxOutput == 0 {
-				req.maxOutput = n
+			} else if m.Key == "max_completion_tokens" || req.MaxOutput == 0 {
+				req.MaxOutput = n
 			}
 		case "options":
 			req.decodeOptions(v)
 		case "think":
 			if !bytes.Equal(v, []byte("null")) {
-				req.think = v
+				req.Think = v
 			}
 		case "reasoning_effort":
 			if v[0] == '"' {
-				req.effort, _ = decodeString(v)
+				req.Effort, _ = DecodeString(v)
 			}
 		case "truncate":
-			req.truncate = !bytes.Equal(v, []byte("null"))
-			req.noTruncate = bytes.Equal(v, []byte("false"))
+			req.Truncate = !bytes.Equal(v, []byte("null"))
+			req.NoTruncate = bytes.Equal(v, []byte("false"))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", errNotChat, m.key, err)
+			return nil, fmt.Errorf("%w: %s: %v", ErrNotChat, m.Key, err)
 		}
 	}
 	return msgs, nil
@@ -276,7 +276,7 @@ func (req *chatRequest) decodeMembers(ms []member) ([]byte, error) {
 const maxWindow = 1 << 30
 
 // decodeOptions reads Ollama's options.num_ctx and options.num_predict.
-func (req *chatRequest) decodeOptions(v []byte) {
+func (req *Request) decodeOptions(v []byte) {
 	if v[0] != '{' {
 		return
 	}
@@ -288,34 +288,38 @@ func (req *chatRequest) decodeOptions(v []byte) {
 	// business, not a reason to stop managing the context.
 	if json.Unmarshal(v, &opts) == nil {
 		if opts.NumCtx != nil && *opts.NumCtx > 0 {
-			req.numCtx = int(min(*opts.NumCtx, maxWindow))
+			req.NumCtx = int(min(*opts.NumCtx, maxWindow))
 		}
 		if opts.NumPredict != nil && *opts.NumPredict > 0 {
-			req.maxOutput = int(min(*opts.NumPredict, maxWindow))
+			req.MaxOutput = int(min(*opts.NumPredict, maxWindow))
 		}
 	}
 }
 
-// isSystemRole reports whether role carries instructions: OpenAI's newer
+// IsSystemRole reports whether role carries instructions: OpenAI's newer
 // "developer" role plays the part of "system".
-func isSystemRole(role string) bool { return role == "system" || role == "developer" }
+func IsSystemRole(role string) bool { return role == "system" || role == "developer" }
 
-// rebuildBody returns body with its messages replaced by msgs (when
+// Rebuild returns req's body with its messages replaced by msgs (when
 // setMessages), options.num_ctx set (numCtx > 0) and "truncate": false
 // added (noTruncate), every other byte as sent and not copied (splice).
-// ms are body's top-level members as decodeChat found them; nil scans
-// them.
-func rebuildBody(body []byte, ms []member, msgs []rewrite.Message, setMessages bool, numCtx int, noTruncate bool) (payload, error) {
+func (req *Request) Rebuild(msgs []rewrite.Message, setMessages bool, numCtx int, noTruncate bool) (Payload, error) {
+	return rebuild(req.Body, req.members, msgs, setMessages, numCtx, noTruncate)
+}
+
+// rebuild is Rebuild of body, whose top-level members are ms (nil scans
+// them).
+func rebuild(body []byte, ms []Member, msgs []rewrite.Message, setMessages bool, numCtx int, noTruncate bool) (Payload, error) {
 	if ms == nil {
 		var err error
-		if ms, err = members(body); err != nil {
+		if ms, err = Members(body); err != nil {
 			return nil, err
 		}
 	}
 	var buf [3]edit
 	edits := buf[:0]
 	if setMessages {
-		arr, err := encodeMessages(msgs)
+		arr, err := EncodeMessages(msgs)
 		if err != nil {
 			return nil, err
 		}
@@ -323,8 +327,8 @@ func rebuildBody(body []byte, ms []member, msgs []rewrite.Message, setMessages b
 	}
 	if numCtx > 0 {
 		num := appendInt(nil, numCtx)
-		if m, ok := findMember(ms, "options"); ok && body[m.valueStart] == '{' {
-			opts, err := setMember(body[m.valueStart:m.end], "num_ctx", num)
+		if m, ok := FindMember(ms, "options"); ok && body[m.ValueStart] == '{' {
+			opts, err := SetMember(body[m.ValueStart:m.End], "num_ctx", num)
 			if err != nil {
 				return nil, err
 			}
@@ -337,7 +341,7 @@ func rebuildBody(body []byte, ms []member, msgs []rewrite.Message, setMessages b
 		edits = append(edits, edit{"truncate", []byte("false")})
 	}
 	if len(edits) == 0 {
-		return bodyOf(body), nil
+		return PayloadOf(body), nil
 	}
 	return splice(body, ms, edits), nil
 }
@@ -345,21 +349,21 @@ func rebuildBody(body []byte, ms []member, msgs []rewrite.Message, setMessages b
 // setOption sets options.<key> in an Ollama request body, creating the
 // options object when the request has none.
 func setOption(body []byte, key string, value []byte) ([]byte, error) {
-	ms, err := members(body)
+	ms, err := Members(body)
 	if err != nil {
 		return nil, err
 	}
-	if m, ok := findMember(ms, "options"); ok && body[m.valueStart] == '{' {
-		opts, err := setMember(body[m.valueStart:m.end], key, value)
+	if m, ok := FindMember(ms, "options"); ok && body[m.ValueStart] == '{' {
+		opts, err := SetMember(body[m.ValueStart:m.End], key, value)
 		if err != nil {
 			return nil, err
 		}
-		return replaceValue(body, m, opts), nil
+		return ReplaceValue(body, m, opts), nil
 	}
 	k := jsonscan.AppendString(nil, key)
 	opts := append(append(append([]byte{'{'}, k...), ':'), value...)
 	opts = append(opts, '}')
-	return setMember(body, "options", opts)
+	return SetMember(body, "options", opts)
 }
 
 // marshalString encodes s as a JSON string without encoding/json's HTML

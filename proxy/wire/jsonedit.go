@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bytes"
@@ -13,14 +13,14 @@ import (
 // sent it (DESIGN.md rule 1). Decoding into map[string]any and encoding
 // again would reorder keys, reformat numbers and cost ~1 ms per 100 KB.
 
-// member is one "key": value pair of a JSON object, as byte offsets into
+// Member is one "key": value pair of a JSON object, as byte offsets into
 // the object's text. start is the offset of the key's opening quote, end is
 // one past the value's last byte.
-type member struct {
-	key        string
-	start      int
-	valueStart int
-	end        int
+type Member struct {
+	Key        string
+	Start      int
+	ValueStart int
+	End        int
 }
 
 var errNotObject = errors.New("json: not an object")
@@ -28,18 +28,18 @@ var errNotObject = errors.New("json: not an object")
 // offset is where part, a sub-slice of whole, starts in it.
 func offset(whole, part []byte) int { return cap(whole) - cap(part) }
 
-// members lists the top-level members of the JSON object in obj, which
+// Members lists the top-level Members of the JSON object in obj, which
 // must be valid JSON (callers have validated it with jsonscan.Valid).
-func members(obj []byte) ([]member, error) {
+func Members(obj []byte) ([]Member, error) {
 	// A chat message has two to four members: one allocation for them.
-	ms, _, err := appendMembersAt(make([]member, 0, 4), obj, jsonscan.SkipSpace(obj, 0))
+	ms, _, err := appendMembersAt(make([]Member, 0, 4), obj, jsonscan.SkipSpace(obj, 0))
 	return ms, err
 }
 
 // appendMembersAt appends the members of the object at d[i] (valid JSON),
 // with offsets into d, and returns the index just past the object; dst is
 // a caller's own buffer (decodeMessageAt's, on its stack).
-func appendMembersAt(dst []member, d []byte, i int) ([]member, int, error) {
+func appendMembersAt(dst []Member, d []byte, i int) ([]Member, int, error) {
 	if i >= len(d) || d[i] != '{' {
 		return nil, 0, errNotObject
 	}
@@ -53,9 +53,9 @@ func appendMembersAt(dst []member, d []byte, i int) ([]member, int, error) {
 
 // memberOf is the member of d whose key token and value are key and val
 // (subslices of d).
-func memberOf(d, key, val []byte) member {
+func memberOf(d, key, val []byte) Member {
 	vs := offset(d, val)
-	return member{key: keyName(key), start: offset(d, key), valueStart: vs, end: vs + len(val)}
+	return Member{Key: keyName(key), Start: offset(d, key), ValueStart: vs, End: vs + len(val)}
 }
 
 // keyName is the name of a member's key token. The keys of chat requests
@@ -94,35 +94,35 @@ func keyName(key []byte) string {
 	return jsonscan.KeyName(key)
 }
 
-// findMember returns the last member named key (encoding/json also takes
+// FindMember returns the last member named key (encoding/json also takes
 // the last of duplicate keys) and whether it exists.
-func findMember(ms []member, key string) (member, bool) {
+func FindMember(ms []Member, key string) (Member, bool) {
 	for i := len(ms) - 1; i >= 0; i-- {
-		if ms[i].key == key {
+		if ms[i].Key == key {
 			return ms[i], true
 		}
 	}
-	return member{}, false
+	return Member{}, false
 }
 
-// replaceValue returns obj with the value of m replaced by value.
-func replaceValue(obj []byte, m member, value []byte) []byte {
-	out := make([]byte, 0, len(obj)-(m.end-m.valueStart)+len(value))
-	out = append(out, obj[:m.valueStart]...)
+// ReplaceValue returns obj with the value of m replaced by value.
+func ReplaceValue(obj []byte, m Member, value []byte) []byte {
+	out := make([]byte, 0, len(obj)-(m.End-m.ValueStart)+len(value))
+	out = append(out, obj[:m.ValueStart]...)
 	out = append(out, value...)
-	return append(out, obj[m.end:]...)
+	return append(out, obj[m.End:]...)
 }
 
-// setMember sets key to value in the object obj: the value is replaced in
+// SetMember sets key to value in the object obj: the value is replaced in
 // place when the key exists, else the member is appended before the
 // closing brace.
-func setMember(obj []byte, key string, value []byte) ([]byte, error) {
-	ms, err := members(obj)
+func SetMember(obj []byte, key string, value []byte) ([]byte, error) {
+	ms, err := Members(obj)
 	if err != nil {
 		return nil, err
 	}
-	if m, ok := findMember(ms, key); ok {
-		return replaceValue(obj, m, value), nil
+	if m, ok := FindMember(ms, key); ok {
+		return ReplaceValue(obj, m, value), nil
 	}
 	k := jsonscan.AppendString(nil, key)
 	closing := bytes.LastIndexByte(obj, '}')
@@ -137,10 +137,10 @@ func setMember(obj []byte, key string, value []byte) ([]byte, error) {
 	return append(out, obj[closing:]...), nil
 }
 
-// removeMembers returns obj without the members whose keys are in drop,
+// RemoveMembers returns obj without the members whose keys are in drop,
 // along with the comma that separated each from its neighbour.
-func removeMembers(obj []byte, drop func(key string) bool) ([]byte, error) {
-	ms, err := members(obj)
+func RemoveMembers(obj []byte, drop func(key string) bool) ([]byte, error) {
+	ms, err := Members(obj)
 	if err != nil {
 		return nil, err
 	}
@@ -148,10 +148,10 @@ func removeMembers(obj []byte, drop func(key string) bool) ([]byte, error) {
 	// Remove from the last member backwards so earlier offsets stay valid.
 	for i := len(ms) - 1; i >= 0; i-- {
 		m := ms[i]
-		if !drop(m.key) {
+		if !drop(m.Key) {
 			continue
 		}
-		from, to := m.start, m.end
+		from, to := m.Start, m.End
 		if j := jsonscan.SkipSpace(out, to); j < len(out) && out[j] == ',' {
 			to = jsonscan.SkipSpace(out, j+1) // take the comma after, and the space after it
 		} else {
@@ -203,23 +203,23 @@ type edit struct {
 // without scanning it again: the parts are obj's own bytes between the
 // edits and the edited values. ms are obj's members (members(obj)). Edits
 // name distinct keys; appended members keep the order of edits.
-func splice(obj []byte, ms []member, edits []edit) payload {
-	var at [4]member // the member each edit replaces; start -1: appended
+func splice(obj []byte, ms []Member, edits []edit) Payload {
+	var at [4]Member // the member each edit replaces; start -1: appended
 	found := at[:0]
 	for _, e := range edits {
-		m, ok := findMember(ms, e.key)
+		m, ok := FindMember(ms, e.key)
 		if !ok {
-			m = member{key: e.key, start: -1}
+			m = Member{Key: e.key, Start: -1}
 		}
 		found = append(found, m)
 	}
-	out := make(payload, 0, 2*len(edits)+2)
+	out := make(Payload, 0, 2*len(edits)+2)
 	from := 0
 	// Replacements in the order of their offsets.
 	for {
 		next := -1
 		for i, m := range found {
-			if m.start >= 0 && m.valueStart >= from && (next < 0 || m.valueStart < found[next].valueStart) {
+			if m.Start >= 0 && m.ValueStart >= from && (next < 0 || m.ValueStart < found[next].ValueStart) {
 				next = i
 			}
 		}
@@ -227,15 +227,15 @@ func splice(obj []byte, ms []member, edits []edit) payload {
 			break
 		}
 		m := found[next]
-		out = append(out, obj[from:m.valueStart], edits[next].value)
-		from = m.end
+		out = append(out, obj[from:m.ValueStart], edits[next].value)
+		from = m.End
 	}
 	closing := bytes.LastIndexByte(obj, '}')
 	out = append(out, obj[from:closing])
 	var added []byte
 	n := len(ms)
 	for i, m := range found {
-		if m.start >= 0 {
+		if m.Start >= 0 {
 			continue
 		}
 		if n > 0 {

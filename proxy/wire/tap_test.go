@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"io"
@@ -10,11 +10,11 @@ import (
 
 // readInPieces reads r through a tap in pieces of n bytes, so event
 // boundaries fall mid-line.
-func tapThrough(t *testing.T, body, contentType string, d Dialect, n int) (string, reply) {
+func tapThrough(t *testing.T, body, contentType string, d Dialect, n int) (string, Reply) {
 	t.Helper()
-	var got reply
+	var got Reply
 	calls := 0
-	tp := newTap(io.NopCloser(strings.NewReader(body)), d, 200, contentType, 0, func(r reply) { got = r; calls++ })
+	tp := NewTap(io.NopCloser(strings.NewReader(body)), d, 200, contentType, 0, func(r Reply) { got = r; calls++ })
 	var sb strings.Builder
 	buf := make([]byte, n)
 	for {
@@ -38,7 +38,7 @@ func TestTap(t *testing.T) {
 	cases := []struct {
 		name, ctype, body string
 		d                 Dialect
-		want              reply
+		want              Reply
 	}{
 		{
 			name:  "ollama stream",
@@ -48,22 +48,22 @@ func TestTap(t *testing.T) {
 {"model":"m","message":{"role":"assistant","content":"lo"},"done":false}
 {"model":"m","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":42,"eval_count":2}
 `,
-			want: reply{status: 200, complete: true, promptTokens: 42, outputTokens: 2, content: "Hello", finishReason: "stop"},
+			want: Reply{Status: 200, Complete: true, PromptTokens: 42, OutputTokens: 2, Content: "Hello", FinishReason: "stop"},
 		},
 		{
 			name:  "ollama stream cut off",
 			ctype: "application/x-ndjson",
 			d:     Ollama,
 			body:  `{"model":"m","message":{"role":"assistant","content":"Hel"},"done":false}` + "\n",
-			want:  reply{status: 200, promptTokens: -1, content: "Hel"},
+			want:  Reply{Status: 200, PromptTokens: -1, Content: "Hel"},
 		},
 		{
 			name:  "ollama tool calls and thinking",
 			ctype: "application/json; charset=utf-8",
 			d:     Ollama,
 			body:  `{"model":"m","message":{"role":"assistant","content":"","thinking":"hmm","tool_calls":[{"function":{"index":0,"name":"f","arguments":{"a":1}}}]},"done":true,"done_reason":"stop","prompt_eval_count":7,"eval_count":3}`,
-			want: reply{status: 200, complete: true, promptTokens: 7, outputTokens: 3, thinking: "hmm", finishReason: "stop",
-				toolCalls: []replyToolCall{{Name: "f", Arguments: `{"a":1}`}}},
+			want: Reply{Status: 200, Complete: true, PromptTokens: 7, OutputTokens: 3, Thinking: "hmm", FinishReason: "stop",
+				ToolCalls: []ReplyCall{{Name: "f", Arguments: `{"a":1}`}}},
 		},
 		{
 			// Ollama before function.index: calls arrive in order, some
@@ -76,8 +76,8 @@ func TestTap(t *testing.T) {
 {"message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"e","arguments":{}}}]},"done":false}
 {"message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":5,"eval_count":1}
 `,
-			want: reply{status: 200, complete: true, promptTokens: 5, outputTokens: 1, finishReason: "stop",
-				toolCalls: []replyToolCall{{Name: "a", Arguments: "{}"}, {Name: "b", Arguments: "{}"}, {Name: "c", Arguments: "{}"},
+			want: Reply{Status: 200, Complete: true, PromptTokens: 5, OutputTokens: 1, FinishReason: "stop",
+				ToolCalls: []ReplyCall{{Name: "a", Arguments: "{}"}, {Name: "b", Arguments: "{}"}, {Name: "c", Arguments: "{}"},
 					{Name: "d", Arguments: "{}"}, {Name: "e", Arguments: "{}"}}},
 		},
 		{
@@ -90,36 +90,36 @@ func TestTap(t *testing.T) {
 				"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n" +
 				"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":99,\"completion_tokens\":5,\"total_tokens\":104}}\n\n" +
 				"data: [DONE]\n\n",
-			want: reply{status: 200, complete: true, promptTokens: 99, outputTokens: 5, finishReason: "tool_calls",
-				toolCalls: []replyToolCall{{ID: "call_1", Name: "get", Arguments: `{"city":1}`}}},
+			want: Reply{Status: 200, Complete: true, PromptTokens: 99, OutputTokens: 5, FinishReason: "tool_calls",
+				ToolCalls: []ReplyCall{{ID: "call_1", Name: "get", Arguments: `{"city":1}`}}},
 		},
 		{
 			name:  "openai stream without done",
 			ctype: "text/event-stream",
 			d:     OpenAI,
 			body:  "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"par\"}}]}\n\n",
-			want:  reply{status: 200, promptTokens: -1, content: "par"},
+			want:  Reply{Status: 200, PromptTokens: -1, Content: "par"},
 		},
 		{
 			name:  "openai whole",
 			ctype: "application/json",
 			d:     OpenAI,
 			body:  `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi","reasoning_content":"r"},"finish_reason":"length"}],"usage":{"prompt_tokens":11,"completion_tokens":1,"total_tokens":12}}`,
-			want:  reply{status: 200, complete: true, promptTokens: 11, outputTokens: 1, content: "Hi", thinking: "r", finishReason: "length"},
+			want:  Reply{Status: 200, Complete: true, PromptTokens: 11, OutputTokens: 1, Content: "Hi", Thinking: "r", FinishReason: "length"},
 		},
 		{
 			name:  "error body",
 			ctype: "application/json",
 			d:     OpenAI,
 			body:  `{"error":{"message":"bad","type":"invalid_request_error"}}`,
-			want:  reply{status: 200, promptTokens: -1},
+			want:  Reply{Status: 200, PromptTokens: -1},
 		},
 		{
 			name:  "garbage",
 			ctype: "application/x-ndjson",
 			d:     Ollama,
 			body:  "not json\n{\"done\":\n",
-			want:  reply{status: 200, promptTokens: -1},
+			want:  Reply{Status: 200, PromptTokens: -1},
 		},
 	}
 	for _, tc := range cases {
@@ -128,7 +128,7 @@ func TestTap(t *testing.T) {
 			if out != tc.body {
 				t.Errorf("%s/%d: the tap changed the bytes", tc.name, n)
 			}
-			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(reply{})); diff != "" {
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(Reply{})); diff != "" {
 				t.Errorf("%s/%d: (-want +got)\n%s", tc.name, n, diff)
 			}
 		}
