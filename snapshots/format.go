@@ -225,8 +225,14 @@ func messagesSize(msgs []Message) int {
 	return n
 }
 
-// appendMessages appends msgs as a JSON array, each Raw verbatim.
+// appendMessages appends msgs as a JSON array: each message as marshal
+// writes it, less Raw, which is written verbatim after the other fields.
 func appendMessages(out []byte, msgs []Message) ([]byte, error) {
+	// One encoder for the array: a new one per message costs an
+	// allocation or two each, for nothing.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
 	out = append(out, '[')
 	for i := range msgs {
 		if i > 0 {
@@ -239,21 +245,16 @@ func appendMessages(out []byte, msgs []Message) ([]byte, error) {
 		}
 		m.Raw = nil
 		m.Timestamp = m.Timestamp.UTC()
-		mark := len(out)
-		var ok bool
-		if out, ok = appendMessageHead(out, &m); !ok {
-			b, err := marshal(&m)
-			if err != nil {
-				return nil, fmt.Errorf("snapshots: message %d: %w", i, err)
-			}
-			out = append(out[:mark], b[:len(b)-1]...)
+		buf.Reset()
+		if err := enc.Encode(&m); err != nil {
+			return nil, fmt.Errorf("snapshots: message %d: %w", i, err)
 		}
-		if raw == nil {
-			out = append(out, '}')
-			continue
+		// The object less its closing brace and Encode's newline.
+		out = append(out, buf.Bytes()[:buf.Len()-2]...)
+		if raw != nil {
+			out = append(out, `,"raw":`...)
+			out = append(out, raw...)
 		}
-		out = append(out, `,"raw":`...)
-		out = append(out, raw...)
 		out = append(out, '}')
 	}
 	return append(out, ']'), nil
