@@ -2,8 +2,8 @@ package snapshots
 
 // The stored form of a session or a snapshot, in a file or a Redis value.
 //
-// A record is gzip-compressed (seed 004 10.1: JSON with compressed message
-// data) and, uncompressed, is two lines of JSON:
+// A record is gzip-compressed (chat text shrinks about 4 times) and,
+// uncompressed, is two lines of JSON:
 //
 //	{"format":"ctxproxy.session","version":1,"sha256":"…","info":{…}}
 //	{…the Session or Snapshot…}
@@ -13,8 +13,8 @@ package snapshots
 // the conversation. sha256 is the hex SHA-256 of the info bytes followed by
 // the body bytes. A record is accepted only when gzip's own CRC-32 and
 // length check out (truncation, appended garbage, flipped bits) and the
-// SHA-256 matches (seed 004 10.3: detect and report corruption). Both lines
-// are readable with standard tools: gunzip -c FILE | jq .
+// SHA-256 matches, so that corruption is found and reported, never read
+// as data. Both lines are readable with standard tools: gunzip -c FILE | jq .
 //
 // Message Raw bytes are written verbatim, never re-encoded, so a stored
 // conversation replays byte for byte; encoding/json would compact them and
@@ -42,7 +42,7 @@ const (
 
 // ErrCorrupt reports a stored record that failed its checks. The error
 // says what failed; the store logs it, sets the record aside and goes on
-// with the others (seed 004 10.6).
+// with the others.
 var ErrCorrupt = errors.New("snapshots: corrupt record")
 
 type header struct {
@@ -278,8 +278,7 @@ func checkMessage(m *Message, raw []byte) error {
 }
 
 // marshal is json.Marshal without escaping <, > and &, which chat text is
-// full of: records and exports stay readable (seed 003: human-readable
-// format).
+// full of: records and exports stay readable by people.
 func marshal(v any) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
