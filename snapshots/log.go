@@ -204,8 +204,8 @@ func encodeReplace(s *Session) ([]byte, error) {
 }
 
 // payload returns a record's payload: kind, s's listing entry, '\n',
-// body. The listing entry is written by json.Marshal (HTML escaping on),
-// as it always was.
+// body. The listing entry is json.Marshal's (HTML escaping on, unlike the
+// body's marshal): the form every stored log has.
 func payload(kind byte, s *Session, body []byte) ([]byte, error) {
 	info := s.Info()
 	info.Snapshots = 0
