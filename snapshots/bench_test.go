@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -289,5 +291,119 @@ func BenchmarkEncodeTurn(b *testing.B) {
 		if _, err := encodeChange(old, s); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// turnLog returns session id's log as a store writes it when a client
+// sends its history with a new turn at the end, turns times, and nothing
+// compacts it: a replace record of the first turn, then one append record
+// per turn (two messages of base, in turn, and the stats).
+func turnLog(tb testing.TB, id string, turns int, base []Message) []byte {
+	log := []byte(logMagic)
+	var old *Session
+	for i := range turns {
+		s := &Session{ID: id, Created: t0}
+		if old != nil {
+			s = old.Clone()
+		}
+		user, reply := base[(2*i)%len(base)], base[(2*i+1)%len(base)]
+		user.Content = fmt.Sprint(i, user.Content)
+		s.Messages = append(s.Messages, user, reply)
+		s.Stats.Tokens += 300
+		s.Stats.Requests++
+		s.Updated = t0.Add(time.Duration(i) * time.Second)
+		p, err := encodeChange(old, s)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		log = append(log, frame(p)...)
+		old = s
+	}
+	return log
+}
+
+// Reading a long session that is not cached (the first request after a
+// start, or after the cache let it go): read its log and replay every
+// record. 1,000 turns is 2,000 messages of 600 bytes of text, a 3 MB log
+// of 1,000 records, more than a store leaves uncompacted.
+func BenchmarkLoadLog(b *testing.B) {
+	base := benchSession("bench").Messages
+	for _, turns := range []int{100, 1000} {
+		log := turnLog(b, "bench", turns, base)
+		load := func(b *testing.B, drop func(), st Store) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(log)))
+			defer reportCPU(b)()
+			for b.Loop() {
+				drop()
+				s, err := st.Get(ctx, "bench")
+				if err != nil || len(s.Messages) != 2*turns {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.Run(fmt.Sprint("turns=", turns), func(b *testing.B) {
+			b.Run("file", func(b *testing.B) {
+				dir := b.TempDir()
+				if err := os.MkdirAll(filepath.Join(dir, sessionsDir), privateDir); err != nil {
+					b.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, sessionsDir, key("bench")+logExt), log, 0o600); err != nil {
+					b.Fatal(err)
+				}
+				st := newFileStore(b, dir, Config{MaxCount: 1 << 30})
+				load(b, func() { st.cache.drop(key("bench")) }, st)
+			})
+			b.Run("redis", func(b *testing.B) {
+				st := newRedisStore(b, startRedis(b), "bench:", Config{MaxCount: 1 << 30})
+				var recs []any
+				for rest := log[len(logMagic):]; len(rest) > 0; {
+					_, n, _ := nextFrame(rest)
+					recs, rest = append(recs, rest[:n]), rest[n:]
+				}
+				if err := st.rdb.RPush(ctx, st.keys.log(key("bench")), recs...).Err(); err != nil {
+					b.Fatal(err)
+				}
+				load(b, func() { st.cache.drop(key("bench")) }, st)
+			})
+		})
+	}
+}
+
+// Opening a file store of many sessions: NewFileStore reads every log,
+// checks every record's CRC and decodes the last listing entry of each,
+// before the proxy serves. Each session holds 3 turns of short messages.
+func BenchmarkOpenStore(b *testing.B) {
+	base := conversation(6, 200, "open")
+	for _, n := range []int{10000} {
+		b.Run(fmt.Sprint("sessions=", n), func(b *testing.B) {
+			dir := b.TempDir()
+			sessDir := filepath.Join(dir, sessionsDir)
+			if err := os.MkdirAll(sessDir, privateDir); err != nil {
+				b.Fatal(err)
+			}
+			size := 0
+			for i := range n {
+				id := fmt.Sprint("session-", i)
+				log := turnLog(b, id, 3, base)
+				size += len(log)
+				if err := os.WriteFile(filepath.Join(sessDir, key(id)+logExt), log, 0o600); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(size))
+			defer reportCPU(b)()
+			for b.Loop() {
+				st, err := NewFileStore(Config{Dir: dir, MaxCount: 1 << 30}, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if list, _ := st.List(ctx); len(list) != n {
+					b.Fatal(len(list))
+				}
+				st.Close()
+			}
+		})
 	}
 }

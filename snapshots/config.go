@@ -22,11 +22,11 @@ type Config struct {
 	// Dir is the file store's directory; default ./ctxproxy-data.
 	Dir string `mapstructure:"dir"`
 	// AutoThreshold is the usage at which Writer takes an automatic
-	// snapshot when a session crosses it (seed 004 4.6); default 0.80. A
-	// negative value turns automatic snapshots off.
+	// snapshot when a session crosses it; default 0.80. A negative value
+	// turns automatic snapshots off.
 	AutoThreshold float64 `mapstructure:"auto_threshold"`
 	// MaxCount is how many snapshots a session keeps; the oldest beyond it
-	// are deleted (seed 004 4.8); default 20.
+	// are deleted; default 20.
 	MaxCount int `mapstructure:"max_count"`
 	// QueueSize bounds how many sessions may wait in Writer's queue;
 	// default 1024.

@@ -75,7 +75,7 @@ const crashTurns = 6
 func TestHelperWriter(t *testing.T) {
 	dir := os.Getenv(crashDirEnv)
 	if dir == "" {
-		t.Skip("child process of TestSeed004_R4_2_AtomicWriteSurvivesKill9")
+		t.Skip("child process of TestAtomicWriteSurvivesKill9")
 	}
 	st, err := NewFileStore(Config{Dir: dir, MaxCount: 3}, nil)
 	if err != nil {
@@ -112,13 +112,12 @@ func TestHelperWriter(t *testing.T) {
 	}
 }
 
-// Seed 004 4.2 and 10.2: atomic writes. A process appending turns,
-// replacing conversations and saving snapshots in a loop is killed with
-// SIGKILL at random moments; after each kill the store must reopen with
-// every session and snapshot whole and none corrupt, holding at least
-// every change the writer was told was stored: a kill loses at most the
-// change being written.
-func TestSeed004_R4_2_AtomicWriteSurvivesKill9(t *testing.T) {
+// Writes are atomic: a process appending turns, replacing conversations
+// and saving snapshots in a loop is killed with SIGKILL at random moments;
+// after each kill the store must reopen with every session and snapshot
+// whole and none corrupt, holding at least every change the writer was
+// told was stored: a kill loses at most the change being written.
+func TestAtomicWriteSurvivesKill9(t *testing.T) {
 	rounds := 100
 	if testing.Short() {
 		rounds = 30

@@ -1,9 +1,9 @@
 // Package snapshots keeps ctxproxy's per-session state and snapshot history
 // so that a conversation is never lost: the conversation as last seen, its
 // statistics and metadata, cached summaries, and point-in-time snapshots
-// that can be listed, restored and deleted (seed 004 Requirements 4 and 10,
-// seed 003 session persistence, seed 000 accumulation, /clear and
-// export/import).
+// that can be listed, restored and deleted. It also keeps the turns of
+// clients that send only their newest message (Accumulate), and is what
+// /clear, /export and /import work on.
 //
 // Two stores implement one API: [FileStore] (the default, files under a
 // directory, one process) and [RedisStore] (shared by several ctxproxy

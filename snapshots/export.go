@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Export is a session in seed 003's portable format, what /export writes
+// Export is a session in ctxproxy's portable format, what /export writes
 // and /import reads:
 //
 //	{"session_id": "…", "metadata": {…},
@@ -20,7 +20,7 @@ import (
 //
 // "raw", when present, is the message object as the client sent it, so
 // that images, tool calls and unknown keys survive a round trip; tools that
-// know only seed 003's keys ignore it.
+// know only the other keys ignore it.
 type Export struct {
 	SessionID string         `json:"session_id"`
 	Model     string         `json:"model,omitempty"`
@@ -70,7 +70,7 @@ func EncodeExport(s *Session) ([]byte, error) {
 	for i := range s.Messages {
 		m := s.Messages[i]
 		if m.Importance == nil {
-			// Seed 003's format gives every message an importance; an
+			// An export gives every message an importance; an
 			// unmarked one is exported with the weight ctxproxy's
 			// importance strategy gives it.
 			imp := DefaultImportance
@@ -97,9 +97,9 @@ func EncodeExport(s *Session) ([]byte, error) {
 // the error says where and why.
 var ErrMalformed = errors.New("snapshots: malformed import")
 
-// DecodeImport reads an import: an export (seed 003's format), a bare JSON
-// array of messages, or a chat request body (an object with "messages",
-// Ollama or OpenAI shape, content a string or an array of parts). Each
+// DecodeImport reads an import: an export (Export), a bare JSON array of
+// messages, or a chat request body (an object with "messages", Ollama or
+// OpenAI shape, content a string or an array of parts). Each
 // message keeps its raw JSON. Anything else fails with ErrMalformed and
 // the reason.
 func DecodeImport(data []byte) (*Export, error) {
@@ -152,7 +152,7 @@ func DecodeImport(data []byte) (*Export, error) {
 }
 
 // annotations are the keys that describe a message rather than being part
-// of it: seed 003's export keys and ctxproxy's request annotations. They
+// of it: Export's message keys and ctxproxy's request annotations. They
 // are taken out of the raw message (a backend would refuse them).
 var annotations = []string{"timestamp", "importance", "metadata", "preserve", "_importance", "_preserve"}
 
@@ -218,7 +218,7 @@ func importMessage(r json.RawMessage) (Message, error) {
 		// A chat request's message: keep its bytes.
 		m.Raw = r
 	case onlyRoleAndText(f):
-		// Seed 003's message: role and content say it all.
+		// An exported message: role and content say it all.
 	default:
 		if m.Raw, err = json.Marshal(f); err != nil {
 			return Message{}, err
@@ -269,11 +269,10 @@ func contentText(v json.RawMessage) (string, error) {
 	return "", errors.New(`"content" is neither a string nor an array of parts`)
 }
 
-// Import loads an import (see DecodeImport) into session id (seed 000
-// "Import Context from JSON"): its messages replace the session's, its
-// metadata keys are set over the session's, and messages without a
-// timestamp get the time of the import. The token count and usage are
-// left at zero for the next request to measure.
+// Import loads an import (see DecodeImport) into session id: its messages
+// replace the session's, its metadata keys are set over the session's, and
+// messages without a timestamp get the time of the import. The token
+// count and usage are left at zero for the next request to measure.
 //
 // Nothing changes when the data is malformed. Otherwise the conversation
 // it replaces is first saved as a ReasonImport snapshot, returned as undo

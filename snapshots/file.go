@@ -32,22 +32,22 @@ import (
 // negative interval fsyncs each record before Update returns. A new
 // session, a replaced history and a compaction write a whole new log
 // instead, atomically (temporary file, fsync, rename, fsync of the
-// directory), as snapshots are written (seed 004 4.2, 10.2), whatever the
-// interval.
+// directory), as snapshots are written, whatever the interval.
 // Logs are compacted in the background once the records after the last
 // whole copy of the session outweigh it.
 //
 // The decoded state of recently used sessions is cached (bounded), so an
-// update reads nothing; listings come from an in-memory index (seed 004
-// 10.4) built when the store opens by checking every record's CRC. Session
-// files of the format before the log (KEY.json.gz) are converted when the
-// store opens.
+// update reads nothing; listings come from an in-memory index, built when
+// the store opens by checking every record's CRC, so that listing reads no
+// file. Session files of the format before the log (KEY.json.gz) are
+// converted when the store opens.
 //
 // A file that fails its checks is logged, counted, renamed to NAME.corrupt
 // (kept for inspection, never read again) and treated as absent; every
-// other file keeps loading (seed 004 10.3, 10.6). A session log with a
-// corrupt record inside it is copied whole to KEY.log.corrupt-TIME and
-// rewritten without the record, keeping the records after it
+// other file keeps loading, so that one bad file costs one session, not
+// the store. A session log with a corrupt record inside it is copied whole
+// to KEY.log.corrupt-TIME and rewritten without the record, keeping the
+// records after it
 // (logrecover.go).
 //
 // One process owns a directory; several replicas need RedisStore.

@@ -90,16 +90,6 @@ func (f *spiedLog) Close() error {
 	return f.File.Close()
 }
 
-// waitFor polls cond until it holds or a few seconds pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // A session's log stays open between appends, and is closed and opened
 // afresh when a replace record, a compaction or a delete puts a new log
 // in its place: no record is written to a log that was replaced, and

@@ -2,8 +2,8 @@ package snapshots
 
 // The stored form of a session or a snapshot, in a file or a Redis value.
 //
-// A record is gzip-compressed (seed 004 10.1: JSON with compressed message
-// data) and, uncompressed, is two lines of JSON:
+// A record is gzip-compressed (chat text shrinks about 4 times) and,
+// uncompressed, is two lines of JSON:
 //
 //	{"format":"ctxproxy.session","version":1,"sha256":"…","info":{…}}
 //	{…the Session or Snapshot…}
@@ -13,8 +13,8 @@ package snapshots
 // the conversation. sha256 is the hex SHA-256 of the info bytes followed by
 // the body bytes. A record is accepted only when gzip's own CRC-32 and
 // length check out (truncation, appended garbage, flipped bits) and the
-// SHA-256 matches (seed 004 10.3: detect and report corruption). Both lines
-// are readable with standard tools: gunzip -c FILE | jq .
+// SHA-256 matches, so that corruption is found and reported, never read
+// as data. Both lines are readable with standard tools: gunzip -c FILE | jq .
 //
 // Message Raw bytes are written verbatim, never re-encoded, so a stored
 // conversation replays byte for byte; encoding/json would compact them and
@@ -42,7 +42,7 @@ const (
 
 // ErrCorrupt reports a stored record that failed its checks. The error
 // says what failed; the store logs it, sets the record aside and goes on
-// with the others (seed 004 10.6).
+// with the others.
 var ErrCorrupt = errors.New("snapshots: corrupt record")
 
 type header struct {
@@ -225,8 +225,14 @@ func messagesSize(msgs []Message) int {
 	return n
 }
 
-// appendMessages appends msgs as a JSON array, each Raw verbatim.
+// appendMessages appends msgs as a JSON array: each message as marshal
+// writes it, less Raw, which is written verbatim after the other fields.
 func appendMessages(out []byte, msgs []Message) ([]byte, error) {
+	// One encoder for the array: a new one per message costs an
+	// allocation or two each, for nothing.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
 	out = append(out, '[')
 	for i := range msgs {
 		if i > 0 {
@@ -239,21 +245,16 @@ func appendMessages(out []byte, msgs []Message) ([]byte, error) {
 		}
 		m.Raw = nil
 		m.Timestamp = m.Timestamp.UTC()
-		mark := len(out)
-		var ok bool
-		if out, ok = appendMessageHead(out, &m); !ok {
-			b, err := marshal(&m)
-			if err != nil {
-				return nil, fmt.Errorf("snapshots: message %d: %w", i, err)
-			}
-			out = append(out[:mark], b[:len(b)-1]...)
+		buf.Reset()
+		if err := enc.Encode(&m); err != nil {
+			return nil, fmt.Errorf("snapshots: message %d: %w", i, err)
 		}
-		if raw == nil {
-			out = append(out, '}')
-			continue
+		// The object less its closing brace and Encode's newline.
+		out = append(out, buf.Bytes()[:buf.Len()-2]...)
+		if raw != nil {
+			out = append(out, `,"raw":`...)
+			out = append(out, raw...)
 		}
-		out = append(out, `,"raw":`...)
-		out = append(out, raw...)
 		out = append(out, '}')
 	}
 	return append(out, ']'), nil
@@ -277,8 +278,7 @@ func checkMessage(m *Message, raw []byte) error {
 }
 
 // marshal is json.Marshal without escaping <, > and &, which chat text is
-// full of: records and exports stay readable (seed 003: human-readable
-// format).
+// full of: records and exports stay readable by people.
 func marshal(v any) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)

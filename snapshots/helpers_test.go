@@ -94,3 +94,16 @@ func ticker() func() time.Time {
 }
 
 func isCorrupt(err error) bool { return errors.Is(err, ErrCorrupt) }
+
+// waitFor polls cond until it holds, for what happens in the background
+// (a worker's write, the syncer's fsync): no fixed sleep to guess long
+// enough. The few seconds it allows are a bound for a hung test, not a
+// timing that is checked.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}

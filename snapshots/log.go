@@ -181,21 +181,14 @@ func encodeChange(old, s *Session) ([]byte, error) {
 			return nil, fmt.Errorf("snapshots: encode summaries of %q: %w", s.ID, err)
 		}
 	}
-	// One buffer for the whole payload, sized for the messages.
-	p, err := payloadHead(kindAppend, s, 256+messagesSize(s.Messages[at:]))
+	body, err := marshal(&d)
 	if err != nil {
+		return nil, fmt.Errorf("snapshots: encode session %q: %w", s.ID, err)
+	}
+	if body, err = withMessages(body, s.Messages[at:]); err != nil {
 		return nil, err
 	}
-	start := len(p)
-	var ok bool
-	if p, ok = appendDelta(p, &d); !ok {
-		body, err := marshal(&d)
-		if err != nil {
-			return nil, fmt.Errorf("snapshots: encode session %q: %w", s.ID, err)
-		}
-		p = append(p[:start], body...)
-	}
-	return withMessages(p, s.Messages[at:])
+	return payload(kindAppend, s, body)
 }
 
 // encodeReplace returns the payload of a replace record of s.
@@ -210,31 +203,21 @@ func encodeReplace(s *Session) ([]byte, error) {
 	return payload(kindReplace, s, body)
 }
 
-// payload returns a record's payload: kind, s's listing entry, body.
+// payload returns a record's payload: kind, s's listing entry, '\n',
+// body. The listing entry is json.Marshal's (HTML escaping on, unlike the
+// body's marshal): the form every stored log has.
 func payload(kind byte, s *Session, body []byte) ([]byte, error) {
-	p, err := payloadHead(kind, s, len(body))
-	if err != nil {
-		return nil, err
-	}
-	return append(p, body...), nil
-}
-
-// payloadHead returns the start of a record's payload, kind and s's
-// listing entry and '\n', with room for a body of about size bytes.
-func payloadHead(kind byte, s *Session, size int) ([]byte, error) {
 	info := s.Info()
 	info.Snapshots = 0
-	p := make([]byte, 1, 2+256+len(info.ID)+len(info.Model)+size)
-	p[0] = kind
-	p, ok := appendInfo(p, &info)
-	if !ok {
-		ib, err := json.Marshal(info)
-		if err != nil {
-			return nil, fmt.Errorf("snapshots: encode info: %w", err)
-		}
-		p = append(p[:1], ib...)
+	ib, err := json.Marshal(info)
+	if err != nil {
+		return nil, fmt.Errorf("snapshots: encode info: %w", err)
 	}
-	return append(p, '\n'), nil
+	p := make([]byte, 0, 2+len(ib)+len(body))
+	p = append(p, kind)
+	p = append(p, ib...)
+	p = append(p, '\n')
+	return append(p, body...), nil
 }
 
 // commonPrefix returns how many messages at the start of a and b are
@@ -257,8 +240,8 @@ func equalMessage(a, b *Message) bool {
 }
 
 // apply changes s (nil: none yet) by one record for session id and
-// returns the result. The result holds no part of p: message Raw bytes
-// are copies (one array per record).
+// returns the result. The result holds no part of p: encoding/json copies
+// what it decodes, message Raw bytes included.
 func apply(s *Session, id string, p []byte) (*Session, error) {
 	return applyRecord(s, id, p, false)
 }
@@ -296,14 +279,8 @@ func applyRecord(s *Session, id string, p []byte, afterLoss bool) (*Session, err
 			return nil, fmt.Errorf("%w: an append record with nothing before it", ErrCorrupt)
 		}
 		var d delta
-		st, hasStats, ok := fastDelta(body, &d)
-		if hasStats {
-			d.Stats = &st
-		}
-		if !ok {
-			if d, err = slowDelta(body); err != nil {
-				return nil, err
-			}
+		if err := json.Unmarshal(body, &d); err != nil {
+			return nil, fmt.Errorf("%w: append record: %v", ErrCorrupt, err)
 		}
 		// Everything is decoded before s changes, so that a record
 		// that fails is skipped whole.
@@ -356,9 +333,6 @@ func applyRecord(s *Session, id string, p []byte, afterLoss bool) (*Session, err
 
 // infoIs reports whether the listing entry ib is of session id.
 func infoIs(ib []byte, id string) (bool, error) {
-	if match, ok := fastInfoIs(ib, id); ok {
-		return match, nil
-	}
 	var info struct {
 		ID string `json:"session_id"`
 	}
@@ -366,16 +340,6 @@ func infoIs(ib []byte, id string) (bool, error) {
 		return false, fmt.Errorf("%w: listing entry: %v", ErrCorrupt, err)
 	}
 	return info.ID == id, nil
-}
-
-// slowDelta decodes an append record's body with encoding/json: what
-// fastDelta leaves to it.
-func slowDelta(body []byte) (delta, error) {
-	var d delta
-	if err := json.Unmarshal(body, &d); err != nil {
-		return d, fmt.Errorf("%w: append record: %v", ErrCorrupt, err)
-	}
-	return d, nil
 }
 
 // sessionBytes estimates the memory a decoded session holds, for the

@@ -18,8 +18,8 @@ type Session struct {
 	// Created and Updated are set by the store (UTC).
 	Created time.Time `json:"created"`
 	Updated time.Time `json:"updated"`
-	// Metadata is the session's own metadata (seed 003); Clear keeps it
-	// (seed 000 /clear).
+	// Metadata is the session's own metadata; Clear keeps it, as /clear
+	// removes the turns, not what the session is.
 	Metadata map[string]any `json:"metadata,omitempty"`
 	Stats    Stats          `json:"stats"`
 	// Summaries caches conversation summaries by the iterations they cover.
@@ -35,7 +35,7 @@ type Message struct {
 	// string content, or the text parts joined with "\n".
 	Content   string    `json:"content"`
 	Timestamp time.Time `json:"timestamp,omitzero"`
-	// Importance is the message's importance in [0, 1] (seed 003); nil when
+	// Importance is the message's importance in [0, 1]; nil when
 	// the client gave none, which is not the same as 0.
 	Importance *float64       `json:"importance,omitempty"`
 	Metadata   map[string]any `json:"metadata,omitempty"`
@@ -152,8 +152,8 @@ func (s *Session) Clone() *Session {
 	return &c
 }
 
-// clear empties s the way seed 000's /clear does: the turns and the
-// numbers go, the session's identity and metadata stay.
+// clear empties s the way /clear does: the turns and the numbers go, the
+// session's identity and metadata stay.
 func (s *Session) clear() {
 	s.Messages = nil
 	s.Summaries = nil
@@ -208,11 +208,10 @@ func same(a, b *Message) bool {
 }
 
 // Accumulate returns the messages to forward for a client that sends only
-// its new turn (seed 000 "Retrieve Full Context"): the stored conversation,
-// oldest first, followed by sent. When sent begins with system messages
-// they replace the stored leading system messages, so a client that sends
-// its system prompt with every turn does not pile up copies of it. s may be
-// nil (no session yet).
+// its new turn: the stored conversation, oldest first, followed by sent.
+// When sent begins with system messages they replace the stored leading
+// system messages, so a client that sends its system prompt with every
+// turn does not pile up copies of it. s may be nil (no session yet).
 func Accumulate(s *Session, sent []Message) []Message {
 	if s == nil || len(s.Messages) == 0 {
 		return slices.Clone(sent)
@@ -232,9 +231,8 @@ func Accumulate(s *Session, sent []Message) []Message {
 
 // AppendTurn adds one accumulated turn to s after the response: the
 // messages the client sent (with the system rule of Accumulate) and the
-// assistant's reply (seed 000 "Add Turn to Context"). Messages without a
-// timestamp get now. A nil reply (the request failed) appends nothing, so
-// a failed turn is not remembered half.
+// assistant's reply. Messages without a timestamp get now. A nil reply (the
+// request failed) appends nothing, so a failed turn is not remembered half.
 func (s *Session) AppendTurn(sent []Message, reply *Message, now time.Time) {
 	if reply == nil {
 		return

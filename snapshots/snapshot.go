@@ -10,14 +10,14 @@ import (
 
 // Why a snapshot was taken.
 const (
-	// ReasonManual: the user asked (seed 004 /context snapshot).
+	// ReasonManual: the user asked (/context snapshot).
 	ReasonManual = "manual"
-	// ReasonAuto: usage crossed snapshots.auto_threshold (seed 004 4.6).
+	// ReasonAuto: usage crossed snapshots.auto_threshold.
 	ReasonAuto = "auto"
 	// ReasonOverflow: the conversation as sent, just before ctxproxy cut it
-	// to fit (seed 004 4.7, the pre-overflow event).
+	// to fit, so that what was cut can be restored.
 	ReasonOverflow = "overflow"
-	// ReasonEmergency: the memory guard's emergency (seed 004 6.4).
+	// ReasonEmergency: the memory guard's emergency.
 	ReasonEmergency = "emergency"
 	// ReasonRestore: the state a restore replaced, so the restore can be
 	// undone.
@@ -31,8 +31,8 @@ const (
 	ReasonPrune = "prune"
 )
 
-// Snapshot is a saved copy of a session's conversation at a point in time
-// (seed 004 4.1: messages, token count and metadata).
+// Snapshot is a saved copy of a session's conversation at a point in time:
+// its messages, token count and metadata.
 type Snapshot struct {
 	// ID is unique within the session; the store makes it when empty.
 	ID        string `json:"id"`
@@ -48,8 +48,8 @@ type Snapshot struct {
 	Messages []Message      `json:"messages,omitempty"`
 }
 
-// SnapshotInfo is what a listing shows of a snapshot (seed 004 4.4: ids,
-// timestamps and token counts).
+// SnapshotInfo is what a listing shows of a snapshot: ids, timestamps and
+// token counts.
 type SnapshotInfo struct {
 	ID        string    `json:"id"`
 	SessionID string    `json:"session_id"`

@@ -33,22 +33,22 @@ type Store interface {
 	// ErrNotFound when there was neither.
 	Delete(ctx context.Context, id string) error
 	// Clear removes session id's messages, stats and summaries and keeps
-	// its metadata and model (seed 000 /clear), or returns ErrNotFound. It
+	// its metadata and model (/clear), or returns ErrNotFound. It
 	// takes no snapshot: to make a /clear undoable, TakeSnapshot with
 	// ReasonClear first.
 	Clear(ctx context.Context, id string) error
 
 	// SaveSnapshot stores snap, making its ID and Created when they are
 	// empty, and then deletes the session's oldest snapshots beyond
-	// snapshots.max_count (seed 004 4.8).
+	// snapshots.max_count.
 	SaveSnapshot(ctx context.Context, snap *Snapshot) (SnapshotInfo, error)
 	// ListSnapshots returns session id's snapshots newest first, from the
-	// in-memory index (seed 004 4.4, 10.4); none is not an error.
+	// in-memory index, so listing reads no file; none is not an error.
 	ListSnapshots(ctx context.Context, id string) ([]SnapshotInfo, error)
 	// LoadSnapshot returns snapshot snapID of session id, or ErrNotFound,
 	// or an error wrapping ErrCorrupt.
 	LoadSnapshot(ctx context.Context, id, snapID string) (*Snapshot, error)
-	// DeleteSnapshot removes a snapshot and its index entry (seed 004 4.5).
+	// DeleteSnapshot removes a snapshot and its index entry.
 	DeleteSnapshot(ctx context.Context, id, snapID string) error
 
 	// Counters returns the store's running totals, for metrics.
@@ -185,8 +185,8 @@ func TakeSnapshot(ctx context.Context, st Store, id, reason string) (SnapshotInf
 }
 
 // Restore replaces session id's conversation and metadata with those of
-// snapshot snapID (seed 004 4.3). The session keeps its request counters
-// and summaries; its token count and usage become the snapshot's.
+// snapshot snapID. The session keeps its request counters and summaries;
+// its token count and usage become the snapshot's.
 //
 // A restore can be undone: the conversation it replaces is first saved as
 // a ReasonRestore snapshot, returned as undo (zero when the session had no

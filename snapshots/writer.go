@@ -20,8 +20,8 @@ var ErrQueueFull = errors.New("snapshots: write queue full")
 var ErrClosed = errors.New("snapshots: writer closed")
 
 // Writer saves session changes and snapshots off the request path, so that
-// saving never blocks or slows a response (seed 004 10.5). The proxy hands
-// it work and returns at once; a few workers write to the Store.
+// saving never blocks or slows a response. The proxy hands it work and
+// returns at once; a few workers write to the Store.
 //
 // The queue holds sessions, not changes. Changes to a session that is
 // already waiting join it and are written together in one Store.Update, in
@@ -31,9 +31,9 @@ var ErrClosed = errors.New("snapshots: writer closed")
 // for yet another session dropped, with ErrQueueFull, counted and logged,
 // rather than making a response wait on the disk.
 //
-// Writer also takes the automatic snapshots of seed 004 4.6: when a
-// session's Stats.Usage crosses Config.AutoThreshold upwards in an update,
-// the state after the update is saved as a ReasonAuto snapshot.
+// Writer also takes the automatic snapshots: when a session's Stats.Usage
+// crosses Config.AutoThreshold upwards in an update, the state after the
+// update is saved as a ReasonAuto snapshot.
 type Writer struct {
 	st        Store
 	log       *slog.Logger

@@ -199,10 +199,7 @@ func TestWriterStoreFailure(t *testing.T) {
 	healthy := st.files
 	diskFull(st)
 	w.Update("s", incr)
-	deadline := time.Now().Add(5 * time.Second)
-	for !w.Unsaved("s") && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "the failed write to be reported", func() bool { return w.Unsaved("s") })
 	if since, err := w.Health(); err == nil || since.IsZero() || !w.Unsaved("s") {
 		t.Fatalf("health after a failed write: %v since %v, unsaved %v", err, since, w.Unsaved("s"))
 	}

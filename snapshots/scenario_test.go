@@ -1,9 +1,10 @@
 package snapshots
 
-// The scenarios of the seed documents, one named test each: seed 004
-// Requirements 4 (snapshots) and 10 (snapshot storage), seed 003 (session
-// persistence) and seed 000 (accumulation, /clear, export and import).
-// TestSeed004_R4_2_AtomicWriteSurvivesKill9 is in crash_test.go.
+// What a user does with sessions and snapshots, end to end through a
+// store, one named test each: snapshots taken, restored, listed, deleted,
+// pruned and taken automatically, how they are stored and what a corrupt
+// one costs; sessions across restarts; turns accumulated, /clear, export
+// and import. TestAtomicWriteSurvivesKill9 is in crash_test.go.
 
 import (
 	"bytes"
@@ -18,9 +19,8 @@ import (
 	"time"
 )
 
-// 4.1: a snapshot saves the conversation messages, token count and
-// metadata.
-func TestSeed004_R4_1_SnapshotSavesMessagesTokensMetadata(t *testing.T) {
+// A snapshot saves the conversation messages, token count and metadata.
+func TestSnapshotSavesMessagesTokensMetadata(t *testing.T) {
 	st := newFileStore(t, t.TempDir(), Config{})
 	full := fullSession("s")
 	mustUpdate(t, st, "s", func(s *Session) { *s = *full.Clone() })
@@ -43,9 +43,9 @@ func TestSeed004_R4_1_SnapshotSavesMessagesTokensMetadata(t *testing.T) {
 	}
 }
 
-// 4.2 (and 10.2): a write that fails halfway leaves the previous version
-// whole and no partial file.
-func TestSeed004_R4_2_FailedWriteLeavesOldVersion(t *testing.T) {
+// A write that fails halfway leaves the previous version whole and no
+// partial file.
+func TestFailedWriteLeavesOldVersion(t *testing.T) {
 	dir := t.TempDir()
 	st := newFileStore(t, dir, Config{})
 	mustUpdate(t, st, "s", func(s *Session) { s.Messages = conversation(30, 500, "old") })
@@ -70,8 +70,8 @@ func TestSeed004_R4_2_FailedWriteLeavesOldVersion(t *testing.T) {
 	}
 }
 
-// 4.3: a restore loads the saved messages and metadata into the session.
-func TestSeed004_R4_3_RestoreLoadsMessagesAndMetadata(t *testing.T) {
+// A restore loads the saved messages and metadata into the session.
+func TestRestoreLoadsMessagesAndMetadata(t *testing.T) {
 	st := newFileStore(t, t.TempDir(), Config{})
 	mustUpdate(t, st, "s", func(s *Session) {
 		s.Messages = conversation(6, 40, "saved")
@@ -102,9 +102,8 @@ func TestSeed004_R4_3_RestoreLoadsMessagesAndMetadata(t *testing.T) {
 	}
 }
 
-// 4.4: listing returns every snapshot with its id, timestamp and token
-// count.
-func TestSeed004_R4_4_ListShowsIDsTimestampsTokens(t *testing.T) {
+// Listing returns every snapshot with its id, timestamp and token count.
+func TestListSnapshotsShowsIDsTimestampsTokens(t *testing.T) {
 	st := newFileStore(t, t.TempDir(), Config{})
 	var want []SnapshotInfo
 	for i, tokens := range []int{1200, 3400, 5600} {
@@ -134,8 +133,8 @@ func TestSeed004_R4_4_ListShowsIDsTimestampsTokens(t *testing.T) {
 	}
 }
 
-// 4.5: deleting a snapshot removes its file and updates the index.
-func TestSeed004_R4_5_DeleteRemovesFileAndIndex(t *testing.T) {
+// Deleting a snapshot removes its file and updates the index.
+func TestDeleteSnapshotRemovesFileAndIndex(t *testing.T) {
 	dir := t.TempDir()
 	st := newFileStore(t, dir, Config{})
 	a, _ := st.SaveSnapshot(ctx, &Snapshot{SessionID: "s"})
@@ -154,9 +153,9 @@ func TestSeed004_R4_5_DeleteRemovesFileAndIndex(t *testing.T) {
 	}
 }
 
-// 4.6: when usage reaches 80% a snapshot is taken automatically, once per
-// crossing.
-func TestSeed004_R4_6_AutoSnapshotAt80Percent(t *testing.T) {
+// When usage reaches the threshold (80%) a snapshot is taken
+// automatically, once per crossing.
+func TestAutoSnapshotAtThreshold(t *testing.T) {
 	st := newFileStore(t, t.TempDir(), Config{})
 	w := newWriter(t, st, Config{})
 	turn := func(usage float64, tag string) {
@@ -201,9 +200,9 @@ func TestSeed004_R4_6_AutoSnapshotAt80Percent(t *testing.T) {
 	}
 }
 
-// 4.7: before the conversation overflows and is cut, the conversation as
-// sent is saved (the pre-overflow event), off the request path.
-func TestSeed004_R4_7_PreOverflowSnapshot(t *testing.T) {
+// Before the conversation overflows and is cut, the conversation as sent
+// is saved (the pre-overflow event), off the request path.
+func TestPreOverflowSnapshot(t *testing.T) {
 	st := newFileStore(t, t.TempDir(), Config{})
 	g := newGated(st)
 	w := newWriter(t, g, Config{})
@@ -226,9 +225,9 @@ func TestSeed004_R4_7_PreOverflowSnapshot(t *testing.T) {
 	}
 }
 
-// 6.4 as far as snapshots go: the memory guard's emergency saves the
-// conversation, then clears it; the snapshot brings it back.
-func TestSeed004_R6_4_EmergencySnapshotThenClear(t *testing.T) {
+// The memory guard's emergency saves the conversation, then clears it; the
+// snapshot brings it back.
+func TestEmergencySnapshotThenClear(t *testing.T) {
 	st := newFileStore(t, t.TempDir(), Config{})
 	mustUpdate(t, st, "s", func(s *Session) {
 		s.Messages = conversation(10, 50, "work")
@@ -249,9 +248,8 @@ func TestSeed004_R6_4_EmergencySnapshotThenClear(t *testing.T) {
 	}
 }
 
-// 4.8 (and 8.9): beyond max_count the oldest snapshots are deleted, files
-// included.
-func TestSeed004_R4_8_OldestSnapshotsDeletedBeyondMaxCount(t *testing.T) {
+// Beyond max_count the oldest snapshots are deleted, files included.
+func TestOldestSnapshotsDeletedBeyondMaxCount(t *testing.T) {
 	dir := t.TempDir()
 	st := newFileStore(t, dir, Config{MaxCount: 4})
 	var ids []string
@@ -284,8 +282,8 @@ func TestSeed004_R4_8_OldestSnapshotsDeletedBeyondMaxCount(t *testing.T) {
 	}
 }
 
-// 10.1: snapshots are JSON with compressed message data.
-func TestSeed004_R10_1_CompressedJSON(t *testing.T) {
+// Snapshots are JSON with compressed message data.
+func TestSnapshotIsCompressedJSON(t *testing.T) {
 	dir := t.TempDir()
 	st := newFileStore(t, dir, Config{})
 	msgs := conversation(50, 400, "text")
@@ -318,8 +316,8 @@ func TestSeed004_R10_1_CompressedJSON(t *testing.T) {
 	}
 }
 
-// 10.3: loading a corrupted snapshot detects and reports it.
-func TestSeed004_R10_3_CorruptionDetectedAndReported(t *testing.T) {
+// Loading a corrupted snapshot detects and reports it.
+func TestCorruptSnapshotDetectedAndReported(t *testing.T) {
 	dir := t.TempDir()
 	var logs bytes.Buffer
 	st, _ := NewFileStore(Config{Dir: dir}, slog.New(slog.NewTextHandler(&logs, nil)))
@@ -344,8 +342,8 @@ func TestSeed004_R10_3_CorruptionDetectedAndReported(t *testing.T) {
 	}
 }
 
-// 10.4: listing comes from cached metadata, not from reading files.
-func TestSeed004_R10_4_IndexCachedForListing(t *testing.T) {
+// Listing comes from cached metadata, not from reading files.
+func TestListingFromIndex(t *testing.T) {
 	st := newFileStore(t, t.TempDir(), Config{})
 	for i := range 5 {
 		mustUpdate(t, st, string(rune('a'+i)), func(s *Session) { s.Messages = conversation(20, 100, "x") })
@@ -361,8 +359,8 @@ func TestSeed004_R10_4_IndexCachedForListing(t *testing.T) {
 	}
 }
 
-// 10.5: a large snapshot is saved without blocking the caller.
-func TestSeed004_R10_5_LargeSnapshotDoesNotBlock(t *testing.T) {
+// A large snapshot is saved without blocking the caller.
+func TestLargeSnapshotDoesNotBlock(t *testing.T) {
 	st := newFileStore(t, t.TempDir(), Config{})
 	g := newGated(st) // the store cannot write at all until released
 	w := newWriter(t, g, Config{})
@@ -384,9 +382,9 @@ func TestSeed004_R10_5_LargeSnapshotDoesNotBlock(t *testing.T) {
 	}
 }
 
-// 10.6: corrupted snapshot files are skipped and every other snapshot
-// still loads.
-func TestSeed004_R10_6_CorruptedSnapshotSkipped(t *testing.T) {
+// Corrupted snapshot files are skipped and every other snapshot still
+// loads.
+func TestCorruptSnapshotSkipped(t *testing.T) {
 	dir := t.TempDir()
 	st := newFileStore(t, dir, Config{MaxCount: 100})
 	var good, bad []SnapshotInfo
@@ -426,9 +424,9 @@ func TestSeed004_R10_6_CorruptedSnapshotSkipped(t *testing.T) {
 	}
 }
 
-// Seed 003 "Session Persistence": JSON with session_id, messages (role,
-// content, ISO 8601 UTC timestamp, importance, metadata) and metadata.
-func TestSeed003_SessionJSONFormat(t *testing.T) {
+// A stored session is JSON with session_id, messages (role, content, ISO
+// 8601 UTC timestamp, importance, metadata) and metadata.
+func TestSessionJSONFormat(t *testing.T) {
 	st := newFileStore(t, t.TempDir(), Config{})
 	paris := time.FixedZone("CEST", 2*3600)
 	mustUpdate(t, st, "tta-feature-xyz-2025-10-20", func(s *Session) {
@@ -469,9 +467,9 @@ func TestSeed003_SessionJSONFormat(t *testing.T) {
 	}
 }
 
-// Seed 003 "test_session_persistence": a session saved by one manager is
-// loaded by a new one, message and importance intact.
-func TestSeed003_SessionsSurviveRestart(t *testing.T) {
+// A session saved by one store is loaded by a new one on the same
+// directory, message and importance intact.
+func TestSessionsSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
 	st := newFileStore(t, dir, Config{})
 	mustUpdate(t, st, "test-persistence", func(s *Session) {
@@ -483,8 +481,8 @@ func TestSeed003_SessionsSurviveRestart(t *testing.T) {
 	}
 }
 
-// Seed 003: metadata, of the session and of each message, is preserved.
-func TestSeed003_MetadataPreserved(t *testing.T) {
+// Metadata, of the session and of each message, is preserved.
+func TestMetadataPreserved(t *testing.T) {
 	dir := t.TempDir()
 	st := newFileStore(t, dir, Config{})
 	md := map[string]any{"agent": "Augment", "nested": map[string]any{"n": 1.5, "list": []any{"a", true, nil}}}
@@ -501,9 +499,9 @@ func TestSeed003_MetadataPreserved(t *testing.T) {
 	}
 }
 
-// Seed 000 "Add Turn to Context": the user's message and the agent's
-// response are added as turns and available for the next interaction.
-func TestSeed000_AddTurnToContext(t *testing.T) {
+// Adding a turn: the user's message and the agent's response are added as
+// turns and available for the next interaction.
+func TestAddTurnToContext(t *testing.T) {
 	st := newFileStore(t, t.TempDir(), Config{})
 	sent := []Message{msg("user", "What is Go?")}
 	s, _ := st.Get(ctx, "repl")
@@ -525,9 +523,9 @@ func TestSeed000_AddTurnToContext(t *testing.T) {
 	}
 }
 
-// Seed 000 "Retrieve Full Context": with 5 accumulated turns, the next
-// prompt includes all 5, in order, each with its role.
-func TestSeed000_RetrieveFullContext(t *testing.T) {
+// The full context: with 5 accumulated turns, the next prompt includes all
+// 5, in order, each with its role.
+func TestRetrieveFullContext(t *testing.T) {
 	st := newFileStore(t, t.TempDir(), Config{})
 	for i := range 5 {
 		sent := []Message{msg("user", "question "+string(rune('1'+i)))}
@@ -550,9 +548,9 @@ func TestSeed000_RetrieveFullContext(t *testing.T) {
 	}
 }
 
-// Seed 000 "Clear Context": /clear removes every turn, the next prompt
-// starts fresh, and the session metadata is preserved.
-func TestSeed000_ClearKeepsMetadata(t *testing.T) {
+// /clear removes every turn, the next prompt starts fresh, and the session
+// metadata is preserved.
+func TestClearKeepsMetadata(t *testing.T) {
 	st := newFileStore(t, t.TempDir(), Config{})
 	reply := msg("assistant", "hi")
 	mustUpdate(t, st, "s", func(s *Session) {
@@ -576,9 +574,9 @@ func TestSeed000_ClearKeepsMetadata(t *testing.T) {
 	}
 }
 
-// Seed 000 "Export Context to JSON": every turn, with session_id and
-// timestamps, as a JSON array of turn objects.
-func TestSeed000_ExportContextToJSON(t *testing.T) {
+// An export holds every turn, with session_id and timestamps, as a JSON
+// array of turn objects.
+func TestExportContextToJSON(t *testing.T) {
 	s := &Session{ID: "repl-1", Metadata: map[string]any{"agent": "coder"}, Created: t0, Updated: t0.Add(time.Hour)}
 	reply := msg("assistant", "4")
 	s.AppendTurn([]Message{msg("user", "2+2?")}, &reply, t0.Add(time.Minute))
@@ -586,14 +584,14 @@ func TestSeed000_ExportContextToJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "export-seed000.golden", data)
+	golden(t, "export-turn.golden", data)
 }
 
-// Seed 000 "Import Context from JSON": the turns are loaded into the
-// current session and later interactions include them.
-func TestSeed000_ImportContextFromJSON(t *testing.T) {
+// An import: its turns are loaded into the current session and later
+// interactions include them.
+func TestImportContextFromJSON(t *testing.T) {
 	st := newFileStore(t, t.TempDir(), Config{})
-	data, err := os.ReadFile("testdata/export-seed000.golden")
+	data, err := os.ReadFile("testdata/export-turn.golden")
 	if err != nil {
 		t.Fatal(err)
 	}
