@@ -10,4 +10,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CTXPROXY_KILL_ROUNDS="${ROUNDS:-1000}" exec go test -count=1 -timeout 60m -v \
-  -run '^TestSeed004_R4_2_AtomicWriteSurvivesKill9$' ./snapshots/
+  -run '^TestAtomicWriteSurvivesKill9$' ./snapshots/
