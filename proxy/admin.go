@@ -19,7 +19,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
-// The admin API under /ctxproxy/, as ADMIN_API.md lays it out: status,
+// The admin API under /ctxproxy/, as docs/admin-api.md lays it out: status,
 // sessions, their messages, export and import, snapshots, compress and the
 // context size. Every answer is JSON; an error is {"error": "message"}.
 //

@@ -144,7 +144,7 @@ func lastRestore(msgs []rewrite.Message) (at int, snap string) {
 }
 
 // restorer applies a pending restore to a client that resends its whole
-// history (the rule README's "In-band commands" states): while the
+// history (the rule docs/sessions.md states for in-band commands): while the
 // client's request starts with the history it had when it restored — up
 // to and including the "/context restore ID" exchange — that prefix is
 // replaced by the restored conversation and what the client added after

@@ -20,7 +20,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/view"
 )
 
-// In-band commands (commands.inband, issue 9): when the newest message of
+// In-band commands (commands.inband): when the newest message of
 // a chat request is a user's "/context …" command (seed 004 R7) or seed
 // 000's "/clear" or "/stats", ctxproxy answers it itself, as an assistant
 // message in the request's dialect (streamed or not), without calling the

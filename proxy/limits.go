@@ -106,7 +106,7 @@ func exempt(path string) bool {
 // bodyCost is what a chat body holds in memory while it is served, in
 // multiples of its length: the body itself, and the copies made of it
 // (decoded strings with escapes, the edited body, the session's record).
-// Measured with scripts/limits.sh (docs/limits.md).
+// Measured with scripts/limits.sh (docs/security.md, Limits).
 const bodyCost = 2
 
 // bodyBudget takes room for r's body from the memory budget, returning

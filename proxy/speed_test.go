@@ -1,7 +1,7 @@
 package proxy
 
 // Benchmarks and allocation guards of the request path's plumbing
-// (BENCHMARKS.md, scripts/bench.sh). The guards count allocations with
+// (docs/benchmarks.md, scripts/bench.sh). The guards count allocations with
 // generous ceilings; no test here asserts a time.
 
 import (

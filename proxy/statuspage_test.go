@@ -100,7 +100,7 @@ func TestStatusPageSelfContained(t *testing.T) {
 	}
 }
 
-// fakeAdmin serves the admin API's JSON as ADMIN_API.md specifies it,
+// fakeAdmin serves the admin API's JSON as docs/admin-api.md specifies it,
 // for the page to render before the real admin API is wired in.
 type fakeAdmin struct {
 	token    string

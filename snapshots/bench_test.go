@@ -204,7 +204,7 @@ func BenchmarkAppendTurn(b *testing.B) {
 // One turn's Update of a warm 5-turn session in the file store, its
 // record fsynced before Update returns (fsync_interval -1s) or by the
 // syncer once per interval (the default 1s): what a turn costs the
-// writer's worker, and what the interval saves (BENCHMARKS.md).
+// writer's worker, and what the interval saves (docs/benchmarks.md).
 func BenchmarkAppendTurnFsync(b *testing.B) {
 	for _, every := range []time.Duration{-1, time.Second} {
 		name := "fsync=each"

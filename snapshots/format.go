@@ -56,7 +56,7 @@ type header struct {
 var gzipWriters = sync.Pool{New: func() any {
 	// BestSpeed: a session is rewritten after every response, and on
 	// chat text it costs about 15% more bytes than the default level for
-	// a fifth of the CPU (BenchmarkGzipLevel, BENCHMARKS.md).
+	// a fifth of the CPU (BenchmarkGzipLevel, docs/benchmarks.md).
 	w, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
 	return w
 }}
