@@ -13,8 +13,10 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
-// The scenarios of seeds 000, 001 and 003, one test each. A "turn" of seed
-// 000 is one message.
+// What each strategy keeps and drops, one behaviour a test: sliding
+// window, token budget, smart, selective, composite, tool results,
+// importance, and the Trimmer that picks and runs them. A "turn" in a
+// notice is one message.
 
 func apply(t *testing.T, s Strategy, msgs []Message, target int) Result {
 	t.Helper()
@@ -46,7 +48,7 @@ func markers(msgs []Message) []Message {
 	return out
 }
 
-func TestSeed001_SlidingWindow_TruncateWithSlidingWindow(t *testing.T) {
+func TestSlidingWindowKeepsTheLastMessages(t *testing.T) {
 	msgs := append([]Message{sys("You are helpful.")}, alternating(24, 20)...)
 	msgs = numbered(msgs...)
 	res := apply(t, SlidingWindow{WindowSize: 10, PreserveSystem: true}, msgs, 0)
@@ -59,7 +61,7 @@ func TestSeed001_SlidingWindow_TruncateWithSlidingWindow(t *testing.T) {
 	}
 }
 
-func TestSeed001_SlidingWindow_PreserveSystemMessages(t *testing.T) {
+func TestSlidingWindowKeepsSystemMessages(t *testing.T) {
 	// 2 system messages (first and in the middle) and 20 others.
 	others := alternating(20, 20)
 	msgs := append([]Message{sys("first")}, others[:10]...)
@@ -77,7 +79,7 @@ func TestSeed001_SlidingWindow_PreserveSystemMessages(t *testing.T) {
 	}
 }
 
-func TestSeed001_SlidingWindow_NoTruncationNeeded(t *testing.T) {
+func TestSlidingWindowLeavesAShortConversation(t *testing.T) {
 	msgs := alternating(5, 20)
 	res := apply(t, SlidingWindow{WindowSize: 10}, msgs, 0)
 	if &res.Messages[0] != &msgs[0] || len(res.Messages) != 5 || res.Notice != "" || res.Dropped != 0 {
@@ -89,7 +91,7 @@ func TestSeed001_SlidingWindow_NoTruncationNeeded(t *testing.T) {
 // tokens with testCounter.
 const hundred = (100 - 3) * 4
 
-func TestSeed001_TokenBudget_TruncateToFitBudget(t *testing.T) {
+func TestTokenBudgetDropsOldestFirst(t *testing.T) {
 	msgs := alternating(100, hundred) // 10000 tokens
 	if got := Total(msgs, counter); got != 10000 {
 		t.Fatalf("setup: %d tokens", got)
@@ -104,7 +106,7 @@ func TestSeed001_TokenBudget_TruncateToFitBudget(t *testing.T) {
 	}
 }
 
-func TestSeed001_TokenBudget_PreserveSystemMessagesInBudget(t *testing.T) {
+func TestTokenBudgetKeepsSystemMessages(t *testing.T) {
 	msgs := numbered(append([]Message{sys(pad("rules ", (500-3)*4))}, alternating(100, hundred)...)...)
 	res := apply(t, TokenBudget{}, msgs, 2000)
 	got := ids(res.Messages)
@@ -122,7 +124,7 @@ func TestSeed001_TokenBudget_PreserveSystemMessagesInBudget(t *testing.T) {
 	}
 }
 
-func TestSeed001_TokenBudget_SystemMessagesExceedBudget(t *testing.T) {
+func TestTokenBudgetWarnsWhenSystemMessagesExceedIt(t *testing.T) {
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	msgs := alternating(6, 40)
@@ -136,7 +138,7 @@ func TestSeed001_TokenBudget_SystemMessagesExceedBudget(t *testing.T) {
 	}
 }
 
-func TestSeed001_Smart_PreserveFirstAndLastMessages(t *testing.T) {
+func TestSmartKeepsFirstAndLastMessages(t *testing.T) {
 	msgs := alternating(50, 20)
 	res := apply(t, Smart{PreserveFirst: 2, PreserveLast: 5}, msgs, 0)
 	want := []int{0, 1, -1, 45, 46, 47, 48, 49}
@@ -148,7 +150,7 @@ func TestSeed001_Smart_PreserveFirstAndLastMessages(t *testing.T) {
 	}
 }
 
-func TestSeed001_Smart_SmallConversationNotTruncated(t *testing.T) {
+func TestSmartLeavesASmallConversation(t *testing.T) {
 	msgs := alternating(5, 20)
 	res := apply(t, Smart{PreserveFirst: 2, PreserveLast: 5}, msgs, 0)
 	if len(res.Messages) != 5 || len(markers(res.Messages)) != 0 || res.Notice != "" {
@@ -156,7 +158,7 @@ func TestSeed001_Smart_SmallConversationNotTruncated(t *testing.T) {
 	}
 }
 
-func TestSeed001_Smart_TruncationMarkerContent(t *testing.T) {
+func TestSmartMarkerCountsOmittedMessages(t *testing.T) {
 	res := apply(t, Smart{PreserveFirst: 2, PreserveLast: 5}, alternating(100, 20), 0)
 	ms := markers(res.Messages)
 	if len(ms) != 1 || ms[0].Content != "[93 messages omitted]" {
@@ -164,7 +166,7 @@ func TestSeed001_Smart_TruncationMarkerContent(t *testing.T) {
 	}
 }
 
-func TestSeed001_Selective_PreserveMessagesByRole(t *testing.T) {
+func TestSelectiveKeepsPreservedRoles(t *testing.T) {
 	msgs := numbered(
 		sys("s"), user("u1"), call("a"), result("a", "r1"), asst("a1"),
 		user("u2"), call("b"), result("b", "r2"), asst("a2"), user("u3"),
@@ -178,7 +180,7 @@ func TestSeed001_Selective_PreserveMessagesByRole(t *testing.T) {
 	}
 }
 
-func TestSeed001_Selective_PreserveMarkedMessages(t *testing.T) {
+func TestSelectiveKeepsMarkedMessages(t *testing.T) {
 	msgs := alternating(10, 20)
 	msgs[3].Preserve = true
 	msgs[6].Preserve = true
@@ -205,7 +207,7 @@ func (s spy) Apply(ctx context.Context, msgs []Message, target int, c Counter) (
 	return s.Strategy.Apply(ctx, msgs, target, c)
 }
 
-func TestSeed001_Composite_ChainStrategies(t *testing.T) {
+func TestCompositeAppliesStrategiesInOrder(t *testing.T) {
 	var calls []string
 	msgs := alternating(50, hundred) // 5000 tokens; first 2 + last 5 are 700
 	c := Composite{Strategies: []Strategy{
@@ -221,7 +223,7 @@ func TestSeed001_Composite_ChainStrategies(t *testing.T) {
 	}
 }
 
-func TestSeed001_Composite_StopWhenWithinBudget(t *testing.T) {
+func TestCompositeStopsOnceWithinTarget(t *testing.T) {
 	var calls []string
 	msgs := alternating(50, hundred)
 	c := Composite{Strategies: []Strategy{
@@ -245,7 +247,7 @@ func lines(n int) string {
 	return b.String()
 }
 
-func TestSeed001_ToolResults_CompactLargeResult(t *testing.T) {
+func TestToolResultsCutsALargeResult(t *testing.T) {
 	m := result("a", lines(2000)) // 20000 bytes: 5000 tokens
 	got := ToolResults{MaxTokens: 1000}.Compact(m, counter)
 	n := counter.CountText(got.Content)
@@ -260,7 +262,7 @@ func TestSeed001_ToolResults_CompactLargeResult(t *testing.T) {
 	}
 }
 
-func TestSeed001_ToolResults_SmallResultUnchanged(t *testing.T) {
+func TestToolResultsLeavesASmallResult(t *testing.T) {
 	m := result("a", lines(200)) // 500 tokens
 	got := ToolResults{MaxTokens: 1000}.Compact(m, counter)
 	if diff := cmp.Diff(m, got); diff != "" {
@@ -268,7 +270,7 @@ func TestSeed001_ToolResults_SmallResultUnchanged(t *testing.T) {
 	}
 }
 
-func TestSeed001_ToolResults_CompactToolMessage(t *testing.T) {
+func TestToolResultsKeepsOtherFields(t *testing.T) {
 	m := Message{Role: "tool", Content: lines(2000), Name: "grep", ToolCallID: "call_1", Raw: raw(7), Importance: 0.3, HasImportance: true}
 	got := ToolResults{}.Compact(m, counter)
 	if got.Content == m.Content {
@@ -279,7 +281,7 @@ func TestSeed001_ToolResults_CompactToolMessage(t *testing.T) {
 	}
 }
 
-func TestSeed001_ContextManager_CreateContextManager(t *testing.T) {
+func TestNewSmartIsSmartThenTokenBudget(t *testing.T) {
 	s, err := New("smart", Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -293,7 +295,7 @@ func TestSeed001_ContextManager_CreateContextManager(t *testing.T) {
 	}
 }
 
-func TestSeed001_ContextManager_AddMessageWithAutoTruncation(t *testing.T) {
+func TestTrimmerTrimsAConversationOverThreshold(t *testing.T) {
 	tr, err := NewTrimmer(Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -312,7 +314,7 @@ func TestSeed001_ContextManager_AddMessageWithAutoTruncation(t *testing.T) {
 	}
 }
 
-func TestSeed001_ContextManager_CompactWhenNearLimit(t *testing.T) {
+func TestTrimmerCutsOnlyAboveThreshold(t *testing.T) {
 	tr, err := NewTrimmer(Config{Threshold: 0.9, Target: 0.6}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -331,13 +333,13 @@ func TestSeed001_ContextManager_CompactWhenNearLimit(t *testing.T) {
 	}
 }
 
-func TestSeed001_ContextManager_CheckNearLimitStatus(t *testing.T) {
+func TestBudgetActsAt85Percent(t *testing.T) {
 	if _, act := Budget(8500, 10000, DefaultThreshold, DefaultTarget); !act {
 		t.Error("85% usage is not near the limit")
 	}
 }
 
-func TestSeed001_TruncationModeSelection_SelectSlidingWindowMode(t *testing.T) {
+func TestNewSlidingWindowMode(t *testing.T) {
 	s, err := New("sliding_window", Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -347,7 +349,7 @@ func TestSeed001_TruncationModeSelection_SelectSlidingWindowMode(t *testing.T) {
 	}
 }
 
-func TestSeed001_TruncationModeSelection_SelectSmartMode(t *testing.T) {
+func TestNewSmartModeFromConfig(t *testing.T) {
 	s, err := New("", Config{Mode: "smart"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -362,7 +364,7 @@ type fakeSummarize struct{ None }
 
 func (fakeSummarize) Name() string { return "summarize" }
 
-func TestSeed001_TruncationModeSelection_SelectSummarizeMode(t *testing.T) {
+func TestSummarizeModeNeedsASummarizer(t *testing.T) {
 	// Without an LLM there is no summarize strategy: a clear error.
 	if _, err := New("summarize", Config{}, nil); !errors.Is(err, ErrUnknownMode) {
 		t.Errorf("New(summarize) error = %v, want ErrUnknownMode", err)
@@ -381,7 +383,7 @@ func TestSeed001_TruncationModeSelection_SelectSummarizeMode(t *testing.T) {
 	}
 }
 
-func TestSeed000_TriggerTrimmingAt80PercentThreshold(t *testing.T) {
+func TestBudgetTriggersAt80Percent(t *testing.T) {
 	if _, act := Budget(80000, 100000, DefaultThreshold, DefaultTarget); !act {
 		t.Error("80000 of 100000 does not trigger trimming")
 	}
@@ -390,7 +392,7 @@ func TestSeed000_TriggerTrimmingAt80PercentThreshold(t *testing.T) {
 	}
 }
 
-func TestSeed000_SlidingWindowStrategy(t *testing.T) {
+func TestSmartKeepsFirst2AndLast10(t *testing.T) {
 	msgs := alternating(20, 20)
 	res := apply(t, Smart{PreserveFirst: 2, PreserveLast: 10}, msgs, 0)
 	// Turns 1-2 and 11-20 (ids 0-1 and 10-19) kept, 3-10 discarded.
@@ -408,7 +410,7 @@ func TestSeed000_SlidingWindowStrategy(t *testing.T) {
 	}
 }
 
-func TestSeed000_PreserveImportantTurns(t *testing.T) {
+func TestSmartKeepsSystemFirstAndRecentMessages(t *testing.T) {
 	msgs := numbered(append([]Message{sys("metadata")}, alternating(20, 20)...)...)
 	res := apply(t, Smart{PreserveFirst: 2, PreserveLast: 10}, msgs, 0)
 	got := realIDs(res.Messages)
@@ -423,7 +425,7 @@ func TestSeed000_PreserveImportantTurns(t *testing.T) {
 	}
 }
 
-func TestSeed000_NotifyAfterAutoTrim(t *testing.T) {
+func TestSmartNotice(t *testing.T) {
 	res := apply(t, Smart{PreserveFirst: 2, PreserveLast: 10}, alternating(30, 20), 0)
 	if want := "Context trimmed. Kept first 2 and last 10 turns."; res.Notice != want {
 		t.Errorf("Notice = %q, want %q", res.Notice, want)
@@ -435,7 +437,7 @@ func withImportance(m Message, v float64) Message {
 	return m
 }
 
-func TestSeed003_HybridPruning_AlwaysPreserve(t *testing.T) {
+func TestImportanceKeepsSystemImportantAndRecent(t *testing.T) {
 	msgs := alternating(30, 40)
 	msgs[4] = withImportance(msgs[4], 0.9)
 	msgs[6] = withImportance(msgs[6], 0.8) // not above 0.8
@@ -447,7 +449,7 @@ func TestSeed003_HybridPruning_AlwaysPreserve(t *testing.T) {
 	}
 }
 
-func TestSeed003_HybridPruning_OldestLowestImportanceFirst(t *testing.T) {
+func TestImportanceDropsLeastImportantOldestFirst(t *testing.T) {
 	msgs := alternating(12, hundred)
 	msgs[2] = withImportance(msgs[2], 0.5)
 	msgs[3] = withImportance(msgs[3], 0.5)
@@ -473,9 +475,9 @@ func TestSeed003_HybridPruning_OldestLowestImportanceFirst(t *testing.T) {
 	}
 }
 
-// The seed's own test: with max_tokens 100, an important message survives
-// 20 unimportant ones, and the context never exceeds max_tokens.
-func TestSeed003_PruningPreservesImportantMessages(t *testing.T) {
+// With max_tokens 100, an important message survives 20 unimportant ones,
+// added one by one, and the context never exceeds max_tokens.
+func TestImportanceModeKeepsAnImportantMessageWithinMaxTokens(t *testing.T) {
 	tr, err := NewTrimmer(Config{Mode: "importance"}, nil)
 	if err != nil {
 		t.Fatal(err)

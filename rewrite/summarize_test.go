@@ -15,11 +15,10 @@ import (
 // ignoreTokens compares messages without their cached counts.
 var ignoreTokens = cmpopts.IgnoreFields(Message{}, "Tokens")
 
-// The summarization scenarios of seeds 001 (Context Compaction, Context
-// Manager, Truncation Mode Selection), 002 (SPEC-08) and 004 (Requirement
-// 5), one test each.
+// What summarizing does, one behaviour a test: Compact and Estimate, the
+// summarize and hybrid modes through a Trimmer, and the summary block.
 
-func TestSeed001_ContextCompaction_CompactViaSummarization(t *testing.T) {
+func TestCompactSummarizesOldIterations(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{KeepRecent: 5}, f, CompactorOptions{})
 	msgs := alternating(50, hundred) // 25 iterations, well over any small budget
@@ -41,7 +40,7 @@ func TestSeed001_ContextCompaction_CompactViaSummarization(t *testing.T) {
 	}
 }
 
-func TestSeed001_ContextCompaction_SkipCompactionForFewMessages(t *testing.T) {
+func TestCompactSkipsAShortConversation(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{MinMessages: 6, KeepRecent: 1}, f, CompactorOptions{})
 	msgs := alternating(5, hundred)
@@ -57,7 +56,7 @@ func TestSeed001_ContextCompaction_SkipCompactionForFewMessages(t *testing.T) {
 	}
 }
 
-func TestSeed001_ContextCompaction_SummarizationFailureFallback(t *testing.T) {
+func TestCompactReturnsTheOriginalOnFailure(t *testing.T) {
 	var logs bytes.Buffer
 	f := &fakeSummarizer{reply: func(context.Context, SummaryRequest) (string, error) {
 		return "", errors.New("model exploded")
@@ -79,7 +78,7 @@ func TestSeed001_ContextCompaction_SummarizationFailureFallback(t *testing.T) {
 	}
 }
 
-func TestSeed001_ContextManager_CompactWhenNearLimitWithCompactor(t *testing.T) {
+func TestSummarizeModeCompactsAboveThreshold(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{}, f, CompactorOptions{})
 	tr := summarizingTrimmer(t, Config{Mode: "summarize", Threshold: 0.9, Target: 0.6}, c)
@@ -96,7 +95,7 @@ func TestSeed001_ContextManager_CompactWhenNearLimitWithCompactor(t *testing.T) 
 	}
 }
 
-func TestSeed001_TruncationModeSelection_SelectSummarizeModeWithCompactor(t *testing.T) {
+func TestSummarizeModeIsSummarizeThenTokenBudget(t *testing.T) {
 	c, _ := newCompactor(t, SummarizeConfig{}, &fakeSummarizer{}, CompactorOptions{})
 	tr := summarizingTrimmer(t, Config{Mode: "summarize"}, c)
 	s, err := tr.Strategy("")
@@ -115,41 +114,41 @@ func TestSeed001_TruncationModeSelection_SelectSummarizeModeWithCompactor(t *tes
 	}
 }
 
-// seed002Counter is SPEC-08's estimator: ceil(len/3.5) per text.
-type seed002Counter struct{}
+// approx35Counter estimates ceil(len/3.5) tokens per text.
+type approx35Counter struct{}
 
-func (seed002Counter) CountText(s string) int { return (2*len(s) + 6) / 7 }
+func (approx35Counter) CountText(s string) int { return (2*len(s) + 6) / 7 }
 
-func (sc seed002Counter) CountMessage(m *Message) int { return sc.CountText(m.Content) }
+func (sc approx35Counter) CountMessage(m *Message) int { return sc.CountText(m.Content) }
 
-func TestSeed002_EstimateThreadTokens(t *testing.T) {
-	if got := (seed002Counter{}).CountText("hello"); got != 2 {
-		t.Errorf(`estimateTokens("hello") = %d, want 2`, got)
+func TestEstimateWithAnotherCounter(t *testing.T) {
+	if got := (approx35Counter{}).CountText("hello"); got != 2 {
+		t.Errorf(`CountText("hello") = %d, want 2`, got)
 	}
 	msgs := alternating(10, 35) // 10 tokens each
 	c, _ := newCompactor(t, SummarizeConfig{}, &fakeSummarizer{}, CompactorOptions{})
-	if got := c.Estimate(msgs, seed002Counter{}).Before; got != 100 {
+	if got := c.Estimate(msgs, approx35Counter{}).Before; got != 100 {
 		t.Errorf("thread estimate = %d, want 100", got)
 	}
 }
 
-func TestSeed002_NeedsSummarization(t *testing.T) {
+func TestSummarizeStartsAtThreshold(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{PrefetchAt: -1}, f, CompactorOptions{})
 	tr := summarizingTrimmer(t, Config{Mode: "summarize"}, c)
 	under := turns(39, hundred*2) // 79% of 20000
 	res, err := tr.Trim(session("s"), "", under, 20000, counter)
 	if err != nil || res.Summarized != 0 || f.count() != 0 {
-		t.Errorf("below maxContextTokens: %v, summarized %d, %d calls", err, res.Summarized, f.count())
+		t.Errorf("below the threshold: %v, summarized %d, %d calls", err, res.Summarized, f.count())
 	}
 	over := turns(41, hundred*2)
 	res, err = tr.Trim(session("s"), "", over, 20000, counter)
 	if err != nil || res.Summarized == 0 {
-		t.Errorf("above maxContextTokens: %v, summarized %d", err, res.Summarized)
+		t.Errorf("above the threshold: %v, summarized %d", err, res.Summarized)
 	}
 }
 
-func TestSeed002_SummarizeReplacesOldIterations(t *testing.T) {
+func TestSummariesReplaceOldIterations(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{KeepRecent: 3}, f, CompactorOptions{})
 	msgs := turns(8, hundred)
@@ -179,7 +178,7 @@ func TestSeed002_SummarizeReplacesOldIterations(t *testing.T) {
 	}
 }
 
-func TestSeed002_RecentIterationsPreservedUnchanged(t *testing.T) {
+func TestCompactKeepsRecentIterationsUnchanged(t *testing.T) {
 	msgs := turns(8, hundred)
 	c, _ := newCompactor(t, SummarizeConfig{KeepRecent: 3}, &fakeSummarizer{}, CompactorOptions{})
 	got, err := c.Compact(session("s"), msgs, counter)
@@ -194,7 +193,7 @@ func TestSeed002_RecentIterationsPreservedUnchanged(t *testing.T) {
 	}
 }
 
-func TestSeed002_BuildContextInjection(t *testing.T) {
+func TestContextInjection(t *testing.T) {
 	got := ContextInjection([]string{"The user asked for X.", "The assistant did Y."}, 2)
 	want := "<conversation_summary>\n" +
 		"The earlier part of this conversation, summarized, oldest first:\n" +
@@ -218,7 +217,7 @@ func TestSeed002_BuildContextInjection(t *testing.T) {
 	}
 }
 
-func TestSeed004_Compression_SummarizeUsesActiveModel(t *testing.T) {
+func TestSummarizerUsesTheRequestModel(t *testing.T) {
 	for _, tt := range []struct{ configured, want string }{{"", "llama3.1"}, {"qwen3:0.6b", "qwen3:0.6b"}} {
 		f := &fakeSummarizer{}
 		c, _ := newCompactor(t, SummarizeConfig{Model: tt.configured}, f, CompactorOptions{})
@@ -233,7 +232,7 @@ func TestSeed004_Compression_SummarizeUsesActiveModel(t *testing.T) {
 	}
 }
 
-func TestSeed004_Compression_TruncatePreservesSystemPrompt(t *testing.T) {
+func TestSummarizeFallbackKeepsSystemPrompt(t *testing.T) {
 	// When summaries cannot be had, the request is truncated: oldest
 	// first, the system prompt kept.
 	f := &fakeSummarizer{reply: func(context.Context, SummaryRequest) (string, error) { return "", errors.New("down") }}
@@ -252,7 +251,7 @@ func TestSeed004_Compression_TruncatePreservesSystemPrompt(t *testing.T) {
 	}
 }
 
-func TestSeed004_Compression_HybridSummarizesOldKeepsRecent(t *testing.T) {
+func TestHybridSummarizesOldKeepsRecent(t *testing.T) {
 	c, _ := newCompactor(t, SummarizeConfig{KeepRecentTokens: 1000}, &fakeSummarizer{}, CompactorOptions{})
 	tr := summarizingTrimmer(t, Config{Mode: "hybrid"}, c)
 	msgs := turns(20, hundred*2) // 50 tokens a message
@@ -270,7 +269,7 @@ func TestSeed004_Compression_HybridSummarizesOldKeepsRecent(t *testing.T) {
 	}
 }
 
-func TestSeed004_Compression_PreservesRecentTokens(t *testing.T) {
+func TestHybridKeepsRecentTokensVerbatim(t *testing.T) {
 	for _, keep := range []int{300, 1000, 2000} {
 		c, _ := newCompactor(t, SummarizeConfig{KeepRecentTokens: keep}, &fakeSummarizer{}, CompactorOptions{})
 		msgs := turns(30, hundred*2)
@@ -287,7 +286,7 @@ func TestSeed004_Compression_PreservesRecentTokens(t *testing.T) {
 	}
 }
 
-func TestSeed004_Compression_ReportsOriginalAndCompressedTokens(t *testing.T) {
+func TestCompactReportsTokensBeforeAndAfter(t *testing.T) {
 	c, _ := newCompactor(t, SummarizeConfig{}, &fakeSummarizer{}, CompactorOptions{})
 	msgs := turns(12, hundred)
 	got, err := c.Compact(session("s"), msgs, counter)
@@ -299,7 +298,7 @@ func TestSeed004_Compression_ReportsOriginalAndCompressedTokens(t *testing.T) {
 	}
 }
 
-func TestSeed004_Compression_EstimateWithoutCompressing(t *testing.T) {
+func TestEstimateWithoutSummarizing(t *testing.T) {
 	f := &fakeSummarizer{reply: func(_ context.Context, req SummaryRequest) (string, error) {
 		return pad("A summary. ", summaryEstimate*4-8), nil // as long as expected
 	}}
@@ -325,7 +324,7 @@ func TestSeed004_Compression_EstimateWithoutCompressing(t *testing.T) {
 	}
 }
 
-func TestSeed004_Compression_AutomaticAtThreshold(t *testing.T) {
+func TestSummarizeAutomaticAtThreshold(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{PrefetchAt: -1}, f, CompactorOptions{})
 	tr := summarizingTrimmer(t, Config{Mode: "summarize", Threshold: 0.8}, c)
