@@ -16,14 +16,13 @@ import (
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
-// seed000 is seed 000's context manager: warnings at 80% and 90%, and
-// trimming only when the conversation no longer fits (the smart strategy
-// acting at 100%).
-var seed000 = proxytest.Options{Strategy: rewrite.Config{Mode: "smart", Threshold: 1, Target: 0.6}}
+// trimAtLimit is a proxy that warns at 80% and 90% and trims only when
+// the conversation no longer fits (the smart strategy acting at 100%).
+var trimAtLimit = proxytest.Options{Strategy: rewrite.Config{Mode: "smart", Threshold: 1, Target: 0.6}}
 
-// TestSeed000_AddTurnToContext: each turn sends only the new message;
+// TestChatSendsOnlyTheNewTurn: each turn sends only the new message;
 // ctxproxy keeps user and assistant turns in order for the next one.
-func TestSeed000_AddTurnToContext(t *testing.T) {
+func TestChatSendsOnlyTheNewTurn(t *testing.T) {
 	p := start(t, proxytest.Options{})
 	rec := record(t, p.URL)
 	runChat(t, p, chatRun{url: rec.url, session: "s1", model: "llama3.1", system: "Be brief."},
@@ -58,9 +57,9 @@ func TestSeed000_AddTurnToContext(t *testing.T) {
 	}
 }
 
-// TestSeed000_ClearContext: /clear removes every turn, the next prompt
+// TestChatClearStartsFresh: /clear removes every turn, the next prompt
 // starts fresh, and the session's metadata stays.
-func TestSeed000_ClearContext(t *testing.T) {
+func TestChatClearStartsFresh(t *testing.T) {
 	p := start(t, proxytest.Options{})
 	converse(t, p, "s1", 5, 40)
 	if _, _, err := newClient(t, p, "").PutSession(context.Background(), "s1", map[string]any{"agent": "augment"}, ""); err != nil {
@@ -69,7 +68,7 @@ func TestSeed000_ClearContext(t *testing.T) {
 	rec := record(t, p.URL)
 	out := runChat(t, p, chatRun{url: rec.url, session: "s1", model: "llama3.1", system: "Be brief."}, lines("/clear", "fresh start"))
 	if !strings.Contains(out.stdout, "Context cleared.\n") {
-		t.Errorf("stdout %q: want seed 000's \"Context cleared.\"", out.stdout)
+		t.Errorf("stdout %q: want \"Context cleared.\"", out.stdout)
 	}
 	chats := rec.chats()
 	if len(chats) != 1 || !cmp.Equal(roles(chats[0].body), []string{"system: Be brief.", "user: fresh start"}) {
@@ -91,9 +90,9 @@ func TestSeed000_ClearContext(t *testing.T) {
 // tokensLine finds "Tokens  N / M" in /stats output.
 var tokensLine = regexp.MustCompile(`(?m)^Tokens +([0-9,]+)(?: as sent)? / ([0-9,]+)`)
 
-// TestSeed000_TrackRunningTokenTotal: /stats shows the running token total
+// TestChatStatsShowsRunningTotal: /stats shows the running token total
 // as turns are added.
-func TestSeed000_TrackRunningTokenTotal(t *testing.T) {
+func TestChatStatsShowsRunningTotal(t *testing.T) {
 	p := start(t, proxytest.Options{})
 	out := runChat(t, p, chatRun{session: "s1", model: "llama3.1", noBar: true},
 		lines("/stats", "a question of some length", "/stats", "another question", "/stats"))
@@ -123,10 +122,9 @@ func warningOrder(t *testing.T, both, reply, want, next string) {
 	}
 }
 
-// TestSeed000_WarnAt80PercentCapacity: the yellow warning with seed 000's
-// text after the reply; the chat goes on (the next command is answered).
-func TestSeed000_WarnAt80PercentCapacity(t *testing.T) {
-	p := start(t, seed000)
+// TestChatWarnsAt80Percent: the yellow warning after the reply; the chat goes on (the next command is answered).
+func TestChatWarnsAt80Percent(t *testing.T) {
+	p := start(t, trimAtLimit)
 	p.Seed(t, "s1", "llama3.1", turns(2, 1640)...) // about 820 tokens of 1,000
 	out := runChat(t, p, chatRun{session: "s1", model: "llama3.1", color: true}, lines("next", "/save"))
 	want := "\x1b[33m⚠ Context at 80% capacity. Consider /clear or /save.\x1b[0m\n"
@@ -136,19 +134,19 @@ func TestSeed000_WarnAt80PercentCapacity(t *testing.T) {
 	}
 }
 
-// TestSeed000_WarnAt90PercentCapacity: the orange warning.
-func TestSeed000_WarnAt90PercentCapacity(t *testing.T) {
-	p := start(t, seed000)
+// TestChatWarnsAt90Percent: the orange warning.
+func TestChatWarnsAt90Percent(t *testing.T) {
+	p := start(t, trimAtLimit)
 	p.Seed(t, "s1", "llama3.1", turns(2, 1840)...) // about 920 tokens of 1,000
 	out := runChat(t, p, chatRun{session: "s1", model: "llama3.1", color: true}, lines("next", "/save"))
 	want := "\x1b[38;5;208m⚠ Context at 90% capacity. Auto-trimming soon.\x1b[0m\n"
 	warningOrder(t, out.both, "echo: next\n", want, "Saved snapshot")
 }
 
-// TestSeed000_NotifyAfterAutoTrim: after ctxproxy trimmed, the info
+// TestChatNoticeAfterTrim: after ctxproxy trimmed, the info
 // notice shows before the next prompt and the chat goes on.
-func TestSeed000_NotifyAfterAutoTrim(t *testing.T) {
-	p := start(t, seed000)
+func TestChatNoticeAfterTrim(t *testing.T) {
+	p := start(t, trimAtLimit)
 	p.Seed(t, "s1", "llama3.1", turns(20, 220)...) // 20 × 55 tokens: over the limit of 1,000
 	out := runChat(t, p, chatRun{session: "s1", model: "llama3.1"}, lines("one more", "and another"))
 	warningOrder(t, out.both, "echo: one more\n", "ℹ Context trimmed. Kept first 2 and last 12 turns.\n", "echo: and another\n")
@@ -161,9 +159,9 @@ func TestSeed000_NotifyAfterAutoTrim(t *testing.T) {
 	}
 }
 
-// TestSeed000_ExportContextToJSON: /export writes the turns with the
+// TestChatExportWritesJSON: /export writes the turns with the
 // session id, timestamps and metadata.
-func TestSeed000_ExportContextToJSON(t *testing.T) {
+func TestChatExportWritesJSON(t *testing.T) {
 	p := start(t, proxytest.Options{})
 	file := filepath.Join(t.TempDir(), "context.json")
 	out := runChat(t, p, chatRun{session: "s1", model: "llama3.1"}, lines("remember this", "/export "+file))
@@ -193,9 +191,9 @@ func TestSeed000_ExportContextToJSON(t *testing.T) {
 	}
 }
 
-// TestSeed000_ImportContextFromJSON: /import loads the turns into the
+// TestChatImportLoadsTurns: /import loads the turns into the
 // session and the next turn carries them.
-func TestSeed000_ImportContextFromJSON(t *testing.T) {
+func TestChatImportLoadsTurns(t *testing.T) {
 	p := start(t, proxytest.Options{})
 	file := filepath.Join(t.TempDir(), "context.json")
 	export := `{"session_id":"old","messages":[{"role":"user","content":"We use Go."},` +
