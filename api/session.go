@@ -40,8 +40,8 @@ type SessionStats struct {
 	Requests         int        `json:"requests"`
 	Truncations      int        `json:"truncations"`
 	LastTruncation   *time.Time `json:"last_truncation"`
-	// Budget is how the last request's window was divided (seed 001's
-	// context budget allocation); absent before a counted request.
+	// Budget is how the last request's window was divided (the
+	// X-Ctxproxy-Budget header's parts); absent before a counted request.
 	Budget *Budget `json:"budget,omitempty"`
 }
 
@@ -68,7 +68,8 @@ type SessionDetail struct {
 	Stats     SessionStats   `json:"stats"`
 	Messages  int            `json:"messages"`
 	Snapshots int            `json:"snapshots"`
-	// Warning is seed 000's text from 80% usage; absent below.
+	// Warning is the capacity warning from 80% usage ("Context at 80%
+	// capacity. …"); absent below.
 	Warning string `json:"warning,omitempty"`
 }
 
@@ -95,7 +96,7 @@ type Messages struct {
 }
 
 // NewMessage is one message for POST /ctxproxy/sessions/{id}/messages
-// (seed 003's add). Content is a pointer so that a missing content is
+// (`ctxproxy context add`). Content is a pointer so that a missing content is
 // told apart from an empty one.
 type NewMessage struct {
 	Role       string         `json:"role"`

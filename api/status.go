@@ -31,7 +31,8 @@ type StrategyStatus struct {
 	Target     float64 `json:"target"`
 	OnOverflow string  `json:"on_overflow"`
 	// EffectiveThreshold is where trimming starts now: lower than
-	// Threshold while GPU memory is under pressure (seed 004 R6.2).
+	// Threshold while GPU memory is under pressure (the guard's
+	// compress_at level, README "num_ctx from the memory actually free").
 	EffectiveThreshold float64 `json:"effective_threshold"`
 }
 

@@ -1,7 +1,7 @@
 package budget
 
-// Budget divides a context window among the parts of a prompt (seed 001,
-// "Context budget allocation").
+// Budget divides a context window among the parts of a prompt (the
+// X-Ctxproxy-Budget header shows one).
 type Budget struct {
 	// Total is the window being divided (usually Limits.MaxTokens).
 	Total int
@@ -14,8 +14,8 @@ type Budget struct {
 }
 
 // ConversationBudget returns what the conversation may use: the total less
-// the system prompt, the tools and the response reserve (seed 001:
-// 100000 − 2000 − 5000 − 4000 = 89000). Never negative.
+// the system prompt, the tools and the response reserve
+// (100000 − 2000 − 5000 − 4000 = 89000). Never negative.
 func (b Budget) ConversationBudget() int {
 	return max(0, b.Total-b.SystemPrompt-b.Tools-b.ResponseReserve)
 }

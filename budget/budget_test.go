@@ -2,8 +2,8 @@ package budget
 
 import "testing"
 
-// Seed 001, "Context budget allocation".
-func TestSeed001_ContextBudgetAllocation(t *testing.T) {
+// What is left of a window once each part has its share.
+func TestBudgetSplitsTheWindow(t *testing.T) {
 	b := Budget{Total: 100000}
 	b.SystemPrompt, b.Tools, b.ResponseReserve = 2000, 5000, 4000
 	if got, want := b.Available(), 89000; got != want {

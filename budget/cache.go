@@ -12,8 +12,8 @@ import (
 const DefaultCacheEntries = 100000
 
 // Caching remembers the counts of another Counter, so that a conversation
-// resent with one new message only tokenizes the new one (seed 004,
-// requirement 2.4: previously counted messages return cached values).
+// resent with one new message only tokenizes the new one: a message
+// counted before costs a lookup.
 //
 // Entries are keyed by a 64-bit seeded hash of the text (the text itself is
 // not kept, so a cached 10 MB message costs 16 bytes) together with the

@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// Seed 001, "Caching counter": the second count of a text comes from the
+// The second count of a text comes from the
 // cache (the inner counter is not asked again). That it is faster is
 // measured by BenchmarkCachingHit, not asserted here.
-func TestSeed001_CachingCounter(t *testing.T) {
+func TestCachingCountsATextOnce(t *testing.T) {
 	inner := &countingCounter{Counter: mustTiktoken(t, EncodingCL100K)}
 	c := NewCaching(inner, 0)
 	first := c.Count("The quick brown fox")

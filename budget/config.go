@@ -17,7 +17,7 @@ type Config struct {
 	Encoding string `mapstructure:"encoding"`
 	// ApproxCharsPerToken is the approximate counter's divisor, used
 	// with encoding approximate and when an encoding cannot load. 0
-	// means 4 (seed 000); seed 002 uses 3.5.
+	// means 4; a smaller divisor such as 3.5 counts more tokens.
 	ApproxCharsPerToken float64 `mapstructure:"approx_chars_per_token"`
 	// ImageTokens is the cost of one attached image. 0 means 768.
 	ImageTokens int `mapstructure:"image_tokens"`
@@ -37,7 +37,7 @@ type Config struct {
 	// 1024.
 	ReserveOutput int `mapstructure:"-"`
 	// Reserved is a safety margin subtracted from every model's window
-	// (seed 001's reserved_tokens). 0 means none.
+	// (strategy.reserved). 0 means none.
 	Reserved int `mapstructure:"-"`
 }
 
@@ -46,8 +46,8 @@ type Config struct {
 type Model struct {
 	MaxTokens       int `mapstructure:"max_tokens"`
 	MaxOutputTokens int `mapstructure:"max_output_tokens"`
-	// Multiplier is the starting correction of raw counts for this model
-	// (seed 004: per-model token multipliers); calibration refines it, and
+	// Multiplier is the starting correction of raw counts for this model;
+	// calibration refines it, and
 	// it is the fixed correction when calibration is off. 0 means 1.
 	Multiplier float64 `mapstructure:"multiplier"`
 }

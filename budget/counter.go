@@ -25,15 +25,17 @@ const (
 
 // Default approximation rates.
 const (
-	// DefaultCharsPerToken is seed 000's and seed 004's heuristic.
+	// DefaultCharsPerToken is OpenAI's rule of thumb for English text
+	// ("What are tokens and how to count them?": 1 token ≈ 4 characters).
 	DefaultCharsPerToken = 4.0
-	// WordTokens is seed 001's tokens_per_word.
+	// WordTokens is the same rule of thumb per word (1 token ≈ ¾ of a
+	// word, so about 1.3 tokens a word).
 	WordTokens = 1.3
 )
 
 // Approx estimates tokens without a tokenizer: bytes divided by
 // CharsPerToken, or words times TokensPerWord when that is set. Its zero
-// value is the 4-characters-per-token heuristic of seeds 000 and 004.
+// value is the 4-characters-per-token rule of thumb.
 //
 // "Characters" are UTF-8 bytes, not runes. BPE vocabularies split
 // non-ASCII text into more tokens per character than English: on a mixed
@@ -43,11 +45,11 @@ const (
 // (TestApproxBytesNotRunes). For ASCII the two are the same. Counting
 // bytes also makes the estimate O(1): no scan of a 10 MB message.
 type Approx struct {
-	// CharsPerToken is the divisor; 0 means DefaultCharsPerToken (seed
-	// 002 uses 3.5).
+	// CharsPerToken is the divisor; 0 means DefaultCharsPerToken (a
+	// smaller divisor such as 3.5 counts more tokens: safer).
 	CharsPerToken float64
 	// TokensPerWord, when positive, counts words (runs of non-space)
-	// times this factor instead (seed 001: 1.3).
+	// times this factor instead (e.g. WordTokens).
 	TokensPerWord float64
 }
 

@@ -32,9 +32,9 @@ func within(got, want int, frac float64) bool {
 	return math.Abs(float64(got-want)) <= frac*float64(want)
 }
 
-// Seed 001, "Count tokens in simple text": positive, accurate within 5%.
+// A simple text is counted positive and within 5%.
 // cl100k_base encodes "Hello, world!" as Hello | , | world | ! (4 tokens).
-func TestSeed001_CountTokensInSimpleText(t *testing.T) {
+func TestTiktokenCountsSimpleText(t *testing.T) {
 	for _, enc := range []string{EncodingCL100K, EncodingO200K} {
 		got := mustTiktoken(t, enc).Count("Hello, world!")
 		if got <= 0 || !within(got, 4, 0.05) {
@@ -43,9 +43,9 @@ func TestSeed001_CountTokensInSimpleText(t *testing.T) {
 	}
 }
 
-// Seed 001, "Count tokens with tiktoken unavailable": the counter falls
+// Without tiktoken the counter falls
 // back to the approximate one and still counts, with one warning.
-func TestSeed001_CountTokensWithTiktokenUnavailable(t *testing.T) {
+func TestRegistryFallsBackWithoutTiktoken(t *testing.T) {
 	log, logs := captureLog()
 	r := NewRegistry(Config{}, log)
 	r.newTiktoken = func(enc string) (Counter, error) { return nil, os.ErrNotExist }
@@ -73,8 +73,8 @@ func TestNewTiktokenUnknownEncoding(t *testing.T) {
 	}
 }
 
-// Seed 001, "Approximate token counting": 1.3 tokens per word.
-func TestSeed001_ApproximateTokenCounting(t *testing.T) {
+// The approximate counter by words: 1.3 tokens per word.
+func TestApproxTokensPerWord(t *testing.T) {
 	got := Approx{TokensPerWord: WordTokens}.Count("one two three four five")
 	if got < 6 || got > 7 {
 		t.Errorf("Count = %d, want 6–7", got)
@@ -92,7 +92,7 @@ func TestApprox(t *testing.T) {
 		{"one byte", Approx{}, "a", 1},
 		{"four per token", Approx{}, strings.Repeat("x", 400), 100},
 		{"rounds up", Approx{}, "hello", 2},
-		{"seed 002 3.5", Approx{CharsPerToken: 3.5}, strings.Repeat("x", 35), 10},
+		{"3.5 per token", Approx{CharsPerToken: 3.5}, strings.Repeat("x", 35), 10},
 		{"negative rate means default", Approx{CharsPerToken: -1}, strings.Repeat("x", 8), 2},
 		{"infinite rate means default", Approx{CharsPerToken: math.Inf(1)}, strings.Repeat("x", 8), 2},
 		{"bytes not runes", Approx{}, "日本語", 3}, // 9 bytes
@@ -110,9 +110,9 @@ func TestApprox(t *testing.T) {
 	}
 }
 
-// Seed 000, "Estimate Token Count": the 4-characters-per-token heuristic is
+// The 4-characters-per-token heuristic is
 // within ±20% of the real count on a realistic English chat.
-func TestSeed000_EstimateWithin20Percent(t *testing.T) {
+func TestApproxWithin20PercentOfTiktoken(t *testing.T) {
 	text := readTestdata(t, "chat_en.txt")
 	for _, enc := range []string{EncodingCL100K, EncodingO200K} {
 		want := mustTiktoken(t, enc).Count(text)
@@ -249,8 +249,8 @@ func TestEncodingFor(t *testing.T) {
 	}
 }
 
-// Seed 002: estimateTokens is ceil(length / 3.5).
-func TestSeed002_EstimateTokens(t *testing.T) {
+// At 3.5 characters a token the count is ceil(length / 3.5).
+func TestApproxCharsPerTokenRoundsUp(t *testing.T) {
 	a := Approx{CharsPerToken: 3.5}
 	for text, want := range map[string]int{"hello": 2, "": 0, "abcdefg": 2, "abcdefgh": 3} {
 		if got := a.Count(text); got != want {
@@ -259,8 +259,8 @@ func TestSeed002_EstimateTokens(t *testing.T) {
 	}
 }
 
-// Seed 004, requirement 2.3: without a tokenizer, ceil(length / 4).
-func TestSeed004_EstimateCharsOver4(t *testing.T) {
+// The default approximation is ceil(length / 4).
+func TestApproxDefaultIsFourBytesPerToken(t *testing.T) {
 	for text, want := range map[string]int{"hello": 2, "abcd": 1, "abcde": 2, "": 0} {
 		if got := (Approx{}).Count(text); got != want {
 			t.Errorf("Count(%q) = %d, want %d", text, got, want)
@@ -268,9 +268,9 @@ func TestSeed004_EstimateCharsOver4(t *testing.T) {
 	}
 }
 
-// Seed 003: cl100k_base for counting, about 4 characters a token when
-// the tokenizer is unavailable.
-func TestSeed003_CL100KWithApproximateFallback(t *testing.T) {
+// A local model is counted with cl100k_base, or at about 4 characters a
+// token when the tokenizer is unavailable.
+func TestLocalModelsCountWithCL100KOrApprox(t *testing.T) {
 	if got := NewRegistry(Config{}, nil).CounterFor("llama3").Name(); got != EncodingCL100K {
 		t.Errorf("local model counter = %q, want %q", got, EncodingCL100K)
 	}

@@ -20,7 +20,7 @@ type Limits struct {
 }
 
 // Effective returns the tokens a prompt may use: MaxTokens − MaxOutputTokens
-// − Reserved, never negative (seed 001: 100000 − 4096 − 1000 = 94904).
+// − Reserved, never negative (100000 − 4096 − 1000 = 94904).
 func (l Limits) Effective() int {
 	return max(0, l.MaxTokens-l.MaxOutputTokens-l.Reserved)
 }
@@ -89,7 +89,7 @@ type known struct {
 // by its longest matching prefix. Sources: the vendors' model pages and
 // each model's trained context_length as Ollama's /api/show reports it.
 var table = []known{
-	// Anthropic (seed 001: claude-3-opus 200000/4096).
+	// Anthropic (claude-3-opus: a 200000-token window, 4096 out).
 	{"claude", 200000, 4096},
 	{"claude-2", 100000, 4096},
 	{"claude-2.1", 200000, 4096},

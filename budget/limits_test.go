@@ -7,17 +7,17 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// Seed 001, "Get limits for known model".
-func TestSeed001_GetLimitsForKnownModel(t *testing.T) {
+// claude-3-opus: a 200000-token window, 4096 out.
+func TestRegistryLimitsOfAKnownModel(t *testing.T) {
 	l := NewRegistry(Config{}, nil).Limits("claude-3-opus", 0)
 	if l.MaxTokens != 200000 || l.MaxOutputTokens != 4096 {
 		t.Errorf("claude-3-opus: %+v, want 200000/4096", l)
 	}
 }
 
-// Seed 001, "Get limits for unknown model": defaults and a warning, once
+// An unknown model gets the defaults and a warning, once
 // per model rather than once per request.
-func TestSeed001_GetLimitsForUnknownModel(t *testing.T) {
+func TestRegistryWarnsOnceForAnUnknownModel(t *testing.T) {
 	log, logs := captureLog()
 	r := NewRegistry(Config{}, log)
 	for range 3 {
@@ -38,8 +38,8 @@ func TestSeed001_GetLimitsForUnknownModel(t *testing.T) {
 	}
 }
 
-// Seed 001, "Effective limit calculation".
-func TestSeed001_EffectiveLimitCalculation(t *testing.T) {
+// The effective limit is the window less the reply reserve and Reserved.
+func TestLimitsEffective(t *testing.T) {
 	l := Limits{MaxTokens: 100000, MaxOutputTokens: 4096, Reserved: 1000}
 	if got, want := l.Effective(), 94904; got != want {
 		t.Errorf("Effective() = %d, want %d", got, want)

@@ -39,10 +39,10 @@ func newCL100K(t testing.TB) *MessageCounter {
 	return NewMessageCounter(NewCaching(mustTiktoken(t, EncodingCL100K), 0), 0)
 }
 
-// Seed 001, "Count tokens in messages": the total includes the message
+// A prompt's total includes the message
 // structure tokens. cl100k_base: Hello = 1 token, "Hi there!" = 3; each
 // message adds 3 + 1 for its role, and the reply priming 3.
-func TestSeed001_CountTokensInMessages(t *testing.T) {
+func TestPromptCountsMessageStructure(t *testing.T) {
 	mc := newCL100K(t)
 	msgs := []chat.Message{
 		{Role: "user", Content: "Hello"},
@@ -64,9 +64,9 @@ func TestSeed001_CountTokensInMessages(t *testing.T) {
 	}
 }
 
-// Seed 001, "Count tokens with tool calls": structure overhead, function
+// A tool call's structure overhead, function
 // name and arguments are all counted.
-func TestSeed001_CountTokensWithToolCalls(t *testing.T) {
+func TestCountMessageToolCalls(t *testing.T) {
 	mc := newCL100K(t)
 	plain := chat.Message{Role: "assistant"}
 	call := chat.Message{Role: "assistant", ToolCalls: []chat.ToolCall{{
@@ -201,10 +201,10 @@ func fresh(msgs []chat.Message) []chat.Message {
 	return out
 }
 
-// Seed 004, requirement 2.1 and 2.4: counts are cached per message, and a
+// Counts are cached per message, and a
 // resent conversation tokenizes only its new message; the rest comes from
 // the cache of text counts (the proxy decodes messages afresh each time).
-func TestSeed004_CachedCountsForResentMessages(t *testing.T) {
+func TestResentConversationTokenizesOnlyTheNewMessage(t *testing.T) {
 	inner := &countingCounter{Counter: mustTiktoken(t, EncodingCL100K)}
 	mc := NewMessageCounter(NewCaching(inner, 0), 0)
 	msgs := conversation(readTestdata(t, "chat_en.txt"), 100, 1000, "resend")
@@ -244,8 +244,8 @@ func TestPromptEmpty(t *testing.T) {
 	}
 }
 
-// Seed 004, requirement 2.6: per-model multipliers apply to every count.
-func TestSeed004_PerModelMultipliers(t *testing.T) {
+// A model's multiplier applies to every count.
+func TestPerModelMultipliers(t *testing.T) {
 	r := NewRegistry(Config{Models: map[string]Model{"slow": {Multiplier: 2}}}, nil)
 	mc := r.MessageCounter("slow")
 	m := chat.Message{Role: "user", Content: "Hello"}

@@ -80,8 +80,7 @@ func (r *Registry) Encoding(model string) string {
 }
 
 // CounterFor returns the text counter for model: a *Caching over the
-// model's tiktoken encoding (seed 001: "claude-3-opus" → caching over
-// tiktoken), or over the approximate counter when the encoding is
+// model's tiktoken encoding (cl100k_base for "claude-3-opus"), or over the approximate counter when the encoding is
 // "approximate" or cannot load — then one warning is logged.
 func (r *Registry) CounterFor(model string) Counter {
 	enc := r.Encoding(model)

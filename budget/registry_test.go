@@ -34,8 +34,9 @@ func captureLog() (*slog.Logger, *lockedBuffer) {
 	return slog.New(slog.NewTextHandler(&b, nil)), &b
 }
 
-// Seed 001, "Get counter for model": a caching counter over tiktoken.
-func TestSeed001_GetCounterForModel(t *testing.T) {
+// A model's counter is a caching counter over its tiktoken encoding,
+// shared by the models of one encoding.
+func TestRegistryCounterForModel(t *testing.T) {
 	r := NewRegistry(Config{}, nil)
 	c, ok := r.CounterFor("claude-3-opus").(*Caching)
 	if !ok {

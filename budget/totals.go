@@ -27,8 +27,8 @@ type Turn struct {
 	Retries int
 	// At is when the request was answered.
 	At time.Time
-	// Budget is how the request's window was divided (seed 001's context
-	// budget allocation); the zero Budget when it was not counted.
+	// Budget is how the request's window was divided (the
+	// X-Ctxproxy-Budget header); the zero Budget when it was not counted.
 	Budget Budget
 }
 

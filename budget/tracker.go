@@ -7,14 +7,14 @@ import (
 	"github.com/ctxproxy/ctxproxy/chat"
 )
 
-// Warning thresholds, as fractions of the effective limit (seed 000,
-// "Context Warnings"; DESIGN's defaults, configurable by the proxy).
+// Warning thresholds, as fractions of the effective limit: the defaults,
+// which the proxy's configuration may change.
 const (
 	WarnAt     = 0.80
 	CriticalAt = 0.90
 )
 
-// Warning returns seed 000's warning for usage, a fraction of the
+// Warning returns the capacity warning for usage, a fraction of the
 // effective limit, at the default thresholds: "" below 80%.
 func Warning(usage float64) string {
 	return WarningAt(usage, WarnAt, CriticalAt)
@@ -40,9 +40,9 @@ type MessageCounting interface {
 	CountMessage(m *chat.Message) int
 }
 
-// Tracker follows one conversation's token use against a model's limits
-// (seed 001, "Context Tracker"). The running total is kept incrementally
-// as turns are added (seed 000: not recounted from scratch); each
+// Tracker follows one conversation's token use against a model's limits.
+// The running total is kept incrementally as turns are added (not
+// recounted from scratch); each
 // message's count is cached in its Tokens field. Beside its own count, it
 // keeps the conversation's running totals as the proxy saw its requests
 // (Record, Totals). A Tracker is safe for concurrent use.
@@ -127,8 +127,7 @@ func (t *Tracker) Messages() int {
 	return t.messages
 }
 
-// Tokens returns the tokens in use: system prompt, tools and conversation
-// (seed 001: current_tokens).
+// Tokens returns the tokens in use: system prompt, tools and conversation.
 func (t *Tracker) Tokens() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -153,12 +152,11 @@ func (t *Tracker) Budget() Budget {
 func (t *Tracker) ExceedsLimit() bool { return t.Overflow() > 0 }
 
 // Overflow returns how many tokens over the effective limit the
-// conversation is, 0 when within (seed 001: limit 10000, usage 12000 →
-// 2000).
+// conversation is, 0 when within (limit 10000, usage 12000 → 2000).
 func (t *Tracker) Overflow() int { return max(0, t.Tokens()-t.limits.Effective()) }
 
 // Usage returns the tokens in use as a percentage of the effective limit
-// (seed 001: 75000 of 100000 → 75.0); 100 or more when over, and 100 for
+// (75000 of 100000 → 75.0); 100 or more when over, and 100 for
 // a zero limit with anything in use.
 func (t *Tracker) Usage() float64 {
 	n, limit := t.Tokens(), t.limits.Effective()
@@ -172,5 +170,5 @@ func (t *Tracker) Usage() float64 {
 }
 
 // NearLimit reports whether usage has reached WarnAt (80%) of the
-// effective limit (seed 001: 85% is near).
+// effective limit (85% is near).
 func (t *Tracker) NearLimit() bool { return t.Usage() >= 100*WarnAt }

@@ -6,8 +6,8 @@ import (
 	"github.com/ctxproxy/ctxproxy/chat"
 )
 
-// Seed 001, "Create tracker for model".
-func TestSeed001_CreateTrackerForModel(t *testing.T) {
+// A model's tracker has its limits and its encoding's counter.
+func TestRegistryTrackerForModel(t *testing.T) {
 	r := NewRegistry(Config{}, nil)
 	tr := r.Tracker("gpt-4")
 	if got, want := tr.Limits(), (Limits{MaxTokens: 8192, MaxOutputTokens: 4096}); got != want {
@@ -18,8 +18,8 @@ func TestSeed001_CreateTrackerForModel(t *testing.T) {
 	}
 }
 
-// Seed 001, "Set system prompt".
-func TestSeed001_SetSystemPrompt(t *testing.T) {
+// The system prompt is counted with its message structure and budgeted.
+func TestTrackerSetSystemPrompt(t *testing.T) {
 	tr := NewTracker(newCL100K(t), Limits{MaxTokens: 100000})
 	n := tr.SetSystemPrompt("You are a helpful assistant.")
 	if want := 3 + 1 + 6; n != want { // structure, role, 6 tokens of text
@@ -42,8 +42,8 @@ func messagesOf(n, tokens int) []chat.Message {
 	return msgs
 }
 
-// Seed 001, "Update with messages": 10 messages totaling 5000 tokens.
-func TestSeed001_UpdateWithMessages(t *testing.T) {
+// Update replaces the conversation: 10 messages of 500 tokens, then 2.
+func TestTrackerUpdateReplacesTheConversation(t *testing.T) {
 	tr := NewTracker(newCL100K(t), Limits{MaxTokens: 100000})
 	tr.Update(messagesOf(10, 500))
 	if got, want := tr.Tokens(), 5000; got != want {
@@ -58,8 +58,8 @@ func TestSeed001_UpdateWithMessages(t *testing.T) {
 	}
 }
 
-// Seed 001, "Detect context overflow".
-func TestSeed001_DetectContextOverflow(t *testing.T) {
+// 12000 tokens against a limit of 10000 overflow by 2000.
+func TestTrackerOverflow(t *testing.T) {
 	tr := NewTracker(newCL100K(t), Limits{MaxTokens: 10000})
 	tr.Update(messagesOf(3, 4000))
 	if !tr.ExceedsLimit() {
@@ -70,8 +70,8 @@ func TestSeed001_DetectContextOverflow(t *testing.T) {
 	}
 }
 
-// Seed 001, "Calculate usage percentage".
-func TestSeed001_CalculateUsagePercentage(t *testing.T) {
+// 75000 of 100000 tokens is 75% and no overflow.
+func TestTrackerUsagePercentage(t *testing.T) {
 	tr := NewTracker(newCL100K(t), Limits{MaxTokens: 100000})
 	tr.Update(messagesOf(3, 25000))
 	if got, want := tr.Usage(), 75.0; got != want {
@@ -82,8 +82,8 @@ func TestSeed001_CalculateUsagePercentage(t *testing.T) {
 	}
 }
 
-// Seed 001, "Check near limit status": 85% is near the limit.
-func TestSeed001_CheckNearLimitStatus(t *testing.T) {
+// From 80% of the limit (85% included) the tracker is near it.
+func TestTrackerNearLimitFrom80Percent(t *testing.T) {
 	tests := []struct {
 		tokens int
 		want   bool
@@ -99,9 +99,9 @@ func TestSeed001_CheckNearLimitStatus(t *testing.T) {
 	}
 }
 
-// Seed 000, "Track Running Token Total": the total is kept as turns are
-// added, counting only the new turn.
-func TestSeed000_TrackRunningTokenTotal(t *testing.T) {
+// The running total is kept as turns are added, counting only the new
+// turn.
+func TestTrackerCountsOnlyTheNewTurn(t *testing.T) {
 	inner := &countingCounter{Counter: mustTiktoken(t, EncodingCL100K)}
 	mc := NewMessageCounter(inner, 0) // no cache: every count reaches inner
 	tr := NewTracker(mc, Limits{MaxTokens: 8192})
@@ -143,8 +143,9 @@ func TestTrackerZeroLimit(t *testing.T) {
 	}
 }
 
-// Seed 000, "Warn at 80% Capacity" and "Warn at 90% Capacity".
-func TestSeed000_ContextWarnings(t *testing.T) {
+// The capacity warnings: none below 80%, one text from 80%, another from
+// 90%; WarningAt takes other thresholds.
+func TestWarningAt80And90Percent(t *testing.T) {
 	tests := []struct {
 		usage float64
 		want  string

@@ -244,7 +244,7 @@ func (c *Client) PutSession(ctx context.Context, id string, metadata map[string]
 }
 
 // clear empties a session's conversation and stats and keeps its metadata
-// (seed 000 /clear); purge removes the session and its snapshots.
+// (the REPL's /clear); purge removes the session and its snapshots.
 func (c *Client) Clear(ctx context.Context, id string, purge bool) ([]byte, error) {
 	path := sessionPath(id)
 	if purge {

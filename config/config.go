@@ -115,7 +115,7 @@ type Strategy struct {
 	Threshold  float64 `mapstructure:"threshold"`
 	Target     float64 `mapstructure:"target"`
 	OnOverflow string  `mapstructure:"on_overflow"`
-	// Reserved is seed 001's reserved_tokens: a safety margin kept free
+	// Reserved is a safety margin, in tokens, kept free
 	// of every model's window besides the reply reserve (effective limit
 	// = window − reply reserve − reserved).
 	Reserved int `mapstructure:"reserved"`
@@ -188,8 +188,8 @@ type Snapshots struct {
 type Model struct {
 	MaxTokens       int `mapstructure:"max_tokens"`
 	MaxOutputTokens int `mapstructure:"max_output_tokens"`
-	// Multiplier is the starting correction of token estimates (seed 004
-	// R2.6); calibration refines it. 0 means 1.
+	// Multiplier is the starting correction of this model's token
+	// estimates; calibration refines it. 0 means 1.
 	Multiplier float64 `mapstructure:"multiplier"`
 }
 
@@ -218,7 +218,8 @@ type Log struct {
 	Format string `mapstructure:"format"`
 }
 
-// Default is DESIGN.md's configuration with every default filled in.
+// Default is the configuration with every default filled in, as
+// config.example.yaml lists it (TestConfigExampleMatchesDefaults).
 func Default() Config {
 	var c Config
 	c.Listen = "127.0.0.1:11435"

@@ -116,7 +116,7 @@ func TestSummarizeValidatedByItsPackage(t *testing.T) {
 	}
 }
 
-// strategy.reserved is seed 001's reserved_tokens: it reaches every
+// strategy.reserved, a safety margin in tokens, reaches every
 // model's effective limit (100000 − 4096 − 1000 = 94904), and changing it
 // needs a restart.
 func TestStrategyReserved(t *testing.T) {

@@ -40,10 +40,20 @@ const numCtx = 2048
 // the prompt_eval_count Ollama reports (issue 11: ±5%).
 const calibrationTolerance = 0.05
 
-// settle gives ctxproxy a moment to take in a reply's usage, which it
-// does after the reply, off the request path. No assertion depends on the
-// time; a later request only needs the calibration in place.
-func settle() { time.Sleep(150 * time.Millisecond) }
+// settle waits until ctxproxy has taken in the usage of the reply just
+// answered in session, which it does after the reply, off the request
+// path: it calibrates from the reply, then records the turn (proxy's
+// recorder.afterReply), so once the admin API has the session the
+// calibration is in place for the next request.
+func settle(t *testing.T, p *ctxproxy, session string) {
+	t.Helper()
+	if !eventually(10*time.Second, func() bool {
+		status, _ := p.get(t, "/ctxproxy/sessions/"+url.PathEscape(session))
+		return status == http.StatusOK
+	}) {
+		t.Fatalf("ctxproxy never recorded session %s", session)
+	}
+}
 
 // row is one request of a calibration table.
 type row struct {
@@ -88,9 +98,10 @@ func warmUp(t *testing.T, p *ctxproxy, reqs []chatRequest) []row {
 	t.Helper()
 	var rows []row
 	for i, req := range reqs {
-		_, r := measure(t, p, fmt.Sprintf("warm-up %d", i+1), req, "X-Session-ID", fmt.Sprintf("e2e-warm-up-%s-%d", req.Model, i))
+		session := fmt.Sprintf("e2e-warm-up-%s-%d", req.Model, i)
+		_, r := measure(t, p, fmt.Sprintf("warm-up %d", i+1), req, "X-Session-ID", session)
 		rows = append(rows, r)
-		settle()
+		settle(t, p, session)
 	}
 	return rows
 }
@@ -210,9 +221,10 @@ func TestRealOllama_Calibration(t *testing.T) {
 	var rows []row
 	for i, turns := range []int{5, 8, 3, 7, 4, 6} {
 		req := chatRequest{Model: modelTiny, Messages: conversation(200+uint64(i), turns)}
-		_, r := measure(t, p, fmt.Sprintf("request %d", i+1), req, "X-Session-ID", fmt.Sprintf("e2e-calibration-%d", i))
+		session := fmt.Sprintf("e2e-calibration-%d", i)
+		_, r := measure(t, p, fmt.Sprintf("request %d", i+1), req, "X-Session-ID", session)
 		rows = append(rows, r)
-		settle()
+		settle(t, p, session)
 	}
 	logTable(t, "estimate (X-Ctxproxy-Tokens) against Ollama's prompt_eval_count", rows)
 
@@ -412,7 +424,7 @@ func firstFinish(cs []openai.ChatCompletionChoice) openai.FinishReason {
 // TestRealOllama_ToolUnits is issue 11, scenario 5: an agent's conversation
 // of tool calls and tool results on tiny-tools, too long for num_ctx, is
 // trimmed by ctxproxy into a request Ollama accepts, and no tool result
-// loses its call nor any call its results (DESIGN.md rule 5). A recording
+// loses its call nor any call its results (README, Strategies). A recording
 // proxy between ctxproxy and Ollama shows what was forwarded.
 //
 // Needs from ctxproxy: trimming by tool units, calibration and the
@@ -477,7 +489,7 @@ func TestRealOllama_ToolUnits(t *testing.T) {
 // says so in its log, in ctxproxy_backend_truncations_total and in the
 // session's stats.
 //
-// Needs from ctxproxy: strategy.mode none with on_overflow forward (mode none still shrinks an overflow by default, DESIGN.md rule 6), calibration, truncation
+// Needs from ctxproxy: strategy.mode none with on_overflow forward (mode none still shrinks an overflow by default: on_overflow shrink), calibration, truncation
 // detection, the metric and GET /ctxproxy/sessions/{id}.
 func TestRealOllama_TruncationDetected(t *testing.T) {
 	o := need(t)
@@ -590,7 +602,7 @@ func truncationFlag(v any, path string) string {
 
 // TestRealOllama_SessionExport is issue 11, scenario 7: a streamed
 // conversation under an X-Session-ID that needs escaping is exported
-// through the admin API in seed 003's format, with the assistant replies
+// through the admin API in its export format (ADMIN_API.md), with the assistant replies
 // exactly as the client saw them stream; the last reply was never sent
 // back by the client, so only the stream can have given it to ctxproxy.
 //

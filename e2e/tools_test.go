@@ -60,8 +60,8 @@ func toolCall(index int, name, city string) api.ToolCall {
 
 // orphans describes every break of a tool unit in an Ollama message list:
 // an assistant message whose tool_calls are not followed by as many tool
-// results, or a tool result not preceded by such a message (DESIGN.md
-// rule 5; Ollama pairs results with calls by position).
+// results, or a tool result not preceded by such a message (no strategy
+// may split a tool unit; Ollama pairs results with calls by position).
 func orphans(msgs []api.Message) []string {
 	var out []string
 	for i, m := range msgs {

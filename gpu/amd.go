@@ -41,7 +41,7 @@ const amdMinVRAM = 1 << 30
 
 // AMD measures AMD GPUs through the amdgpu driver's sysfs files
 // (card*/device/mem_info_vram_total and mem_info_vram_used), with
-// `rocm-smi --showmeminfo vram --json` as a fallback (seed 004 1.4).
+// `rocm-smi --showmeminfo vram --json` as a fallback.
 type AMD struct {
 	root fs.FS
 	run  Runner

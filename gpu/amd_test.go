@@ -23,9 +23,9 @@ func (r *fakeRunner) run(_ context.Context, name string, args ...string) ([]byte
 	return []byte(r.out), r.err
 }
 
-// Seed 004 1.4: AMD memory through the driver's sysfs files (ROCm's own
+// AMD memory through the driver's sysfs files (ROCm's own
 // source), skipping integrated GPUs, connectors and render nodes.
-func TestSeed004_1_4_AMDThroughSysfs(t *testing.T) {
+func TestAMDThroughSysfs(t *testing.T) {
 	r := &fakeRunner{err: errors.New("rocm-smi must not run when sysfs answers")}
 	p := NewAMD(os.DirFS("testdata/amd/two-gpus"), r.run)
 	got, err := p.Devices(context.Background())

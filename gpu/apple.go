@@ -15,8 +15,7 @@ type sysctler interface {
 	String(name string) (string, error)
 }
 
-// Apple measures the unified memory an Apple Silicon GPU may use (seed 004
-// 1.5).
+// Apple measures the unified memory an Apple Silicon GPU may use.
 //
 // Metal lets the GPU wire at most its recommendedMaxWorkingSetSize, which
 // is what Ollama reports as the GPU's total (ggml-metal's get_memory). That

@@ -54,9 +54,9 @@ func TestAppleWorkingSet(t *testing.T) {
 	}
 }
 
-// Seed 004 1.5: Apple Silicon memory through system calls (sysctl), the
+// Apple Silicon memory through system calls (sysctl), the
 // GPU's share of unified memory.
-func TestSeed004_1_5_AppleSiliconThroughSysctl(t *testing.T) {
+func TestAppleSiliconThroughSysctl(t *testing.T) {
 	tests := []struct {
 		name      string
 		sysctl    fakeSysctl

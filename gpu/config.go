@@ -6,18 +6,19 @@ import (
 	"time"
 )
 
-// Defaults for the zero value of [Config] (DESIGN.md's context: and gpu:
-// sections).
+// Defaults for the zero value of [Config] (the context: and gpu: sections
+// of config.example.yaml).
 const (
 	DefaultMinSize    = 2048
 	DefaultMaxSize    = 131072
-	DefaultVRAMBuffer = 512 << 20 // seed 004 6.6: a safety buffer of 512 MB
+	DefaultVRAMBuffer = 512 << 20 // a safety buffer of 512 MiB
 	DefaultPollActive = 5 * time.Second
 	DefaultPollIdle   = 60 * time.Second
 
 	// Bucket is the step num_ctx moves in. Every distinct num_ctx makes
-	// Ollama reload the model (DESIGN.md rule 8), so sizes are rounded down
-	// to a multiple of it.
+	// Ollama reload the model (num_ctx is one of the runner options that
+	// Ollama's server/sched.go runnerRef.needsReload compares, v0.17.4), so
+	// sizes are rounded down to a multiple of it.
 	Bucket = 2048
 )
 
@@ -29,7 +30,7 @@ type Config struct {
 	// "apple" or "cpu". [gpu.probe]
 	Probe string
 	// PollActive is how often the monitor samples while a chat request is
-	// in flight; 0 means 5s (seed 004 1.7). [gpu.poll_active]
+	// in flight; 0 means 5s. [gpu.poll_active]
 	PollActive time.Duration
 	// PollIdle is how often it samples otherwise; 0 means 60s.
 	// [gpu.poll_idle]
@@ -42,20 +43,20 @@ type Config struct {
 	AutoSize *bool
 	// TargetSize is the num_ctx used when AutoSize is false. With AutoSize
 	// it is the preferred size: the sizing never picks more, and picks
-	// less when memory is short (seed 004 8.1). 0 means none.
+	// less when memory is short. 0 means none.
 	// [context.target_size]
 	TargetSize int
-	// MinSize is the smallest num_ctx ever chosen; 0 means 2048 (seed 004
-	// 8.2). [context.min_size]
+	// MinSize is the smallest num_ctx ever chosen; 0 means 2048.
+	// [context.min_size]
 	MinSize int
-	// MaxSize is the largest; 0 means 131072 (seed 004 8.3).
+	// MaxSize is the largest; 0 means 131072.
 	// [context.max_size]
 	MaxSize int
 	// VRAMBuffer is the memory left free as a safety buffer, in bytes; 0
-	// means 512 MiB (seed 004 6.6, 8.5). [context.vram_buffer]
+	// means 512 MiB. [context.vram_buffer]
 	VRAMBuffer uint64
 	// KVQuantization is Ollama's KV-cache type (OLLAMA_KV_CACHE_TYPE):
-	// "f16" (the default), "q8_0" or "q4_0" (seed 004 3.3–3.5, 8.6).
+	// "f16" (the default), "q8_0" or "q4_0".
 	// [context.kv_quantization]
 	KVQuantization string
 	// NumParallel is Ollama's OLLAMA_NUM_PARALLEL: the KV cache holds
@@ -65,7 +66,7 @@ type Config struct {
 }
 
 // GuardConfig holds the memory guard's levels, as fractions of device
-// memory in use (seed 004 6.2–6.4). A zero field means its default.
+// memory in use. A zero field means its default.
 type GuardConfig struct {
 	// CompressAt: the proxy compresses earlier; 0 means 0.80.
 	CompressAt float64

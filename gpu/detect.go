@@ -38,9 +38,9 @@ func defaultOpeners() []opener {
 	}
 }
 
-// Detect picks the probe config gpu.probe names (seed 004 1.1). "auto" (or
+// Detect picks the probe config gpu.probe names. "auto" (or
 // "") tries NVIDIA, AMD and Apple in turn and falls back to system RAM
-// (seed 004 1.6), logging the choice and why each other probe was skipped.
+// (CPU-only inference), logging the choice and why each other probe was skipped.
 // A named probe that does not work on this machine is an error. Detect
 // never panics on a machine without GPU libraries.
 func Detect(ctx context.Context, cfg Config, log *slog.Logger) (Probe, error) {

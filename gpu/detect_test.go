@@ -33,10 +33,9 @@ func (p *namedProbe) Name() string { return p.name }
 
 var errNone = fmt.Errorf("%w: none here", ErrUnavailable)
 
-// Seed 004 1.1: at start the monitor detects NVIDIA, AMD, Apple Silicon or
-// CPU-only, in that order, and logs why it skipped the others (at debug
-// level).
-func TestSeed004_1_1_DetectsGPUType(t *testing.T) {
+// At start the monitor detects NVIDIA, AMD, Apple Silicon or CPU-only, in
+// that order, and logs why it skipped the others (at debug level).
+func TestDetectTriesNVIDIAThenAMDThenAppleThenCPU(t *testing.T) {
 	type setup struct{ nvidia, amd, apple, amdSample error }
 	tests := []struct {
 		name     string
@@ -111,8 +110,8 @@ func TestDetectRecoversFromPanic(t *testing.T) {
 	}
 }
 
-// Seed 004 1.6 on this machine, which has no NVIDIA library: Detect starts,
-// logs the fallback and does not crash.
+// CPU-only detection on this machine, which has no NVIDIA library: Detect
+// starts, logs the fallback and does not crash.
 func TestDetectRealMachine(t *testing.T) {
 	var logs bytes.Buffer
 	p, err := Detect(context.Background(), Config{}, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))

@@ -2,21 +2,20 @@ package gpu
 
 import "fmt"
 
-// Level is the memory guard's judgement of device memory (seed 004 R6).
+// Level is the memory guard's judgement of device memory.
 type Level int
 
 // Levels, from calm to critical. Each asks more of the proxy.
 const (
 	// LevelNormal: nothing to do.
 	LevelNormal Level = iota
-	// LevelCompress: compress earlier, by lowering the strategy threshold
-	// (seed 004 6.2).
+	// LevelCompress: compress earlier, by lowering the strategy threshold.
 	LevelCompress
-	// LevelShrink: num_ctx steps down one bucket (seed 004 6.3); the
+	// LevelShrink: num_ctx steps down one bucket; the
 	// Sizer does this by itself.
 	LevelShrink
 	// LevelEmergency: snapshot and clear the active sessions and tell the
-	// user how to restore them (seed 004 6.4, 6.5).
+	// user how to restore them.
 	LevelEmergency
 )
 

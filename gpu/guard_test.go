@@ -51,8 +51,8 @@ func TestGuardLevels(t *testing.T) {
 	}
 }
 
-// seedGuardLevel checks the level the guard reaches at usage.
-func seedGuardLevel(t *testing.T, usage float64, want Level) {
+// checkGuardLevel checks the level the guard reaches at usage.
+func checkGuardLevel(t *testing.T, usage float64, want Level) {
 	t.Helper()
 	if got := NewGuard(GuardConfig{}).Observe(usage); got != want {
 		t.Errorf("usage %.2f: level %v, want %v", usage, got, want)
@@ -62,15 +62,15 @@ func seedGuardLevel(t *testing.T, usage float64, want Level) {
 	}
 }
 
-// Seed 004 6.2: at 80% the guard asks for compression.
-func TestSeed004_6_2_CompressAt80Percent(t *testing.T) {
-	seedGuardLevel(t, 0.80, LevelCompress)
+// At 80% the guard asks for compression.
+func TestGuardCompressesAt80Percent(t *testing.T) {
+	checkGuardLevel(t, 0.80, LevelCompress)
 }
 
-// Seed 004 6.3: at 90% it forces a smaller context: the Sizer steps
+// At 90% it forces a smaller context: the Sizer steps
 // num_ctx down one bucket.
-func TestSeed004_6_3_ShrinkAt90Percent(t *testing.T) {
-	seedGuardLevel(t, 0.90, LevelShrink)
+func TestGuardShrinksAt90Percent(t *testing.T) {
+	checkGuardLevel(t, 0.90, LevelShrink)
 
 	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	s := NewSizer(Config{})
@@ -82,11 +82,11 @@ func TestSeed004_6_3_ShrinkAt90Percent(t *testing.T) {
 	}
 }
 
-// Seed 004 6.4: at 95% the guard reaches the emergency level, on which the
+// At 95% the guard reaches the emergency level, on which the
 // proxy snapshots and clears the active sessions; the Monitor announces it
 // (TestMonitorEvents).
-func TestSeed004_6_4_EmergencyAt95Percent(t *testing.T) {
-	seedGuardLevel(t, 0.95, LevelEmergency)
+func TestGuardEmergencyAt95Percent(t *testing.T) {
+	checkGuardLevel(t, 0.95, LevelEmergency)
 }
 
 func TestLevelString(t *testing.T) {

@@ -13,9 +13,9 @@ import (
 // its KV-cache size cannot be computed.
 var ErrUnknownModel = errors.New("gpu: model facts unknown")
 
-// kvBits is the size of one cached value per KV-cache type, in bits (seed
-// 004 3.3–3.5: f16 2 bytes, q8_0 1, q4_0 0.5; Ollama's own estimate in
-// fs/ggml kvCacheBytesPerElement uses the same figures).
+// kvBits is the size of one cached value per KV-cache type, in bits (f16 2
+// bytes, q8_0 1, q4_0 0.5; Ollama's own estimate in fs/ggml
+// kvCacheBytesPerElement uses the same figures).
 var kvBits = map[string]uint64{"f16": 16, "q8_0": 8, "q4_0": 4}
 
 // ModelFacts are the facts about a model that size its KV cache, read from

@@ -119,23 +119,23 @@ func kvBytes(t *testing.T, model, quant string) uint64 {
 	return facts(t, model).BytesPerToken(quant, 1)
 }
 
-// Seed 004 3.3: f16 uses 2 bytes per value. llama3.1 8B: 32 layers × 8 KV
+// f16 uses 2 bytes per value. llama3.1 8B: 32 layers × 8 KV
 // heads × (128 + 128) × 2 = 128 KiB per token.
-func TestSeed004_3_3_F16TwoBytesPerValue(t *testing.T) {
+func TestKVBytesF16TwoBytesPerValue(t *testing.T) {
 	if got, want := kvBytes(t, "llama3.1-8b", "f16"), uint64(128*kib); got != want {
 		t.Errorf("llama3.1 8B f16 = %d, want %d", got, want)
 	}
 }
 
-// Seed 004 3.4: q8_0 uses 1 byte per value.
-func TestSeed004_3_4_Q8OneBytePerValue(t *testing.T) {
+// q8_0 uses 1 byte per value.
+func TestKVBytesQ8OneBytePerValue(t *testing.T) {
 	if got, want := kvBytes(t, "llama3.1-8b", "q8_0"), uint64(64*kib); got != want {
 		t.Errorf("llama3.1 8B q8_0 = %d, want %d", got, want)
 	}
 }
 
-// Seed 004 3.5: q4_0 uses half a byte per value.
-func TestSeed004_3_5_Q4HalfBytePerValue(t *testing.T) {
+// q4_0 uses half a byte per value.
+func TestKVBytesQ4HalfBytePerValue(t *testing.T) {
 	if got, want := kvBytes(t, "llama3.1-8b", "q4_0"), uint64(32*kib); got != want {
 		t.Errorf("llama3.1 8B q4_0 = %d, want %d", got, want)
 	}

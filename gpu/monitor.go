@@ -15,7 +15,7 @@ type Event struct {
 }
 
 // Low reports a low-memory event: usage rose to the compress level or
-// above (seed 004 1.8; the threshold is gpu.guard.compress_at).
+// above (the threshold is gpu.guard.compress_at).
 func (e Event) Low() bool { return e.Level > e.Prev && e.Level >= LevelCompress }
 
 // MonitorOptions are a Monitor's collaborators; every field may be nil.
@@ -37,7 +37,7 @@ type MonitorOptions struct {
 const loadedTimeout = 5 * time.Second
 
 // Monitor samples a Probe off the request path: every poll_active while a
-// chat request is in flight (seed 004 1.7), every poll_idle otherwise. The
+// chat request is in flight, every poll_idle otherwise. The
 // request path reads the latest Snapshot, which costs an atomic load.
 type Monitor struct {
 	probe Probe

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -118,9 +119,9 @@ func startMonitor(t *testing.T, p Probe, cfg Config, opts MonitorOptions) (*Moni
 	return m, clock
 }
 
-// Seed 004 1.7: while inference is active the monitor polls every 5 s; idle,
+// While inference is active the monitor polls every 5 s; idle,
 // every 60 s.
-func TestSeed004_1_7_PollsEvery5sDuringInference(t *testing.T) {
+func TestMonitorPollsEvery5sDuringInference(t *testing.T) {
 	p := &fakeProbe{}
 	p.set(50*gb, nil)
 	m, clock := startMonitor(t, p, Config{}, MonitorOptions{})
@@ -173,33 +174,40 @@ func TestSeed004_1_7_PollsEvery5sDuringInference(t *testing.T) {
 
 // Back-to-back requests while the monitor already polls at poll_active
 // do not wake it one by one: it looks again within poll_active anyway, and
-// still samples every poll_active while one is in flight.
+// still samples every poll_active while one is in flight. It runs in a
+// synctest bubble so that "no wake-up came" is known once the monitor's
+// goroutine is blocked, rather than after a fixed wait.
 func TestMonitorBackToBackRequestsDoNotWakeIt(t *testing.T) {
-	p := &fakeProbe{}
-	p.set(50*gb, nil)
-	m, clock := startMonitor(t, p, Config{PollActive: 5 * time.Second, PollIdle: 60 * time.Second}, MonitorOptions{})
-	clock.next(t)
-	clock.mu.Lock()
-	clock.now = clock.now.Add(10 * time.Second)
-	clock.mu.Unlock()
-	first := m.Active() // the first request after the idle spell wakes it
-	w := clock.next(t)
-	if w.d != 5*time.Second {
-		t.Fatalf("wait after a request = %v, want 5s", w.d)
-	}
-	first()
-	done := m.Active() // the next one, while it waits at most 5 s
-	select {
-	case extra := <-clock.waits:
-		t.Fatalf("a request woke the monitor again (new wait %v) though it was polling at poll_active", extra.d)
-	case <-time.After(100 * time.Millisecond): // no wake-up came
-	}
-	clock.elapse(w, 5*time.Second)
-	w = clock.next(t)
-	if got := m.Snapshot().Seq; got != 3 || w.d != 5*time.Second {
-		t.Errorf("after poll_active with a request in flight: Seq %d, wait %v; want a sample and another 5s wait", got, w.d)
-	}
-	done()
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakeProbe{}
+		p.set(50*gb, nil)
+		m, clock := startMonitor(t, p, Config{PollActive: 5 * time.Second, PollIdle: 60 * time.Second}, MonitorOptions{})
+		clock.next(t)
+		clock.mu.Lock()
+		clock.now = clock.now.Add(10 * time.Second)
+		clock.mu.Unlock()
+		first := m.Active() // the first request after the idle spell wakes it
+		w := clock.next(t)
+		if w.d != 5*time.Second {
+			t.Fatalf("wait after a request = %v, want 5s", w.d)
+		}
+		first()
+		done := m.Active() // the next one, while it waits at most 5 s
+		// Once the monitor is blocked, a wake-up would have it blocked
+		// handing a new wait to clock.waits.
+		synctest.Wait()
+		select {
+		case extra := <-clock.waits:
+			t.Fatalf("a request woke the monitor again (new wait %v) though it was polling at poll_active", extra.d)
+		default:
+		}
+		clock.elapse(w, 5*time.Second)
+		w = clock.next(t)
+		if got := m.Snapshot().Seq; got != 3 || w.d != 5*time.Second {
+			t.Errorf("after poll_active with a request in flight: Seq %d, wait %v; want a sample and another 5s wait", got, w.d)
+		}
+		done()
+	})
 }
 
 func TestMonitorRecentSampleIsNotRepeated(t *testing.T) {
@@ -220,9 +228,9 @@ func TestMonitorRecentSampleIsNotRepeated(t *testing.T) {
 	}
 }
 
-// Seed 004 1.2: a sample has total, used, available and model-loaded
+// A sample has total, used, available and model-loaded
 // memory, taken together.
-func TestSeed004_1_2_SnapshotHasTotalUsedAvailableAndModelMemory(t *testing.T) {
+func TestSnapshotHasTotalUsedFreeAndModelMemory(t *testing.T) {
 	p := &fakeProbe{}
 	p.set(60*gb, nil)
 	models := []LoadedModel{
@@ -262,10 +270,10 @@ func TestMonitorLoadedFails(t *testing.T) {
 	}
 }
 
-// Seed 004 1.8 (and 6.4's announcement): falling free memory raises a
+// Falling free memory (down to the emergency level too) raises a
 // low-memory event to subscribers; the levels it passes are announced once
 // each.
-func TestSeed004_1_8_LowMemoryEvent(t *testing.T) {
+func TestMonitorLowMemoryEvent(t *testing.T) {
 	p := &fakeProbe{}
 	m := NewMonitor(p, Config{}, MonitorOptions{})
 	var events []Event

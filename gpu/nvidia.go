@@ -20,7 +20,7 @@ type nvmlLib interface {
 	Extensions() nvml.ExtendedInterface
 }
 
-// NVIDIA measures NVIDIA GPUs through NVML (seed 004 1.3).
+// NVIDIA measures NVIDIA GPUs through NVML.
 //
 // go-nvml dlopens libnvidia-ml.so.1 inside Init; every other call jumps
 // into that library, so calling anything after a failed Init (Shutdown

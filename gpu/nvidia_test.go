@@ -39,8 +39,8 @@ func wantDGX() []Device {
 	return want
 }
 
-// Seed 004 1.3: NVIDIA memory through NVML.
-func TestSeed004_1_3_NVIDIAThroughNVML(t *testing.T) {
+// NVIDIA memory through NVML.
+func TestNVIDIAThroughNVML(t *testing.T) {
 	s := dgx()
 	p, err := openNVIDIA(s)
 	if err != nil {

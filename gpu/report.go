@@ -8,7 +8,7 @@ import (
 
 // Report is what `ctxproxy gpu` and the status page show: the devices and,
 // for a model, the num_ctx it would get. Its JSON form is the external
-// contract of `ctxproxy gpu --json` (DESIGN.md): {"devices": [{"vendor",
+// contract of `ctxproxy gpu --json` (README, Commands): {"devices": [{"vendor",
 // "name", "total", "used", "free"}], "model": {"name", "bytes_per_token",
 // "num_ctx", "reason"}}, bytes as integers.
 type Report struct {

@@ -79,7 +79,7 @@ func (d Decision) Client(n int) (numCtx int, reason string) {
 }
 
 // CanAllocate reports whether a KV cache of tokens more tokens fits under
-// the soft limit: free memory less the safety buffer (seed 004 6.1, 6.6),
+// the soft limit: free memory less the safety buffer (vram_buffer),
 // counted as Headroom is. Unknown memory or model facts answer false.
 func (d Decision) CanAllocate(tokens int) bool {
 	if tokens < 0 || d.BytesPerToken == 0 || d.Limit == 0 {
@@ -88,7 +88,7 @@ func (d Decision) CanAllocate(tokens int) bool {
 	return uint64(tokens) <= d.Headroom/d.BytesPerToken
 }
 
-// Sizer chooses num_ctx per model from a memory Snapshot (seed 004 R3),
+// Sizer chooses num_ctx per model from a memory Snapshot,
 // holding each model's choice steady so Ollama does not reload it on every
 // wobble of free memory. It is safe for concurrent use.
 //
@@ -112,7 +112,7 @@ func (d Decision) CanAllocate(tokens int) bool {
 //
 // Unknown model facts or no memory sample: the model keeps its last
 // num_ctx; a model never sized gets target_size if set, else min_size, the
-// size that is always safe (seed 004 8.2).
+// size that is always safe.
 type Sizer struct {
 	cfg Config
 
@@ -153,7 +153,7 @@ func NewSizer(cfg Config) *Sizer {
 var ErrBadSize = errors.New("gpu: context size must be positive")
 
 // SetTarget fixes num_ctx at n for every model from now on (`/context size
-// N`, seed 004 7.2). It is still capped by max_size and the trained
+// N`). It is still capped by max_size and the trained
 // context length, raised to min_size, and stepped down by the guard.
 func (s *Sizer) SetTarget(n int) error {
 	if n <= 0 {
@@ -166,7 +166,7 @@ func (s *Sizer) SetTarget(n int) error {
 	return nil
 }
 
-// SetAuto turns sizing from memory on (`/context auto`, seed 004 7.3).
+// SetAuto turns sizing from memory on (`/context auto`).
 // Models are sized afresh from the next snapshot.
 func (s *Sizer) SetAuto() {
 	s.mu.Lock()
@@ -376,7 +376,7 @@ func (s *Sizer) fit(m Model, snap Snapshot, bpt uint64, why *strings.Builder) (f
 }
 
 // guardStep lowers n one bucket while the guard is at the shrink level or
-// above (seed 004 6.3), never below lower.
+// above, never below lower.
 func (s *Sizer) guardStep(n, lower int, snap Snapshot, why *strings.Builder) int {
 	if snap.Level < LevelShrink || n <= lower {
 		return n

@@ -334,7 +334,7 @@ func TestSizerModelsAreIndependent(t *testing.T) {
 	}
 }
 
-// `/context size N` and `/context auto` (seed 004 7.2, 7.3) at runtime.
+// `/context size N` and `/context auto` at runtime.
 func TestSizerRuntimeOverride(t *testing.T) {
 	s := NewSizer(Config{})
 	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
@@ -402,9 +402,9 @@ func TestDecisionClient(t *testing.T) {
 	}
 }
 
-// Seed 004 6.1 and 6.6: an allocation is allowed only while it leaves the
-// 512 MB safety buffer free.
-func TestSeed004_6_1_CanAllocateHonoursSoftLimit(t *testing.T) {
+// An allocation is allowed only while it leaves the 512 MiB safety buffer
+// free.
+func TestCanAllocateHonoursSoftLimit(t *testing.T) {
 	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	d := NewSizer(Config{}).Decide(m, snap(1, 1*gb)) // 512 MiB above the buffer = 4096 tokens
 	tests := []struct {
@@ -424,15 +424,14 @@ func TestSeed004_6_1_CanAllocateHonoursSoftLimit(t *testing.T) {
 	}
 }
 
-func TestSeed004_6_6_SafetyBufferIs512MB(t *testing.T) {
+func TestSafetyBufferDefaultsTo512MiB(t *testing.T) {
 	if got := (Config{}).withDefaults().VRAMBuffer; got != 512*mib {
 		t.Errorf("default VRAMBuffer = %d, want 512 MiB", got)
 	}
 }
 
-// Seed 004 3.1: the size follows available memory, the model and the
-// quantization.
-func TestSeed004_3_1_SizeFromMemoryModelAndQuantization(t *testing.T) {
+// The size follows available memory, the model and the quantization.
+func TestSizeFromMemoryModelAndQuantization(t *testing.T) {
 	llama := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	qwen := Model{Name: "qwen2.5:7b", Facts: facts(t, "qwen2.5-7b")}
 	decide := func(cfg Config, m Model, free uint64) int { return NewSizer(cfg).Decide(m, snap(1, free)).NumCtx }
@@ -448,8 +447,8 @@ func TestSeed004_3_1_SizeFromMemoryModelAndQuantization(t *testing.T) {
 	}
 }
 
-// Seed 004 3.2: floor((available − safety buffer) / bytes per token).
-func TestSeed004_3_2_AutoSizeFormula(t *testing.T) {
+// The size is floor((available − safety buffer) / bytes per token).
+func TestAutoSizeFormula(t *testing.T) {
 	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	for _, free := range []uint64{1 * gb, 3*gb + 17*mib, 9*gb + 999, 15 * gb} {
 		d := NewSizer(Config{}).Decide(m, snap(1, free))
@@ -463,8 +462,8 @@ func TestSeed004_3_2_AutoSizeFormula(t *testing.T) {
 	}
 }
 
-// Seed 004 8.1: target_size is the preferred size.
-func TestSeed004_8_1_TargetSizeIsPreferred(t *testing.T) {
+// target_size is the preferred size.
+func TestTargetSizeIsPreferred(t *testing.T) {
 	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	if d := NewSizer(Config{TargetSize: 16384}).Decide(m, snap(1, 40*gb)); d.NumCtx != 16384 {
 		t.Errorf("auto with target: %d", d.NumCtx)
@@ -474,8 +473,8 @@ func TestSeed004_8_1_TargetSizeIsPreferred(t *testing.T) {
 	}
 }
 
-// Seed 004 8.2: never below min_size.
-func TestSeed004_8_2_NeverBelowMinSize(t *testing.T) {
+// The size is never below min_size.
+func TestSizeNeverBelowMinSize(t *testing.T) {
 	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	for _, free := range []uint64{0, 100 * mib, 1 * gb} {
 		for _, level := range []Level{LevelNormal, LevelEmergency} {
@@ -488,8 +487,8 @@ func TestSeed004_8_2_NeverBelowMinSize(t *testing.T) {
 	}
 }
 
-// Seed 004 8.3: never above max_size.
-func TestSeed004_8_3_NeverAboveMaxSize(t *testing.T) {
+// The size is never above max_size.
+func TestSizeNeverAboveMaxSize(t *testing.T) {
 	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	for _, cfg := range []Config{{MaxSize: 32768}, {MaxSize: 32768, AutoSize: boolp(false), TargetSize: 65536}, {MaxSize: 32768, TargetSize: 65536}} {
 		if d := NewSizer(cfg).Decide(m, snap(1, 40*gb)); d.NumCtx > 32768 {
@@ -498,8 +497,8 @@ func TestSeed004_8_3_NeverAboveMaxSize(t *testing.T) {
 	}
 }
 
-// Seed 004 8.4: auto_size adjusts to memory; off, it does not.
-func TestSeed004_8_4_AutoSizeFollowsMemory(t *testing.T) {
+// auto_size adjusts to memory; off, it does not.
+func TestAutoSizeFollowsMemory(t *testing.T) {
 	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	auto, fixed := NewSizer(Config{}), NewSizer(Config{AutoSize: boolp(false), TargetSize: 8192})
 	var autoSizes, fixedSizes []int
@@ -515,8 +514,8 @@ func TestSeed004_8_4_AutoSizeFollowsMemory(t *testing.T) {
 	}
 }
 
-// Seed 004 8.5: vram_buffer is reserved.
-func TestSeed004_8_5_VRAMBufferReserved(t *testing.T) {
+// vram_buffer is reserved.
+func TestVRAMBufferReserved(t *testing.T) {
 	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	d := NewSizer(Config{VRAMBuffer: 1 * gb}).Decide(m, snap(1, 5*gb))
 	if want := int(4 * gb / (128 * kib)); d.Limit != want {
@@ -524,8 +523,8 @@ func TestSeed004_8_5_VRAMBufferReserved(t *testing.T) {
 	}
 }
 
-// Seed 004 8.6: kv_quantization is used in the calculation.
-func TestSeed004_8_6_KVQuantizationUsed(t *testing.T) {
+// kv_quantization is used in the calculation.
+func TestKVQuantizationUsedInSizing(t *testing.T) {
 	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	for quant, want := range map[string]uint64{"f16": 128 * kib, "q8_0": 64 * kib, "q4_0": 32 * kib} {
 		if d := NewSizer(Config{KVQuantization: quant}).Decide(m, snap(1, 5*gb)); d.BytesPerToken != want {

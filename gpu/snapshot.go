@@ -76,11 +76,10 @@ func (s Snapshot) Total() uint64 { return s.sum(func(d Device) uint64 { return d
 // Used is the memory in use on all devices.
 func (s Snapshot) Used() uint64 { return s.sum(func(d Device) uint64 { return d.Used }) }
 
-// Free is the free memory of all devices (seed 004 1.2's "available").
+// Free is the free memory of all devices.
 func (s Snapshot) Free() uint64 { return s.sum(func(d Device) uint64 { return d.Free }) }
 
-// ModelMemory is the memory the loaded models hold on the devices (seed 004
-// 1.2's "model-loaded memory").
+// ModelMemory is the memory the loaded models hold on the devices.
 func (s Snapshot) ModelMemory() uint64 {
 	var n uint64
 	for _, m := range s.Models {
@@ -108,7 +107,7 @@ func (s Snapshot) sum(f func(Device) uint64) uint64 {
 // set up best. What the guard watches is everything else (other processes,
 // the desktop), which is what takes the memory a model needs at its next
 // load. Without ModelsKnown it cannot tell them apart and counts all used
-// memory, as seed 004 R6 states it.
+// memory.
 func (s Snapshot) Usage() float64 {
 	total := s.Total()
 	if total == 0 {

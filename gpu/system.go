@@ -13,7 +13,7 @@ import (
 	"github.com/shirou/gopsutil/v4/mem"
 )
 
-// System measures system RAM, for CPU-only inference (seed 004 1.6).
+// System measures system RAM, for CPU-only inference.
 //
 // Inside a container gopsutil reports the host's memory, while the kernel
 // kills the container at its cgroup limit; so the device is the tighter of

@@ -11,9 +11,9 @@ import (
 
 func file(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
 
-// Seed 004 1.6: without a GPU, system RAM, limited by the container's
+// Without a GPU, system RAM, limited by the container's
 // cgroup (gopsutil alone reports the host's memory).
-func TestSeed004_1_6_SystemRAMWithCgroupLimits(t *testing.T) {
+func TestSystemRAMWithCgroupLimits(t *testing.T) {
 	const host, hostAvail = 64 * gb, 40 * gb
 	tests := []struct {
 		name string

@@ -44,8 +44,9 @@ Start a line with // to send a message that begins with /.
 `
 
 // Chat is "ctxproxy chat": a terminal chat through a running ctxproxy in
-// accumulate mode (only each new turn is sent), with seed 000's and seed
-// 004's context commands as slash commands. Set the exported fields, then
+// accumulate mode (only each new turn is sent), with the context commands
+// as slash commands (/clear, /stats, /save, /export, /import, /context …).
+// Set the exported fields, then
 // call Run.
 type Chat struct {
 	Client *client.Client
@@ -231,8 +232,8 @@ func (r *Chat) fail(err error) {
 	fmt.Fprintln(r.Err, r.ErrPalette.Error(strings.TrimPrefix(err.Error(), ErrUsage.Error()+": ")))
 }
 
-// contextCommands are seed 004 R7's /context subcommands (with
-// "status", what /context alone shows).
+// contextCommands are the /context subcommands (with "status", what
+// /context alone shows).
 var contextCommands = map[string]bool{"status": true, "size": true, "auto": true, "snapshot": true,
 	"restore": true, "list": true, "clear": true, "compress": true, "stats": true}
 
@@ -249,8 +250,8 @@ func (r *Chat) context(ctx context.Context, rest string) error {
 	if err == nil {
 		switch sub {
 		case "clear":
-			// Seed 004 R7.7: clear keeps the system prompt; ctxproxy
-			// clears every message, so the next turn sends it again.
+			// clear keeps the system prompt: ctxproxy clears every
+			// message, so the next turn sends it again.
 			r.needSystem = r.System != ""
 		case "restore":
 			r.needSystem = false
@@ -282,8 +283,8 @@ func (r *Chat) switchModel(ctx context.Context, name string) error {
 }
 
 // turn sends one user message and shows the reply as it streams, then
-// ctxproxy's warnings and notices (seed 000: after the reply, without
-// blocking input) and the status line.
+// ctxproxy's warnings and notices (after the reply, without blocking
+// input) and the status line.
 func (r *Chat) turn(ctx context.Context, text string) {
 	if r.Model == "" {
 		r.fail(errors.New("no model chosen: start with --model NAME or type /model NAME"))

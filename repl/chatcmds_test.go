@@ -14,11 +14,11 @@ import (
 	"github.com/ctxproxy/ctxproxy/view"
 )
 
-// r7Fixture is session s1: one turn of two messages, snapshotted, then
-// two turns more, about 70% of the window in all (over the strategy's
-// target of 60%, under its threshold of 80%). It returns the snapshot's
-// id.
-func r7Fixture(t *testing.T, p *proxytest.Proxy) string {
+// contextFixtureWithSnapshot is session s1: one turn of two messages,
+// snapshotted, then two turns more, about 70% of the window in all (over
+// the strategy's target of 60%, under its threshold of 80%). It returns
+// the snapshot's id.
+func contextFixtureWithSnapshot(t *testing.T, p *proxytest.Proxy) string {
 	t.Helper()
 	converse(t, p, "s1", 1, 460)
 	snap, _, err := newClient(t, p, "").Snapshot(context.Background(), "s1", "manual")
@@ -33,9 +33,9 @@ func r7Fixture(t *testing.T, p *proxytest.Proxy) string {
 	return snap.ID
 }
 
-// TestSeed004_R7_ContextCommands: each /context subcommand does what
-// Requirement 7 says, checked on the server's state.
-func TestSeed004_R7_ContextCommands(t *testing.T) {
+// TestChatContextSubcommands: each /context subcommand prints its answer
+// and does its job, checked on the server's state.
+func TestChatContextSubcommands(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		name string
@@ -44,34 +44,34 @@ func TestSeed004_R7_ContextCommands(t *testing.T) {
 		// check looks at the proxy after the command.
 		check func(t *testing.T, p *proxytest.Proxy, c *client.Client)
 	}{
-		{"R7.1 status", "/context", `(?m)^VRAM +5\.1 / 24\.0 GiB \(21\.2%\)$`, nil},
-		{"R7.2 size", "/context size 4096", `Context size: 4,096 tokens \(auto sizing off\)\.`, func(t *testing.T, p *proxytest.Proxy, c *client.Client) {
+		{"status", "/context", `(?m)^VRAM +5\.1 / 24\.0 GiB \(21\.2%\)$`, nil},
+		{"size", "/context size 4096", `Context size: 4,096 tokens \(auto sizing off\)\.`, func(t *testing.T, p *proxytest.Proxy, c *client.Client) {
 			if s, _, err := c.ContextSize(ctx); err != nil || s.Auto || s.Target != 4096 {
 				t.Errorf("size: %+v %v", s, err)
 			}
 		}},
-		{"R7.3 auto", "/context auto", `Context size: auto, from free VRAM \(1,100 tokens now\)\.`, func(t *testing.T, p *proxytest.Proxy, c *client.Client) {
+		{"auto", "/context auto", `Context size: auto, from free VRAM \(1,100 tokens now\)\.`, func(t *testing.T, p *proxytest.Proxy, c *client.Client) {
 			if s, _, err := c.ContextSize(ctx); err != nil || !s.Auto {
 				t.Errorf("auto sizing is off: %+v %v", s, err)
 			}
 		}},
-		{"R7.4 snapshot", "/context snapshot", `Saved snapshot \S+ \(6 messages, \d+ tokens\)\.`, func(t *testing.T, p *proxytest.Proxy, c *client.Client) {
+		{"snapshot", "/context snapshot", `Saved snapshot \S+ \(6 messages, \d+ tokens\)\.`, func(t *testing.T, p *proxytest.Proxy, c *client.Client) {
 			if s, _ := p.Store.ListSnapshots(ctx, "s1"); len(s) != 2 || s[0].Reason != "manual" || s[0].Messages != 6 {
 				t.Errorf("snapshots %+v: want a second, manual one of 6 messages", s)
 			}
 		}},
-		{"R7.5 restore", "/context restore SNAP", `Restored snapshot SNAP: 2 messages\.`, func(t *testing.T, p *proxytest.Proxy, c *client.Client) {
+		{"restore", "/context restore SNAP", `Restored snapshot SNAP: 2 messages\.`, func(t *testing.T, p *proxytest.Proxy, c *client.Client) {
 			if n := len(p.Session(t, "s1").Messages); n != 2 {
 				t.Errorf("%d messages after restore, want 2", n)
 			}
 		}},
-		{"R7.6 list", "/context list", `(?m)^SNAP  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d  manual  2 +1\d\d +1\d% `, nil},
-		{"R7.7 clear", "/context clear", `Context cleared\.`, func(t *testing.T, p *proxytest.Proxy, c *client.Client) {
+		{"list", "/context list", `(?m)^SNAP  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d  manual  2 +1\d\d +1\d% `, nil},
+		{"clear", "/context clear", `Context cleared\.`, func(t *testing.T, p *proxytest.Proxy, c *client.Client) {
 			if n := len(p.Session(t, "s1").Messages); n != 0 {
 				t.Errorf("%d messages after clear", n)
 			}
 		}},
-		{"R7.8 compress", "/context compress", `Compressed: \d+ → \d+ tokens \([1-5] messages? dropped, 0 summarized\)\.`, func(t *testing.T, p *proxytest.Proxy, c *client.Client) {
+		{"compress", "/context compress", `Compressed: \d+ → \d+ tokens \([1-5] messages? dropped, 0 summarized\)\.`, func(t *testing.T, p *proxytest.Proxy, c *client.Client) {
 			// The dropped messages are replaced by markers, so count tokens.
 			if s := p.Session(t, "s1"); s.Stats.Dropped == 0 || s.Stats.Tokens >= 821 {
 				t.Errorf("after compress: %d dropped, %d tokens; want some dropped and fewer tokens", s.Stats.Dropped, s.Stats.Tokens)
@@ -82,12 +82,12 @@ func TestSeed004_R7_ContextCommands(t *testing.T) {
 				t.Errorf("after /compact: nothing dropped")
 			}
 		}},
-		{"R7.9 stats", "/context stats", `Model memory  6\.0 GiB \(5\.0 GiB in VRAM\)`, nil},
+		{"stats", "/context stats", `Model memory  6\.0 GiB \(5\.0 GiB in VRAM\)`, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := start(t, proxytest.Options{})
-			snap := r7Fixture(t, p)
+			snap := contextFixtureWithSnapshot(t, p)
 			line := strings.ReplaceAll(tt.line, "SNAP", snap)
 			out := runChat(t, p, chatRun{session: "s1", model: "llama3.1"}, lines(line))
 			want := regexp.MustCompile(strings.ReplaceAll(tt.want, "SNAP", regexp.QuoteMeta(snap)))
@@ -101,18 +101,19 @@ func TestSeed004_R7_ContextCommands(t *testing.T) {
 	}
 }
 
-// TestSeed004_R9_StatusDisplay: /context shows every field of Requirement 9.
-func TestSeed004_R9_StatusDisplay(t *testing.T) {
+// TestChatContextStatusFields: /context shows the model, tokens against the
+// limit, VRAM, the KV cache, snapshots and auto-compression.
+func TestChatContextStatusFields(t *testing.T) {
 	p := start(t, proxytest.Options{})
 	converse(t, p, "s1", 3, 130) // about 100 tokens as sent
 	out := runChat(t, p, chatRun{session: "s1", model: "llama3.1"}, lines("/context"))
 	for _, field := range []struct{ req, re string }{
-		{"R9.1 model name", `(?m)^Model +llama3\.1$`},
-		{"R9.2 tokens and max with percentage", `(?m)^Tokens +1\d\d / 1,000 \(1\d\.\d%\)$`},
-		{"R9.3 VRAM used and total with percentage", `(?m)^VRAM +5\.1 / 24\.0 GiB \(21\.2%\)$`},
-		{"R9.4 KV quantization and memory", `(?m)^KV cache +f16, 1\d\.\d MiB \(1\d\d tokens × 128\.0 KiB\)$`},
-		{"R9.5 snapshot count", `(?m)^Snapshots +0$`},
-		{"R9.6 auto-compression and threshold", `(?m)^Auto-compress +on at 80% \(smart, down to 60%\)$`},
+		{"model name", `(?m)^Model +llama3\.1$`},
+		{"tokens and max with percentage", `(?m)^Tokens +1\d\d / 1,000 \(1\d\.\d%\)$`},
+		{"VRAM used and total with percentage", `(?m)^VRAM +5\.1 / 24\.0 GiB \(21\.2%\)$`},
+		{"KV quantization and memory", `(?m)^KV cache +f16, 1\d\.\d MiB \(1\d\d tokens × 128\.0 KiB\)$`},
+		{"snapshot count", `(?m)^Snapshots +0$`},
+		{"auto-compression and threshold", `(?m)^Auto-compress +on at 80% \(smart, down to 60%\)$`},
 	} {
 		if !regexp.MustCompile(field.re).MatchString(out.stdout) {
 			t.Errorf("%s: no line matching %s in\n%s", field.req, field.re, out.stdout)
@@ -123,10 +124,10 @@ func TestSeed004_R9_StatusDisplay(t *testing.T) {
 	}
 }
 
-// TestSeed004_R9_WarningIndicatorAbove80Percent: above 80% the status
-// and the status line carry ⚠ and the seed 000 text.
-func TestSeed004_R9_WarningIndicatorAbove80Percent(t *testing.T) {
-	o := seed000
+// TestChatWarningIndicatorFrom80Percent: above 80% the status and the
+// status line carry ⚠ and the capacity warning.
+func TestChatWarningIndicatorFrom80Percent(t *testing.T) {
+	o := trimAtLimit
 	o.Backend.Reply = "ok"
 	p := start(t, o)
 	converse(t, p, "s1", 1, 3400) // about 850 tokens of 1,000
@@ -135,7 +136,7 @@ func TestSeed004_R9_WarningIndicatorAbove80Percent(t *testing.T) {
 		t.Errorf("no ⚠ on the tokens line:\n%s", out.stdout)
 	}
 	if !strings.Contains(out.stdout, "⚠ Context at 80% capacity. Consider /clear or /save.\n") {
-		t.Errorf("no seed 000 warning under the status:\n%s", out.stdout)
+		t.Errorf("no capacity warning under the status:\n%s", out.stdout)
 	}
 	// Past snapshots.auto_threshold (80%) the turn took a snapshot.
 	bar := regexp.MustCompile(`(?m)^⚠ llama3\.1 · 8\d\d/1,000 tokens \(8\d%\) · VRAM 5\.1/24\.0 GiB \(21%\) · f16 · 1 snapshot · auto-compress at 100%$`)
@@ -147,7 +148,7 @@ func TestSeed004_R9_WarningIndicatorAbove80Percent(t *testing.T) {
 // TestChatPalette: without colors there are no escape codes and the
 // warnings keep their text; with them the status line is dimmed.
 func TestChatPalette(t *testing.T) {
-	p := start(t, seed000)
+	p := start(t, trimAtLimit)
 	p.Seed(t, "s1", "llama3.1", turns(2, 1640)...)
 	plain := runChat(t, p, chatRun{session: "s1", model: "llama3.1"}, lines("hi", "/context"))
 	if strings.Contains(plain.both, "\x1b[") {

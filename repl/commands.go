@@ -29,7 +29,7 @@ type Options struct {
 	Purge bool
 }
 
-// Commands runs seed 004 R7's context commands for one session over the
+// Commands runs the context commands for one session over the
 // admin API: "ctxproxy context" and the chat's slash commands share it.
 type Commands struct {
 	Client  *client.Client
@@ -102,7 +102,7 @@ func (a *Commands) Run(ctx context.Context, cmd string, args []string) error {
 		if a.Options.Purge {
 			return a.say("Session %s removed.", view.Clean(a.Session))
 		}
-		// Seed 000's /clear.
+		// The chat's /clear says the same.
 		return a.say("Context cleared.")
 	case "compress":
 		return a.Compact(ctx, "")
@@ -195,8 +195,8 @@ func (a *Commands) gather(ctx context.Context) (api.Status, []byte, api.SessionD
 	return st, rawSt, s, rawS, errStatus
 }
 
-// status is seed 004 R7.1's /context: the session's context status (all
-// of R9's fields), or the proxy's status without a session.
+// status is /context: the session's context status (view.ContextStatus),
+// or the proxy's status without a session.
 func (a *Commands) status(ctx context.Context) error {
 	if a.Session == "" {
 		st, raw, err := a.Client.Status(ctx)
@@ -215,7 +215,7 @@ func (a *Commands) status(ctx context.Context) error {
 	return view.ContextStatus(a.Out, a.Printer, view.Facts{Model: a.Model, Status: &st, Session: &s})
 }
 
-// stats is seed 004 R7.9's /context stats.
+// stats is /context stats: memory and compression (view.MemoryStats).
 func (a *Commands) stats(ctx context.Context) error {
 	st, rawSt, s, rawS, err := a.gather(ctx)
 	if err != nil {
@@ -237,7 +237,7 @@ func (a *Commands) stats(ctx context.Context) error {
 }
 
 // SessionStats is the chat's /stats: the session and its running token
-// total (seed 000), without the messages.
+// total, without the messages.
 func (a *Commands) SessionStats(ctx context.Context) error {
 	s, raw, err := a.Client.Session(ctx, a.Session)
 	if err != nil || a.JSON {
@@ -291,7 +291,7 @@ func jsonObject(parts map[string][]byte) ([]byte, error) {
 	return json.Marshal(obj)
 }
 
-// list is seed 004 R7.6's /context list: the session's snapshots, or
+// list is /context list: the session's snapshots, or
 // every session without one.
 func (a *Commands) list(ctx context.Context) error {
 	if a.Session == "" {
@@ -308,7 +308,8 @@ func (a *Commands) list(ctx context.Context) error {
 	return view.Snapshots(a.Out, a.Printer, snaps)
 }
 
-// create is "new": seed 003's CLI creates a session before adding to it.
+// create is "new": it creates a session, with metadata, before anything
+// is added to it.
 func (a *Commands) create(ctx context.Context) error {
 	meta := a.Options.Metadata
 	if meta == nil {
@@ -328,8 +329,8 @@ func (a *Commands) create(ctx context.Context) error {
 	return a.say("%s.", line)
 }
 
-// add pins a message to the session, as seed 003's
-// `cli.py add SESSION "Implement feature X" --importance 0.9` does.
+// add pins a message to the session: `ctxproxy context add --session S
+// --importance 0.9 "Implement feature X"`.
 func (a *Commands) add(ctx context.Context, args []string) error {
 	text := strings.Join(args, " ")
 	if text == "-" {
@@ -356,7 +357,7 @@ func (a *Commands) add(ctx context.Context, args []string) error {
 		view.Plural(r.Messages, "message"))
 }
 
-// size is /context size and /context auto (seed 004 R7.2, R7.3).
+// size is /context size and /context auto.
 func (a *Commands) size(ctx context.Context, cmd string, args []string) error {
 	var (
 		cs  api.ContextSize
@@ -381,7 +382,8 @@ func (a *Commands) size(ctx context.Context, cmd string, args []string) error {
 	return a.say("%s", view.ContextSize(cs))
 }
 
-// export is seed 000's /export: the conversation as seed 003's JSON.
+// export is /export: the conversation in the admin API's export format
+// (ADMIN_API.md, GET /ctxproxy/sessions/{id}/export).
 func (a *Commands) export(ctx context.Context, args []string) error {
 	data, err := a.Client.Export(ctx, a.Session)
 	if err != nil {
@@ -403,7 +405,7 @@ func (a *Commands) export(ctx context.Context, args []string) error {
 	return a.say("Exported %s to %s.", view.Plural(len(e.Messages), "message"), view.Clean(args[0]))
 }
 
-// importFile is seed 000's /import: ctxproxy checks the file and replaces
+// importFile is /import: ctxproxy checks the file and replaces
 // nothing when it is malformed.
 func (a *Commands) importFile(ctx context.Context, file string) error {
 	var (

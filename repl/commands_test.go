@@ -69,8 +69,8 @@ const exportJSON = `{"session_id":"elsewhere","messages":[` +
 	`{"role":"system","content":"TTA Architecture Context: ...","timestamp":"2026-02-01T09:00:00Z","importance":1},` +
 	`{"role":"user","content":"Implement feature X","timestamp":"2026-02-01T09:00:05Z","importance":0.9}],"metadata":{}}`
 
-// TestContextCommands runs every context command (seed 004 R7's, seed
-// 003's new and add) as a table and as JSON, against golden files.
+// TestContextCommands runs every context command as a table and as JSON,
+// against golden files.
 func TestContextCommands(t *testing.T) {
 	dir := t.TempDir()
 	importFile := filepath.Join(dir, "import.json")
@@ -131,10 +131,10 @@ func TestContextCommands(t *testing.T) {
 	}
 }
 
-// TestSeed003_AddPinnedMessage: `ctxproxy context add --session S
+// TestContextAddPinsWithImportance: `ctxproxy context add --session S
 // --importance 0.9 "Implement feature X"` pins the message with its
-// importance and metadata, as seed 003's add_message does.
-func TestSeed003_AddPinnedMessage(t *testing.T) {
+// importance and metadata.
+func TestContextAddPinsWithImportance(t *testing.T) {
 	p := start(t, proxytest.Options{})
 	if _, err := runCommand(t, p, cmdRun{cmd: "new", session: "tta-feature-xyz"}); err != nil {
 		t.Fatalf("new: %v", err)

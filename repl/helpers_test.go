@@ -34,7 +34,7 @@ import (
 // ctxproxy server (internal/proxytest) in front of internal/fakebackend.
 
 // limit is llama3.1's effective window in these tests: small, so that a
-// few messages reach seed 000's 80% and 90% warnings and trimming.
+// few messages reach the 80% and 90% warnings and trimming.
 const limit = 1000
 
 // echo answers each chat with "echo: " and its last message.

@@ -22,9 +22,8 @@ const retryAfter = 30 * time.Second
 // hundred bytes each) and the failures it remembers.
 const cacheEntries = 16384
 
-// Compactor folds old iterations of conversations into summaries (seed
-// 001's ContextCompactor, seed 002's ContextManager.summarize, seed 004's
-// Compression_Service). It is the engine behind modes summarize and hybrid
+// Compactor folds old iterations of conversations into summaries. It is
+// the engine behind modes summarize and hybrid
 // (Summarize, Hybrid) and the admin API's compress (Compact, Estimate).
 //
 // It summarizes each iteration once, with the summary of the iterations
@@ -173,7 +172,8 @@ func (c *Compactor) Stats() SummaryStats {
 	}
 }
 
-// Compaction is the result of Compact or Estimate (seed 004 5.5 and 5.6).
+// Compaction is the result of Compact or Estimate: the tokens before and
+// after, and what was folded.
 type Compaction struct {
 	// Messages is the compacted conversation (Estimate: nil).
 	Messages []Message
@@ -188,8 +188,8 @@ type Compaction struct {
 }
 
 // Compact folds every iteration of msgs but the newest keep_recent into
-// summaries (seed 001: old messages summarized, the last ones preserved,
-// the result holding the summary), waiting for every summary it needs
+// summaries (old messages summarized, the last ones preserved, the result
+// holding the summary), waiting for every summary it needs
 // until ctx ends. A conversation of fewer than min_messages messages is
 // returned as is without a summarizer call. When summarizing fails, Compact
 // logs the error and returns it with the original messages: the
@@ -389,7 +389,7 @@ func (c *Compactor) blockLimit(ctx context.Context) int {
 	return 16 * c.cfg.MaxTokens
 }
 
-// keepTokens is Hybrid's window of recent tokens (seed 004 5.4).
+// keepTokens is Hybrid's window of recent tokens, kept verbatim.
 func (c *Compactor) keepTokens(ctx context.Context, target int) int {
 	switch {
 	case c.cfg.KeepRecentTokens > 0:

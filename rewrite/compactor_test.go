@@ -42,8 +42,7 @@ func replayTurn(i int, rng *rand.Rand) (question Message, rest []Message) {
 
 // TestReplay200Turns replays a 200-turn conversation turn by turn, the
 // whole history each time as a client resends it, through the summarize
-// mode of a Trimmer (seed 002: summarization runs between iterations when
-// needed). Each iteration is summarized at most once; the request that
+// mode of a Trimmer (summarization runs between iterations when needed). Each iteration is summarized at most once; the request that
 // reaches a trim step finds its summaries written in the background; the
 // summaries reach the model in the system prompt; and the system prompt
 // changes once per step, not on every turn.

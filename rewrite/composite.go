@@ -23,8 +23,8 @@ func run(ctx context.Context, s pruner, msgs []Message, target int, c Counter) (
 }
 
 // Composite applies its strategies in order and stops as soon as the
-// conversation fits the target (seed 001: the second strategy is not
-// applied when the first suffices). A conversation that already fits is
+// conversation fits the target (the second strategy is not applied when
+// the first suffices). A conversation that already fits is
 // returned unchanged.
 //
 // The strategies of this package run on one shared plan: a later one sees

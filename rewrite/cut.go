@@ -9,12 +9,12 @@ import (
 	"unicode/utf8"
 )
 
-// DefaultToolResultTokens is ToolResults' default limit (DESIGN.md:
-// strategy.tool_results.max_tokens; seed 001's max_result_tokens).
+// DefaultToolResultTokens is ToolResults' default limit
+// (strategy.tool_results.max_tokens).
 const DefaultToolResultTokens = 1000
 
 // cutNote is the visible note left where the middle of a content was cut
-// out (DESIGN.md rule 6).
+// out, so that a cut is never silent.
 func cutNote(n int) string { return fmt.Sprintf("\n[… %d tokens cut …]\n", n) }
 
 // cutMiddle cuts the middle out of s so that what is left, note included,
@@ -79,7 +79,7 @@ func snapTail(s string, i, head int) int {
 
 // ToolResults cuts every tool result longer than MaxTokens down to about
 // that size, cutting out the middle and leaving the note "[… N tokens cut
-// …]" (seed 001: a 5000-token result becomes about 1000 tokens; a 500-token
+// …]" (at 1000, a 5000-token result becomes about 1000 tokens; a 500-token
 // one is left alone). The compacted message keeps every other field; Edited
 // tells the proxy to write the new content into its raw JSON.
 //
@@ -159,7 +159,7 @@ func (t ToolResults) prune(p *plan, _ int) {
 const shrinkFloor = 32
 
 // Shrink makes a conversation that is still too long fit the target
-// without dropping a message (DESIGN.md rule 6, on_overflow: shrink): it
+// without dropping a message (on_overflow: shrink; README, Strategies): it
 // cuts the middle out of the largest contents, tool results first, leaving
 // the note "[… N tokens cut …]". All contents of a kind are cut down to one
 // common size, the largest that fits, taken from a ladder of sizes (…, 512,

@@ -1,14 +1,14 @@
 package rewrite
 
-// Estimate is seed 004's requirement 5.6 ("predict the resulting token
-// count without performing actual compression"). No route of the proxy
+// Estimate predicts the token count a compression would leave, without
+// compressing. No route of the proxy
 // calls it yet; it lives apart from Compact so that wiring it (a dry run
 // of compress) or dropping it touches this file alone.
 
 import "context"
 
-// Estimate predicts what Compact would do, without calling the summarizer
-// (seed 004 5.6): remembered summaries count at their length, the others at
+// Estimate predicts what Compact would do, without calling the summarizer:
+// remembered summaries count at their length, the others at
 // the expected length of a summary.
 func (c *Compactor) Estimate(msgs []Message, cnt Counter) Compaction {
 	v, n := c.compactPlan(msgs, cnt)

@@ -139,9 +139,9 @@ type subject struct {
 	// fits: the result fits the target whenever the strategy's own
 	// minimum (its result for target 0) does.
 	fits bool
-	// seedBudget: TokenBudget without KeepTurn, which keeps only the
+	// systemOnly: TokenBudget without KeepTurn, which keeps only the
 	// system messages when they alone exceed the target.
-	seedBudget bool
+	systemOnly bool
 }
 
 func subjects(t testing.TB) []subject {
@@ -149,7 +149,7 @@ func subjects(t testing.TB) []subject {
 		{s: SlidingWindow{WindowSize: 5, PreserveSystem: true}},
 		{s: SlidingWindow{WindowSize: 3}},
 		{s: TokenBudget{KeepTurn: true}, fits: true},
-		{s: TokenBudget{}, seedBudget: true},
+		{s: TokenBudget{}, systemOnly: true},
 		{s: Smart{PreserveFirst: 2, PreserveLast: 5}},
 		{s: Smart{PreserveFirst: 2, PreserveLast: 5, Fill: true}, fits: true},
 		{s: Smart{PreserveFirst: -1, PreserveLast: 3, Fill: true}, fits: true},
@@ -296,8 +296,8 @@ func checkInvariants(t *testing.T, sub subject, msgs []Message, target int) {
 	}
 
 	// Always kept: leading system messages; newest user message and the
-	// last message, but for seed TokenBudget with the system messages
-	// alone over the target.
+	// last message, but for TokenBudget without KeepTurn when the system
+	// messages alone exceed the target.
 	sysTotal, newestUser := 0, -1
 	for i, m := range msgs {
 		if isSystem(&m) {
@@ -315,7 +315,7 @@ func checkInvariants(t *testing.T, sub subject, msgs []Message, target int) {
 			fail("leading system message %d dropped", i)
 		}
 	}
-	if !(sub.seedBudget && sysTotal > target) && len(msgs) > 0 {
+	if !(sub.systemOnly && sysTotal > target) && len(msgs) > 0 {
 		if newestUser >= 0 && !pos[newestUser] {
 			fail("newest user message %d dropped", newestUser)
 		}
@@ -334,7 +334,7 @@ func checkInvariants(t *testing.T, sub subject, msgs []Message, target int) {
 			fail("total %d > target, though %d is possible", Total(out, counter), Total(least.Messages, counter))
 		}
 	}
-	if sub.seedBudget && sysTotal <= target {
+	if sub.systemOnly && sysTotal <= target {
 		pinnedOnly, _ := TokenBudget{KeepTurn: true}.Apply(ctx, msgs, 0, counter)
 		if Total(pinnedOnly.Messages, counter) <= target && Total(out, counter) > target {
 			fail("total %d > target", Total(out, counter))

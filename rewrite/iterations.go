@@ -12,8 +12,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
-// The summary block that reaches the model (seed 002's
-// buildContextInjection): appended to the first system message, or the
+// The summary block that reaches the model: appended to the first system message, or the
 // content of a system message of its own when the request has none.
 const (
 	blockOpen   = "<conversation_summary>"
@@ -23,8 +22,7 @@ const (
 )
 
 // ContextInjection renders summaries, oldest first, as the delimited block
-// ctxproxy adds to the system prompt (seed 002: "a formatted string of
-// iteration summaries for the system prompt"). omitted is the number of
+// ctxproxy adds to the system prompt. omitted is the number of
 // older summaries left out for room; it is said in a line of its own.
 func ContextInjection(summaries []string, omitted int) string {
 	var b strings.Builder
@@ -44,11 +42,11 @@ func ContextInjection(summaries []string, omitted int) string {
 	return b.String()
 }
 
-// An iteration (seed 002) is a user turn and everything after it up to the
+// An iteration is a user turn and everything after it up to the
 // next user turn: the assistant's answer, its tool calls and their
 // results. In an agent's turn, each step — an assistant message that
 // follows tool results, with its own calls and their results — is an
-// iteration too (seed 002's iterations are an agent loop's), so that an
+// iteration too (as in an agent loop, whose iterations are steps), so that an
 // agent working for a long time on one request can be summarized step by
 // step. Messages between the leading system block and the first user
 // turn (a greeting) form an iteration of their own. An iteration never
@@ -224,8 +222,8 @@ func (v *conv) hasBlock() bool {
 }
 
 // summaryEstimate is what a summary is expected to cost before it is
-// written: seed 002's 2-3 sentences, about 270 characters at its 3.5
-// characters a token. Fold points are chosen with this estimate, never
+// written: the 2-3 sentences SummaryPrompt asks for, about 270 characters
+// at 3.5 characters a token. Fold points are chosen with this estimate, never
 // with the real lengths, so that a prefetch and the later request pick the
 // same iterations (see foldFor).
 const summaryEstimate = 80
@@ -249,7 +247,7 @@ func (v *conv) blockEstimate(n, per, limit int) int {
 // (threshold−target) of the window, so the same iterations fold on every
 // turn until the conversation has grown by another step, and the system
 // prompt — and the backend's prompt cache behind it — changes once per
-// step rather than on every turn (DESIGN.md rule 7). The choice depends
+// step rather than on every turn (see Budget). The choice depends
 // only on the messages and need, never on the summaries' real lengths, so
 // a prefetch made before the step foresees exactly what the step folds.
 func (v *conv) foldFor(need, most, per, limit int) int {
@@ -273,9 +271,8 @@ func (v *conv) foldFor(need, most, per, limit int) int {
 }
 
 // windowFold returns how many of the oldest iterations fall outside a
-// window of the newest ones worth at least keep tokens (Hybrid: seed 004
-// 5.4 preserves that many recent tokens uncompressed, rounded up to whole
-// iterations). The newest iteration is always inside.
+// window of the newest ones worth at least keep tokens (Hybrid keeps that
+// many recent tokens uncompressed, rounded up to whole iterations). The newest iteration is always inside.
 func (v *conv) windowFold(keep int) int {
 	sum := 0
 	for i := len(v.its) - 1; i > 0; i-- {

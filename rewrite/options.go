@@ -6,8 +6,8 @@ type thresholdKey struct{}
 
 // WithThreshold returns a context under which Trimmer.Trim starts trimming
 // at threshold instead of the configured strategy.threshold. The proxy
-// lowers it while GPU memory is under pressure (seed 004 R6.2: compress
-// earlier at 80% of VRAM).
+// lowers it while GPU memory is under pressure (the memory guard's
+// compress level, 80% of VRAM by default: compress earlier).
 func WithThreshold(ctx context.Context, threshold float64) context.Context {
 	return context.WithValue(ctx, thresholdKey{}, threshold)
 }

@@ -18,8 +18,8 @@ type plan struct {
 	g    grouping
 	utok []int // cost of each unit
 
-	// pinned units are never dropped (but by TokenBudget's seed rule, see
-	// there): the leading system messages, the newest user message, the
+	// pinned units are never dropped (but by TokenBudget without KeepTurn,
+	// see there): the leading system messages, the newest user message, the
 	// last unit (what the model answers now) and messages ctxproxy made
 	// (markers of an earlier pass).
 	pinned   []bool
@@ -349,8 +349,8 @@ func (p *plan) notice() string {
 	return strings.Join(parts, " ")
 }
 
-// trimNotice says what a trim kept, in seed 000's words: "Context trimmed.
-// Kept first 2 and last 10 turns." (a turn being a message, as there).
+// trimNotice says what a trim kept: "Context trimmed. Kept first 2 and
+// last 10 turns." (a turn being a message here).
 // That sentence is true only of one gap — a kept head and a kept tail —
 // so where messages were dropped here and there (selective, importance,
 // or a token budget after them) it says how many were dropped instead.

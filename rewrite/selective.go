@@ -8,12 +8,12 @@ import (
 )
 
 // defaultPreserveRoles are the roles Selective keeps when PreserveRoles is
-// nil (DESIGN.md: selective.preserve_roles).
+// nil (strategy.selective.preserve_roles).
 var defaultPreserveRoles = []string{roleSystem, roleUser}
 
 // Selective keeps every message whose role is in PreserveRoles, and with
 // PreserveMarked every message marked _preserve, and drops the others
-// oldest first until the conversation fits the target (seed 001).
+// oldest first until the conversation fits the target.
 //
 // Dropping an assistant reply between two kept user messages would put the
 // user messages next to each other, which strict templates reject; the gap
@@ -65,18 +65,18 @@ func (s Selective) prune(p *plan, target int) {
 // DefaultImportance is the importance of a message without an _importance
 // annotation: below the 0.8 that pins a message, so unannotated history can
 // be pruned, and above any message the client marked as less important.
-// (Seed 003's own API defaults to 1.0, but there every message passes
-// through add_message with an explicit choice; a proxy sees plain chat
-// history.)
+// (An API where every message is added with an explicit importance could
+// default to 1.0; a proxy sees plain chat history.)
 const DefaultImportance = 0.5
 
-// Defaults from seed 003.
+// Importance's defaults (strategy.importance.preserve_above and
+// preserve_recent).
 const (
 	DefaultPreserveAbove  = 0.8
 	DefaultPreserveRecent = 5
 )
 
-// Importance is seed 003's hybrid pruning: system messages, messages with
+// Importance prunes by importance and recency: system messages, messages with
 // importance above PreserveAbove and the last PreserveRecent messages are
 // always kept; the others are dropped lowest importance first, oldest first
 // among equals, until the conversation fits the target. A unit's importance

@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 )
 
-// Defaults of DESIGN.md's summarize: keys.
+// Defaults of the summarize: keys (config.example.yaml).
 const (
 	DefaultKeepRecent     = 3
 	DefaultMinMessages    = 6
@@ -23,22 +23,22 @@ const (
 // ErrEmptySummary reports a summarizer answer with no text in it.
 var ErrEmptySummary = errors.New("rewrite: summarizer returned an empty summary")
 
-// SummarizeConfig mirrors DESIGN.md's summarize: section. Its zero value
+// SummarizeConfig mirrors the configuration's summarize: section. Its zero value
 // works: every zero field means the default its comment names.
 type SummarizeConfig struct {
 	// Model is the model that writes summaries; "" means the model of the
-	// request being summarized (seed 004 5.1: "use the active model").
+	// request being summarized (the model already loaded).
 	Model string `mapstructure:"model"`
 	// KeepRecent is how many of the newest iterations mode summarize keeps
-	// verbatim at least (seed 002's keepRecentIterations); 0 means
+	// verbatim at least; 0 means
 	// DefaultKeepRecent, negative none (the newest one is always kept).
 	KeepRecent int `mapstructure:"keep_recent"`
 	// KeepRecentTokens is how many tokens of the newest messages mode
-	// hybrid keeps verbatim (seed 004 5.4); 0 means a third of the
+	// hybrid keeps verbatim; 0 means a third of the
 	// effective limit.
 	KeepRecentTokens int `mapstructure:"keep_recent_tokens"`
-	// MinMessages is the shortest conversation worth summarizing (seed
-	// 001's min_messages_to_summarize); 0 means DefaultMinMessages,
+	// MinMessages is the shortest conversation worth summarizing; 0 means
+	// DefaultMinMessages,
 	// negative no minimum.
 	MinMessages int `mapstructure:"min_messages"`
 	// MaxTokens bounds one summary; a longer answer is cut. 0 means
@@ -119,7 +119,8 @@ type SummaryRequest struct {
 	MaxTokens int
 	// NumCtx is the context size the proxy sets for Model on Ollama; the
 	// call sends the same, because every distinct num_ctx makes Ollama
-	// reload the model (DESIGN.md, Known costs). 0 sets none.
+	// reload the model (Ollama's server/sched.go, runnerRef.needsReload,
+	// compares the runner options, num_ctx among them). 0 sets none.
 	NumCtx int
 	// Auth is the Authorization header value of the client's request, for
 	// backends that need a key; "" sends none. Never log it.
@@ -132,8 +133,8 @@ type SummaryRequest struct {
 	Instructions string
 }
 
-// SummaryPrompt is the system prompt of every summarizer call. Seed 002
-// asks for 2-3 sentences per iteration; what a later turn most often needs
+// SummaryPrompt is the system prompt of every summarizer call. It asks for
+// 2-3 sentences per iteration, short enough to fold many; what a later turn most often needs
 // back — names, decisions, numbers, file paths, open tasks, the user's
 // goals — is named so that the model keeps it.
 const SummaryPrompt = `You condense one exchange of a conversation between a user and an AI assistant, so that the assistant can continue the conversation without seeing the exchange again.

@@ -18,8 +18,7 @@ type Prefetcher interface {
 	Prefetch(ctx context.Context, msgs []Message, target int, c Counter)
 }
 
-// Summarize is the strategy of mode summarize (seeds 001, 002, 004 5.1):
-// it folds the oldest iterations into 2-3 sentence summaries, which reach
+// Summarize is the strategy of mode summarize: it folds the oldest iterations into 2-3 sentence summaries, which reach
 // the model as a delimited block in the system prompt, keeping at least
 // keep_recent iterations verbatim. The Trimmer runs it first and trimming
 // after it (Composite{Summarize, TokenBudget}), so whatever summaries
@@ -60,7 +59,7 @@ func (s Summarize) Prefetch(ctx context.Context, msgs []Message, target int, c C
 // Compactor returns the engine behind s.
 func (s Summarize) Compactor() *Compactor { return s.c }
 
-// Hybrid is the strategy of mode hybrid (seed 004 5.3 and 5.4): it keeps
+// Hybrid is the strategy of mode hybrid: it keeps
 // the newest messages worth summarize.keep_recent_tokens verbatim and
 // folds every older iteration into summaries, like a summary buffer.
 // Unlike Summarize it folds all it can whenever the Trimmer acts, so its

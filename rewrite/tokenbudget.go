@@ -6,19 +6,19 @@ import (
 )
 
 // TokenBudget drops the oldest messages until the conversation fits the
-// target (seed 001). It keeps every system message, the messages marked
+// target. It keeps every system message, the messages marked
 // _preserve, the newest user message and the last unit.
 //
-// When the system messages alone exceed the target, seed 001 asks for
-// only the system messages and a warning: TokenBudget does that unless
-// KeepTurn is set. ctxproxy's own pipeline (New) sets KeepTurn, because a
-// prompt without the user's question is useless: DESIGN.md rule 6 keeps the
-// newest user turn and leaves the overflow to strategy.on_overflow.
+// When the system messages alone exceed the target, TokenBudget keeps only
+// the system messages and logs a warning, unless KeepTurn is set.
+// ctxproxy's own pipeline (New) sets KeepTurn, because a prompt without the
+// user's question is useless: it keeps the newest user turn and leaves the
+// overflow to strategy.on_overflow (README, Strategies).
 type TokenBudget struct {
 	// KeepTurn keeps the newest user turn even when the system messages
 	// alone exceed the target.
 	KeepTurn bool
-	// Log receives the seed's warning; nil discards it.
+	// Log receives that warning; nil discards it.
 	Log *slog.Logger
 }
 

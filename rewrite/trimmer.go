@@ -9,7 +9,7 @@ import (
 	"slices"
 )
 
-// What strategy.on_overflow may say (DESIGN.md rule 6): what to do when the
+// What strategy.on_overflow may say (README, Strategies): what to do when the
 // messages that are never dropped — the leading system messages and the
 // newest user turn — alone exceed the context window.
 const (
@@ -32,7 +32,7 @@ var (
 	ErrUnknownMode = errors.New("rewrite: unknown strategy mode")
 )
 
-// Defaults of DESIGN.md's strategy keys.
+// Defaults of the strategy: keys (config.example.yaml).
 const (
 	DefaultMode      = "smart"
 	DefaultThreshold = 0.80
@@ -42,8 +42,8 @@ const (
 // defaultComposite is the default of strategy.composite.
 var defaultComposite = []string{"smart", "token_budget"}
 
-// Config mirrors DESIGN.md's strategy: section. Its zero value works: every
-// zero field means the default DESIGN.md lists.
+// Config mirrors the configuration's strategy: section. Its zero value
+// works: every zero field means the default config.example.yaml lists.
 type Config struct {
 	// Mode is none, sliding_window, token_budget, smart, selective,
 	// importance, mask, summarize, hybrid or composite; "" means DefaultMode.
@@ -275,7 +275,8 @@ func baseStrategy(mode string, cfg Config, log *slog.Logger, extra map[string]St
 	return nil, fmt.Errorf("%w: %q", ErrUnknownMode, mode)
 }
 
-// Budget is DESIGN.md rule 7, trimming with hysteresis. It says whether a
+// Budget is trimming with hysteresis (README, Strategies: "Move the cut
+// every turn"). It says whether a
 // conversation of total tokens must be trimmed under an effective limit
 // (act: total reached threshold·limit), and to what budget.
 //

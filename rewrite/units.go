@@ -19,7 +19,7 @@ func isToolResult(m *Message) bool { return m.Role == roleTool || m.Role == role
 func isToolCaller(m *Message) bool { return m.Role == roleAssistant && len(m.ToolCalls) > 0 }
 
 // A Unit is a group of messages that strategies keep or drop together
-// (DESIGN.md rule 5): an assistant message that calls tools together with
+// (no strategy splits one; README, Strategies): an assistant message that calls tools together with
 // all of its tool results, or a single message of any other kind.
 //
 // How results are matched to their call:

@@ -2,7 +2,7 @@ package rewrite
 
 import "context"
 
-// Defaults from seed 000 and DESIGN.md's strategy keys.
+// Defaults of the strategy: keys (config.example.yaml).
 const (
 	DefaultWindowSize    = 10
 	DefaultPreserveFirst = 2
@@ -22,8 +22,8 @@ func orDefault(n, def int) int {
 	return n
 }
 
-// SlidingWindow keeps the last WindowSize messages (seed 001: 25 messages,
-// window 10 → the last 10, system messages kept). The window is widened to
+// SlidingWindow keeps the last WindowSize messages (25 messages, window 10
+// → the last 10, system messages kept). The window is widened to
 // whole units, so a tool call at its edge comes with all its results.
 //
 // It is a count rule: it ignores the target. ctxproxy composes it with
@@ -68,22 +68,21 @@ func (s SlidingWindow) prune(p *plan, _ int) {
 
 // Smart keeps the first PreserveFirst and the last PreserveLast messages
 // and replaces what it drops between them with a marker whose text is
-// "[N messages omitted]" (seed 000: first 2 and last 10 turns, a turn being
-// one message; seed 001: 100 messages with 2 and 5 → "[93 messages
-// omitted]"). System messages and messages marked _preserve are kept
+// "[N messages omitted]" (by default the first 2 and last 10 messages;
+// 100 messages with 2 and 5 → "[93 messages omitted]"). System messages and messages marked _preserve are kept
 // wherever they are. A conversation no longer than PreserveFirst +
 // PreserveLast is returned unchanged, without a marker. Both ends are
 // widened to whole units.
 //
-// Without Fill it is a count rule that ignores the target, as in the seeds.
+// Without Fill it is a count rule that ignores the target.
 // With Fill, the messages between the two ends are dropped oldest first
 // only until the conversation fits the target: the result keeps as much
 // recent history as fits, and the cut stays put while the conversation
 // grows (see Budget), so the backend's prompt cache keeps hitting. New sets
 // Fill.
 //
-// The first exchange (the first PreserveFirst messages, seed 000: "the
-// first turn and the second turn SHALL always be preserved") and the
+// The first exchange (the first PreserveFirst messages, which usually
+// state the task: the user's first request and its answer) and the
 // newest turn (the newest user message and the last unit) are kept before
 // anything else. When the conversation does not fit the target, Smart with
 // Fill gives up, in this order:

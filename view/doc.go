@@ -1,7 +1,7 @@
 // Package view renders what ctxproxy shows people as text: the context
-// status of seed 004 R9, a session's stats, memory stats, the proxy's
-// status, and the session and snapshot tables. The CLI ("ctxproxy
-// context"), the REPL ("ctxproxy chat") and the in-band commands a chat
+// status (model, tokens, memory, KV cache, snapshots, auto-compression), a
+// session's stats, memory stats, the proxy's status, and the session and
+// snapshot tables. The CLI ("ctxproxy context"), the REPL ("ctxproxy chat") and the in-band commands a chat
 // client sends (/context, /stats) all render through it, so a field looks
 // the same wherever it is shown.
 //

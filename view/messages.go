@@ -16,7 +16,7 @@ const messageWidth = 100
 
 // Messages is the conversation part of "ctxproxy context show": one line
 // per stored message, numbered from 1, with its time, role, importance
-// (seed 003's, "-" when unset; a "*" after it when pinned with _preserve)
+// (0..1, "-" when unset; a "*" after it when pinned with _preserve)
 // and the start of its content on one line.
 func Messages(w io.Writer, p Printer, msgs []api.SessionMessage) error {
 	if len(msgs) == 0 {

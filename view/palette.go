@@ -5,8 +5,8 @@ import (
 	"strconv"
 )
 
-// The terminal colors: seed 000 wants the 80% warning yellow and the 90%
-// one orange, which the 16 basic colors do not have (Orange is the
+// The terminal colors: the 80% warning is yellow and the 90% one orange,
+// which the 16 basic colors do not have (Orange is the
 // 256-color one).
 const (
 	Yellow = "\x1b[33m"
@@ -17,8 +17,8 @@ const (
 	Reset  = "\x1b[0m"
 )
 
-// WarnAt is the usage from which a status shows its warning indicator:
-// seed 000 warns when usage reaches 80%, seed 004 R9.7 when it exceeds it.
+// WarnAt is the usage from which a status shows its warning indicator: at
+// 80% and above, as the capacity warning itself (budget.WarnAt).
 const WarnAt = 0.80
 
 // Palette paints text when On; the zero Palette writes plain text (the
@@ -33,12 +33,12 @@ func (p Palette) Paint(color, s string) string {
 	return color + s + Reset
 }
 
-// Warning is a seed 000 capacity warning: yellow at 80%, orange at 90%.
+// Warning is a capacity warning: yellow at 80%, orange at 90%.
 func (p Palette) Warning(text string) string {
 	return p.Paint(warningColor(text), "⚠ "+Clean(text))
 }
 
-// Notice is what ctxproxy did, e.g. seed 000's "Context trimmed. Kept
+// Notice is what ctxproxy did, e.g. "Context trimmed. Kept
 // first 2 and last 10 turns." (info).
 func (p Palette) Notice(text string) string {
 	return p.Paint(Cyan, "ℹ "+Clean(text))

@@ -117,8 +117,8 @@ func (f Facts) autoCompress() (on bool, threshold float64) {
 	return s.Mode != "" && s.Mode != "none", s.Threshold
 }
 
-// StatusBar is the one line shown after each reply: seed 004 R9's fields,
-// with ⚠ from WarnAt.
+// StatusBar is the one line shown after each reply: ContextStatus's
+// fields in short, with ⚠ from WarnAt.
 func StatusBar(p Palette, f Facts) string {
 	var parts []string
 	if m := f.ModelName(); m != "" {
@@ -161,7 +161,8 @@ func StatusBar(p Palette, f Facts) string {
 }
 
 // ContextStatus is /context and "ctxproxy context status --session":
-// every field of seed 004 R9, then the session's warning (R9.7).
+// the model, tokens, memory, KV cache, snapshots, auto-compression and
+// context size, then the session's warning.
 func ContextStatus(w io.Writer, p Printer, f Facts) error {
 	tw := table(w)
 	if id := cmp.Or(f.SessionID, sessionID(f.Session)); id != "" {
@@ -242,7 +243,7 @@ func sizeLine(f Facts) string {
 }
 
 // SessionStats is /stats and "ctxproxy context show": the session and its
-// running token total (seed 000; seed 003's summary).
+// running token total.
 func SessionStats(w io.Writer, p Printer, s api.SessionDetail) error {
 	tw := table(w)
 	st := s.Stats
@@ -272,7 +273,7 @@ func SessionStats(w io.Writer, p Printer, s api.SessionDetail) error {
 	return nil
 }
 
-// MemoryStats is /context stats: seed 004 R7.9's model memory, KV cache
+// MemoryStats is /context stats: the model's memory, KV cache
 // size and compression ratios. running is what the backend says of its
 // loaded models (Ollama's /api/ps), nil when unknown.
 func MemoryStats(w io.Writer, p Printer, f Facts, running []api.RunningModel) error {
@@ -338,8 +339,8 @@ func writeDevices(w io.Writer, devices []api.Device) {
 	}
 }
 
-// BudgetLine is how the last request's window was divided (seed 001's
-// context budget): "8,192: 120 system, 340 tools, 1,024 reply, 5,000
+// BudgetLine is how the last request's window was divided (the
+// X-Ctxproxy-Budget header): "8,192: 120 system, 340 tools, 1,024 reply, 5,000
 // conversation, 1,708 free".
 func BudgetLine(b api.Budget) string {
 	return fmt.Sprintf("%s: %s system, %s tools, %s reply, %s conversation, %s free", Grouped(b.Total),

@@ -32,7 +32,7 @@ func TestFormatting(t *testing.T) {
 	}
 }
 
-// TestWarningColors: seed 000's 80% warning is yellow and its 90% one
+// TestWarningColors: the 80% warning is yellow and its 90% one
 // orange; the level is read from the text.
 func TestWarningColors(t *testing.T) {
 	p := Palette{On: true}

@@ -11,7 +11,7 @@ import (
 )
 
 // "ctxproxy chat": a terminal chat through a running ctxproxy in
-// accumulate mode, with seed 000's and seed 004's context commands.
+// accumulate mode, with the context commands as slash commands.
 
 const chatUsage = `Usage: ctxproxy chat [flags]
 

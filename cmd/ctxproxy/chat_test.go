@@ -60,7 +60,7 @@ func TestChatColors(t *testing.T) {
 		t.Error("useColor accepted --color sometimes")
 	}
 
-	// Seed 000's trimming at 100%, so that the 80% warning shows.
+	// Trimming only at 100%, so that the 80% warning shows.
 	p := proxytest.Start(t, proxytest.Options{Strategy: rewrite.Config{Mode: "smart", Threshold: 1, Target: 0.6},
 		Models:  map[string]budget.Model{"llama3.1": {MaxTokens: 1100, MaxOutputTokens: 100}},
 		Backend: fakebackend.Options{Reply: "ok", Tokenize: func(s string) int { return (len(s) + 3) / 4 }}})

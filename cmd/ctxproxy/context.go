@@ -16,7 +16,7 @@ import (
 	"golang.org/x/term"
 )
 
-// "ctxproxy context": seed 004 R7's context commands as a one-shot command
+// "ctxproxy context": the context commands as a one-shot command
 // over the admin API, sharing its commands with chat's /context.
 
 // defaultProxy is where "ctxproxy serve" listens by default.

@@ -28,8 +28,8 @@ func runContext(env map[string]string, stdin string, args ...string) (stdout, st
 }
 
 // TestContextFlags: the flags reach the command: "add" with --role,
-// --importance and --meta stores the message as seed 003's add_message
-// does, "new" with --model and --meta sets the session's.
+// --importance and --meta stores the message with them, "new" with
+// --model and --meta sets the session's.
 func TestContextFlags(t *testing.T) {
 	p := proxytest.Start(t, proxytest.Options{})
 	env := map[string]string{"CTXPROXY_PROXY": p.URL}

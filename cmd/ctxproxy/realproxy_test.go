@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 )
@@ -114,7 +113,7 @@ func TestRealProxyChat(t *testing.T) {
 	}
 
 	// "/context clear" emptied the stored conversation; the chat sends
-	// its system prompt again with the next turn (seed 004 R7.7).
+	// its system prompt again with the next turn.
 	show := p.must(t, "", []string{"export", "--session", "s1"})
 	var exp struct {
 		Messages []struct{ Role, Content string } `json:"messages"`
@@ -240,17 +239,14 @@ func TestServeAdminOffBeyondLoopback(t *testing.T) {
 			strings.NewReader(""), io.Discard, logs)
 	}()
 	base := "http://127.0.0.1:" + port
-	for i := 0; ; i++ {
+	waitFor(t, "serve to answer /ctxproxy/healthz", func() bool {
 		resp, err := http.Get(base + "/ctxproxy/healthz")
-		if err == nil {
-			resp.Body.Close()
-			break
+		if err != nil {
+			return false
 		}
-		if i > 500 {
-			t.Fatalf("serve did not start: %v\n%s", err, logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return true
+	})
 	resp, err := http.Get(base + "/ctxproxy/sessions")
 	if err != nil {
 		t.Fatal(err)

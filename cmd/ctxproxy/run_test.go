@@ -164,14 +164,14 @@ func TestGracefulShutdown(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
 	// Wait until the listener is closed, then let the stream finish.
-	for i := 0; i < 200; i++ {
+	waitFor(t, "the listener to close", func() bool {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
-			break
+			return true
 		}
 		c.Close()
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
 	close(hold)
 	rest, err := io.ReadAll(br)
 	if err != nil || !strings.Contains(string(rest), `"done":true`) {
@@ -323,16 +323,35 @@ func TestServeRedactsBackendPassword(t *testing.T) {
 }
 
 // TestServeConnectionCap: beyond limits.max_connections, with no
-// connection idle (these have not sent a request yet), new connections
-// are closed on arrival and counted; open ones keep working.
+// connection idle (one is in the middle of a request, the others have not
+// sent one yet), new connections are closed on arrival and counted.
 func TestServeConnectionCap(t *testing.T) {
-	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	hold := make(chan struct{})
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Hold: hold})
 	addr, _, stop := startServe(t, []string{"--backend", be.URL}, map[string]string{"CTXPROXY_LIMITS_MAX_CONNECTIONS": "3"})
 	defer stop()
+	defer close(hold)
 	http.DefaultClient.CloseIdleConnections() // startServe's polling
-	time.Sleep(50 * time.Millisecond)
-	var held []net.Conn
-	for range 3 {
+	// Ask on a connection of its own until the server has counted
+	// startServe's polling connections out: only the asking one is open.
+	busy, _, _ := request(t, addr, http.MethodGet, "/metrics", "")
+	openOne := regexp.MustCompile(`(?m)^ctxproxy_connections_open 1$`)
+	waitFor(t, "the polling connections to be counted out", func() bool {
+		_, text, err := busy.do(addr, http.MethodGet, "/metrics", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return openOne.MatchString(text)
+	})
+	// That connection then streams a chat the backend holds: busy, it is
+	// never closed to make room.
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/api/chat",
+		strings.NewReader(`{"model":"llama3.1","messages":[{"role":"user","content":"hi"}]}`))
+	if err := req.Write(busy); err != nil {
+		t.Fatal(err)
+	}
+	held := []net.Conn{busy}
+	for range 2 {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
@@ -354,16 +373,11 @@ func TestServeConnectionCap(t *testing.T) {
 		t.Errorf("a fourth connection was served (%d bytes)", n)
 	}
 	extra.Close()
-	held[0].Close()
-	held = held[1:]
-	time.Sleep(50 * time.Millisecond)
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !regexp.MustCompile(`(?m)^ctxproxy_connections_refused_total [1-9]`).Match(body) {
+	// Make room; counter dials again until the server has counted the
+	// closed connection out.
+	held[len(held)-1].Close()
+	held = held[:len(held)-1]
+	if n := counter(t, addr, "ctxproxy_connections_refused_total"); n < 1 {
 		t.Errorf("refused connections not counted")
 	}
 }
@@ -419,7 +433,16 @@ func TestServeRetention(t *testing.T) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		time.Sleep(20 * time.Millisecond) // distinct update times
+		// Sessions are stored off the request path: wait until this one
+		// is, so that each is updated after the one before.
+		waitFor(t, "session "+id+" to be stored", func() bool {
+			resp, err := http.Get("http://" + addr + "/ctxproxy/sessions/" + id)
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -431,8 +454,7 @@ func TestServeRetention(t *testing.T) {
 		ID string `json:"session_id"`
 	}
 	var list []item
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	waitFor(t, "retention to leave two sessions", func() bool {
 		resp, err := http.Get("http://" + addr + "/ctxproxy/sessions")
 		if err != nil {
 			t.Fatal(err)
@@ -443,11 +465,8 @@ func TestServeRetention(t *testing.T) {
 		_ = json.NewDecoder(resp.Body).Decode(&answer)
 		list = answer.Sessions
 		resp.Body.Close()
-		if len(list) == 2 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(list) <= 2
+	})
 	if len(list) != 2 || list[0].ID == "a" || list[1].ID == "a" {
 		t.Errorf("sessions after retention: %+v, want b and c", list)
 	}
@@ -471,10 +490,7 @@ func TestServeStartupChecklist(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Errorf("chat through a /v1 backend URL: %d", resp.StatusCode)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(logs.String(), "admin API on") && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, `the log line "admin API on"`, func() bool { return strings.Contains(logs.String(), "admin API on") })
 	out := logs.String()
 	for _, want := range []string{"ends in /v1", `"msg":"backend answers"`, `"kind":"ollama"`, `"msg":"sessions: stored in files","dir":"/`,
 		"admin API on", "models and their windows: llama3.1:8b 131072"} {

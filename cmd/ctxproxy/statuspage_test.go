@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/internal/headless"
@@ -19,12 +18,8 @@ import (
 // TestStatusPageEndToEnd runs ctxproxy (run, as main does) in front of the
 // fake Ollama, sends chat requests in a few sessions, and renders
 // /ctxproxy/ in headless chromium: the page must show those sessions,
-// read through the real admin API with the admin token.
-//
-// It needs the admin API (proxy/admin.go). Until that is merged, GET
-// /ctxproxy/sessions answers 404 and the test skips; it runs by itself
-// once the API is there. Set CTXPROXY_STATUS_SCREENSHOT=file.png to keep a
-// screenshot.
+// read through the real admin API with the admin token. Set
+// CTXPROXY_STATUS_SCREENSHOT=file.png to keep a screenshot.
 func TestStatusPageEndToEnd(t *testing.T) {
 	headless.Require(t)
 	const token = "e2e-admin-token"
@@ -42,9 +37,8 @@ func TestStatusPageEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
-		t.Skip("the admin API is not merged yet (GET /ctxproxy/sessions answered 404): " +
-			"this end-to-end browser test switches itself on once proxy/admin.go lands")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /ctxproxy/sessions with the admin token: status %d, want 200", resp.StatusCode)
 	}
 
 	sessions := []string{"e2e-alpha", "e2e/team <b>beta</b>", "e2e-gamma"}
@@ -66,8 +60,7 @@ func TestStatusPageEndToEnd(t *testing.T) {
 
 	// Sessions are written off the request path: wait until the admin
 	// API lists all of them.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitFor(t, "the admin API to list every session", func() bool {
 		resp, err := admin("/ctxproxy/sessions")
 		if err != nil {
 			t.Fatal(err)
@@ -79,14 +72,8 @@ func TestStatusPageEndToEnd(t *testing.T) {
 		}
 		err = json.NewDecoder(resp.Body).Decode(&list)
 		resp.Body.Close()
-		if err == nil && len(list.Sessions) >= len(sessions) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the admin API lists %d sessions, want %d (err %v)", len(list.Sessions), len(sessions), err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && len(list.Sessions) >= len(sessions)
+	})
 
 	frag := url.Values{"token": {token}, "session": {sessions[1]}}
 	page := base + "/ctxproxy/#" + frag.Encode()

@@ -22,7 +22,8 @@ import (
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
-// countReport is `ctxproxy count --json` (DESIGN.md).
+// countReport is `ctxproxy count --json`, a contract for scripts (README,
+// Commands).
 type countReport struct {
 	Model    string         `json:"model"`
 	Total    int            `json:"total"`

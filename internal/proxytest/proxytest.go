@@ -29,8 +29,8 @@ import (
 const GiB = 1 << 30
 
 // Options choose the proxy's configuration. The zero value is a proxy in
-// front of an Ollama fake with the default smart strategy, counting seed
-// 000's way (4 characters a token, no calibration), one 24 GiB GPU with
+// front of an Ollama fake with the default smart strategy, counting by
+// estimate (4 characters a token, no calibration), one 24 GiB GPU with
 // 5.1 GiB in use, and no admin token.
 type Options struct {
 	// Kind is the backend the fake plays (default Ollama).
