@@ -46,7 +46,7 @@ type Config struct {
 	MaxBody       ByteSize      `mapstructure:"max_body"`
 	ShutdownGrace time.Duration `mapstructure:"shutdown_grace"`
 	// AllowedHosts and AllowedOrigins extend the Host and Origin checks
-	// against DNS rebinding (proxy.HostPolicy).
+	// against DNS rebinding (edge.HostPolicy).
 	AllowedHosts   []string `mapstructure:"allowed_hosts"`
 	AllowedOrigins []string `mapstructure:"allowed_origins"`
 	// Notes say what normalize changed, for the start-up log.

@@ -6,6 +6,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/proxy"
+	"github.com/ctxproxy/ctxproxy/proxy/edge"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -27,13 +28,13 @@ func (c Config) ProxyConfig(version string) proxy.Config {
 		Accumulate:            c.Session.Accumulate,
 		RespectClient:         c.Context.RespectClient,
 		NoExact:               !c.Tokens.Exact,
-		Limits: proxy.Limits{MaxInflight: int64(c.Limits.MaxInflight), BodyMemory: int64(c.Limits.BodyMemory),
+		Limits: edge.Limits{MaxInflight: int64(c.Limits.MaxInflight), BodyMemory: int64(c.Limits.BodyMemory),
 			QueueWait: c.Limits.QueueWait, MinBodyRate: int64(c.Limits.MinBodyRate)},
-		Hosts: proxy.HostPolicy{Loopback: proxy.Loopback(c.Listen), AllowedHosts: c.AllowedHosts,
+		Hosts: edge.HostPolicy{Loopback: edge.Loopback(c.Listen), AllowedHosts: c.AllowedHosts,
 			AllowedOrigins: c.AllowedOrigins},
 		Version:    version,
 		AdminToken: c.Admin.Token,
-		AdminOff:   c.Admin.Token == "" && !proxy.Loopback(c.Listen),
+		AdminOff:   c.Admin.Token == "" && !edge.Loopback(c.Listen),
 		Inband:     c.Commands.Inband,
 		Status: proxy.StatusInfo{
 			MinSize: c.Context.MinSize, MaxSize: c.Context.MaxSize,

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -60,22 +59,6 @@ func (s *adminAPI) routes(mux *http.ServeMux) {
 	mux.Handle("/ctxproxy/", s.only(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusNotFound, fmt.Sprintf("no admin route %s %s", r.Method, r.URL.EscapedPath()))
 	})))
-}
-
-// Loopback reports whether a listen address (host:port) accepts
-// connections from this machine only: 127.0.0.0/8, ::1 or localhost.
-// Anything else, an empty host (every interface) included, is not, and
-// without admin.token the admin API stays off there.
-func Loopback(listen string) bool {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		host = listen
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // byMethod answers a route by its method, and 405 in JSON for others.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/proxy/edge"
 )
 
 // Config is what the proxy needs to run. The zero value works: every zero
@@ -53,9 +54,9 @@ type Config struct {
 	// RespectClient keeps a client's own options.num_ctx when it fits.
 	RespectClient bool
 	// Hosts are the Host and Origin checks against DNS rebinding.
-	Hosts HostPolicy
+	Hosts edge.HostPolicy
 	// Limits bound requests in flight, body memory and slow bodies.
-	Limits Limits
+	Limits edge.Limits
 	// NoExact counts every prompt by estimate (tiktoken and calibration),
 	// even for Ollama models whose own tokenizer could count it exactly
 	// (tokens.exact: false).

@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/ctxproxy/ctxproxy/proxy/edge"
 )
 
 // corsBackend answers preflights as Ollama's CORS middleware does: the
@@ -44,7 +46,7 @@ func corsBackend(t *testing.T) (*httptest.Server, *[]string) {
 // the origin, and only then.
 func TestPreflightAllowsOwnHeaders(t *testing.T) {
 	be, asked := corsBackend(t)
-	_, px := newProxy(t, be.URL, Config{Hosts: HostPolicy{AllowedOrigins: []string{"http://localhost:3000", "https://evil.example"}}})
+	_, px := newProxy(t, be.URL, Config{Hosts: edge.HostPolicy{AllowedOrigins: []string{"http://localhost:3000", "https://evil.example"}}})
 	preflight := func(origin string) *http.Response {
 		req, _ := http.NewRequest(http.MethodOptions, px.URL+"/api/chat", nil)
 		req.Header.Set("Origin", origin)

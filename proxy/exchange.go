@@ -2,9 +2,7 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -112,38 +110,6 @@ type exchangeKey struct{}
 func exchangeFrom(ctx context.Context) *exchange {
 	ex, _ := ctx.Value(exchangeKey{}).(*exchange)
 	return ex
-}
-
-// readBody reads a chat request body, refusing one over MaxBody before it
-// is read whole.
-func readBody(r *http.Request, maxBody int64) ([]byte, *wire.Error) {
-	tooLarge := &wire.Error{Status: http.StatusRequestEntityTooLarge,
-		Message: fmt.Sprintf("request body is larger than the %d bytes ctxproxy accepts (max_body)", maxBody)}
-	if r.ContentLength > maxBody {
-		return nil, tooLarge
-	}
-	var body []byte
-	var err error
-	if n := r.ContentLength; n >= 0 {
-		// One buffer of the announced size: io.ReadAll's doubling would
-		// hold up to twice the body while it grows.
-		body = make([]byte, n)
-		if _, err = io.ReadFull(r.Body, body); err == nil {
-			var extra [1]byte
-			if m, _ := r.Body.Read(extra[:]); m > 0 {
-				err = errors.New("body longer than its Content-Length")
-			}
-		}
-	} else {
-		body, err = io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	}
-	if err != nil {
-		return nil, &wire.Error{Status: http.StatusBadRequest, Message: "reading the request body failed"}
-	}
-	if int64(len(body)) > maxBody {
-		return nil, tooLarge
-	}
-	return body, nil
 }
 
 // setPlanHeaders sets the X-Ctxproxy-* response headers of DESIGN.md.

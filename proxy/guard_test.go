@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/proxy/edge"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
@@ -130,7 +131,7 @@ func TestBodyHeldUntilStored(t *testing.T) {
 	}
 	t.Cleanup(func() { store.Close() })
 	w := &heldWriter{store: store}
-	s, err := New(Config{Backend: be.URL, MaxBody: 4000, Limits: Limits{BodyMemory: 5000, QueueWait: 50 * time.Millisecond}},
+	s, err := New(Config{Backend: be.URL, MaxBody: 4000, Limits: edge.Limits{BodyMemory: 5000, QueueWait: 50 * time.Millisecond}},
 		Deps{Store: store, Writer: w}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)

@@ -6,14 +6,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
-	"testing/iotest"
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/proxy/edge"
 )
 
 // TestSlowBodyCut: a client that sends its body a byte now and then is
@@ -23,7 +22,7 @@ import (
 // one gets its whole time (grace + 1 s) at once.
 func TestSlowBodyCut(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
-	_, px := newProxy(t, be.URL, Config{Limits: Limits{MinBodyRate: 1000, BodyGrace: 300 * time.Millisecond}})
+	_, px := newProxy(t, be.URL, Config{Limits: edge.Limits{MinBodyRate: 1000, BodyGrace: 300 * time.Millisecond}})
 	for _, c := range []struct{ path, length string }{
 		{"/api/chat", "100000"}, {"/api/blobs/sha256:abc", "100000"}, {"/api/chat", "1000"}, {"/api/blobs/sha256:abc", "1000"},
 	} {
@@ -62,7 +61,7 @@ func TestSlowBodyCut(t *testing.T) {
 func TestInflightCap(t *testing.T) {
 	stall := make(chan struct{})
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Stall: stall})
-	_, px := newProxy(t, be.URL, Config{Limits: Limits{MaxInflight: 1, QueueWait: 100 * time.Millisecond}})
+	_, px := newProxy(t, be.URL, Config{Limits: edge.Limits{MaxInflight: 1, QueueWait: 100 * time.Millisecond}})
 	chat := []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"hi"}]}`)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -91,7 +90,7 @@ func TestInflightCap(t *testing.T) {
 func TestBodyMemoryBudget(t *testing.T) {
 	stall := make(chan struct{})
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Stall: stall})
-	_, px := newProxy(t, be.URL, Config{MaxBody: 4000, Limits: Limits{BodyMemory: 5000, QueueWait: 100 * time.Millisecond}})
+	_, px := newProxy(t, be.URL, Config{MaxBody: 4000, Limits: edge.Limits{BodyMemory: 5000, QueueWait: 100 * time.Millisecond}})
 	big := []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"` + strings.Repeat("x", 2000) + `"}]}`)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -110,51 +109,4 @@ func TestBodyMemoryBudget(t *testing.T) {
 		t.Errorf("after the budget came back: %d", resp.StatusCode)
 	}
 	_ = bytes.MinRead
-}
-
-// deadlineWriter is a ResponseWriter whose connection takes read
-// deadlines, counting how often one is set.
-type deadlineWriter struct {
-	http.ResponseWriter
-	sets int
-	last time.Time
-}
-
-func (d *deadlineWriter) SetReadDeadline(t time.Time) error {
-	d.sets++
-	d.last = t
-	return nil
-}
-
-// TestRateBodyDeadlines: a body the rate allows at most wholeBodyTime
-// costs two deadline changes however it is read, the first its whole
-// time; a longer one moves its deadline with every read. Both end with
-// no deadline, so the answer may take its time.
-func TestRateBodyDeadlines(t *testing.T) {
-	g := newGate(Limits{MinBodyRate: 1000, BodyGrace: time.Second}, 1<<20, nil)
-	for _, c := range []struct {
-		size      int
-		wantWhole bool
-	}{{1000, true}, {10000, true}, {10001, false}, {20000, false}} {
-		r := httptest.NewRequest(http.MethodPost, "/api/chat", iotest.OneByteReader(strings.NewReader(strings.Repeat("x", c.size))))
-		r.ContentLength = int64(c.size)
-		w := &deadlineWriter{ResponseWriter: httptest.NewRecorder()}
-		g.limitRate(w, r)
-		first := w.last
-		if want := time.Second + time.Duration(c.size)*time.Millisecond; c.wantWhole && time.Until(first) < want-time.Second {
-			t.Errorf("%d bytes: first deadline %s away, want about %s", c.size, time.Until(first).Round(time.Millisecond), want)
-		}
-		if b, err := io.ReadAll(r.Body); err != nil || len(b) != c.size {
-			t.Fatalf("%d bytes: read %d, %v", c.size, len(b), err)
-		}
-		if c.wantWhole && w.sets != 2 {
-			t.Errorf("%d bytes: %d deadline changes, want 2 (set, clear)", c.size, w.sets)
-		}
-		if !c.wantWhole && w.sets < c.size {
-			t.Errorf("%d bytes read a byte at a time: %d deadline changes, want one a read", c.size, w.sets)
-		}
-		if !w.last.IsZero() {
-			t.Errorf("%d bytes: the deadline is still set after the body", c.size)
-		}
-	}
 }

@@ -27,7 +27,7 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 	}
 	ex := &exchange{dialect: d, route: r.URL.Path, start: time.Now(), headers: http.Header{}}
 	defer func() { s.rec.logExchange(ex) }()
-	body, release, status := s.gate.takeBody(w, r, d)
+	body, release, status := s.gate.TakeBody(w, r, d)
 	if status != 0 {
 		ex.status = status
 		return

@@ -32,6 +32,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
+	"github.com/ctxproxy/ctxproxy/proxy/edge"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -107,7 +108,7 @@ type Server struct {
 	writer  Writer
 
 	be       *backend.Backend
-	gate     *gate
+	gate     *edge.Gate
 	trackers *trackers
 	tok      *tokenizeRoutes
 	once     *onceLog
@@ -138,7 +139,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		tokens: deps.Tokens, sizer: deps.Sizer, monitor: deps.Monitor, store: deps.Store, writer: deps.Writer}
 	s.trimmer.Store(deps.Trimmer)
 	s.metrics = newMetrics(s.registry, deps)
-	s.gate = newGate(cfg.Limits, cfg.MaxBody, s.metrics.refused)
+	s.gate = edge.NewGate(cfg.Limits, cfg.MaxBody, s.metrics.refused)
 	transport := NewTransport(cfg)
 	if b := deps.Backend; b != nil {
 		if t, ok := b.Client().Transport.(*http.Transport); ok {
@@ -210,24 +211,22 @@ func (s *Server) routes() {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if why := s.cfg.Hosts.checkHost(r); why != "" {
+	if why := s.cfg.Hosts.Check(r); why != "" {
 		s.metrics.refused.WithLabelValues("host").Inc()
 		s.log.Warn("request refused", "host", r.Host, "origin", r.Header.Get("Origin"), "path", r.URL.Path, "why", why)
 		wire.WriteError(w, wire.DialectOf(r.URL.Path), wire.Error{Status: http.StatusForbidden, Message: why})
 		return
 	}
-	if !exempt(r.URL.Path) {
-		if err := s.gate.acquire(r.Context(), s.gate.inflight, 1); err != nil {
-			s.gate.busy(w, r, "requests in flight")
-			return
-		}
-		defer s.gate.inflight.Release(1)
+	done, ok := s.gate.Admit(w, r)
+	if !ok {
+		return
 	}
+	defer done()
 	// The server decides after the handler whether the connection can
 	// serve another request from whether its own body was left unread:
 	// it must find that body, not the rate-limiting wrapper, in r.Body.
 	defer func(body io.ReadCloser) { r.Body = body }(r.Body)
-	s.gate.limitRate(w, r)
+	s.gate.LimitRate(w, r)
 	s.mux.ServeHTTP(w, r)
 }
 
@@ -241,7 +240,7 @@ func (s *Server) passthrough(w http.ResponseWriter, r *http.Request) {
 		s.preflight(w, r)
 		return
 	}
-	if b, ok := r.Body.(*rateBody); ok {
+	if b, ok := r.Body.(*edge.RateBody); ok {
 		// The transport's own goroutine reads the body, and may still be
 		// reading it (if only to find its end) when the backend's answer
 		// starts to go out. Without full duplex, Go's HTTP/1 server
@@ -251,7 +250,7 @@ func (s *Server) passthrough(w http.ResponseWriter, r *http.Request) {
 		// an "ollama pull", the last chunk of a large body).
 		if http.NewResponseController(w).EnableFullDuplex() == nil {
 			s.rp.ServeHTTP(closeUnread{w, b}, r)
-			if b.failed() {
+			if b.Failed() {
 				// The body stopped short (too slow, or cut): the rest
 				// of it is still on the connection, and a server in full
 				// duplex would read it as the next request. Abort the
@@ -271,11 +270,11 @@ func (s *Server) passthrough(w http.ResponseWriter, r *http.Request) {
 // request. In full duplex Go's server no longer says so itself.
 type closeUnread struct {
 	http.ResponseWriter
-	body *rateBody
+	body *edge.RateBody
 }
 
 func (c closeUnread) WriteHeader(code int) {
-	if code >= 200 && !c.body.finished() {
+	if code >= 200 && !c.body.Finished() {
 		c.Header().Set("Connection", "close")
 	}
 	c.ResponseWriter.WriteHeader(code)
@@ -302,7 +301,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 		defer s.monitor.Active()()
 	}
 
-	body, release, status := s.gate.takeBody(w, r, d)
+	body, release, status := s.gate.TakeBody(w, r, d)
 	if status != 0 {
 		ex.status = status
 		return

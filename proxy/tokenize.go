@@ -14,6 +14,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
+	"github.com/ctxproxy/ctxproxy/proxy/edge"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
@@ -26,7 +27,7 @@ type tokenizeRoutes struct {
 	be      *backend.Backend
 	tokens  *budget.Registry // nil: counting is off
 	noExact bool
-	gate    *gate
+	gate    *edge.Gate
 	rp      http.Handler // the plain reverse proxy
 	// missing is the unix ns until which the backend is taken to lack
 	// the /api/ routes.
@@ -135,12 +136,12 @@ func nullIfEmpty(v json.RawMessage) json.RawMessage {
 // readJSON reads a JSON body of at most max_body bytes into v, answering
 // the client itself when it cannot.
 func (tr *tokenizeRoutes) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	release, ok := tr.gate.bodyBudget(w, r)
+	release, ok := tr.gate.BodyBudget(w, r)
 	if !ok {
 		return false
 	}
 	defer release()
-	body, aerr := readBody(r, tr.gate.maxBody)
+	body, aerr := edge.ReadBody(r, tr.gate.MaxBody())
 	if aerr != nil {
 		wire.WriteError(w, wire.Ollama, *aerr)
 		return false
@@ -196,7 +197,7 @@ func (tr *tokenizeRoutes) apiTokenize(own http.HandlerFunc) http.HandlerFunc {
 			own(w, r)
 			return
 		}
-		body, aerr := readBody(r, tr.gate.maxBody)
+		body, aerr := edge.ReadBody(r, tr.gate.MaxBody())
 		if aerr != nil {
 			wire.WriteError(w, wire.Ollama, *aerr)
 			return

@@ -1,4 +1,4 @@
-package proxy
+package edge
 
 import (
 	"fmt"
@@ -48,8 +48,8 @@ var defaultOrigins = []string{
 	"app://*", "file://*", "tauri://*", "vscode-webview://*", "vscode-file://*",
 }
 
-// checkHost returns why r may not be served, "" when it may.
-func (p HostPolicy) checkHost(r *http.Request) string {
+// Check returns why r may not be served, "" when it may.
+func (p HostPolicy) Check(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.Host)
 	if err != nil {
 		host = r.Host
@@ -148,4 +148,20 @@ func isLocalIP(addr netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// Loopback reports whether a listen address (host:port) accepts
+// connections from this machine only: 127.0.0.0/8, ::1 or localhost.
+// Anything else, an empty host (every interface) included, is not, and
+// without admin.token the admin API stays off there.
+func Loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		host = listen
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -1,4 +1,4 @@
-package proxy
+package edge
 
 import (
 	"context"
@@ -59,8 +59,8 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// gate holds the semaphores behind Limits, and reads bodies within them.
-type gate struct {
+// Gate holds the semaphores behind Limits, and reads bodies within them.
+type Gate struct {
 	lim      Limits
 	maxBody  int64
 	inflight *semaphore.Weighted
@@ -68,16 +68,16 @@ type gate struct {
 	refused  *prometheus.CounterVec // ctxproxy_refused_requests_total
 }
 
-func newGate(l Limits, maxBody int64, refused *prometheus.CounterVec) *gate {
+func NewGate(l Limits, maxBody int64, refused *prometheus.CounterVec) *Gate {
 	l = l.withDefaults()
-	return &gate{lim: l, maxBody: maxBody, inflight: semaphore.NewWeighted(l.MaxInflight),
+	return &Gate{lim: l, maxBody: maxBody, inflight: semaphore.NewWeighted(l.MaxInflight),
 		memory: semaphore.NewWeighted(l.BodyMemory), refused: refused}
 }
 
 var errBusy = errors.New("busy")
 
-// acquire waits up to QueueWait for n units of sem.
-func (g *gate) acquire(ctx context.Context, sem *semaphore.Weighted, n int64) error {
+// Acquire waits up to QueueWait for n units of sem.
+func (g *Gate) Acquire(ctx context.Context, sem *semaphore.Weighted, n int64) error {
 	if sem.TryAcquire(n) {
 		return nil
 	}
@@ -89,17 +89,34 @@ func (g *gate) acquire(ctx context.Context, sem *semaphore.Weighted, n int64) er
 	return nil
 }
 
-// busy answers 503 with Retry-After in the dialect's shape.
-func (g *gate) busy(w http.ResponseWriter, r *http.Request, what string) {
+// Busy answers 503 with Retry-After in the dialect's shape.
+func (g *Gate) Busy(w http.ResponseWriter, r *http.Request, what string) {
 	g.refused.WithLabelValues(what).Inc()
 	w.Header().Set("Retry-After", "1")
 	wire.WriteError(w, wire.DialectOf(r.URL.Path), wire.Error{Status: http.StatusServiceUnavailable,
 		Message: fmt.Sprintf("ctxproxy is at its limit of %s; try again in a moment", what)})
 }
 
-// exempt routes are never queued: a load balancer's health check and
+// Admit takes r's place among the requests in flight, waiting up to
+// QueueWait for one; it answers 503 itself when none comes (ok false).
+// done gives the place back.
+func (g *Gate) Admit(w http.ResponseWriter, r *http.Request) (done func(), ok bool) {
+	if Exempt(r.URL.Path) {
+		return func() {}, true
+	}
+	if err := g.Acquire(r.Context(), g.inflight, 1); err != nil {
+		g.Busy(w, r, "requests in flight")
+		return nil, false
+	}
+	return func() { g.inflight.Release(1) }, true
+}
+
+// MaxBody is the largest request body read whole.
+func (g *Gate) MaxBody() int64 { return g.maxBody }
+
+// Exempt routes are never queued: a load balancer's health check and
 // Prometheus must get through when ctxproxy is busiest.
-func exempt(path string) bool {
+func Exempt(path string) bool {
 	return path == "/ctxproxy/healthz" || path == "/ctxproxy/readyz" || path == "/metrics"
 }
 
@@ -109,30 +126,30 @@ func exempt(path string) bool {
 // Measured with scripts/limits.sh (docs/security.md, Limits).
 const bodyCost = 2
 
-// bodyBudget takes room for r's body from the memory budget, returning
+// BodyBudget takes room for r's body from the memory budget, returning
 // the release; ok false when none came in time (503 already written).
-func (g *gate) bodyBudget(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+func (g *Gate) BodyBudget(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
 	n := r.ContentLength
 	if n < 0 || n > g.maxBody {
 		n = g.maxBody // chunked: as much as it may be
 	}
 	n = min(max(n, 1)*bodyCost, g.lim.BodyMemory)
-	if err := g.acquire(r.Context(), g.memory, n); err != nil {
-		g.busy(w, r, "memory for request bodies")
+	if err := g.Acquire(r.Context(), g.memory, n); err != nil {
+		g.Busy(w, r, "memory for request bodies")
 		return nil, false
 	}
 	return func() { g.memory.Release(n) }, true
 }
 
-// takeBody reads an intercepted request's body within the body-memory
+// TakeBody reads an intercepted request's body within the body-memory
 // budget, answering the client itself when it cannot; release gives the
 // budget back once the exchange is over.
-func (g *gate) takeBody(w http.ResponseWriter, r *http.Request, d wire.Dialect) (body []byte, release func(), status int) {
-	release, ok := g.bodyBudget(w, r)
+func (g *Gate) TakeBody(w http.ResponseWriter, r *http.Request, d wire.Dialect) (body []byte, release func(), status int) {
+	release, ok := g.BodyBudget(w, r)
 	if !ok {
 		return nil, nil, http.StatusServiceUnavailable
 	}
-	body, aerr := readBody(r, g.maxBody)
+	body, aerr := ReadBody(r, g.maxBody)
 	if aerr != nil {
 		release()
 		wire.WriteError(w, d, *aerr)
@@ -141,7 +158,7 @@ func (g *gate) takeBody(w http.ResponseWriter, r *http.Request, d wire.Dialect) 
 	return body, release, 0
 }
 
-// rateBody makes reading r's body fail once it falls below the minimum
+// RateBody makes reading r's body fail once it falls below the minimum
 // rate: each read moves the connection's read deadline to what the bytes
 // so far have earned. A body of known length that the rate allows at most
 // wholeBodyTime is given its whole time at once instead (grace +
@@ -150,7 +167,7 @@ func (g *gate) takeBody(w http.ResponseWriter, r *http.Request, d wire.Dialect) 
 // on an idle machine each change of a connection's deadline showed in a
 // request's latency. Such a body can hold its connection at most
 // BodyGrace + wholeBodyTime.
-type rateBody struct {
+type RateBody struct {
 	io.ReadCloser
 	rc    *http.ResponseController
 	start time.Time
@@ -165,21 +182,21 @@ type rateBody struct {
 	eof, broken atomic.Bool
 }
 
-// finished reports whether the body has been read to its end.
-func (b *rateBody) finished() bool { return b.eof.Load() }
+// Finished reports whether the body has been read to its end.
+func (b *RateBody) Finished() bool { return b.eof.Load() }
 
-// failed reports whether a read of the body failed before its end.
-func (b *rateBody) failed() bool { return b.broken.Load() }
+// Failed reports whether a read of the body Failed before its end.
+func (b *RateBody) Failed() bool { return b.broken.Load() }
 
 // wholeBodyTime is the most time past the grace a body is given at once:
 // at the default rate, 160 KiB, more than most chats.
 const wholeBodyTime = 10 * time.Second
 
-func (g *gate) limitRate(w http.ResponseWriter, r *http.Request) {
+func (g *Gate) LimitRate(w http.ResponseWriter, r *http.Request) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return
 	}
-	b := &rateBody{ReadCloser: r.Body, rc: http.NewResponseController(w), start: time.Now(),
+	b := &RateBody{ReadCloser: r.Body, rc: http.NewResponseController(w), start: time.Now(),
 		rate: g.lim.MinBodyRate, grace: g.lim.BodyGrace}
 	deadline := b.earned(0)
 	if n := r.ContentLength; n >= 0 && b.earned(n).Sub(b.start) <= b.grace+wholeBodyTime {
@@ -193,11 +210,11 @@ func (g *gate) limitRate(w http.ResponseWriter, r *http.Request) {
 
 // earned is the deadline n bytes of body have earned: the grace, and
 // the time n bytes take at the minimum rate.
-func (b *rateBody) earned(n int64) time.Time {
+func (b *RateBody) earned(n int64) time.Time {
 	return b.start.Add(b.grace + time.Duration(n*int64(time.Second)/b.rate))
 }
 
-func (b *rateBody) Read(p []byte) (int, error) {
+func (b *RateBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.n += int64(n)
 	switch {
@@ -215,4 +232,36 @@ func (b *rateBody) Read(p []byte) (int, error) {
 	// past, so the server cannot wait for the rest of the body either and
 	// closes the connection.
 	return n, err
+}
+
+// ReadBody reads a chat request body, refusing one over MaxBody before it
+// is read whole.
+func ReadBody(r *http.Request, maxBody int64) ([]byte, *wire.Error) {
+	tooLarge := &wire.Error{Status: http.StatusRequestEntityTooLarge,
+		Message: fmt.Sprintf("request body is larger than the %d bytes ctxproxy accepts (max_body)", maxBody)}
+	if r.ContentLength > maxBody {
+		return nil, tooLarge
+	}
+	var body []byte
+	var err error
+	if n := r.ContentLength; n >= 0 {
+		// One buffer of the announced size: io.ReadAll's doubling would
+		// hold up to twice the body while it grows.
+		body = make([]byte, n)
+		if _, err = io.ReadFull(r.Body, body); err == nil {
+			var extra [1]byte
+			if m, _ := r.Body.Read(extra[:]); m > 0 {
+				err = errors.New("body longer than its Content-Length")
+			}
+		}
+	} else {
+		body, err = io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	}
+	if err != nil {
+		return nil, &wire.Error{Status: http.StatusBadRequest, Message: "reading the request body failed"}
+	}
+	if int64(len(body)) > maxBody {
+		return nil, tooLarge
+	}
+	return body, nil
 }
