@@ -15,6 +15,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
@@ -70,7 +71,7 @@ func newSystem(t testing.TB, backendURL string, su setup) *system {
 	var comp *rewrite.Compactor
 	var extra []rewrite.Strategy
 	if su.summarize != nil {
-		summ := NewSummarizer(backendURL, func() string { return KindOllama }, SummarizerConfig{}, nil, log)
+		summ := backend.NewSummarizer(backendURL, func() string { return KindOllama }, backend.SummarizerConfig{}, nil, log)
 		comp = rewrite.NewCompactor(*su.summarize, summ, rewrite.CompactorOptions{Store: SummaryStore{Store: store}, Log: log})
 		extra = []rewrite.Strategy{comp.Summarize(), comp.Hybrid()}
 	}

@@ -80,7 +80,7 @@ func build(ctx context.Context, c config.Config, log *slog.Logger, h hooks) (*sy
 	}
 	// The summarizer calls the backend over the same transport; its own
 	// timeout is summarize.timeout.
-	summarizer := proxy.NewSummarizer(c.Backend.URL, func() string { return be.Kind(context.Background()) }, proxy.SummarizerConfig{
+	summarizer := backend.NewSummarizer(c.Backend.URL, func() string { return be.Kind(context.Background()) }, backend.SummarizerConfig{
 		Model: c.Summarize.Model, MaxTokens: c.Summarize.MaxTokens, Timeout: c.Summarize.Timeout,
 	}, &http.Client{Transport: tr}, log.With("component", "summarize"))
 	compactor := rewrite.NewCompactor(c.SummarizeConfig(), summarizer, rewrite.CompactorOptions{

@@ -1,4 +1,4 @@
-package proxy
+package backend
 
 import (
 	"bytes"
@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ollama/ollama/api"
 	openai "github.com/sashabaranov/go-openai"
 )
 
-// SummarizerConfig is the backend side of DESIGN.md's summarize: keys.
+// SummarizerConfig is the backend's side of the summarize: section of the
+// configuration.
 // The zero value works.
 type SummarizerConfig struct {
 	// Model writes summaries (summarize.model); "" means the model the
@@ -116,40 +118,23 @@ func (s *Summarizer) Summarize(ctx context.Context, req rewrite.SummaryRequest) 
 	return text, nil
 }
 
-// summOllamaRequest is the part of Ollama's chat request a summary needs.
-type summOllamaRequest struct {
-	Model    string           `json:"model"`
-	Messages []summOllamaText `json:"messages"`
-	Stream   bool             `json:"stream"`
-	// Think false keeps a reasoning model from spending num_predict on
-	// thinking and answering nothing.
-	Think   bool           `json:"think"`
-	Options map[string]any `json:"options"`
-}
-
-type summOllamaText struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-type summOllamaResponse struct {
-	Message struct {
-		Content string `json:"content"`
-	} `json:"message"`
-	Error string `json:"error"`
-}
-
 func (s *Summarizer) ollama(ctx context.Context, model, system, user string, req rewrite.SummaryRequest) (string, error) {
 	options := map[string]any{"num_predict": req.MaxTokens}
 	if req.NumCtx > 0 {
 		// The chat's own num_ctx: any other value makes Ollama reload the
-		// model, twice per summary (DESIGN.md, Known costs).
+		// model, twice per summary (its scheduler compares the runner's
+		// options, num_ctx among them: server/sched.go, v0.17.4).
 		options["num_ctx"] = req.NumCtx
 	}
-	body, err := json.Marshal(summOllamaRequest{
+	stream := false
+	body, err := json.Marshal(api.ChatRequest{
 		Model:    model,
-		Messages: []summOllamaText{{Role: "system", Content: system}, {Role: "user", Content: user}},
-		Options:  options,
+		Messages: []api.Message{{Role: "system", Content: system}, {Role: "user", Content: user}},
+		Stream:   &stream,
+		// No thinking: a reasoning model would spend num_predict on it
+		// and answer nothing.
+		Think:   &api.ThinkValue{Value: false},
+		Options: options,
 	})
 	if err != nil {
 		return "", err
@@ -171,7 +156,10 @@ func (s *Summarizer) ollama(ctx context.Context, model, system, user string, req
 	if err != nil {
 		return "", err
 	}
-	var out summOllamaResponse
+	var out struct {
+		api.ChatResponse
+		Error string `json:"error"` // Ollama's error shape
+	}
 	jerr := json.Unmarshal(data, &out)
 	if resp.StatusCode != http.StatusOK {
 		msg := out.Error
