@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
@@ -39,7 +40,7 @@ type adminAPI struct {
 	// origins are the Origins allowed by name (allowed_origins).
 	origins  []string
 	maxBody  int64
-	sessions *sessions
+	sessions *sessions.Service
 	status   *statusReporter
 	tok      *tokenizeRoutes
 }
@@ -148,7 +149,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // fail answers err: a statusError as it says, the store's errors by kind.
 func (s *adminAPI) fail(w http.ResponseWriter, err error) {
-	status, msg := s.sessions.describe(err)
+	status, msg := s.sessions.Describe(err)
 	adminError(w, status, msg)
 }
 
@@ -186,12 +187,12 @@ func (s *adminAPI) sessionRoutes(w http.ResponseWriter, r *http.Request) {
 		adminError(w, http.StatusNotFound, fmt.Sprintf("no admin route %s %s", r.Method, r.URL.EscapedPath()))
 		return
 	}
-	if err := checkSessionID(segs[0]); err != nil {
+	if err := sessions.CheckID(segs[0]); err != nil {
 		s.fail(w, err)
 		return
 	}
-	if s.sessions.store == nil {
-		s.fail(w, errNoStore)
+	if s.sessions.Store == nil {
+		s.fail(w, sessions.ErrNoStore)
 		return
 	}
 	r.SetPathValue("id", segs[0])
@@ -208,16 +209,16 @@ const maxAdminBody = 4 << 20
 func readJSON(r *http.Request, limit int64, v any) error {
 	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		return errorf(http.StatusBadRequest, "reading the request body failed")
+		return sessions.Errorf(http.StatusBadRequest, "reading the request body failed")
 	}
 	if int64(len(data)) > limit {
-		return errorf(http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", limit)
+		return sessions.Errorf(http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", limit)
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		return errorf(http.StatusBadRequest, "invalid JSON body: %v", err)
+		return sessions.Errorf(http.StatusBadRequest, "invalid JSON body: %v", err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 )
 
 func (s *adminAPI) getContextSize(w http.ResponseWriter, r *http.Request) {
@@ -19,15 +20,15 @@ func (s *adminAPI) putContextSize(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch {
 	case body.Tokens != nil && body.Auto != nil && *body.Auto:
-		err = errorf(http.StatusBadRequest, `give {"tokens": N} or {"auto": true}, not both`)
+		err = sessions.Errorf(http.StatusBadRequest, `give {"tokens": N} or {"auto": true}, not both`)
 	case body.Auto != nil && *body.Auto:
 		err = s.status.setContextSize(0)
 	case body.Tokens != nil && *body.Tokens > 0:
 		err = s.status.setContextSize(*body.Tokens)
 	case body.Tokens != nil:
-		err = errorf(http.StatusBadRequest, "context size %d: want a positive number of tokens", *body.Tokens)
+		err = sessions.Errorf(http.StatusBadRequest, "context size %d: want a positive number of tokens", *body.Tokens)
 	default:
-		err = errorf(http.StatusBadRequest, `want {"tokens": N} or {"auto": true}`)
+		err = sessions.Errorf(http.StatusBadRequest, `want {"tokens": N} or {"auto": true}`)
 	}
 	if err != nil {
 		s.fail(w, err)
@@ -37,6 +38,6 @@ func (s *adminAPI) putContextSize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *adminAPI) getStatus(w http.ResponseWriter, r *http.Request) {
-	s.sessions.flush(r.Context()) // the session count includes the last turn
+	s.sessions.Flush(r.Context()) // the session count includes the last turn
 	writeJSON(w, http.StatusOK, s.status.status(r.Context()))
 }

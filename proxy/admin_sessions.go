@@ -10,30 +10,31 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
 func (s *adminAPI) listSessions(w http.ResponseWriter, r *http.Request) {
-	if s.sessions.store == nil {
-		s.fail(w, errNoStore)
+	if s.sessions.Store == nil {
+		s.fail(w, sessions.ErrNoStore)
 		return
 	}
-	s.sessions.flush(r.Context())
-	list, err := s.sessions.store.List(r.Context())
+	s.sessions.Flush(r.Context())
+	list, err := s.sessions.Store.List(r.Context())
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
 	out := make([]api.SessionInfo, len(list))
 	for i, info := range list {
-		out[i] = sessionInfoOf(info)
+		out[i] = sessions.SessionInfoOf(info)
 	}
 	writeJSON(w, http.StatusOK, api.Sessions{Sessions: out})
 }
 
 func (s *adminAPI) getSession(w http.ResponseWriter, r *http.Request) {
-	s.sessions.flush(r.Context())
-	_, out, err := s.sessions.get(r.Context(), r.PathValue("id"))
+	s.sessions.Flush(r.Context())
+	_, out, err := s.sessions.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -50,8 +51,8 @@ func (s *adminAPI) putSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	s.sessions.flush(r.Context())
-	err := s.sessions.store.Update(r.Context(), id, func(sess *snapshots.Session) error {
+	s.sessions.Flush(r.Context())
+	err := s.sessions.Store.Update(r.Context(), id, func(sess *snapshots.Session) error {
 		if len(body.Metadata) > 0 && sess.Metadata == nil {
 			sess.Metadata = make(map[string]any, len(body.Metadata))
 		}
@@ -71,7 +72,7 @@ func (s *adminAPI) putSession(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	_, out, err := s.sessions.get(r.Context(), id)
+	_, out, err := s.sessions.Get(r.Context(), id)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -83,33 +84,33 @@ func (s *adminAPI) putSession(w http.ResponseWriter, r *http.Request) {
 // removes it and its snapshots.
 func (s *adminAPI) deleteSession(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	s.sessions.flush(r.Context())
+	s.sessions.Flush(r.Context())
 	if purge := r.URL.Query().Get("purge"); purge == "1" || purge == "true" {
-		if err := s.sessions.store.Delete(r.Context(), id); err != nil {
-			s.fail(w, notFound(err, "session %q not found", id))
+		if err := s.sessions.Store.Delete(r.Context(), id); err != nil {
+			s.fail(w, sessions.NotFound(err, "session %q not found", id))
 			return
 		}
-		s.sessions.cleared.take(id)
+		s.sessions.Cleared.Take(id)
 		writeJSON(w, http.StatusOK, api.Purged{Purged: true})
 		return
 	}
-	undo, err := s.sessions.clear(r.Context(), id, false, snapshots.ReasonClear)
+	undo, err := s.sessions.Clear(r.Context(), id, false, snapshots.ReasonClear)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Cleared{Cleared: true, Undo: snapshotOf(undo)})
+	writeJSON(w, http.StatusOK, api.Cleared{Cleared: true, Undo: sessions.SnapshotOf(undo)})
 }
 
 func (s *adminAPI) getMessages(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	s.sessions.flush(r.Context())
-	sess, err := s.sessions.store.Get(r.Context(), id)
+	s.sessions.Flush(r.Context())
+	sess, err := s.sessions.Store.Get(r.Context(), id)
 	if err != nil {
-		s.fail(w, notFound(err, "session %q not found", id))
+		s.fail(w, sessions.NotFound(err, "session %q not found", id))
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Messages{Messages: messagesOf(sess.Messages)})
+	writeJSON(w, http.StatusOK, api.Messages{Messages: sessions.MessagesOf(sess.Messages)})
 }
 
 // appendMessages is seed 003's add: messages with an importance (and
@@ -122,7 +123,7 @@ func (s *adminAPI) appendMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(body.Messages) == 0 {
-		s.fail(w, errorf(http.StatusBadRequest, `want {"messages": [{"role", "content", "importance", "metadata"}, …]}`))
+		s.fail(w, sessions.Errorf(http.StatusBadRequest, `want {"messages": [{"role", "content", "importance", "metadata"}, …]}`))
 		return
 	}
 	now := time.Now().UTC()
@@ -130,25 +131,25 @@ func (s *adminAPI) appendMessages(w http.ResponseWriter, r *http.Request) {
 	for i, m := range body.Messages {
 		switch {
 		case m.Role == "":
-			s.fail(w, errorf(http.StatusBadRequest, "messages[%d]: \"role\" is missing", i))
+			s.fail(w, sessions.Errorf(http.StatusBadRequest, "messages[%d]: \"role\" is missing", i))
 			return
 		case m.Content == nil:
-			s.fail(w, errorf(http.StatusBadRequest, "messages[%d]: \"content\" is missing", i))
+			s.fail(w, sessions.Errorf(http.StatusBadRequest, "messages[%d]: \"content\" is missing", i))
 			return
 		case m.Importance != nil && !(*m.Importance >= 0 && *m.Importance <= 1):
-			s.fail(w, errorf(http.StatusBadRequest, "messages[%d]: \"importance\" %v is not in [0, 1]", i, *m.Importance))
+			s.fail(w, sessions.Errorf(http.StatusBadRequest, "messages[%d]: \"importance\" %v is not in [0, 1]", i, *m.Importance))
 			return
 		}
 		msgs[i] = snapshots.Message{Role: m.Role, Content: *m.Content, Timestamp: now, Importance: m.Importance,
 			Metadata: m.Metadata, Preserve: m.Preserve}
 	}
 	id := r.PathValue("id")
-	s.sessions.flush(r.Context())
+	s.sessions.Flush(r.Context())
 	total := 0
-	err := s.sessions.store.Update(r.Context(), id, func(sess *snapshots.Session) error {
+	err := s.sessions.Store.Update(r.Context(), id, func(sess *snapshots.Session) error {
 		sess.Messages = append(slices.Clip(sess.Messages), msgs...)
 		total = len(sess.Messages)
-		s.sessions.measure(sess)
+		s.sessions.Measure(sess)
 		return nil
 	})
 	if err != nil {
@@ -160,10 +161,10 @@ func (s *adminAPI) appendMessages(w http.ResponseWriter, r *http.Request) {
 
 func (s *adminAPI) exportSession(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	s.sessions.flush(r.Context())
-	sess, err := s.sessions.store.Get(r.Context(), id)
+	s.sessions.Flush(r.Context())
+	sess, err := s.sessions.Store.Get(r.Context(), id)
 	if err != nil {
-		s.fail(w, notFound(err, "session %q not found", id))
+		s.fail(w, sessions.NotFound(err, "session %q not found", id))
 		return
 	}
 	data, err := snapshots.EncodeExport(sess)
@@ -181,41 +182,41 @@ func (s *adminAPI) importSession(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	data, err := io.ReadAll(io.LimitReader(r.Body, s.maxBody+1))
 	if err != nil {
-		s.fail(w, errorf(http.StatusBadRequest, "reading the request body failed"))
+		s.fail(w, sessions.Errorf(http.StatusBadRequest, "reading the request body failed"))
 		return
 	}
 	if int64(len(data)) > s.maxBody {
-		s.fail(w, errorf(http.StatusRequestEntityTooLarge, "import is larger than the %d bytes ctxproxy accepts (max_body)", s.maxBody))
+		s.fail(w, sessions.Errorf(http.StatusRequestEntityTooLarge, "import is larger than the %d bytes ctxproxy accepts (max_body)", s.maxBody))
 		return
 	}
-	s.sessions.flush(r.Context())
-	n, undo, err := snapshots.Import(r.Context(), s.sessions.fullStore(), id, data)
+	s.sessions.Flush(r.Context())
+	n, undo, err := snapshots.Import(r.Context(), s.sessions.FullStore(), id, data)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	s.sessions.remeasure(r.Context(), id)
-	writeJSON(w, http.StatusOK, api.Imported{Imported: n, Undo: snapshotOf(undo)})
+	s.sessions.Remeasure(r.Context(), id)
+	writeJSON(w, http.StatusOK, api.Imported{Imported: n, Undo: sessions.SnapshotOf(undo)})
 }
 
 func (s *adminAPI) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	s.sessions.flush(r.Context())
-	list, err := s.sessions.store.ListSnapshots(r.Context(), id)
+	s.sessions.Flush(r.Context())
+	list, err := s.sessions.Store.ListSnapshots(r.Context(), id)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
 	if len(list) == 0 {
 		// No snapshots is an answer for a session that exists.
-		if _, err := s.sessions.store.Get(r.Context(), id); err != nil {
-			s.fail(w, notFound(err, "session %q not found", id))
+		if _, err := s.sessions.Store.Get(r.Context(), id); err != nil {
+			s.fail(w, sessions.NotFound(err, "session %q not found", id))
 			return
 		}
 	}
 	out := make([]api.SnapshotInfo, len(list))
 	for i, info := range list {
-		out[i] = *snapshotOf(info)
+		out[i] = *sessions.SnapshotOf(info)
 	}
 	writeJSON(w, http.StatusOK, api.Snapshots{Snapshots: out})
 }
@@ -236,34 +237,34 @@ func (s *adminAPI) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		body.Reason = snapshots.ReasonManual
 	}
 	if !slices.Contains(reasons, body.Reason) {
-		s.fail(w, errorf(http.StatusBadRequest, "reason %q is not one of %s", body.Reason, strings.Join(reasons, ", ")))
+		s.fail(w, sessions.Errorf(http.StatusBadRequest, "reason %q is not one of %s", body.Reason, strings.Join(reasons, ", ")))
 		return
 	}
-	s.sessions.flush(r.Context())
-	info, err := s.sessions.snapshot(r.Context(), r.PathValue("id"), body.Reason)
+	s.sessions.Flush(r.Context())
+	info, err := s.sessions.Snapshot(r.Context(), r.PathValue("id"), body.Reason)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, snapshotOf(info))
+	writeJSON(w, http.StatusCreated, sessions.SnapshotOf(info))
 }
 
 func (s *adminAPI) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 	id, snap := r.PathValue("id"), r.PathValue("snap")
-	s.sessions.flush(r.Context())
-	n, undo, err := s.sessions.restore(r.Context(), id, snap)
+	s.sessions.Flush(r.Context())
+	n, undo, err := s.sessions.Restore(r.Context(), id, snap)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Restored{Restored: snap, Messages: n, Undo: snapshotOf(undo)})
+	writeJSON(w, http.StatusOK, api.Restored{Restored: snap, Messages: n, Undo: sessions.SnapshotOf(undo)})
 }
 
 func (s *adminAPI) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	id, snap := r.PathValue("id"), r.PathValue("snap")
-	s.sessions.flush(r.Context())
-	if err := s.sessions.store.DeleteSnapshot(r.Context(), id, snap); err != nil {
-		s.fail(w, notFound(err, "snapshot %q of session %q not found", snap, id))
+	s.sessions.Flush(r.Context())
+	if err := s.sessions.Store.DeleteSnapshot(r.Context(), id, snap); err != nil {
+		s.fail(w, sessions.NotFound(err, "snapshot %q of session %q not found", snap, id))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -273,12 +274,12 @@ func (s *adminAPI) compressSession(w http.ResponseWriter, r *http.Request) {
 	var body api.CompressRequest
 	if r.ContentLength != 0 {
 		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
-			s.fail(w, errorf(http.StatusBadRequest, "the body is not a JSON object {\"instructions\": \"...\"}: %v", err))
+			s.fail(w, sessions.Errorf(http.StatusBadRequest, "the body is not a JSON object {\"instructions\": \"...\"}: %v", err))
 			return
 		}
 	}
-	s.sessions.flush(r.Context())
-	res, err := s.sessions.compact(r.Context(), r.PathValue("id"), body.Instructions)
+	s.sessions.Flush(r.Context())
+	res, err := s.sessions.Compact(r.Context(), r.PathValue("id"), body.Instructions)
 	if err != nil {
 		s.fail(w, err)
 		return

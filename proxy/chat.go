@@ -12,16 +12,10 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
-)
-
-// Seed 000's warnings, sent as X-Ctxproxy-Warning from the usage of the
-// conversation as the client sent it.
-const (
-	warn80 = "Context at 80% capacity. Consider /clear or /save."
-	warn90 = "Context at 90% capacity. Auto-trimming soon."
 )
 
 // settleWait bounds how long an accumulated turn waits for the turns
@@ -74,7 +68,7 @@ type plan struct {
 	// restore is the pending restore this request applied (a client
 	// that resends its whole history, after /context restore); nil when
 	// none did.
-	restore *restoreMark
+	restore *sessions.Mark
 	// keepWhole keeps an accumulated history unpruned (the client's
 	// truncate: false, or strategy none for the request).
 	keepWhole bool
@@ -131,8 +125,8 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 			return nil, &wire.Error{Status: http.StatusServiceUnavailable,
 				Message: "ctxproxy could not read this session's history from its store, so it will not send the turn without it; try again"}
 		}
-		history := snapshots.Accumulate(stored, toStored(req.Messages))
-		msgs, err := fromStored(history)
+		history := snapshots.Accumulate(stored, sessions.ToStored(req.Messages))
+		msgs, err := sessions.FromStored(history)
 		if err != nil {
 			s.log.Warn("stored session unreadable; turn refused", "session", ex.session, "err", err)
 			return nil, &wire.Error{Status: http.StatusServiceUnavailable,

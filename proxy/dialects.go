@@ -9,11 +9,9 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
-	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/proxy/translate"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
-	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
 // The two conversation dialects beside chat: the OpenAI Responses API
@@ -182,65 +180,6 @@ func (c *dialectCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) b
 		return budget.Estimate{Exact: true}
 	}
 	return c.exactCounter.Prompt(oreq.Messages, tools)
-}
-
-// storedMessages converts what a session records. The conversation
-// dialects' messages are stored as Ollama chat messages (role, content,
-// tool_calls, tool_call_id), with the dialect in the metadata: the
-// session's export, compress and restore read every session alike.
-func storedMessages(d wire.Dialect, msgs []rewrite.Message) []snapshots.Message {
-	if d != wire.Responses && d != wire.Messages {
-		return toStored(msgs)
-	}
-	out := toStored(chatShaped(msgs))
-	for i := range out {
-		out[i].Metadata = map[string]any{"dialect": d.String()}
-	}
-	return out
-}
-
-// chatShaped returns msgs with Raw in Ollama's chat shape.
-func chatShaped(msgs []rewrite.Message) []rewrite.Message {
-	out := make([]rewrite.Message, len(msgs))
-	for i, m := range msgs {
-		m.Edited = false
-		if m.Raw != nil {
-			m.Raw = chatMessage(&m)
-		}
-		out[i] = m
-	}
-	return out
-}
-
-func chatMessage(m *rewrite.Message) json.RawMessage {
-	out := append([]byte(`{"role":`), jsonscan.AppendString(nil, m.Role)...)
-	out = append(out, `,"content":`...)
-	out = jsonscan.AppendString(out, m.Content)
-	if len(m.ToolCalls) > 0 {
-		out = append(out, `,"tool_calls":[`...)
-		for i, tc := range m.ToolCalls {
-			if i > 0 {
-				out = append(out, ',')
-			}
-			out = append(out, `{"id":`...)
-			out = jsonscan.AppendString(out, tc.ID)
-			out = append(out, `,"function":{"name":`...)
-			out = jsonscan.AppendString(out, tc.Name)
-			out = append(out, `,"arguments":`...)
-			args := []byte(tc.Arguments)
-			if v, err := jsonscan.Valid(args); err != nil || jsonscan.KindOf(v) != jsonscan.KindObject {
-				args = []byte("{}")
-			}
-			out = append(out, args...)
-			out = append(out, "}}"...)
-		}
-		out = append(out, ']')
-	}
-	if m.ToolCallID != "" {
-		out = append(out, `,"tool_call_id":`...)
-		out = jsonscan.AppendString(out, m.ToolCallID)
-	}
-	return append(out, '}')
 }
 
 // writeDialectAnswer writes text as the assistant's complete answer (an

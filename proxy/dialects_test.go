@@ -11,6 +11,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 )
 
 // responsesBody is a Responses API request: instructions, then turns of
@@ -175,7 +176,7 @@ func TestDialectsToOllama(t *testing.T) {
 				if n := len(sess.Messages); n < 600 {
 					t.Errorf("stored %d messages, want the whole conversation as sent", n)
 				}
-				if _, err := fromStored(sess.Messages); err != nil {
+				if _, err := sessions.FromStored(sess.Messages); err != nil {
 					t.Errorf("stored messages do not read back: %v", err)
 				}
 				if m := metricsText(t, sys.url); !strings.Contains(m, `dialect="`+rt.name+`"`) {
@@ -268,7 +269,7 @@ func TestDialectsToolCallReply(t *testing.T) {
 				if !strings.Contains(string(last.Raw), `"get_weather"`) || !strings.Contains(string(last.Raw), "Lyon") {
 					t.Errorf("recorded reply %s", last.Raw)
 				}
-				msgs, err := fromStored(sess.Messages)
+				msgs, err := sessions.FromStored(sess.Messages)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
@@ -131,9 +132,9 @@ func setPlanHeaders(ex *exchange, p *plan) {
 			// The cut has answered it: X-Ctxproxy-Notice says what was
 			// done. Seed 000's "approaching" warnings would mislead.
 		case usage >= 0.9:
-			ex.warn(warn90)
+			ex.warn(sessions.Warn90)
 		case usage >= 0.8:
-			ex.warn(warn80)
+			ex.warn(sessions.Warn80)
 		}
 	}
 	// Result.Dropped counts every message not forwarded, folded ones too.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/gpu"
-	"github.com/ctxproxy/ctxproxy/internal/cache"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
@@ -18,31 +18,11 @@ const activeWindow = 10 * time.Minute
 // memoryGuard acts on the memory monitor's levels (seed 004 R6): at the
 // emergency level it snapshots and clears every active session.
 type memoryGuard struct {
-	sessions *sessions
+	sessions *sessions.Service
 	// trackers say which sessions are active.
-	trackers *trackers
+	trackers *sessions.Trackers
 	log      *slog.Logger
 }
-
-// emergencies remembers, per session, the snapshot the memory guard took
-// before clearing it, so the session's next response can say how to get
-// it back (seed 004 R6.5).
-type emergencies struct {
-	lru *cache.LRU[string, string] // session → snapshot id
-}
-
-// maxEmergencies bounds the sessions remembered as cleared: those that
-// never come back are forgotten first.
-const maxEmergencies = 100000
-
-func newEmergencies() *emergencies {
-	return &emergencies{lru: cache.New[string, string](maxEmergencies)}
-}
-
-func (e *emergencies) set(session, snap string) { e.lru.Add(session, snap) }
-
-// take returns and forgets the emergency snapshot of session.
-func (e *emergencies) take(session string) (string, bool) { return e.lru.Take(session) }
 
 // onEvent is the memory guard's hook (gpu.Monitor.Subscribe). At the
 // emergency level (seed 004 R6.4: 95% of memory used) every active session
@@ -54,7 +34,7 @@ func (g *memoryGuard) onEvent(e gpu.Event) {
 		g.log.Warn("memory guard level changed", "from", e.Prev.String(), "to", e.Level.String(),
 			"used", e.Snapshot.Used(), "total", e.Snapshot.Total())
 	}
-	if e.Level < gpu.LevelEmergency || e.Prev >= gpu.LevelEmergency || g.sessions.store == nil || g.sessions.writer == nil {
+	if e.Level < gpu.LevelEmergency || e.Prev >= gpu.LevelEmergency || g.sessions.Store == nil || g.sessions.Writer == nil {
 		return
 	}
 	go g.emergency()
@@ -65,13 +45,13 @@ func (g *memoryGuard) emergency() {
 	defer cancel()
 	// The snapshot is read from the store: write the turns still queued
 	// first, or the clear below would lose them.
-	if err := g.sessions.writer.Flush(ctx); err != nil {
+	if err := g.sessions.Writer.Flush(ctx); err != nil {
 		g.log.Warn("memory emergency: queued session writes not flushed; snapshots may miss the newest turns", "err", err)
 	}
-	for _, id := range g.trackers.active(activeWindow) {
+	for _, id := range g.trackers.Active(activeWindow) {
 		// The same clear as DELETE /ctxproxy/sessions/{id}, snapshotted
 		// first under its own reason.
-		undo, err := g.sessions.clear(ctx, id, false, snapshots.ReasonEmergency)
+		undo, err := g.sessions.Clear(ctx, id, false, snapshots.ReasonEmergency)
 		if err != nil {
 			g.log.Error("memory emergency: session not cleared", "session", id, "err", err)
 			continue
@@ -79,7 +59,7 @@ func (g *memoryGuard) emergency() {
 		if undo.ID == "" {
 			continue // nothing to clear
 		}
-		g.sessions.cleared.set(id, undo.ID)
+		g.sessions.Cleared.Set(id, undo.ID)
 		g.log.Warn("memory emergency: session saved and cleared", "session", id, "snapshot", undo.ID)
 	}
 }

@@ -12,13 +12,14 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
 // heldWriter is a Writer whose updates wait in memory until Flush, as a
 // snapshots.Writer's do while the store is slow.
 type heldWriter struct {
-	store Store
+	store sessions.Store
 	mu    sync.Mutex
 	held  []func(context.Context) error
 }

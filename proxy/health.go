@@ -9,14 +9,15 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/backend"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 )
 
 // health answers /ctxproxy/healthz and /ctxproxy/readyz.
 type health struct {
 	backend *url.URL
 	be      *backend.Backend
-	store   Store
-	writer  Writer
+	store   sessions.Store
+	writer  sessions.Writer
 }
 
 func (s *health) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -72,7 +73,7 @@ func (s *health) corrupt(w io.Writer) {
 }
 
 // storeHealth is the session store's state as the writer last saw it.
-func storeHealth(w Writer) (time.Time, error) {
+func storeHealth(w sessions.Writer) (time.Time, error) {
 	if w == nil {
 		return time.Time{}, nil
 	}

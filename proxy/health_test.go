@@ -17,6 +17,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -36,7 +37,7 @@ func TestReadyzCorruptRecords(t *testing.T) {
 		return st
 	}
 	// get asks a server on store for path.
-	serve := func(store Store) func(path string) (int, string) {
+	serve := func(store sessions.Store) func(path string) (int, string) {
 		trimmer, _ := rewrite.NewTrimmer(rewrite.Config{}, nil)
 		srv, err := New(Config{Backend: be.URL}, Deps{Tokens: budget.NewRegistry(budget.Config{}, nil),
 			Trimmer: trimmer, Sizer: gpu.NewSizer(gpu.Config{}), Store: store}, nil)

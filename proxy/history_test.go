@@ -16,6 +16,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -161,7 +162,7 @@ func restoreFullHistory(t *testing.T, e *adminEnv, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := sess.Metadata[restoreKey]; ok {
+	if _, ok := sess.Metadata[sessions.RestoreKey]; ok {
 		t.Errorf("the restore mark outlived the divergence: %v", sess.Metadata)
 	}
 	// The mark is gone: the original history no longer brings the
@@ -328,7 +329,7 @@ func TestPruneStoredKeepsToolUnits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sm := toStored([]rewrite.Message{m})[0]
+		sm := sessions.ToStored([]rewrite.Message{m})[0]
 		sm.Importance = importance
 		stored = append(stored, sm)
 	}
@@ -350,7 +351,7 @@ func TestPruneStoredKeepsToolUnits(t *testing.T) {
 	for i := range stored {
 		stored[i].Timestamp = at
 	}
-	msgs, err := fromStored(stored)
+	msgs, err := sessions.FromStored(stored)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +413,7 @@ func TestPruneStoredKeepsToolUnits(t *testing.T) {
 func TestRestoreMark(t *testing.T) {
 	sess := &snapshots.Session{Metadata: map[string]any{"agent": "x"},
 		Messages: []snapshots.Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}}}
-	markRestored(sess, "snap-1")
+	sessions.MarkRestored(sess, "snap-1")
 	data, err := json.Marshal(sess.Metadata)
 	if err != nil {
 		t.Fatal(err)
@@ -421,29 +422,29 @@ func TestRestoreMark(t *testing.T) {
 	if err := json.Unmarshal(data, &md); err != nil {
 		t.Fatal(err)
 	}
-	m := markOf(md)
-	if m == nil || m.Snapshot != "snap-1" || m.Messages != 2 || m.Restored != storedPrint(sess.Messages) || m.Prefix != "" {
+	m := sessions.MarkOf(md)
+	if m == nil || m.Snapshot != "snap-1" || m.Messages != 2 || m.Restored != sessions.StoredPrint(sess.Messages) || m.Prefix != "" {
 		t.Fatalf("mark after a round trip: %+v", m)
 	}
 	sess.Metadata = md
 
 	bound := *m
 	bound.Prefix = "p"
-	keepMark(sess, &bound)
-	if got := markOf(sess.Metadata); got == nil || *got != bound {
+	sessions.KeepMark(sess, &bound)
+	if got := sessions.MarkOf(sess.Metadata); got == nil || *got != bound {
 		t.Errorf("not bound: %+v", got)
 	}
-	if md["agent"] != "x" || markOf(md).Prefix != "" {
+	if md["agent"] != "x" || sessions.MarkOf(md).Prefix != "" {
 		t.Error("keepMark changed the metadata map it was given")
 	}
 	other := bound
 	other.Snapshot = "snap-0"
-	keepMark(sess, &other)
-	if got := markOf(sess.Metadata); got == nil || got.Snapshot != "snap-1" {
+	sessions.KeepMark(sess, &other)
+	if got := sessions.MarkOf(sess.Metadata); got == nil || got.Snapshot != "snap-1" {
 		t.Errorf("a newer restore's mark was replaced: %+v", got)
 	}
-	keepMark(sess, nil)
-	if _, ok := sess.Metadata[restoreKey]; ok || sess.Metadata["agent"] != "x" {
+	sessions.KeepMark(sess, nil)
+	if _, ok := sess.Metadata[sessions.RestoreKey]; ok || sess.Metadata["agent"] != "x" {
 		t.Errorf("a turn that did not apply the restore left %v", sess.Metadata)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -91,7 +92,7 @@ func commandOf(last *rewrite.Message) (cmd string, args []string, ok bool) {
 // inband answers the in-band commands over the sessions and status
 // services, rendering with the view package as the CLI does.
 type inband struct {
-	sessions *sessions
+	sessions *sessions.Service
 	status   *statusReporter
 	monitor  *gpu.Monitor
 	// sessionHeader names the header that names a session, for the
@@ -168,13 +169,13 @@ func (ib *inband) run(ctx context.Context, session, model, cmd string, args []st
 	switch {
 	case session == "":
 		return "ctxproxy: this request has no session: send the " + ib.sessionHeader + " header"
-	case ib.sessions.store == nil:
-		return "ctxproxy: " + errNoStore.Error()
+	case ib.sessions.Store == nil:
+		return "ctxproxy: " + sessions.ErrNoStore.Error()
 	}
-	ib.sessions.flush(ctx)
+	ib.sessions.Flush(ctx)
 	text, err := ib.sessionCommand(ctx, session, model, cmd, args)
 	if err != nil {
-		status, msg := ib.sessions.describe(err)
+		status, msg := ib.sessions.Describe(err)
 		if status == http.StatusNotFound && cmd != "context restore" {
 			return fmt.Sprintf("Session %s is empty: nothing was sent in it yet.", session)
 		}
@@ -186,7 +187,7 @@ func (ib *inband) run(ctx context.Context, session, model, cmd string, args []st
 func (ib *inband) sessionCommand(ctx context.Context, session, model, cmd string, args []string) (string, error) {
 	switch cmd {
 	case "stats":
-		_, detail, err := ib.sessions.get(ctx, session)
+		_, detail, err := ib.sessions.Get(ctx, session)
 		if err != nil {
 			return "", err
 		}
@@ -194,28 +195,28 @@ func (ib *inband) sessionCommand(ctx context.Context, session, model, cmd string
 		detail.Warning = ""
 		return render(func(b *strings.Builder) error { return view.SessionStats(b, printer, detail) }, warning), nil
 	case "context stats":
-		_, detail, err := ib.sessions.get(ctx, session)
+		_, detail, err := ib.sessions.Get(ctx, session)
 		if err != nil {
 			return "", err
 		}
 		return ib.memoryStatsText(ctx, detail, cmp.Or(model, detail.Model)), nil
 	case "context snapshot":
-		info, err := ib.sessions.snapshot(ctx, session, snapshots.ReasonManual)
+		info, err := ib.sessions.Snapshot(ctx, session, snapshots.ReasonManual)
 		if err != nil {
 			return "", err
 		}
-		return view.SnapshotSaved(*snapshotOf(info)), nil
+		return view.SnapshotSaved(*sessions.SnapshotOf(info)), nil
 	case "context restore":
-		n, undo, err := ib.sessions.restore(ctx, session, args[0])
+		n, undo, err := ib.sessions.Restore(ctx, session, args[0])
 		if err != nil {
 			return "", err
 		}
 		return view.SnapshotRestored(args[0], n) + undoHint(undo.ID), nil
 	case "context list":
-		if _, _, err := ib.sessions.get(ctx, session); err != nil {
+		if _, _, err := ib.sessions.Get(ctx, session); err != nil {
 			return "", err
 		}
-		list, err := ib.sessions.store.ListSnapshots(ctx, session)
+		list, err := ib.sessions.Store.ListSnapshots(ctx, session)
 		if err != nil {
 			return "", err
 		}
@@ -224,14 +225,14 @@ func (ib *inband) sessionCommand(ctx context.Context, session, model, cmd string
 		}
 		infos := make([]api.SnapshotInfo, len(list))
 		for i, info := range list {
-			infos[i] = *snapshotOf(info)
+			infos[i] = *sessions.SnapshotOf(info)
 		}
 		return render(func(b *strings.Builder) error { return view.Snapshots(b, printer, infos) }, ""), nil
 	case "context clear", "clear":
 		// Seed 004 R7.7: /context clear keeps the system prompt; seed
 		// 000's /clear removes every turn and keeps the metadata.
 		keepSystem := cmd == "context clear"
-		undo, err := ib.sessions.clear(ctx, session, keepSystem, snapshots.ReasonClear)
+		undo, err := ib.sessions.Clear(ctx, session, keepSystem, snapshots.ReasonClear)
 		if err != nil {
 			return "", err
 		}
@@ -241,7 +242,7 @@ func (ib *inband) sessionCommand(ctx context.Context, session, model, cmd string
 		}
 		return text + undoHint(undo.ID), nil
 	case "context compress", "compact":
-		res, err := ib.sessions.compact(ctx, session, strings.Join(args, " "))
+		res, err := ib.sessions.Compact(ctx, session, strings.Join(args, " "))
 		if err != nil {
 			return "", err
 		}
@@ -250,7 +251,7 @@ func (ib *inband) sessionCommand(ctx context.Context, session, model, cmd string
 		}
 		return view.Compressed(res) + undoHint(res.Undo.ID), nil
 	}
-	return "", errorf(http.StatusBadRequest, "unknown command")
+	return "", sessions.Errorf(http.StatusBadRequest, "unknown command")
 }
 
 // undoHint is view.UndoHint on a line of its own, worded for the chat.
@@ -291,7 +292,7 @@ func (ib *inband) size(sub string, args []string) string {
 		tokens = n
 	}
 	if err := ib.status.setContextSize(tokens); err != nil {
-		_, msg := ib.sessions.describe(err)
+		_, msg := ib.sessions.Describe(err)
 		return "ctxproxy: " + msg
 	}
 	return view.ContextSize(api.ContextSize{Auto: tokens == 0, Target: tokens})
@@ -303,9 +304,9 @@ func (ib *inband) statusText(ctx context.Context, session, model string) string 
 	st := ib.status.status(ctx)
 	f := view.Facts{Model: model, SessionID: session, Status: &st}
 	warning := ""
-	if session != "" && ib.sessions.store != nil {
-		ib.sessions.flush(ctx)
-		if _, d, err := ib.sessions.get(ctx, session); err == nil {
+	if session != "" && ib.sessions.Store != nil {
+		ib.sessions.Flush(ctx)
+		if _, d, err := ib.sessions.Get(ctx, session); err == nil {
 			warning, d.Warning = d.Warning, ""
 			f.Session = &d
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -72,7 +73,7 @@ func newSystem(t testing.TB, backendURL string, su setup) *system {
 	var extra []rewrite.Strategy
 	if su.summarize != nil {
 		summ := backend.NewSummarizer(backendURL, func() string { return KindOllama }, backend.SummarizerConfig{}, nil, log)
-		comp = rewrite.NewCompactor(*su.summarize, summ, rewrite.CompactorOptions{Store: SummaryStore{Store: store}, Log: log})
+		comp = rewrite.NewCompactor(*su.summarize, summ, rewrite.CompactorOptions{Store: sessions.SummaryStore{Store: store}, Log: log})
 		extra = []rewrite.Strategy{comp.Summarize(), comp.Hybrid()}
 	}
 	t.Cleanup(func() {

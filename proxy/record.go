@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -20,11 +21,11 @@ import (
 // update and snapshot, and logs and counts the exchange.
 type recorder struct {
 	tokens  *budget.Registry
-	writer  Writer
+	writer  sessions.Writer
 	trimmer *atomic.Pointer[rewrite.Trimmer]
 	// trackers keep each session's running totals, to notice a first
 	// overflow.
-	trackers *trackers
+	trackers *sessions.Trackers
 	metrics  *metrics
 	log      *slog.Logger
 }
@@ -121,7 +122,7 @@ func (s *recorder) record(ex *exchange, rep wire.Reply, truncated bool) {
 	}
 	var replyMsg *snapshots.Message
 	if whole {
-		m := replyMessage(ex.dialect, rep)
+		m := sessions.ReplyMessage(ex.dialect, rep)
 		replyMsg = &m
 	}
 	now := time.Now()
@@ -144,22 +145,22 @@ func (s *recorder) record(ex *exchange, rep wire.Reply, truncated bool) {
 			sess.Model = model
 		}
 		if accum {
-			sess.AppendTurn(storedMessages(dialect, newTurn), replyMsg, now)
+			sess.AppendTurn(sessions.StoredMessages(dialect, newTurn), replyMsg, now)
 		} else {
 			// Each run converts a list of its own: the reply goes into
 			// its spare capacity and SetMessages stamps it in place.
-			msgs := storedMessages(dialect, sent)
+			msgs := sessions.StoredMessages(dialect, sent)
 			if replyMsg != nil {
 				msgs = append(msgs, *replyMsg)
 			}
 			sess.SetMessages(msgs, now)
 		}
 		// A restore lasts as long as each turn applies it.
-		keepMark(sess, mark)
+		sessions.KeepMark(sess, mark)
 		// The store's copy of the totals carries on from itself, so a
 		// session served by another replica or before a restart keeps
 		// its counts.
-		sess.Stats = storedStats(totalsOf(sess.Stats).Add(turn))
+		sess.Stats = sessions.StoredStats(sessions.TotalsOf(sess.Stats).Add(turn))
 		return nil
 	}, stored)
 	if err != nil {
@@ -174,14 +175,14 @@ func (s *recorder) record(ex *exchange, rep wire.Reply, truncated bool) {
 	// the window (seed 004 4.7, the pre-overflow event). The writer takes
 	// the automatic snapshot at snapshots.auto_threshold itself, from the
 	// usage recorded above (seed 004 4.6).
-	before := s.trackers.record(ex.session, turn)
+	before := s.trackers.Record(ex.session, turn)
 	if p.result.Dropped > 0 && (before.Requests == 0 || before.Usage() < s.threshold()) {
 		s.log.Info("pre-overflow: conversation outgrew the window; snapshot taken before the first cut",
 			"session", ex.session, "tokens", p.before.Tokens, "limit", p.limit)
 		// The turn's own list belongs to the queued update.
-		whole := storedMessages(ex.dialect, p.sent)
+		whole := sessions.StoredMessages(ex.dialect, p.sent)
 		snap := snapshots.NewSnapshot(&snapshots.Session{ID: ex.session, Model: p.model, Messages: whole,
-			Stats: storedStats(budget.Totals{}.Add(turn))}, snapshots.ReasonOverflow)
+			Stats: sessions.StoredStats(budget.Totals{}.Add(turn))}, snapshots.ReasonOverflow)
 		if err := s.writer.SaveSnapshot(snap); err != nil {
 			s.log.Warn("snapshot not queued", "session", ex.session, "err", err)
 		}

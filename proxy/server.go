@@ -33,43 +33,10 @@ import (
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
-	"github.com/ctxproxy/ctxproxy/snapshots"
 )
-
-// Store is what the proxy needs of the session store (snapshots.FileStore
-// or snapshots.RedisStore).
-type Store interface {
-	Get(ctx context.Context, id string) (*snapshots.Session, error)
-	Update(ctx context.Context, id string, fn func(*snapshots.Session) error) error
-	List(ctx context.Context) ([]snapshots.SessionInfo, error)
-	Delete(ctx context.Context, id string) error
-	Clear(ctx context.Context, id string) error
-	SaveSnapshot(ctx context.Context, snap *snapshots.Snapshot) (snapshots.SnapshotInfo, error)
-	ListSnapshots(ctx context.Context, id string) ([]snapshots.SnapshotInfo, error)
-	LoadSnapshot(ctx context.Context, id, snapID string) (*snapshots.Snapshot, error)
-	DeleteSnapshot(ctx context.Context, id, snapID string) error
-}
-
-// Writer queues session writes off the request path
-// (snapshots.Writer).
-type Writer interface {
-	Update(id string, fn func(*snapshots.Session) error) error
-	// UpdateThen is Update that calls done once the change is stored or
-	// given up (never when it returns an error).
-	UpdateThen(id string, fn func(*snapshots.Session) error, done func()) error
-	Snapshot(id, reason string) error
-	SaveSnapshot(snap *snapshots.Snapshot) error
-	Flush(ctx context.Context) error
-	// Health is the store's last write error (nil when the last one
-	// succeeded) and since when it fails; Unsaved whether a session's
-	// last change is not stored.
-	Health() (since time.Time, err error)
-	Unsaved(id string) bool
-	// Settle waits until session id's queued changes are stored.
-	Settle(ctx context.Context, id string) error
-}
 
 // Deps are the parts of ctxproxy the proxy drives. A nil field turns its
 // feature off: without Tokens nothing is counted or trimmed, without
@@ -80,8 +47,8 @@ type Deps struct {
 	Trimmer *rewrite.Trimmer
 	Sizer   *gpu.Sizer
 	Monitor *gpu.Monitor
-	Store   Store
-	Writer  Writer
+	Store   sessions.Store
+	Writer  sessions.Writer
 	// Backend is the server behind ctxproxy; nil builds one from Config
 	// over the proxy's transport.
 	Backend *backend.Backend
@@ -104,18 +71,18 @@ type Server struct {
 	trimmer atomic.Pointer[rewrite.Trimmer]
 	sizer   *gpu.Sizer
 	monitor *gpu.Monitor
-	store   Store
-	writer  Writer
+	store   sessions.Store
+	writer  sessions.Writer
 
 	be       *backend.Backend
 	gate     *edge.Gate
-	trackers *trackers
+	trackers *sessions.Trackers
 	tok      *tokenizeRoutes
 	once     *onceLog
-	cleared  *emergencies
+	cleared  *sessions.Cleared
 
 	// The services chat requests share with the admin API.
-	sessions *sessions
+	sessions *sessions.Service
 	status   *statusReporter
 	inband   *inband
 	guard    *memoryGuard
@@ -167,15 +134,15 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	s.mux = http.NewServeMux()
 	s.tok = &tokenizeRoutes{be: s.be, tokens: s.tokens, noExact: cfg.NoExact, gate: s.gate, rp: s.rp}
 	seen := newSeenModels()
-	s.cleared = newEmergencies()
-	s.sessions = &sessions{store: deps.Store, writer: deps.Writer, tokens: deps.Tokens, trimmer: &s.trimmer,
-		seen: seen, cleared: s.cleared, log: log}
+	s.cleared = sessions.NewCleared()
+	s.sessions = &sessions.Service{Store: deps.Store, Writer: deps.Writer, Tokens: deps.Tokens, Trimmer: &s.trimmer,
+		Seen: seen.limit, Cleared: s.cleared, Log: log}
 	s.status = &statusReporter{info: cfg.Status, version: cfg.Version, backend: u, be: s.be, tokens: deps.Tokens,
 		trimmer: &s.trimmer, sizer: deps.Sizer, monitor: deps.Monitor, store: deps.Store,
 		inflight: &s.metrics.inflight, seen: seen, start: time.Now(), log: log}
 	s.inband = &inband{sessions: s.sessions, status: s.status, monitor: deps.Monitor,
 		sessionHeader: cfg.SessionHeader, adminOff: cfg.AdminOff}
-	s.trackers = newTrackers()
+	s.trackers = sessions.NewTrackers()
 	s.once = newOnceLog(log)
 	s.rec = &recorder{tokens: deps.Tokens, writer: deps.Writer, trimmer: &s.trimmer, trackers: s.trackers, metrics: s.metrics, log: log}
 	s.namer = sessionNamer{header: cfg.SessionHeader, scopeHeaders: cfg.ScopeHeaders, noFingerprint: cfg.NoFingerprint}
@@ -353,7 +320,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 		if _, err := storeHealth(s.writer); err != nil || (s.writer != nil && s.writer.Unsaved(session)) {
 			ex.headers.Set("X-Ctxproxy-Store", "degraded; last turn not saved")
 		}
-		if snap, ok := s.cleared.take(session); ok {
+		if snap, ok := s.cleared.Take(session); ok {
 			ex.warn(emergencyWarning(session, snap))
 		}
 	}

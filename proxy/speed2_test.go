@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 
@@ -138,6 +139,6 @@ func BenchmarkStoredMessages1000(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = storedMessages(wire.Ollama, req.Messages)
+		_ = sessions.StoredMessages(wire.Ollama, req.Messages)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/cache"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -34,7 +35,7 @@ type statusReporter struct {
 	trimmer *atomic.Pointer[rewrite.Trimmer]
 	sizer   *gpu.Sizer
 	monitor *gpu.Monitor
-	store   Store
+	store   sessions.Store
 	// inflight is the gauge ctxproxy_inflight_requests reads.
 	inflight *atomic.Int64
 	seen     *seenModels
@@ -73,7 +74,7 @@ func (s *statusReporter) status(ctx context.Context) api.Status {
 		if st.GPU.Total > 0 {
 			st.GPU.Usage = float64(st.GPU.Used) / float64(st.GPU.Total)
 		}
-		st.GPU.GuardUsage = finite(snap.Usage())
+		st.GPU.GuardUsage = sessions.Finite(snap.Usage())
 		for _, d := range snap.Devices {
 			st.GPU.Devices = append(st.GPU.Devices, api.Device(d))
 		}
@@ -116,7 +117,7 @@ func (s *statusReporter) modelStatuses() []api.ModelStatus {
 				m.Effective = lim.Effective()
 			}
 			c := s.tokens.Calibration(e.name)
-			m.Calibration = api.CalibrationStatus{Ratio: finite(c.Ratio), Observations: c.Observations}
+			m.Calibration = api.CalibrationStatus{Ratio: sessions.Finite(c.Ratio), Observations: c.Observations}
 		}
 		if e.facts.Known() {
 			m.BytesPerToken = e.facts.BytesPerToken(quant, parallel)
@@ -175,7 +176,7 @@ func (s *statusReporter) contextSize() api.ContextSize {
 // free memory again (seed 004 R7.2, R7.3).
 func (s *statusReporter) setContextSize(tokens int) error {
 	if s.sizer == nil {
-		return errorf(http.StatusServiceUnavailable, "context sizing is off: ctxproxy runs without a sizer")
+		return sessions.Errorf(http.StatusServiceUnavailable, "context sizing is off: ctxproxy runs without a sizer")
 	}
 	if tokens == 0 {
 		s.sizer.SetAuto()
@@ -184,10 +185,10 @@ func (s *statusReporter) setContextSize(tokens int) error {
 	}
 	lo, hi := s.info.minSize(), s.info.maxSize()
 	if tokens < lo || tokens > hi {
-		return errorf(http.StatusBadRequest, "context size %d is outside context.min_size–context.max_size (%d–%d)", tokens, lo, hi)
+		return sessions.Errorf(http.StatusBadRequest, "context size %d is outside context.min_size–context.max_size (%d–%d)", tokens, lo, hi)
 	}
 	if err := s.sizer.SetTarget(tokens); err != nil {
-		return errorf(http.StatusBadRequest, "%v", err)
+		return sessions.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	s.log.Info("context size fixed", "tokens", tokens)
 	return nil
@@ -249,3 +250,10 @@ func (sm *seenModels) list() []seenModel {
 }
 
 func (sm *seenModels) get(name string) (seenModel, bool) { return sm.lru.Peek(name) }
+
+// limit is the effective limit the last request of a model had; 0 when
+// none was seen.
+func (sm *seenModels) limit(name string) int {
+	e, _ := sm.get(name)
+	return e.effective
+}

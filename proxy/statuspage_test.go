@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/internal/headless"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 )
 
 func TestStatusPageRoutes(t *testing.T) {
@@ -202,9 +203,9 @@ func (f *fakeAdmin) routes(mux *http.ServeMux) {
 				"requests": s["requests"], "truncations": 1, "last_truncation": s["updated"]}}
 		switch u, _ := s["usage"].(float64); {
 		case u >= 0.9:
-			out["warning"] = warn90
+			out["warning"] = sessions.Warn90
 		case u >= 0.8:
-			out["warning"] = warn80
+			out["warning"] = sessions.Warn80
 		}
 		reply(w, out)
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/config"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
@@ -76,7 +77,7 @@ func build(ctx context.Context, c config.Config, log *slog.Logger, h hooks) (*sy
 		if store, err = snapshots.Open(ctx, scfg, log.With("component", "snapshots")); err != nil {
 			return nil, err
 		}
-		summaries = proxy.SummaryStore{Store: store}
+		summaries = sessions.SummaryStore{Store: store}
 	}
 	// The summarizer calls the backend over the same transport; its own
 	// timeout is summarize.timeout.

@@ -1,4 +1,4 @@
-package proxy
+package sessions
 
 import (
 	"bytes"
@@ -22,48 +22,49 @@ import (
 	"github.com/ctxproxy/ctxproxy/view"
 )
 
-// sessions is the one place that changes stored sessions outside a chat
+// Service is the one place that changes stored Service outside a chat
 // request: the admin API, the in-band commands and the memory guard clear,
 // restore, snapshot, import and compress through it, so each operation and
 // the session-id rule exist once. Its writes go to the store directly,
 // after the writer's queue is flushed, so that a read sees the last chat
 // turn and a change lands after it.
-type sessions struct {
-	store  Store
-	writer Writer
-	// tokens and trimmer count and cut a stored conversation (measure,
+type Service struct {
+	Store  Store
+	Writer Writer
+	// Tokens and trimmer count and cut a stored conversation (measure,
 	// compress); nil turns those off.
-	tokens  *budget.Registry
-	trimmer *atomic.Pointer[rewrite.Trimmer]
-	// seen gives a session's model its last effective limit.
-	seen *seenModels
-	// cleared are the sessions the memory guard cleared, forgotten when
+	Tokens  *budget.Registry
+	Trimmer *atomic.Pointer[rewrite.Trimmer]
+	// Seen gives a session's model the last effective limit a request
+	// of it had (0: none yet).
+	Seen func(model string) int
+	// Cleared are the sessions the memory guard Cleared, forgotten when
 	// one is restored or purged.
-	cleared *emergencies
-	log     *slog.Logger
+	Cleared *Cleared
+	Log     *slog.Logger
 }
 
 // flushWait bounds the wait for queued session writes before an admin
 // operation.
 const flushWait = 10 * time.Second
 
-// flush waits for the session writes queued so far, so that an admin read
+// Flush waits for the session writes queued so far, so that an admin read
 // sees the last chat turn and an admin write lands after it.
-func (s *sessions) flush(ctx context.Context) {
-	if s.writer == nil {
+func (s *Service) Flush(ctx context.Context) {
+	if s.Writer == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, flushWait)
 	defer cancel()
-	if err := s.writer.Flush(ctx); err != nil {
-		s.log.Warn("admin: queued session writes not written in time; going on with the stored state", "err", err)
+	if err := s.Writer.Flush(ctx); err != nil {
+		s.Log.Warn("admin: queued session writes not written in time; going on with the stored state", "err", err)
 	}
 }
 
-// checkSessionID validates a session id from a URL: the store's rule
+// CheckID validates a session id from a URL: the store's rule
 // (snapshots.CheckID), the one the chat routes apply too; describe turns
 // its error into a 400 that says why.
-func checkSessionID(id string) error { return snapshots.CheckID(id) }
+func CheckID(id string) error { return snapshots.CheckID(id) }
 
 // fullStore gives the proxy's Store the methods snapshots' helpers
 // (Import, Restore) want beyond it.
@@ -73,131 +74,131 @@ func (fullStore) Counters() snapshots.Counters { return snapshots.Counters{} }
 
 func (fullStore) Close() error { return nil }
 
-func (s *sessions) fullStore() snapshots.Store {
-	if st, ok := s.store.(snapshots.Store); ok {
+func (s *Service) FullStore() snapshots.Store {
+	if st, ok := s.Store.(snapshots.Store); ok {
 		return st
 	}
-	return fullStore{s.store}
+	return fullStore{s.Store}
 }
 
 // session reads session id with its snapshot count.
-func (s *sessions) get(ctx context.Context, id string) (*snapshots.Session, api.SessionDetail, error) {
-	sess, err := s.store.Get(ctx, id)
+func (s *Service) Get(ctx context.Context, id string) (*snapshots.Session, api.SessionDetail, error) {
+	sess, err := s.Store.Get(ctx, id)
 	if err != nil {
-		return nil, api.SessionDetail{}, notFound(err, "session %q not found", id)
+		return nil, api.SessionDetail{}, NotFound(err, "session %q not found", id)
 	}
-	snaps, err := s.store.ListSnapshots(ctx, id)
+	snaps, err := s.Store.ListSnapshots(ctx, id)
 	if err != nil {
 		return nil, api.SessionDetail{}, err
 	}
 	md := sess.Metadata
-	if _, ok := md[restoreKey]; ok {
+	if _, ok := md[RestoreKey]; ok {
 		// ctxproxy's own mark of a pending restore is not the user's.
 		md = maps.Clone(md)
-		delete(md, restoreKey)
+		delete(md, RestoreKey)
 	}
 	if md == nil {
 		md = map[string]any{}
 	}
 	out := api.SessionDetail{SessionID: sess.ID, Model: sess.Model, Created: sess.Created.UTC(), Updated: sess.Updated.UTC(),
-		Metadata: md, Stats: statsOf(sess.Stats), Messages: len(sess.Messages), Snapshots: len(snaps)}
+		Metadata: md, Stats: StatsOf(sess.Stats), Messages: len(sess.Messages), Snapshots: len(snaps)}
 	// As on the chat routes: a conversation that its last request cut
 	// is judged by what was forwarded, never warned of as "approaching".
 	usage := out.Stats.Usage
 	if st := sess.Stats; st.Sent > 0 && st.Sent != st.Tokens && st.Limit > 0 {
 		usage = float64(st.Sent) / float64(st.Limit)
 	}
-	out.Warning = usageWarning(usage)
+	out.Warning = UsageWarning(usage)
 	return sess, out, nil
 }
 
-// clearSession is seed 000's /clear: the conversation and its numbers go,
+// clearSession is seed 000's /Clear: the conversation and its numbers go,
 // the metadata stays; the cleared state is snapshotted first (reason
-// clear) so that a /clear can be undone. With keepSystem (seed 004 R7.7's
-// /context clear) the leading system messages stay.
-func (s *sessions) clear(ctx context.Context, id string, keepSystem bool, reason string) (undo snapshots.SnapshotInfo, err error) {
-	sess, err := s.store.Get(ctx, id)
+// Clear) so that a /Clear can be undone. With keepSystem (seed 004 R7.7's
+// /context Clear) the leading system messages stay.
+func (s *Service) Clear(ctx context.Context, id string, keepSystem bool, reason string) (undo snapshots.SnapshotInfo, err error) {
+	sess, err := s.Store.Get(ctx, id)
 	if err != nil {
-		return undo, notFound(err, "session %q not found", id)
+		return undo, NotFound(err, "session %q not found", id)
 	}
 	if len(sess.Messages) > 0 {
-		if undo, err = s.store.SaveSnapshot(ctx, snapshots.NewSnapshot(sess, reason)); err != nil {
+		if undo, err = s.Store.SaveSnapshot(ctx, snapshots.NewSnapshot(sess, reason)); err != nil {
 			return undo, fmt.Errorf("saving the session before clearing it: %w", err)
 		}
 	}
 	if !keepSystem {
-		if err := s.store.Clear(ctx, id); err != nil {
-			return undo, notFound(err, "session %q not found", id)
+		if err := s.Store.Clear(ctx, id); err != nil {
+			return undo, NotFound(err, "session %q not found", id)
 		}
-		s.remeasure(ctx, id) // the limit stays known
+		s.Remeasure(ctx, id) // the limit stays known
 		return undo, nil
 	}
-	err = s.store.Update(ctx, id, func(sess *snapshots.Session) error {
+	err = s.Store.Update(ctx, id, func(sess *snapshots.Session) error {
 		n := 0
 		for n < len(sess.Messages) && wire.IsSystemRole(sess.Messages[n].Role) {
 			n++
 		}
 		sess.Messages, sess.Summaries = slices.Clone(sess.Messages[:n]), nil
 		sess.Stats = snapshots.Stats{}
-		s.measure(sess)
+		s.Measure(sess)
 		return nil
 	})
 	return undo, err
 }
 
-// takeSnapshot saves a snapshot of session id as stored now.
-func (s *sessions) snapshot(ctx context.Context, id, reason string) (snapshots.SnapshotInfo, error) {
-	info, err := snapshots.TakeSnapshot(ctx, s.fullStore(), id, reason)
-	return info, notFound(err, "session %q not found", id)
+// takeSnapshot saves a Snapshot of session id as stored now.
+func (s *Service) Snapshot(ctx context.Context, id, reason string) (snapshots.SnapshotInfo, error) {
+	info, err := snapshots.TakeSnapshot(ctx, s.FullStore(), id, reason)
+	return info, NotFound(err, "session %q not found", id)
 }
 
-// restore replaces session id's conversation with snapshot snap's and
+// Restore replaces session id's conversation with snapshot snap's and
 // returns how many messages it has now and the undo snapshot.
-func (s *sessions) restore(ctx context.Context, id, snap string) (n int, undo snapshots.SnapshotInfo, err error) {
-	undo, err = snapshots.Restore(ctx, s.fullStore(), id, snap)
+func (s *Service) Restore(ctx context.Context, id, snap string) (n int, undo snapshots.SnapshotInfo, err error) {
+	undo, err = snapshots.Restore(ctx, s.FullStore(), id, snap)
 	if err != nil {
-		return 0, undo, notFound(err, "snapshot %q of session %q not found", snap, id)
+		return 0, undo, NotFound(err, "snapshot %q of session %q not found", snap, id)
 	}
 	// Mark the restore, so that it holds for a client that resends its
 	// whole history (restorer).
 	n = 0
-	err = s.store.Update(ctx, id, func(sess *snapshots.Session) error {
-		markRestored(sess, snap)
+	err = s.Store.Update(ctx, id, func(sess *snapshots.Session) error {
+		MarkRestored(sess, snap)
 		n = len(sess.Messages)
 		return nil
 	})
 	if err != nil {
 		return 0, undo, err
 	}
-	s.cleared.take(id)
+	s.Cleared.Take(id)
 	return n, undo, nil
 }
 
 // errChanged aborts a compress whose session changed under it.
-var errChanged = errorf(http.StatusConflict, "the session changed while it was being compressed; try again")
+var errChanged = Errorf(http.StatusConflict, "the session changed while it was being compressed; try again")
 
-// compress trims (or summarizes) the stored conversation of session id
+// Compress trims (or summarizes) the stored conversation of session id
 // now with the configured strategy, down to strategy.target of the
 // model's effective limit (seed 004 R7.8). The conversation as it was is
 // snapshotted first.
-func (s *sessions) compress(ctx context.Context, id string) (api.Compressed, error) {
-	trimmer := s.trimmer.Load()
-	if trimmer == nil || s.tokens == nil {
-		return api.Compressed{}, errorf(http.StatusServiceUnavailable, "compress needs token counting and a strategy, and ctxproxy runs without them")
+func (s *Service) Compress(ctx context.Context, id string) (api.Compressed, error) {
+	trimmer := s.Trimmer.Load()
+	if trimmer == nil || s.Tokens == nil {
+		return api.Compressed{}, Errorf(http.StatusServiceUnavailable, "compress needs token counting and a strategy, and ctxproxy runs without them")
 	}
 	if trimmer.Mode() == "none" {
-		return api.Compressed{}, errorf(http.StatusConflict, "nothing to compress with: strategy.mode is none")
+		return api.Compressed{}, Errorf(http.StatusConflict, "nothing to compress with: strategy.mode is none")
 	}
-	sess, err := s.store.Get(ctx, id)
+	sess, err := s.Store.Get(ctx, id)
 	if err != nil {
-		return api.Compressed{}, notFound(err, "session %q not found", id)
+		return api.Compressed{}, NotFound(err, "session %q not found", id)
 	}
-	msgs, err := fromStored(sess.Messages)
+	msgs, err := FromStored(sess.Messages)
 	if err != nil {
-		return api.Compressed{}, errorf(http.StatusInternalServerError, "the stored conversation cannot be read: %v", err)
+		return api.Compressed{}, Errorf(http.StatusInternalServerError, "the stored conversation cannot be read: %v", err)
 	}
-	counter := s.tokens.MessageCounter(sess.Model)
-	limit := s.limitFor(sess.Model, sess.Stats)
+	counter := s.Tokens.MessageCounter(sess.Model)
+	limit := s.LimitFor(sess.Model, sess.Stats)
 	before := counter.Prompt(msgs, nil).Tokens
 	res := api.Compressed{Before: before, After: before}
 	// Acting from the target itself cuts down to it now: a threshold
@@ -207,29 +208,29 @@ func (s *sessions) compress(ctx context.Context, id string) (api.Compressed, err
 	out, err := trimmer.Trim(tctx, "", msgs, limit-counter.Overhead(nil), counter)
 	switch {
 	case errors.Is(err, rewrite.ErrOverflow):
-		return res, errorf(http.StatusUnprocessableEntity, "the conversation needs about %d tokens and cannot be cut "+
+		return res, Errorf(http.StatusUnprocessableEntity, "the conversation needs about %d tokens and cannot be cut "+
 			"below the model's limit of %d (strategy.on_overflow: %s)", before, limit, trimmer.OnOverflow())
 	case err != nil:
-		return res, errorf(http.StatusInternalServerError, "compress failed: %v", err)
+		return res, Errorf(http.StatusInternalServerError, "compress failed: %v", err)
 	case out.Notice == "" || (out.Dropped == 0 && out.Summarized == 0 && len(out.Messages) == len(msgs)):
 		res.Notice = fmt.Sprintf("Nothing to compress: the conversation uses %s of %s tokens, within the target of %s.",
 			view.Grouped(before), view.Grouped(limit), view.Percent(trimmer.Target(), 0))
 		return res, nil
 	}
-	undo, err := s.store.SaveSnapshot(ctx, snapshots.NewSnapshot(sess, snapshots.ReasonManual))
+	undo, err := s.Store.SaveSnapshot(ctx, snapshots.NewSnapshot(sess, snapshots.ReasonManual))
 	if err != nil {
 		return res, fmt.Errorf("saving the session before compressing it: %w", err)
 	}
-	kept := keepStored(sess.Messages, msgs, out.Messages, time.Now().UTC())
+	kept := KeepStored(sess.Messages, msgs, out.Messages, time.Now().UTC())
 	after := counter.Prompt(out.Messages, nil).Tokens
-	err = s.store.Update(ctx, id, func(cur *snapshots.Session) error {
+	err = s.Store.Update(ctx, id, func(cur *snapshots.Session) error {
 		if !cur.Updated.Equal(sess.Updated) || len(cur.Messages) != len(sess.Messages) {
 			return errChanged
 		}
 		// Cached summaries stay: they are keyed by the messages they cover.
 		cur.Messages = kept
 		cur.Stats.Tokens, cur.Stats.Limit = after, limit
-		cur.Stats.Usage = finite(float64(after) / float64(max(limit, 1)))
+		cur.Stats.Usage = Finite(float64(after) / float64(max(limit, 1)))
 		// rewrite.Result.Dropped counts folded messages too, as the
 		// chat path's headers do not: dropped means dropped unsummarized.
 		cur.Stats.Dropped, cur.Stats.Summarized = out.Dropped-out.Summarized, out.Summarized
@@ -239,15 +240,15 @@ func (s *sessions) compress(ctx context.Context, id string) (api.Compressed, err
 		return res, err
 	}
 	res.After, res.Dropped, res.Summarized, res.Notice = after, out.Dropped-out.Summarized, out.Summarized, out.Notice
-	res.Undo = snapshotOf(undo)
+	res.Undo = SnapshotOf(undo)
 	return res, nil
 }
 
-// keepStored maps a strategy's output back to the stored messages, so a
+// KeepStored maps a strategy's output back to the stored messages, so a
 // kept message keeps its timestamp and metadata: strategies keep the order
 // and the raw bytes of what they do not change. A message they made or
 // changed (a marker, a summary, a shortened tool result) is stored new.
-func keepStored(stored []snapshots.Message, in, out []rewrite.Message, now time.Time) []snapshots.Message {
+func KeepStored(stored []snapshots.Message, in, out []rewrite.Message, now time.Time) []snapshots.Message {
 	kept := make([]snapshots.Message, 0, len(out))
 	j := 0
 	for i := range out {
@@ -263,61 +264,63 @@ func keepStored(stored []snapshots.Message, in, out []rewrite.Message, now time.
 				continue
 			}
 		}
-		sm := toStored(out[i : i+1])[0]
+		sm := ToStored(out[i : i+1])[0]
 		sm.Timestamp = now
 		kept = append(kept, sm)
 	}
 	return kept
 }
 
-// limitFor is the effective limit of a stored session's model: the last
+// LimitFor is the effective limit of a stored session's model: the last
 // request's, else the last one seen for the model, else its table limit.
-func (s *sessions) limitFor(model string, st snapshots.Stats) int {
+func (s *Service) LimitFor(model string, st snapshots.Stats) int {
 	if st.Limit > 0 {
 		return st.Limit
 	}
-	if e, ok := s.seen.get(model); ok && e.effective > 0 {
-		return e.effective
+	if s.Seen != nil {
+		if n := s.Seen(model); n > 0 {
+			return n
+		}
 	}
-	if s.tokens == nil {
+	if s.Tokens == nil {
 		return 0
 	}
-	return s.tokens.Limits(model, 0).Effective()
+	return s.Tokens.Limits(model, 0).Effective()
 }
 
-// measure counts a stored conversation changed outside a chat request,
+// Measure counts a stored conversation changed outside a chat request,
 // so that its stats describe it.
-func (s *sessions) measure(sess *snapshots.Session) {
-	if s.tokens == nil {
+func (s *Service) Measure(sess *snapshots.Session) {
+	if s.Tokens == nil {
 		return
 	}
-	msgs, err := fromStored(sess.Messages)
+	msgs, err := FromStored(sess.Messages)
 	if err != nil {
 		return
 	}
-	sess.Stats.Tokens = s.tokens.MessageCounter(sess.Model).Prompt(msgs, nil).Tokens
-	if sess.Stats.Limit = s.limitFor(sess.Model, sess.Stats); sess.Stats.Limit > 0 {
-		sess.Stats.Usage = finite(float64(sess.Stats.Tokens) / float64(sess.Stats.Limit))
+	sess.Stats.Tokens = s.Tokens.MessageCounter(sess.Model).Prompt(msgs, nil).Tokens
+	if sess.Stats.Limit = s.LimitFor(sess.Model, sess.Stats); sess.Stats.Limit > 0 {
+		sess.Stats.Usage = Finite(float64(sess.Stats.Tokens) / float64(sess.Stats.Limit))
 	}
 }
 
-// remeasure measures a stored session again (after an import or a
+// Remeasure measures a stored session again (after an import or a
 // clear).
-func (s *sessions) remeasure(ctx context.Context, id string) {
-	if s.tokens == nil {
+func (s *Service) Remeasure(ctx context.Context, id string) {
+	if s.Tokens == nil {
 		return
 	}
-	if err := s.store.Update(ctx, id, func(sess *snapshots.Session) error {
-		s.measure(sess)
+	if err := s.Store.Update(ctx, id, func(sess *snapshots.Session) error {
+		s.Measure(sess)
 		return nil
 	}); err != nil {
-		s.log.Warn("admin: counting the session failed", "session", id, "err", err)
+		s.Log.Warn("admin: counting the session failed", "session", id, "err", err)
 	}
 }
 
-// describe turns an error of an admin operation into a status and a
+// Describe turns an error of an admin operation into a status and a
 // message for the user.
-func (s *sessions) describe(err error) (int, string) {
+func (s *Service) Describe(err error) (int, string) {
 	var se *statusError
 	switch {
 	case errors.As(err, &se):
@@ -329,20 +332,20 @@ func (s *sessions) describe(err error) (int, string) {
 	case errors.Is(err, snapshots.ErrMalformed):
 		return http.StatusBadRequest, strings.TrimPrefix(err.Error(), "snapshots: ")
 	case errors.Is(err, snapshots.ErrCorrupt):
-		s.log.Error("admin: stored record is corrupt", "err", err)
+		s.Log.Error("admin: stored record is corrupt", "err", err)
 		return http.StatusInternalServerError, "the stored record is corrupt and was set aside: " +
 			strings.TrimPrefix(err.Error(), "snapshots: ")
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable, "the session store did not answer in time"
 	}
-	s.log.Error("admin: session store failed", "err", err)
+	s.Log.Error("admin: session store failed", "err", err)
 	return http.StatusInternalServerError, "the session store failed: " + strings.TrimPrefix(err.Error(), "snapshots: ")
 }
 
-// notFound names what was not found when err says so.
-func notFound(err error, format string, args ...any) error {
+// NotFound names what was not found when err says so.
+func NotFound(err error, format string, args ...any) error {
 	if errors.Is(err, snapshots.ErrNotFound) {
-		return errorf(http.StatusNotFound, format, args...)
+		return Errorf(http.StatusNotFound, format, args...)
 	}
 	return err
 }
@@ -355,43 +358,43 @@ type statusError struct {
 
 func (e *statusError) Error() string { return e.msg }
 
-func errorf(status int, format string, args ...any) error {
+func Errorf(status int, format string, args ...any) error {
 	return &statusError{status: status, msg: fmt.Sprintf(format, args...)}
 }
 
-var errNoStore = errorf(http.StatusServiceUnavailable,
+var ErrNoStore = Errorf(http.StatusServiceUnavailable,
 	"sessions are off: ctxproxy runs without a session store (snapshots.store)")
 
-// finite keeps NaN and infinities, which JSON cannot carry, out of
+// Finite keeps NaN and infinities, which JSON cannot carry, out of
 // answers.
-func finite(f float64) float64 {
+func Finite(f float64) float64 {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return 0
 	}
 	return f
 }
 
-func sessionInfoOf(i snapshots.SessionInfo) api.SessionInfo {
+func SessionInfoOf(i snapshots.SessionInfo) api.SessionInfo {
 	out := api.SessionInfo{SessionID: i.ID, Model: i.Model, Created: i.Created.UTC(), Updated: i.Updated.UTC(),
-		Messages: i.Messages, Tokens: i.Tokens, Limit: i.Limit, Usage: finite(i.Usage), Requests: i.Requests,
-		Snapshots: i.Snapshots, Sent: i.Sent, ForwardedUsage: finite(i.Usage)}
+		Messages: i.Messages, Tokens: i.Tokens, Limit: i.Limit, Usage: Finite(i.Usage), Requests: i.Requests,
+		Snapshots: i.Snapshots, Sent: i.Sent, ForwardedUsage: Finite(i.Usage)}
 	if i.Sent > 0 && i.Limit > 0 {
 		out.ForwardedUsage = float64(i.Sent) / float64(i.Limit)
 	}
 	return out
 }
 
-// snapshotOf is a snapshot's JSON; nil for the zero info (no undo).
-func snapshotOf(i snapshots.SnapshotInfo) *api.SnapshotInfo {
+// SnapshotOf is a snapshot's JSON; nil for the zero info (no undo).
+func SnapshotOf(i snapshots.SnapshotInfo) *api.SnapshotInfo {
 	if i.ID == "" {
 		return nil
 	}
 	return &api.SnapshotInfo{ID: i.ID, SessionID: i.SessionID, Created: i.Created.UTC(), Model: i.Model,
-		Tokens: i.Tokens, Usage: finite(i.Usage), Reason: i.Reason, Messages: i.Messages, Bytes: i.Bytes}
+		Tokens: i.Tokens, Usage: Finite(i.Usage), Reason: i.Reason, Messages: i.Messages, Bytes: i.Bytes}
 }
 
-func statsOf(st snapshots.Stats) api.SessionStats {
-	out := api.SessionStats{Tokens: st.Tokens, Limit: st.Limit, Usage: finite(usageOf(st)), Sent: st.Sent, NumCtx: st.NumCtx,
+func StatsOf(st snapshots.Stats) api.SessionStats {
+	out := api.SessionStats{Tokens: st.Tokens, Limit: st.Limit, Usage: Finite(UsageOf(st)), Sent: st.Sent, NumCtx: st.NumCtx,
 		Dropped: st.Dropped, Summarized: st.Summarized, PromptTokens: st.PromptTokens,
 		CompletionTokens: st.CompletionTokens, Requests: st.Requests, Truncations: st.Truncations}
 	if !st.LastTruncation.IsZero() {
@@ -407,28 +410,28 @@ func statsOf(st snapshots.Stats) api.SessionStats {
 	return out
 }
 
-// usageOf is a session's usage, from its tokens when the usage was not
+// UsageOf is a session's usage, from its tokens when the usage was not
 // recorded.
-func usageOf(st snapshots.Stats) float64 {
+func UsageOf(st snapshots.Stats) float64 {
 	if st.Usage == 0 && st.Limit > 0 {
 		return float64(st.Tokens) / float64(st.Limit)
 	}
 	return st.Usage
 }
 
-// usageWarning is seed 000's warning for a usage, as the chat routes send
+// UsageWarning is seed 000's warning for a usage, as the chat routes send
 // it in X-Ctxproxy-Warning.
-func usageWarning(usage float64) string {
+func UsageWarning(usage float64) string {
 	switch {
 	case usage >= 0.9:
-		return warn90
+		return Warn90
 	case usage >= 0.8:
-		return warn80
+		return Warn80
 	}
 	return ""
 }
 
-func messagesOf(msgs []snapshots.Message) []api.SessionMessage {
+func MessagesOf(msgs []snapshots.Message) []api.SessionMessage {
 	out := make([]api.SessionMessage, len(msgs))
 	for i, m := range msgs {
 		out[i] = api.SessionMessage{Role: m.Role, Content: m.Content, Timestamp: m.Timestamp.UTC(), Importance: m.Importance,
@@ -436,3 +439,11 @@ func messagesOf(msgs []snapshots.Message) []api.SessionMessage {
 	}
 	return out
 }
+
+// The warnings of a conversation approaching its window, sent as
+// X-Ctxproxy-Warning from the usage of the
+// conversation as the client sent it.
+const (
+	Warn80 = "Context at 80% capacity. Consider /clear or /save."
+	Warn90 = "Context at 90% capacity. Auto-trimming soon."
+)

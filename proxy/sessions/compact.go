@@ -1,4 +1,4 @@
-package proxy
+package sessions
 
 import (
 	"context"
@@ -9,22 +9,22 @@ import (
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
-// compact is /compact INSTRUCTIONS (in-band, the REPL, and the admin API's
+// Compact is /Compact INSTRUCTIONS (in-band, the REPL, and the admin API's
 // compress with a body): compress, with instructions appended to the
 // summary prompt of the summaries it writes. When nothing is summarized —
 // the strategy does not summarize — it compresses as /context compress
 // does and says the instructions were not used.
-func (s *sessions) compact(ctx context.Context, id, instructions string) (api.Compressed, error) {
+func (s *Service) Compact(ctx context.Context, id, instructions string) (api.Compressed, error) {
 	instructions = strings.TrimSpace(instructions)
 	if instructions != "" {
 		info := rewrite.RequestInfoFrom(ctx)
 		info.Instructions = instructions
 		ctx = rewrite.WithRequestInfo(ctx, info)
 	}
-	res, err := s.compress(ctx, id)
+	res, err := s.Compress(ctx, id)
 	if err == nil && instructions != "" && res.Summarized == 0 {
 		mode := "?"
-		if t := s.trimmer.Load(); t != nil {
+		if t := s.Trimmer.Load(); t != nil {
 			mode = t.Mode()
 		}
 		res.Notice = strings.TrimSpace(res.Notice + " " + fmt.Sprintf(

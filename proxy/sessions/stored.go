@@ -1,4 +1,4 @@
-package proxy
+package sessions
 
 import (
 	"encoding/json"
@@ -12,8 +12,8 @@ import (
 
 // Messages as the session store keeps them, and back.
 
-// toStored converts messages for the session store, keeping raw bytes.
-func toStored(msgs []rewrite.Message) []snapshots.Message {
+// ToStored converts messages for the session store, keeping raw bytes.
+func ToStored(msgs []rewrite.Message) []snapshots.Message {
 	// Room for the reply a turn appends (record), so the list is not
 	// copied again for it.
 	out := make([]snapshots.Message, len(msgs), len(msgs)+1)
@@ -34,8 +34,8 @@ func toStored(msgs []rewrite.Message) []snapshots.Message {
 	return out
 }
 
-// fromStored converts stored messages back, decoding their raw bytes.
-func fromStored(msgs []snapshots.Message) ([]rewrite.Message, error) {
+// FromStored converts stored messages back, decoding their raw bytes.
+func FromStored(msgs []snapshots.Message) ([]rewrite.Message, error) {
 	out := make([]rewrite.Message, len(msgs))
 	for i, sm := range msgs {
 		raw := sm.Raw
@@ -67,11 +67,11 @@ func fromStored(msgs []snapshots.Message) ([]rewrite.Message, error) {
 	return out, nil
 }
 
-// replyMessage is the assistant's reply as a message the client would
+// ReplyMessage is the assistant's reply as a message the client would
 // send back in its next request, in the request's dialect; for the
 // conversation dialects in Ollama's chat shape, as storedMessages keeps
 // their messages.
-func replyMessage(d wire.Dialect, rep wire.Reply) snapshots.Message {
+func ReplyMessage(d wire.Dialect, rep wire.Reply) snapshots.Message {
 	sm := snapshots.Message{Role: "assistant", Content: rep.Content}
 	if d == wire.Responses || d == wire.Messages {
 		sm.Metadata = map[string]any{"dialect": d.String()}
@@ -120,4 +120,63 @@ func plainReply(rep wire.Reply) (raw []byte, ok bool) {
 	raw = make([]byte, 0, len(head)+len(rep.Content)+len(tail)+8)
 	raw = jsonscan.AppendStringHTML(append(raw, head...), rep.Content)
 	return append(raw, tail...), true
+}
+
+// StoredMessages converts what a session records. The conversation
+// dialects' messages are stored as Ollama chat messages (role, content,
+// tool_calls, tool_call_id), with the dialect in the metadata: the
+// session's export, compress and restore read every session alike.
+func StoredMessages(d wire.Dialect, msgs []rewrite.Message) []snapshots.Message {
+	if d != wire.Responses && d != wire.Messages {
+		return ToStored(msgs)
+	}
+	out := ToStored(chatShaped(msgs))
+	for i := range out {
+		out[i].Metadata = map[string]any{"dialect": d.String()}
+	}
+	return out
+}
+
+// chatShaped returns msgs with Raw in Ollama's chat shape.
+func chatShaped(msgs []rewrite.Message) []rewrite.Message {
+	out := make([]rewrite.Message, len(msgs))
+	for i, m := range msgs {
+		m.Edited = false
+		if m.Raw != nil {
+			m.Raw = chatMessage(&m)
+		}
+		out[i] = m
+	}
+	return out
+}
+
+func chatMessage(m *rewrite.Message) json.RawMessage {
+	out := append([]byte(`{"role":`), jsonscan.AppendString(nil, m.Role)...)
+	out = append(out, `,"content":`...)
+	out = jsonscan.AppendString(out, m.Content)
+	if len(m.ToolCalls) > 0 {
+		out = append(out, `,"tool_calls":[`...)
+		for i, tc := range m.ToolCalls {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, `{"id":`...)
+			out = jsonscan.AppendString(out, tc.ID)
+			out = append(out, `,"function":{"name":`...)
+			out = jsonscan.AppendString(out, tc.Name)
+			out = append(out, `,"arguments":`...)
+			args := []byte(tc.Arguments)
+			if v, err := jsonscan.Valid(args); err != nil || jsonscan.KindOf(v) != jsonscan.KindObject {
+				args = []byte("{}")
+			}
+			out = append(out, args...)
+			out = append(out, "}}"...)
+		}
+		out = append(out, ']')
+	}
+	if m.ToolCallID != "" {
+		out = append(out, `,"tool_call_id":`...)
+		out = jsonscan.AppendString(out, m.ToolCallID)
+	}
+	return append(out, '}')
 }

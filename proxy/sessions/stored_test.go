@@ -1,4 +1,4 @@
-package proxy
+package sessions
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ func FuzzPlainReply(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := replyMessage(wire.Ollama, wire.Reply{Content: content}); !bytes.Equal(got.Raw, want) {
+		if got := ReplyMessage(wire.Ollama, wire.Reply{Content: content}); !bytes.Equal(got.Raw, want) {
 			t.Fatalf("replyMessage(%q).Raw = %s, json.Marshal gives %s", content, got.Raw, want)
 		}
 		if got, ok := plainReply(wire.Reply{Content: content}); ok && !bytes.Equal(got, want) {
@@ -35,7 +35,7 @@ func TestPlainReplyAllocs(t *testing.T) {
 	if _, ok := plainReply(rep); !ok {
 		t.Fatal("a plain text reply is not plain")
 	}
-	if n := testing.AllocsPerRun(100, func() { replyMessage(wire.Ollama, rep) }); n > 1 {
+	if n := testing.AllocsPerRun(100, func() { ReplyMessage(wire.Ollama, rep) }); n > 1 {
 		t.Errorf("replyMessage of a plain reply: %v allocations, want 1", n)
 	}
 }

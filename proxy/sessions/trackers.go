@@ -1,4 +1,4 @@
-package proxy
+package sessions
 
 import (
 	"time"
@@ -12,21 +12,21 @@ import (
 // ids are client data.
 const maxTrackedSessions = 100000
 
-// trackers are seed 001's context tracker, one per session served here:
+// Trackers are seed 001's context tracker, one per session served here:
 // each turn is recorded into it, and the store keeps a copy of its totals
 // (snapshots.Stats) for the admin API, /stats, the status page and other
 // replicas. The least recently used sessions are forgotten first.
-type trackers struct {
+type Trackers struct {
 	lru *cache.LRU[string, *budget.Tracker]
 }
 
-func newTrackers() *trackers {
-	return &trackers{lru: cache.New[string, *budget.Tracker](maxTrackedSessions)}
+func NewTrackers() *Trackers {
+	return &Trackers{lru: cache.New[string, *budget.Tracker](maxTrackedSessions)}
 }
 
-// record adds turn to session id's tracker and returns the totals before
+// Record adds turn to session id's tracker and returns the totals before
 // it; a session not tracked here yet starts from nothing (Requests 0).
-func (ts *trackers) record(id string, turn budget.Turn) (before budget.Totals) {
+func (ts *Trackers) Record(id string, turn budget.Turn) (before budget.Totals) {
 	tr, ok := ts.lru.Get(id)
 	if !ok {
 		// Only the running totals are kept here: the turn arrives counted,
@@ -38,8 +38,8 @@ func (ts *trackers) record(id string, turn budget.Turn) (before budget.Totals) {
 	return before
 }
 
-// active lists the sessions whose last request was answered within d.
-func (ts *trackers) active(d time.Duration) []string {
+// Active lists the sessions whose last request was answered within d.
+func (ts *Trackers) Active(d time.Duration) []string {
 	var out []string
 	for id, tr := range ts.lru.All() {
 		if time.Since(tr.Totals().LastRequest) < d {
@@ -49,9 +49,9 @@ func (ts *trackers) active(d time.Duration) []string {
 	return out
 }
 
-// totalsOf and statsOf convert between the tracker's totals and the
+// TotalsOf and statsOf convert between the tracker's totals and the
 // store's copy of them.
-func totalsOf(st snapshots.Stats) budget.Totals {
+func TotalsOf(st snapshots.Stats) budget.Totals {
 	t := budget.Totals{Tokens: st.Tokens, Sent: st.Sent, Limit: st.Limit, NumCtx: st.NumCtx,
 		Dropped: st.Dropped, Summarized: st.Summarized, PromptTokens: st.PromptTokens,
 		CompletionTokens: st.CompletionTokens, Requests: st.Requests, Truncations: st.Truncations,
@@ -63,7 +63,7 @@ func totalsOf(st snapshots.Stats) budget.Totals {
 	return t
 }
 
-func storedStats(t budget.Totals) snapshots.Stats {
+func StoredStats(t budget.Totals) snapshots.Stats {
 	st := snapshots.Stats{Tokens: t.Tokens, Sent: t.Sent, Limit: t.Limit, Usage: t.Usage(), NumCtx: t.NumCtx,
 		Dropped: t.Dropped, Summarized: t.Summarized, PromptTokens: t.PromptTokens,
 		CompletionTokens: t.CompletionTokens, Requests: t.Requests, Truncations: t.Truncations,

@@ -1,0 +1,79 @@
+package proxy
+
+import (
+	"context"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
+	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/snapshots"
+)
+
+// pruning is what prunes a session's stored history on a turn: the
+// messages the importance strategy keeps of the conversation as it will
+// be stored (p.sent and the reply), to be stored after a snapshot of the
+// whole.
+type pruning struct {
+	full   []rewrite.Message
+	kept   []rewrite.Message
+	tokens int
+	limit  int
+}
+
+// pruneStored decides whether an accumulated session's history, its new
+// reply included, outgrew its window (the model's effective limit) and,
+// if so, prunes it by importance (seed 003) down to strategy.target of
+// it: system messages, messages above strategy.importance.preserve_above,
+// pinned ones and the newest preserve_recent stay, the rest go lowest
+// importance first, tool calls with their results. nil when nothing is to
+// be pruned, and for a request that asked for no cut (truncate: false,
+// X-Ctxproxy-Strategy: none). Between strategy.threshold and the window
+// the stored history stays whole and the configured strategy cuts what is
+// forwarded, as for any client; past the window keeping it whole would
+// only make every later turn cut more and warn.
+func pruneStored(t *rewrite.Trimmer, p *plan, reply *snapshots.Message) *pruning {
+	if t == nil || p == nil || !p.accum || p.keepWhole || reply == nil || p.counter == nil || p.limit <= 0 || t.Mode() == "none" {
+		return nil
+	}
+	r, err := sessions.FromStored([]snapshots.Message{*reply})
+	if err != nil {
+		return nil
+	}
+	full := make([]rewrite.Message, 0, len(p.sent)+1)
+	full = append(append(full, p.sent...), r...)
+	for i := range full {
+		full[i].Tokens = 0 // counted as stored, not as a strategy left them
+	}
+	overhead := p.counter.Overhead(p.tools)
+	room := p.limit - overhead
+	total := rewrite.Total(full, p.counter)
+	if room <= 0 || total <= room {
+		return nil
+	}
+	st, err := t.Strategy("importance")
+	if err != nil {
+		return nil
+	}
+	res, err := st.Apply(context.Background(), full, int(t.Target()*float64(room)), p.counter)
+	if err != nil || len(res.Messages) >= len(full) {
+		return nil
+	}
+	return &pruning{full: full, kept: res.Messages, tokens: rewrite.Total(res.Messages, p.counter) + overhead, limit: p.limit}
+}
+
+// apply replaces sess's stored history with what the prune kept, when it
+// is still the history the prune was decided on.
+func (pr *pruning) apply(sess *snapshots.Session, now time.Time) bool {
+	if len(sess.Messages) != len(pr.full) {
+		return false
+	}
+	for i := range pr.full {
+		if sess.Messages[i].Role != pr.full[i].Role || sess.Messages[i].Content != pr.full[i].Content {
+			return false
+		}
+	}
+	sess.Messages = sessions.KeepStored(sess.Messages, pr.full, pr.kept, now)
+	sess.Stats.Tokens, sess.Stats.Limit = pr.tokens, pr.limit
+	sess.Stats.Usage = sessions.Finite(float64(pr.tokens) / float64(pr.limit))
+	return true
+}
