@@ -6,6 +6,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/proxy"
+	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -36,7 +37,7 @@ func (c Config) ProxyConfig(version string) proxy.Config {
 		AdminToken: c.Admin.Token,
 		AdminOff:   c.Admin.Token == "" && !edge.Loopback(c.Listen),
 		Inband:     c.Commands.Inband,
-		Status: proxy.StatusInfo{
+		Status: admin.StatusInfo{
 			MinSize: c.Context.MinSize, MaxSize: c.Context.MaxSize,
 			KVQuantization: c.Context.KVQuantization, NumParallel: c.Context.NumParallel,
 			SnapshotStore: c.Snapshots.Store, AutoThreshold: c.Snapshots.AutoThreshold, MaxCount: c.Snapshots.MaxCount,

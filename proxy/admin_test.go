@@ -21,6 +21,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -718,11 +719,11 @@ func TestAdminContextSize(t *testing.T) {
 // contract, from live data.
 func TestSeed004_R9_StatusFields(t *testing.T) {
 	e := newAdminEnv(t, "", func(c *Config, _ *Deps) {
-		c.Status = StatusInfo{KVQuantization: "q8_0", SummarizeModel: "llama3.2:1b", KeepRecent: 3, MaxCount: 7}
+		c.Status = admin.StatusInfo{KVQuantization: "q8_0", SummarizeModel: "llama3.2:1b", KeepRecent: 3, MaxCount: 7}
 	})
 	e.chat("s", "llama3.1", "hello")
-	e.srv.status.note(&plan{model: "llama3.1", numCtx: 8192, numReason: "8192 tokens fit", limit: 7168},
-		mustFacts(t))
+	e.srv.status.Note(admin.ModelSeen{Name: "llama3.1", NumCtx: 8192, Reason: "8192 tokens fit", Limit: 7168,
+		Facts: mustFacts(t), Counting: "estimate"})
 	done := e.srv.metrics.track(false)
 	st := e.json("GET", "/ctxproxy/status", nil, 200)
 	done()
@@ -790,18 +791,6 @@ type pressedProbe struct{ fakeProbe }
 
 func (pressedProbe) Devices(context.Context) ([]gpu.Device, error) {
 	return []gpu.Device{{Vendor: "nvidia", Name: "Test GPU", Total: 100 << 30, Used: 85 << 30, Free: 15 << 30}}, nil
-}
-
-func TestSeenModelsBounded(t *testing.T) {
-	sm := newSeenModels()
-	start := time.Now()
-	for i := range maxSeenModels + 10 {
-		sm.note(seenModel{name: "m" + string(rune('A'+i)), at: start.Add(time.Duration(i) * time.Second)})
-	}
-	list := sm.list()
-	if len(list) != maxSeenModels || list[0].name != "m"+string(rune('A'+maxSeenModels+9)) {
-		t.Errorf("%d models, newest %q", len(list), list[0].name)
-	}
 }
 
 var updateAdmin = update // the package's -update flag

@@ -12,6 +12,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -251,7 +252,8 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	}
 
 	p.uncut, p.uncutChanged = p.messages, p.changed
-	s.status.note(p, mi.Facts)
+	s.status.Note(admin.ModelSeen{Name: p.model, Facts: mi.Facts, NumCtx: p.numCtx, Reason: p.numReason, Limit: p.limit,
+		Counting: p.countMethod(), Exact: p.exact})
 	body, aerr := s.cut(ctx, r, ex, req, p, toOllama, 0)
 	if aerr != nil {
 		return nil, aerr

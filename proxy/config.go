@@ -1,10 +1,9 @@
 package proxy
 
 import (
-	"cmp"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
 )
 
@@ -80,33 +79,8 @@ type Config struct {
 	Inband bool
 	// Status is configuration other packages act on, which
 	// /ctxproxy/status reports.
-	Status StatusInfo
+	Status admin.StatusInfo
 }
-
-// StatusInfo is the configuration /ctxproxy/status shows besides the
-// proxy's own. Zero fields show the other packages' defaults.
-type StatusInfo struct {
-	// MinSize and MaxSize bound num_ctx (context.min_size, max_size;
-	// default 2048 and 131072); PUT /ctxproxy/context/size accepts sizes
-	// between them.
-	MinSize, MaxSize int
-	// KVQuantization is context.kv_quantization (default f16) and
-	// NumParallel context.num_parallel (default 1).
-	KVQuantization string
-	NumParallel    int
-	// SnapshotStore, AutoThreshold and MaxCount are snapshots.store
-	// (default file), auto_threshold (0.80) and max_count (20).
-	SnapshotStore string
-	AutoThreshold float64
-	MaxCount      int
-	// SummarizeModel and KeepRecent are summarize.model ("": the chat's
-	// own) and summarize.keep_recent.
-	SummarizeModel string
-	KeepRecent     int
-}
-
-func (i StatusInfo) minSize() int { return cmp.Or(i.MinSize, gpu.DefaultMinSize) }
-func (i StatusInfo) maxSize() int { return cmp.Or(i.MaxSize, gpu.DefaultMaxSize) }
 
 func (c Config) withDefaults() Config {
 	if c.Backend == "" {

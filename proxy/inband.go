@@ -14,6 +14,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -93,7 +94,7 @@ func commandOf(last *rewrite.Message) (cmd string, args []string, ok bool) {
 // services, rendering with the view package as the CLI does.
 type inband struct {
 	sessions *sessions.Service
-	status   *statusReporter
+	status   *admin.Status
 	monitor  *gpu.Monitor
 	// sessionHeader names the header that names a session, for the
 	// answer to a request without one.
@@ -291,7 +292,7 @@ func (ib *inband) size(sub string, args []string) string {
 		}
 		tokens = n
 	}
-	if err := ib.status.setContextSize(tokens); err != nil {
+	if err := ib.status.SetContextSize(tokens); err != nil {
 		_, msg := ib.sessions.Describe(err)
 		return "ctxproxy: " + msg
 	}
@@ -301,7 +302,7 @@ func (ib *inband) size(sub string, args []string) string {
 // statusText is /context: seed 004 R9's status of the session, or the
 // proxy's without one.
 func (ib *inband) statusText(ctx context.Context, session, model string) string {
-	st := ib.status.status(ctx)
+	st := ib.status.Report(ctx)
 	f := view.Facts{Model: model, SessionID: session, Status: &st}
 	warning := ""
 	if session != "" && ib.sessions.Store != nil {
@@ -317,7 +318,7 @@ func (ib *inband) statusText(ctx context.Context, session, model string) string 
 // memoryStatsText is /context stats: model memory, KV cache size and
 // compression ratios (seed 004 R7.9).
 func (ib *inband) memoryStatsText(ctx context.Context, d api.SessionDetail, model string) string {
-	st := ib.status.status(ctx)
+	st := ib.status.Report(ctx)
 	var running []api.RunningModel
 	if ib.monitor != nil {
 		if lm, ok := ib.monitor.Snapshot().Model(model); ok {
@@ -345,7 +346,7 @@ func writeAnswer(w http.ResponseWriter, req *wire.Request, text string) {
 			"message": msg, "done": true, "done_reason": "stop", "total_duration": 0, "load_duration": 0,
 			"prompt_eval_count": 0, "prompt_eval_duration": 0, "eval_count": 0, "eval_duration": 0}
 		if !req.Stream {
-			writeJSON(w, http.StatusOK, final)
+			wire.WriteJSON(w, http.StatusOK, final)
 			return
 		}
 		h.Set("Content-Type", "application/x-ndjson")
@@ -360,7 +361,7 @@ func writeAnswer(w http.ResponseWriter, req *wire.Request, text string) {
 	id := "chatcmpl-ctxproxy-" + randomHex(12)
 	usage := map[string]int{"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
 	if !req.Stream {
-		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "chat.completion", "created": now.Unix(),
+		wire.WriteJSON(w, http.StatusOK, map[string]any{"id": id, "object": "chat.completion", "created": now.Unix(),
 			"model": req.Model, "choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": "stop"}},
 			"usage": usage})
 		return

@@ -18,6 +18,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
@@ -159,7 +160,8 @@ func openaiClient(base, session string, stream bool) inbandClient {
 // the same text, and the backend is never called.
 func TestSeed004_R7_InbandContextCommands(t *testing.T) {
 	e := newAdminEnv(t, "", func(c *Config, _ *Deps) { c.Inband = true })
-	e.srv.status.note(&plan{model: tinyModel, numCtx: 4096, numReason: "4096 tokens fit", limit: 1900}, mustFacts(t))
+	e.srv.status.Note(admin.ModelSeen{Name: tinyModel, NumCtx: 4096, Reason: "4096 tokens fit", Limit: 1900, Facts: mustFacts(t),
+		Counting: "estimate"})
 	for _, mode := range []struct {
 		name   string
 		client func(base, session string, stream bool) inbandClient

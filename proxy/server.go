@@ -32,6 +32,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
+	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
@@ -83,7 +84,7 @@ type Server struct {
 
 	// The services chat requests share with the admin API.
 	sessions *sessions.Service
-	status   *statusReporter
+	status   *admin.Status
 	inband   *inband
 	guard    *memoryGuard
 	rec      *recorder
@@ -133,13 +134,12 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	}
 	s.mux = http.NewServeMux()
 	s.tok = &tokenizeRoutes{be: s.be, tokens: s.tokens, noExact: cfg.NoExact, gate: s.gate, rp: s.rp}
-	seen := newSeenModels()
+	s.status = admin.NewStatus(admin.StatusConfig{Info: cfg.Status, Version: cfg.Version, BackendURL: u, Backend: s.be,
+		Tokens: deps.Tokens, Trimmer: &s.trimmer, Sizer: deps.Sizer, Monitor: deps.Monitor, Store: deps.Store,
+		Inflight: &s.metrics.inflight, Log: log})
 	s.cleared = sessions.NewCleared()
 	s.sessions = &sessions.Service{Store: deps.Store, Writer: deps.Writer, Tokens: deps.Tokens, Trimmer: &s.trimmer,
-		Seen: seen.limit, Cleared: s.cleared, Log: log}
-	s.status = &statusReporter{info: cfg.Status, version: cfg.Version, backend: u, be: s.be, tokens: deps.Tokens,
-		trimmer: &s.trimmer, sizer: deps.Sizer, monitor: deps.Monitor, store: deps.Store,
-		inflight: &s.metrics.inflight, seen: seen, start: time.Now(), log: log}
+		Seen: s.status.Limit, Cleared: s.cleared, Log: log}
 	s.inband = &inband{sessions: s.sessions, status: s.status, monitor: deps.Monitor,
 		sessionHeader: cfg.SessionHeader, adminOff: cfg.AdminOff}
 	s.trackers = sessions.NewTrackers()
@@ -157,14 +157,10 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 // routes registers the admin API, metrics and the intercepted chat routes.
 // Everything not registered falls through to the plain reverse proxy.
 func (s *Server) routes() {
-	h := &health{backend: s.backend, be: s.be, store: s.store, writer: s.writer}
-	s.mux.HandleFunc("GET /ctxproxy/healthz", h.healthz)
-	s.mux.HandleFunc("GET /ctxproxy/readyz", h.readyz)
-	admin := &adminAPI{token: s.cfg.AdminToken, off: s.cfg.AdminOff, origins: s.cfg.Hosts.AllowedOrigins,
-		maxBody: s.cfg.MaxBody, sessions: s.sessions, status: s.status, tok: s.tok}
-	admin.routes(s.mux)
+	admin.Routes(s.mux, admin.Config{Token: s.cfg.AdminToken, Off: s.cfg.AdminOff, Origins: s.cfg.Hosts.AllowedOrigins,
+		MaxBody: s.cfg.MaxBody, Sessions: s.sessions, Status: s.status, Backend: s.be, BackendURL: s.backend,
+		Store: s.store, Writer: s.writer, Tokenize: s.tok.postTokenize, Detokenize: s.tok.postDetokenize})
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
-	s.statusRoutes()
 	s.mux.HandleFunc("POST /api/tokenize", s.tok.apiTokenize(s.tok.postTokenize))
 	s.mux.HandleFunc("POST /api/detokenize", s.tok.apiTokenize(s.tok.postDetokenize))
 	s.mux.HandleFunc("POST /api/generate", func(w http.ResponseWriter, r *http.Request) { s.raw(w, r, wire.Ollama) })
@@ -317,7 +313,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 		// A turn is stored after its reply has streamed, so a failed
 		// write is told on the session's next response, and on every
 		// response while the store fails.
-		if _, err := storeHealth(s.writer); err != nil || (s.writer != nil && s.writer.Unsaved(session)) {
+		if _, err := sessions.Health(s.writer); err != nil || (s.writer != nil && s.writer.Unsaved(session)) {
 			ex.headers.Set("X-Ctxproxy-Store", "degraded; last turn not saved")
 		}
 		if snap, ok := s.cleared.Take(session); ok {

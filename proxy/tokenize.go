@@ -163,7 +163,7 @@ func (tr *tokenizeRoutes) postTokenize(w http.ResponseWriter, r *http.Request) {
 		wire.WriteError(w, wire.Ollama, *aerr)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	wire.WriteJSON(w, http.StatusOK, out)
 }
 
 func (tr *tokenizeRoutes) postDetokenize(w http.ResponseWriter, r *http.Request) {
@@ -182,7 +182,7 @@ func (tr *tokenizeRoutes) postDetokenize(w http.ResponseWriter, r *http.Request)
 		wire.WriteError(w, wire.Ollama, wire.Error{Status: http.StatusBadRequest, Message: err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, api.DetokenizeResponse{Model: req.Model, Content: text, Source: tok.Name()})
+	wire.WriteJSON(w, http.StatusOK, api.DetokenizeResponse{Model: req.Model, Content: text, Source: tok.Name()})
 }
 
 const tokenizeRecheck = 10 * time.Minute

@@ -60,3 +60,11 @@ func (e *Cleared) Set(session, snap string) { e.lru.Add(session, snap) }
 
 // Take returns and forgets the emergency snapshot of session.
 func (e *Cleared) Take(session string) (string, bool) { return e.lru.Take(session) }
+
+// Health is the session store's state as the writer last saw it.
+func Health(w Writer) (time.Time, error) {
+	if w == nil {
+		return time.Time{}, nil
+	}
+	return w.Health()
+}

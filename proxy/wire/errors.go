@@ -75,3 +75,16 @@ func ErrorBody(d Dialect, e Error) []byte {
 	}})
 	return body
 }
+
+// WriteJSON writes v as the JSON answer with status; a value that does
+// not encode is a 500 in the shape of ctxproxy's own errors.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		WriteError(w, Ollama, Error{Status: http.StatusInternalServerError, Message: "encoding the answer failed: " + err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(data, '\n'))
+}

@@ -1,14 +1,15 @@
-package proxy
+package admin
 
 import (
 	"net/http"
 
 	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
 func (s *adminAPI) getContextSize(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.status.contextSize())
+	wire.WriteJSON(w, http.StatusOK, s.status.ContextSize())
 }
 
 func (s *adminAPI) putContextSize(w http.ResponseWriter, r *http.Request) {
@@ -22,9 +23,9 @@ func (s *adminAPI) putContextSize(w http.ResponseWriter, r *http.Request) {
 	case body.Tokens != nil && body.Auto != nil && *body.Auto:
 		err = sessions.Errorf(http.StatusBadRequest, `give {"tokens": N} or {"auto": true}, not both`)
 	case body.Auto != nil && *body.Auto:
-		err = s.status.setContextSize(0)
+		err = s.status.SetContextSize(0)
 	case body.Tokens != nil && *body.Tokens > 0:
-		err = s.status.setContextSize(*body.Tokens)
+		err = s.status.SetContextSize(*body.Tokens)
 	case body.Tokens != nil:
 		err = sessions.Errorf(http.StatusBadRequest, "context size %d: want a positive number of tokens", *body.Tokens)
 	default:
@@ -34,10 +35,10 @@ func (s *adminAPI) putContextSize(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.status.contextSize())
+	wire.WriteJSON(w, http.StatusOK, s.status.ContextSize())
 }
 
 func (s *adminAPI) getStatus(w http.ResponseWriter, r *http.Request) {
 	s.sessions.Flush(r.Context()) // the session count includes the last turn
-	writeJSON(w, http.StatusOK, s.status.status(r.Context()))
+	wire.WriteJSON(w, http.StatusOK, s.status.Report(r.Context()))
 }

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"bytes"
@@ -58,14 +58,14 @@ const pagePolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img
 // its files under /ctxproxy/ui/. The page reads everything it shows from
 // the admin API with the user's token; the page itself holds no data, so
 // it needs none.
-func (s *Server) statusRoutes() {
-	s.mux.HandleFunc("GET /ctxproxy", func(w http.ResponseWriter, r *http.Request) {
+func statusRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /ctxproxy", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ctxproxy/", http.StatusMovedPermanently)
 	})
-	s.mux.HandleFunc("GET /ctxproxy/{$}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /ctxproxy/{$}", func(w http.ResponseWriter, r *http.Request) {
 		serveAsset(w, r, "ui/index.html")
 	})
-	s.mux.HandleFunc("GET /ctxproxy/ui/{file}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /ctxproxy/ui/{file}", func(w http.ResponseWriter, r *http.Request) {
 		serveAsset(w, r, "ui/"+r.PathValue("file"))
 	})
 }

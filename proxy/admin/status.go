@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"cmp"
@@ -23,10 +23,10 @@ import (
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
-// statusReporter answers GET /ctxproxy/status and the context size from
+// Status answers GET /ctxproxy/status and the context size from
 // live data: the backend, the strategy, the sizer, the memory monitor, the
 // store, and the models requests used (note).
-type statusReporter struct {
+type Status struct {
 	info    StatusInfo
 	version string
 	backend *url.URL
@@ -43,8 +43,36 @@ type statusReporter struct {
 	log      *slog.Logger
 }
 
-// status gathers GET /ctxproxy/status from live data.
-func (s *statusReporter) status(ctx context.Context) api.Status {
+// StatusConfig is what a Status reports from.
+type StatusConfig struct {
+	Info    StatusInfo
+	Version string
+	// BackendURL and Backend are the server behind ctxproxy.
+	BackendURL *url.URL
+	Backend    *backend.Backend
+	Tokens     *budget.Registry
+	Trimmer    *atomic.Pointer[rewrite.Trimmer]
+	Sizer      *gpu.Sizer
+	Monitor    *gpu.Monitor
+	Store      sessions.Store
+	// Inflight is the gauge ctxproxy_inflight_requests reads.
+	Inflight *atomic.Int64
+	Log      *slog.Logger
+}
+
+// NewStatus returns a Status reporting from c.
+func NewStatus(c StatusConfig) *Status {
+	return &Status{info: c.Info, version: c.Version, backend: c.BackendURL, be: c.Backend, tokens: c.Tokens,
+		trimmer: c.Trimmer, sizer: c.Sizer, monitor: c.Monitor, store: c.Store, inflight: c.Inflight,
+		seen: newSeenModels(), start: time.Now(), log: c.Log}
+}
+
+// Limit is the effective limit the last request of model had; 0 when
+// none was seen.
+func (s *Status) Limit(model string) int { return s.seen.limit(model) }
+
+// Report gathers GET /ctxproxy/Report from live data.
+func (s *Status) Report(ctx context.Context) api.Status {
 	info := s.info
 	st := api.Status{
 		Version:       s.version,
@@ -97,7 +125,7 @@ func (s *statusReporter) status(ctx context.Context) api.Status {
 
 // modelStatuses lists the models requests used, most recent first, and
 // any other model calibration has learned about.
-func (s *statusReporter) modelStatuses() []api.ModelStatus {
+func (s *Status) modelStatuses() []api.ModelStatus {
 	out := []api.ModelStatus{}
 	quant, parallel := cmp.Or(s.info.KVQuantization, "f16"), max(s.info.NumParallel, 1)
 	done := map[string]bool{}
@@ -142,7 +170,7 @@ func (s *statusReporter) modelStatuses() []api.ModelStatus {
 // effectiveThreshold is where trimming starts now: chat.go lowers it by
 // 0.2 (not below the target) while the guard is at the compress level or
 // above.
-func (s *statusReporter) effectiveThreshold(t *rewrite.Trimmer) float64 {
+func (s *Status) effectiveThreshold(t *rewrite.Trimmer) float64 {
 	if s.monitor != nil && s.monitor.Snapshot().Level >= gpu.LevelCompress {
 		// Rounded: 0.8 − 0.2 is 0.6000000000000001 in floating point.
 		return math.Round(max(t.Threshold()-0.2, t.Target())*1e6) / 1e6
@@ -158,7 +186,7 @@ func levelName(l gpu.Level) string {
 	return l.String()
 }
 
-func (s *statusReporter) contextSize() api.ContextSize {
+func (s *Status) ContextSize() api.ContextSize {
 	if s.sizer == nil {
 		return api.ContextSize{}
 	}
@@ -172,9 +200,9 @@ func (s *statusReporter) contextSize() api.ContextSize {
 	return api.ContextSize{Auto: auto, Target: target}
 }
 
-// setContextSize fixes num_ctx at tokens, or with tokens 0 sizes it from
+// SetContextSize fixes num_ctx at tokens, or with tokens 0 sizes it from
 // free memory again (seed 004 R7.2, R7.3).
-func (s *statusReporter) setContextSize(tokens int) error {
+func (s *Status) SetContextSize(tokens int) error {
 	if s.sizer == nil {
 		return sessions.Errorf(http.StatusServiceUnavailable, "context sizing is off: ctxproxy runs without a sizer")
 	}
@@ -197,16 +225,32 @@ func (s *statusReporter) setContextSize(tokens int) error {
 // note records what the request path decided for a model (its window,
 // num_ctx and how it was counted), for the models of /ctxproxy/status.
 // prepare calls it once per request, before cutting.
-func (s *statusReporter) note(p *plan, facts gpu.ModelFacts) {
-	if p == nil || p.model == "" {
+func (s *Status) Note(m ModelSeen) {
+	if m.Name == "" {
 		return
 	}
-	e := seenModel{name: p.model, facts: facts, numCtx: p.numCtx, reason: p.numReason,
-		effective: p.limit, at: time.Now(), counting: api.CountingStatus{Method: p.countMethod()}}
-	if p.exact != nil {
-		e.counting.Tokenizer, e.exact = p.exact.Tokenizer.Name(), p.exact
+	e := seenModel{name: m.Name, facts: m.Facts, numCtx: m.NumCtx, reason: m.Reason,
+		effective: m.Limit, at: time.Now(), counting: api.CountingStatus{Method: m.Counting}}
+	if m.Exact != nil {
+		e.counting.Tokenizer, e.exact = m.Exact.Tokenizer.Name(), m.Exact
 	}
 	s.seen.note(e)
+}
+
+// ModelSeen is what a chat request learned of its model, for the status
+// page's "Models in use".
+type ModelSeen struct {
+	Name  string
+	Facts gpu.ModelFacts
+	// NumCtx and Reason are the num_ctx chosen and why; Limit the
+	// effective limit the request had.
+	NumCtx int
+	Reason string
+	Limit  int
+	// Counting is how the prompt was counted (exact, backend, estimate);
+	// Exact the backend's model when it was counted exactly.
+	Counting string
+	Exact    *backend.Model
 }
 
 // seenModels remembers the models requests used. Model names are client
@@ -257,3 +301,28 @@ func (sm *seenModels) limit(name string) int {
 	e, _ := sm.get(name)
 	return e.effective
 }
+
+// StatusInfo is the configuration /ctxproxy/status shows besides the
+// proxy's own. Zero fields show the other packages' defaults.
+type StatusInfo struct {
+	// MinSize and MaxSize bound num_ctx (context.min_size, max_size;
+	// default 2048 and 131072); PUT /ctxproxy/context/size accepts sizes
+	// between them.
+	MinSize, MaxSize int
+	// KVQuantization is context.kv_quantization (default f16) and
+	// NumParallel context.num_parallel (default 1).
+	KVQuantization string
+	NumParallel    int
+	// SnapshotStore, AutoThreshold and MaxCount are snapshots.store
+	// (default file), auto_threshold (0.80) and max_count (20).
+	SnapshotStore string
+	AutoThreshold float64
+	MaxCount      int
+	// SummarizeModel and KeepRecent are summarize.model ("": the chat's
+	// own) and summarize.keep_recent.
+	SummarizeModel string
+	KeepRecent     int
+}
+
+func (i StatusInfo) minSize() int { return cmp.Or(i.MinSize, gpu.DefaultMinSize) }
+func (i StatusInfo) maxSize() int { return cmp.Or(i.MaxSize, gpu.DefaultMaxSize) }

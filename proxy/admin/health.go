@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
+	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
 // health answers /ctxproxy/healthz and /ctxproxy/readyz.
@@ -43,7 +44,7 @@ func (s *health) readyz(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if since, err := storeHealth(s.writer); err != nil {
+	if since, err := sessions.Health(s.writer); err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = fmt.Fprintf(w, "degraded: the session store fails since %s: %v\n", since.UTC().Format(time.RFC3339), err)
 		return
@@ -59,7 +60,7 @@ func (s *health) readyz(w http.ResponseWriter, r *http.Request) {
 // corrupt writes the line that says how many corrupt records the store
 // set aside since start, and where their copies are; nothing when none.
 func (s *health) corrupt(w io.Writer) {
-	c, ok := s.store.(storeCounters)
+	c, ok := s.store.(interface{ Counters() snapshots.Counters })
 	if !ok {
 		return
 	}
@@ -70,12 +71,4 @@ func (s *health) corrupt(w io.Writer) {
 	case n.Corrupt > 1:
 		_, _ = fmt.Fprintf(w, "%d corrupt session records set aside since start; copies in %s\n", n.Corrupt, n.CorruptCopies)
 	}
-}
-
-// storeHealth is the session store's state as the writer last saw it.
-func storeHealth(w sessions.Writer) (time.Time, error) {
-	if w == nil {
-		return time.Time{}, nil
-	}
-	return w.Health()
 }

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
@@ -41,8 +42,10 @@ type adminAPI struct {
 	origins  []string
 	maxBody  int64
 	sessions *sessions.Service
-	status   *statusReporter
-	tok      *tokenizeRoutes
+	status   *Status
+	// tokenize and detokenize serve /ctxproxy/tokenize and
+	// /ctxproxy/detokenize.
+	tokenize, detokenize http.HandlerFunc
 }
 
 // adminRoutes registers the admin API (healthz and readyz are registered
@@ -51,8 +54,8 @@ func (s *adminAPI) routes(mux *http.ServeMux) {
 	mux.Handle("/ctxproxy/status", s.only(byMethod{http.MethodGet: s.getStatus}))
 	mux.Handle("/ctxproxy/sessions", s.only(byMethod{http.MethodGet: s.listSessions}))
 	mux.Handle("/ctxproxy/sessions/", s.only(http.HandlerFunc(s.sessionRoutes)))
-	mux.Handle("/ctxproxy/tokenize", s.only(byMethod{http.MethodPost: s.tok.postTokenize}))
-	mux.Handle("/ctxproxy/detokenize", s.only(byMethod{http.MethodPost: s.tok.postDetokenize}))
+	mux.Handle("/ctxproxy/tokenize", s.only(byMethod{http.MethodPost: s.tokenize}))
+	mux.Handle("/ctxproxy/detokenize", s.only(byMethod{http.MethodPost: s.detokenize}))
 	mux.Handle("/ctxproxy/context/size", s.only(byMethod{
 		http.MethodGet: s.getContextSize, http.MethodPut: s.putContextSize}))
 	// Anything else under /ctxproxy/ is an admin route that does not
@@ -135,18 +138,6 @@ func adminError(w http.ResponseWriter, status int, msg string) {
 	wire.WriteError(w, wire.Ollama, wire.Error{Status: status, Message: msg})
 }
 
-// writeJSON writes v with status.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		adminError(w, http.StatusInternalServerError, "encoding the answer failed: "+err.Error())
-		return
-	}
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(data, '\n'))
-}
-
 // fail answers err: a statusError as it says, the store's errors by kind.
 func (s *adminAPI) fail(w http.ResponseWriter, err error) {
 	status, msg := s.sessions.Describe(err)
@@ -221,4 +212,40 @@ func readJSON(r *http.Request, limit int64, v any) error {
 		return sessions.Errorf(http.StatusBadRequest, "invalid JSON body: %v", err)
 	}
 	return nil
+}
+
+// Config is what the admin routes serve from.
+type Config struct {
+	// Token, when set, is the bearer token every admin route but healthz
+	// and readyz wants (admin.token); Off turns the admin API off (403).
+	Token string
+	Off   bool
+	// Origins are the browser origins allowed by name (allowed_origins).
+	Origins []string
+	// MaxBody bounds a request body (max_body).
+	MaxBody  int64
+	Sessions *sessions.Service
+	Status   *Status
+	// Backend and BackendURL are what readyz asks; Store and Writer what
+	// it reports on.
+	Backend    *backend.Backend
+	BackendURL *url.URL
+	Store      sessions.Store
+	Writer     sessions.Writer
+	// Tokenize and Detokenize serve /ctxproxy/tokenize and
+	// /ctxproxy/detokenize.
+	Tokenize, Detokenize http.HandlerFunc
+}
+
+// Routes registers on mux the health checks (/ctxproxy/healthz and
+// /ctxproxy/readyz, which need no token), the admin API and the status
+// page.
+func Routes(mux *http.ServeMux, c Config) {
+	h := &health{backend: c.BackendURL, be: c.Backend, store: c.Store, writer: c.Writer}
+	mux.HandleFunc("GET /ctxproxy/healthz", h.healthz)
+	mux.HandleFunc("GET /ctxproxy/readyz", h.readyz)
+	api := &adminAPI{token: c.Token, off: c.Off, origins: c.Origins, maxBody: c.MaxBody, sessions: c.Sessions,
+		status: c.Status, tokenize: c.Tokenize, detokenize: c.Detokenize}
+	api.routes(mux)
+	statusRoutes(mux)
 }

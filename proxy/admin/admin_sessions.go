@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
@@ -29,7 +30,7 @@ func (s *adminAPI) listSessions(w http.ResponseWriter, r *http.Request) {
 	for i, info := range list {
 		out[i] = sessions.SessionInfoOf(info)
 	}
-	writeJSON(w, http.StatusOK, api.Sessions{Sessions: out})
+	wire.WriteJSON(w, http.StatusOK, api.Sessions{Sessions: out})
 }
 
 func (s *adminAPI) getSession(w http.ResponseWriter, r *http.Request) {
@@ -39,7 +40,7 @@ func (s *adminAPI) getSession(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	wire.WriteJSON(w, http.StatusOK, out)
 }
 
 // putSession creates a session or merges metadata (a null value removes
@@ -77,7 +78,7 @@ func (s *adminAPI) putSession(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	wire.WriteJSON(w, http.StatusOK, out)
 }
 
 // deleteSession clears a session (seed 000 /clear), or with ?purge=1
@@ -91,7 +92,7 @@ func (s *adminAPI) deleteSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.sessions.Cleared.Take(id)
-		writeJSON(w, http.StatusOK, api.Purged{Purged: true})
+		wire.WriteJSON(w, http.StatusOK, api.Purged{Purged: true})
 		return
 	}
 	undo, err := s.sessions.Clear(r.Context(), id, false, snapshots.ReasonClear)
@@ -99,7 +100,7 @@ func (s *adminAPI) deleteSession(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Cleared{Cleared: true, Undo: sessions.SnapshotOf(undo)})
+	wire.WriteJSON(w, http.StatusOK, api.Cleared{Cleared: true, Undo: sessions.SnapshotOf(undo)})
 }
 
 func (s *adminAPI) getMessages(w http.ResponseWriter, r *http.Request) {
@@ -110,7 +111,7 @@ func (s *adminAPI) getMessages(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, sessions.NotFound(err, "session %q not found", id))
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Messages{Messages: sessions.MessagesOf(sess.Messages)})
+	wire.WriteJSON(w, http.StatusOK, api.Messages{Messages: sessions.MessagesOf(sess.Messages)})
 }
 
 // appendMessages is seed 003's add: messages with an importance (and
@@ -156,7 +157,7 @@ func (s *adminAPI) appendMessages(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Appended{Appended: len(msgs), Messages: total})
+	wire.WriteJSON(w, http.StatusOK, api.Appended{Appended: len(msgs), Messages: total})
 }
 
 func (s *adminAPI) exportSession(w http.ResponseWriter, r *http.Request) {
@@ -196,7 +197,7 @@ func (s *adminAPI) importSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.sessions.Remeasure(r.Context(), id)
-	writeJSON(w, http.StatusOK, api.Imported{Imported: n, Undo: sessions.SnapshotOf(undo)})
+	wire.WriteJSON(w, http.StatusOK, api.Imported{Imported: n, Undo: sessions.SnapshotOf(undo)})
 }
 
 func (s *adminAPI) listSnapshots(w http.ResponseWriter, r *http.Request) {
@@ -218,7 +219,7 @@ func (s *adminAPI) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	for i, info := range list {
 		out[i] = *sessions.SnapshotOf(info)
 	}
-	writeJSON(w, http.StatusOK, api.Snapshots{Snapshots: out})
+	wire.WriteJSON(w, http.StatusOK, api.Snapshots{Snapshots: out})
 }
 
 // reasons are the snapshot reasons a client may give.
@@ -246,7 +247,7 @@ func (s *adminAPI) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, sessions.SnapshotOf(info))
+	wire.WriteJSON(w, http.StatusCreated, sessions.SnapshotOf(info))
 }
 
 func (s *adminAPI) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -257,7 +258,7 @@ func (s *adminAPI) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Restored{Restored: snap, Messages: n, Undo: sessions.SnapshotOf(undo)})
+	wire.WriteJSON(w, http.StatusOK, api.Restored{Restored: snap, Messages: n, Undo: sessions.SnapshotOf(undo)})
 }
 
 func (s *adminAPI) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -284,5 +285,5 @@ func (s *adminAPI) compressSession(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	wire.WriteJSON(w, http.StatusOK, res)
 }
