@@ -13,6 +13,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
+	"github.com/ctxproxy/ctxproxy/proxy/inband"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -45,7 +46,7 @@ type plan struct {
 	translate bool
 	// reply carries a translated request's answer back to the client's
 	// dialect.
-	reply   replyTranslator
+	reply   wire.Translation
 	counter promptCounter
 	// exact is the backend's model when the prompt was counted with its
 	// own tokenizer; nil when estimated.
@@ -140,9 +141,9 @@ func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req
 	}
 
 	if s.cfg.Inband && !p.accum {
-		if msgs, mark := (restorer{store: s.store, log: s.log}).apply(ctx, ex.session, p.messages); mark != nil {
+		if msgs, mark := (inband.Restorer{Store: s.store, Log: s.log}).Apply(ctx, ex.session, p.messages); mark != nil {
 			p.messages, p.sent, p.changed, p.restore = msgs, msgs, true, mark
-		} else if msgs, changed := inbandHistory(p.messages); changed {
+		} else if msgs, changed := inband.History(p.messages); changed {
 			p.messages, p.sent, p.changed = msgs, msgs, true
 		}
 	}
@@ -375,11 +376,11 @@ func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *wi
 		}
 	}
 	if p.translate {
-		out, rt, err := toOllamaChat(req.Dialect, body.Bytes(), p.numCtx, p.after.Tokens)
+		out, rt, err := wire.ToOllama(req.Dialect, body.Bytes(), p.numCtx, p.after.Tokens)
 		if err != nil {
-			return nil, translationError(rt, err)
+			return nil, wire.TranslationError(rt, err)
 		}
-		for _, d := range rt.dropped() {
+		for _, d := range rt.Dropped() {
 			s.log.Debug("translate: field not forwarded to Ollama", "field", d.Field, "reason", d.Reason)
 		}
 		if noTruncate {

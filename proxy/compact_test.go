@@ -73,21 +73,3 @@ func TestAdminCompactWithoutSummaries(t *testing.T) {
 		t.Errorf("notice %q", n)
 	}
 }
-
-func TestInbandCompactCommand(t *testing.T) {
-	tests := []struct {
-		content string
-		cmd     string
-		args    []string
-	}{
-		{"/compact", "compact", []string{}},
-		{"/compact keep the file names", "compact", []string{"keep", "the", "file", "names"}},
-		{"please /compact", "", nil},
-	}
-	for _, tt := range tests {
-		cmd, args, ok := commandOf(&rewrite.Message{Role: "user", Content: tt.content})
-		if cmd != tt.cmd || ok != (tt.cmd != "") || strings.Join(args, " ") != strings.Join(tt.args, " ") {
-			t.Errorf("%q: %q %q %v", tt.content, cmd, args, ok)
-		}
-	}
-}

@@ -34,6 +34,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
+	"github.com/ctxproxy/ctxproxy/proxy/inband"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -85,7 +86,7 @@ type Server struct {
 	// The services chat requests share with the admin API.
 	sessions *sessions.Service
 	status   *admin.Status
-	inband   *inband
+	inband   *inband.Commands
 	guard    *memoryGuard
 	rec      *recorder
 	namer    sessionNamer
@@ -140,8 +141,8 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	s.cleared = sessions.NewCleared()
 	s.sessions = &sessions.Service{Store: deps.Store, Writer: deps.Writer, Tokens: deps.Tokens, Trimmer: &s.trimmer,
 		Seen: s.status.Limit, Cleared: s.cleared, Log: log}
-	s.inband = &inband{sessions: s.sessions, status: s.status, monitor: deps.Monitor,
-		sessionHeader: cfg.SessionHeader, adminOff: cfg.AdminOff}
+	s.inband = &inband.Commands{Sessions: s.sessions, Status: s.status, Monitor: deps.Monitor,
+		SessionHeader: cfg.SessionHeader, AdminOff: cfg.AdminOff}
 	s.trackers = sessions.NewTrackers()
 	s.once = newOnceLog(log)
 	s.rec = &recorder{tokens: deps.Tokens, writer: deps.Writer, trimmer: &s.trimmer, trackers: s.trackers, metrics: s.metrics, log: log}
@@ -320,8 +321,17 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 			ex.warn(emergencyWarning(session, snap))
 		}
 	}
-	if s.cfg.Inband && s.inband.answer(w, r, ex, req) {
-		return
+	if s.cfg.Inband {
+		if cmd, args, ok := inband.Command(r, req); ok {
+			text := s.inband.Run(r.Context(), ex.session, req.Model, cmd, args)
+			ex.status = http.StatusOK
+			ex.logAttrs = append(ex.logAttrs, "inband", cmd)
+			for k, v := range ex.headers {
+				w.Header()[k] = v
+			}
+			inband.WriteAnswer(w, req, text)
+			return
+		}
 	}
 
 	out, aerr := s.prepare(r.Context(), r, ex, req)
@@ -460,7 +470,7 @@ func (s *Server) shapeResponse(resp *http.Response) error {
 		s.rec.afterReply(ex, rep)
 	})
 	if ex.plan != nil && ex.plan.translate {
-		return s.translateResponse(resp, ex)
+		return wire.TranslateAnswer(resp, ex.plan.reply)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package proxy
+package inband
 
 import (
 	"context"
@@ -30,7 +30,7 @@ func lastRestore(msgs []rewrite.Message) (at int, snap string) {
 	return at, snap
 }
 
-// restorer applies a pending restore to a client that resends its whole
+// Restorer applies a pending restore to a client that resends its whole
 // history (the rule docs/sessions.md states for in-band commands): while the
 // client's request starts with the history it had when it restored — up
 // to and including the "/context restore ID" exchange — that prefix is
@@ -38,19 +38,19 @@ func lastRestore(msgs []rewrite.Message) (at int, snap string) {
 // it follows. A request whose history holds the exchange after another
 // history has diverged: the restore no longer applies, and the turn's
 // record ends the mark, as any recorded turn that does not apply it does.
-type restorer struct {
-	store sessions.Store
-	log   *slog.Logger
+type Restorer struct {
+	Store sessions.Store
+	Log   *slog.Logger
 }
 
-// apply returns the conversation to forward for msgs and the mark it
+// Apply returns the conversation to forward for msgs and the mark it
 // applied; nil when no restore applies.
-func (r restorer) apply(ctx context.Context, session string, msgs []rewrite.Message) ([]rewrite.Message, *sessions.Mark) {
+func (r Restorer) Apply(ctx context.Context, session string, msgs []rewrite.Message) ([]rewrite.Message, *sessions.Mark) {
 	at, snap := lastRestore(msgs)
-	if at < 0 || session == "" || r.store == nil {
+	if at < 0 || session == "" || r.Store == nil {
 		return nil, nil
 	}
-	sess, err := r.store.Get(ctx, session)
+	sess, err := r.Store.Get(ctx, session)
 	if err != nil {
 		return nil, nil
 	}
@@ -60,16 +60,16 @@ func (r restorer) apply(ctx context.Context, session string, msgs []rewrite.Mess
 	}
 	prefix := sessions.MessagesPrint(msgs[:at+2])
 	if mark.Prefix != "" && mark.Prefix != prefix {
-		r.log.Debug("restore: the client's history diverged; forwarding it as sent", "session", session, "snapshot", snap)
+		r.Log.Debug("restore: the client's history diverged; forwarding it as sent", "session", session, "snapshot", snap)
 		return nil, nil
 	}
 	restored := sess.Messages
 	if len(restored) < mark.Messages || sessions.StoredPrint(restored[:mark.Messages]) != mark.Restored {
 		// The stored conversation changed under the restore (a compress,
 		// an import): take the restored one from the snapshot again.
-		s, err := r.store.LoadSnapshot(ctx, session, snap)
+		s, err := r.Store.LoadSnapshot(ctx, session, snap)
 		if err != nil {
-			r.log.Warn("restore: the restored snapshot is gone; forwarding the client's history as sent",
+			r.Log.Warn("restore: the restored snapshot is gone; forwarding the client's history as sent",
 				"session", session, "snapshot", snap, "err", err)
 			return nil, nil
 		}
@@ -79,11 +79,11 @@ func (r restorer) apply(ctx context.Context, session string, msgs []rewrite.Mess
 	}
 	head, err := sessions.FromStored(restored)
 	if err != nil {
-		r.log.Warn("restore: the restored conversation is unreadable; forwarding the client's history as sent",
+		r.Log.Warn("restore: the restored conversation is unreadable; forwarding the client's history as sent",
 			"session", session, "snapshot", snap, "err", err)
 		return nil, nil
 	}
-	tail, _ := inbandHistory(msgs[at+2:])
+	tail, _ := History(msgs[at+2:])
 	out := make([]rewrite.Message, 0, len(head)+len(tail))
 	out = append(append(out, head...), tail...)
 	applied := *mark

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bytes"
@@ -10,13 +10,12 @@ import (
 	"github.com/ctxproxy/ctxproxy/proxy/translate"
 )
 
-// translateResponse turns Ollama's answer to a translated request back into
+// TranslateAnswer turns Ollama's answer to a translated request back into
 // the client's dialect (OpenAI chat, Responses or Messages): errors into
 // the dialect's error objects, a JSON body into its reply object, an
 // NDJSON stream into its SSE events, line by line so every event is
 // flushed as it comes.
-func (s *Server) translateResponse(resp *http.Response, ex *exchange) error {
-	rt := ex.plan.reply
+func TranslateAnswer(resp *http.Response, rt Translation) error {
 	h := resp.Header
 	h.Del("Content-Length")
 	resp.ContentLength = -1
@@ -24,7 +23,7 @@ func (s *Server) translateResponse(resp *http.Response, ex *exchange) error {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
 		e := translate.BackendError(resp.StatusCode, body)
-		out := rt.errorJSON(e)
+		out := rt.ErrorJSON(e)
 		resp.StatusCode = e.Status
 		h.Set("Content-Type", "application/json")
 		h.Set("Content-Length", strconv.Itoa(len(out)))
@@ -32,17 +31,17 @@ func (s *Server) translateResponse(resp *http.Response, ex *exchange) error {
 		resp.Body = io.NopCloser(bytes.NewReader(out))
 		return nil
 	}
-	if !rt.streamed() {
+	if !rt.Streamed() {
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close() // runs the tap's done
 		if err != nil {
 			return err
 		}
-		out, err := rt.whole(body)
+		out, err := rt.Whole(body)
 		if err != nil {
 			var te *translate.Error
 			if errors.As(err, &te) {
-				out = rt.errorJSON(te)
+				out = rt.ErrorJSON(te)
 				resp.StatusCode = te.Status
 			} else {
 				return err
@@ -56,7 +55,7 @@ func (s *Server) translateResponse(resp *http.Response, ex *exchange) error {
 	}
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
-	resp.Body = &sseBody{src: resp.Body, st: rt.lines()}
+	resp.Body = &sseBody{src: resp.Body, st: rt.Lines()}
 	return nil
 }
 
@@ -65,7 +64,7 @@ func (s *Server) translateResponse(resp *http.Response, ex *exchange) error {
 // flushes them before reading further.
 type sseBody struct {
 	src  io.ReadCloser
-	st   lineConverter
+	st   LineConverter
 	in   []byte // an incomplete line
 	out  []byte // converted, not yet read
 	buf  [32 << 10]byte

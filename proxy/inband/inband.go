@@ -1,4 +1,4 @@
-package proxy
+package inband
 
 import (
 	"cmp"
@@ -16,6 +16,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
+	"github.com/ctxproxy/ctxproxy/proxy/translate"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -54,14 +55,21 @@ var inbandCommands = map[string]int{
 	"list": 0, "clear": 0, "compress": 0, "help": 0,
 }
 
-// inbandCommand returns the command in the newest message of a request:
-// "clear" and "stats" for seed 000's /clear and /stats, "context SUB" for
-// /context SUB, with its arguments.
-func inbandCommand(req *wire.Request) (cmd string, args []string, ok bool) {
+// Command returns the in-band command the newest message of req is:
+// "clear" and "stats" for /clear and /stats, "context SUB" for /context
+// SUB, with its arguments; ok false when it is none. A request a page in
+// the user's browser posts across sites is never one: it must not clear or
+// restore sessions, and goes to the backend, whose own origin checks
+// (OLLAMA_ORIGINS) apply.
+func Command(r *http.Request, req *wire.Request) (cmd string, args []string, ok bool) {
 	if len(req.Messages) == 0 {
 		return "", nil, false
 	}
-	return commandOf(&req.Messages[len(req.Messages)-1])
+	cmd, args, ok = commandOf(&req.Messages[len(req.Messages)-1])
+	if ok && inbandCSRF.Check(r) != nil {
+		return "", nil, false
+	}
+	return cmd, args, ok
 }
 
 // commandOf returns the in-band command a message is, if it is one.
@@ -90,45 +98,22 @@ func commandOf(last *rewrite.Message) (cmd string, args []string, ok bool) {
 	return "", nil, false
 }
 
-// inband answers the in-band commands over the sessions and status
+// Commands answers the in-band commands over the sessions and status
 // services, rendering with the view package as the CLI does.
-type inband struct {
-	sessions *sessions.Service
-	status   *admin.Status
-	monitor  *gpu.Monitor
-	// sessionHeader names the header that names a session, for the
+type Commands struct {
+	Sessions *sessions.Service
+	Status   *admin.Status
+	Monitor  *gpu.Monitor
+	// SessionHeader names the header that names a session, for the
 	// answer to a request without one.
-	sessionHeader string
-	// adminOff refuses /context size and /context auto, which change
+	SessionHeader string
+	// AdminOff refuses /context size and /context auto, which change
 	// num_ctx for every client, as the admin API is refused.
-	adminOff bool
+	AdminOff bool
 }
 
 // printer shows times in UTC, named: the chat's reader may be anywhere.
 var printer = view.Printer{Loc: time.UTC, Zone: true}
-
-// answer answers a chat request whose newest message is an in-band
-// command, and reports whether it did; Server.chat returns when it did.
-func (ib *inband) answer(w http.ResponseWriter, r *http.Request, ex *exchange, req *wire.Request) bool {
-	cmd, args, ok := inbandCommand(req)
-	if !ok {
-		return false
-	}
-	if inbandCSRF.Check(r) != nil {
-		// A page in the user's browser posting across sites must not
-		// clear or restore sessions: such a request goes to the backend,
-		// whose own origin checks (OLLAMA_ORIGINS) apply.
-		return false
-	}
-	text := ib.run(r.Context(), ex.session, req.Model, cmd, args)
-	ex.status = http.StatusOK
-	ex.logAttrs = append(ex.logAttrs, "inband", cmd)
-	for k, v := range ex.headers {
-		w.Header()[k] = v
-	}
-	writeAnswer(w, req, text)
-	return true
-}
 
 // inbandHelp lists the commands.
 const inbandHelp = `ctxproxy answers these commands itself:
@@ -145,9 +130,9 @@ const inbandHelp = `ctxproxy answers these commands itself:
   /clear               clear this session's context (its metadata stays)
   /stats               this session: messages, running token total`
 
-// run runs an in-band command for session and returns the answer's text.
+// Run runs an in-band command for session and returns the answer's text.
 // model is the request's model.
-func (ib *inband) run(ctx context.Context, session, model, cmd string, args []string) string {
+func (ib *Commands) Run(ctx context.Context, session, model, cmd string, args []string) string {
 	sub := strings.TrimPrefix(cmd, "context ")
 	if want, ok := inbandCommands[sub]; ok && strings.HasPrefix(cmd, "context ") && len(args) != want {
 		usage := "/context " + sub
@@ -169,14 +154,14 @@ func (ib *inband) run(ctx context.Context, session, model, cmd string, args []st
 	// The rest work on the request's session.
 	switch {
 	case session == "":
-		return "ctxproxy: this request has no session: send the " + ib.sessionHeader + " header"
-	case ib.sessions.Store == nil:
+		return "ctxproxy: this request has no session: send the " + ib.SessionHeader + " header"
+	case ib.Sessions.Store == nil:
 		return "ctxproxy: " + sessions.ErrNoStore.Error()
 	}
-	ib.sessions.Flush(ctx)
+	ib.Sessions.Flush(ctx)
 	text, err := ib.sessionCommand(ctx, session, model, cmd, args)
 	if err != nil {
-		status, msg := ib.sessions.Describe(err)
+		status, msg := ib.Sessions.Describe(err)
 		if status == http.StatusNotFound && cmd != "context restore" {
 			return fmt.Sprintf("Session %s is empty: nothing was sent in it yet.", session)
 		}
@@ -185,10 +170,10 @@ func (ib *inband) run(ctx context.Context, session, model, cmd string, args []st
 	return text
 }
 
-func (ib *inband) sessionCommand(ctx context.Context, session, model, cmd string, args []string) (string, error) {
+func (ib *Commands) sessionCommand(ctx context.Context, session, model, cmd string, args []string) (string, error) {
 	switch cmd {
 	case "stats":
-		_, detail, err := ib.sessions.Get(ctx, session)
+		_, detail, err := ib.Sessions.Get(ctx, session)
 		if err != nil {
 			return "", err
 		}
@@ -196,28 +181,28 @@ func (ib *inband) sessionCommand(ctx context.Context, session, model, cmd string
 		detail.Warning = ""
 		return render(func(b *strings.Builder) error { return view.SessionStats(b, printer, detail) }, warning), nil
 	case "context stats":
-		_, detail, err := ib.sessions.Get(ctx, session)
+		_, detail, err := ib.Sessions.Get(ctx, session)
 		if err != nil {
 			return "", err
 		}
 		return ib.memoryStatsText(ctx, detail, cmp.Or(model, detail.Model)), nil
 	case "context snapshot":
-		info, err := ib.sessions.Snapshot(ctx, session, snapshots.ReasonManual)
+		info, err := ib.Sessions.Snapshot(ctx, session, snapshots.ReasonManual)
 		if err != nil {
 			return "", err
 		}
 		return view.SnapshotSaved(*sessions.SnapshotOf(info)), nil
 	case "context restore":
-		n, undo, err := ib.sessions.Restore(ctx, session, args[0])
+		n, undo, err := ib.Sessions.Restore(ctx, session, args[0])
 		if err != nil {
 			return "", err
 		}
 		return view.SnapshotRestored(args[0], n) + undoHint(undo.ID), nil
 	case "context list":
-		if _, _, err := ib.sessions.Get(ctx, session); err != nil {
+		if _, _, err := ib.Sessions.Get(ctx, session); err != nil {
 			return "", err
 		}
-		list, err := ib.sessions.Store.ListSnapshots(ctx, session)
+		list, err := ib.Sessions.Store.ListSnapshots(ctx, session)
 		if err != nil {
 			return "", err
 		}
@@ -233,7 +218,7 @@ func (ib *inband) sessionCommand(ctx context.Context, session, model, cmd string
 		// Seed 004 R7.7: /context clear keeps the system prompt; seed
 		// 000's /clear removes every turn and keeps the metadata.
 		keepSystem := cmd == "context clear"
-		undo, err := ib.sessions.Clear(ctx, session, keepSystem, snapshots.ReasonClear)
+		undo, err := ib.Sessions.Clear(ctx, session, keepSystem, snapshots.ReasonClear)
 		if err != nil {
 			return "", err
 		}
@@ -243,7 +228,7 @@ func (ib *inband) sessionCommand(ctx context.Context, session, model, cmd string
 		}
 		return text + undoHint(undo.ID), nil
 	case "context compress", "compact":
-		res, err := ib.sessions.Compact(ctx, session, strings.Join(args, " "))
+		res, err := ib.Sessions.Compact(ctx, session, strings.Join(args, " "))
 		if err != nil {
 			return "", err
 		}
@@ -279,8 +264,8 @@ func render(write func(*strings.Builder) error, warning string) string {
 
 // size is /context size N and /context auto. They change num_ctx for
 // every client, so they are refused when the admin API is off.
-func (ib *inband) size(sub string, args []string) string {
-	if ib.adminOff {
+func (ib *Commands) size(sub string, args []string) string {
+	if ib.AdminOff {
 		return "ctxproxy: /context " + sub + " changes the context size for every client, and the admin API is off " +
 			"here (ctxproxy listens beyond loopback without admin.token)"
 	}
@@ -292,8 +277,8 @@ func (ib *inband) size(sub string, args []string) string {
 		}
 		tokens = n
 	}
-	if err := ib.status.SetContextSize(tokens); err != nil {
-		_, msg := ib.sessions.Describe(err)
+	if err := ib.Status.SetContextSize(tokens); err != nil {
+		_, msg := ib.Sessions.Describe(err)
 		return "ctxproxy: " + msg
 	}
 	return view.ContextSize(api.ContextSize{Auto: tokens == 0, Target: tokens})
@@ -301,13 +286,13 @@ func (ib *inband) size(sub string, args []string) string {
 
 // statusText is /context: seed 004 R9's status of the session, or the
 // proxy's without one.
-func (ib *inband) statusText(ctx context.Context, session, model string) string {
-	st := ib.status.Report(ctx)
+func (ib *Commands) statusText(ctx context.Context, session, model string) string {
+	st := ib.Status.Report(ctx)
 	f := view.Facts{Model: model, SessionID: session, Status: &st}
 	warning := ""
-	if session != "" && ib.sessions.Store != nil {
-		ib.sessions.Flush(ctx)
-		if _, d, err := ib.sessions.Get(ctx, session); err == nil {
+	if session != "" && ib.Sessions.Store != nil {
+		ib.Sessions.Flush(ctx)
+		if _, d, err := ib.Sessions.Get(ctx, session); err == nil {
 			warning, d.Warning = d.Warning, ""
 			f.Session = &d
 		}
@@ -317,11 +302,11 @@ func (ib *inband) statusText(ctx context.Context, session, model string) string 
 
 // memoryStatsText is /context stats: model memory, KV cache size and
 // compression ratios (seed 004 R7.9).
-func (ib *inband) memoryStatsText(ctx context.Context, d api.SessionDetail, model string) string {
-	st := ib.status.Report(ctx)
+func (ib *Commands) memoryStatsText(ctx context.Context, d api.SessionDetail, model string) string {
+	st := ib.Status.Report(ctx)
 	var running []api.RunningModel
-	if ib.monitor != nil {
-		if lm, ok := ib.monitor.Snapshot().Model(model); ok {
+	if ib.Monitor != nil {
+		if lm, ok := ib.Monitor.Snapshot().Model(model); ok {
 			running = []api.RunningModel{{Name: model, Size: int64(lm.Size), SizeVRAM: int64(lm.SizeVRAM)}}
 		}
 	}
@@ -329,11 +314,11 @@ func (ib *inband) memoryStatsText(ctx context.Context, d api.SessionDetail, mode
 	return render(func(b *strings.Builder) error { return view.MemoryStats(b, printer, f, running) }, "")
 }
 
-// writeAnswer writes text as the assistant's complete answer in the
+// WriteAnswer writes text as the assistant's complete answer in the
 // request's dialect: Ollama JSON or an NDJSON stream ending in "done":
 // true, OpenAI chat.completion or SSE chunks ending in "data: [DONE]".
 // Token counts are zero: no model ran.
-func writeAnswer(w http.ResponseWriter, req *wire.Request, text string) {
+func WriteAnswer(w http.ResponseWriter, req *wire.Request, text string) {
 	if req.Conv != nil {
 		writeDialectAnswer(w, req, text)
 		return
@@ -402,14 +387,14 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// inbandHistory takes ctxproxy's own exchanges out of a conversation a
+// History takes ctxproxy's own exchanges out of a conversation a
 // client resends whole. A chat UI keeps the in-band commands and
 // ctxproxy's answers in its history; they are not for the model, and a
 // clear must hold for a client that resends everything: after a "/clear"
 // or "/context clear" exchange, only the leading system messages and what
 // came after the clear are forwarded (seed 000: the next prompt starts
 // fresh). It reports whether it changed anything.
-func inbandHistory(msgs []rewrite.Message) ([]rewrite.Message, bool) {
+func History(msgs []rewrite.Message) ([]rewrite.Message, bool) {
 	// The newest message is never taken out: a command there was answered
 	// in-band before the conversation reached here.
 	cut := -1
@@ -445,4 +430,44 @@ func inbandHistory(msgs []rewrite.Message) ([]rewrite.Message, bool) {
 		}
 	}
 	return out, true
+}
+
+// writeDialectAnswer writes text as the assistant's complete answer (an
+// in-band command's) in a conversation dialect's shape, streamed or not,
+// by translating an Ollama answer as a backend reply is translated.
+func writeDialectAnswer(w http.ResponseWriter, req *wire.Request, text string) {
+	_, rt, err := wire.ToOllama(req.Dialect, req.Body, 0, 0)
+	if err != nil {
+		info := translate.Info{Model: req.Model, Stream: req.Stream}
+		rt = wire.TranslationFor(req.Dialect, info)
+	}
+	line := func(content string, done bool) []byte {
+		l := map[string]any{"model": req.Model, "created_at": time.Now().UTC().Format(time.RFC3339Nano),
+			"message": map[string]string{"role": "assistant", "content": content}, "done": done}
+		if done {
+			l["done_reason"], l["prompt_eval_count"], l["eval_count"] = "stop", 0, 0
+		}
+		b, _ := json.Marshal(l)
+		return b
+	}
+	h := w.Header()
+	if !rt.Streamed() {
+		out, err := rt.Whole(line(text, true))
+		if err != nil {
+			wire.WriteError(w, req.Dialect, wire.Error{Status: http.StatusInternalServerError, Message: "ctxproxy could not write its answer"})
+			return
+		}
+		h.Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(out)
+		return
+	}
+	lc := rt.Lines()
+	out, _ := lc.Append(nil, line(text, false))
+	out, _ = lc.Append(out, line("", true))
+	out, _ = lc.Finish(out)
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
 }
