@@ -1,431 +1,181 @@
 package proxy
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/backend"
-	"github.com/ctxproxy/ctxproxy/budget"
-	"github.com/ctxproxy/ctxproxy/gpu"
-	"github.com/ctxproxy/ctxproxy/proxy/admin"
+	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/proxy/inband"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
-	"github.com/ctxproxy/ctxproxy/rewrite"
-	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
-// settleWait bounds how long an accumulated turn waits for the turns
-// before it to be stored.
-const settleWait = 5 * time.Second
-
-// ollamaDefaultCtx is the window Ollama uses when a request sets no
-// num_ctx (its documented default); ctxproxy assumes it when it does not
-// set num_ctx itself.
-const ollamaDefaultCtx = 4096
-
-// plan is what ctxproxy decided for one chat request.
-type plan struct {
-	model     string
-	messages  []rewrite.Message // what is forwarded
-	sent      []rewrite.Message // the conversation as the client meant it (history included when accumulating)
-	newTurn   []rewrite.Message // what the client sent this time (accumulate mode)
-	accum     bool
-	changed   bool
-	numCtx    int
-	numReason string
-	limit     int
-	before    budget.Estimate
-	after     budget.Estimate
-	result    rewrite.Result
-	translate bool
-	// reply carries a translated request's answer back to the client's
-	// dialect.
-	reply   wire.Translation
-	counter promptCounter
-	// exact is the backend's model when the prompt was counted with its
-	// own tokenizer; nil when estimated.
-	exact *backend.Model
-	// uncut are the messages before any strategy (accumulated history
-	// and in-band edits applied), uncutChanged whether they already
-	// differ from the request's; an overflow retry cuts from them again.
-	uncut        []rewrite.Message
-	uncutChanged bool
-	// retries is the number of overflow retries the request took.
-	retries int
-	// lim are the model's limits as this request runs with them; alloc
-	// how its window was divided (setPlanHeaders).
-	lim   budget.Limits
-	alloc budget.Budget
-	tools json.RawMessage
-	// window is the context window the backend runs the request with,
-	// when ctxproxy knows it (num_ctx, or Ollama's default): a reported
-	// count at it may be censored.
-	window int
-	// restore is the pending restore this request applied (a client
-	// that resends its whole history, after /context restore); nil when
-	// none did.
-	restore *sessions.Mark
-	// keepWhole keeps an accumulated history unpruned (the client's
-	// truncate: false, or strategy none for the request).
-	keepWhole bool
-}
-
-// prepare runs the request path of DESIGN.md: accumulate, size num_ctx,
-// count, trim, encode. It returns the body to forward, or an error for the
-// client.
-func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req *wire.Request) (wire.Payload, *wire.Error) {
-	p := &plan{model: req.Model, messages: req.Messages, sent: req.Messages}
-	ex.plan = p
-	kind := s.kind(ctx)
-	switch s.cfg.TranslateOpenAI {
-	case "on":
-		p.translate = req.Dialect != wire.Ollama && kind != KindOpenAI
-	case "off":
-	default:
-		p.translate = req.Dialect != wire.Ollama && kind == KindOllama
-	}
-	toOllama := (req.Dialect == wire.Ollama && kind != KindOpenAI) || p.translate
-	if req.ServerState != "" {
-		body, aerr := continueServerState(s.log, ex, req, p, kind == KindOllama)
-		return wire.PayloadOf(body), aerr
-	}
-
-	// Accumulate: the client sends only its new turn (seed 000). It needs
-	// a session the client names: a fingerprint of the new turn alone
-	// would change every turn.
-	// The conversation dialects are not accumulated: their clients send
-	// the whole conversation, or continue the backend's
-	// (previous_response_id).
-	if ex.named && s.store != nil && req.Conv == nil && (s.cfg.Accumulate || r.Header.Get("X-Ctxproxy-Accumulate") == "1") {
-		p.accum = true
-		p.newTurn = req.Messages
-		// The turns before this one must be stored before it is built on
-		// them: a client that sends its next turn the moment a reply
-		// ends would otherwise find the last one missing.
-		var err error
-		if s.writer != nil {
-			sctx, cancel := context.WithTimeout(ctx, settleWait)
-			err = s.writer.Settle(sctx, ex.session)
-			cancel()
-		}
-		if err != nil {
-			s.log.Warn("the session's last turns are not stored; turn refused", "session", ex.session, "err", err)
-			return nil, &wire.Error{Status: http.StatusServiceUnavailable,
-				Message: "ctxproxy could not store this session's last turn yet, so it will not send the next one without it; try again"}
-		}
-		stored, err := s.store.Get(ctx, ex.session)
-		if err != nil && !errors.Is(err, snapshots.ErrNotFound) {
-			// Sending the new turn alone would answer as if the
-			// conversation were new, without a word: refuse instead.
-			s.log.Warn("reading the session failed; turn refused", "session", ex.session, "err", err)
-			return nil, &wire.Error{Status: http.StatusServiceUnavailable,
-				Message: "ctxproxy could not read this session's history from its store, so it will not send the turn without it; try again"}
-		}
-		history := snapshots.Accumulate(stored, sessions.ToStored(req.Messages))
-		msgs, err := sessions.FromStored(history)
-		if err != nil {
-			s.log.Warn("stored session unreadable; turn refused", "session", ex.session, "err", err)
-			return nil, &wire.Error{Status: http.StatusServiceUnavailable,
-				Message: "this session's stored history could not be read, so ctxproxy will not send the turn without it"}
-		}
-		p.messages, p.sent, p.changed = msgs, msgs, len(msgs) != len(req.Messages)
-		// A client that asked for no cut keeps its stored history whole
-		// too (pruneStored).
-		p.keepWhole = clientNoTruncate(req) || r.Header.Get("X-Ctxproxy-Strategy") == "none"
-	}
-
-	if s.cfg.Inband && !p.accum {
-		if msgs, mark := (inband.Restorer{Store: s.store, Log: s.log}).Apply(ctx, ex.session, p.messages); mark != nil {
-			p.messages, p.sent, p.changed, p.restore = msgs, msgs, true, mark
-		} else if msgs, changed := inband.History(p.messages); changed {
-			p.messages, p.sent, p.changed = msgs, msgs, true
-		}
-	}
-
-	// num_ctx from the memory actually free (Ollama only).
-	var mi backend.Model
-	if toOllama {
-		mi = s.be.Model(ctx, req.Model)
-		p.numCtx = req.NumCtx
-		if s.sizer != nil {
-			var snap gpu.Snapshot
-			if s.monitor != nil {
-				snap = s.monitor.Snapshot()
-			}
-			window := 0
-			if s.tokens != nil && mi.Facts.ContextLength == 0 {
-				window = s.tokens.Limits(req.Model, 0).MaxTokens
-			}
-			d := s.sizer.Decide(gpu.Model{Name: req.Model, Facts: mi.Facts, Weights: mi.Weights, Window: window}, snap)
-			p.numReason = d.Reason
-			if req.NumCtx > 0 && s.cfg.RespectClient {
-				var why string
-				p.numCtx, why = d.Client(req.NumCtx)
-				if p.numCtx != req.NumCtx {
-					ex.warn("num_ctx " + strconv.Itoa(req.NumCtx) + " lowered to " + strconv.Itoa(p.numCtx) + ": " + why)
-				}
-			} else if d.NumCtx > 0 {
-				p.numCtx = d.NumCtx
-				if d.Guessed {
-					ex.warn("num_ctx " + strconv.Itoa(d.NumCtx) + " is a guess: the backend did not give the model's facts")
-					s.once.warn("facts:"+req.Model, "the backend did not give the model's facts; num_ctx is a guess",
-						"model", req.Model, "num_ctx", d.NumCtx, "reason", d.Reason, "err", mi.Err)
-				}
-			}
-		}
-	}
-
-	// A backend that tokenizes (vLLM, llama.cpp's server) counts for
-	// itself, and may say the model's window.
-	var remote backend.Remote
-	trained := mi.Facts.ContextLength
-	if !toOllama && s.tokens != nil && !s.cfg.NoExact && req.Conv == nil {
-		remote = s.be.Remote(ctx, req.Model)
-		trained = max(trained, remote.Window)
-	}
-
-	// The window: the model's limits, capped by num_ctx, less the reply.
-	var lim budget.Limits
-	if s.tokens != nil {
-		lim = s.tokens.Limits(req.Model, trained)
-		// One notion of the window: a models: max_tokens below the num_ctx
-		// memory allows is the window, and num_ctx follows it, so Ollama
-		// does not reserve memory for tokens ctxproxy will never send.
-		if toOllama && p.numCtx > lim.MaxTokens && req.NumCtx == 0 {
-			p.numCtx = lim.MaxTokens
-			p.numReason += fmt.Sprintf("; capped at the model's window %d (models: or the model table)", lim.MaxTokens)
-		}
-		switch {
-		case p.numCtx > 0:
-			lim = lim.Cap(p.numCtx)
-		case toOllama:
-			lim = lim.Cap(ollamaDefaultCtx)
-			p.window = ollamaDefaultCtx
-		}
-		if req.MaxOutput > 0 {
-			lim = lim.WithOutput(req.MaxOutput)
-		}
-		if floored, ok := lim.Floor(); ok {
-			ex.warn(fmt.Sprintf("the reply reserve (%d tokens) left less than a quarter of the %d-token window for the prompt; "+
-				"ctxproxy keeps a quarter (%d tokens) for it", lim.MaxOutputTokens, lim.MaxTokens, floored.Effective()))
-			s.once.warn("reserve:"+req.Model, "the reply reserve leaves less than a quarter of the window for the prompt; keeping a quarter",
-				"model", req.Model, "window", lim.MaxTokens, "reserve", lim.MaxOutputTokens)
-			lim = floored
-		}
-		p.limit, p.lim = lim.Effective(), lim
-		est := s.tokens.MessageCounter(req.Model).Frozen()
-		p.counter = est
-		if toOllama && mi.Tokenizer != nil && !s.cfg.NoExact {
-			ec := exactFor(mi.Tokenizer, req)
-			if ec.failed() == nil {
-				p.before = ec.Prompt(p.messages, req.Tools)
-			}
-			if ec.failed() == nil {
-				p.counter = ec
-				p.exact = &mi
-			} else {
-				s.once.warn("exact:"+req.Model, "exact counting failed for this request's shape; estimating instead",
-					"model", req.Model, "err", ec.failed())
-			}
-		}
-		if remote.API != "" {
-			rc := newRemoteCounter(ctx, s.be, req.Model, est)
-			if before := rc.Prompt(p.messages, req.Tools); rc.err == nil {
-				p.counter, p.before = rc, before
-			} else {
-				s.once.warn("remote:"+req.Model, "the backend's tokenize API failed; estimating instead",
-					"model", req.Model, "api", remote.API, "err", rc.err)
-			}
-		}
-		if p.counter == promptCounter(est) {
-			// Neither the model's tokenizer nor the backend's counted
-			// this prompt (or one failed after it started): estimate.
-			// A failed count's zero estimate must not stand.
-			p.before = est.Prompt(p.messages, req.Tools)
-		}
-		p.after = p.before
-	}
-
-	p.uncut, p.uncutChanged = p.messages, p.changed
-	s.status.Note(admin.ModelSeen{Name: p.model, Facts: mi.Facts, NumCtx: p.numCtx, Reason: p.numReason, Limit: p.limit,
-		Counting: p.countMethod(), Exact: p.exact})
-	body, aerr := s.cut(ctx, r, ex, req, p, toOllama, 0)
-	if aerr != nil {
-		return nil, aerr
-	}
-	if (p.exact != nil || s.tokens != nil) && !clientNoTruncate(req) {
-		// An overflow the backend reports despite the count is cut
-		// harder and retried before the client sees a byte (never for a
-		// client that asked for no cut).
-		ex.recut = func(shrink int) (wire.Payload, *wire.Error) {
-			return s.cut(ctx, r, ex, req, p, toOllama, shrink)
-		}
-	}
-	p.tools = req.Tools
-	p.allocate()
-	setPlanHeaders(ex, p)
-	return body, nil
-}
-
-// allocate divides the window among the parts of what is forwarded (seed
-// 001's context budget): the system prompt, the tools with the template's
-// own tokens (what belongs to no message), the reply's reserve, and the
-// rest of the conversation.
-func (p *plan) allocate() {
-	if p.counter == nil || p.lim.MaxTokens <= 0 {
+// chat serves an intercepted chat route (POST /api/chat,
+// /v1/chat/completions, /v1/responses, /v1/messages). Read top to bottom,
+// it is the path of one request, step by step (docs/architecture.md): the
+// body is read within the memory budget, decoded by the backend's rules,
+// its session named, the window sized and the prompt counted, the
+// conversation cut to fit, the request forwarded (and cut harder and
+// resent when the backend refuses it as too long), the answer streamed
+// back, and the turn recorded once the answer has passed.
+func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
+	if r.Header.Get("X-Ctxproxy-Bypass") == "1" {
+		s.metrics.requests.WithLabelValues(r.URL.Path, d.String(), "bypass").Inc()
+		s.rp.ServeHTTP(w, r)
 		return
 	}
-	system := 0
-	for i := range p.messages {
-		if wire.IsSystemRole(p.messages[i].Role) {
-			system += p.counter.CountMessage(&p.messages[i])
-		}
-	}
-	overhead := p.counter.Overhead(p.tools)
-	p.alloc = budget.Budget{Total: p.lim.MaxTokens, SystemPrompt: system, Tools: overhead,
-		ResponseReserve: p.lim.MaxOutputTokens, Conversation: max(0, p.after.Tokens-system-overhead)}
-}
-
-// cut trims the conversation to the plan's limit less shrink tokens and
-// encodes the body to forward: the messages, num_ctx, truncate:false and
-// the translation. prepare runs it with shrink 0; an overflow retry runs
-// it again with more.
-func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *wire.Request, p *plan, toOllama bool, shrink int) (wire.Payload, *wire.Error) {
-	p.messages, p.changed, p.result, p.after = p.uncut, p.uncutChanged, rewrite.Result{}, p.before
-	capN, aerr := maxMessages(r)
-	if aerr != nil {
-		return nil, aerr
-	}
-	// A client's own truncate: false: no message is dropped; the request
-	// goes uncut (num_ctx still sized), or gets an overflow error.
-	uncut := clientNoTruncate(req)
-	if uncut {
-		if capN > 0 {
-			ex.warn(maxMessagesHeader + " ignored: the request sets \"truncate\": false, so no message is dropped")
-		}
-		if aerr := checkUncut(ex, p); aerr != nil {
-			return nil, aerr
-		}
-	}
-	// Trim when the conversation outgrows the window.
-	if trimmer := s.trimmer.Load(); trimmer != nil && p.counter != nil && p.limit > 0 && !uncut {
-		mode := r.Header.Get("X-Ctxproxy-Strategy")
-		if _, err := trimmer.Strategy(mode); err != nil {
-			return nil, &wire.Error{Status: http.StatusBadRequest, Message: "X-Ctxproxy-Strategy: " + err.Error()}
-		}
-		tctx := rewrite.WithRequestInfo(ctx, rewrite.RequestInfo{Session: ex.session, Model: req.Model,
-			Auth: r.Header.Get("Authorization"), NumCtx: p.numCtx})
-		if capN > 0 {
-			tctx = rewrite.WithMaxMessages(tctx, capN)
-		}
-		if s.monitor != nil && s.monitor.Snapshot().Level >= gpu.LevelCompress {
-			// Seed 004 R6.2: under memory pressure, compress earlier.
-			tctx = rewrite.WithThreshold(tctx, max(trimmer.Threshold()-0.2, trimmer.Target()))
-		}
-		orig := p.messages
-		room := p.limit - p.counter.Overhead(req.Tools) - shrink
-		// Exact counts measure the whole prompt; a strategy measures
-		// messages one by one. Where a template joins messages the two
-		// differ by a few tokens: check the cut prompt, and cut again
-		// with less room when it does not fit.
-		for attempt := 0; ; attempt++ {
-			res, err := trimmer.Trim(tctx, mode, orig, room, p.counter)
-			switch {
-			case errors.Is(err, rewrite.ErrOverflow):
-				return nil, &wire.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded",
-					Message: fmt.Sprintf("the conversation needs about %d tokens and the model's context window leaves %d; "+
-						"ctxproxy could not cut it down (strategy.on_overflow: %s)", p.before.Tokens, p.limit, trimmer.OnOverflow())}
-			case err != nil:
-				s.log.Error("trimming failed; forwarding the conversation as sent", "err", err)
-			case res.Notice != "":
-				p.result = res
-				p.messages = res.Messages
-				p.changed = true
-				p.after = p.counter.Prompt(p.messages, req.Tools)
-			}
-			fit := p.limit - shrink
-			if err != nil || res.Notice == "" || !p.after.Exact || p.after.Tokens <= fit || attempt == 2 {
-				break
-			}
-			room -= p.after.Tokens - fit + max(8, p.limit/100)
-		}
+	ex := newExchange(d, r.URL.Path)
+	var p *plan
+	defer func() { s.rec.logExchange(ex, p) }()
+	if s.monitor != nil {
+		// Memory is sampled every poll_active while a request is in
+		// flight, every poll_idle otherwise.
+		defer s.monitor.Active()()
 	}
 
-	// Overflow is never silent: a managed request tells Ollama to refuse
-	// a prompt longer than num_ctx instead of cutting it without a word,
-	// unless the client chose truncate itself, or asked for no management.
-	noTruncate := toOllama && p.counter != nil && !req.Truncate && s.manages(r)
-	body := wire.PayloadOf(req.Body)
-	if req.Conv != nil {
-		body = wire.PayloadOf(encodeConversation(s.log, req, p))
-	} else if p.changed || req.Annotated || (toOllama && req.Dialect == wire.Ollama && ((p.numCtx > 0 && p.numCtx != req.NumCtx) || noTruncate)) {
-		numCtx := 0
-		if req.Dialect == wire.Ollama && toOllama && p.numCtx != req.NumCtx {
-			numCtx = p.numCtx
-		}
-		var err error
-		if body, err = req.Rebuild(p.messages, p.changed || req.Annotated, numCtx, noTruncate && req.Dialect == wire.Ollama); err != nil {
-			s.log.Error("re-encoding the request failed; forwarding it as sent", "err", err)
-			body = wire.PayloadOf(req.Body)
-		}
+	// Read the body whole, within the memory budget.
+	body, release, status := s.gate.TakeBody(w, r, d)
+	if status != 0 {
+		ex.status = status
+		return
 	}
-	if p.translate {
-		out, rt, err := wire.ToOllama(req.Dialect, body.Bytes(), p.numCtx, p.after.Tokens)
-		if err != nil {
-			return nil, wire.TranslationError(rt, err)
-		}
-		for _, d := range rt.Dropped() {
-			s.log.Debug("translate: field not forwarded to Ollama", "field", d.Field, "reason", d.Reason)
-		}
-		if noTruncate {
-			if withFlag, err := wire.SetMember(out, "truncate", []byte("false")); err == nil {
-				out = withFlag
-			}
-		}
-		p.reply = rt
-		body = wire.PayloadOf(out)
-		ex.outPath = "/api/chat"
-	}
-	return body, nil
-}
+	hold := newBodyHold(release)
+	defer hold.end()
 
-// manages reports whether ctxproxy manages r's context: a strategy other
-// than none, and an on_overflow other than forward. Only then does it ask
-// Ollama to refuse overflowing prompts (truncate: false), since it is
-// then ready to cut and retry.
-func (s *Server) manages(r *http.Request) bool {
-	t := s.trimmer.Load()
-	if t == nil || t.OnOverflow() == "forward" {
-		return false
+	// Decode it, reading its member names as the backend reads them.
+	req, err := wire.Decode(d, body, s.cfg.MaxDepth, keyRulesOf(s.kind(r.Context())))
+	if refused := s.refuseBody(w, ex, err); refused {
+		return
 	}
-	st, err := t.Strategy(r.Header.Get("X-Ctxproxy-Strategy"))
 	if err != nil {
+		// Not a chat request ctxproxy understands: the backend decides.
+		s.metrics.unparsable.WithLabelValues(d.String()).Inc()
+		s.log.Debug("forwarding unparsable chat request unchanged", "route", ex.route, "err", err)
+		s.forward(w, r, ex, nil, nil, wire.PayloadOf(body), nil)
+		return
+	}
+	ex.model, ex.stream = req.Model, req.Stream
+
+	// Name its session.
+	session, aerr := s.namer.id(r, req)
+	if aerr != nil {
+		ex.status = aerr.Status
+		wire.WriteError(w, d, *aerr)
+		return
+	}
+	s.noteSession(r, ex, session)
+
+	// An in-band command is answered here, without the backend.
+	if s.cfg.Inband {
+		if cmd, args, ok := inband.Command(r, req); ok {
+			text := s.inband.Run(r.Context(), ex.session, req.Model, cmd, args)
+			ex.status = http.StatusOK
+			ex.logAttrs = append(ex.logAttrs, "inband", cmd)
+			copyHeader(w.Header(), ex.headers)
+			inband.WriteAnswer(w, req, text)
+			return
+		}
+	}
+
+	// Plan it: the history it builds on, num_ctx from free memory, the
+	// window, the prompt counted.
+	p, aerr = s.prepare(r.Context(), r, ex, req)
+	if aerr != nil {
+		s.refuse(w, ex, *aerr)
+		return
+	}
+	// Cut the conversation to fit, and encode what is forwarded.
+	out, aerr := s.cut(r.Context(), r, ex, req, p, 0)
+	if aerr != nil {
+		s.refuse(w, ex, *aerr)
+		return
+	}
+	p.allocate()
+	setPlanHeaders(ex, p)
+	s.metrics.added.Observe(time.Since(ex.start).Seconds())
+
+	// Forward it, stream the answer back, and record the turn.
+	s.forward(w, r, ex, req, p, out, hold)
+}
+
+// forward sends out to the backend (cutting harder and resending while it
+// refuses the prompt as too long), then streams its answer to the client
+// through the tap, after which the turn is recorded. req, p and hold are
+// nil for a request forwarded as it came.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, ex *exchange, req *wire.Request, p *plan, out wire.Payload, hold *bodyHold) {
+	defer s.metrics.track(ex.stream)()
+	resp, aerr, err := s.send(r.Context(), r, ex, req, p, out)
+	switch {
+	case err != nil:
+		copyHeader(w.Header(), ex.headers)
+		ex.status = s.backendError(w, r, ex.dialect, err)
+		return
+	case aerr != nil:
+		s.refuse(w, ex, *aerr)
+		return
+	}
+	if p != nil && p.retries > 0 {
+		// The headers tell of the prompt that went through.
+		p.allocate()
+		setPlanHeaders(ex, p)
+	}
+	resp, err = s.answer(resp, ex, p, func(rep wire.Reply) { s.rec.afterReply(ex, p, rep, hold) })
+	if err != nil {
+		ex.status = s.backendError(w, r, ex.dialect, badAnswer{err})
+		return
+	}
+	relay(w, resp)
+}
+
+// refuseBody answers a body ctxproxy refuses to read: nested deeper than
+// max_depth, or ambiguous toward a backend whose rules it cannot know.
+func (s *Server) refuseBody(w http.ResponseWriter, ex *exchange, err error) bool {
+	var amb *wire.AmbiguousError
+	switch {
+	case errors.Is(err, jsonscan.ErrDepth):
+		s.refuse(w, ex, wire.Error{Status: http.StatusBadRequest,
+			Message: fmt.Sprintf("request JSON nests deeper than %d levels", s.cfg.MaxDepth)})
+	case errors.As(err, &amb):
+		s.metrics.unparsable.WithLabelValues(ex.dialect.String()).Inc()
+		s.refuse(w, ex, wire.Error{Status: http.StatusBadRequest, Message: err.Error()})
+	default:
 		return false
 	}
-	_, none := st.(rewrite.None)
-	return !none
+	return true
 }
 
-// forwardedUsage is the share of the effective limit what was forwarded
-// takes.
-func (p *plan) forwardedUsage() float64 {
-	if p.limit <= 0 {
-		return 0
-	}
-	return float64(p.after.Tokens) / float64(p.limit)
+// refuse answers e in the request's dialect, with the X-Ctxproxy-*
+// headers gathered so far.
+func (s *Server) refuse(w http.ResponseWriter, ex *exchange, e wire.Error) {
+	ex.status = e.Status
+	copyHeader(w.Header(), ex.headers)
+	wire.WriteError(w, ex.dialect, e)
 }
 
-// usage is the share of the effective limit the conversation, as the
-// client sent it, takes.
-func (p *plan) usage() float64 {
-	if p.limit <= 0 {
-		return 0
+// noteSession records a request's session and what the client should know
+// of it: a failed store write is told on the session's next response (a
+// turn is stored after its reply), and on every response while the store
+// fails; so is a clear by the memory guard.
+func (s *Server) noteSession(r *http.Request, ex *exchange, session string) {
+	ex.session = session
+	ex.named = r.Header.Get(s.cfg.SessionHeader) != ""
+	if session == "" {
+		return
 	}
-	return float64(p.before.Tokens) / float64(p.limit)
+	ex.headers.Set("X-Ctxproxy-Session", session)
+	if _, err := sessions.Health(s.writer); err != nil || (s.writer != nil && s.writer.Unsaved(session)) {
+		ex.headers.Set("X-Ctxproxy-Store", "degraded; last turn not saved")
+	}
+	if snap, ok := s.cleared.Take(session); ok {
+		ex.warn(emergencyWarning(session, snap))
+	}
+}
+
+// copyHeader adds src's values to dst.
+func copyHeader(dst, src http.Header) {
+	for k, v := range src {
+		dst[k] = v
+	}
 }

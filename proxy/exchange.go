@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -15,8 +14,9 @@ import (
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
-// exchange is the state of one intercepted chat request, carried to the
-// ReverseProxy hooks through the request context.
+// exchange is what one intercepted request tells: the X-Ctxproxy-*
+// headers its answer gets and what its log line and metrics say. The steps
+// of the path add to it; none of them steers by it.
 type exchange struct {
 	dialect wire.Dialect
 	route   string
@@ -26,23 +26,18 @@ type exchange struct {
 	start   time.Time
 	status  int
 	// headers are added to the response (X-Ctxproxy-*).
-	headers http.Header
-	plan    *plan
-	// outPath, when set, replaces the request path (an OpenAI request
-	// translated to Ollama's /api/chat).
-	outPath  string
+	headers  http.Header
 	logAttrs []any
 	// named reports that the client named the session (the session
 	// header) rather than ctxproxy fingerprinting it.
 	named bool
-	// ready is when the request was ready to forward: what ctxproxy
-	// added before the backend saw it.
-	ready time.Time
-	// recut, when set, cuts the conversation shrink tokens below the
-	// limit and returns the body to forward (an overflow retry).
-	recut func(shrink int) (wire.Payload, *wire.Error)
-	// hold is the request body's share of the memory budget.
-	hold *bodyHold
+}
+
+// newExchange starts the exchange of a request on route in dialect d.
+func newExchange(d wire.Dialect, route string) *exchange {
+	// Room for the X-Ctxproxy-* headers a counted request gets, so the
+	// map is not grown while they are set.
+	return &exchange{dialect: d, route: route, start: time.Now(), headers: make(http.Header, 16)}
 }
 
 // bodyHold is a request body's share of the memory budget, given back
@@ -95,22 +90,6 @@ func (ex *exchange) warn(msg string) {
 	if !slices.Contains(ex.headers.Values("X-Ctxproxy-Warning"), msg) {
 		ex.headers.Add("X-Ctxproxy-Warning", msg)
 	}
-}
-
-// wire is the dialect of the backend's answer: Ollama's for a request
-// translated to /api/chat, else the client's own.
-func (ex *exchange) wire() wire.Dialect {
-	if ex.plan != nil && ex.plan.translate {
-		return wire.Ollama
-	}
-	return ex.dialect
-}
-
-type exchangeKey struct{}
-
-func exchangeFrom(ctx context.Context) *exchange {
-	ex, _ := ctx.Value(exchangeKey{}).(*exchange)
-	return ex
 }
 
 // setPlanHeaders sets the X-Ctxproxy-* response headers of DESIGN.md.

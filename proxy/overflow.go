@@ -3,14 +3,11 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
-
-	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
 // maxOverflowRetries is how many times ctxproxy cuts harder and resends a
@@ -85,95 +82,42 @@ func parseOverflow(status int, body []byte) (overflow, bool) {
 	return overflow{}, false
 }
 
-// retryOverflow handles a backend's refusal of an overlong prompt before
-// the client has seen anything: it cuts the conversation harder (by the
-// excess the error reports plus a margin, else to 90%, 70% and 40% of the
-// window)
-// and sends it again, up to maxOverflowRetries times. It returns the
-// response to give the client: a success, another error as the backend
-// sent it, or a clear error of ctxproxy's own. resp's body is consumed
-// only when it was an overflow.
-func (s *Server) retryOverflow(resp *http.Response, ex *exchange) (next *http.Response, own bool) {
+// overflowOf reports whether resp is the backend's refusal of a prompt
+// longer than its window, and returns resp to pass on when it is not: an
+// error answer's body (up to 64 KB) is read to know, and given back whole.
+func overflowOf(resp *http.Response) (overflow, bool, *http.Response) {
+	if resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusRequestEntityTooLarge {
+		return overflow{}, false, resp
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if err != nil {
-		return resp, false
+		resp.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), errReader{err}))
+		return overflow{}, false, resp
 	}
 	o, ok := parseOverflow(resp.StatusCode, body)
-	if !ok {
-		resp.Body = struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
-		return resp, false
+	if ok {
+		resp.Body.Close()
+		return o, true, nil
 	}
-	resp.Body.Close()
-	p := ex.plan
-	shrink := 0
-	for attempt := 1; attempt <= maxOverflowRetries; attempt++ {
-		if o.excess > 0 {
-			shrink += o.excess + max(16, p.limit/50)
-		} else {
-			// Ollama does not say by how much: leave 90%, 70%, then 40%
-			// of the window, enough for an estimate off by a factor of two.
-			shrink = p.limit - p.limit*[]int{90, 70, 40}[attempt-1]/100
-		}
-		out, aerr := ex.recut(shrink)
-		if aerr != nil {
-			return errorResponse(resp, ex.dialect, *aerr), true
-		}
-		p.retries = attempt
-		s.metrics.overflowRetries.Inc()
-		s.log.Info("the backend refused the prompt as too long; cut harder and sent again",
-			"model", p.model, "session", ex.session, "attempt", attempt, "sent", p.after.Tokens, "limit", p.limit-shrink)
-		next, err := s.resend(resp.Request, out)
-		if err != nil {
-			return errorResponse(resp, ex.dialect, wire.Error{Status: http.StatusBadGateway,
-				Message: fmt.Sprintf("ctxproxy could not reach the backend at %s to resend a cut prompt", s.backend.Redacted())}), true
-		}
-		if next.StatusCode == http.StatusOK {
-			ex.warn(fmt.Sprintf("the backend refused the prompt as longer than its window; ctxproxy cut it by %d tokens more and retried (%d)", shrink, attempt))
-			p.allocate()
-			setPlanHeaders(ex, p)
-			return next, false
-		}
-		body, err = io.ReadAll(io.LimitReader(next.Body, 64<<10))
-		next.Body.Close()
-		if err != nil {
-			break
-		}
-		if o, ok = parseOverflow(next.StatusCode, body); !ok {
-			next.Body = io.NopCloser(bytes.NewReader(body))
-			next.ContentLength = int64(len(body))
-			next.Header.Set("Content-Length", strconv.Itoa(len(body)))
-			return next, false
-		}
-	}
-	s.metrics.overflowFailures.Inc()
-	return errorResponse(resp, ex.dialect, wire.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded",
-		Message: fmt.Sprintf("the backend refused the prompt as longer than its context window %d times; ctxproxy counted %d tokens "+
-			"for a limit of %d and cut it by up to %d tokens more without success (the model's window may be smaller than configured: "+
-			"see models: in the config)", maxOverflowRetries+1, p.before.Tokens, p.limit, shrink)}), true
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
+	return overflow{}, false, resp
 }
 
-// resend sends body to the backend in place of the original request's.
-func (s *Server) resend(orig *http.Request, body wire.Payload) (*http.Response, error) {
-	out := orig.Clone(orig.Context())
-	n := body.Size()
-	out.Body = io.NopCloser(body.Reader())
-	out.ContentLength = int64(n)
-	out.Header.Set("Content-Length", strconv.Itoa(n))
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.Reader()), nil }
-	return s.rp.Transport.RoundTrip(out)
-}
+// errReader fails every read with err.
+type errReader struct{ err error }
 
-// errorResponse is a response of ctxproxy's own carrying e in the
-// dialect's error shape, in place of the backend's resp.
-func errorResponse(resp *http.Response, d wire.Dialect, e wire.Error) *http.Response {
-	body := wire.ErrorBody(d, e)
-	h := http.Header{}
-	h.Set("Content-Type", "application/json; charset=utf-8")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	return &http.Response{Status: fmt.Sprintf("%d %s", e.Status, http.StatusText(e.Status)), StatusCode: e.Status,
-		Proto: resp.Proto, ProtoMajor: resp.ProtoMajor, ProtoMinor: resp.ProtoMinor, Header: h,
-		Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)), Request: resp.Request}
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// shrink is how many tokens below the window the next resend is cut to,
+// after attempt refusals and prev tokens already: the excess the error
+// reported and a margin, else (Ollama does not say by how much) 10%, 30%
+// and 60% of the window, enough for an estimate off by a factor of two.
+func (o overflow) shrink(limit, attempt, prev int) int {
+	if o.excess > 0 {
+		return prev + o.excess + max(16, limit/50)
+	}
+	return limit - limit*[]int{90, 70, 40}[attempt]/100
 }

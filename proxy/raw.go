@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
@@ -25,8 +24,9 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 		s.rp.ServeHTTP(w, r)
 		return
 	}
-	ex := &exchange{dialect: d, route: r.URL.Path, start: time.Now(), headers: http.Header{}}
-	defer func() { s.rec.logExchange(ex) }()
+	ex := newExchange(d, r.URL.Path)
+	var p *plan
+	defer func() { s.rec.logExchange(ex, p) }()
 	body, release, status := s.gate.TakeBody(w, r, d)
 	if status != 0 {
 		ex.status = status
@@ -36,13 +36,12 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 	req, prompt, ok := wire.DecodeRaw(body, s.cfg.MaxDepth)
 	if !ok || s.tokens == nil {
 		// A prompt array, or anything unusual: the backend decides.
-		s.forward(w, r, ex, wire.PayloadOf(body))
+		s.forward(w, r, ex, nil, nil, wire.PayloadOf(body), nil)
 		return
 	}
 	ex.model = req.Model
 	ex.stream = req.Stream == nil && d == wire.Ollama || req.Stream != nil && *req.Stream
-	p := &plan{model: req.Model}
-	ex.plan = p
+	p = &plan{model: req.Model}
 
 	toOllama := s.kind(r.Context()) == KindOllama
 	var mi backend.Model
@@ -115,6 +114,5 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 		s.log.Warn("raw prompt longer than the window", "route", ex.route, "model", req.Model, "tokens", p.after.Tokens,
 			"window", window, "exact", p.exact != nil)
 	}
-	ex.ready = time.Now()
-	s.forward(w, r, ex, wire.PayloadOf(body))
+	s.forward(w, r, ex, nil, p, wire.PayloadOf(body), nil)
 }

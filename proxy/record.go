@@ -34,8 +34,7 @@ type recorder struct {
 // the backend's truth, detect silent truncation, and record the session.
 // It runs on the request's goroutine after the last byte reached the
 // client; store writes are queued, never waited for.
-func (s *recorder) afterReply(ex *exchange, rep wire.Reply) {
-	p := ex.plan
+func (s *recorder) afterReply(ex *exchange, p *plan, rep wire.Reply, hold *bodyHold) {
 	if p == nil {
 		return
 	}
@@ -64,7 +63,7 @@ func (s *recorder) afterReply(ex *exchange, rep wire.Reply) {
 				"reported", rep.PromptTokens, "num_ctx", p.numCtx)
 		}
 	}
-	s.record(ex, rep, truncated)
+	s.record(ex, p, rep, truncated, hold)
 }
 
 // checkExact compares an exact count of what was forwarded with the
@@ -101,8 +100,7 @@ func relErr(est, actual int) float64 {
 const replyCutMarker = "\n[… reply cut here: ctxproxy stores at most max_body bytes of a reply; the client got it whole …]"
 
 // record queues the session update for this exchange.
-func (s *recorder) record(ex *exchange, rep wire.Reply, truncated bool) {
-	p := ex.plan
+func (s *recorder) record(ex *exchange, p *plan, rep wire.Reply, truncated bool, hold *bodyHold) {
 	if s.writer == nil || ex.session == "" || p == nil {
 		return
 	}
@@ -139,7 +137,7 @@ func (s *recorder) record(ex *exchange, rep wire.Reply, truncated bool) {
 	model, accum, mark, dialect, sent, newTurn := p.model, p.accum, p.restore, ex.dialect, p.sent, p.newTurn
 	// The turn's messages share the request body's bytes until the store
 	// has them: the body's share of the memory budget goes back then.
-	stored := ex.hold.keep()
+	stored := hold.keep()
 	err := s.writer.UpdateThen(ex.session, func(sess *snapshots.Session) error {
 		if model != "" {
 			sess.Model = model
@@ -223,12 +221,12 @@ func (s *recorder) threshold() float64 {
 	return 0.8
 }
 
-func (s *recorder) logExchange(ex *exchange) {
+func (s *recorder) logExchange(ex *exchange, p *plan) {
 	status := ex.status
 	s.metrics.requests.WithLabelValues(ex.route, ex.dialect.String(), strconv.Itoa(status)).Inc()
 	took := time.Since(ex.start)
 	s.metrics.duration.WithLabelValues(ex.route).Observe(took.Seconds())
-	if p := ex.plan; p != nil {
+	if p != nil {
 		if p.counter != nil {
 			s.metrics.exactCounts.WithLabelValues(p.countMethod()).Inc()
 			s.metrics.tokensBefore.Observe(float64(p.before.Tokens))
@@ -250,7 +248,7 @@ func (s *recorder) logExchange(ex *exchange) {
 	}
 	attrs := []any{"route", ex.route, "dialect", ex.dialect.String(), "model", ex.model, "session", ex.session,
 		"stream", ex.stream, "status", status, "duration", took.Round(time.Millisecond)}
-	if p := ex.plan; p != nil {
+	if p != nil {
 		if p.counter != nil {
 			attrs = append(attrs, "tokens_before", p.before.Tokens, "tokens", p.after.Tokens, "exact", p.before.Exact, "limit", p.limit,
 				"usage", fmt.Sprintf("%.1f%%", p.usage()*100))

@@ -96,29 +96,29 @@ func BenchmarkPassthroughTags(b *testing.B) {
 }
 
 // loggedExchange is a counted, cut chat exchange as logExchange sees it.
-func loggedExchange() (*recorder, *exchange) {
+func loggedExchange() (*recorder, *exchange, *plan) {
 	m := newMetrics(prometheus.NewRegistry(), Deps{})
 	rec := &recorder{metrics: m, log: slog.New(slog.DiscardHandler)}
 	p := &plan{model: "llama3.1:8b", counter: budget.NewMessageCounter(budget.Approx{}, 0), limit: 8192, numCtx: 8192,
 		before: budget.Estimate{Tokens: 9000}, after: budget.Estimate{Tokens: 5000},
 		result: rewrite.Result{Dropped: 10, Notice: "Context trimmed."}}
 	return rec, &exchange{dialect: wire.Ollama, route: "/api/chat", model: p.model, session: "s1", status: 200,
-		start: time.Now(), plan: p}
+		start: time.Now()}, p
 }
 
 // With the log level above info, logging an exchange builds no
 // attributes: only the metrics are updated.
 func TestLogExchangeAllocsWhenNotLogged(t *testing.T) {
-	rec, ex := loggedExchange()
-	if n := testing.AllocsPerRun(100, func() { rec.logExchange(ex) }); n > 4 {
+	rec, ex, p := loggedExchange()
+	if n := testing.AllocsPerRun(100, func() { rec.logExchange(ex, p) }); n > 4 {
 		t.Errorf("%v allocations per exchange with logging off, want at most 4", n)
 	}
 }
 
 func BenchmarkLogExchange(b *testing.B) {
-	rec, ex := loggedExchange()
+	rec, ex, p := loggedExchange()
 	b.ReportAllocs()
 	for b.Loop() {
-		rec.logExchange(ex)
+		rec.logExchange(ex, p)
 	}
 }

@@ -1,0 +1,258 @@
+package proxy
+
+import (
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"path"
+	"strings"
+
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
+)
+
+// Forwarding an intercepted request: the chat routes do not go through
+// httputil.ReverseProxy (the other routes do), because ctxproxy must look
+// at the backend's answer before the client sees a byte of it, to cut
+// harder and send again when the backend refuses the prompt as too long.
+// The round trip is the transport's, the outbound request is shaped as
+// ReverseProxy shapes it (hop-by-hop headers removed, X-Forwarded-*
+// added), and relay writes the answer as ReverseProxy does, each piece
+// flushed as it arrives.
+
+// send forwards out, the body ctxproxy made of req, and returns the
+// backend's answer. When the backend refuses the prompt as longer than its
+// window, send cuts the conversation harder and sends it again, up to
+// maxOverflowRetries times, before the client has seen anything: a loop
+// around the round trip, so that each resend reads like the first send. A
+// refusal that cutting cannot answer is returned as the backend sent it;
+// a retry ctxproxy gives up on is a *wire.Error for the client. req and p
+// are nil for a request ctxproxy forwards as it came, which is never
+// resent.
+func (s *Server) send(ctx context.Context, r *http.Request, ex *exchange, req *wire.Request, p *plan, out wire.Payload) (*http.Response, *wire.Error, error) {
+	outPath := ""
+	if p != nil && p.translate {
+		outPath = "/api/chat"
+	}
+	shrink := 0
+	for attempt := 0; ; attempt++ {
+		resp, err := s.roundTrip(r, outPath, out)
+		if err != nil {
+			return nil, nil, err
+		}
+		if req == nil || !p.resendable(req) {
+			return resp, nil, nil
+		}
+		o, refused, resp := overflowOf(resp)
+		if !refused {
+			if attempt > 0 {
+				ex.warn(fmt.Sprintf("the backend refused the prompt as longer than its window; ctxproxy cut it by %d tokens more and retried (%d)", shrink, attempt))
+			}
+			return resp, nil, nil
+		}
+		if attempt == maxOverflowRetries {
+			s.metrics.overflowFailures.Inc()
+			return nil, &wire.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded",
+				Message: fmt.Sprintf("the backend refused the prompt as longer than its context window %d times; ctxproxy counted %d tokens "+
+					"for a limit of %d and cut it by up to %d tokens more without success (the model's window may be smaller than configured: "+
+					"see models: in the config)", maxOverflowRetries+1, p.before.Tokens, p.limit, shrink)}, nil
+		}
+		shrink = o.shrink(p.limit, attempt, shrink)
+		var aerr *wire.Error
+		if out, aerr = s.cut(ctx, r, ex, req, p, shrink); aerr != nil {
+			return nil, aerr, nil
+		}
+		p.retries = attempt + 1
+		s.metrics.overflowRetries.Inc()
+		s.log.Info("the backend refused the prompt as too long; cut harder and sent again",
+			"model", p.model, "session", ex.session, "attempt", p.retries, "sent", p.after.Tokens, "limit", p.limit-shrink)
+	}
+}
+
+// roundTrip sends body to the backend in place of in's body, at outPath
+// when it is set (a request translated to Ollama's /api/chat).
+func (s *Server) roundTrip(in *http.Request, outPath string, body wire.Payload) (*http.Response, error) {
+	out := in.Clone(in.Context())
+	out.RequestURI = ""
+	out.Body = io.NopCloser(body.Reader())
+	out.ContentLength = int64(body.Size())
+	out.TransferEncoding = nil
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.Reader()), nil }
+	removeHopByHop(out.Header)
+	pr := &httputil.ProxyRequest{In: in, Out: out}
+	s.shape(pr)
+	if outPath != "" {
+		out.URL.Path = path.Join("/", s.backend.Path, outPath)
+		out.URL.RawPath = ""
+	}
+	// ctxproxy has read the whole body already: waiting for the backend's
+	// 100 Continue would only add latency.
+	out.Header.Del("Expect")
+	// ctxproxy reads intercepted answers (the counts, the reply), so it
+	// asks for them uncompressed; only the transfer encoding changes.
+	out.Header.Del("Accept-Encoding")
+	resp, err := s.transport.RoundTrip(out)
+	if err == nil {
+		s.be.Answered()
+	}
+	return resp, err
+}
+
+// shape shapes an outbound request as every route does: to the backend,
+// with the client's X-Forwarded-For chain and this hop, and without
+// ctxproxy's own request headers, which never reach the backend.
+func (s *Server) shape(pr *httputil.ProxyRequest) {
+	pr.SetURL(s.backend)
+	pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+	pr.SetXForwarded()
+	for k := range pr.Out.Header {
+		if strings.HasPrefix(k, "X-Ctxproxy-") {
+			delete(pr.Out.Header, k)
+		}
+	}
+	pr.Out.Header.Del(s.cfg.SessionHeader)
+}
+
+// hopByHop are the headers of one connection, not of the message
+// (RFC 9110, 7.6.1): a proxy does not pass them on.
+var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// removeHopByHop removes h's hop-by-hop headers, those its Connection
+// header names among them.
+func removeHopByHop(h http.Header) {
+	for _, v := range h["Connection"] {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopByHop {
+		h.Del(name)
+	}
+}
+
+// answer readies the backend's answer for the client: ctxproxy's headers
+// added, a compressed body inflated, the tap that reads the counts and the
+// reply put on the body (done runs once it has passed), and an answer to a
+// translated request carried back into the client's dialect.
+func (s *Server) answer(resp *http.Response, ex *exchange, p *plan, done func(wire.Reply)) (*http.Response, error) {
+	ex.status = resp.StatusCode
+	for k, v := range ex.headers {
+		resp.Header[k] = v
+	}
+	exposeOwn(resp.Header)
+	if strings.EqualFold(resp.Header.Get("Content-Encoding"), "gzip") {
+		// ctxproxy asked for identity; a backend that compresses anyway
+		// is inflated, so that the tap and the translation read text and
+		// the client gets what ctxproxy asked for on its behalf.
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			resp.Body.Close()
+			return nil, err
+		}
+		resp.Body = gzipBody{zr, resp.Body}
+		resp.Header.Del("Content-Encoding")
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
+	}
+	d := ex.dialect
+	if p != nil && p.translate {
+		d = wire.Ollama // the backend answered in Ollama's dialect
+	}
+	resp.Body = wire.NewTap(resp.Body, d, resp.StatusCode, resp.Header.Get("Content-Type"), int(s.cfg.MaxBody), done)
+	if p != nil && p.translate {
+		if err := wire.TranslateAnswer(resp, p.reply); err != nil {
+			return nil, err
+		}
+	}
+	return resp, nil
+}
+
+// gzipBody inflates a compressed response body and closes the original.
+type gzipBody struct {
+	*gzip.Reader
+	body io.Closer
+}
+
+func (g gzipBody) Close() error { return g.body.Close() }
+
+// relay writes resp to the client: its status and headers (hop-by-hop ones
+// removed), then its body as it arrives, each piece flushed, so that a
+// stream's chunk reaches the client before the next is read. An answer
+// the backend stops sending midway aborts the client connection, as
+// httputil.ReverseProxy does, so that the client sees it cut, not ended.
+func relay(w http.ResponseWriter, resp *http.Response) {
+	defer resp.Body.Close()
+	removeHopByHop(resp.Header)
+	h := w.Header()
+	for k, v := range resp.Header {
+		h[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	buf := copyBuffers.Get()
+	defer copyBuffers.Put(buf)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return // the client went away
+			}
+			_ = rc.Flush()
+		}
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			resp.Body.Close() // the tap records what came
+			panic(http.ErrAbortHandler)
+		}
+	}
+}
+
+// backendError answers a request the backend could not serve, in the
+// client's dialect, and returns the status it gave (499: the client went
+// away first, and nobody is answered).
+func (s *Server) backendError(w http.ResponseWriter, r *http.Request, d wire.Dialect, err error) int {
+	if r.Context().Err() != nil {
+		s.log.Debug("client gone before the backend answered", "path", r.URL.Path)
+		return 499
+	}
+	e := wire.Error{Status: http.StatusBadGateway,
+		Message: fmt.Sprintf("ctxproxy could not reach the backend at %s", s.backend.Redacted())}
+	var bad badAnswer
+	if errors.As(err, &bad) {
+		e.Message = fmt.Sprintf("ctxproxy could not read the answer of the backend at %s", s.backend.Redacted())
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() && !isDialError(err) {
+		e = wire.Error{Status: http.StatusGatewayTimeout,
+			Message: fmt.Sprintf("the backend at %s sent no response headers within %s (backend.response_header_timeout)",
+				s.backend.Redacted(), s.cfg.ResponseHeaderTimeout)}
+	}
+	if isDialError(err) {
+		s.be.Forget()
+	}
+	s.log.Warn("backend request failed", "path", r.URL.Path, "status", e.Status, "err", err)
+	wire.WriteError(w, d, e)
+	return e.Status
+}
+
+// badAnswer wraps an error in reading the backend's answer (as opposed to
+// reaching the backend), so the client is told which it was.
+type badAnswer struct{ err error }
+
+func (b badAnswer) Error() string { return "reading the backend's answer: " + b.err.Error() }
+
+func (b badAnswer) Unwrap() error { return b.err }
+
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
