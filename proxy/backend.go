@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"time"
@@ -50,9 +49,6 @@ func NewTransport(cfg Config) *http.Transport {
 	}
 }
 
-// kind returns the backend's kind: ollama, openai, or unknown.
-func (s *Server) kind(ctx context.Context) string { return s.be.Kind(ctx) }
-
 // keyRulesOf are how a backend of kind reads a request's member names:
 // Ollama's encoding/json, or, for any other backend, rules ctxproxy
 // cannot know.
@@ -62,6 +58,3 @@ func keyRulesOf(kind string) wire.KeyRules {
 	}
 	return wire.ExactKeys
 }
-
-// Backend returns the backend the server forwards to.
-func (s *Server) Backend() *backend.Backend { return s.be }

@@ -25,35 +25,6 @@ func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
-// preflight forwards a CORS preflight without ctxproxy's own headers in
-// Access-Control-Request-Headers, and adds them to the backend's
-// Access-Control-Allow-Headers when it allowed the request.
-func (s *Server) preflight(w http.ResponseWriter, r *http.Request) {
-	var own, rest []string
-	for _, v := range r.Header.Values("Access-Control-Request-Headers") {
-		for name := range strings.SplitSeq(v, ",") {
-			if name = strings.TrimSpace(name); name == "" {
-				continue
-			}
-			if ownRequestHeader(s.cfg.SessionHeader, name) {
-				own = append(own, name)
-			} else {
-				rest = append(rest, name)
-			}
-		}
-	}
-	if len(own) == 0 {
-		s.rp.ServeHTTP(w, r)
-		return
-	}
-	r.Header = r.Header.Clone()
-	r.Header.Del("Access-Control-Request-Headers")
-	if len(rest) > 0 {
-		r.Header.Set("Access-Control-Request-Headers", strings.Join(rest, ", "))
-	}
-	s.rp.ServeHTTP(allowOwn{w, own}, r)
-}
-
 // allowOwn adds ctxproxy's own request headers to a preflight answer that
 // allows the request.
 type allowOwn struct {

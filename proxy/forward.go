@@ -63,7 +63,7 @@ func (s *Server) send(ctx context.Context, r *http.Request, ex *exchange, req *w
 		}
 		shrink = o.shrink(p.limit, attempt, shrink)
 		var aerr *wire.Error
-		if out, aerr = s.cut(ctx, r, ex, req, p, shrink); aerr != nil {
+		if out, aerr = s.plan.cut(ctx, r, ex, req, p, shrink); aerr != nil {
 			return nil, aerr, nil
 		}
 		p.retries = attempt + 1

@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"context"
-	"errors"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -221,24 +219,6 @@ const (
 	summaryTimeout = "timeout"
 	summaryError   = "error"
 )
-
-// ObserveSummary records one call of the summarizer model: how long it
-// took and how it ended. err nil means a summary was made; an error that
-// is or wraps context.DeadlineExceeded counts as a timeout (summarize.timeout
-// or summarize.wait ran out); any other error as a failure. The summarizer
-// calls it once per model call, whether the request waited for it or not.
-func (s *Server) ObserveSummary(took time.Duration, err error) {
-	m := s.metrics
-	m.summaries.Inc()
-	m.summaryDuration.Observe(took.Seconds())
-	switch {
-	case err == nil:
-	case errors.Is(err, context.DeadlineExceeded):
-		m.summaryFailures.WithLabelValues(summaryTimeout).Inc()
-	default:
-		m.summaryFailures.WithLabelValues(summaryError).Inc()
-	}
-}
 
 // maxLoadedModels bounds the per-model series of loaded models. They are
 // what the backend reports in memory (Ollama's /api/ps), not what clients

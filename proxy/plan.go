@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/backend"
@@ -88,12 +90,30 @@ type plan struct {
 // harder and sent again.
 func (p *plan) resendable(*wire.Request) bool { return p.resend }
 
+// planner decides what a chat request forwards: the history it builds on,
+// num_ctx from the memory actually free, the window, the count of its
+// prompt (prepare), and the conversation cut to fit it (cut). It sends
+// nothing: the Server forwards what it planned.
+type planner struct {
+	cfg     Config
+	be      *backend.Backend
+	tokens  *budget.Registry
+	trimmer *atomic.Pointer[rewrite.Trimmer]
+	sizer   *gpu.Sizer
+	monitor *gpu.Monitor
+	store   sessions.Store
+	writer  sessions.Writer
+	status  *admin.Status
+	once    *onceLog
+	log     *slog.Logger
+}
+
 // prepare plans a chat request: the history it builds on (accumulated,
 // restored), num_ctx from the memory actually free, the window, and the
 // prompt counted. It returns the plan, or an error for the client.
-func (s *Server) prepare(ctx context.Context, r *http.Request, ex *exchange, req *wire.Request) (*plan, *wire.Error) {
+func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, req *wire.Request) (*plan, *wire.Error) {
 	p := &plan{model: req.Model, messages: req.Messages, sent: req.Messages}
-	kind := s.kind(ctx)
+	kind := s.be.Kind(ctx)
 	switch s.cfg.TranslateOpenAI {
 	case "on":
 		p.translate = req.Dialect != wire.Ollama && kind != KindOpenAI
@@ -296,7 +316,7 @@ func (p *plan) allocate() {
 // encodes the body to forward: the messages, num_ctx, truncate:false and
 // the translation. prepare runs it with shrink 0; an overflow retry runs
 // it again with more.
-func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *wire.Request, p *plan, shrink int) (wire.Payload, *wire.Error) {
+func (s *planner) cut(ctx context.Context, r *http.Request, ex *exchange, req *wire.Request, p *plan, shrink int) (wire.Payload, *wire.Error) {
 	if p.fixed != nil {
 		return p.fixed, nil
 	}
@@ -402,7 +422,7 @@ func (s *Server) cut(ctx context.Context, r *http.Request, ex *exchange, req *wi
 // than none, and an on_overflow other than forward. Only then does it ask
 // Ollama to refuse overflowing prompts (truncate: false), since it is
 // then ready to cut and retry.
-func (s *Server) manages(r *http.Request) bool {
+func (s *planner) manages(r *http.Request) bool {
 	t := s.trimmer.Load()
 	if t == nil || t.OnOverflow() == "forward" {
 		return false

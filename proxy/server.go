@@ -10,13 +10,17 @@
 package proxy
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -77,6 +81,9 @@ type Server struct {
 	tok      *tokenizeRoutes
 	once     *onceLog
 	cleared  *sessions.Cleared
+
+	// plan decides what each chat request forwards.
+	plan *planner
 
 	// The services chat requests share with the admin API.
 	sessions *sessions.Service
@@ -143,6 +150,8 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		SessionHeader: cfg.SessionHeader, AdminOff: cfg.AdminOff}
 	s.trackers = sessions.NewTrackers()
 	s.once = newOnceLog(log)
+	s.plan = &planner{cfg: cfg, be: s.be, tokens: deps.Tokens, trimmer: &s.trimmer, sizer: deps.Sizer, monitor: deps.Monitor,
+		store: deps.Store, writer: deps.Writer, status: s.status, once: s.once, log: log}
 	s.rec = &recorder{tokens: deps.Tokens, writer: deps.Writer, trimmer: &s.trimmer, trackers: s.trackers, metrics: s.metrics, log: log}
 	s.namer = sessionNamer{header: cfg.SessionHeader, scopeHeaders: cfg.ScopeHeaders, noFingerprint: cfg.NoFingerprint}
 	s.guard = &memoryGuard{sessions: s.sessions, trackers: s.trackers, log: log}
@@ -244,3 +253,89 @@ func (c closeUnread) WriteHeader(code int) {
 
 // Unwrap lets http.ResponseController reach the connection's own writer.
 func (c closeUnread) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// kind returns the backend's kind: ollama, openai, or unknown.
+func (s *Server) kind(ctx context.Context) string { return s.be.Kind(ctx) }
+
+// Backend returns the backend the server forwards to.
+func (s *Server) Backend() *backend.Backend { return s.be }
+
+// preflight forwards a CORS preflight without ctxproxy's own headers in
+// Access-Control-Request-Headers, and adds them to the backend's
+// Access-Control-Allow-Headers when it allowed the request.
+func (s *Server) preflight(w http.ResponseWriter, r *http.Request) {
+	var own, rest []string
+	for _, v := range r.Header.Values("Access-Control-Request-Headers") {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = strings.TrimSpace(name); name == "" {
+				continue
+			}
+			if ownRequestHeader(s.cfg.SessionHeader, name) {
+				own = append(own, name)
+			} else {
+				rest = append(rest, name)
+			}
+		}
+	}
+	if len(own) == 0 {
+		s.rp.ServeHTTP(w, r)
+		return
+	}
+	r.Header = r.Header.Clone()
+	r.Header.Del("Access-Control-Request-Headers")
+	if len(rest) > 0 {
+		r.Header.Set("Access-Control-Request-Headers", strings.Join(rest, ", "))
+	}
+	s.rp.ServeHTTP(allowOwn{w, own}, r)
+}
+
+// ObserveSummary records one call of the summarizer model: how long it
+// took and how it ended. err nil means a summary was made; an error that
+// is or wraps context.DeadlineExceeded counts as a timeout (summarize.timeout
+// or summarize.wait ran out); any other error as a failure. The summarizer
+// calls it once per model call, whether the request waited for it or not.
+func (s *Server) ObserveSummary(took time.Duration, err error) {
+	m := s.metrics
+	m.summaries.Inc()
+	m.summaryDuration.Observe(took.Seconds())
+	switch {
+	case err == nil:
+	case errors.Is(err, context.DeadlineExceeded):
+		m.summaryFailures.WithLabelValues(summaryTimeout).Inc()
+	default:
+		m.summaryFailures.WithLabelValues(summaryError).Inc()
+	}
+}
+
+// Settings are the parts of the configuration a running Server takes
+// without a restart (a configuration reload). A nil field keeps what is
+// in force.
+type Settings struct {
+	// Trimmer replaces the strategy, its thresholds and its options.
+	Trimmer *rewrite.Trimmer
+	// Models replaces the models: overrides of the token registry
+	// (budget.Registry.SetModels); what calibration learned is kept.
+	Models map[string]budget.Model
+}
+
+// Apply puts set in force from the next request on. A request under way
+// keeps the strategy it started with, and no connection is touched: the
+// trimmer is swapped atomically and each request loads it once.
+func (s *Server) Apply(set Settings) {
+	if set.Trimmer != nil {
+		s.trimmer.Store(set.Trimmer)
+	}
+	if set.Models != nil && s.tokens != nil {
+		s.tokens.SetModels(set.Models)
+	}
+	s.metrics.reloads.WithLabelValues("applied").Inc()
+	s.metrics.lastReload.SetToCurrentTime()
+	s.metrics.lastReloadFailed.Set(0)
+}
+
+// ReloadRejected records a reload whose new configuration was refused, so
+// the previous one stays in force (ctxproxy_config_last_reload_failed).
+func (s *Server) ReloadRejected() {
+	s.metrics.reloads.WithLabelValues("rejected").Inc()
+	s.metrics.lastReloadFailed.Set(1)
+}

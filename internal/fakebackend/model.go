@@ -2,7 +2,6 @@ package fakebackend
 
 import (
 	"encoding/json"
-	"net/http"
 	"strings"
 
 	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
@@ -95,33 +94,4 @@ func (m *Model) generateTokens(prompt, system string, raw bool) int {
 	}
 	ids, _ := m.tok.Encode(text, true)
 	return len(ids)
-}
-
-// ollamaGenerate answers /api/generate (not streamed: the fake's one
-// response object either way) with prompt_eval_count as Ollama counts a
-// raw or templated prompt, cut silently at num_ctx as Ollama does.
-func (b *Fake) ollamaGenerate(w http.ResponseWriter, body []byte, o Options) {
-	var g struct {
-		Model   string `json:"model"`
-		Prompt  string `json:"prompt"`
-		System  string `json:"system"`
-		Raw     bool   `json:"raw"`
-		Options struct {
-			NumCtx int `json:"num_ctx"`
-		} `json:"options"`
-	}
-	if err := json.Unmarshal(body, &g); err != nil {
-		writeJSON(w, 400, map[string]any{"error": "invalid request body"})
-		return
-	}
-	numCtx := g.Options.NumCtx
-	if numCtx <= 0 {
-		numCtx = o.DefaultNumCtx
-	}
-	prompt := o.Tokenize(g.Prompt)
-	if o.Model != nil {
-		prompt = o.Model.generateTokens(g.Prompt, g.System, g.Raw)
-	}
-	writeJSON(w, 200, map[string]any{"model": g.Model, "created_at": "2026-11-21T12:00:00Z", "response": o.Reply,
-		"done": true, "done_reason": "stop", "prompt_eval_count": min(prompt, numCtx), "eval_count": o.Tokenize(o.Reply)})
 }
