@@ -25,7 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 )
 
 // Kinds of backend.
@@ -284,7 +284,7 @@ func (b *Backend) JSON(ctx context.Context, method, path string, in, out any, li
 // LoadedModels is the gpu monitor's view of /api/ps: which models Ollama
 // holds in memory and how much each takes, so their memory is not taken
 // for memory someone else uses.
-func (b *Backend) LoadedModels(ctx context.Context) ([]gpu.LoadedModel, error) {
+func (b *Backend) LoadedModels(ctx context.Context) ([]modelinfo.Loaded, error) {
 	if b.Kind(ctx) != KindOllama {
 		return nil, nil
 	}
@@ -299,16 +299,16 @@ func (b *Backend) LoadedModels(ctx context.Context) ([]gpu.LoadedModel, error) {
 	if _, err := b.JSON(ctx, http.MethodGet, "/api/ps", nil, &ps, 16<<20); err != nil {
 		return nil, err
 	}
-	out := make([]gpu.LoadedModel, 0, len(ps.Models))
+	out := make([]modelinfo.Loaded, 0, len(ps.Models))
 	for _, m := range ps.Models {
-		out = append(out, gpu.LoadedModel{Name: m.Name, Size: m.Size, SizeVRAM: m.SizeVRAM, NumCtx: m.ContextLength})
+		out = append(out, modelinfo.Loaded{Name: m.Name, Size: m.Size, SizeVRAM: m.SizeVRAM, NumCtx: m.ContextLength})
 	}
 	return out, nil
 }
 
 // ModelFacts returns what the backend says of model: the facts that size
 // its KV cache and its weights in bytes (for `ctxproxy gpu`).
-func (b *Backend) ModelFacts(ctx context.Context, model string) (gpu.ModelFacts, uint64, error) {
+func (b *Backend) ModelFacts(ctx context.Context, model string) (modelinfo.Facts, uint64, error) {
 	m := b.Model(ctx, model)
 	return m.Facts, m.Weights, m.Err
 }

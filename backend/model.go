@@ -10,15 +10,15 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget/exact"
-	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/cache"
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 )
 
 // Model is what ctxproxy knows of one Ollama model.
 type Model struct {
 	Name string
 	// Facts size the KV cache; Facts.ContextLength is the trained window.
-	Facts gpu.ModelFacts
+	Facts modelinfo.Facts
 	// Weights is the model's size in bytes (/api/tags), 0 if unknown.
 	Weights uint64
 	// Digest identifies the model's files (/api/tags); the tokenizer is
@@ -234,7 +234,7 @@ func (b *Backend) fetch(ctx context.Context, name string) Model {
 		b.log.Warn("could not read the model's facts from the backend; will ask again", "model", name, "err", err)
 		return m
 	}
-	m.Facts, m.Err = gpu.ParseModelInfo(show.ModelInfo)
+	m.Facts, m.Err = modelinfo.Parse(show.ModelInfo)
 	if m.Err != nil {
 		b.log.Warn("model facts incomplete", "model", name, "err", m.Err)
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 )
 
 // Defaults for the zero value of [Config] (the context: and gpu: sections
@@ -105,7 +107,7 @@ func (c Config) withDefaults() Config {
 	if c.VRAMBuffer == 0 {
 		c.VRAMBuffer = DefaultVRAMBuffer
 	}
-	if _, ok := kvBits[c.KVQuantization]; !ok {
+	if !modelinfo.KVType(c.KVQuantization) {
 		c.KVQuantization = "f16"
 	}
 	if c.NumParallel <= 0 {
@@ -166,7 +168,7 @@ func (c Config) Validate() error {
 	if c.MinSize > 0 && c.MaxSize > 0 && c.MinSize > c.MaxSize {
 		errs = append(errs, fmt.Errorf("context.min_size %d is above context.max_size %d", c.MinSize, c.MaxSize))
 	}
-	if _, ok := kvBits[c.KVQuantization]; !ok && c.KVQuantization != "" {
+	if !modelinfo.KVType(c.KVQuantization) && c.KVQuantization != "" {
 		errs = append(errs, fmt.Errorf("context.kv_quantization: %q is not one of f16, q8_0, q4_0", c.KVQuantization))
 	}
 	if c.NumParallel < 0 {

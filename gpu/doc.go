@@ -9,7 +9,7 @@
 //	sizer := gpu.NewSizer(cfg)
 //	mon := gpu.NewMonitor(probe, cfg, gpu.MonitorOptions{
 //		Logger: log,
-//		Loaded: listRunning, // Ollama's /api/ps as []gpu.LoadedModel
+//		Loaded: listRunning, // Ollama's /api/ps as []modelinfo.Loaded
 //	})
 //	go mon.Run(ctx)
 //	mon.Subscribe(func(e gpu.Event) { /* LevelEmergency: snapshot and clear sessions */ })

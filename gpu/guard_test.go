@@ -3,6 +3,8 @@ package gpu
 import (
 	"fmt"
 	"testing"
+
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 )
 
 func TestGuardLevels(t *testing.T) {
@@ -107,10 +109,10 @@ func TestSnapshotUsage(t *testing.T) {
 		{"plain", Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 40)}}, 0.6},
 		{"sums devices", Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 40), newDevice("nvidia", "b", 100, 100)}}, 0.3},
 		// Ollama's loaded models are not pressure (see Snapshot.Usage).
-		{"leaves out loaded models", loaded(Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 5)}}, LoadedModel{Size: 80, SizeVRAM: 70}), 0.25},
-		{"models unknown: all used memory", Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 5)}, Models: []LoadedModel{{SizeVRAM: 70}}}, 0.95},
-		{"models larger than used", loaded(Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 50)}}, LoadedModel{SizeVRAM: 70}), 0},
-		{"cpu probe counts the part in RAM", loaded(Snapshot{Probe: "cpu", Devices: []Device{newDevice("cpu", "RAM", 100, 40)}}, LoadedModel{Size: 30, SizeVRAM: 10}), 0.4},
+		{"leaves out loaded models", loaded(Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 5)}}, modelinfo.Loaded{Size: 80, SizeVRAM: 70}), 0.25},
+		{"models unknown: all used memory", Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 5)}, Models: []modelinfo.Loaded{{SizeVRAM: 70}}}, 0.95},
+		{"models larger than used", loaded(Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 50)}}, modelinfo.Loaded{SizeVRAM: 70}), 0},
+		{"cpu probe counts the part in RAM", loaded(Snapshot{Probe: "cpu", Devices: []Device{newDevice("cpu", "RAM", 100, 40)}}, modelinfo.Loaded{Size: 30, SizeVRAM: 10}), 0.4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

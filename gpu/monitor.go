@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 )
 
 // Event tells a subscriber that the guard's level changed.
@@ -27,7 +29,7 @@ type MonitorOptions struct {
 	// models agree; the Sizer needs it to count a loaded model's KV cache
 	// as its own, and the guard to leave the models out of its usage (see
 	// Snapshot.Usage). Without it both treat every model as not loaded.
-	Loaded func(ctx context.Context) ([]LoadedModel, error)
+	Loaded func(ctx context.Context) ([]modelinfo.Loaded, error)
 	// Now and After stand in for time.Now and time.After in tests.
 	Now   func() time.Time
 	After func(time.Duration) <-chan time.Time

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 )
 
 // fakeProbe reports the devices a test sets, and counts samples.
@@ -233,12 +235,12 @@ func TestMonitorRecentSampleIsNotRepeated(t *testing.T) {
 func TestSnapshotHasTotalUsedFreeAndModelMemory(t *testing.T) {
 	p := &fakeProbe{}
 	p.set(60*gb, nil)
-	models := []LoadedModel{
+	models := []modelinfo.Loaded{
 		{Name: "llama3.1:8b", Size: 20 * gb, SizeVRAM: 20 * gb, NumCtx: 65536},
 		{Name: "qwen2.5:7b", Size: 10 * gb, SizeVRAM: 6 * gb, NumCtx: 8192},
 	}
 	var listed int
-	m := NewMonitor(p, Config{}, MonitorOptions{Loaded: func(context.Context) ([]LoadedModel, error) {
+	m := NewMonitor(p, Config{}, MonitorOptions{Loaded: func(context.Context) ([]modelinfo.Loaded, error) {
 		listed++
 		return models, nil
 	}})
@@ -261,7 +263,7 @@ func TestSnapshotHasTotalUsedFreeAndModelMemory(t *testing.T) {
 func TestMonitorLoadedFails(t *testing.T) {
 	p := &fakeProbe{}
 	p.set(10*gb, nil)
-	m := NewMonitor(p, Config{}, MonitorOptions{Loaded: func(context.Context) ([]LoadedModel, error) {
+	m := NewMonitor(p, Config{}, MonitorOptions{Loaded: func(context.Context) ([]modelinfo.Loaded, error) {
 		return nil, errors.New("connection refused")
 	}})
 	s := m.Sample(context.Background())

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -49,7 +50,7 @@ func TestReport(t *testing.T) {
 		cfg   Config
 	}{
 		{name: "nvidia-two-gpus-llama", snap: twoGPUs, model: &llama},
-		{name: "nvidia-llama-loaded", model: &llama, snap: loaded(twoGPUs, LoadedModel{
+		{name: "nvidia-llama-loaded", model: &llama, snap: loaded(twoGPUs, modelinfo.Loaded{
 			Name: "llama3.1:8b", Size: 4920753328 + 512*mib, SizeVRAM: 4920753328 + 512*mib, NumCtx: 4096})},
 		{name: "devices-only", snap: twoGPUs},
 		{name: "cpu-unknown-model", snap: Snapshot{Seq: 1, Probe: "cpu", Devices: []Device{newDevice("cpu", "system RAM (cgroup limit)", 8*gb, 6*gb)}},

@@ -7,15 +7,16 @@ import (
 	"sync"
 
 	"github.com/ctxproxy/ctxproxy/internal/cache"
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 )
 
 // Model is what the proxy knows about the model a request names, from
 // Ollama's API; the gpu package itself makes no HTTP calls.
 type Model struct {
 	Name string
-	// Facts come from /api/show model_info (ParseModelInfo). Zero facts
+	// Facts come from /api/show model_info (modelinfo.Parse). Zero facts
 	// mean unknown.
-	Facts ModelFacts
+	Facts modelinfo.Facts
 	// Weights is the size of the model's weights in bytes (/api/tags
 	// size); 0 when unknown. Whether the model is loaded, and with what
 	// num_ctx, comes from the Snapshot (MonitorOptions.Loaded).
@@ -422,13 +423,13 @@ func (st *modelState) step(b int, seq uint64, danger, allowUp bool) bool {
 // sizing before and after a load agree exactly; else num_ctx × bytes per
 // token from /api/ps context_length. Never more than its memory on the
 // device.
-func reclaimable(lm LoadedModel, weights, bpt uint64, probe string) (n uint64, what string) {
-	onDevice := lm.onDevice(probe)
+func reclaimable(lm modelinfo.Loaded, weights, bpt uint64, probe string) (n uint64, what string) {
+	held := onDevice(lm, probe)
 	switch {
-	case weights > 0 && onDevice > weights:
-		return onDevice - weights, "its memory beyond weights"
+	case weights > 0 && held > weights:
+		return held - weights, "its memory beyond weights"
 	case lm.NumCtx > 0 && bpt > 0:
-		return min(uint64(lm.NumCtx)*bpt, onDevice), "its KV cache"
+		return min(uint64(lm.NumCtx)*bpt, held), "its KV cache"
 	}
 	return 0, ""
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 )
 
 // snap is a sample of one 48 GiB device with free bytes free.
@@ -15,7 +17,7 @@ func snap(seq uint64, free uint64) Snapshot {
 }
 
 // loaded adds Ollama's loaded models to a snapshot.
-func loaded(s Snapshot, models ...LoadedModel) Snapshot {
+func loaded(s Snapshot, models ...modelinfo.Loaded) Snapshot {
 	s.Models, s.ModelsKnown = models, true
 	return s
 }
@@ -51,7 +53,7 @@ func TestSizerDecide(t *testing.T) {
 		},
 		{
 			name: "a loaded model's KV cache counts as available", model: llama,
-			snap:       loaded(snap(1, 2*gb), LoadedModel{Name: "llama3.1:8b", Size: 12*gb + 200*mib, SizeVRAM: 12*gb + 200*mib, NumCtx: 65536}),
+			snap:       loaded(snap(1, 2*gb), modelinfo.Loaded{Name: "llama3.1:8b", Size: 12*gb + 200*mib, SizeVRAM: 12*gb + 200*mib, NumCtx: 65536}),
 			wantNumCtx: 77824, wantLimit: 77824,
 			wantReason: "free 2.0 GiB + its KV cache 8.0 GiB − buffer 512.0 MiB = 9.5 GiB / 128.0 KiB per token → 77824",
 		},
@@ -62,18 +64,18 @@ func TestSizerDecide(t *testing.T) {
 				m.Weights = 4 * gb
 				return m
 			},
-			snap:       loaded(snap(1, 2*gb), LoadedModel{Name: "llama3.1:8b", Size: 12 * gb, SizeVRAM: 12 * gb}),
+			snap:       loaded(snap(1, 2*gb), modelinfo.Loaded{Name: "llama3.1:8b", Size: 12 * gb, SizeVRAM: 12 * gb}),
 			wantNumCtx: 77824, wantLimit: 77824,
 		},
 		{
 			name: "loaded on the CPU: nothing to give back on the GPU", model: llama,
-			snap:       loaded(snap(1, 2*gb), LoadedModel{Name: "llama3.1:8b", Size: 12 * gb, NumCtx: 65536}),
+			snap:       loaded(snap(1, 2*gb), modelinfo.Loaded{Name: "llama3.1:8b", Size: 12 * gb, NumCtx: 65536}),
 			wantNumCtx: 12288, wantLimit: 12288,
 		},
 		{
 			name: "loaded in system RAM under the cpu probe", model: llama,
 			snap: func() Snapshot {
-				s := loaded(snap(1, 2*gb), LoadedModel{Name: "llama3.1:8b", Size: 12 * gb, NumCtx: 65536})
+				s := loaded(snap(1, 2*gb), modelinfo.Loaded{Name: "llama3.1:8b", Size: 12 * gb, NumCtx: 65536})
 				s.Probe = "cpu"
 				return s
 			}(),
@@ -81,7 +83,7 @@ func TestSizerDecide(t *testing.T) {
 		},
 		{
 			name: "another loaded model is just used memory", model: llama,
-			snap:       loaded(snap(1, 2*gb), LoadedModel{Name: "qwen2.5:7b", Size: 12 * gb, SizeVRAM: 12 * gb, NumCtx: 65536}),
+			snap:       loaded(snap(1, 2*gb), modelinfo.Loaded{Name: "qwen2.5:7b", Size: 12 * gb, SizeVRAM: 12 * gb, NumCtx: 65536}),
 			wantNumCtx: 12288, wantLimit: 12288,
 		},
 		{
@@ -305,7 +307,7 @@ func TestSizerStableAcrossReload(t *testing.T) {
 		t.Fatalf("first NumCtx = %d", first.NumCtx)
 	}
 	kv := uint64(first.NumCtx) * first.BytesPerToken
-	lm := LoadedModel{Name: "llama3.1:8b", Size: 4*gb + kv + 300*mib, SizeVRAM: 4*gb + kv + 300*mib, NumCtx: first.NumCtx}
+	lm := modelinfo.Loaded{Name: "llama3.1:8b", Size: 4*gb + kv + 300*mib, SizeVRAM: 4*gb + kv + 300*mib, NumCtx: first.NumCtx}
 	free := 20*gb - lm.SizeVRAM
 	for seq := uint64(2); seq < 10; seq++ {
 		if d := s.Decide(m, loaded(snap(seq, free), lm)); d.NumCtx != first.NumCtx {

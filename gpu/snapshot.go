@@ -3,6 +3,8 @@ package gpu
 import (
 	"strings"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 )
 
 // Snapshot is one sample of device memory, as the Monitor took it. The
@@ -20,28 +22,16 @@ type Snapshot struct {
 	// /api/ps), when ModelsKnown; sampling them together with device
 	// memory keeps the two consistent (a model is either in Models or
 	// in Free, never both or neither).
-	Models      []LoadedModel
+	Models      []modelinfo.Loaded
 	ModelsKnown bool
 	// Level is the memory guard's level after this sample.
 	Level Level
 }
 
-// LoadedModel is a model Ollama holds in memory, as /api/ps lists it.
-type LoadedModel struct {
-	// Name is the model's name ("llama3.1:8b").
-	Name string
-	// Size is all the memory it holds, SizeVRAM the part on the GPU
-	// (/api/ps size and size_vram), in bytes.
-	Size, SizeVRAM uint64
-	// NumCtx is the num_ctx it was loaded with (/api/ps context_length);
-	// 0 when unknown.
-	NumCtx int
-}
-
 // onDevice is the memory m holds on the device the probe measures: GPU
 // memory for a GPU probe (Apple included: Metal wires unified memory),
 // system RAM for the cpu probe.
-func (m LoadedModel) onDevice(probe string) uint64 {
+func onDevice(m modelinfo.Loaded, probe string) uint64 {
 	if probe == ProbeCPU {
 		return m.Size - min(m.SizeVRAM, m.Size)
 	}
@@ -50,7 +40,7 @@ func (m LoadedModel) onDevice(probe string) uint64 {
 
 // Model finds a loaded model by name; "llama3.1" matches "llama3.1:latest",
 // as Ollama names it.
-func (s Snapshot) Model(name string) (LoadedModel, bool) {
+func (s Snapshot) Model(name string) (modelinfo.Loaded, bool) {
 	if !strings.Contains(name, ":") {
 		name += ":latest"
 	}
@@ -63,7 +53,7 @@ func (s Snapshot) Model(name string) (LoadedModel, bool) {
 			return m, true
 		}
 	}
-	return LoadedModel{}, false
+	return modelinfo.Loaded{}, false
 }
 
 // OK reports whether the snapshot has device memory to size from.
@@ -83,7 +73,7 @@ func (s Snapshot) Free() uint64 { return s.sum(func(d Device) uint64 { return d.
 func (s Snapshot) ModelMemory() uint64 {
 	var n uint64
 	for _, m := range s.Models {
-		n += m.onDevice(s.Probe)
+		n += onDevice(m, s.Probe)
 	}
 	return n
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -762,9 +763,9 @@ func TestSeed004_R9_StatusFields(t *testing.T) {
 	}
 }
 
-func mustFacts(t *testing.T) gpu.ModelFacts {
+func mustFacts(t *testing.T) modelinfo.Facts {
 	t.Helper()
-	f, err := gpu.ParseModelInfo(fakebackend.Llama31ModelInfo())
+	f, err := modelinfo.Parse(fakebackend.Llama31ModelInfo())
 	if err != nil {
 		t.Fatal(err)
 	}

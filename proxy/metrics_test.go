@@ -16,6 +16,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -41,8 +42,8 @@ func fullServer(t testing.TB, backendURL string) (*Server, string) {
 	}
 	gcfg := gpu.Config{}
 	mon := gpu.NewMonitor(memProbe{total: 24 << 30, free: 16 << 30}, gcfg, gpu.MonitorOptions{
-		Loaded: func(context.Context) ([]gpu.LoadedModel, error) {
-			return []gpu.LoadedModel{{Name: "llama3.1:8b", Size: 6 << 30, SizeVRAM: 6 << 30, NumCtx: 8192}}, nil
+		Loaded: func(context.Context) ([]modelinfo.Loaded, error) {
+			return []modelinfo.Loaded{{Name: "llama3.1:8b", Size: 6 << 30, SizeVRAM: 6 << 30, NumCtx: 8192}}, nil
 		}})
 	mon.Sample(context.Background())
 	store, err := snapshots.Open(context.Background(), snapshots.Config{Store: "file", Dir: t.TempDir()}, nil)

@@ -23,9 +23,9 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/client"
-	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/internal/proxytest"
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 	"github.com/ctxproxy/ctxproxy/view"
 )
@@ -57,7 +57,7 @@ func start(t *testing.T, o proxytest.Options) *proxytest.Proxy {
 		o.Models = map[string]budget.Model{"llama3.1": {MaxTokens: limit + 100, MaxOutputTokens: 100}}
 	}
 	if o.Loaded == nil {
-		o.Loaded = []gpu.LoadedModel{{Name: "llama3.1:latest", Size: 6 * proxytest.GiB, SizeVRAM: 5 * proxytest.GiB}}
+		o.Loaded = []modelinfo.Loaded{{Name: "llama3.1:latest", Size: 6 * proxytest.GiB, SizeVRAM: 5 * proxytest.GiB}}
 	}
 	if o.Backend.Reply == "" && o.Backend.ReplyFunc == nil {
 		o.Backend.ReplyFunc = echo

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 
 	"github.com/ctxproxy/ctxproxy/config"
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 
 	"context"
@@ -24,7 +25,6 @@ import (
 	"github.com/lmittmann/tint"
 	"github.com/mattn/go-isatty"
 
-	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/proxy"
 )
 
@@ -490,7 +490,7 @@ func knownModels(ctx context.Context, c config.Config, sys *system, kind string)
 				trained := 0
 				if len(names) < maxListedModels {
 					if _, err := sys.deps.Backend.JSON(tctx, http.MethodPost, "/api/show", map[string]string{"model": m.Name}, &show, 16<<20); err == nil {
-						facts, _ := gpu.ParseModelInfo(show.ModelInfo)
+						facts, _ := modelinfo.Parse(show.ModelInfo)
 						trained = facts.ContextLength
 					}
 				}

@@ -20,6 +20,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/proxy"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -40,7 +41,7 @@ type Options struct {
 	Backend fakebackend.Options
 	// Loaded, when set, is what the backend's /api/ps reports loaded
 	// (the fake alone reports nothing).
-	Loaded []gpu.LoadedModel
+	Loaded []modelinfo.Loaded
 
 	// Mode is strategy.mode (default smart); Strategy, when its Mode is
 	// set, is the whole strategy configuration instead.
@@ -192,7 +193,7 @@ func Start(t testing.TB, o Options) *Proxy {
 
 // withLoaded serves the fake behind a front that answers /api/ps with
 // loaded, and returns the front's URL.
-func withLoaded(t testing.TB, fake *fakebackend.Fake, loaded []gpu.LoadedModel) string {
+func withLoaded(t testing.TB, fake *fakebackend.Fake, loaded []modelinfo.Loaded) string {
 	type psModel struct {
 		Name          string `json:"name"`
 		Model         string `json:"model"`

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
@@ -14,7 +14,7 @@ import (
 // the fixed GPU, forwards /api/ps to the front with Loaded, and sees
 // what Seed stored.
 func TestStart(t *testing.T) {
-	p := Start(t, Options{AdminToken: "secret", Loaded: []gpu.LoadedModel{{Name: "llama3.1:latest", Size: 6 * GiB, SizeVRAM: 5 * GiB}}})
+	p := Start(t, Options{AdminToken: "secret", Loaded: []modelinfo.Loaded{{Name: "llama3.1:latest", Size: 6 * GiB, SizeVRAM: 5 * GiB}}})
 	get := func(path, token string) (int, string) {
 		req, _ := http.NewRequest("GET", p.URL+path, nil)
 		if token != "" {

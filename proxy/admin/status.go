@@ -18,6 +18,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/cache"
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -241,7 +242,7 @@ func (s *Status) Note(m ModelSeen) {
 // page's "Models in use".
 type ModelSeen struct {
 	Name  string
-	Facts gpu.ModelFacts
+	Facts modelinfo.Facts
 	// NumCtx and Reason are the num_ctx chosen and why; Limit the
 	// effective limit the request had.
 	NumCtx int
@@ -267,7 +268,7 @@ const maxSeenModels = 64
 
 type seenModel struct {
 	name      string
-	facts     gpu.ModelFacts
+	facts     modelinfo.Facts
 	numCtx    int
 	reason    string
 	effective int

@@ -1,4 +1,4 @@
-package gpu
+package modelinfo
 
 import (
 	"bytes"
@@ -9,18 +9,25 @@ import (
 	"strings"
 )
 
-// ErrUnknownModel means a model's facts are missing from model_info, so
+// ErrUnknown means a model's facts are missing from model_info, so
 // its KV-cache size cannot be computed.
-var ErrUnknownModel = errors.New("gpu: model facts unknown")
+var ErrUnknown = errors.New("modelinfo: model facts unknown")
 
 // kvBits is the size of one cached value per KV-cache type, in bits (f16 2
 // bytes, q8_0 1, q4_0 0.5; Ollama's own estimate in fs/ggml
 // kvCacheBytesPerElement uses the same figures).
 var kvBits = map[string]uint64{"f16": 16, "q8_0": 8, "q4_0": 4}
 
-// ModelFacts are the facts about a model that size its KV cache, read from
+// KVType reports whether quant names a KV-cache type Ollama knows
+// (f16, q8_0, q4_0).
+func KVType(quant string) bool {
+	_, ok := kvBits[quant]
+	return ok
+}
+
+// Facts are the facts about a model that size its KV cache, read from
 // Ollama's /api/show model_info (GGUF metadata).
-type ModelFacts struct {
+type Facts struct {
 	// Architecture is general.architecture, e.g. "llama", "qwen2".
 	Architecture string
 	// KVHeads holds <arch>.attention.head_count_kv for each layer; its
@@ -40,7 +47,7 @@ type ModelFacts struct {
 }
 
 // Known reports whether f has what BytesPerToken needs.
-func (f ModelFacts) Known() bool {
+func (f Facts) Known() bool {
 	return len(f.KVHeads) > 0 && f.KeyLength+f.ValueLength > 0
 }
 
@@ -49,7 +56,7 @@ func (f ModelFacts) Known() bool {
 // numParallel (Ollama allocates num_ctx tokens for each parallel slot).
 // quant is "f16", "q8_0" or "q4_0" (anything else counts as f16);
 // numParallel < 1 counts as 1. It returns 0 when the facts are unknown.
-func (f ModelFacts) BytesPerToken(quant string, numParallel int) uint64 {
+func (f Facts) BytesPerToken(quant string, numParallel int) uint64 {
 	if !f.Known() {
 		return 0
 	}
@@ -64,33 +71,33 @@ func (f ModelFacts) BytesPerToken(quant string, numParallel int) uint64 {
 	return (values*bits + 7) / 8 * uint64(max(numParallel, 1))
 }
 
-// ParseModelInfoJSON reads the model_info object of an /api/show reply.
-func ParseModelInfoJSON(data []byte) (ModelFacts, error) {
+// ParseJSON reads the model_info object of an /api/show reply.
+func ParseJSON(data []byte) (Facts, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var info map[string]any
 	if err := dec.Decode(&info); err != nil {
-		return ModelFacts{}, fmt.Errorf("gpu: model_info: %w", err)
+		return Facts{}, fmt.Errorf("gpu: model_info: %w", err)
 	}
-	return ParseModelInfo(info)
+	return Parse(info)
 }
 
-// ParseModelInfo reads the facts from /api/show's model_info, decoded with
+// Parse reads the facts from /api/show's model_info, decoded with
 // or without json.Decoder.UseNumber (as api.ShowResponse.ModelInfo is).
-// Missing facts give an error wrapping ErrUnknownModel; values of the wrong
+// Missing facts give an error wrapping ErrUnknown; values of the wrong
 // type or out of range never panic.
-func ParseModelInfo(info map[string]any) (ModelFacts, error) {
+func Parse(info map[string]any) (Facts, error) {
 	arch, _ := info["general.architecture"].(string)
 	if arch == "" {
-		return ModelFacts{}, fmt.Errorf("%w: no general.architecture", ErrUnknownModel)
+		return Facts{}, fmt.Errorf("%w: no general.architecture", ErrUnknown)
 	}
 	key := func(k string) any { return info[arch+"."+k] }
-	f := ModelFacts{Architecture: arch}
+	f := Facts{Architecture: arch}
 	var guessed []string
 
 	layers, ok := toInt(key("block_count"))
 	if !ok || layers <= 0 || layers > 1<<16 {
-		return ModelFacts{}, fmt.Errorf("%w: no %s.block_count", ErrUnknownModel, arch)
+		return Facts{}, fmt.Errorf("%w: no %s.block_count", ErrUnknown, arch)
 	}
 	f.ContextLength, _ = toInt(key("context_length"))
 
@@ -106,7 +113,7 @@ func ParseModelInfo(info map[string]any) (ModelFacts, error) {
 		kvHeads = heads
 		guessed = append(guessed, "head_count_kv taken as head_count")
 	default:
-		return ModelFacts{}, fmt.Errorf("%w: no %s.attention.head_count_kv or head_count", ErrUnknownModel, arch)
+		return Facts{}, fmt.Errorf("%w: no %s.attention.head_count_kv or head_count", ErrUnknown, arch)
 	}
 	f.KVHeads = kvHeads
 
@@ -127,7 +134,7 @@ func ParseModelInfo(info map[string]any) (ModelFacts, error) {
 		f.ValueLength = n
 	}
 	if f.KeyLength <= 0 || f.ValueLength <= 0 || f.KeyLength > 1<<20 || f.ValueLength > 1<<20 {
-		return ModelFacts{}, fmt.Errorf("%w: no %s.attention.key_length/value_length or embedding_length/head_count", ErrUnknownModel, arch)
+		return Facts{}, fmt.Errorf("%w: no %s.attention.key_length/value_length or embedding_length/head_count", ErrUnknown, arch)
 	}
 	f.Guessed = strings.Join(guessed, "; ")
 	return f, nil
@@ -202,4 +209,16 @@ func toInt(v any) (int, bool) {
 		return int(v), true
 	}
 	return 0, false
+}
+
+// Loaded is a model Ollama holds in memory, as /api/ps lists it.
+type Loaded struct {
+	// Name is the model's name ("llama3.1:8b").
+	Name string
+	// Size is all the memory it holds, SizeVRAM the part on the GPU
+	// (/api/ps size and size_vram), in bytes.
+	Size, SizeVRAM uint64
+	// NumCtx is the num_ctx it was loaded with (/api/ps context_length);
+	// 0 when unknown.
+	NumCtx int
 }

@@ -1,4 +1,4 @@
-package gpu
+package modelinfo
 
 import (
 	"encoding/json"
@@ -10,22 +10,19 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-const (
-	kib = 1 << 10
-	mib = 1 << 20
-	gb  = 1 << 30
-)
+
+const kib = 1 << 10
 
 // facts reads testdata/model_info/<name>.json.
-func facts(t testing.TB, name string) ModelFacts {
+func facts(t testing.TB, name string) Facts {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("testdata", "model_info", name+".json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := ParseModelInfoJSON(data)
+	f, err := ParseJSON(data)
 	if err != nil {
-		t.Fatalf("ParseModelInfoJSON(%s): %v", name, err)
+		t.Fatalf("ParseJSON(%s): %v", name, err)
 	}
 	return f
 }
@@ -40,13 +37,13 @@ func TestParseModelInfo(t *testing.T) {
 	}
 	tests := []struct {
 		file string
-		want ModelFacts
+		want Facts
 	}{
-		{"llama3.1-8b", ModelFacts{Architecture: "llama", KVHeads: repeat(32, 8), KeyLength: 128, ValueLength: 128, ContextLength: 131072}},
-		{"qwen2.5-7b", ModelFacts{Architecture: "qwen2", KVHeads: repeat(28, 4), KeyLength: 128, ValueLength: 128, ContextLength: 32768}},
-		{"tiny", ModelFacts{Architecture: "llama", KVHeads: repeat(2, 2), KeyLength: 16, ValueLength: 16, ContextLength: 8192}},
-		{"hybrid", ModelFacts{Architecture: "hybrid", KVHeads: []int{4, 0, 4, 0}, KeyLength: 128, ValueLength: 128, ContextLength: 65536}},
-		{"elided", ModelFacts{Architecture: "hybrid", KVHeads: repeat(4, 16), KeyLength: 128, ValueLength: 128, ContextLength: 65536,
+		{"llama3.1-8b", Facts{Architecture: "llama", KVHeads: repeat(32, 8), KeyLength: 128, ValueLength: 128, ContextLength: 131072}},
+		{"qwen2.5-7b", Facts{Architecture: "qwen2", KVHeads: repeat(28, 4), KeyLength: 128, ValueLength: 128, ContextLength: 32768}},
+		{"tiny", Facts{Architecture: "llama", KVHeads: repeat(2, 2), KeyLength: 16, ValueLength: 16, ContextLength: 8192}},
+		{"hybrid", Facts{Architecture: "hybrid", KVHeads: []int{4, 0, 4, 0}, KeyLength: 128, ValueLength: 128, ContextLength: 65536}},
+		{"elided", Facts{Architecture: "hybrid", KVHeads: repeat(4, 16), KeyLength: 128, ValueLength: 128, ContextLength: 65536,
 			Guessed: "head_count_kv taken as head_count"}},
 	}
 	for _, tt := range tests {
@@ -69,7 +66,7 @@ func TestParseModelInfoFloat64(t *testing.T) {
 	if err := json.Unmarshal(data, &info); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ParseModelInfo(info)
+	got, err := Parse(info)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,17 +97,17 @@ func TestParseModelInfoBadInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f, err := ParseModelInfoJSON([]byte(tt.info))
-			if !errors.Is(err, ErrUnknownModel) {
-				t.Errorf("err = %v, want ErrUnknownModel", err)
+			f, err := ParseJSON([]byte(tt.info))
+			if !errors.Is(err, ErrUnknown) {
+				t.Errorf("err = %v, want ErrUnknown", err)
 			}
 			if f.BytesPerToken("f16", 1) != 0 {
 				t.Errorf("BytesPerToken of failed facts = %d, want 0", f.BytesPerToken("f16", 1))
 			}
 		})
 	}
-	if _, err := ParseModelInfoJSON([]byte(`not json`)); err == nil {
-		t.Error("ParseModelInfoJSON(not json): no error")
+	if _, err := ParseJSON([]byte(`not json`)); err == nil {
+		t.Error("ParseJSON(not json): no error")
 	}
 }
 
@@ -179,7 +176,7 @@ func BenchmarkParseModelInfo(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := ParseModelInfo(info); err != nil {
+		if _, err := Parse(info); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -196,7 +193,7 @@ func FuzzParseModelInfoJSON(f *testing.F) {
 	}
 	f.Add([]byte(`{"general.architecture": "x", "x.block_count": 65536, "x.attention.head_count_kv": 65536, "x.attention.key_length": 1048576, "x.attention.value_length": 1048576}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		facts, err := ParseModelInfoJSON(data)
+		facts, err := ParseJSON(data)
 		if err != nil {
 			return
 		}
