@@ -54,7 +54,7 @@ func newBackend(c config.Config, log *slog.Logger) (*backend.Backend, *http.Tran
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, nil, fmt.Errorf("%w: backend.url %q is not an http(s) URL", config.ErrInvalid, config.RedactURL(c.Backend.URL))
 	}
-	tr := proxy.NewTransport(c.ProxyConfig(versionString()))
+	tr := proxy.NewTransport(proxyConfig(c, versionString()))
 	return backend.New(backend.Config{URL: u, Kind: c.Backend.Kind, Client: &http.Client{Transport: tr},
 		Log: log.With("component", "backend")}), tr, nil
 }

@@ -231,11 +231,11 @@ func serve(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer sys.store.Close()
-	srv, err = proxy.New(c.ProxyConfig(versionString()), sys.deps, log)
+	srv, err = proxy.New(proxyConfig(c, versionString()), sys.deps, log)
 	if err != nil {
 		return err
 	}
-	if c.ProxyConfig(versionString()).AdminOff {
+	if proxyConfig(c, versionString()).AdminOff {
 		log.Warn("admin API off: ctxproxy listens beyond loopback and admin.token is not set; set admin.token to turn it on",
 			"listen", c.Listen)
 	}
@@ -444,7 +444,7 @@ func startupChecklist(ctx context.Context, c config.Config, sys *system, log *sl
 		log.Info("sessions: stored in files", "dir", dir)
 	}
 	switch {
-	case c.ProxyConfig(versionString()).AdminOff:
+	case proxyConfig(c, versionString()).AdminOff:
 		// Warned about above.
 	case c.Admin.Token != "":
 		log.Info("admin API on: /ctxproxy/ with Authorization: Bearer <admin.token>")

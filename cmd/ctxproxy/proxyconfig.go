@@ -1,0 +1,42 @@
+package main
+
+import (
+	"github.com/ctxproxy/ctxproxy/config"
+	"github.com/ctxproxy/ctxproxy/proxy"
+	"github.com/ctxproxy/ctxproxy/proxy/admin"
+	"github.com/ctxproxy/ctxproxy/proxy/edge"
+)
+
+// proxyConfig is what the proxy gets from the configuration. It is built
+// here, where ctxproxy is put together: the configuration imports no part
+// of the server.
+func proxyConfig(c config.Config, version string) proxy.Config {
+	return proxy.Config{
+		Backend:               c.Backend.URL,
+		BackendKind:           c.Backend.Kind,
+		TranslateOpenAI:       c.Backend.TranslateOpenAI,
+		MaxBody:               int64(c.MaxBody),
+		ResponseHeaderTimeout: c.Backend.ResponseHeaderTimeout,
+		DialTimeout:           c.Backend.DialTimeout,
+		SessionHeader:         c.Session.Header,
+		NoFingerprint:         !c.Session.Fingerprint,
+		ScopeHeaders:          c.Session.ScopeHeader,
+		Accumulate:            c.Session.Accumulate,
+		RespectClient:         c.Context.RespectClient,
+		NoExact:               !c.Tokens.Exact,
+		Limits: edge.Limits{MaxInflight: int64(c.Limits.MaxInflight), BodyMemory: int64(c.Limits.BodyMemory),
+			QueueWait: c.Limits.QueueWait, MinBodyRate: int64(c.Limits.MinBodyRate)},
+		Hosts: edge.HostPolicy{Loopback: edge.Loopback(c.Listen), AllowedHosts: c.AllowedHosts,
+			AllowedOrigins: c.AllowedOrigins},
+		Version:    version,
+		AdminToken: c.Admin.Token,
+		AdminOff:   c.Admin.Token == "" && !edge.Loopback(c.Listen),
+		Inband:     c.Commands.Inband,
+		Status: admin.StatusInfo{
+			MinSize: c.Context.MinSize, MaxSize: c.Context.MaxSize,
+			KVQuantization: c.Context.KVQuantization, NumParallel: c.Context.NumParallel,
+			SnapshotStore: c.Snapshots.Store, AutoThreshold: c.Snapshots.AutoThreshold, MaxCount: c.Snapshots.MaxCount,
+			SummarizeModel: c.Summarize.Model, KeepRecent: c.Summarize.KeepRecent,
+		},
+	}
+}
