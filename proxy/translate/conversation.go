@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ctxproxy/ctxproxy/chat"
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
-	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
 // Conversation is a Responses or Messages request seen as the chat that
@@ -17,7 +17,7 @@ import (
 // that Encode can write back only what changed (DESIGN.md rule 1). It
 // plays the part the proxy's chatRequest plays for the two chat routes.
 //
-// One rewrite.Message stands for:
+// One chat.Message stands for:
 //
 //   - the system prompt (Responses "instructions", Messages "system"), as a
 //     leading system message; Encode writes it back to its field;
@@ -37,7 +37,7 @@ type Conversation struct {
 	Stream bool
 	// MaxOutput is max_output_tokens or max_tokens, 0 when unset.
 	MaxOutput int
-	Messages  []rewrite.Message
+	Messages  []chat.Message
 	// Tools are the request's function tools in Ollama's shape, as the
 	// chat template renders them, for counting; nil when none.
 	Tools json.RawMessage
@@ -98,13 +98,13 @@ func (c *Conversation) decodeCommon(f map[string][]byte, maxKey string) error {
 // token (a string, or an array of blocks whose text is text).
 func (c *Conversation) systemMessage(tok []byte, text string) {
 	c.system = append(append([]byte(`{"role":"system","content":`), tok...), '}')
-	c.Messages = append(c.Messages, rewrite.Message{Role: "system", Content: text, Raw: c.system})
+	c.Messages = append(c.Messages, chat.Message{Role: "system", Content: text, Raw: c.system})
 	c.FirstSystem = text
 }
 
 // annotations reads and removes ctxproxy's _preserve and _importance keys
 // from an item or message object.
-func (c *Conversation) annotations(obj []byte, m *rewrite.Message) []byte {
+func (c *Conversation) annotations(obj []byte, m *chat.Message) []byte {
 	f := fields(obj)
 	p, hasP := f["_preserve"]
 	i, hasI := f["_importance"]
@@ -135,7 +135,7 @@ func texts(toks [][]byte) string {
 // Every other byte of the body, and every message a strategy did not
 // edit, is as the client sent it. The system message must still lead
 // msgs, as strategies keep it (DESIGN.md rule 6).
-func (c *Conversation) Encode(msgs []rewrite.Message) ([]byte, error) {
+func (c *Conversation) Encode(msgs []chat.Message) ([]byte, error) {
 	out := c.body
 	var err error
 	if c.system != nil && len(msgs) > 0 && bytes.Equal(msgs[0].Raw, c.system) {

@@ -3,8 +3,8 @@ package translate
 import (
 	"strings"
 
+	"github.com/ctxproxy/ctxproxy/chat"
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
-	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
 // DecodeResponses reads a Responses API request body as a Conversation.
@@ -26,7 +26,7 @@ func DecodeResponses(body []byte) (*Conversation, error) {
 	switch jsonscan.KindOf(input) {
 	case jsonscan.KindString:
 		c.inputString = append(append([]byte(`{"role":"user","content":`), input...), '}')
-		c.Messages = append(c.Messages, rewrite.Message{Role: "user", Content: str(input), Raw: c.inputString})
+		c.Messages = append(c.Messages, chat.Message{Role: "user", Content: str(input), Raw: c.inputString})
 		c.FirstUser = str(input)
 	case jsonscan.KindArray:
 		var group [][]byte // reasoning items waiting for their item
@@ -34,7 +34,7 @@ func DecodeResponses(body []byte) (*Conversation, error) {
 			if jsonscan.KindOf(item) != jsonscan.KindObject {
 				return notConversation("input[%d] is not an object", i)
 			}
-			var m rewrite.Message
+			var m chat.Message
 			item = c.annotations(item, &m)
 			itemFields := fields(item)
 			if str(itemFields["type"]) == "reasoning" {
@@ -60,7 +60,7 @@ func DecodeResponses(body []byte) (*Conversation, error) {
 			return nil, err
 		}
 		if len(group) > 0 {
-			c.Messages = append(c.Messages, rewrite.Message{Role: "assistant", Raw: appendArray(group, nil)})
+			c.Messages = append(c.Messages, chat.Message{Role: "assistant", Raw: appendArray(group, nil)})
 		}
 	case jsonscan.KindInvalid:
 		// No input: a continuation of server-side state (previous_response_id,
@@ -81,7 +81,7 @@ func DecodeResponses(body []byte) (*Conversation, error) {
 // responsesItem fills m from one input item. Tool calls of any kind
 // (function_call, custom_tool_call, …) carry call_id, and so do their
 // outputs; pairing them by it keeps every kind of call with its output.
-func responsesItem(m *rewrite.Message, f map[string][]byte) {
+func responsesItem(m *chat.Message, f map[string][]byte) {
 	typ := str(f["type"])
 	switch {
 	case typ == "message" || (typ == "" && f["role"] != nil):
@@ -98,7 +98,7 @@ func responsesItem(m *rewrite.Message, f map[string][]byte) {
 		if args == "" {
 			args = str(f["input"])
 		}
-		m.ToolCalls = []rewrite.ToolCall{{ID: str(f["call_id"]), Name: str(f["name"]), Arguments: args}}
+		m.ToolCalls = []chat.ToolCall{{ID: str(f["call_id"]), Name: str(f["name"]), Arguments: args}}
 	default:
 		// item_reference, hosted tool calls without call_id, …: opaque
 		// items of the assistant's side.
@@ -154,7 +154,7 @@ func appendArray(items [][]byte, last []byte) []byte {
 }
 
 // encodeResponses writes msgs back as the input.
-func (c *Conversation) encodeResponses(out []byte, msgs []rewrite.Message) ([]byte, error) {
+func (c *Conversation) encodeResponses(out []byte, msgs []chat.Message) ([]byte, error) {
 	if len(msgs) == 1 && c.inputString != nil && !msgs[0].Edited && string(msgs[0].Raw) == string(c.inputString) {
 		return out, nil // a string input comes back as it was
 	}
@@ -233,7 +233,7 @@ func DecodeMessages(body []byte) (*Conversation, error) {
 		if jsonscan.KindOf(raw) != jsonscan.KindObject {
 			return notConversation("messages[%d] is not an object", i)
 		}
-		var m rewrite.Message
+		var m chat.Message
 		m.Raw = c.annotations(raw, &m)
 		mf := fields(m.Raw)
 		m.Role = str(mf["role"])
@@ -247,7 +247,7 @@ func DecodeMessages(body []byte) (*Conversation, error) {
 				bf := fields(b)
 				switch str(bf["type"]) {
 				case "tool_use":
-					m.ToolCalls = append(m.ToolCalls, rewrite.ToolCall{ID: str(bf["id"]), Name: str(bf["name"]), Arguments: string(bf["input"])})
+					m.ToolCalls = append(m.ToolCalls, chat.ToolCall{ID: str(bf["id"]), Name: str(bf["name"]), Arguments: string(bf["input"])})
 				case "tool_result":
 					if m.ToolCallID == "" {
 						m.Role, m.ToolCallID = "tool", str(bf["tool_use_id"])
@@ -278,7 +278,7 @@ func DecodeMessages(body []byte) (*Conversation, error) {
 // encodeMessages writes msgs back as the messages array. Summaries
 // ctxproxy made as system messages go to the system field when they lead
 // (Anthropic has no system role in messages), else into a user message.
-func (c *Conversation) encodeMessages(out []byte, msgs []rewrite.Message) ([]byte, error) {
+func (c *Conversation) encodeMessages(out []byte, msgs []chat.Message) ([]byte, error) {
 	var err error
 	for len(msgs) > 0 && msgs[0].Raw == nil && msgs[0].Role == "system" && c.system == nil {
 		if out, err = setMember(out, "system", jsonscan.AppendString(nil, msgs[0].Content)); err != nil {
@@ -312,7 +312,7 @@ func (c *Conversation) encodeMessages(out []byte, msgs []rewrite.Message) ([]byt
 // or, for a message of tool results, into the first tool_result (the
 // others keep their blocks with empty content, since every tool_use needs
 // its result).
-func editAnthropic(m *rewrite.Message) []byte {
+func editAnthropic(m *chat.Message) []byte {
 	content := fields(m.Raw)["content"]
 	var val []byte
 	if m.Role == "tool" && jsonscan.KindOf(content) == jsonscan.KindArray {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/chat"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/google/go-cmp/cmp"
 )
@@ -20,7 +21,7 @@ type view struct {
 	Preserve                  bool
 }
 
-func views(msgs []rewrite.Message) []view {
+func views(msgs []chat.Message) []view {
 	out := make([]view, len(msgs))
 	for i, m := range msgs {
 		out[i] = view{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Images: m.Images, Preserve: m.Preserve}
@@ -32,7 +33,7 @@ func views(msgs []rewrite.Message) []view {
 }
 
 // unitsOf lists each unit's message indexes.
-func unitsOf(msgs []rewrite.Message) [][]int {
+func unitsOf(msgs []chat.Message) [][]int {
 	var out [][]int
 	for _, u := range rewrite.Units(msgs) {
 		out = append(out, u.Messages)
@@ -75,7 +76,7 @@ func TestDecodeResponsesItems(t *testing.T) {
 	}
 
 	// Drop the first call's unit, as a strategy would, and add a marker.
-	kept := []rewrite.Message{c.Messages[0], c.Messages[1], c.Messages[2], c.Messages[3],
+	kept := []chat.Message{c.Messages[0], c.Messages[1], c.Messages[2], c.Messages[3],
 		{Role: "user", Content: "[2 messages omitted]", Synthetic: true}, c.Messages[5], c.Messages[7], c.Messages[8]}
 	out, err := c.Encode(kept)
 	if err != nil {
@@ -127,7 +128,7 @@ func TestResponsesStringInputUnchanged(t *testing.T) {
 		t.Errorf("an unchanged conversation must encode to the body as sent: %v\n%s", err, out)
 	}
 	// A summary folded into the instructions is written back there.
-	edited := append([]rewrite.Message(nil), c.Messages...)
+	edited := append([]chat.Message(nil), c.Messages...)
 	edited[0].Content += "\n\nEarlier: the user said hi."
 	edited[0].Edited = true
 	out, err = c.Encode(edited)
@@ -160,7 +161,7 @@ func TestDecodeMessagesToolUnits(t *testing.T) {
 	}
 
 	// The shrink strategy cut the middle out of the results.
-	edited := append([]rewrite.Message(nil), c.Messages...)
+	edited := append([]chat.Message(nil), c.Messages...)
 	edited[3].Content = "{\"temp\":21}[… 3 tokens cut …]"
 	edited[3].Edited = true
 	out, err := c.Encode(edited)
@@ -194,7 +195,7 @@ func TestMessagesSummaryBecomesSystem(t *testing.T) {
 	if !c.Annotated || !c.Messages[0].Preserve {
 		t.Fatalf("annotations not read: %+v", c.Messages[0])
 	}
-	msgs := []rewrite.Message{{Role: "system", Content: "Summary: a, b.", Synthetic: true}, c.Messages[2]}
+	msgs := []chat.Message{{Role: "system", Content: "Summary: a, b.", Synthetic: true}, c.Messages[2]}
 	out, err := c.Encode(msgs)
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@
 // ResponsesResponse and NewResponsesStream; MessagesRequest,
 // MessagesResponse and NewMessagesStream (errors in Anthropic's shape with
 // Error.AnthropicJSON). DecodeResponses and DecodeMessages show either
-// request as a Conversation of rewrite.Messages with tool units, and
+// request as a Conversation of chat.Messages with tool units, and
 // Conversation.Encode writes back what a strategy kept, for any backend.
 //
 // The decoder reads only what it maps and moves everything else (message

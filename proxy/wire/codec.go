@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ctxproxy/ctxproxy/chat"
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/proxy/translate"
-	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
 // Dialect is the wire format of an intercepted chat route.
@@ -61,7 +61,7 @@ type Request struct {
 	// Stream is the effective streaming flag (Ollama defaults to true).
 	Stream bool
 	// Messages are dialect-neutral; each keeps its raw JSON.
-	Messages []rewrite.Message
+	Messages []chat.Message
 	// Annotated reports that some message carried _preserve/_importance,
 	// so the messages must be re-encoded even if no strategy changes them.
 	Annotated bool
@@ -183,12 +183,12 @@ func decodeValidChat(d Dialect, body []byte, ms []Member, rules KeyRules) (*Requ
 // Braces in the text count too, so the estimate is capped at one message
 // per 128 bytes (a list of shorter messages grows as it is filled), lest
 // a body of braces allocate a list many times its size.
-func messageList(arr []byte) []rewrite.Message {
-	return make([]rewrite.Message, 0, min(bytes.Count(arr, []byte{'{'}), len(arr)/128+1))
+func messageList(arr []byte) []chat.Message {
+	return make([]chat.Message, 0, min(bytes.Count(arr, []byte{'{'}), len(arr)/128+1))
 }
 
 // addMessage appends m, a message decoded from req's body, to req.
-func (req *Request) addMessage(m rewrite.Message, annotated bool) {
+func (req *Request) addMessage(m chat.Message, annotated bool) {
 	req.Messages = append(req.Messages, m)
 	req.Annotated = req.Annotated || annotated
 	req.noteFirst(&m)
@@ -196,7 +196,7 @@ func (req *Request) addMessage(m rewrite.Message, annotated bool) {
 
 // noteFirst keeps the content of m, a message of req, when it is the
 // first system or the first user message.
-func (req *Request) noteFirst(m *rewrite.Message) {
+func (req *Request) noteFirst(m *chat.Message) {
 	switch {
 	case req.FirstSystem == "" && IsSystemRole(m.Role):
 		req.FirstSystem = m.Content
@@ -303,13 +303,13 @@ func IsSystemRole(role string) bool { return role == "system" || role == "develo
 // Rebuild returns req's body with its messages replaced by msgs (when
 // setMessages), options.num_ctx set (numCtx > 0) and "truncate": false
 // added (noTruncate), every other byte as sent and not copied (splice).
-func (req *Request) Rebuild(msgs []rewrite.Message, setMessages bool, numCtx int, noTruncate bool) (Payload, error) {
+func (req *Request) Rebuild(msgs []chat.Message, setMessages bool, numCtx int, noTruncate bool) (Payload, error) {
 	return rebuild(req.Body, req.members, msgs, setMessages, numCtx, noTruncate)
 }
 
 // rebuild is Rebuild of body, whose top-level members are ms (nil scans
 // them).
-func rebuild(body []byte, ms []Member, msgs []rewrite.Message, setMessages bool, numCtx int, noTruncate bool) (Payload, error) {
+func rebuild(body []byte, ms []Member, msgs []chat.Message, setMessages bool, numCtx int, noTruncate bool) (Payload, error) {
 	if ms == nil {
 		var err error
 		if ms, err = Members(body); err != nil {

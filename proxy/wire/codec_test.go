@@ -9,8 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/ctxproxy/ctxproxy/chat"
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
-	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
 func TestSetMember(t *testing.T) {
@@ -114,14 +114,14 @@ func TestDecodeChat(t *testing.T) {
 	if req.FirstSystem != "Be kind." || req.FirstUser != "look\nhere" || !req.Annotated {
 		t.Errorf("first system %q, first user %q, annotated %v", req.FirstSystem, req.FirstUser, req.Annotated)
 	}
-	want := []rewrite.Message{
+	want := []chat.Message{
 		{Role: "developer", Content: "Be kind."},
 		{Role: "user", Content: "look\nhere", Name: "ann", Images: 1},
-		{Role: "assistant", ToolCalls: []rewrite.ToolCall{{ID: "c1", Name: "f", Arguments: `{"a":1}`}}},
+		{Role: "assistant", ToolCalls: []chat.ToolCall{{ID: "c1", Name: "f", Arguments: `{"a":1}`}}},
 		{Role: "tool", ToolCallID: "c1", Content: "42", Preserve: true, Importance: 1, HasImportance: true,
 			Raw: json.RawMessage(`{"role":"tool","tool_call_id":"c1","content":"42"}`)},
 	}
-	if diff := cmp.Diff(want, req.Messages, cmpopts.IgnoreFields(rewrite.Message{}, "Raw")); diff != "" {
+	if diff := cmp.Diff(want, req.Messages, cmpopts.IgnoreFields(chat.Message{}, "Raw")); diff != "" {
 		t.Errorf("messages (-want +got):\n%s", diff)
 	}
 	if got := string(req.Messages[3].Raw); got != string(want[3].Raw) {
@@ -161,7 +161,7 @@ func TestDecodeChatBadInput(t *testing.T) {
 }
 
 func TestEncodeMessages(t *testing.T) {
-	msgs := []rewrite.Message{
+	msgs := []chat.Message{
 		{Role: "system", Content: "S", Raw: json.RawMessage(`{"role":"system","content":"S","x":1}`)},
 		{Role: "user", Content: "[3 messages omitted]", Synthetic: true},
 		{Role: "tool", Content: "short", Edited: true, Raw: json.RawMessage(`{"role":"tool","tool_call_id":"c","content":"very long"}`)},

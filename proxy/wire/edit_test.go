@@ -4,13 +4,13 @@ import (
 	"io"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/chat"
 )
 
 // rebuildBody edits a body in one copy; it must give what the member
 // edits one after another give.
 func TestRebuildBodyMatchesEditsInTurn(t *testing.T) {
-	msgs := []rewrite.Message{{Role: "user", Content: "hi"}}
+	msgs := []chat.Message{{Role: "user", Content: "hi"}}
 	for _, in := range []string{
 		`{"model":"m","messages":[{"role":"user","content":"a"}]}`,
 		`{"model":"m","options":{"temperature":0.2},"messages":[],"stream":false}`,

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/ctxproxy/ctxproxy/chat"
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
-	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
 type wireToolCall struct {
@@ -57,7 +57,7 @@ func messageError(i int, err error) error {
 // DecodeMessage reads the fields ctxproxy needs from one stored message
 // object (one ctxproxy forwarded, its names resolved then). The caller
 // has validated it, so values are scanned, not checked.
-func DecodeMessage(raw json.RawMessage) (rewrite.Message, bool, error) {
+func DecodeMessage(raw json.RawMessage) (chat.Message, bool, error) {
 	i := jsonscan.SkipSpace(raw, 0)
 	dec := messageDecoder{fields: ollamaMessageFields, rules: JSONKeys}
 	m, annotated, end, err := dec.decodeAt(raw, i)
@@ -82,11 +82,11 @@ type messageDecoder struct {
 // its end and again for its members. annotated reports that the message's
 // raw bytes differ from the request's: ctxproxy's annotations removed, or
 // its names resolved.
-func (dec messageDecoder) decodeAt(d []byte, i int) (m rewrite.Message, annotated bool, end int, err error) {
+func (dec messageDecoder) decodeAt(d []byte, i int) (m chat.Message, annotated bool, end int, err error) {
 	var buf [8]Member // the members are not kept: no allocation for them
 	ms, end, err := appendMembersAt(buf[:0], d, i)
 	if err != nil {
-		return rewrite.Message{}, false, 0, err
+		return chat.Message{}, false, 0, err
 	}
 	raw := d[i:end:end]
 	for k := range ms { // offsets into raw
@@ -94,11 +94,11 @@ func (dec messageDecoder) decodeAt(d []byte, i int) (m rewrite.Message, annotate
 	}
 	resolved, err := resolveNames(raw, ms, dec.fields, dec.rules)
 	if err != nil {
-		return rewrite.Message{}, false, 0, err
+		return chat.Message{}, false, 0, err
 	}
 	if resolved != nil {
 		if ms, err = Members(resolved); err != nil {
-			return rewrite.Message{}, false, 0, err
+			return chat.Message{}, false, 0, err
 		}
 		raw = resolved
 	}
@@ -111,9 +111,9 @@ func (dec messageDecoder) decodeAt(d []byte, i int) (m rewrite.Message, annotate
 
 // decodeMessageMembers decodes the message object raw from its members,
 // ms.
-func decodeMessageMembers(raw []byte, ms []Member) (rewrite.Message, bool, error) {
+func decodeMessageMembers(raw []byte, ms []Member) (chat.Message, bool, error) {
 	var err error
-	m := rewrite.Message{Raw: raw}
+	m := chat.Message{Raw: raw}
 	annotated := false
 	for _, mem := range ms {
 		v := raw[mem.ValueStart:mem.End]
@@ -156,16 +156,16 @@ func decodeMessageMembers(raw []byte, ms []Member) (rewrite.Message, bool, error
 			}
 		}
 		if err != nil {
-			return rewrite.Message{}, false, fmt.Errorf("%s: %v", mem.Key, err)
+			return chat.Message{}, false, fmt.Errorf("%s: %v", mem.Key, err)
 		}
 	}
 	if m.Role == "" {
-		return rewrite.Message{}, false, errors.New("message has no role")
+		return chat.Message{}, false, errors.New("message has no role")
 	}
 	if annotated {
 		clean, err := RemoveMembers(raw, func(k string) bool { return k == keyPreserve || k == keyImportance })
 		if err != nil {
-			return rewrite.Message{}, false, err
+			return chat.Message{}, false, err
 		}
 		m.Raw = clean
 	}
@@ -174,7 +174,7 @@ func decodeMessageMembers(raw []byte, ms []Member) (rewrite.Message, bool, error
 
 // decodeContent reads a string content, or the text parts of a parts
 // array (counting its images).
-func decodeContent(m *rewrite.Message, v []byte) error {
+func decodeContent(m *chat.Message, v []byte) error {
 	switch v[0] {
 	case 'n':
 		return nil
@@ -206,14 +206,14 @@ func decodeContent(m *rewrite.Message, v []byte) error {
 	return errors.New("neither a string nor an array")
 }
 
-func decodeToolCalls(v []byte) ([]rewrite.ToolCall, error) {
+func decodeToolCalls(v []byte) ([]chat.ToolCall, error) {
 	var calls []wireToolCall
 	if err := json.Unmarshal(v, &calls); err != nil {
 		return nil, err
 	}
-	out := make([]rewrite.ToolCall, 0, len(calls))
+	out := make([]chat.ToolCall, 0, len(calls))
 	for _, tc := range calls {
-		call := rewrite.ToolCall{ID: tc.ID, Name: tc.Function.Name}
+		call := chat.ToolCall{ID: tc.ID, Name: tc.Function.Name}
 		args := tc.Function.Arguments
 		if len(args) > 0 && args[0] == '"' {
 			// OpenAI sends the arguments as a string of JSON.
@@ -232,7 +232,7 @@ func decodeToolCalls(v []byte) ([]rewrite.ToolCall, error) {
 // EncodeMessages returns the JSON array for msgs: each message's raw bytes
 // when it has them, its edited form when a strategy changed its content,
 // and a plain {"role","content"} object for messages ctxproxy made.
-func EncodeMessages(msgs []rewrite.Message) ([]byte, error) {
+func EncodeMessages(msgs []chat.Message) ([]byte, error) {
 	size := 2
 	for i := range msgs {
 		// An edited message is written from its (shorter) content, not
@@ -259,7 +259,7 @@ func EncodeMessages(msgs []rewrite.Message) ([]byte, error) {
 	return append(out, ']'), nil
 }
 
-func EncodeMessage(m *rewrite.Message) ([]byte, error) {
+func EncodeMessage(m *chat.Message) ([]byte, error) {
 	if m.Raw == nil {
 		out := append([]byte(`{"role":`), marshalString(m.Role)...)
 		out = append(out, `,"content":`...)
@@ -279,7 +279,7 @@ func EncodeMessage(m *rewrite.Message) ([]byte, error) {
 // editedContent is the new "content" value of an edited message. A parts
 // array keeps its non-text parts (images stay attached) and gets the new
 // text as its first text part.
-func editedContent(m *rewrite.Message) ([]byte, error) {
+func editedContent(m *chat.Message) ([]byte, error) {
 	text := marshalString(m.Content)
 	ms, err := Members(m.Raw)
 	if err != nil {
