@@ -17,7 +17,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/client"
-	"github.com/ctxproxy/ctxproxy/view"
+	"github.com/ctxproxy/ctxproxy/report"
 	"golang.org/x/term"
 )
 
@@ -65,7 +65,7 @@ type Chat struct {
 	// Out gets replies and command output; Err warnings, notices, the
 	// status line and errors.
 	Out, Err               io.Writer
-	OutPalette, ErrPalette view.Palette
+	OutPalette, ErrPalette report.Palette
 	// Loc is where times are shown.
 	Loc *time.Location
 
@@ -142,8 +142,8 @@ func (r *Chat) start(ctx context.Context) {
 	if model == "" {
 		model = "none yet (/model NAME)"
 	}
-	fmt.Fprintf(r.Err, "%s\n", r.ErrPalette.Paint(view.Dim, fmt.Sprintf("ctxproxy chat · session %s · model %s · %s · /help for commands",
-		view.Clean(r.Session), view.Clean(model), r.Client.URL())))
+	fmt.Fprintf(r.Err, "%s\n", r.ErrPalette.Paint(report.Dim, fmt.Sprintf("ctxproxy chat · session %s · model %s · %s · /help for commands",
+		report.Clean(r.Session), report.Clean(model), r.Client.URL())))
 }
 
 // newSessionID is a fresh session id for a new conversation.
@@ -171,7 +171,7 @@ func (r *Chat) handle(ctx context.Context, line string) bool {
 
 // commands is the context command runner for this chat's session.
 func (r *Chat) commands() *Commands {
-	return &Commands{Client: r.Client, Printer: view.Printer{Palette: r.OutPalette, Loc: r.Loc}, Out: r.Out, Stdin: r.Stdin,
+	return &Commands{Client: r.Client, Printer: report.Printer{Palette: r.OutPalette, Loc: r.Loc}, Out: r.Out, Stdin: r.Stdin,
 		Session: r.storedID(), Model: r.Model, slash: true, Options: Options{Reason: "manual"}}
 }
 
@@ -209,13 +209,13 @@ func (r *Chat) command(ctx context.Context, text string) bool {
 	case "/model":
 		err = r.switchModel(ctx, rest)
 	default:
-		r.fail(fmt.Errorf("unknown command %s: /help lists the commands", view.Clean(name)))
+		r.fail(fmt.Errorf("unknown command %s: /help lists the commands", report.Clean(name)))
 		return false
 	}
 	var ae *client.Error
 	if errors.As(err, &ae) && ae.Status == http.StatusNotFound && readOnly[strings.TrimSpace(name+" "+rest)] {
 		// A new chat's session exists once something was sent.
-		_, err = fmt.Fprintf(r.Out, "Session %s is empty: nothing was sent in it yet.\n", view.Clean(r.Session))
+		_, err = fmt.Fprintf(r.Out, "Session %s is empty: nothing was sent in it yet.\n", report.Clean(r.Session))
 	}
 	if err != nil {
 		r.fail(err)
@@ -244,7 +244,7 @@ func (r *Chat) context(ctx context.Context, rest string) error {
 		sub = "status"
 	}
 	if !contextCommands[sub] {
-		return fmt.Errorf("unknown command /context %s: /help lists the commands", view.Clean(sub))
+		return fmt.Errorf("unknown command /context %s: /help lists the commands", report.Clean(sub))
 	}
 	err := r.commands().Run(ctx, sub, strings.Fields(args))
 	if err == nil {
@@ -265,17 +265,17 @@ func (r *Chat) context(ctx context.Context, rest string) error {
 func (r *Chat) switchModel(ctx context.Context, name string) error {
 	if name != "" {
 		r.Model = name
-		_, err := fmt.Fprintf(r.Out, "Model: %s.\n", view.Clean(name))
+		_, err := fmt.Fprintf(r.Out, "Model: %s.\n", report.Clean(name))
 		return err
 	}
 	current := r.Model
 	if current == "" {
 		current = "none yet"
 	}
-	fmt.Fprintf(r.Out, "Model: %s.\n", view.Clean(current))
+	fmt.Fprintf(r.Out, "Model: %s.\n", report.Clean(current))
 	if names, err := r.Client.Models(ctx, r.Dialect); err == nil && len(names) > 0 {
 		for i := range names {
-			names[i] = view.Clean(names[i])
+			names[i] = report.Clean(names[i])
 		}
 		fmt.Fprintf(r.Out, "Available: %s.\n", strings.Join(names, ", "))
 	}
@@ -301,7 +301,7 @@ func (r *Chat) turn(ctx context.Context, text string) {
 	w.end()
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
-			fmt.Fprintln(r.Err, r.ErrPalette.Paint(view.Dim, "(reply interrupted)"))
+			fmt.Fprintln(r.Err, r.ErrPalette.Paint(report.Dim, "(reply interrupted)"))
 			return
 		}
 		r.fail(err)
@@ -325,7 +325,7 @@ func (r *Chat) turn(ctx context.Context, text string) {
 		fmt.Fprintln(r.Err, r.ErrPalette.Notice(notice))
 	}
 	if r.StatusBar {
-		if line := view.StatusBar(r.ErrPalette, r.facts(ctx)); line != "" {
+		if line := report.StatusBar(r.ErrPalette, r.facts(ctx)); line != "" {
 			fmt.Fprintln(r.Err, line)
 		}
 	}
@@ -333,10 +333,10 @@ func (r *Chat) turn(ctx context.Context, text string) {
 
 // facts fetches what the status line shows; what does not come in time
 // is left out.
-func (r *Chat) facts(ctx context.Context) view.Facts {
+func (r *Chat) facts(ctx context.Context) report.Facts {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	f := view.Facts{Model: r.Model, Head: r.last}
+	f := report.Facts{Model: r.Model, Head: r.last}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if st, _, err := r.Client.Status(ctx); err == nil {
@@ -356,7 +356,7 @@ func (r *Chat) facts(ctx context.Context) view.Facts {
 // without colors, so scripts get only the answer).
 type replyWriter struct {
 	w        io.Writer
-	p        view.Palette
+	p        report.Palette
 	lastByte byte
 	thinking bool
 }
@@ -372,7 +372,7 @@ func (w *replyWriter) show(text string, thinking bool) {
 	}
 	w.thinking = thinking
 	if thinking {
-		io.WriteString(w.w, w.p.Paint(view.Dim, text))
+		io.WriteString(w.w, w.p.Paint(report.Dim, text))
 	} else {
 		io.WriteString(w.w, text)
 	}

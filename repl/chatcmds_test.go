@@ -11,7 +11,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/internal/proxytest"
 	"github.com/ctxproxy/ctxproxy/proxy"
-	"github.com/ctxproxy/ctxproxy/view"
+	"github.com/ctxproxy/ctxproxy/report"
 )
 
 // contextFixtureWithSnapshot is session s1: one turn of two messages,
@@ -158,7 +158,7 @@ func TestChatPalette(t *testing.T) {
 		t.Errorf("plain output lost the warning text:\n%s", plain.stderr)
 	}
 	colored := runChat(t, p, chatRun{session: "s1", model: "llama3.1", color: true}, lines("hi"))
-	if !strings.Contains(colored.stderr, view.Dim) {
+	if !strings.Contains(colored.stderr, report.Dim) {
 		t.Errorf("colored, but the status line is plain:\n%q", colored.stderr)
 	}
 }
@@ -307,7 +307,7 @@ func TestChatThinking(t *testing.T) {
 		t.Errorf("plain stdout = %q, want only the answer", plain.stdout)
 	}
 	colored := runChat(t, p, chatRun{session: "s2", model: "llama3.1", noBar: true, color: true}, lines("question"))
-	if want := view.Dim + "Let me count." + view.Reset + "\n\n42\n"; colored.stdout != want {
+	if want := report.Dim + "Let me count." + report.Reset + "\n\n42\n"; colored.stdout != want {
 		t.Errorf("colored stdout = %q, want %q", colored.stdout, want)
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/client"
-	"github.com/ctxproxy/ctxproxy/view"
+	"github.com/ctxproxy/ctxproxy/report"
 )
 
 // Options are the flags a context command may use.
@@ -33,7 +33,7 @@ type Options struct {
 // admin API: "ctxproxy context" and the chat's slash commands share it.
 type Commands struct {
 	Client  *client.Client
-	Printer view.Printer
+	Printer report.Printer
 	Out     io.Writer
 	// Stdin is read by add and import given "-".
 	Stdin   io.Reader
@@ -84,13 +84,13 @@ func (a *Commands) Run(ctx context.Context, cmd string, args []string) error {
 		if err != nil || a.JSON {
 			return a.printJSON(raw, err)
 		}
-		return a.say("%s", view.SnapshotSaved(s))
+		return a.say("%s", report.SnapshotSaved(s))
 	case "restore":
 		r, raw, err := a.Client.Restore(ctx, a.Session, args[0])
 		if err != nil || a.JSON {
 			return a.printJSON(raw, err)
 		}
-		if err := a.say("%s", view.SnapshotRestored(args[0], r.Messages)); err != nil {
+		if err := a.say("%s", report.SnapshotRestored(args[0], r.Messages)); err != nil {
 			return err
 		}
 		return a.undoHint(r.Undo)
@@ -100,7 +100,7 @@ func (a *Commands) Run(ctx context.Context, cmd string, args []string) error {
 			return a.printJSON(raw, err)
 		}
 		if a.Options.Purge {
-			return a.say("Session %s removed.", view.Clean(a.Session))
+			return a.say("Session %s removed.", report.Clean(a.Session))
 		}
 		// The chat's /clear says the same.
 		return a.say("Context cleared.")
@@ -162,9 +162,9 @@ func (a *Commands) undoHint(undo *api.SnapshotInfo) error {
 		return nil
 	}
 	if a.slash {
-		return a.say("%s", view.UndoHint(undo.ID, "/context restore "+view.Clean(undo.ID)))
+		return a.say("%s", report.UndoHint(undo.ID, "/context restore "+report.Clean(undo.ID)))
 	}
-	return a.say("%s", view.UndoHint(undo.ID, "ctxproxy context restore "+shellQuote(undo.ID)+" --session "+shellQuote(a.Session)))
+	return a.say("%s", report.UndoHint(undo.ID, "ctxproxy context restore "+shellQuote(undo.ID)+" --session "+shellQuote(a.Session)))
 }
 
 // shellQuote quotes s for a POSIX shell when it needs it.
@@ -174,7 +174,7 @@ func shellQuote(s string) string {
 	}) < 0 {
 		return s
 	}
-	return "'" + strings.ReplaceAll(view.Clean(s), "'", `'\''`) + "'"
+	return "'" + strings.ReplaceAll(report.Clean(s), "'", `'\''`) + "'"
 }
 
 // gather fetches the proxy status and the session at once.
@@ -195,7 +195,7 @@ func (a *Commands) gather(ctx context.Context) (api.Status, []byte, api.SessionD
 	return st, rawSt, s, rawS, errStatus
 }
 
-// status is /context: the session's context status (view.ContextStatus),
+// status is /context: the session's context status (report.ContextStatus),
 // or the proxy's status without a session.
 func (a *Commands) status(ctx context.Context) error {
 	if a.Session == "" {
@@ -203,7 +203,7 @@ func (a *Commands) status(ctx context.Context) error {
 		if err != nil || a.JSON {
 			return a.printJSON(raw, err)
 		}
-		return view.ProxyStatus(a.Out, st)
+		return report.ProxyStatus(a.Out, st)
 	}
 	st, rawSt, s, rawS, err := a.gather(ctx)
 	if err != nil {
@@ -212,10 +212,10 @@ func (a *Commands) status(ctx context.Context) error {
 	if a.JSON {
 		return a.printJSON(jsonObject(map[string][]byte{"proxy": rawSt, "session": rawS}))
 	}
-	return view.ContextStatus(a.Out, a.Printer, view.Facts{Model: a.Model, Status: &st, Session: &s})
+	return report.ContextStatus(a.Out, a.Printer, report.Facts{Model: a.Model, Status: &st, Session: &s})
 }
 
-// stats is /context stats: memory and compression (view.MemoryStats).
+// stats is /context stats: memory and compression (report.MemoryStats).
 func (a *Commands) stats(ctx context.Context) error {
 	st, rawSt, s, rawS, err := a.gather(ctx)
 	if err != nil {
@@ -233,7 +233,7 @@ func (a *Commands) stats(ctx context.Context) error {
 	if a.JSON {
 		return a.printJSON(jsonObject(map[string][]byte{"proxy": rawSt, "session": rawS, "ps": rawPS}))
 	}
-	return view.MemoryStats(a.Out, a.Printer, view.Facts{Model: a.Model, Status: &st, Session: &s}, running)
+	return report.MemoryStats(a.Out, a.Printer, report.Facts{Model: a.Model, Status: &st, Session: &s}, running)
 }
 
 // SessionStats is the chat's /stats: the session and its running token
@@ -243,7 +243,7 @@ func (a *Commands) SessionStats(ctx context.Context) error {
 	if err != nil || a.JSON {
 		return a.printJSON(raw, err)
 	}
-	return view.SessionStats(a.Out, a.Printer, s)
+	return report.SessionStats(a.Out, a.Printer, s)
 }
 
 // show is "ctxproxy context show": the session's stats and its stored
@@ -269,13 +269,13 @@ func (a *Commands) show(ctx context.Context) error {
 		joined := strings.TrimSuffix(obj, "}") + `,"conversation":` + string(list.Messages) + "}"
 		return a.printJSON([]byte(joined), nil)
 	}
-	if err := view.SessionStats(a.Out, a.Printer, s); err != nil {
+	if err := report.SessionStats(a.Out, a.Printer, s); err != nil {
 		return err
 	}
 	if _, err := fmt.Fprintln(a.Out); err != nil {
 		return err
 	}
-	return view.Messages(a.Out, a.Printer, ms.Messages)
+	return report.Messages(a.Out, a.Printer, ms.Messages)
 }
 
 // jsonObject joins admin answers into one JSON object; a missing answer
@@ -299,13 +299,13 @@ func (a *Commands) list(ctx context.Context) error {
 		if err != nil || a.JSON {
 			return a.printJSON(raw, err)
 		}
-		return view.Sessions(a.Out, a.Printer, ss)
+		return report.Sessions(a.Out, a.Printer, ss)
 	}
 	snaps, raw, err := a.Client.Snapshots(ctx, a.Session)
 	if err != nil || a.JSON {
 		return a.printJSON(raw, err)
 	}
-	return view.Snapshots(a.Out, a.Printer, snaps)
+	return report.Snapshots(a.Out, a.Printer, snaps)
 }
 
 // create is "new": it creates a session, with metadata, before anything
@@ -319,12 +319,12 @@ func (a *Commands) create(ctx context.Context) error {
 	if err != nil || a.JSON {
 		return a.printJSON(raw, err)
 	}
-	line := "Session " + view.Clean(s.SessionID) + " is ready"
+	line := "Session " + report.Clean(s.SessionID) + " is ready"
 	if s.SessionID == "" {
-		line = "Session " + view.Clean(a.Session) + " is ready"
+		line = "Session " + report.Clean(a.Session) + " is ready"
 	}
 	if len(s.Metadata) > 0 {
-		line += " (" + view.MetadataLine(s.Metadata) + ")"
+		line += " (" + report.MetadataLine(s.Metadata) + ")"
 	}
 	return a.say("%s.", line)
 }
@@ -353,8 +353,8 @@ func (a *Commands) add(ctx context.Context, args []string) error {
 	if err != nil || a.JSON {
 		return a.printJSON(raw, err)
 	}
-	return a.say("Added %s to session %s (%s in all).", view.Plural(r.Appended, "message"), view.Clean(a.Session),
-		view.Plural(r.Messages, "message"))
+	return a.say("Added %s to session %s (%s in all).", report.Plural(r.Appended, "message"), report.Clean(a.Session),
+		report.Plural(r.Messages, "message"))
 }
 
 // size is /context size and /context auto.
@@ -379,7 +379,7 @@ func (a *Commands) size(ctx context.Context, cmd string, args []string) error {
 	if err != nil || a.JSON {
 		return a.printJSON(raw, err)
 	}
-	return a.say("%s", view.ContextSize(cs))
+	return a.say("%s", report.ContextSize(cs))
 }
 
 // export is /export: the conversation in the admin API's export format
@@ -402,7 +402,7 @@ func (a *Commands) export(ctx context.Context, args []string) error {
 		Messages []json.RawMessage `json:"messages"`
 	}
 	_ = json.Unmarshal(data, &e)
-	return a.say("Exported %s to %s.", view.Plural(len(e.Messages), "message"), view.Clean(args[0]))
+	return a.say("Exported %s to %s.", report.Plural(len(e.Messages), "message"), report.Clean(args[0]))
 }
 
 // importFile is /import: ctxproxy checks the file and replaces
@@ -424,7 +424,7 @@ func (a *Commands) importFile(ctx context.Context, file string) error {
 	if err != nil || a.JSON {
 		return a.printJSON(raw, err)
 	}
-	if err := a.say("Imported %s into session %s.", view.Plural(r.Imported, "message"), view.Clean(a.Session)); err != nil {
+	if err := a.say("Imported %s into session %s.", report.Plural(r.Imported, "message"), report.Clean(a.Session)); err != nil {
 		return err
 	}
 	return a.undoHint(r.Undo)
@@ -440,7 +440,7 @@ func (a *Commands) Compact(ctx context.Context, instructions string) error {
 	// The notice follows on a line of its own, styled as a notice.
 	counts := r
 	counts.Notice = ""
-	if err := a.say("%s", view.Compressed(counts)); err != nil {
+	if err := a.say("%s", report.Compressed(counts)); err != nil {
 		return err
 	}
 	if r.Notice != "" {

@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ctxproxy/ctxproxy/internal/proxytest"
+	"github.com/ctxproxy/ctxproxy/report"
 	"github.com/ctxproxy/ctxproxy/snapshots"
-	"github.com/ctxproxy/ctxproxy/view"
 )
 
 // contextFixture is a proxy with two sessions: s1 (6 messages, the
@@ -58,7 +58,7 @@ func runCommand(t *testing.T, p *proxytest.Proxy, r cmdRun) (string, error) {
 		r.opts.Reason = "manual"
 	}
 	var out bytes.Buffer
-	a := &Commands{Client: newClient(t, p, r.token), Printer: view.Printer{Loc: time.UTC}, Out: &out,
+	a := &Commands{Client: newClient(t, p, r.token), Printer: report.Printer{Loc: time.UTC}, Out: &out,
 		Stdin: strings.NewReader(r.stdin), Session: r.session, JSON: r.json, Options: r.opts}
 	err := a.Run(context.Background(), r.cmd, r.args)
 	p.Flush(t)

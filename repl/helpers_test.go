@@ -26,8 +26,8 @@ import (
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/internal/proxytest"
 	"github.com/ctxproxy/ctxproxy/modelinfo"
+	"github.com/ctxproxy/ctxproxy/report"
 	"github.com/ctxproxy/ctxproxy/snapshots"
-	"github.com/ctxproxy/ctxproxy/view"
 )
 
 // These tests run the REPL and the context commands against the real
@@ -123,7 +123,7 @@ func runChat(t *testing.T, p *proxytest.Proxy, cr chatRun, script string) chatOu
 	var out, errw, both syncBuffer
 	r := &Chat{Client: c, Session: cr.session, Model: cr.model, Dialect: cr.dialect, System: cr.system, StatusBar: !cr.noBar,
 		Stdin: strings.NewReader(script), Out: io.MultiWriter(&out, &both), Err: io.MultiWriter(&errw, &both),
-		OutPalette: view.Palette{On: cr.color}, ErrPalette: view.Palette{On: cr.color}, Loc: time.UTC}
+		OutPalette: report.Palette{On: cr.color}, ErrPalette: report.Palette{On: cr.color}, Loc: time.UTC}
 	if err := r.Run(context.Background(), ""); err != nil {
 		t.Fatalf("chat: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errw.String())
 	}

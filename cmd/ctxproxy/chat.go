@@ -7,7 +7,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/client"
 	"github.com/ctxproxy/ctxproxy/repl"
-	"github.com/ctxproxy/ctxproxy/view"
+	"github.com/ctxproxy/ctxproxy/report"
 )
 
 // "ctxproxy chat": a terminal chat through a running ctxproxy in
@@ -65,15 +65,15 @@ func chatCmd(ctx context.Context, args []string, e env) error {
 		c.APIKey = lookupEnv(e, "CTXPROXY_API_KEY")
 	}
 	noColor := lookupEnv(e, "NO_COLOR")
-	outColor, err := view.UseColor(*color, noColor, isTerminal(e.stdout))
+	outColor, err := report.UseColor(*color, noColor, isTerminal(e.stdout))
 	if err != nil {
 		return err
 	}
-	errColor, _ := view.UseColor(*color, noColor, isTerminal(e.stderr))
+	errColor, _ := report.UseColor(*color, noColor, isTerminal(e.stderr))
 
 	r := &repl.Chat{
 		Client: c, Model: *model, Session: *session, Dialect: *dialect, System: *system, StatusBar: *bar,
-		Out: e.stdout, Err: e.stderr, OutPalette: view.Palette{On: outColor}, ErrPalette: view.Palette{On: errColor},
+		Out: e.stdout, Err: e.stderr, OutPalette: report.Palette{On: outColor}, ErrPalette: report.Palette{On: errColor},
 		Loc: location(e), Stdin: e.stdin,
 	}
 	return r.Run(ctx, *history)

@@ -9,9 +9,9 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/internal/proxytest"
+	"github.com/ctxproxy/ctxproxy/report"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
-	"github.com/ctxproxy/ctxproxy/view"
 )
 
 // The REPL itself is tested in package repl; these tests cover what
@@ -51,12 +51,12 @@ func TestChatColors(t *testing.T) {
 		{"", "", true, true},
 	}
 	for _, tt := range tests {
-		got, err := view.UseColor(tt.mode, tt.noColor, tt.terminal)
+		got, err := report.UseColor(tt.mode, tt.noColor, tt.terminal)
 		if err != nil || got != tt.want {
-			t.Errorf("view.UseColor(%q, NO_COLOR=%q, terminal %v) = %v, %v; want %v", tt.mode, tt.noColor, tt.terminal, got, err, tt.want)
+			t.Errorf("report.UseColor(%q, NO_COLOR=%q, terminal %v) = %v, %v; want %v", tt.mode, tt.noColor, tt.terminal, got, err, tt.want)
 		}
 	}
-	if _, err := view.UseColor("sometimes", "", true); err == nil {
+	if _, err := report.UseColor("sometimes", "", true); err == nil {
 		t.Error("useColor accepted --color sometimes")
 	}
 
@@ -74,7 +74,7 @@ func TestChatColors(t *testing.T) {
 		t.Errorf("NO_COLOR lost the warning text:\n%s", errOut)
 	}
 	_, errOut = runChat(t, env, lines("hi"), "--session", "s1", "--model", "llama3.1", "--color", "always")
-	if !strings.Contains(errOut, view.Dim) {
+	if !strings.Contains(errOut, report.Dim) {
 		t.Errorf("--color always beats NO_COLOR, but the status line is plain:\n%q", errOut)
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/client"
 	"github.com/ctxproxy/ctxproxy/repl"
-	"github.com/ctxproxy/ctxproxy/view"
+	"github.com/ctxproxy/ctxproxy/report"
 	"golang.org/x/term"
 )
 
@@ -104,11 +104,11 @@ func contextCmd(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	colors, err := view.UseColor(*color, lookupEnv(e, "NO_COLOR"), isTerminal(e.stdout))
+	colors, err := report.UseColor(*color, lookupEnv(e, "NO_COLOR"), isTerminal(e.stdout))
 	if err != nil {
 		return err
 	}
-	a := &repl.Commands{Client: c, Printer: view.Printer{Palette: view.Palette{On: colors}, Loc: location(e)}, Out: e.stdout,
+	a := &repl.Commands{Client: c, Printer: report.Printer{Palette: report.Palette{On: colors}, Loc: location(e)}, Out: e.stdout,
 		Stdin: e.stdin, Session: *session, JSON: *asJSON, Options: o}
 	err = a.Run(ctx, pos[0], pos[1:])
 	if errors.Is(err, repl.ErrUsage) {

@@ -18,9 +18,9 @@ import (
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/translate"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
+	"github.com/ctxproxy/ctxproxy/report"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
-	"github.com/ctxproxy/ctxproxy/view"
 )
 
 // In-band commands (commands.inband): when the newest message of
@@ -99,7 +99,7 @@ func commandOf(last *rewrite.Message) (cmd string, args []string, ok bool) {
 }
 
 // Commands answers the in-band commands over the sessions and status
-// services, rendering with the view package as the CLI does.
+// services, rendering with package report as the CLI does.
 type Commands struct {
 	Sessions *sessions.Service
 	Status   *admin.Status
@@ -113,7 +113,7 @@ type Commands struct {
 }
 
 // printer shows times in UTC, named: the chat's reader may be anywhere.
-var printer = view.Printer{Loc: time.UTC, Zone: true}
+var printer = report.Printer{Loc: time.UTC, Zone: true}
 
 // inbandHelp lists the commands.
 const inbandHelp = `ctxproxy answers these commands itself:
@@ -179,7 +179,7 @@ func (ib *Commands) sessionCommand(ctx context.Context, session, model, cmd stri
 		}
 		warning := detail.Warning
 		detail.Warning = ""
-		return render(func(b *strings.Builder) error { return view.SessionStats(b, printer, detail) }, warning), nil
+		return render(func(b *strings.Builder) error { return report.SessionStats(b, printer, detail) }, warning), nil
 	case "context stats":
 		_, detail, err := ib.Sessions.Get(ctx, session)
 		if err != nil {
@@ -191,13 +191,13 @@ func (ib *Commands) sessionCommand(ctx context.Context, session, model, cmd stri
 		if err != nil {
 			return "", err
 		}
-		return view.SnapshotSaved(*sessions.SnapshotOf(info)), nil
+		return report.SnapshotSaved(*sessions.SnapshotOf(info)), nil
 	case "context restore":
 		n, undo, err := ib.Sessions.Restore(ctx, session, args[0])
 		if err != nil {
 			return "", err
 		}
-		return view.SnapshotRestored(args[0], n) + undoHint(undo.ID), nil
+		return report.SnapshotRestored(args[0], n) + undoHint(undo.ID), nil
 	case "context list":
 		if _, _, err := ib.Sessions.Get(ctx, session); err != nil {
 			return "", err
@@ -213,7 +213,7 @@ func (ib *Commands) sessionCommand(ctx context.Context, session, model, cmd stri
 		for i, info := range list {
 			infos[i] = *sessions.SnapshotOf(info)
 		}
-		return render(func(b *strings.Builder) error { return view.Snapshots(b, printer, infos) }, ""), nil
+		return render(func(b *strings.Builder) error { return report.Snapshots(b, printer, infos) }, ""), nil
 	case "context clear", "clear":
 		// Seed 004 R7.7: /context clear keeps the system prompt; seed
 		// 000's /clear removes every turn and keeps the metadata.
@@ -235,17 +235,17 @@ func (ib *Commands) sessionCommand(ctx context.Context, session, model, cmd stri
 		if res.Undo == nil {
 			return res.Notice, nil
 		}
-		return view.Compressed(res) + undoHint(res.Undo.ID), nil
+		return report.Compressed(res) + undoHint(res.Undo.ID), nil
 	}
 	return "", sessions.Errorf(http.StatusBadRequest, "unknown command")
 }
 
-// undoHint is view.UndoHint on a line of its own, worded for the chat.
+// undoHint is report.UndoHint on a line of its own, worded for the chat.
 func undoHint(id string) string {
 	if id == "" {
 		return ""
 	}
-	return "\n" + view.UndoHint(id, "/context restore "+id)
+	return "\n" + report.UndoHint(id, "/context restore "+id)
 }
 
 // render writes a view into a Markdown code block, so that chat UIs which
@@ -281,14 +281,14 @@ func (ib *Commands) size(sub string, args []string) string {
 		_, msg := ib.Sessions.Describe(err)
 		return "ctxproxy: " + msg
 	}
-	return view.ContextSize(api.ContextSize{Auto: tokens == 0, Target: tokens})
+	return report.ContextSize(api.ContextSize{Auto: tokens == 0, Target: tokens})
 }
 
 // statusText is /context: seed 004 R9's status of the session, or the
 // proxy's without one.
 func (ib *Commands) statusText(ctx context.Context, session, model string) string {
 	st := ib.Status.Report(ctx)
-	f := view.Facts{Model: model, SessionID: session, Status: &st}
+	f := report.Facts{Model: model, SessionID: session, Status: &st}
 	warning := ""
 	if session != "" && ib.Sessions.Store != nil {
 		ib.Sessions.Flush(ctx)
@@ -297,7 +297,7 @@ func (ib *Commands) statusText(ctx context.Context, session, model string) strin
 			f.Session = &d
 		}
 	}
-	return render(func(b *strings.Builder) error { return view.ContextStatus(b, printer, f) }, warning)
+	return render(func(b *strings.Builder) error { return report.ContextStatus(b, printer, f) }, warning)
 }
 
 // memoryStatsText is /context stats: model memory, KV cache size and
@@ -310,8 +310,8 @@ func (ib *Commands) memoryStatsText(ctx context.Context, d api.SessionDetail, mo
 			running = []api.RunningModel{{Name: model, Size: int64(lm.Size), SizeVRAM: int64(lm.SizeVRAM)}}
 		}
 	}
-	f := view.Facts{Model: model, Status: &st, Session: &d}
-	return render(func(b *strings.Builder) error { return view.MemoryStats(b, printer, f, running) }, "")
+	f := report.Facts{Model: model, Status: &st, Session: &d}
+	return render(func(b *strings.Builder) error { return report.MemoryStats(b, printer, f, running) }, "")
 }
 
 // WriteAnswer writes text as the assistant's complete answer in the

@@ -17,9 +17,9 @@ import (
 	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
+	"github.com/ctxproxy/ctxproxy/report"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
-	"github.com/ctxproxy/ctxproxy/view"
 )
 
 // Service is the one place that changes stored Service outside a chat
@@ -214,7 +214,7 @@ func (s *Service) Compress(ctx context.Context, id string) (api.Compressed, erro
 		return res, Errorf(http.StatusInternalServerError, "compress failed: %v", err)
 	case out.Notice == "" || (out.Dropped == 0 && out.Summarized == 0 && len(out.Messages) == len(msgs)):
 		res.Notice = fmt.Sprintf("Nothing to compress: the conversation uses %s of %s tokens, within the target of %s.",
-			view.Grouped(before), view.Grouped(limit), view.Percent(trimmer.Target(), 0))
+			report.Grouped(before), report.Grouped(limit), report.Percent(trimmer.Target(), 0))
 		return res, nil
 	}
 	undo, err := s.Store.SaveSnapshot(ctx, snapshots.NewSnapshot(sess, snapshots.ReasonManual))
