@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 )
 
 // clock is a settable clock for backoff tests.

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 	"github.com/google/go-cmp/cmp"
 )
 

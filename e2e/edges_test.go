@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/internal/ggufgen"
-	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
+	"github.com/ctxproxy/ctxproxy/testkit/ggufgen"
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 )
 
 // ollamaCLI is the real Ollama's own binary (the one serving, found

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
-	"github.com/ctxproxy/ctxproxy/internal/ggufgen"
-	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
+	"github.com/ctxproxy/ctxproxy/testkit/ggufgen"
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 	"github.com/ollama/ollama/api"
 )
 

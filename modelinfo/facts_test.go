@@ -10,7 +10,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-
 const kib = 1 << 10
 
 // facts reads testdata/model_info/<name>.json.

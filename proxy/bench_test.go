@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 // chatBody100K is a 100-message, ~100 KB Ollama chat request.

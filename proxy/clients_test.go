@@ -12,7 +12,7 @@ import (
 	ollama "github.com/ollama/ollama/api"
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 // These tests point the real client libraries that users run at ctxproxy,

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/gpu"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 // responsesBody is a Responses API request: instructions, then turns of

@@ -16,10 +16,10 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
 	"github.com/ctxproxy/ctxproxy/gpu"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
-	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 )
 
 // bpeModel is a fake Ollama model with an 8,000-token byte-level BPE

@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
 	"github.com/ctxproxy/ctxproxy/snapshots"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 // do sends a request with the given Host and Origin.

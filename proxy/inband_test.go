@@ -15,8 +15,8 @@ import (
 	ollama "github.com/ollama/ollama/api"
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 // headerTransport adds headers to every request, as a client configured

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 // TestSlowBodyCut: a client that sends its body a byte now and then is

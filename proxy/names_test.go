@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/budget"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 // longMessages are n user and assistant turns of some hundreds of bytes.

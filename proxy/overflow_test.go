@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/budget"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 func TestParseOverflow(t *testing.T) {

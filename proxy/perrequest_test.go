@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/budget"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 // withTruncate sets Ollama's "truncate" in a chat body.

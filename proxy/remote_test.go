@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/api"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 // TestBackendTokenizer: an OpenAI-compatible backend with a tokenize API

@@ -21,8 +21,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")

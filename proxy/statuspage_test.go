@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/internal/headless"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
+	"github.com/ctxproxy/ctxproxy/testkit/headless"
 )
 
 func TestStatusPageRoutes(t *testing.T) {

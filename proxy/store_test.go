@@ -13,9 +13,9 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 // flakyStore is a store whose reads and writes can be made to fail, as

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/gpu"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 // TestSummarize200Turns replays a 200-turn conversation through the proxy

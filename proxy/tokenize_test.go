@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/api"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
-	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 )
 
 func decodeTokenize(t *testing.T, resp *http.Response) api.TokenizeResponse {

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/client"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/proxy"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/term"
 )

@@ -8,10 +8,10 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/client"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
-	"github.com/ctxproxy/ctxproxy/internal/proxytest"
 	"github.com/ctxproxy/ctxproxy/proxy"
 	"github.com/ctxproxy/ctxproxy/report"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
+	"github.com/ctxproxy/ctxproxy/testkit/proxytest"
 )
 
 // contextFixtureWithSnapshot is session s1: one turn of two messages,

@@ -12,8 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/ctxproxy/ctxproxy/internal/proxytest"
 	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/testkit/proxytest"
 )
 
 // trimAtLimit is a proxy that warns at 80% and 90% and trims only when

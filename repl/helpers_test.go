@@ -23,15 +23,15 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/client"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
-	"github.com/ctxproxy/ctxproxy/internal/proxytest"
 	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/report"
 	"github.com/ctxproxy/ctxproxy/snapshots"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
+	"github.com/ctxproxy/ctxproxy/testkit/proxytest"
 )
 
 // These tests run the REPL and the context commands against the real
-// ctxproxy server (internal/proxytest) in front of internal/fakebackend.
+// ctxproxy server (testkit/proxytest) in front of testkit/fakebackend.
 
 // limit is llama3.1's effective window in these tests: small, so that a
 // few messages reach the 80% and 90% warnings and trimming.

@@ -15,7 +15,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/bin/ctxproxy" ./cmd/ctxproxy
 go build -o "$tmp/bin/bare" ./scripts/bench/bare
-go build -o "$tmp/bin/fakeserver" ./internal/fakebackend/fakeserver
+go build -o "$tmp/bin/fakeserver" ./testkit/fakebackend/fakeserver
 go build -o "$tmp/bin/bench" ./scripts/bench
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(free -g | awk '/Mem:/ {print $2}') GiB," \
   "$(go version | cut -d' ' -f3), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2), load average $(cut -d' ' -f1-3 /proc/loadavg)"

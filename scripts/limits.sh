@@ -16,7 +16,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
 ulimit -n 65536 2>/dev/null || true
 
 go build -o "$tmp/ctxproxy" ./cmd/ctxproxy
-go build -o "$tmp/fakeserver" ./internal/fakebackend/fakeserver
+go build -o "$tmp/fakeserver" ./testkit/fakebackend/fakeserver
 go build -o "$tmp/limitsload" ./scripts/limitsload
 "$tmp/fakeserver" -listen "$BACKEND" &
 CTXPROXY_SNAPSHOTS_DIR="$tmp/data" "$tmp/ctxproxy" serve --listen "$PROXY" --backend "http://$BACKEND" \

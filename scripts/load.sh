@@ -16,7 +16,7 @@ tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
 
 go build -o "$tmp/ctxproxy" ./cmd/ctxproxy
-go build -o "$tmp/fakeserver" ./internal/fakebackend/fakeserver
+go build -o "$tmp/fakeserver" ./testkit/fakebackend/fakeserver
 "$tmp/fakeserver" -listen "$BACKEND" &
 "$tmp/ctxproxy" serve --listen "$PROXY" --backend "http://$BACKEND" --log-level error --log-format json 2>"$tmp/proxy.log" &
 for _ in $(seq 50); do curl -sf "http://$PROXY/ctxproxy/readyz" >/dev/null 2>&1 && break; sleep 0.1; done

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 	"github.com/ollama/ollama/api"
 	"github.com/ollama/ollama/template"
 	"github.com/ollama/ollama/tokenizer"

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 	"github.com/ollama/ollama/tokenizer"
 )
 

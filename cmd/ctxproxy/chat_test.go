@@ -7,11 +7,11 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/budget"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
-	"github.com/ctxproxy/ctxproxy/internal/proxytest"
 	"github.com/ctxproxy/ctxproxy/report"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
+	"github.com/ctxproxy/ctxproxy/testkit/proxytest"
 )
 
 // The REPL itself is tested in package repl; these tests cover what

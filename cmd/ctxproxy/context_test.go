@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/ctxproxy/ctxproxy/internal/proxytest"
+	"github.com/ctxproxy/ctxproxy/testkit/proxytest"
 )
 
 // The context commands themselves are tested in package repl; these

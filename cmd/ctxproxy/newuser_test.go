@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 // TestNewUser drives the installed binary as a newcomer would: install

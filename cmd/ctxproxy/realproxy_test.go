@@ -14,12 +14,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 // These tests run the terminal commands end to end against "ctxproxy
-// serve" itself, started in process in front of internal/fakebackend
-// (the other tests use internal/proxytest's server, built the same way).
+// serve" itself, started in process in front of testkit/fakebackend
+// (the other tests use testkit/proxytest's server, built the same way).
 
 // realProxy is a running "ctxproxy serve".
 type realProxy struct {

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/config"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/proxy"
 	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 // reloadConfig is a config file for the reload tests: counting is

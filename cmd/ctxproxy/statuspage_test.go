@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
-	"github.com/ctxproxy/ctxproxy/internal/headless"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
+	"github.com/ctxproxy/ctxproxy/testkit/headless"
 )
 
 // TestStatusPageEndToEnd runs ctxproxy (run, as main does) in front of the

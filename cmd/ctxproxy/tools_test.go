@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/budget/exact"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
-	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 )
 
 func TestCountJSON(t *testing.T) {

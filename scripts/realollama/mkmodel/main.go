@@ -8,8 +8,8 @@ import (
 	"flag"
 	"log"
 
-	"github.com/ctxproxy/ctxproxy/internal/ggufgen"
-	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
+	"github.com/ctxproxy/ctxproxy/testkit/ggufgen"
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 )
 
 func main() {

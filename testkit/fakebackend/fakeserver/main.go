@@ -8,7 +8,7 @@ import (
 	"log"
 	"net/http"
 
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 func main() {

@@ -1,5 +1,5 @@
 // Package proxytest runs the real ctxproxy server in process, in front of
-// internal/fakebackend, wired as "ctxproxy serve" wires it: token counting
+// testkit/fakebackend, wired as "ctxproxy serve" wires it: token counting
 // with per-model limits, a strategy, the GPU monitor and sizer (over a
 // probe that reports fixed memory, so VRAM figures are stable), and a file
 // snapshot store with its writer. Tests of the client, the REPL and the
@@ -19,11 +19,11 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
-	"github.com/ctxproxy/ctxproxy/internal/fakebackend"
 	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/proxy"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
+	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
 // GiB is a gibibyte, for Device and Loaded sizes.

@@ -13,7 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 
-	"github.com/ctxproxy/ctxproxy/internal/vocabgen"
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 	"github.com/ollama/ollama/fs/ggml"
 )
 
