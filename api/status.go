@@ -66,10 +66,11 @@ type GPUStatus struct {
 type Device struct {
 	// Vendor is the probe that found it: "nvidia", "amd", "apple" or "cpu".
 	Vendor string `json:"vendor"`
-	Name   string `json:"name"`
-	Total  uint64 `json:"total"`
-	Used   uint64 `json:"used"`
-	Free   uint64 `json:"free"`
+	// Name is the product name, e.g. "NVIDIA A100-SXM4-40GB".
+	Name  string `json:"name"`
+	Total uint64 `json:"total"`
+	Used  uint64 `json:"used"`
+	Free  uint64 `json:"free"`
 }
 
 // ModelStatus is one model requests used, or calibration learned about.

@@ -14,8 +14,8 @@ import (
 	"github.com/ctxproxy/ctxproxy/modelinfo"
 )
 
-// Model is what ctxproxy knows of one Ollama model.
-type Model struct {
+// Details is what ctxproxy knows of one Ollama model.
+type Details struct {
 	Name string
 	// Facts size the KV cache; Facts.ContextLength is the trained window.
 	Facts modelinfo.Facts
@@ -29,7 +29,7 @@ type Model struct {
 	// Tokenizer counts the model's prompts exactly; nil when the model's
 	// vocabulary could not be read or used (TokenizerErr says why), or
 	// when its counts disagreed with the backend's (see Observe).
-	Tokenizer *exact.Model
+	Tokenizer *exact.Tokenizer
 	// TokenizerErr is why there is no Tokenizer.
 	TokenizerErr error
 
@@ -68,7 +68,7 @@ const Tolerance = 0.01
 // capped them at its window) must not be passed. On the first
 // disagreement beyond Tolerance it logs once and turns exact counting off
 // for the model's digest; it returns true then.
-func (m Model) Observe(log interface{ Warn(string, ...any) }, estimate, reported int) (turnedOff bool) {
+func (m Details) Observe(log interface{ Warn(string, ...any) }, estimate, reported int) (turnedOff bool) {
 	d := m.drift
 	if d == nil || reported <= 0 {
 		return false
@@ -96,7 +96,7 @@ func (m Model) Observe(log interface{ Warn(string, ...any) }, estimate, reported
 }
 
 // Agreement returns how the model's exact counts compared so far.
-func (m Model) Agreement() Agreement {
+func (m Details) Agreement() Agreement {
 	if m.drift == nil {
 		return Agreement{}
 	}
@@ -127,11 +127,11 @@ func newModelCache() modelCache {
 
 type modelEntry struct {
 	ready chan struct{}
-	model Model
+	model Details
 }
 
 type tokEntry struct {
-	tok   *exact.Model
+	tok   *exact.Tokenizer
 	err   error
 	drift *drift
 }
@@ -150,7 +150,7 @@ const (
 
 // Model returns what the backend says of the model name, fetching it once
 // (and again after modelTTL, or modelErrorTTL after an error).
-func (b *Backend) Model(ctx context.Context, name string) Model {
+func (b *Backend) Model(ctx context.Context, name string) Details {
 	c := &b.models
 	c.mu.Lock()
 	e, ok := c.entries.Get(name)
@@ -180,12 +180,12 @@ func (b *Backend) Model(ctx context.Context, name string) Model {
 	case <-e.ready:
 		return e.model.current()
 	case <-ctx.Done():
-		return Model{Name: name, Err: ctx.Err()}
+		return Details{Name: name, Err: ctx.Err()}
 	}
 }
 
 // current drops the tokenizer once its counts were found to disagree.
-func (m Model) current() Model {
+func (m Details) current() Details {
 	if m.drift != nil && m.drift.off.Load() && m.Tokenizer != nil {
 		m.Tokenizer = nil
 		m.TokenizerErr = fmt.Errorf("exact counts disagreed with the backend's (worst %.1f%%)",
@@ -194,12 +194,12 @@ func (m Model) current() Model {
 	return m
 }
 
-func (b *Backend) fetch(ctx context.Context, name string) Model {
+func (b *Backend) fetch(ctx context.Context, name string) Details {
 	// A long vocabulary takes a while to send; the fetch serves every
 	// request of the model, so a client that leaves does not cancel it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()
-	m := Model{Name: name, fetched: b.now()}
+	m := Details{Name: name, fetched: b.now()}
 
 	var tags struct {
 		Models []struct {

@@ -180,7 +180,7 @@ func BenchmarkLimits(b *testing.B) {
 	r := NewRegistry(Config{}, nil)
 	b.ReportAllocs()
 	for b.Loop() {
-		r.Limits("llama3.1:8b", 131072)
+		r.Window("llama3.1:8b", 131072)
 	}
 }
 

@@ -9,8 +9,8 @@ import (
 	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
-// Limits are a model's context window and what of it is kept free.
-type Limits struct {
+// Window are a model's context window and what of it is kept free.
+type Window struct {
 	// MaxTokens is the context window: prompt and reply together.
 	MaxTokens int
 	// MaxOutputTokens is kept free for the reply.
@@ -21,7 +21,7 @@ type Limits struct {
 
 // Effective returns the tokens a prompt may use: MaxTokens − MaxOutputTokens
 // − Reserved, never negative (100000 − 4096 − 1000 = 94904).
-func (l Limits) Effective() int {
+func (l Window) Effective() int {
 	return max(0, l.MaxTokens-l.MaxOutputTokens-l.Reserved)
 }
 
@@ -29,7 +29,7 @@ func (l Limits) Effective() int {
 // itself asks for (max_tokens, max_completion_tokens or Ollama's
 // options.num_predict). n ≤ 0 — absent, or num_predict −1 (unbounded) —
 // keeps the model's default reserve.
-func (l Limits) WithOutput(n int) Limits {
+func (l Window) WithOutput(n int) Window {
 	if n > 0 {
 		l.MaxOutputTokens = n
 	}
@@ -38,7 +38,7 @@ func (l Limits) WithOutput(n int) Limits {
 
 // Cap returns l with the window narrowed to window tokens when that is
 // smaller (the num_ctx the backend runs with); window ≤ 0 changes nothing.
-func (l Limits) Cap(window int) Limits {
+func (l Window) Cap(window int) Window {
 	if window > 0 && window < l.MaxTokens {
 		l.MaxTokens = window
 	}
@@ -50,7 +50,7 @@ func (l Limits) Cap(window int) Limits {
 // the prompt, and true when it had to. A request whose num_predict or
 // max_tokens is as large as the window would otherwise leave an
 // effective limit of 0: nothing could be sent, and nothing managed.
-func (l Limits) Floor() (Limits, bool) {
+func (l Window) Floor() (Window, bool) {
 	quarter := max(1, l.MaxTokens/4)
 	if l.MaxTokens <= 0 || l.Effective() >= quarter {
 		return l, false
@@ -194,12 +194,12 @@ func init() {
 // Known returns the table's limits for model and whether it knows the
 // family. MaxOutputTokens is 0 for a local model (no output limit of its
 // own). Reserved is never set.
-func Known(model string) (Limits, bool) {
+func Known(model string) (Window, bool) {
 	if r, ok := knownCache.Get(model); ok {
 		return r.l, r.ok
 	}
 	k, ok := lookup(model, func(k known) string { return k.prefix }, table)
-	l := Limits{MaxTokens: k.window, MaxOutputTokens: k.maxOutput}
+	l := Window{MaxTokens: k.window, MaxOutputTokens: k.maxOutput}
 	knownCache.Add(model, knownResult{l, ok})
 	return l, ok
 }
@@ -210,7 +210,7 @@ func Known(model string) (Limits, bool) {
 var knownCache = cache.New[string, knownResult](1024)
 
 type knownResult struct {
-	l  Limits
+	l  Window
 	ok bool
 }
 

@@ -9,7 +9,7 @@ import (
 
 // claude-3-opus: a 200000-token window, 4096 out.
 func TestRegistryLimitsOfAKnownModel(t *testing.T) {
-	l := NewRegistry(Config{}, nil).Limits("claude-3-opus", 0)
+	l := NewRegistry(Config{}, nil).Window("claude-3-opus", 0)
 	if l.MaxTokens != 200000 || l.MaxOutputTokens != 4096 {
 		t.Errorf("claude-3-opus: %+v, want 200000/4096", l)
 	}
@@ -21,8 +21,8 @@ func TestRegistryWarnsOnceForAnUnknownModel(t *testing.T) {
 	log, logs := captureLog()
 	r := NewRegistry(Config{}, log)
 	for range 3 {
-		l := r.Limits("custom-model", 0)
-		if want := (Limits{MaxTokens: DefaultMaxTokens, MaxOutputTokens: DefaultOutputTokens}); l != want {
+		l := r.Window("custom-model", 0)
+		if want := (Window{MaxTokens: DefaultMaxTokens, MaxOutputTokens: DefaultOutputTokens}); l != want {
 			t.Errorf("custom-model: %+v, want %+v", l, want)
 		}
 	}
@@ -32,7 +32,7 @@ func TestRegistryWarnsOnceForAnUnknownModel(t *testing.T) {
 	if !strings.Contains(logs.String(), "model=custom-model") {
 		t.Errorf("warning does not name the model:\n%s", logs)
 	}
-	r.Limits("other-model", 0)
+	r.Window("other-model", 0)
 	if got := strings.Count(logs.String(), "unknown model"); got != 2 {
 		t.Errorf("logged %d warnings after a second model, want 2", got)
 	}
@@ -40,29 +40,29 @@ func TestRegistryWarnsOnceForAnUnknownModel(t *testing.T) {
 
 // The effective limit is the window less the reply reserve and Reserved.
 func TestLimitsEffective(t *testing.T) {
-	l := Limits{MaxTokens: 100000, MaxOutputTokens: 4096, Reserved: 1000}
+	l := Window{MaxTokens: 100000, MaxOutputTokens: 4096, Reserved: 1000}
 	if got, want := l.Effective(), 94904; got != want {
 		t.Errorf("Effective() = %d, want %d", got, want)
 	}
 }
 
 func TestLimitsEffectiveNeverNegative(t *testing.T) {
-	if got := (Limits{MaxTokens: 1000, MaxOutputTokens: 4096}).Effective(); got != 0 {
+	if got := (Window{MaxTokens: 1000, MaxOutputTokens: 4096}).Effective(); got != 0 {
 		t.Errorf("Effective() = %d, want 0", got)
 	}
 }
 
 func TestLimitsWithOutputAndCap(t *testing.T) {
-	l := Limits{MaxTokens: 131072, MaxOutputTokens: 1024, Reserved: 100}
+	l := Window{MaxTokens: 131072, MaxOutputTokens: 1024, Reserved: 100}
 	tests := []struct {
 		name string
-		got  Limits
-		want Limits
+		got  Window
+		want Window
 	}{
-		{"request max_tokens replaces reserve", l.WithOutput(500), Limits{131072, 500, 100}},
+		{"request max_tokens replaces reserve", l.WithOutput(500), Window{131072, 500, 100}},
 		{"num_predict -1 keeps reserve", l.WithOutput(-1), l},
 		{"absent keeps reserve", l.WithOutput(0), l},
-		{"num_ctx narrows", l.Cap(8192), Limits{8192, 1024, 100}},
+		{"num_ctx narrows", l.Cap(8192), Window{8192, 1024, 100}},
 		{"larger num_ctx does not widen", l.Cap(1 << 20), l},
 		{"zero cap", l.Cap(0), l},
 	}
@@ -140,24 +140,24 @@ func TestRegistryLimits(t *testing.T) {
 	tests := []struct {
 		name, model string
 		trained     int
-		want        Limits
+		want        Window
 	}{
-		{"override window, default reserve", "llama3.1:8b", 0, Limits{65536, 2048, 100}},
-		{"override beats trained", "llama3.1:8b", 131072, Limits{65536, 2048, 100}},
-		{"override of an unknown model", "my-finetune:q8", 0, Limits{16384, 512, 100}},
-		{"override output only", "gpt-4o-mini", 0, Limits{128000, 4096, 100}},
-		{"trained length of an unknown local model", "custom-model:7b", 32768, Limits{32768, 2048, 100}},
-		{"trained length is the local model's own fact", "phi3:3.8b-mini-128k-instruct", 131072, Limits{131072, 2048, 100}},
-		{"trained length narrows a local family", "gemma3:1b", 32768, Limits{32768, 2048, 100}},
-		{"trained length caps a hosted model", "claude-3-opus", 100000, Limits{100000, 4096, 100}},
-		{"trained length does not widen a hosted model", "gpt-4", 32768, Limits{8192, 4096, 100}},
-		{"table", "qwen2.5:14b", 0, Limits{32768, 2048, 100}},
-		{"unknown", "custom-model", 0, Limits{DefaultMaxTokens, 2048, 100}},
+		{"override window, default reserve", "llama3.1:8b", 0, Window{65536, 2048, 100}},
+		{"override beats trained", "llama3.1:8b", 131072, Window{65536, 2048, 100}},
+		{"override of an unknown model", "my-finetune:q8", 0, Window{16384, 512, 100}},
+		{"override output only", "gpt-4o-mini", 0, Window{128000, 4096, 100}},
+		{"trained length of an unknown local model", "custom-model:7b", 32768, Window{32768, 2048, 100}},
+		{"trained length is the local model's own fact", "phi3:3.8b-mini-128k-instruct", 131072, Window{131072, 2048, 100}},
+		{"trained length narrows a local family", "gemma3:1b", 32768, Window{32768, 2048, 100}},
+		{"trained length caps a hosted model", "claude-3-opus", 100000, Window{100000, 4096, 100}},
+		{"trained length does not widen a hosted model", "gpt-4", 32768, Window{8192, 4096, 100}},
+		{"table", "qwen2.5:14b", 0, Window{32768, 2048, 100}},
+		{"unknown", "custom-model", 0, Window{DefaultMaxTokens, 2048, 100}},
 	}
 	r := NewRegistry(cfg, nil)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := r.Limits(tt.model, tt.trained); got != tt.want {
+			if got := r.Window(tt.model, tt.trained); got != tt.want {
 				t.Errorf("Limits(%q, %d) = %+v, want %+v", tt.model, tt.trained, got, tt.want)
 			}
 		})

@@ -197,7 +197,7 @@ func (r *Registry) Calibrations() map[string]Calibration {
 // CacheStats reports the shared cache of text counts.
 func (r *Registry) CacheStats() CacheStats { return r.store.stats() }
 
-// Limits returns model's limits. trained is the model's trained context
+// Window returns model's limits. trained is the model's trained context
 // length when the backend told it (Ollama /api/show), else 0.
 //
 // In order of precedence: a models: override's fields; for a local model
@@ -209,7 +209,7 @@ func (r *Registry) CacheStats() CacheStats { return r.store.stats() }
 // only. A model without an output limit of its own reserves
 // Config.ReserveOutput for the reply. Config.Reserved is kept free from
 // every model.
-func (r *Registry) Limits(model string, trained int) Limits {
+func (r *Registry) Window(model string, trained int) Window {
 	l, known := Known(model)
 	if trained > 0 {
 		switch {
@@ -243,7 +243,7 @@ func (r *Registry) Limits(model string, trained int) Limits {
 // Tracker returns a tracker of a conversation with model, counting with
 // the model's message counter and limited by its Limits.
 func (r *Registry) Tracker(model string) *Tracker {
-	return NewTracker(r.MessageCounter(model), r.Limits(model, 0))
+	return NewTracker(r.MessageCounter(model), r.Window(model, 0))
 }
 
 // state returns the remembered state of model, creating it.

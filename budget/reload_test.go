@@ -11,21 +11,21 @@ func TestSetModels(t *testing.T) {
 		before map[string]Model
 		after  map[string]Model
 		model  string
-		want   Limits
+		want   Window
 	}{
 		{
 			name:   "override added",
 			before: nil,
 			after:  map[string]Model{"mymodel": {MaxTokens: 16384, MaxOutputTokens: 2048}},
 			model:  "mymodel:7b",
-			want:   Limits{MaxTokens: 16384, MaxOutputTokens: 2048},
+			want:   Window{MaxTokens: 16384, MaxOutputTokens: 2048},
 		},
 		{
 			name:   "override changed",
 			before: map[string]Model{"llama3.1": {MaxTokens: 8192}},
 			after:  map[string]Model{"llama3.1": {MaxTokens: 32768}},
 			model:  "llama3.1:8b",
-			want:   Limits{MaxTokens: 32768, MaxOutputTokens: DefaultOutputTokens},
+			want:   Window{MaxTokens: 32768, MaxOutputTokens: DefaultOutputTokens},
 		},
 		{
 			name:   "override removed: the table again",
@@ -38,16 +38,16 @@ func TestSetModels(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := NewRegistry(Config{Models: tt.before}, nil)
-			_ = r.Limits(tt.model, 0)
+			_ = r.Window(tt.model, 0)
 			r.SetModels(tt.after)
-			if got := r.Limits(tt.model, 0); got != tt.want {
+			if got := r.Window(tt.model, 0); got != tt.want {
 				t.Errorf("Limits after SetModels = %+v, want %+v", got, tt.want)
 			}
 		})
 	}
 }
 
-func mustKnown(t *testing.T, model string) Limits {
+func mustKnown(t *testing.T, model string) Window {
 	t.Helper()
 	l, ok := Known(model)
 	if !ok {
@@ -102,7 +102,7 @@ func TestSetModelsConcurrent(t *testing.T) {
 					r.SetModels(map[string]Model{"m": {MaxTokens: 4096 + j, Multiplier: 1 + float64(j%3)/10}})
 					continue
 				}
-				_ = r.Limits("m:1b", 0)
+				_ = r.Window("m:1b", 0)
 				_ = r.MessageCounter("m:1b")
 			}
 		})

@@ -37,7 +37,7 @@ func TestTotalsAdd(t *testing.T) {
 // each sees a distinct "before": the proxy decides once that usage first
 // crossed its threshold.
 func TestTrackerRecordConcurrent(t *testing.T) {
-	tr := NewTracker(newCL100K(t), Limits{MaxTokens: 1000})
+	tr := NewTracker(newCL100K(t), Window{MaxTokens: 1000})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var befores []int
@@ -74,7 +74,7 @@ func TestTrackerRecordConcurrent(t *testing.T) {
 // A session served before (another replica, a restart) carries on from
 // the totals the store kept.
 func TestTrackerResume(t *testing.T) {
-	tr := NewTracker(newCL100K(t), Limits{MaxTokens: 1000})
+	tr := NewTracker(newCL100K(t), Window{MaxTokens: 1000})
 	tr.Resume(Totals{Requests: 41, Truncations: 2})
 	_, after := tr.Record(Turn{Tokens: 10, Limit: 1000, Truncated: true})
 	if after.Requests != 42 || after.Truncations != 3 {

@@ -48,7 +48,7 @@ type MessageCounting interface {
 // (Record, Totals). A Tracker is safe for concurrent use.
 type Tracker struct {
 	counter MessageCounting
-	limits  Limits
+	limits  Window
 
 	mu           sync.Mutex
 	system       int
@@ -59,12 +59,12 @@ type Tracker struct {
 }
 
 // NewTracker returns a tracker counting with c against l.
-func NewTracker(c MessageCounting, l Limits) *Tracker {
+func NewTracker(c MessageCounting, l Window) *Tracker {
 	return &Tracker{counter: c, limits: l}
 }
 
 // Limits returns the limits tracked against.
-func (t *Tracker) Limits() Limits { return t.limits }
+func (t *Tracker) Limits() Window { return t.limits }
 
 // SetSystemPrompt counts the system prompt, records it in the budget and
 // returns its tokens.

@@ -10,7 +10,7 @@ import (
 func TestRegistryTrackerForModel(t *testing.T) {
 	r := NewRegistry(Config{}, nil)
 	tr := r.Tracker("gpt-4")
-	if got, want := tr.Limits(), (Limits{MaxTokens: 8192, MaxOutputTokens: 4096}); got != want {
+	if got, want := tr.Limits(), (Window{MaxTokens: 8192, MaxOutputTokens: 4096}); got != want {
 		t.Errorf("Limits() = %+v, want %+v", got, want)
 	}
 	if got, want := tr.counter.(*MessageCounter).Name(), EncodingCL100K; got != want {
@@ -20,7 +20,7 @@ func TestRegistryTrackerForModel(t *testing.T) {
 
 // The system prompt is counted with its message structure and budgeted.
 func TestTrackerSetSystemPrompt(t *testing.T) {
-	tr := NewTracker(newCL100K(t), Limits{MaxTokens: 100000})
+	tr := NewTracker(newCL100K(t), Window{MaxTokens: 100000})
 	n := tr.SetSystemPrompt("You are a helpful assistant.")
 	if want := 3 + 1 + 6; n != want { // structure, role, 6 tokens of text
 		t.Errorf("SetSystemPrompt = %d, want %d", n, want)
@@ -44,7 +44,7 @@ func messagesOf(n, tokens int) []chat.Message {
 
 // Update replaces the conversation: 10 messages of 500 tokens, then 2.
 func TestTrackerUpdateReplacesTheConversation(t *testing.T) {
-	tr := NewTracker(newCL100K(t), Limits{MaxTokens: 100000})
+	tr := NewTracker(newCL100K(t), Window{MaxTokens: 100000})
 	tr.Update(messagesOf(10, 500))
 	if got, want := tr.Tokens(), 5000; got != want {
 		t.Errorf("Tokens() = %d, want %d", got, want)
@@ -60,7 +60,7 @@ func TestTrackerUpdateReplacesTheConversation(t *testing.T) {
 
 // 12000 tokens against a limit of 10000 overflow by 2000.
 func TestTrackerOverflow(t *testing.T) {
-	tr := NewTracker(newCL100K(t), Limits{MaxTokens: 10000})
+	tr := NewTracker(newCL100K(t), Window{MaxTokens: 10000})
 	tr.Update(messagesOf(3, 4000))
 	if !tr.ExceedsLimit() {
 		t.Errorf("ExceedsLimit() = false at 12000 of 10000")
@@ -72,7 +72,7 @@ func TestTrackerOverflow(t *testing.T) {
 
 // 75000 of 100000 tokens is 75% and no overflow.
 func TestTrackerUsagePercentage(t *testing.T) {
-	tr := NewTracker(newCL100K(t), Limits{MaxTokens: 100000})
+	tr := NewTracker(newCL100K(t), Window{MaxTokens: 100000})
 	tr.Update(messagesOf(3, 25000))
 	if got, want := tr.Usage(), 75.0; got != want {
 		t.Errorf("Usage() = %v, want %v", got, want)
@@ -89,7 +89,7 @@ func TestTrackerNearLimitFrom80Percent(t *testing.T) {
 		want   bool
 	}{{85000, true}, {80000, true}, {79999, false}, {0, false}}
 	for _, tt := range tests {
-		tr := NewTracker(newCL100K(t), Limits{MaxTokens: 100000})
+		tr := NewTracker(newCL100K(t), Window{MaxTokens: 100000})
 		if tt.tokens > 0 {
 			tr.Update(messagesOf(1, tt.tokens))
 		}
@@ -104,7 +104,7 @@ func TestTrackerNearLimitFrom80Percent(t *testing.T) {
 func TestTrackerCountsOnlyTheNewTurn(t *testing.T) {
 	inner := &countingCounter{Counter: mustTiktoken(t, EncodingCL100K)}
 	mc := NewMessageCounter(inner, 0) // no cache: every count reaches inner
-	tr := NewTracker(mc, Limits{MaxTokens: 8192})
+	tr := NewTracker(mc, Window{MaxTokens: 8192})
 	turns := []string{"Hello", "Hi there! How can I help?", "Tell me a joke.", "Why did the chicken cross the road?"}
 	want := 0
 	for i, s := range turns {
@@ -129,7 +129,7 @@ func TestTrackerCountsOnlyTheNewTurn(t *testing.T) {
 }
 
 func TestTrackerZeroLimit(t *testing.T) {
-	tr := NewTracker(newCL100K(t), Limits{})
+	tr := NewTracker(newCL100K(t), Window{})
 	if tr.Usage() != 0 {
 		t.Errorf("empty: Usage() = %v", tr.Usage())
 	}

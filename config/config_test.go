@@ -130,7 +130,7 @@ func TestStrategyReserved(t *testing.T) {
 		t.Fatal(problems)
 	}
 	reg := budget.NewRegistry(c.BudgetConfig(), nil)
-	if got := reg.Limits("m", 0).Effective(); got != 94904 {
+	if got := reg.Window("m", 0).Effective(); got != 94904 {
 		t.Errorf("effective limit %d, want 94904", got)
 	}
 	applied, restart := Diff(Default(), c)

@@ -3,6 +3,8 @@ package gpu
 import (
 	"context"
 	"errors"
+
+	"github.com/ctxproxy/ctxproxy/api"
 )
 
 // Probe names, as config gpu.probe spells them.
@@ -25,16 +27,10 @@ var (
 	ErrClosed = errors.New("gpu: probe closed")
 )
 
-// Device is the memory of one device, in bytes. Total = Used + Free.
-type Device struct {
-	// Vendor is the probe that found it: "nvidia", "amd", "apple" or "cpu".
-	Vendor string `json:"vendor"`
-	// Name is the product name, e.g. "NVIDIA A100-SXM4-40GB".
-	Name  string `json:"name"`
-	Total uint64 `json:"total"`
-	Used  uint64 `json:"used"`
-	Free  uint64 `json:"free"`
-}
+// Device is the memory of one device, in bytes, Total = Used + Free: the
+// shape the status API and "ctxproxy gpu --json" show, declared once in
+// package api.
+type Device = api.Device
 
 // newDevice builds a Device from total and free, so that Used + Free =
 // Total even when a source reports them inconsistently.

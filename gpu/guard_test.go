@@ -74,7 +74,7 @@ func TestGuardCompressesAt80Percent(t *testing.T) {
 func TestGuardShrinksAt90Percent(t *testing.T) {
 	checkGuardLevel(t, 0.90, LevelShrink)
 
-	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
+	m := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	s := NewSizer(Config{})
 	calm := s.Decide(m, snap(1, 8*gb))
 	pressed := snap(2, 8*gb)
@@ -102,17 +102,17 @@ func TestLevelString(t *testing.T) {
 func TestSnapshotUsage(t *testing.T) {
 	tests := []struct {
 		name string
-		s    Snapshot
+		s    Reading
 		want float64
 	}{
-		{"no devices", Snapshot{}, 0},
-		{"plain", Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 40)}}, 0.6},
-		{"sums devices", Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 40), newDevice("nvidia", "b", 100, 100)}}, 0.3},
+		{"no devices", Reading{}, 0},
+		{"plain", Reading{Devices: []Device{newDevice("nvidia", "a", 100, 40)}}, 0.6},
+		{"sums devices", Reading{Devices: []Device{newDevice("nvidia", "a", 100, 40), newDevice("nvidia", "b", 100, 100)}}, 0.3},
 		// Ollama's loaded models are not pressure (see Snapshot.Usage).
-		{"leaves out loaded models", loaded(Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 5)}}, modelinfo.Loaded{Size: 80, SizeVRAM: 70}), 0.25},
-		{"models unknown: all used memory", Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 5)}, Models: []modelinfo.Loaded{{SizeVRAM: 70}}}, 0.95},
-		{"models larger than used", loaded(Snapshot{Devices: []Device{newDevice("nvidia", "a", 100, 50)}}, modelinfo.Loaded{SizeVRAM: 70}), 0},
-		{"cpu probe counts the part in RAM", loaded(Snapshot{Probe: "cpu", Devices: []Device{newDevice("cpu", "RAM", 100, 40)}}, modelinfo.Loaded{Size: 30, SizeVRAM: 10}), 0.4},
+		{"leaves out loaded models", loaded(Reading{Devices: []Device{newDevice("nvidia", "a", 100, 5)}}, modelinfo.Loaded{Size: 80, SizeVRAM: 70}), 0.25},
+		{"models unknown: all used memory", Reading{Devices: []Device{newDevice("nvidia", "a", 100, 5)}, Models: []modelinfo.Loaded{{SizeVRAM: 70}}}, 0.95},
+		{"models larger than used", loaded(Reading{Devices: []Device{newDevice("nvidia", "a", 100, 50)}}, modelinfo.Loaded{SizeVRAM: 70}), 0},
+		{"cpu probe counts the part in RAM", loaded(Reading{Probe: "cpu", Devices: []Device{newDevice("cpu", "RAM", 100, 40)}}, modelinfo.Loaded{Size: 30, SizeVRAM: 10}), 0.4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 // Event tells a subscriber that the guard's level changed.
 type Event struct {
 	Prev, Level Level
-	Snapshot    Snapshot
+	Snapshot    Reading
 }
 
 // Low reports a low-memory event: usage rose to the compress level or
@@ -47,7 +47,7 @@ type Monitor struct {
 	log   *slog.Logger
 	opts  MonitorOptions
 
-	snap   atomic.Pointer[Snapshot]
+	snap   atomic.Pointer[Reading]
 	active atomic.Int64
 	wake   chan struct{}
 	// quick is set while Run waits at most poll_active: a request that
@@ -86,15 +86,15 @@ func NewMonitor(p Probe, cfg Config, opts MonitorOptions) *Monitor {
 		guard: NewGuard(cfg.Guard),
 		subs:  make(map[int]func(Event)),
 	}
-	m.snap.Store(&Snapshot{Probe: p.Name()})
+	m.snap.Store(&Reading{Probe: p.Name()})
 	if opts.Loaded == nil {
 		m.log.Warn("gpu: no source of loaded models: sizing treats models as not loaded and the memory guard counts their memory as pressure")
 	}
 	return m
 }
 
-// Snapshot returns the latest sample (Seq 0 before the first).
-func (m *Monitor) Snapshot() Snapshot { return *m.snap.Load() }
+// Reading returns the latest sample (Seq 0 before the first).
+func (m *Monitor) Reading() Reading { return *m.snap.Load() }
 
 // Active marks a chat request in flight until the returned func is called
 // (more calls do nothing): `defer m.Active()()`. The first request after an
@@ -138,7 +138,7 @@ func (m *Monitor) Run(ctx context.Context) {
 			interval = m.cfg.PollActive
 		}
 		m.quick.Store(interval <= m.cfg.PollActive)
-		last := m.Snapshot()
+		last := m.Reading()
 		elapsed := m.opts.Now().Sub(last.Time)
 		if last.Seq == 0 || elapsed >= interval {
 			m.Sample(ctx)
@@ -157,7 +157,7 @@ func (m *Monitor) Run(ctx context.Context) {
 
 // Sample takes a sample now, publishes it and returns it (the `ctxproxy
 // gpu` command uses it without Run).
-func (m *Monitor) Sample(ctx context.Context) Snapshot {
+func (m *Monitor) Sample(ctx context.Context) Reading {
 	m.sampleMu.Lock()
 	defer m.sampleMu.Unlock()
 	devices, err := m.probe.Devices(ctx)
@@ -165,7 +165,7 @@ func (m *Monitor) Sample(ctx context.Context) Snapshot {
 		devices = nil
 	}
 	m.seq++
-	s := Snapshot{Seq: m.seq, Probe: m.probe.Name(), Devices: devices, Err: err}
+	s := Reading{Seq: m.seq, Probe: m.probe.Name(), Devices: devices, Err: err}
 	old := m.snap.Load()
 	if m.opts.Loaded != nil {
 		// A backend that does not answer must not stall sampling.

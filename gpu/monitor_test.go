@@ -129,7 +129,7 @@ func TestMonitorPollsEvery5sDuringInference(t *testing.T) {
 	m, clock := startMonitor(t, p, Config{}, MonitorOptions{})
 
 	w := clock.next(t) // after the first sample
-	if got := m.Snapshot().Seq; got != 1 {
+	if got := m.Reading().Seq; got != 1 {
 		t.Fatalf("Seq after start = %d, want 1", got)
 	}
 	if w.d != 60*time.Second {
@@ -143,7 +143,7 @@ func TestMonitorPollsEvery5sDuringInference(t *testing.T) {
 	clock.mu.Unlock()
 	done := m.Active()
 	w = clock.next(t)
-	if got := m.Snapshot().Seq; got != 2 {
+	if got := m.Reading().Seq; got != 2 {
 		t.Errorf("Seq after a request began = %d, want 2", got)
 	}
 	if w.d != 5*time.Second {
@@ -152,7 +152,7 @@ func TestMonitorPollsEvery5sDuringInference(t *testing.T) {
 	for want := uint64(3); want <= 5; want++ {
 		clock.elapse(w, w.d)
 		w = clock.next(t)
-		if got := m.Snapshot().Seq; got != want {
+		if got := m.Reading().Seq; got != want {
 			t.Errorf("Seq = %d, want %d", got, want)
 		}
 		if w.d != 5*time.Second {
@@ -169,7 +169,7 @@ func TestMonitorPollsEvery5sDuringInference(t *testing.T) {
 	if w.d != 58*time.Second {
 		t.Errorf("idle wait after the request = %v, want 58s", w.d)
 	}
-	if got := m.Snapshot().Seq; got != 5 {
+	if got := m.Reading().Seq; got != 5 {
 		t.Errorf("Seq = %d, want 5 (no sample before it was due)", got)
 	}
 }
@@ -205,7 +205,7 @@ func TestMonitorBackToBackRequestsDoNotWakeIt(t *testing.T) {
 		}
 		clock.elapse(w, 5*time.Second)
 		w = clock.next(t)
-		if got := m.Snapshot().Seq; got != 3 || w.d != 5*time.Second {
+		if got := m.Reading().Seq; got != 3 || w.d != 5*time.Second {
 			t.Errorf("after poll_active with a request in flight: Seq %d, wait %v; want a sample and another 5s wait", got, w.d)
 		}
 		done()
@@ -225,7 +225,7 @@ func TestMonitorRecentSampleIsNotRepeated(t *testing.T) {
 	if w.d != 3*time.Second {
 		t.Errorf("wait after waking 2 s after a sample = %v, want 3s", w.d)
 	}
-	if got := m.Snapshot().Seq; got != 1 {
+	if got := m.Reading().Seq; got != 1 {
 		t.Errorf("Seq = %d, want 1", got)
 	}
 }
@@ -255,7 +255,7 @@ func TestSnapshotHasTotalUsedFreeAndModelMemory(t *testing.T) {
 	if lm, ok := s.Model("llama3.1:8b"); !ok || lm.NumCtx != 65536 {
 		t.Errorf("Model(llama3.1:8b) = %+v, %v", lm, ok)
 	}
-	if m.Snapshot().Seq != s.Seq {
+	if m.Reading().Seq != s.Seq {
 		t.Error("Snapshot() is not the sample just taken")
 	}
 }
@@ -350,7 +350,7 @@ func TestMonitorConcurrentReaders(t *testing.T) {
 		wg.Go(func() {
 			for range 200 {
 				done := m.Active()
-				_ = m.Snapshot().Free()
+				_ = m.Reading().Free()
 				done()
 			}
 		})
@@ -361,8 +361,8 @@ func TestMonitorConcurrentReaders(t *testing.T) {
 		}
 	})
 	wg.Wait()
-	if m.Snapshot().Seq != 50 {
-		t.Errorf("Seq = %d, want 50", m.Snapshot().Seq)
+	if m.Reading().Seq != 50 {
+		t.Errorf("Seq = %d, want 50", m.Reading().Seq)
 	}
 }
 
@@ -391,7 +391,7 @@ func BenchmarkRequestPath(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			done := m.Active()
-			_ = m.Snapshot().Free()
+			_ = m.Reading().Free()
 			done()
 		}
 	})

@@ -37,7 +37,7 @@ type ModelReport struct {
 
 // NewReport builds a Report from a snapshot and, when d is not nil, the
 // decision for a model.
-func NewReport(snap Snapshot, d *Decision) Report {
+func NewReport(snap Reading, d *Decision) Report {
 	r := Report{
 		Devices:     append([]Device{}, snap.Devices...), // [] rather than null in JSON
 		Probe:       snap.Probe,

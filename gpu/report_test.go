@@ -38,24 +38,24 @@ func golden(t *testing.T, name string, got []byte) {
 }
 
 func TestReport(t *testing.T) {
-	twoGPUs := Snapshot{Seq: 4, Probe: "nvidia", Devices: []Device{
+	twoGPUs := Reading{Seq: 4, Probe: "nvidia", Devices: []Device{
 		newDevice("nvidia", "NVIDIA GeForce RTX 4090", 25757220864, 20132659200),
 		newDevice("nvidia", "NVIDIA GeForce RTX 3090", 25769803776, 25232932864),
 	}}
-	llama := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b"), Weights: 4920753328}
+	llama := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b"), Weights: 4920753328}
 	tests := []struct {
 		name  string
-		snap  Snapshot
-		model *Model
+		snap  Reading
+		model *Workload
 		cfg   Config
 	}{
 		{name: "nvidia-two-gpus-llama", snap: twoGPUs, model: &llama},
 		{name: "nvidia-llama-loaded", model: &llama, snap: loaded(twoGPUs, modelinfo.Loaded{
 			Name: "llama3.1:8b", Size: 4920753328 + 512*mib, SizeVRAM: 4920753328 + 512*mib, NumCtx: 4096})},
 		{name: "devices-only", snap: twoGPUs},
-		{name: "cpu-unknown-model", snap: Snapshot{Seq: 1, Probe: "cpu", Devices: []Device{newDevice("cpu", "system RAM (cgroup limit)", 8*gb, 6*gb)}},
-			model: &Model{Name: "mystery:latest"}},
-		{name: "probe-failed", snap: Snapshot{Seq: 2, Probe: "amd", Err: errors.New("gpu: no device: no AMD GPU"), Level: LevelShrink}, model: &llama},
+		{name: "cpu-unknown-model", snap: Reading{Seq: 1, Probe: "cpu", Devices: []Device{newDevice("cpu", "system RAM (cgroup limit)", 8*gb, 6*gb)}},
+			model: &Workload{Name: "mystery:latest"}},
+		{name: "probe-failed", snap: Reading{Seq: 2, Probe: "amd", Err: errors.New("gpu: no device: no AMD GPU"), Level: LevelShrink}, model: &llama},
 		{name: "fixed-off", snap: twoGPUs, model: &llama, cfg: Config{AutoSize: boolp(false)}},
 	}
 	for _, tt := range tests {
@@ -125,7 +125,7 @@ func TestReportJSONShape(t *testing.T) {
 		t.Errorf("total not an integer: %s", js)
 	}
 	// No devices is [] rather than null.
-	empty, _ := json.Marshal(NewReport(Snapshot{}, nil))
+	empty, _ := json.Marshal(NewReport(Reading{}, nil))
 	if string(empty) != `{"devices":[]}` {
 		t.Errorf("empty report = %s", empty)
 	}

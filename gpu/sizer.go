@@ -10,9 +10,9 @@ import (
 	"github.com/ctxproxy/ctxproxy/modelinfo"
 )
 
-// Model is what the proxy knows about the model a request names, from
+// Workload is what the proxy knows about the model a request names, from
 // Ollama's API; the gpu package itself makes no HTTP calls.
-type Model struct {
+type Workload struct {
 	Name string
 	// Facts come from /api/show model_info (modelinfo.Parse). Zero facts
 	// mean unknown.
@@ -208,7 +208,7 @@ func (s *Sizer) Forget(model string) {
 
 // Decide returns the num_ctx for m under snap. It is cheap (no I/O) and
 // meant for the request path.
-func (s *Sizer) Decide(m Model, snap Snapshot) Decision {
+func (s *Sizer) Decide(m Workload, snap Reading) Decision {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.cfg
@@ -229,7 +229,7 @@ func (s *Sizer) Decide(m Model, snap Snapshot) Decision {
 }
 
 // decide makes a decision for m under snap; the caller holds s.mu.
-func (s *Sizer) decide(m Model, snap Snapshot, st *modelState, auto bool, target int, bpt uint64) Decision {
+func (s *Sizer) decide(m Workload, snap Reading, st *modelState, auto bool, target int, bpt uint64) Decision {
 	c := s.cfg
 
 	d := Decision{Model: m.Name, BytesPerToken: bpt, Auto: auto, Level: snap.Level}
@@ -357,7 +357,7 @@ func (s *Sizer) decide(m Model, snap Snapshot, st *modelState, auto bool, target
 
 // fit writes the sizing formula to why and returns the tokens that fit
 // with and without the safety buffer and the bytes available to the cache.
-func (s *Sizer) fit(m Model, snap Snapshot, bpt uint64, why *strings.Builder) (fit, fitNoBuffer, headroom uint64) {
+func (s *Sizer) fit(m Workload, snap Reading, bpt uint64, why *strings.Builder) (fit, fitNoBuffer, headroom uint64) {
 	avail := snap.Free()
 	fmt.Fprintf(why, "free %s", formatBytes(avail))
 	if lm, loaded := snap.Model(m.Name); loaded {
@@ -378,7 +378,7 @@ func (s *Sizer) fit(m Model, snap Snapshot, bpt uint64, why *strings.Builder) (f
 
 // guardStep lowers n one bucket while the guard is at the shrink level or
 // above, never below lower.
-func (s *Sizer) guardStep(n, lower int, snap Snapshot, why *strings.Builder) int {
+func (s *Sizer) guardStep(n, lower int, snap Reading, why *strings.Builder) int {
 	if snap.Level < LevelShrink || n <= lower {
 		return n
 	}

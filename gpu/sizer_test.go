@@ -11,13 +11,13 @@ import (
 )
 
 // snap is a sample of one 48 GiB device with free bytes free.
-func snap(seq uint64, free uint64) Snapshot {
+func snap(seq uint64, free uint64) Reading {
 	const total = 48 * gb
-	return Snapshot{Seq: seq, Probe: "nvidia", Devices: []Device{newDevice("nvidia", "test GPU", total, free)}}
+	return Reading{Seq: seq, Probe: "nvidia", Devices: []Device{newDevice("nvidia", "test GPU", total, free)}}
 }
 
 // loaded adds Ollama's loaded models to a snapshot.
-func loaded(s Snapshot, models ...modelinfo.Loaded) Snapshot {
+func loaded(s Reading, models ...modelinfo.Loaded) Reading {
 	s.Models, s.ModelsKnown = models, true
 	return s
 }
@@ -25,12 +25,12 @@ func loaded(s Snapshot, models ...modelinfo.Loaded) Snapshot {
 func boolp(b bool) *bool { return &b }
 
 func TestSizerDecide(t *testing.T) {
-	llama := func(t *testing.T) Model { return Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")} }
+	llama := func(t *testing.T) Workload { return Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")} }
 	tests := []struct {
 		name       string
 		cfg        Config
-		model      func(t *testing.T) Model
-		snap       Snapshot
+		model      func(t *testing.T) Workload
+		snap       Reading
 		wantNumCtx int
 		wantLimit  int
 		wantReason string // whole reason, or "…substring" to look for
@@ -42,7 +42,7 @@ func TestSizerDecide(t *testing.T) {
 		},
 		{
 			name: "weights of an unloaded model",
-			model: func(t *testing.T) Model {
+			model: func(t *testing.T) Workload {
 				m := llama(t)
 				m.Weights = 4 * gb
 				return m
@@ -59,7 +59,7 @@ func TestSizerDecide(t *testing.T) {
 		},
 		{
 			name: "loaded without context_length: its memory less weights",
-			model: func(t *testing.T) Model {
+			model: func(t *testing.T) Workload {
 				m := llama(t)
 				m.Weights = 4 * gb
 				return m
@@ -74,7 +74,7 @@ func TestSizerDecide(t *testing.T) {
 		},
 		{
 			name: "loaded in system RAM under the cpu probe", model: llama,
-			snap: func() Snapshot {
+			snap: func() Reading {
 				s := loaded(snap(1, 2*gb), modelinfo.Loaded{Name: "llama3.1:8b", Size: 12 * gb, NumCtx: 65536})
 				s.Probe = "cpu"
 				return s
@@ -98,13 +98,13 @@ func TestSizerDecide(t *testing.T) {
 		},
 		{
 			name: "capped by trained context_length", snap: snap(1, 40*gb),
-			model:      func(t *testing.T) Model { return Model{Name: "qwen2.5:7b", Facts: facts(t, "qwen2.5-7b")} },
+			model:      func(t *testing.T) Workload { return Workload{Name: "qwen2.5:7b", Facts: facts(t, "qwen2.5-7b")} },
 			wantNumCtx: 32768, wantLimit: 32768,
 			wantReason: "…, capped by context_length 32768",
 		},
 		{
 			name: "tiny model capped by its context_length", snap: snap(1, 1*gb),
-			model:      func(t *testing.T) Model { return Model{Name: "tiny", Facts: facts(t, "tiny")} },
+			model:      func(t *testing.T) Workload { return Workload{Name: "tiny", Facts: facts(t, "tiny")} },
 			wantNumCtx: 8192, wantLimit: 8192,
 		},
 		{
@@ -143,23 +143,23 @@ func TestSizerDecide(t *testing.T) {
 			wantNumCtx: 114688, wantLimit: 114688,
 		},
 		{
-			name: "unknown facts: min_size", model: func(*testing.T) Model { return Model{Name: "mystery"} }, snap: snap(1, 16*gb),
+			name: "unknown facts: min_size", model: func(*testing.T) Workload { return Workload{Name: "mystery"} }, snap: snap(1, 16*gb),
 			wantNumCtx: 2048, wantLimit: 0,
 			wantReason: "model facts unknown: min_size 2048",
 		},
 		{
 			name: "unknown facts with target_size", cfg: Config{TargetSize: 8192},
-			model: func(*testing.T) Model { return Model{Name: "mystery"} }, snap: snap(1, 16*gb),
+			model: func(*testing.T) Workload { return Workload{Name: "mystery"} }, snap: snap(1, 16*gb),
 			wantNumCtx: 8192, wantLimit: 0,
 			wantReason: "model facts unknown: target_size 8192",
 		},
 		{
-			name: "no sample yet", model: llama, snap: Snapshot{},
+			name: "no sample yet", model: llama, snap: Reading{},
 			wantNumCtx: 2048, wantLimit: 0,
 			wantReason: "no memory sample yet: min_size 2048",
 		},
 		{
-			name: "probe failed", model: llama, snap: Snapshot{Seq: 3, Err: errors.New("nvml: GPU is lost")},
+			name: "probe failed", model: llama, snap: Reading{Seq: 3, Err: errors.New("nvml: GPU is lost")},
 			wantNumCtx: 2048, wantLimit: 0,
 			wantReason: "no memory sample (nvml: GPU is lost): min_size 2048",
 		},
@@ -175,7 +175,7 @@ func TestSizerDecide(t *testing.T) {
 		},
 		{
 			name: "fixed target_size within the trained context", cfg: Config{AutoSize: boolp(false), TargetSize: 65536},
-			model: func(t *testing.T) Model { return Model{Name: "qwen2.5:7b", Facts: facts(t, "qwen2.5-7b")} }, snap: snap(1, 40*gb),
+			model: func(t *testing.T) Workload { return Workload{Name: "qwen2.5:7b", Facts: facts(t, "qwen2.5-7b")} }, snap: snap(1, 40*gb),
 			wantNumCtx: 32768, wantLimit: 32768,
 			wantReason: "fixed size 65536 (kept within [2048, 32768]: 32768)",
 		},
@@ -186,7 +186,7 @@ func TestSizerDecide(t *testing.T) {
 		},
 		{
 			name: "guard at shrink steps one bucket down", model: llama,
-			snap:       func() Snapshot { s := snap(1, 16*gb); s.Level = LevelShrink; return s }(),
+			snap:       func() Reading { s := snap(1, 16*gb); s.Level = LevelShrink; return s }(),
 			wantNumCtx: 124928, wantLimit: 126976,
 			wantReason: "…; memory guard at shrink (usage 67%): one bucket down to 124928",
 		},
@@ -276,7 +276,7 @@ func TestSizerHysteresis(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := NewSizer(Config{})
-			m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
+			m := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 			var seq uint64
 			var got []int
 			var want []int
@@ -301,7 +301,7 @@ func TestSizerHysteresis(t *testing.T) {
 // counts its KV cache as its own, so the reload does not feed back.
 func TestSizerStableAcrossReload(t *testing.T) {
 	s := NewSizer(Config{})
-	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b"), Weights: 4 * gb}
+	m := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b"), Weights: 4 * gb}
 	first := s.Decide(m, loaded(snap(1, 20*gb)))
 	if first.NumCtx != 126976 {
 		t.Fatalf("first NumCtx = %d", first.NumCtx)
@@ -326,8 +326,8 @@ func TestSizerStableAcrossReload(t *testing.T) {
 
 func TestSizerModelsAreIndependent(t *testing.T) {
 	s := NewSizer(Config{})
-	llama := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
-	qwen := Model{Name: "qwen2.5:7b", Facts: facts(t, "qwen2.5-7b")}
+	llama := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
+	qwen := Workload{Name: "qwen2.5:7b", Facts: facts(t, "qwen2.5-7b")}
 	if d := s.Decide(llama, snap(1, 4*gb)); d.NumCtx != 28672 {
 		t.Errorf("llama NumCtx = %d", d.NumCtx)
 	}
@@ -339,7 +339,7 @@ func TestSizerModelsAreIndependent(t *testing.T) {
 // `/context size N` and `/context auto` at runtime.
 func TestSizerRuntimeOverride(t *testing.T) {
 	s := NewSizer(Config{})
-	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
+	m := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	if auto, target := s.Mode(); !auto || target != 0 {
 		t.Errorf("Mode() = %v, %d; want auto", auto, target)
 	}
@@ -377,7 +377,7 @@ func TestSizerRuntimeOverride(t *testing.T) {
 }
 
 func TestDecisionClient(t *testing.T) {
-	d := NewSizer(Config{}).Decide(Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}, snap(1, 10*gb+100*mib))
+	d := NewSizer(Config{}).Decide(Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}, snap(1, 10*gb+100*mib))
 	tests := []struct {
 		name       string
 		client     int
@@ -398,7 +398,7 @@ func TestDecisionClient(t *testing.T) {
 			}
 		})
 	}
-	unknown := NewSizer(Config{}).Decide(Model{Name: "mystery"}, snap(1, 10*gb))
+	unknown := NewSizer(Config{}).Decide(Workload{Name: "mystery"}, snap(1, 10*gb))
 	if got, reason := unknown.Client(65536); got != 65536 || reason != "" {
 		t.Errorf("unknown limit: Client(65536) = %d, %q; want it kept", got, reason)
 	}
@@ -407,7 +407,7 @@ func TestDecisionClient(t *testing.T) {
 // An allocation is allowed only while it leaves the 512 MiB safety buffer
 // free.
 func TestCanAllocateHonoursSoftLimit(t *testing.T) {
-	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
+	m := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	d := NewSizer(Config{}).Decide(m, snap(1, 1*gb)) // 512 MiB above the buffer = 4096 tokens
 	tests := []struct {
 		tokens int
@@ -418,10 +418,10 @@ func TestCanAllocateHonoursSoftLimit(t *testing.T) {
 			t.Errorf("CanAllocate(%d) = %v, want %v", tt.tokens, got, tt.want)
 		}
 	}
-	if NewSizer(Config{}).Decide(Model{Name: "mystery"}, snap(1, 40*gb)).CanAllocate(1) {
+	if NewSizer(Config{}).Decide(Workload{Name: "mystery"}, snap(1, 40*gb)).CanAllocate(1) {
 		t.Error("CanAllocate with unknown facts = true")
 	}
-	if NewSizer(Config{}).Decide(m, Snapshot{}).CanAllocate(1) {
+	if NewSizer(Config{}).Decide(m, Reading{}).CanAllocate(1) {
 		t.Error("CanAllocate without a sample = true")
 	}
 }
@@ -434,9 +434,9 @@ func TestSafetyBufferDefaultsTo512MiB(t *testing.T) {
 
 // The size follows available memory, the model and the quantization.
 func TestSizeFromMemoryModelAndQuantization(t *testing.T) {
-	llama := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
-	qwen := Model{Name: "qwen2.5:7b", Facts: facts(t, "qwen2.5-7b")}
-	decide := func(cfg Config, m Model, free uint64) int { return NewSizer(cfg).Decide(m, snap(1, free)).NumCtx }
+	llama := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
+	qwen := Workload{Name: "qwen2.5:7b", Facts: facts(t, "qwen2.5-7b")}
+	decide := func(cfg Config, m Workload, free uint64) int { return NewSizer(cfg).Decide(m, snap(1, free)).NumCtx }
 	base := decide(Config{}, llama, 4*gb)
 	if more := decide(Config{}, llama, 8*gb); more <= base {
 		t.Errorf("more memory: %d, not above %d", more, base)
@@ -451,7 +451,7 @@ func TestSizeFromMemoryModelAndQuantization(t *testing.T) {
 
 // The size is floor((available − safety buffer) / bytes per token).
 func TestAutoSizeFormula(t *testing.T) {
-	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
+	m := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	for _, free := range []uint64{1 * gb, 3*gb + 17*mib, 9*gb + 999, 15 * gb} {
 		d := NewSizer(Config{}).Decide(m, snap(1, free))
 		want := int((free - 512*mib) / (128 * kib))
@@ -466,7 +466,7 @@ func TestAutoSizeFormula(t *testing.T) {
 
 // target_size is the preferred size.
 func TestTargetSizeIsPreferred(t *testing.T) {
-	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
+	m := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	if d := NewSizer(Config{TargetSize: 16384}).Decide(m, snap(1, 40*gb)); d.NumCtx != 16384 {
 		t.Errorf("auto with target: %d", d.NumCtx)
 	}
@@ -477,7 +477,7 @@ func TestTargetSizeIsPreferred(t *testing.T) {
 
 // The size is never below min_size.
 func TestSizeNeverBelowMinSize(t *testing.T) {
-	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
+	m := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	for _, free := range []uint64{0, 100 * mib, 1 * gb} {
 		for _, level := range []Level{LevelNormal, LevelEmergency} {
 			sn := snap(1, free)
@@ -491,7 +491,7 @@ func TestSizeNeverBelowMinSize(t *testing.T) {
 
 // The size is never above max_size.
 func TestSizeNeverAboveMaxSize(t *testing.T) {
-	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
+	m := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	for _, cfg := range []Config{{MaxSize: 32768}, {MaxSize: 32768, AutoSize: boolp(false), TargetSize: 65536}, {MaxSize: 32768, TargetSize: 65536}} {
 		if d := NewSizer(cfg).Decide(m, snap(1, 40*gb)); d.NumCtx > 32768 {
 			t.Errorf("%+v: NumCtx %d above max_size", cfg, d.NumCtx)
@@ -501,7 +501,7 @@ func TestSizeNeverAboveMaxSize(t *testing.T) {
 
 // auto_size adjusts to memory; off, it does not.
 func TestAutoSizeFollowsMemory(t *testing.T) {
-	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
+	m := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	auto, fixed := NewSizer(Config{}), NewSizer(Config{AutoSize: boolp(false), TargetSize: 8192})
 	var autoSizes, fixedSizes []int
 	for i, free := range []uint64{40 * gb, 4 * gb} {
@@ -518,7 +518,7 @@ func TestAutoSizeFollowsMemory(t *testing.T) {
 
 // vram_buffer is reserved.
 func TestVRAMBufferReserved(t *testing.T) {
-	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
+	m := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	d := NewSizer(Config{VRAMBuffer: 1 * gb}).Decide(m, snap(1, 5*gb))
 	if want := int(4 * gb / (128 * kib)); d.Limit != want {
 		t.Errorf("Limit = %d, want %d", d.Limit, want)
@@ -527,7 +527,7 @@ func TestVRAMBufferReserved(t *testing.T) {
 
 // kv_quantization is used in the calculation.
 func TestKVQuantizationUsedInSizing(t *testing.T) {
-	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
+	m := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	for quant, want := range map[string]uint64{"f16": 128 * kib, "q8_0": 64 * kib, "q4_0": 32 * kib} {
 		if d := NewSizer(Config{KVQuantization: quant}).Decide(m, snap(1, 5*gb)); d.BytesPerToken != want {
 			t.Errorf("%s: BytesPerToken = %d, want %d", quant, d.BytesPerToken, want)
@@ -537,7 +537,7 @@ func TestKVQuantizationUsedInSizing(t *testing.T) {
 
 func TestSizerConcurrent(t *testing.T) {
 	s := NewSizer(Config{})
-	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
+	m := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
@@ -556,7 +556,7 @@ func TestSizerConcurrent(t *testing.T) {
 // BenchmarkDecide is a request between samples (the common case).
 func BenchmarkDecide(b *testing.B) {
 	s := NewSizer(Config{})
-	m := Model{Name: "llama3.1:8b", Facts: facts(b, "llama3.1-8b"), Weights: 4 * gb}
+	m := Workload{Name: "llama3.1:8b", Facts: facts(b, "llama3.1-8b"), Weights: 4 * gb}
 	sn := snap(1, 20*gb)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -567,7 +567,7 @@ func BenchmarkDecide(b *testing.B) {
 // BenchmarkDecideNewSample is the first request after each sample.
 func BenchmarkDecideNewSample(b *testing.B) {
 	s := NewSizer(Config{})
-	m := Model{Name: "llama3.1:8b", Facts: facts(b, "llama3.1-8b"), Weights: 4 * gb}
+	m := Workload{Name: "llama3.1:8b", Facts: facts(b, "llama3.1-8b"), Weights: 4 * gb}
 	sn := snap(1, 20*gb)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -582,13 +582,13 @@ func BenchmarkDecideNewSample(b *testing.B) {
 func TestSizerRemembersBoundedModels(t *testing.T) {
 	s := NewSizer(Config{})
 	f := facts(t, "tiny")
-	hot := Model{Name: "hot", Facts: f}
+	hot := Workload{Name: "hot", Facts: f}
 	held := s.Decide(hot, snap(1, gb)).NumCtx
 	if held == 0 {
 		t.Fatal("no num_ctx for the hot model")
 	}
 	for i := range 3 * maxModels {
-		s.Decide(Model{Name: fmt.Sprint("m", i), Facts: f}, snap(1, gb))
+		s.Decide(Workload{Name: fmt.Sprint("m", i), Facts: f}, snap(1, gb))
 		s.Decide(hot, snap(1, gb))
 	}
 	if n := s.models.Len(); n > maxModels {
@@ -605,7 +605,7 @@ func TestSizerRemembersBoundedModels(t *testing.T) {
 // Requests between two samples get the same decision, made once.
 func TestSizerDecisionReusedWithinASample(t *testing.T) {
 	s := NewSizer(Config{})
-	m := Model{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
+	m := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	a := s.Decide(m, snap(1, 8*gb))
 	b := s.Decide(m, snap(1, 8*gb))
 	if a != b {

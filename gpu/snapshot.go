@@ -7,10 +7,10 @@ import (
 	"github.com/ctxproxy/ctxproxy/modelinfo"
 )
 
-// Snapshot is one sample of device memory, as the Monitor took it. The
-// request path reads the latest one without waiting (Monitor.Snapshot);
+// Reading is one sample of device memory, as the Monitor took it. The
+// request path reads the latest one without waiting (Monitor.Reading);
 // its slices are shared and must not be modified.
-type Snapshot struct {
+type Reading struct {
 	// Seq numbers the samples from 1; 0 means no sample has been taken.
 	Seq   uint64
 	Time  time.Time
@@ -40,7 +40,7 @@ func onDevice(m modelinfo.Loaded, probe string) uint64 {
 
 // Model finds a loaded model by name; "llama3.1" matches "llama3.1:latest",
 // as Ollama names it.
-func (s Snapshot) Model(name string) (modelinfo.Loaded, bool) {
+func (s Reading) Model(name string) (modelinfo.Loaded, bool) {
 	if !strings.Contains(name, ":") {
 		name += ":latest"
 	}
@@ -57,20 +57,20 @@ func (s Snapshot) Model(name string) (modelinfo.Loaded, bool) {
 }
 
 // OK reports whether the snapshot has device memory to size from.
-func (s Snapshot) OK() bool { return len(s.Devices) > 0 }
+func (s Reading) OK() bool { return len(s.Devices) > 0 }
 
 // Total is the memory of all devices. Ollama spreads a model's layers, and
 // their KV cache, over every GPU it uses, so sizing counts them together.
-func (s Snapshot) Total() uint64 { return s.sum(func(d Device) uint64 { return d.Total }) }
+func (s Reading) Total() uint64 { return s.sum(func(d Device) uint64 { return d.Total }) }
 
 // Used is the memory in use on all devices.
-func (s Snapshot) Used() uint64 { return s.sum(func(d Device) uint64 { return d.Used }) }
+func (s Reading) Used() uint64 { return s.sum(func(d Device) uint64 { return d.Used }) }
 
 // Free is the free memory of all devices.
-func (s Snapshot) Free() uint64 { return s.sum(func(d Device) uint64 { return d.Free }) }
+func (s Reading) Free() uint64 { return s.sum(func(d Device) uint64 { return d.Free }) }
 
 // ModelMemory is the memory the loaded models hold on the devices.
-func (s Snapshot) ModelMemory() uint64 {
+func (s Reading) ModelMemory() uint64 {
 	var n uint64
 	for _, m := range s.Models {
 		n += onDevice(m, s.Probe)
@@ -78,7 +78,7 @@ func (s Snapshot) ModelMemory() uint64 {
 	return n
 }
 
-func (s Snapshot) sum(f func(Device) uint64) uint64 {
+func (s Reading) sum(f func(Device) uint64) uint64 {
 	var n uint64
 	for _, d := range s.Devices {
 		n += f(d)
@@ -98,7 +98,7 @@ func (s Snapshot) sum(f func(Device) uint64) uint64 {
 // the desktop), which is what takes the memory a model needs at its next
 // load. Without ModelsKnown it cannot tell them apart and counts all used
 // memory.
-func (s Snapshot) Usage() float64 {
+func (s Reading) Usage() float64 {
 	total := s.Total()
 	if total == 0 {
 		return 0

@@ -217,11 +217,11 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 	p = &plan{model: req.Model}
 
 	toOllama := s.kind(r.Context()) == KindOllama
-	var mi backend.Model
+	var mi backend.Details
 	if toOllama {
 		mi = s.be.Model(r.Context(), req.Model)
 	}
-	lim := s.tokens.Limits(req.Model, mi.Facts.ContextLength)
+	lim := s.tokens.Window(req.Model, mi.Facts.ContextLength)
 	switch {
 	case toOllama && d == wire.Ollama && req.Options.NumCtx > 0:
 		p.numCtx = req.Options.NumCtx

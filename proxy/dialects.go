@@ -46,7 +46,7 @@ func (c *exactCounter) failed() error { return c.err }
 // the messages as sent, for the conversation dialects the messages of
 // the /api/chat body they are translated to, which is what Ollama
 // renders and evaluates.
-func exactFor(model *exact.Model, req *wire.Request) exactPrompt {
+func exactFor(model *exact.Tokenizer, req *wire.Request) exactPrompt {
 	if req.Conv == nil {
 		return newExactCounter(model, req)
 	}

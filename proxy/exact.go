@@ -30,7 +30,7 @@ var (
 // vocabulary (package exact). It is used for one request only, so it
 // keeps the request's tools, think value and last counted messages.
 type exactCounter struct {
-	model *exact.Model
+	model *exact.Tokenizer
 	tools api.Tools
 	think *api.ThinkValue
 	// names maps a tool_call_id to the function called, for OpenAI tool
@@ -47,7 +47,7 @@ type exactCounter struct {
 
 // newExactCounter returns a counter of req's prompt for model; err when
 // the request's tools or think value do not decode as Ollama would.
-func newExactCounter(model *exact.Model, req *wire.Request) *exactCounter {
+func newExactCounter(model *exact.Tokenizer, req *wire.Request) *exactCounter {
 	c := &exactCounter{model: model}
 	if len(req.Tools) > 0 {
 		if err := json.Unmarshal(req.Tools, &c.tools); err != nil {

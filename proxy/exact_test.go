@@ -25,8 +25,8 @@ import (
 // bpeModel is a fake Ollama model with an 8,000-token byte-level BPE
 // vocabulary (Llama 3's pre-tokenizer), whose prompt_eval_count is what
 // Ollama's own tokenizer makes of the rendered prompt.
-func bpeModel() (*fakebackend.Model, []string) {
-	return &fakebackend.Model{Vocab: vocabgen.BPE(8000, "llama-bpe", 2)}, exact.Pretokenizer("llama-bpe")
+func bpeModel() (*fakebackend.ModelSpec, []string) {
+	return &fakebackend.ModelSpec{Vocab: vocabgen.BPE(8000, "llama-bpe", 2)}, exact.Pretokenizer("llama-bpe")
 }
 
 // textConversation is n turns of generated text in the dialect's shape.
@@ -188,7 +188,7 @@ func TestExactDrift(t *testing.T) {
 	resp := post(t, sys.url+"/api/chat", textConversation("tiny", 10, 1, nil), nil)
 	io.Copy(io.Discard, resp.Body)
 	m.Template = "{{- range .Messages }}<|im_start|>{{ .Role }} speaking at length\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
-	be.SetOptions(fakebackend.Options{Model: &fakebackend.Model{Vocab: m.Vocab, Template: m.Template}, Pretokenizer: pre, DefaultNumCtx: 1 << 20})
+	be.SetOptions(fakebackend.Options{Model: &fakebackend.ModelSpec{Vocab: m.Vocab, Template: m.Template}, Pretokenizer: pre, DefaultNumCtx: 1 << 20})
 	resp = post(t, sys.url+"/api/chat", textConversation("tiny", 10, 2, nil), nil)
 	io.Copy(io.Discard, resp.Body)
 	if a := sys.srv.be.Model(t.Context(), "tiny").Agreement(); !a.Off || a.Checked != 2 {

@@ -262,7 +262,7 @@ func (gpuCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c gpuCollector) Collect(ch chan<- prometheus.Metric) {
-	snap := c.mon.Snapshot()
+	snap := c.mon.Reading()
 	if snap.Seq == 0 {
 		return // nothing sampled yet: no series rather than zeros
 	}

@@ -52,7 +52,7 @@ type plan struct {
 	counter promptCounter
 	// exact is the backend's model when the prompt was counted with its
 	// own tokenizer; nil when estimated.
-	exact *backend.Model
+	exact *backend.Details
 	// uncut are the messages before any strategy (accumulated history
 	// and in-band edits applied), uncutChanged whether they already
 	// differ from the request's; an overflow retry cuts from them again.
@@ -62,7 +62,7 @@ type plan struct {
 	retries int
 	// lim are the model's limits as this request runs with them; alloc
 	// how its window was divided (setPlanHeaders).
-	lim   budget.Limits
+	lim   budget.Window
 	alloc budget.Budget
 	tools json.RawMessage
 	// window is the context window the backend runs the request with,
@@ -182,20 +182,20 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 	}
 
 	// num_ctx from the memory actually free (Ollama only).
-	var mi backend.Model
+	var mi backend.Details
 	if toOllama {
 		mi = s.be.Model(ctx, req.Model)
 		p.numCtx = req.NumCtx
 		if s.sizer != nil {
-			var snap gpu.Snapshot
+			var snap gpu.Reading
 			if s.monitor != nil {
-				snap = s.monitor.Snapshot()
+				snap = s.monitor.Reading()
 			}
 			window := 0
 			if s.tokens != nil && mi.Facts.ContextLength == 0 {
-				window = s.tokens.Limits(req.Model, 0).MaxTokens
+				window = s.tokens.Window(req.Model, 0).MaxTokens
 			}
-			d := s.sizer.Decide(gpu.Model{Name: req.Model, Facts: mi.Facts, Weights: mi.Weights, Window: window}, snap)
+			d := s.sizer.Decide(gpu.Workload{Name: req.Model, Facts: mi.Facts, Weights: mi.Weights, Window: window}, snap)
 			p.numReason = d.Reason
 			if req.NumCtx > 0 && s.cfg.RespectClient {
 				var why string
@@ -224,9 +224,9 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 	}
 
 	// The window: the model's limits, capped by num_ctx, less the reply.
-	var lim budget.Limits
+	var lim budget.Window
 	if s.tokens != nil {
-		lim = s.tokens.Limits(req.Model, trained)
+		lim = s.tokens.Window(req.Model, trained)
 		// One notion of the window: a models: max_tokens below the num_ctx
 		// memory allows is the window, and num_ctx follows it, so Ollama
 		// does not reserve memory for tokens ctxproxy will never send.
@@ -348,7 +348,7 @@ func (s *planner) cut(ctx context.Context, r *http.Request, ex *exchange, req *w
 		if capN > 0 {
 			tctx = rewrite.WithMaxMessages(tctx, capN)
 		}
-		if s.monitor != nil && s.monitor.Snapshot().Level >= gpu.LevelCompress {
+		if s.monitor != nil && s.monitor.Reading().Level >= gpu.LevelCompress {
 			// Seed 004 R6.2: under memory pressure, compress earlier.
 			tctx = rewrite.WithThreshold(tctx, max(trimmer.Threshold()-0.2, trimmer.Target()))
 		}

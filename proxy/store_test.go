@@ -172,7 +172,7 @@ func (hangingStore) Get(ctx context.Context, _ string) (*snapshots.Session, erro
 	return nil, ctx.Err()
 }
 
-func (hangingStore) List(ctx context.Context) ([]snapshots.SessionInfo, error) {
+func (hangingStore) List(ctx context.Context) ([]snapshots.Listing, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()
 }

@@ -36,7 +36,7 @@ type tokenizeRoutes struct {
 
 // tokenizerFor returns the model's exact tokenizer when the backend is
 // Ollama and exact counting is on.
-func (tr *tokenizeRoutes) tokenizerFor(r *http.Request, model string) *exact.Model {
+func (tr *tokenizeRoutes) tokenizerFor(r *http.Request, model string) *exact.Tokenizer {
 	if tr.noExact || tr.be.Kind(r.Context()) != KindOllama {
 		return nil
 	}

@@ -67,7 +67,7 @@ type FileStore struct {
 	syncs     *syncer
 
 	mu       sync.RWMutex
-	sessions map[string]SessionInfo             // by key; Bytes is the log's size
+	sessions map[string]Listing             // by key; Bytes is the log's size
 	snaps    map[string]map[string]SnapshotInfo // by key, then snapshot id
 
 	counters counters
@@ -102,7 +102,7 @@ func NewFileStore(cfg Config, log *slog.Logger) (*FileStore, error) {
 		now:      time.Now,
 		obs:      observer{StoreFile, cfg.Observe},
 		cache:    newStateCache(defaultCacheBytes),
-		sessions: make(map[string]SessionInfo),
+		sessions: make(map[string]Listing),
 		snaps:    make(map[string]map[string]SnapshotInfo),
 	}
 	st.counters.copies = cfg.Dir
@@ -236,7 +236,7 @@ func (st *FileStore) indexSession(k string) {
 			cause = fmt.Errorf("%w: record at byte %d fails its CRC-32C", ErrCorrupt, good)
 		}
 	}
-	var info SessionInfo
+	var info Listing
 	if last == nil && cause == nil {
 		cause = fmt.Errorf("%w: a session log without records", ErrCorrupt)
 	}
@@ -275,7 +275,7 @@ func (st *FileStore) migrate(k string) {
 		st.log.Error("snapshots: read session", "path", old, "err", err)
 		return
 	}
-	info, err := readInfo[SessionInfo](data, formatSession)
+	info, err := readInfo[Listing](data, formatSession)
 	var s *Session
 	if err == nil {
 		s, err = readSession(data, info.ID)
@@ -480,13 +480,13 @@ func (st *FileStore) compact(k, id string) {
 }
 
 // List returns every session, most recently updated first.
-func (st *FileStore) List(ctx context.Context) (out []SessionInfo, err error) {
+func (st *FileStore) List(ctx context.Context) (out []Listing, err error) {
 	defer st.obs.done(OpList, &err)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	st.mu.RLock()
-	out = make([]SessionInfo, 0, len(st.sessions))
+	out = make([]Listing, 0, len(st.sessions))
 	for k, info := range st.sessions {
 		info.Snapshots = len(st.snaps[k])
 		for _, snap := range st.snaps[k] {
@@ -500,8 +500,8 @@ func (st *FileStore) List(ctx context.Context) (out []SessionInfo, err error) {
 }
 
 // sortSessions orders a listing most recently updated first.
-func sortSessions(infos []SessionInfo) {
-	slices.SortFunc(infos, func(a, b SessionInfo) int {
+func sortSessions(infos []Listing) {
+	slices.SortFunc(infos, func(a, b Listing) int {
 		if c := b.Updated.Compare(a.Updated); c != 0 {
 			return c
 		}

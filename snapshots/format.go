@@ -355,10 +355,10 @@ func change(old *Session, id string, create, whole bool, now time.Time, fn func(
 // sessionRecord encodes s as a v1 record with its listing entry (the
 // format sessions were stored in before the log; kept for the tests of
 // migration).
-func sessionRecord(s *Session) ([]byte, SessionInfo, error) {
+func sessionRecord(s *Session) ([]byte, Listing, error) {
 	body, err := encodeSession(s)
 	if err != nil {
-		return nil, SessionInfo{}, err
+		return nil, Listing{}, err
 	}
 	info := s.Info()
 	data, err := seal(formatSession, info, body)

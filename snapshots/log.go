@@ -123,8 +123,8 @@ func splitPayload(p []byte) (kind byte, info, body []byte, err error) {
 }
 
 // payloadInfo decodes a payload's listing entry.
-func payloadInfo(p []byte) (SessionInfo, error) {
-	var info SessionInfo
+func payloadInfo(p []byte) (Listing, error) {
+	var info Listing
 	_, ib, _, err := splitPayload(p)
 	if err == nil {
 		if err = json.Unmarshal(ib, &info); err != nil {

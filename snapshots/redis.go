@@ -315,7 +315,7 @@ func (st *RedisStore) tryUpdate(ctx context.Context, tx *redis.Tx, id, k string,
 	}
 	size := e.size + int64(len(rec))
 	seq := rand.Int64()
-	info := SessionInfo{}
+	info := Listing{}
 	_, ib, _, _ := splitPayload(p)
 	if err := json.Unmarshal(ib, &info); err != nil {
 		return err
@@ -423,16 +423,16 @@ func (st *RedisStore) rewrite(ctx context.Context, k, id string, repairOnly bool
 }
 
 // List returns every session, most recently updated first.
-func (st *RedisStore) List(ctx context.Context) (out []SessionInfo, err error) {
+func (st *RedisStore) List(ctx context.Context) (out []Listing, err error) {
 	defer st.obs.done(OpList, &err)
 	all, err := st.rdb.HGetAll(ctx, st.keys.index()).Result()
 	if err != nil {
 		return nil, st.readErr(err)
 	}
-	out = make([]SessionInfo, 0, len(all))
+	out = make([]Listing, 0, len(all))
 	keys := make([]string, 0, len(all))
 	for k, v := range all {
-		var info SessionInfo
+		var info Listing
 		if err := json.Unmarshal([]byte(v), &info); err != nil || key(info.ID) != k {
 			st.corrupt(st.keys.index()+" "+k, fmt.Errorf("%w: index entry", ErrCorrupt))
 			continue

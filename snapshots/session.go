@@ -103,8 +103,8 @@ type Summary struct {
 	Created time.Time `json:"created"`
 }
 
-// SessionInfo is what a listing shows of a session.
-type SessionInfo struct {
+// Listing is what a listing shows of a session.
+type Listing struct {
 	ID       string    `json:"session_id"`
 	Model    string    `json:"model,omitempty"`
 	Created  time.Time `json:"created"`
@@ -123,8 +123,8 @@ type SessionInfo struct {
 }
 
 // Info summarizes s for a listing. Snapshots is left for the store to fill.
-func (s *Session) Info() SessionInfo {
-	return SessionInfo{
+func (s *Session) Info() Listing {
+	return Listing{
 		ID:       s.ID,
 		Model:    s.Model,
 		Created:  s.Created,

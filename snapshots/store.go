@@ -28,7 +28,7 @@ type Store interface {
 	// conflict) and must not call the store's session methods for id.
 	Update(ctx context.Context, id string, fn func(*Session) error) error
 	// List returns every session, most recently updated first.
-	List(ctx context.Context) ([]SessionInfo, error)
+	List(ctx context.Context) ([]Listing, error)
 	// Delete removes session id and all its snapshots, or returns
 	// ErrNotFound when there was neither.
 	Delete(ctx context.Context, id string) error

@@ -59,9 +59,9 @@ const imageTokens = 768
 // model; the pieces of live conversations are the recently used ones.
 const maxPieces = 1 << 16
 
-// Model counts prompts for one Ollama model. It is safe for concurrent
+// Tokenizer counts prompts for one Ollama model. It is safe for concurrent
 // use.
-type Model struct {
+type Tokenizer struct {
 	tok      tokenizer.Tokenizer
 	tmpl     *template.Template
 	renderer string
@@ -96,7 +96,7 @@ type pieceKey struct {
 // New builds a Model from a verbose /api/show answer. It returns an error
 // wrapping ErrUnsupported when the vocabulary is missing (a show answer
 // without "verbose") or of a kind Ollama's tokenizers do not have.
-func New(show Show) (*Model, error) {
+func New(show Show) (*Tokenizer, error) {
 	kv := show.ModelInfo
 	vocab := &tokenizer.Vocabulary{
 		Values: strings_(kv["tokenizer.ggml.tokens"]),
@@ -126,7 +126,7 @@ func New(show Show) (*Model, error) {
 		}
 	}
 
-	m := &Model{
+	m := &Tokenizer{
 		renderer: show.Renderer,
 		system:   show.System,
 		preamble: show.Messages,
@@ -184,7 +184,7 @@ func New(show Show) (*Model, error) {
 
 // Name says how the model is counted ("ollama:gpt2/llama-bpe",
 // "ollama:spm").
-func (m *Model) Name() string { return m.name }
+func (m *Tokenizer) Name() string { return m.name }
 
 // Prompt is one chat request as the server sees it.
 type Prompt struct {
@@ -197,7 +197,7 @@ type Prompt struct {
 // Render returns the prompt text the server builds for p: the
 // Modelfile's MESSAGE lines and SYSTEM prompt added as the server adds
 // them, then the chat template (or the model's renderer) applied.
-func (m *Model) Render(p Prompt) (string, error) {
+func (m *Tokenizer) Render(p Prompt) (string, error) {
 	msgs := p.Messages
 	if len(msgs) > 0 {
 		full := make([]api.Message, 0, len(m.preamble)+len(msgs)+1)
@@ -253,7 +253,7 @@ func (m *Model) Render(p Prompt) (string, error) {
 // prompt's tokens, BOS/EOS as the vocabulary adds them, and 768 per
 // image. exact is false when p has images (their cost depends on the
 // projector).
-func (m *Model) Count(p Prompt) (tokens int, exact bool, err error) {
+func (m *Tokenizer) Count(p Prompt) (tokens int, exact bool, err error) {
 	text, err := m.Render(p)
 	if err != nil {
 		return 0, false, err
@@ -271,7 +271,7 @@ func (m *Model) Count(p Prompt) (tokens int, exact bool, err error) {
 
 // CountPrompt returns the tokens of a rendered prompt, BOS and EOS added
 // as the vocabulary says (the runner encodes a prompt with its specials).
-func (m *Model) CountPrompt(text string) (int, error) {
+func (m *Tokenizer) CountPrompt(text string) (int, error) {
 	n, err := m.CountText(text)
 	if err != nil {
 		return 0, err
@@ -287,7 +287,7 @@ func (m *Model) CountPrompt(text string) (int, error) {
 
 // CountText returns the tokens of text with no BOS or EOS added: special
 // tokens written in it count as one token each, as the server parses them.
-func (m *Model) CountText(text string) (int, error) {
+func (m *Tokenizer) CountText(text string) (int, error) {
 	if text == "" {
 		return 0, nil
 	}
@@ -318,16 +318,16 @@ func (m *Model) CountText(text string) (int, error) {
 // vocabulary says. The ids are Ollama's Go tokenizer's: for a model on
 // llama.cpp's runner that tokenizes differently (see TokenizesAsServer)
 // they are close, and only the counts are the server's.
-func (m *Model) Tokenize(text string, addSpecial bool) ([]int32, error) {
+func (m *Tokenizer) Tokenize(text string, addSpecial bool) ([]int32, error) {
 	return m.tok.Encode(text, addSpecial)
 }
 
 // TokenizesAsServer reports whether Tokenize gives the very ids the
 // server does, not only the same count.
-func (m *Model) TokenizesAsServer() bool { return !m.spmPrefix && m.merging == nil }
+func (m *Tokenizer) TokenizesAsServer() bool { return !m.spmPrefix && m.merging == nil }
 
 // Detokenize returns the text of ids. Unknown ids are an error.
-func (m *Model) Detokenize(ids []int32) (string, error) {
+func (m *Tokenizer) Detokenize(ids []int32) (string, error) {
 	size := int32(len(m.tok.Vocabulary().Values))
 	for _, id := range ids {
 		if id < 0 || id >= size {
@@ -348,7 +348,7 @@ func (m *Model) Detokenize(ids []int32) (string, error) {
 // same for every conversation (BOS, the reply priming, the model's
 // SYSTEM, the tools); where a template joins or reorders
 // messages they are close, and Count stays the measure of a whole prompt.
-func (m *Model) Share(msg api.Message) (int, error) {
+func (m *Tokenizer) Share(msg api.Message) (int, error) {
 	key := m.messageKey(&msg)
 	if n, ok := m.shares.Get(key); ok {
 		return n, nil
@@ -371,7 +371,7 @@ func (m *Model) Share(msg api.Message) (int, error) {
 }
 
 // count is Count without the images' flat cost.
-func (m *Model) count(p Prompt) (int, error) {
+func (m *Tokenizer) count(p Prompt) (int, error) {
 	text, err := m.Render(p)
 	if err != nil {
 		return 0, err
@@ -380,7 +380,7 @@ func (m *Model) count(p Prompt) (int, error) {
 }
 
 // messageKey hashes what of a message can change its rendering.
-func (m *Model) messageKey(msg *api.Message) uint64 {
+func (m *Tokenizer) messageKey(msg *api.Message) uint64 {
 	var h maphash.Hash
 	h.SetSeed(m.seed)
 	for _, s := range []string{msg.Role, msg.Content, msg.Thinking, msg.ToolName, msg.ToolCallID} {

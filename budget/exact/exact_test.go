@@ -95,12 +95,12 @@ func ollamaEngine(kv map[string]any) map[string]any {
 	return kv
 }
 
-func newModel(t *testing.T, v vocabgen.Vocab, tmpl string) *Model {
+func newModel(t *testing.T, v vocabgen.Vocab, tmpl string) *Tokenizer {
 	t.Helper()
 	return newModelKV(t, ollamaEngine(v.KV()), tmpl)
 }
 
-func newModelKV(t *testing.T, kv map[string]any, tmpl string) *Model {
+func newModelKV(t *testing.T, kv map[string]any, tmpl string) *Tokenizer {
 	t.Helper()
 	// Through JSON, as the proxy gets it from /api/show.
 	raw, err := json.Marshal(map[string]any{"template": tmpl, "model_info": kv})

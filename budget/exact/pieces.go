@@ -18,7 +18,7 @@ const parallelBytes = 32 << 10
 
 // warm counts, in parallel, the pieces of a prompt the cache does not
 // hold yet, as CountText will ask for them.
-func (m *Model) warm(pieces []piece) {
+func (m *Tokenizer) warm(pieces []piece) {
 	var todo []string
 	size := 0
 	for _, p := range pieces {
@@ -52,7 +52,7 @@ func (m *Model) warm(pieces []piece) {
 
 // countPiece returns the tokens of text that holds no special token,
 // from the cache when it was seen before.
-func (m *Model) countPiece(text string) (int, error) {
+func (m *Tokenizer) countPiece(text string) (int, error) {
 	key := pieceKey{maphash.String(m.seed, text), len(text)}
 	if n, ok := m.pieces.Get(key); ok {
 		return n, nil
@@ -80,7 +80,7 @@ type piece struct {
 // (BytePairEncoding.Encode, SentencePiece.Encode): each special token in
 // vocabulary order splits every piece not yet split, at each occurrence.
 // The order matters when one special token contains another.
-func (m *Model) split(text string) []piece {
+func (m *Tokenizer) split(text string) []piece {
 	pieces := []piece{{text: text}}
 	for _, i := range m.trie.present(text) {
 		sp := m.special[i]

@@ -467,7 +467,7 @@ func knownModels(ctx context.Context, c config.Config, sys *system, kind string)
 			return
 		}
 		names = append(names, name)
-		windows[name] = sys.deps.Tokens.Limits(name, trained).MaxTokens
+		windows[name] = sys.deps.Tokens.Window(name, trained).MaxTokens
 	}
 	for name := range c.Models {
 		add(name, 0)

@@ -92,7 +92,7 @@ func count(args []string, e env) error {
 	reg := budget.NewRegistry(c.BudgetConfig(), slog.New(slog.DiscardHandler))
 	mc := reg.MessageCounter(chat.Model)
 	est := mc.Prompt(chat.Messages, chat.Tools)
-	lim := reg.Limits(chat.Model, 0)
+	lim := reg.Window(chat.Model, 0)
 	if chat.NumCtx > 0 {
 		lim = lim.Cap(chat.NumCtx)
 	}
@@ -235,7 +235,7 @@ func gpuCmd(ctx context.Context, args []string, e env) error {
 		if err != nil {
 			fmt.Fprintf(e.stderr, "model facts: %v (sizing without them)\n", err)
 		}
-		dec := gpu.NewSizer(gcfg).Decide(gpu.Model{Name: *model, Facts: facts, Weights: weights}, snap)
+		dec := gpu.NewSizer(gcfg).Decide(gpu.Workload{Name: *model, Facts: facts, Weights: weights}, snap)
 		d = &dec
 	}
 	rep := gpu.NewReport(snap, d)
@@ -265,19 +265,7 @@ func gpuFromProxy(base, token, model string) (gpu.Report, bool) {
 		return gpu.Report{}, false
 	}
 	defer resp.Body.Close()
-	var st struct {
-		GPU struct {
-			Probe   string       `json:"probe"`
-			Devices []gpu.Device `json:"devices"`
-			Error   string       `json:"error"`
-		} `json:"gpu"`
-		Models []struct {
-			Name          string `json:"name"`
-			NumCtx        int    `json:"num_ctx"`
-			BytesPerToken uint64 `json:"bytes_per_token"`
-			Reason        string `json:"reason"`
-		} `json:"models"`
-	}
+	var st api.Status
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&st) != nil {
 		return gpu.Report{}, false
 	}

@@ -116,7 +116,7 @@ func TestGPUCommand(t *testing.T) {
 // counts with it: exactly, by the model's own tokenizer, the number its
 // backend then evaluates.
 func TestCountUsesRunningProxy(t *testing.T) {
-	m := &fakebackend.Model{Vocab: vocabgen.BPE(3000, "llama-bpe", 1)}
+	m := &fakebackend.ModelSpec{Vocab: vocabgen.BPE(3000, "llama-bpe", 1)}
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Model: m, Pretokenizer: exact.Pretokenizer("llama-bpe"), DefaultNumCtx: 1 << 20})
 	addr, _, stop := startServe(t, []string{"--backend", be.URL}, nil)
 	defer stop()

@@ -97,16 +97,14 @@ func (s *Status) Report(ctx context.Context) api.Status {
 		st.Context.Auto, st.Context.TargetSize = s.sizer.Mode()
 	}
 	if s.monitor != nil {
-		snap := s.monitor.Snapshot()
+		snap := s.monitor.Reading()
 		st.GPU.Probe, st.GPU.Level = snap.Probe, levelName(snap.Level)
 		st.GPU.Total, st.GPU.Used, st.GPU.Free = snap.Total(), snap.Used(), snap.Free()
 		if st.GPU.Total > 0 {
 			st.GPU.Usage = float64(st.GPU.Used) / float64(st.GPU.Total)
 		}
 		st.GPU.GuardUsage = sessions.Finite(snap.Usage())
-		for _, d := range snap.Devices {
-			st.GPU.Devices = append(st.GPU.Devices, api.Device(d))
-		}
+		st.GPU.Devices = append(st.GPU.Devices, snap.Devices...)
 		if snap.Err != nil {
 			st.GPU.Error = snap.Err.Error()
 		}
@@ -140,7 +138,7 @@ func (s *Status) modelStatuses() []api.ModelStatus {
 			m.Counting.Checked, m.Counting.WorstError, m.Counting.Disagreed = a.Checked, a.WorstError, a.Off
 		}
 		if s.tokens != nil {
-			lim := s.tokens.Limits(e.name, e.facts.ContextLength)
+			lim := s.tokens.Window(e.name, e.facts.ContextLength)
 			m.MaxTokens, m.MaxOutputTokens = lim.MaxTokens, lim.MaxOutputTokens
 			if m.Effective == 0 {
 				m.Effective = lim.Effective()
@@ -172,7 +170,7 @@ func (s *Status) modelStatuses() []api.ModelStatus {
 // 0.2 (not below the target) while the guard is at the compress level or
 // above.
 func (s *Status) effectiveThreshold(t *rewrite.Trimmer) float64 {
-	if s.monitor != nil && s.monitor.Snapshot().Level >= gpu.LevelCompress {
+	if s.monitor != nil && s.monitor.Reading().Level >= gpu.LevelCompress {
 		// Rounded: 0.8 − 0.2 is 0.6000000000000001 in floating point.
 		return math.Round(max(t.Threshold()-0.2, t.Target())*1e6) / 1e6
 	}
@@ -251,7 +249,7 @@ type ModelSeen struct {
 	// Counting is how the prompt was counted (exact, backend, estimate);
 	// Exact the backend's model when it was counted exactly.
 	Counting string
-	Exact    *backend.Model
+	Exact    *backend.Details
 }
 
 // seenModels remembers the models requests used. Model names are client
@@ -274,7 +272,7 @@ type seenModel struct {
 	effective int
 	at        time.Time
 	counting  api.CountingStatus
-	exact     *backend.Model // for its agreement, when counted exactly
+	exact     *backend.Details // for its agreement, when counted exactly
 }
 
 func (sm *seenModels) note(e seenModel) { sm.lru.Add(e.name, e) }

@@ -306,7 +306,7 @@ func (ib *Commands) memoryStatsText(ctx context.Context, d api.SessionDetail, mo
 	st := ib.Status.Report(ctx)
 	var running []api.RunningModel
 	if ib.Monitor != nil {
-		if lm, ok := ib.Monitor.Snapshot().Model(model); ok {
+		if lm, ok := ib.Monitor.Reading().Model(model); ok {
 			running = []api.RunningModel{{Name: model, Size: int64(lm.Size), SizeVRAM: int64(lm.SizeVRAM)}}
 		}
 	}

@@ -285,7 +285,7 @@ func (s *Service) LimitFor(model string, st snapshots.Stats) int {
 	if s.Tokens == nil {
 		return 0
 	}
-	return s.Tokens.Limits(model, 0).Effective()
+	return s.Tokens.Window(model, 0).Effective()
 }
 
 // Measure counts a stored conversation changed outside a chat request,
@@ -374,7 +374,7 @@ func Finite(f float64) float64 {
 	return f
 }
 
-func SessionInfoOf(i snapshots.SessionInfo) api.SessionInfo {
+func SessionInfoOf(i snapshots.Listing) api.SessionInfo {
 	out := api.SessionInfo{SessionID: i.ID, Model: i.Model, Created: i.Created.UTC(), Updated: i.Updated.UTC(),
 		Messages: i.Messages, Tokens: i.Tokens, Limit: i.Limit, Usage: Finite(i.Usage), Requests: i.Requests,
 		Snapshots: i.Snapshots, Sent: i.Sent, ForwardedUsage: Finite(i.Usage)}

@@ -13,7 +13,7 @@ import (
 type Store interface {
 	Get(ctx context.Context, id string) (*snapshots.Session, error)
 	Update(ctx context.Context, id string, fn func(*snapshots.Session) error) error
-	List(ctx context.Context) ([]snapshots.SessionInfo, error)
+	List(ctx context.Context) ([]snapshots.Listing, error)
 	Delete(ctx context.Context, id string) error
 	Clear(ctx context.Context, id string) error
 	SaveSnapshot(ctx context.Context, snap *snapshots.Snapshot) (snapshots.SnapshotInfo, error)

@@ -88,7 +88,7 @@ type Options struct {
 	// Model, when set, is the Ollama fake's one model with a real
 	// vocabulary and template (see Model); Pretokenizer is its
 	// tokenizer's pre-tokenizer expressions (nil: GPT-2's).
-	Model        *Model
+	Model        *ModelSpec
 	Pretokenizer []string
 	// TokenizeAPI makes the OpenAI fake serve a tokenize API: TokenizeVLLM
 	// or TokenizeLlamaCpp (see tokenize.go). With llama.cpp's, usage

@@ -10,12 +10,12 @@ import (
 	"github.com/ollama/ollama/tokenizer"
 )
 
-// Model makes the Ollama fake behave like a real model with a real
+// ModelSpec makes the Ollama fake behave like a real model with a real
 // vocabulary: /api/show with "verbose" returns the vocabulary and the
 // template, /api/tags its digest, and prompt_eval_count is the rendered
 // prompt's length under Ollama's own tokenizer, as a real server counts
 // it. Without verbose the vocabulary arrays are left out, as Ollama does.
-type Model struct {
+type ModelSpec struct {
 	Vocab    vocabgen.Vocab
 	Template string
 	Digest   string
@@ -27,7 +27,7 @@ type Model struct {
 // ChatML is the template of the real-Ollama suite's "tiny" model.
 const ChatML = "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
 
-func (m *Model) init(pretokenizer []string) {
+func (m *ModelSpec) init(pretokenizer []string) {
 	if m.tok != nil {
 		return
 	}
@@ -48,7 +48,7 @@ func (m *Model) init(pretokenizer []string) {
 }
 
 // show is the /api/show answer.
-func (m *Model) show(verbose bool) map[string]any {
+func (m *ModelSpec) show(verbose bool) map[string]any {
 	kv := m.Vocab.KV()
 	if !verbose {
 		for k := range kv {
@@ -63,7 +63,7 @@ func (m *Model) show(verbose bool) map[string]any {
 }
 
 // promptTokens renders and tokenizes an /api/chat body as Ollama does.
-func (m *Model) promptTokens(body []byte) int {
+func (m *ModelSpec) promptTokens(body []byte) int {
 	var req api.ChatRequest
 	if json.Unmarshal(body, &req) != nil {
 		return 0
@@ -78,7 +78,7 @@ func (m *Model) promptTokens(body []byte) int {
 
 // generateTokens counts an /api/generate prompt as Ollama does: raw as
 // it is, else rendered as a system and a user message.
-func (m *Model) generateTokens(prompt, system string, raw bool) int {
+func (m *ModelSpec) generateTokens(prompt, system string, raw bool) int {
 	text := prompt
 	if !raw {
 		var msgs []api.Message
