@@ -67,7 +67,7 @@ type FileStore struct {
 	syncs     *syncer
 
 	mu       sync.RWMutex
-	sessions map[string]Listing             // by key; Bytes is the log's size
+	sessions map[string]Listing                 // by key; Bytes is the log's size
 	snaps    map[string]map[string]SnapshotInfo // by key, then snapshot id
 
 	counters counters
