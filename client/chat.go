@@ -10,6 +10,9 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/ollama/ollama/api"
+	"github.com/sashabaranov/go-openai"
 )
 
 // The chat side of the client: one turn sent in accumulate mode, its reply
@@ -21,11 +24,8 @@ const (
 	DialectOpenAI = "openai"
 )
 
-// Message is one chat message of a turn.
-type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
+// Message is one chat message of a turn, in Ollama's own shape.
+type Message = api.Message
 
 // Request is one turn. In accumulate mode ctxproxy prepends the
 // session's stored history, so messages holds only what is new.
@@ -59,13 +59,17 @@ const maxEvent = 16 << 20
 // arrives (thinking pieces flagged). It returns what arrived even when the
 // stream breaks, with the error.
 func (c *Client) Send(ctx context.Context, r Request, show func(text string, thinking bool)) (Reply, error) {
-	path := "/api/chat"
-	body := map[string]any{"model": r.Model, "messages": r.Messages, "stream": true}
-	accept := "application/x-ndjson"
+	path, accept := "/api/chat", "application/x-ndjson"
+	stream := true
+	var body any = api.ChatRequest{Model: r.Model, Messages: r.Messages, Stream: &stream}
 	if r.Dialect == DialectOpenAI {
-		path = "/v1/chat/completions"
-		body["stream_options"] = map[string]bool{"include_usage": true}
-		accept = "text/event-stream"
+		path, accept = "/v1/chat/completions", "text/event-stream"
+		msgs := make([]openai.ChatCompletionMessage, len(r.Messages))
+		for i, m := range r.Messages {
+			msgs[i] = openai.ChatCompletionMessage{Role: m.Role, Content: m.Content}
+		}
+		body = openai.ChatCompletionRequest{Model: r.Model, Messages: msgs, Stream: true,
+			StreamOptions: &openai.StreamOptions{IncludeUsage: true}}
 	}
 	data, err := json.Marshal(body)
 	if err != nil {
