@@ -104,6 +104,29 @@ func DecodeChat(d Dialect, body []byte) (*Request, error) {
 	return req, err
 }
 
+// Decode validates body, nested at most depth levels deep, and decodes
+// it as a request of dialect d, its member names read by rules. Its error
+// is jsonscan's when body is not valid JSON within depth (ErrDepth among
+// them), an *ambiguousError, or one wrapping errNotChat; ErrDepth and an
+// ambiguous body are refused, any other error means the request should be
+// forwarded unchanged.
+func Decode(d Dialect, body []byte, depth int, rules KeyRules) (*Request, error) {
+	if d != Responses && d != Messages {
+		return decodeChatDepth(d, body, depth, rules)
+	}
+	ms, err := validMembers(body, depth)
+	if err != nil {
+		return nil, err
+	}
+	if ms == nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotChat, errNotObject)
+	}
+	if body, err = resolveConversation(d, body, ms, rules); err != nil {
+		return nil, err
+	}
+	return decodeConversation(d, body)
+}
+
 // decodeChatDepth decodes body as a chat request of dialect d (Ollama or
 // OpenAI), nested at most depth levels deep, its member names read by
 // rules. It validates the body once, finding its top-level members, then

@@ -9,29 +9,6 @@ import (
 	"github.com/ctxproxy/ctxproxy/proxy/translate"
 )
 
-// Decode validates body, nested at most depth levels deep, and decodes
-// it as a request of dialect d, its member names read by rules. Its error
-// is jsonscan's when body is not valid JSON within depth (ErrDepth among
-// them), an *ambiguousError, or one wrapping errNotChat; ErrDepth and an
-// ambiguous body are refused, any other error means the request should be
-// forwarded unchanged.
-func Decode(d Dialect, body []byte, depth int, rules KeyRules) (*Request, error) {
-	if d != Responses && d != Messages {
-		return decodeChatDepth(d, body, depth, rules)
-	}
-	ms, err := validMembers(body, depth)
-	if err != nil {
-		return nil, err
-	}
-	if ms == nil {
-		return nil, fmt.Errorf("%w: %v", ErrNotChat, errNotObject)
-	}
-	if body, err = resolveConversation(d, body, ms, rules); err != nil {
-		return nil, err
-	}
-	return decodeConversation(d, body)
-}
-
 // resolveConversation returns a Responses or Messages body with the names
 // of its top level, and of each item of its conversation, resolved by
 // rules (resolveNames); body itself when none needed it. The decoders of

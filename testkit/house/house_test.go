@@ -1,6 +1,6 @@
 // Package house checks the shape of the codebase itself: no source file
 // too long to read in one sitting, no type with so many methods that it
-// does more than one job (ARCHITECTURE in the README). It has no code,
+// does more than one job (docs/architecture.md). It has no code,
 // only this test, which `go test ./...` runs with the rest.
 package house
 
