@@ -1,5 +1,5 @@
 // Package api declares the JSON of ctxproxy's admin API, status and
-// tokenize routes (ADMIN_API.md): the server writes these types and
+// tokenize routes (docs/admin-api.md): the server writes these types and
 // ctxproxy's own client, REPL and in-band commands read them, so each
 // shape exists once and the two sides cannot drift apart.
 //

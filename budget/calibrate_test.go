@@ -162,7 +162,7 @@ func backends(t testing.TB) []backend {
 	}
 }
 
-// The calibration goal (issue 3): after three responses from a model,
+// The calibration goal: after three responses from a model,
 // estimates are within ±5% of the backend's count, even when the backend's
 // tokenizer is nothing like ours. The traffic: four users chatting in
 // English (prose and code) with turns of varied length, interleaved.

@@ -20,7 +20,7 @@ import (
 // (TestTiktokenMatchesReference). The pre-tokenizer is hand-written
 // instead of a backtracking regular expression and only counts are kept,
 // which makes counting several times faster and free of allocations
-// (BENCHMARKS.md). Text is counted as ordinary text: a special-token
+// (docs/benchmarks.md). Text is counted as ordinary text: a special-token
 // string such as "<|endoftext|>" in a message costs what its characters
 // cost, as it does when a backend renders user content.
 type Tiktoken struct {

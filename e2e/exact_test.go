@@ -25,7 +25,7 @@ import (
 	"github.com/ollama/ollama/api"
 )
 
-// exactTolerance is issue 15's goal: the first request's estimate within
+// exactTolerance is the goal of exact counting: the first request's estimate within
 // ±1% of prompt_eval_count, with no calibration.
 const exactTolerance = 0.01
 
@@ -141,7 +141,7 @@ type exactRow struct {
 	guess, bytesFour int
 }
 
-// TestRealOllama_ExactFirstRequest is issue 15's acceptance: on the first
+// TestRealOllama_ExactFirstRequest checks exact counting: on the first
 // request of a fresh ctxproxy, with calibration off, X-Ctxproxy-Tokens is
 // within ±1% of Ollama's prompt_eval_count on /api/chat and
 // /v1/chat/completions, for the realollama models and for generated
@@ -230,7 +230,7 @@ func guesses(model string, msgs []api.Message, tools json.RawMessage) (tiktoken,
 	return counter.CountText(text.String()) + 3*len(msgs), (text.Len() + 3) / 4
 }
 
-// TestRealOllama_Growing200 is issue 15's long run: a conversation grows
+// TestRealOllama_Growing200 is the long run: a conversation grows
 // over 200 turns, each request carrying the whole history and Ollama's
 // last reply, with context.max_size 2048. Every request is answered,
 // Ollama truncates nothing, and every count is within ±1% of Ollama's.

@@ -37,7 +37,7 @@ strategy: {mode: smart, threshold: 0.80, target: 0.60}
 const numCtx = 2048
 
 // calibrationTolerance is how close a calibrated estimate must come to
-// the prompt_eval_count Ollama reports (issue 11: ±5%).
+// the prompt_eval_count Ollama reports (±5%).
 const calibrationTolerance = 0.05
 
 // settle waits until ctxproxy has taken in the usage of the reply just
@@ -147,7 +147,7 @@ func TestRealOllama_Harness(t *testing.T) {
 	}
 }
 
-// TestRealOllama_SilentTruncationPrevented is issue 11, scenario 1: a
+// TestRealOllama_SilentTruncationPrevented: a
 // conversation longer than num_ctx is cut silently by Ollama when sent
 // directly, and is trimmed by ctxproxy instead, to a prompt Ollama
 // evaluates whole and that ctxproxy's exact count predicts (±1%).
@@ -205,7 +205,7 @@ func TestRealOllama_SilentTruncationPrevented(t *testing.T) {
 	}
 }
 
-// TestRealOllama_Calibration is issue 11, scenario 2, now the fallback
+// TestRealOllama_Calibration: the fallback
 // path: with tokens.exact off, ctxproxy counts with an OpenAI tokenizer,
 // and this model's 276-token byte-level BPE counts about four times as
 // many tokens for the same English text. The first estimate is far off;
@@ -240,7 +240,7 @@ func TestRealOllama_Calibration(t *testing.T) {
 	}
 }
 
-// TestRealOllama_NumCtxStable is issue 11, scenario 3: every distinct
+// TestRealOllama_NumCtxStable: every distinct
 // num_ctx makes Ollama reload the model, so as a conversation grows over
 // 20 requests ctxproxy must keep one num_ctx: at most one load in all.
 //
@@ -291,7 +291,7 @@ func TestRealOllama_NumCtxStable(t *testing.T) {
 	}
 }
 
-// TestRealOllama_OpenAIClient is issue 11, scenario 4: Ollama's
+// TestRealOllama_OpenAIClient: Ollama's
 // /v1/chat/completions ignores num_ctx, so with backend.translate_openai
 // ctxproxy carries an OpenAI SDK's request to /api/chat with
 // options.num_ctx, and translates the answer back, streamed or not, usage
@@ -421,7 +421,7 @@ func firstFinish(cs []openai.ChatCompletionChoice) openai.FinishReason {
 	return cs[0].FinishReason
 }
 
-// TestRealOllama_ToolUnits is issue 11, scenario 5: an agent's conversation
+// TestRealOllama_ToolUnits: an agent's conversation
 // of tool calls and tool results on tiny-tools, too long for num_ctx, is
 // trimmed by ctxproxy into a request Ollama accepts, and no tool result
 // loses its call nor any call its results (README, Strategies). A recording
@@ -483,7 +483,7 @@ func TestRealOllama_ToolUnits(t *testing.T) {
 	}
 }
 
-// TestRealOllama_TruncationDetected is issue 11, scenario 6: with trimming
+// TestRealOllama_TruncationDetected: with trimming
 // off, Ollama cuts a conversation longer than num_ctx without a word;
 // ctxproxy sees prompt_eval_count fall short of its calibrated estimate and
 // says so in its log, in ctxproxy_backend_truncations_total and in the
@@ -600,9 +600,9 @@ func truncationFlag(v any, path string) string {
 	return ""
 }
 
-// TestRealOllama_SessionExport is issue 11, scenario 7: a streamed
+// TestRealOllama_SessionExport: a streamed
 // conversation under an X-Session-ID that needs escaping is exported
-// through the admin API in its export format (ADMIN_API.md), with the assistant replies
+// through the admin API in its export format (docs/admin-api.md), with the assistant replies
 // exactly as the client saw them stream; the last reply was never sent
 // back by the client, so only the stream can have given it to ctxproxy.
 //

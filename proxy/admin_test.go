@@ -429,7 +429,7 @@ func TestAdminSessionLifecycle(t *testing.T) {
 		}
 	}
 
-	// Append messages with importance and metadata (seed 003 add).
+	// Append messages with importance and metadata (context add).
 	imp := 0.9
 	res := e.json("POST", p+"/messages", map[string]any{"messages": []any{
 		map[string]any{"role": "system", "content": "Be brief."},
@@ -502,9 +502,9 @@ func TestAdminSessionLifecycle(t *testing.T) {
 	}
 }
 
-// TestSeed000_ClearContextKeepsMetadata: DELETE clears the turns and the
+// TestClearKeepsMetadata: DELETE clears the turns and the
 // numbers and keeps the metadata; the cleared state is a snapshot.
-func TestSeed000_ClearContextKeepsMetadata(t *testing.T) {
+func TestClearKeepsMetadata(t *testing.T) {
 	e := newAdminEnv(t, "")
 	p := sessionPath("s")
 	e.json("PUT", p, map[string]any{"metadata": map[string]any{"agent": "augment"}}, 200)
@@ -530,10 +530,10 @@ func TestSeed000_ClearContextKeepsMetadata(t *testing.T) {
 	}
 }
 
-// TestSeed000_ExportImportContext: an export holds every turn in seed
-// 003's format; importing it into another session gives the same turns,
+// TestExportImportContext: an export holds every turn in the export
+// format; importing it into another session gives the same turns,
 // which the next prompt includes.
-func TestSeed000_ExportImportContext(t *testing.T) {
+func TestExportImportContext(t *testing.T) {
 	e := newAdminEnv(t, "")
 	e.json("PUT", sessionPath("src"), map[string]any{"metadata": map[string]any{"agent": "augment"}}, 200)
 	e.chat("src", "llama3.1", "remember the number 7")
@@ -611,9 +611,9 @@ func TestAdminReadsAfterChat(t *testing.T) {
 	}
 }
 
-// TestSeed003_SessionsPersistAcrossRestarts: a second ctxproxy over the
+// TestSessionsPersistAcrossRestarts: a second ctxproxy over the
 // same directory shows the same sessions and snapshots.
-func TestSeed003_SessionsPersistAcrossRestarts(t *testing.T) {
+func TestSessionsPersistAcrossRestarts(t *testing.T) {
 	dir := t.TempDir()
 	e1 := newAdminEnv(t, dir)
 	e1.json("PUT", sessionPath("tta-feature-xyz"), map[string]any{"metadata": map[string]any{"agent": "augment"}}, 200)
@@ -716,9 +716,9 @@ func TestAdminContextSize(t *testing.T) {
 	}
 }
 
-// TestSeed004_R9_StatusFields: the status has every field of the
+// TestStatusFields: the status has every field of the
 // contract, from live data.
-func TestSeed004_R9_StatusFields(t *testing.T) {
+func TestStatusFields(t *testing.T) {
 	e := newAdminEnv(t, "", func(c *Config, _ *Deps) {
 		c.Status = admin.StatusInfo{KVQuantization: "q8_0", SummarizeModel: "llama3.2:1b", KeepRecent: 3, MaxCount: 7}
 	})

@@ -8,7 +8,7 @@ import (
 )
 
 // Config is what the proxy needs to run. The zero value works: every zero
-// field takes the default named in its comment (DESIGN.md's defaults).
+// field takes the default named in its comment (docs/configuration.md).
 type Config struct {
 	// Backend is the root URL of the Ollama or OpenAI-compatible server
 	// (default http://127.0.0.1:11434). Request paths are appended to it.
@@ -28,7 +28,7 @@ type Config struct {
 	DialTimeout time.Duration
 	// MaxIdleConns is the idle connection pool kept to the backend
 	// (default 256). Go's default of 2 per host cost 38% of throughput at
-	// 10 concurrent clients (DESIGN.md, Known costs).
+	// 10 concurrent clients (docs/benchmarks.md).
 	MaxIdleConns int
 
 	// SessionHeader names the request header carrying the session id

@@ -92,7 +92,7 @@ func (ex *exchange) warn(msg string) {
 	}
 }
 
-// setPlanHeaders sets the X-Ctxproxy-* response headers of DESIGN.md.
+// setPlanHeaders sets the X-Ctxproxy-* response headers (docs/headers.md).
 func setPlanHeaders(ex *exchange, p *plan) {
 	h := headerValues{h: ex.headers, vals: make([]string, 0, 11)}
 	if p.counter != nil {

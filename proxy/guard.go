@@ -15,7 +15,7 @@ import (
 // active when the memory guard reaches its emergency level.
 const activeWindow = 10 * time.Minute
 
-// memoryGuard acts on the memory monitor's levels (seed 004 R6): at the
+// memoryGuard acts on the memory monitor's levels (docs/how-it-works.md, "The memory guard"): at the
 // emergency level it snapshots and clears every active session.
 type memoryGuard struct {
 	sessions *sessions.Service
@@ -25,7 +25,7 @@ type memoryGuard struct {
 }
 
 // onEvent is the memory guard's hook (gpu.Monitor.Subscribe). At the
-// emergency level (seed 004 R6.4: 95% of memory used) every active session
+// emergency level (95% of memory used) every active session
 // is snapshotted and cleared, and told how to restore itself. The lower
 // levels act on the request path: compress earlier (80%) and a smaller
 // num_ctx (90%, in the sizer).

@@ -173,16 +173,15 @@ func restoreFullHistory(t *testing.T, e *adminEnv, path string) {
 	}
 }
 
-// TestSeed003_PruneStoredHistory: seed 003's scenario on an accumulated
-// session. Messages of mixed importance added with `context add` and an
+// TestPruneStoredHistory: an accumulated session pruned by importance. Messages of mixed importance added with `context add` and an
 // accumulated turn take the session past its window; after that turn the
 // stored history is pruned lowest importance first (system, important and
 // newest messages stay), a snapshot holds the whole history, and the next
 // turn is back under the window with no "approaching" warning.
-func TestSeed003_PruneStoredHistory(t *testing.T) {
+func TestPruneStoredHistory(t *testing.T) {
 	e := newAdminEnv(t, "")
-	const id = "seed003"
-	decisions, full := seed003Session(t, e, id)
+	const id = "pruned"
+	decisions, full := pastWindowSession(t, e, id)
 
 	hdr := map[string]string{"X-Session-ID": id, "X-Ctxproxy-Accumulate": "1"}
 	_, h := historyTurn(t, e, hdr, []map[string]string{{"role": "user", "content": "the newest question"}})
@@ -196,7 +195,7 @@ func TestSeed003_PruneStoredHistory(t *testing.T) {
 // stored history whole.
 func TestPruneNotForUncutRequests(t *testing.T) {
 	e := newAdminEnv(t, "")
-	_, full := seed003Session(t, e, "uncut")
+	_, full := pastWindowSession(t, e, "uncut")
 	hdr := map[string]string{"X-Session-ID": "uncut", "X-Ctxproxy-Accumulate": "1", "X-Ctxproxy-Strategy": "none"}
 	historyTurn(t, e, hdr, []map[string]string{{"role": "user", "content": "the newest question"}})
 	sess, err := e.srv.store.Get(context.Background(), "uncut")
@@ -208,11 +207,11 @@ func TestPruneNotForUncutRequests(t *testing.T) {
 	}
 }
 
-// seed003Session builds session id with `context add` messages of mixed
-// importance past the tiny model's window, as seed 003's scenario does. It
+// pastWindowSession builds session id with `context add` messages of mixed
+// importance past the tiny model's window. It
 // returns the important messages and how many messages the session has
 // after one more turn.
-func seed003Session(t *testing.T, e *adminEnv, id string) (decisions []string, full int) {
+func pastWindowSession(t *testing.T, e *adminEnv, id string) (decisions []string, full int) {
 	t.Helper()
 	e.json(http.MethodPut, sessionPath(id), map[string]any{"model": tinyModel}, 200)
 	msgs := []map[string]any{{"role": "system", "content": "Architecture context.", "importance": 1.0}}

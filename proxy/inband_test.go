@@ -114,10 +114,10 @@ func openaiClient(base, session string, stream bool) inbandClient {
 	}
 }
 
-// TestSeed004_R7_InbandContextCommands runs every command in-band through
+// TestInbandContextCommands runs every command in-band through
 // the Ollama and OpenAI client libraries, streamed and not: each answers
 // the same text, and the backend is never called.
-func TestSeed004_R7_InbandContextCommands(t *testing.T) {
+func TestInbandContextCommands(t *testing.T) {
 	e := newAdminEnv(t, "", func(c *Config, _ *Deps) { c.Inband = true })
 	e.srv.status.Note(admin.ModelSeen{Name: tinyModel, NumCtx: 4096, Reason: "4096 tokens fit", Limit: 1900, Facts: mustFacts(t),
 		Counting: "estimate"})

@@ -53,7 +53,7 @@ type metrics struct {
 }
 
 // numCtxBuckets are num_ctx values ctxproxy picks from: multiples of 2048
-// (DESIGN.md rule 8), here by powers of two up to 256k.
+// (docs/how-it-works.md), here by powers of two up to 256k.
 var numCtxBuckets = prometheus.ExponentialBuckets(2048, 2, 8)
 
 func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {

@@ -293,7 +293,7 @@ func TestClientNumCtx(t *testing.T) {
 
 // TestCalibrationThroughProxy: the backend's tokenizer is not tiktoken;
 // after three responses ctxproxy's estimate is within 5% of the count the
-// backend reports (issue 3's goal).
+// backend reports.
 func TestCalibrationThroughProxy(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{DefaultNumCtx: 1 << 20})
 	sys := newSystem(t, be.URL, setup{free: 20 << 30})
@@ -370,7 +370,7 @@ func TestSessionRecorded(t *testing.T) {
 }
 
 // TestAccumulate: a client that sends only its new turn gets the stored
-// history prepended (seed 000 "Retrieve Full Context").
+// history prepended.
 func TestAccumulate(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Reply: "first answer"})
 	sys := newSystem(t, be.URL, setup{})
@@ -429,7 +429,7 @@ func TestUnknownStrategyHeader(t *testing.T) {
 
 // TestOpenAIClientOnOllama: an OpenAI SDK client pointed at ctxproxy in
 // front of Ollama is carried to /api/chat with num_ctx, streaming and
-// not, with tools and JSON mode (issue 7).
+// not, with tools and JSON mode.
 func TestOpenAIClientOnOllama(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Reply: "Bonjour!"})
 	off := false
@@ -537,7 +537,7 @@ func TestOpenAIClientOnOllama(t *testing.T) {
 
 // TestMemoryGuardEmergency: at 95% of GPU memory used the guard snapshots
 // and clears the active sessions, and the next response says how to
-// restore (seed 004 R6.4, R6.5).
+// restore.
 func TestMemoryGuardEmergency(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
 	sys := newSystem(t, be.URL, setup{})

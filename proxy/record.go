@@ -170,9 +170,9 @@ func (s *recorder) record(ex *exchange, p *plan, rep wire.Reply, truncated bool,
 	}
 	s.prune(ex, p, replyMsg)
 	// Snapshot before the first cut of a conversation that has outgrown
-	// the window (seed 004 4.7, the pre-overflow event). The writer takes
+	// the window (the pre-overflow snapshot, docs/sessions.md). The writer takes
 	// the automatic snapshot at snapshots.auto_threshold itself, from the
-	// usage recorded above (seed 004 4.6).
+	// usage recorded above.
 	before := s.trackers.Record(ex.session, turn)
 	if p.result.Dropped > 0 && (before.Requests == 0 || before.Usage() < s.threshold()) {
 		s.log.Info("pre-overflow: conversation outgrew the window; snapshot taken before the first cut",

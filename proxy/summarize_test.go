@@ -20,7 +20,7 @@ import (
 // turn), against a fake Ollama that also writes the summaries. The
 // summarizer is called no more often than iterations are folded, no request
 // after the first waits for a summary, and the summaries reach the model
-// in the system prompt (issue 5).
+// in the system prompt.
 func TestSummarize200Turns(t *testing.T) {
 	var summaryCalls atomic.Int64
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{ReplyFunc: func(body []byte) string {

@@ -11,7 +11,7 @@ import (
 )
 
 // TestBudgetAllocation: each counted request says how its window was
-// divided (seed 001's context budget) in X-Ctxproxy-Budget, its parts
+// divided (its budget) in X-Ctxproxy-Budget, its parts
 // add up to the window and to the tokens forwarded, and the session's
 // stats keep the last one.
 func TestBudgetAllocation(t *testing.T) {

@@ -383,7 +383,7 @@ func (a *Commands) size(ctx context.Context, cmd string, args []string) error {
 }
 
 // export is /export: the conversation in the admin API's export format
-// (ADMIN_API.md, GET /ctxproxy/sessions/{id}/export).
+// (docs/admin-api.md, GET /ctxproxy/sessions/{id}/export).
 func (a *Commands) export(ctx context.Context, args []string) error {
 	data, err := a.Client.Export(ctx, a.Session)
 	if err != nil {

@@ -155,7 +155,7 @@ func backToBack(t *testing.T, cfg SummarizeConfig, turnsN int, gap, latency time
 	return waited, folded, firstFold, c.Stats()
 }
 
-// TestSummariesNeverWaitBackToBack is issue 20's measurement: 60 turns
+// TestSummariesNeverWaitBackToBack is the measurement: 60 turns
 // sent back to back (100 ms apart) with a summarizer that takes 300 ms a
 // call. No turn after the first fold waits for a summary: a turn whose
 // summaries are not ready is trimmed at once and folds them in later.

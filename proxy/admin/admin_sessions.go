@@ -81,7 +81,7 @@ func (s *adminAPI) putSession(w http.ResponseWriter, r *http.Request) {
 	wire.WriteJSON(w, http.StatusOK, out)
 }
 
-// deleteSession clears a session (seed 000 /clear), or with ?purge=1
+// deleteSession clears a session (as /clear does), or with ?purge=1
 // removes it and its snapshots.
 func (s *adminAPI) deleteSession(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
@@ -114,7 +114,7 @@ func (s *adminAPI) getMessages(w http.ResponseWriter, r *http.Request) {
 	wire.WriteJSON(w, http.StatusOK, api.Messages{Messages: sessions.MessagesOf(sess.Messages)})
 }
 
-// appendMessages is seed 003's add: messages with an importance (and
+// appendMessages is `context add`: messages with an importance (and
 // metadata) pinned to a session outside any chat. The session is created
 // when it does not exist.
 func (s *adminAPI) appendMessages(w http.ResponseWriter, r *http.Request) {

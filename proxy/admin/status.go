@@ -200,7 +200,7 @@ func (s *Status) ContextSize() api.ContextSize {
 }
 
 // SetContextSize fixes num_ctx at tokens, or with tokens 0 sizes it from
-// free memory again (seed 004 R7.2, R7.3).
+// free memory again.
 func (s *Status) SetContextSize(tokens int) error {
 	if s.sizer == nil {
 		return sessions.Errorf(http.StatusServiceUnavailable, "context sizing is off: ctxproxy runs without a sizer")

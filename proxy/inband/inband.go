@@ -24,8 +24,8 @@ import (
 )
 
 // In-band commands (commands.inband): when the newest message of
-// a chat request is a user's "/context …" command (seed 004 R7) or seed
-// 000's "/clear" or "/stats", ctxproxy answers it itself, as an assistant
+// a chat request is a user's "/context …" command or
+// a short "/clear" or "/stats", ctxproxy answers it itself, as an assistant
 // message in the request's dialect (streamed or not), without calling the
 // backend. Any chat client — Open WebUI, a terminal client, an editor
 // plugin — thereby gets the context commands with no change to it.
@@ -284,7 +284,7 @@ func (ib *Commands) size(sub string, args []string) string {
 	return report.ContextSize(api.ContextSize{Auto: tokens == 0, Target: tokens})
 }
 
-// statusText is /context: seed 004 R9's status of the session, or the
+// statusText is /context: the status of the session, or the
 // proxy's without one.
 func (ib *Commands) statusText(ctx context.Context, session, model string) string {
 	st := ib.Status.Report(ctx)
@@ -301,7 +301,7 @@ func (ib *Commands) statusText(ctx context.Context, session, model string) strin
 }
 
 // memoryStatsText is /context stats: model memory, KV cache size and
-// compression ratios (seed 004 R7.9).
+// compression ratios.
 func (ib *Commands) memoryStatsText(ctx context.Context, d api.SessionDetail, model string) string {
 	st := ib.Status.Report(ctx)
 	var running []api.RunningModel
@@ -392,7 +392,7 @@ func randomHex(n int) string {
 // ctxproxy's answers in its history; they are not for the model, and a
 // clear must hold for a client that resends everything: after a "/clear"
 // or "/context clear" exchange, only the leading system messages and what
-// came after the clear are forwarded (seed 000: the next prompt starts
+// came after the clear are forwarded (the next prompt starts
 // fresh). It reports whether it changed anything.
 func History(msgs []rewrite.Message) ([]rewrite.Message, bool) {
 	// The newest message is never taken out: a command there was answered

@@ -26,8 +26,8 @@ func TestInbandCommand(t *testing.T) {
 		{"size", user("/context size 8192"), "context size", []string{"8192"}, true},
 		{"size without a number", user("/context size"), "context size", []string{}, true},
 		{"restore", user("/context restore 20260101-000000-abcdef"), "context restore", []string{"20260101-000000-abcdef"}, true},
-		{"seed 000 clear", user("/clear"), "clear", nil, true},
-		{"seed 000 stats", user("/stats"), "stats", nil, true},
+		{"short clear", user("/clear"), "clear", nil, true},
+		{"short stats", user("/stats"), "stats", nil, true},
 		{"unknown subcommand", user("/context please"), "", nil, false},
 		{"a sentence", user("/context clear is what I typed, what does it do?"), "", nil, false},
 		{"not first", user("please /context"), "", nil, false},
@@ -50,8 +50,7 @@ func TestInbandCommand(t *testing.T) {
 
 // TestInbandHistory: a client that resends its whole history keeps
 // ctxproxy's exchanges in it; they never reach the model, and a clear
-// holds for such a client (seed 000 "Clear Context": the next prompt
-// starts fresh).
+// holds for such a client: the next prompt starts fresh.
 func TestInbandHistory(t *testing.T) {
 	m := func(role, content string) rewrite.Message { return rewrite.Message{Role: role, Content: content} }
 	contents := func(msgs []rewrite.Message) string {

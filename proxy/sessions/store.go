@@ -47,7 +47,7 @@ const maxEmergencies = 100000
 
 // Cleared remembers, per session, the snapshot the memory guard took
 // before clearing it, so the session's next response can say how to get
-// it back (seed 004 R6.5).
+// it back.
 type Cleared struct {
 	lru *cache.LRU[string, string] // session → snapshot id
 }

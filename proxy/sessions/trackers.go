@@ -12,7 +12,7 @@ import (
 // ids are client data.
 const maxTrackedSessions = 100000
 
-// Trackers are seed 001's context tracker, one per session served here:
+// Trackers are the running totals of the sessions, one per session served here:
 // each turn is recorded into it, and the store keeps a copy of its totals
 // (snapshots.Stats) for the admin API, /stats, the status page and other
 // replicas. The least recently used sessions are forgotten first.

@@ -14,7 +14,7 @@ import (
 // Conversation is a Responses or Messages request seen as the chat that
 // ctxproxy manages: the messages its strategies count, trim and
 // summarize, in rewrite's dialect-neutral form, and the original body, so
-// that Encode can write back only what changed (DESIGN.md rule 1). It
+// that Encode can write back only what changed (docs/how-it-works.md). It
 // plays the part the proxy's chatRequest plays for the two chat routes.
 //
 // One chat.Message stands for:
@@ -62,7 +62,7 @@ type Conversation struct {
 }
 
 // ErrNotConversation means the body is not a request Decode understands;
-// the proxy forwards it unchanged (DESIGN.md rule 3).
+// the proxy forwards it unchanged.
 var ErrNotConversation = errors.New("translate: not a conversation ctxproxy understands")
 
 func notConversation(format string, args ...any) error {
@@ -134,7 +134,7 @@ func texts(toks [][]byte) string {
 // (what a strategy kept, in order, with its markers and summaries).
 // Every other byte of the body, and every message a strategy did not
 // edit, is as the client sent it. The system message must still lead
-// msgs, as strategies keep it (DESIGN.md rule 6).
+// msgs, as strategies keep it.
 func (c *Conversation) Encode(msgs []chat.Message) ([]byte, error) {
 	out := c.body
 	var err error

@@ -42,7 +42,7 @@ func (d Dialect) String() string {
 }
 
 // Annotation keys a client may put on a message to steer the strategies.
-// They are ctxproxy's own and never reach the backend (DESIGN.md rule 2):
+// They are ctxproxy's own and never reach the backend (docs/headers.md):
 // OpenAI rejects unknown message keys.
 const (
 	keyPreserve   = "_preserve"
@@ -90,7 +90,7 @@ type Request struct {
 }
 
 // ErrNotChat means the body is not a chat request ctxproxy understands; it
-// is forwarded unchanged (DESIGN.md rule 3).
+// is forwarded unchanged.
 var ErrNotChat = errors.New("not a chat request")
 
 // DecodeChat decodes body as a chat request of dialect d, its names read

@@ -10,7 +10,7 @@ import (
 
 // This file edits JSON objects in place: it finds the byte span of one
 // member and replaces or removes it, leaving every other byte as the client
-// sent it (DESIGN.md rule 1). Decoding into map[string]any and encoding
+// sent it (docs/how-it-works.md). Decoding into map[string]any and encoding
 // again would reorder keys, reformat numbers and cost ~1 ms per 100 KB.
 
 // Member is one "key": value pair of a JSON object, as byte offsets into
