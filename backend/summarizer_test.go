@@ -216,13 +216,13 @@ func TestSummarizerReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := rewrite.WithRequestInfo(context.Background(), rewrite.RequestInfo{Session: "replay", Model: "llama3.1", NumCtx: 8192})
+	req := rewrite.Request{Session: "replay", Model: "llama3.1", NumCtx: 8192}
 	history := []rewrite.Message{{Role: "system", Content: "You are terse."}}
 	const limit = 6000
 	summarized, folded := 0, 0
 	for i := range 200 {
 		msgs := append(history, rewrite.Message{Role: "user", Content: fmt.Sprintf("question %d %s", i, strings.Repeat("lorem ipsum ", 30+i%40))})
-		res, err := tr.Trim(ctx, "", msgs, limit, summCounter{})
+		res, err := tr.Trim(t.Context(), req, msgs, limit, summCounter{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,7 +235,7 @@ func TestSummarizerReplay(t *testing.T) {
 			}
 		}
 		history = append(msgs, rewrite.Message{Role: "assistant", Content: "answer " + strings.Repeat("dolor sit ", 40)})
-		c.Idle(ctx) // the user reads the answer
+		c.Idle(t.Context()) // the user reads the answer
 	}
 	calls := 0
 	for _, r := range b.Requests() {
@@ -281,18 +281,18 @@ func TestSummarizerReasoningModel(t *testing.T) {
 }
 
 // TestSummarizerGetsTheClientsKey: the Authorization header of the chat
-// request, carried in rewrite.RequestInfo, authorizes the summary calls.
+// request, carried in rewrite.Request, authorizes the summary calls.
 func TestSummarizerGetsTheClientsKey(t *testing.T) {
 	b := fakebackend.New(t, fakebackend.OpenAI, fakebackend.Options{Reply: "Summary."})
 	s := NewSummarizer(b.URL, summKindOf(fakebackend.OpenAI), SummarizerConfig{}, b.Client(), nil)
 	c := rewrite.NewCompactor(rewrite.SummarizeConfig{KeepRecent: 1}, s, rewrite.CompactorOptions{})
 	t.Cleanup(func() { c.Close() })
-	ctx := rewrite.WithRequestInfo(context.Background(), rewrite.RequestInfo{Session: "k", Model: "gpt-4o", Auth: "Bearer sk-client"})
+	req := rewrite.Request{Session: "k", Model: "gpt-4o", Auth: "Bearer sk-client"}
 	var msgs []rewrite.Message
 	for i := range 4 {
 		msgs = append(msgs, rewrite.Message{Role: "user", Content: fmt.Sprint("q", i)}, rewrite.Message{Role: "assistant", Content: "a"})
 	}
-	got, err := c.Compact(ctx, msgs, summCounter{})
+	got, err := c.Compact(t.Context(), req, msgs, summCounter{})
 	if err != nil || got.Summaries != 3 {
 		t.Fatalf("%v, %d summaries", err, got.Summaries)
 	}

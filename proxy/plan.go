@@ -343,14 +343,11 @@ func (s *planner) cut(ctx context.Context, r *http.Request, ex *exchange, req *w
 		if _, err := trimmer.Strategy(mode); err != nil {
 			return nil, &wire.Error{Status: http.StatusBadRequest, Message: "X-Ctxproxy-Strategy: " + err.Error()}
 		}
-		tctx := rewrite.WithRequestInfo(ctx, rewrite.RequestInfo{Session: ex.session, Model: req.Model,
-			Auth: r.Header.Get("Authorization"), NumCtx: p.numCtx})
-		if capN > 0 {
-			tctx = rewrite.WithMaxMessages(tctx, capN)
-		}
+		treq := rewrite.Request{Session: ex.session, Model: req.Model, Auth: r.Header.Get("Authorization"),
+			NumCtx: p.numCtx, Mode: mode, MaxMessages: capN}
 		if s.monitor != nil && s.monitor.Reading().Level >= gpu.LevelCompress {
-			// Seed 004 R6.2: under memory pressure, compress earlier.
-			tctx = rewrite.WithThreshold(tctx, max(trimmer.Threshold()-0.2, trimmer.Target()))
+			// Under memory pressure, compress earlier.
+			treq.Threshold = max(trimmer.Threshold()-0.2, trimmer.Target())
 		}
 		orig := p.messages
 		room := p.limit - p.counter.Overhead(req.Tools) - shrink
@@ -359,7 +356,7 @@ func (s *planner) cut(ctx context.Context, r *http.Request, ex *exchange, req *w
 		// differ by a few tokens: check the cut prompt, and cut again
 		// with less room when it does not fit.
 		for attempt := 0; ; attempt++ {
-			res, err := trimmer.Trim(tctx, mode, orig, room, p.counter)
+			res, err := trimmer.Trim(ctx, treq, orig, room, p.counter)
 			switch {
 			case errors.Is(err, rewrite.ErrOverflow):
 				return nil, &wire.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded",

@@ -54,7 +54,7 @@ func pruneStored(t *rewrite.Trimmer, p *plan, reply *snapshots.Message) *pruning
 	if err != nil {
 		return nil
 	}
-	res, err := st.Apply(context.Background(), full, int(t.Target()*float64(room)), p.counter)
+	res, err := st.Apply(context.Background(), rewrite.Input{Messages: full, Target: int(t.Target() * float64(room)), Counter: p.counter})
 	if err != nil || len(res.Messages) >= len(full) {
 		return nil
 	}

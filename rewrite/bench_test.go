@@ -57,7 +57,7 @@ func BenchmarkTrim(b *testing.B) {
 			start, ok := threadCPU()
 			n := 0
 			for b.Loop() {
-				res, err := tr.Trim(ctx, "", msgs, limit, counter)
+				res, err := tr.Trim(ctx, Request{}, msgs, limit, counter)
 				if err != nil || res.Dropped == 0 {
 					b.Fatalf("Trim: %v, dropped %d", err, res.Dropped)
 				}
@@ -96,7 +96,7 @@ func BenchmarkTrimBelowThreshold(b *testing.B) {
 	start, ok := threadCPU()
 	n := 0
 	for b.Loop() {
-		tr.Trim(context.Background(), "", msgs, limit, counter)
+		tr.Trim(context.Background(), Request{}, msgs, limit, counter)
 		n++
 	}
 	reportCPU(b, start, ok, n)

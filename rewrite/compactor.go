@@ -193,20 +193,20 @@ type Compaction struct {
 // until ctx ends. A conversation of fewer than min_messages messages is
 // returned as is without a summarizer call. When summarizing fails, Compact
 // logs the error and returns it with the original messages: the
-// Compaction is always usable. The session in ctx's RequestInfo keys the
-// summaries.
-func (c *Compactor) Compact(ctx context.Context, msgs []Message, cnt Counter) (Compaction, error) {
+// Compaction is always usable. req.Session keys the summaries, and the
+// summarizer calls are made for req (its model, credential, num_ctx and
+// instructions).
+func (c *Compactor) Compact(ctx context.Context, req Request, msgs []Message, cnt Counter) (Compaction, error) {
 	v, n := c.compactPlan(msgs, cnt)
 	out := Compaction{Messages: msgs, Before: Total(msgs, cnt), Kept: len(v.its)}
 	out.After = out.Before
 	if n == 0 || c.sum == nil {
 		return out, nil
 	}
-	info := RequestInfoFrom(ctx)
-	salt(v, info)
+	salt(v, req)
 	keys := v.keysTo(n)
-	scope := c.scope(info.Session, v) + v.salt
-	if c.cachedPrefix(keys) < n && c.ensure(scope, info, cnt, v, n, true) {
+	scope := c.scope(req.Session, v) + v.salt
+	if c.cachedPrefix(keys) < n && c.ensure(scope, req, cnt, v, n, true) {
 		c.await(ctx, scope, keys, nil)
 	}
 	texts := c.texts(keys)
@@ -225,7 +225,7 @@ func (c *Compactor) Compact(ctx context.Context, msgs []Message, cnt Counter) (C
 		c.log.Warn("summarizing failed; conversation left as is", "err", err)
 		return out, err
 	}
-	res := v.fold(texts, c.blockLimit(ctx))
+	res := v.fold(texts, c.blockLimit(0))
 	c.stats.folded.Add(uint64(n))
 	return Compaction{
 		Messages: res.Messages, Folded: res.Summarized, Summaries: n, Kept: len(v.its) - n,
@@ -243,8 +243,10 @@ func (c *Compactor) compactPlan(msgs []Message, cnt Counter) (*conv, int) {
 	return v, v.trimEmpty(max(len(v.its)-max(c.cfg.KeepRecent, 1), 0))
 }
 
-// apply folds msgs as mode summarize (hybrid false) or hybrid does.
-func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt Counter, hybrid bool) (Result, error) {
+// apply folds in.Messages as mode summarize (hybrid false) or hybrid
+// does.
+func (c *Compactor) apply(ctx context.Context, in Input, hybrid bool) (Result, error) {
+	msgs, target, cnt, req := in.Messages, in.Target, in.Counter, in.Request
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
@@ -256,21 +258,20 @@ func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt C
 	if v.hasBlock() {
 		return unchanged, nil
 	}
-	limit := c.blockLimit(ctx)
+	limit := c.blockLimit(in.Limit)
 	var n int
 	if hybrid {
-		n = v.windowFold(c.keepTokens(ctx, target))
+		n = v.windowFold(c.keepTokens(in.Limit, target))
 	} else {
 		n = v.foldFor(v.p.kept-target, len(v.its)-c.cfg.KeepRecent, c.perSummary(), limit)
 	}
 	n = v.trimEmpty(n)
-	info := RequestInfoFrom(ctx)
-	salt(v, info)
+	salt(v, req)
 	if hybrid {
 		// Hybrid folds on every turn as its window slides: write now what
 		// the next turn will most likely fold, assuming it is as long as
 		// the newest iteration.
-		defer c.speculate(ctx, info, cnt, v, target)
+		defer c.speculate(req, cnt, v, in.Limit, target)
 	}
 	if n == 0 {
 		return unchanged, nil
@@ -278,12 +279,12 @@ func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt C
 	keys := v.keysTo(n)
 	got := c.cachedPrefix(keys)
 	if got < n {
-		scope := c.scope(info.Session, v) + v.salt
+		scope := c.scope(req.Session, v) + v.salt
 		// Only the first fold of a scope waits. Later ones fold what is
 		// ready and leave the rest to trimming: their summaries are
 		// folded in on a later turn, and no request of a session waits
 		// on the summarizer twice.
-		if c.ensure(scope, info, cnt, v, n, false) && c.cfg.Wait > 0 && (c.firstWait(scope) || waitFrom(ctx)) {
+		if c.ensure(scope, req, cnt, v, n, false) && c.cfg.Wait > 0 && (c.firstWait(scope) || req.Wait) {
 			c.stats.waited.Add(1)
 			got = c.await(ctx, scope, keys, c.after(c.cfg.Wait))
 		} else {
@@ -309,25 +310,11 @@ func (c *Compactor) apply(ctx context.Context, msgs []Message, target int, cnt C
 
 // salt sets apart the summaries written to one-off instructions from
 // those of the automatic folds: their own keys, and their own job.
-func salt(v *conv, info RequestInfo) {
-	if info.Instructions != "" {
-		sum := sha256.Sum256([]byte(info.Instructions))
+func salt(v *conv, req Request) {
+	if req.Instructions != "" {
+		sum := sha256.Sum256([]byte(req.Instructions))
 		v.salt = "+" + hex.EncodeToString(sum[:6])
 	}
-}
-
-type waitKey struct{}
-
-// WithWait returns ctx under which a fold waits for its summaries (at
-// most summarize.wait) even when it is not its conversation's first: an
-// explicit compress (/context compress, /compact) does.
-func WithWait(ctx context.Context) context.Context {
-	return context.WithValue(ctx, waitKey{}, true)
-}
-
-func waitFrom(ctx context.Context) bool {
-	b, _ := ctx.Value(waitKey{}).(bool)
-	return b
 }
 
 // firstWait reports whether scope has not waited for summaries before,
@@ -343,8 +330,9 @@ func (c *Compactor) firstWait(scope string) bool {
 }
 
 // prefetch starts writing, in the background, the summaries that folding
-// msgs down to target needs.
-func (c *Compactor) prefetch(ctx context.Context, msgs []Message, target int, cnt Counter, hybrid bool) {
+// in.Messages down to in.Target needs.
+func (c *Compactor) prefetch(in Input, hybrid bool) {
+	msgs, target, cnt, req := in.Messages, in.Target, in.Counter, in.Request
 	if c.sum == nil || len(msgs) < c.cfg.MinMessages {
 		return
 	}
@@ -352,28 +340,27 @@ func (c *Compactor) prefetch(ctx context.Context, msgs []Message, target int, cn
 	if v.hasBlock() {
 		return
 	}
-	info := RequestInfoFrom(ctx)
 	if hybrid {
-		c.speculate(ctx, info, cnt, v, target)
+		c.speculate(req, cnt, v, in.Limit, target)
 		return
 	}
-	n := v.trimEmpty(v.foldFor(v.p.kept-target, len(v.its)-c.cfg.KeepRecent, c.perSummary(), c.blockLimit(ctx)))
+	n := v.trimEmpty(v.foldFor(v.p.kept-target, len(v.its)-c.cfg.KeepRecent, c.perSummary(), c.blockLimit(in.Limit)))
 	if n > 0 && c.cachedPrefix(v.keysTo(n)) < n {
-		c.ensure(c.scope(info.Session, v), info, cnt, v, n, false)
+		c.ensure(c.scope(req.Session, v), req, cnt, v, n, false)
 	}
 }
 
 // speculate starts writing the summaries Hybrid will need when the next
 // turn, as long as the newest iteration, pushes the oldest of its window
-// out.
-func (c *Compactor) speculate(ctx context.Context, info RequestInfo, cnt Counter, v *conv, target int) {
+// out; limit is the request's effective limit (Input.Limit).
+func (c *Compactor) speculate(req Request, cnt Counter, v *conv, limit, target int) {
 	if len(v.its) == 0 {
 		return
 	}
 	last := len(v.its) - 1
-	next := v.trimEmpty(v.windowFold(c.keepTokens(ctx, target) - v.its[last].cost - v.pinnedCost(last)))
+	next := v.trimEmpty(v.windowFold(c.keepTokens(limit, target) - v.its[last].cost - v.pinnedCost(last)))
 	if next > 0 && c.cachedPrefix(v.keysTo(next)) < next {
-		c.ensure(c.scope(info.Session, v), info, cnt, v, next, false)
+		c.ensure(c.scope(req.Session, v), req, cnt, v, next, false)
 	}
 }
 
@@ -381,21 +368,22 @@ func (c *Compactor) perSummary() int { return min(c.cfg.MaxTokens, summaryEstima
 
 // blockLimit is the room for the block of summaries: a quarter of the
 // effective limit, so that summaries never crowd out the conversation
-// they stand for (16 summaries' worth when the limit is unknown).
-func (c *Compactor) blockLimit(ctx context.Context) int {
-	if l := limitFrom(ctx); l > 0 {
-		return l / 4
+// they stand for (16 summaries' worth when the limit is unknown: 0).
+func (c *Compactor) blockLimit(limit int) int {
+	if limit > 0 {
+		return limit / 4
 	}
 	return 16 * c.cfg.MaxTokens
 }
 
-// keepTokens is Hybrid's window of recent tokens, kept verbatim.
-func (c *Compactor) keepTokens(ctx context.Context, target int) int {
+// keepTokens is Hybrid's window of recent tokens, kept verbatim, under an
+// effective limit of limit (0: unknown).
+func (c *Compactor) keepTokens(limit, target int) int {
 	switch {
 	case c.cfg.KeepRecentTokens > 0:
 		return c.cfg.KeepRecentTokens
-	case limitFrom(ctx) > 0:
-		return limitFrom(ctx) / 3
+	case limit > 0:
+		return limit / 3
 	}
 	return target / 2
 }

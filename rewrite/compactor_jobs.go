@@ -21,7 +21,7 @@ type job struct {
 	// those not yet summarized, and what the calls need of it.
 	keys  []string
 	iters map[int][]Message
-	info  RequestInfo
+	req   Request
 	cnt   Counter
 }
 
@@ -29,7 +29,7 @@ type job struct {
 // iterations, and reports whether one is (false: nothing is missing, the
 // Compactor is closed, or the scope failed less than retryAfter ago and
 // force is not set).
-func (c *Compactor) ensure(scope string, info RequestInfo, cnt Counter, v *conv, n int, force bool) bool {
+func (c *Compactor) ensure(scope string, req Request, cnt Counter, v *conv, n int, force bool) bool {
 	keys := slices.Clone(v.keysTo(n))
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -51,7 +51,7 @@ func (c *Compactor) ensure(scope string, info RequestInfo, cnt Counter, v *conv,
 		if len(keys) >= len(j.keys) || !slices.Equal(j.keys[:len(keys)], keys) {
 			j.keys, j.iters = keys, iters
 		}
-		j.info, j.cnt = info, cnt
+		j.req, j.cnt = req, cnt
 		return true
 	}
 	if f, ok := c.retry.Peek(scope); ok && !force {
@@ -60,7 +60,7 @@ func (c *Compactor) ensure(scope string, info RequestInfo, cnt Counter, v *conv,
 		}
 		c.retry.Remove(scope)
 	}
-	j := &job{scope: scope, session: info.Session, keys: keys, iters: iters, info: info, cnt: cnt}
+	j := &job{scope: scope, session: req.Session, keys: keys, iters: iters, req: req, cnt: cnt}
 	c.jobs[scope] = j
 	c.stats.jobs.Add(1)
 	c.wg.Add(1)
@@ -84,17 +84,17 @@ func (c *Compactor) run(j *job) {
 			c.mu.Unlock()
 			return
 		}
-		key, msgs, info, cnt := j.keys[i], j.iters[i], j.info, j.cnt
+		key, msgs, req, cnt := j.keys[i], j.iters[i], j.req, j.cnt
 		prev := c.previous(j.keys[:i], cnt)
 		c.mu.Unlock()
 
-		s, err := c.call(info, cnt, msgs, prev, key, i+1)
+		s, err := c.call(req, cnt, msgs, prev, key, i+1)
 
 		if err != nil {
 			err = fmt.Errorf("summarizing iteration %d: %w", i+1, err)
 			if c.ctx.Err() == nil {
 				c.log.Warn("summarizer failed; trimming instead until it works again",
-					"session", info.Session, "err", err)
+					"session", req.Session, "err", err)
 			}
 			c.mu.Lock()
 			c.retry.Add(j.scope, failure{until: c.now().Add(retryAfter), err: err})
@@ -189,17 +189,17 @@ func (c *Compactor) previous(keys []string, cnt Counter) string {
 }
 
 // call makes one summarizer call and returns its cleaned result.
-func (c *Compactor) call(info RequestInfo, cnt Counter, msgs []Message, prev, key string, covers int) (Summary, error) {
+func (c *Compactor) call(req Request, cnt Counter, msgs []Message, prev, key string, covers int) (Summary, error) {
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
 	defer cancel()
 	model := c.cfg.Model
 	if model == "" {
-		model = info.Model
+		model = req.Model
 	}
 	start := c.now()
 	text, err := c.sum.Summarize(ctx, SummaryRequest{
 		Model: model, Messages: msgs, Previous: prev, MaxTokens: c.cfg.MaxTokens,
-		NumCtx: info.NumCtx, Auth: info.Auth, System: c.cfg.Prompt, Instructions: info.Instructions,
+		NumCtx: req.NumCtx, Auth: req.Auth, System: c.cfg.Prompt, Instructions: req.Instructions,
 	})
 	d := c.now().Sub(start)
 	var cut bool

@@ -51,7 +51,7 @@ func TestReplay200Turns(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{}, f, CompactorOptions{})
 	tr := summarizingTrimmer(t, Config{Mode: "summarize"}, c)
-	ctx := session("replay")
+	ctx, req := t.Context(), session("replay")
 	rng := rand.New(rand.NewPCG(7, 7))
 
 	history := []Message{sys("You are a coding assistant.")}
@@ -60,7 +60,7 @@ func TestReplay200Turns(t *testing.T) {
 	for i := range 200 {
 		q, rest := replayTurn(i, rng)
 		msgs := numbered(append(append([]Message(nil), history...), q)...)
-		res, err := tr.Trim(ctx, "", msgs, limit, counter)
+		res, err := tr.Trim(ctx, req, msgs, limit, counter)
 		if err != nil {
 			t.Fatalf("turn %d: %v", i, err)
 		}
@@ -122,14 +122,14 @@ func TestReplay200Turns(t *testing.T) {
 func TestSummarizeIsIncremental(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{KeepRecent: 3}, f, CompactorOptions{})
-	ctx := session("s")
-	first, err := c.Compact(ctx, turns(10, hundred), counter)
+	ctx, req := t.Context(), session("s")
+	first, err := c.Compact(ctx, req, turns(10, hundred), counter)
 	if err != nil || f.count() != 7 {
 		t.Fatalf("first compaction: %v, %d calls, want 7", err, f.count())
 	}
 	// One more iteration folds: one more call, for that iteration only,
 	// with the earlier summaries as context.
-	second, err := c.Compact(ctx, turns(11, hundred), counter)
+	second, err := c.Compact(ctx, req, turns(11, hundred), counter)
 	if err != nil || f.count() != 8 {
 		t.Fatalf("second compaction: %v, %d calls, want 8", err, f.count())
 	}
@@ -144,13 +144,13 @@ func TestSummarizeIsIncremental(t *testing.T) {
 		t.Errorf("the block was not extended:\n%s\nthen\n%s", blockOf(first.Messages), blockOf(second.Messages))
 	}
 	// The same history again costs nothing.
-	if _, err := c.Compact(ctx, turns(11, hundred), counter); err != nil || f.count() != 8 {
+	if _, err := c.Compact(ctx, req, turns(11, hundred), counter); err != nil || f.count() != 8 {
 		t.Errorf("repeat: %v, %d calls", err, f.count())
 	}
 	// An edited old message invalidates its iteration and the later ones.
 	edited := turns(11, hundred)
 	edited[9].Content = "question 4, asked differently"
-	if _, err := c.Compact(ctx, edited, counter); err != nil || f.count() != 8+4 {
+	if _, err := c.Compact(ctx, req, edited, counter); err != nil || f.count() != 8+4 {
 		t.Errorf("edited history: %v, %d calls, want 12", err, f.count())
 	}
 }
@@ -160,7 +160,7 @@ func TestSummaryStoreSurvivesRestart(t *testing.T) {
 	f := &fakeSummarizer{}
 	msgs := turns(10, hundred)
 	c1, _ := newCompactor(t, SummarizeConfig{}, f, CompactorOptions{Store: store})
-	want, err := c1.Compact(session("s"), msgs, counter)
+	want, err := c1.Compact(t.Context(), session("s"), msgs, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestSummaryStoreSurvivesRestart(t *testing.T) {
 	// Another process (a restart, a replica) finds them.
 	f2 := &fakeSummarizer{}
 	c2, _ := newCompactor(t, SummarizeConfig{}, f2, CompactorOptions{Store: store})
-	got, err := c2.Compact(session("s"), msgs, counter)
+	got, err := c2.Compact(t.Context(), session("s"), msgs, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestSummaryStoreSurvivesRestart(t *testing.T) {
 	}
 	// In memory, summaries are found by content: another session with the
 	// same history shares them (it has the same text to summarize).
-	if _, err := c2.Compact(session("other"), msgs, counter); err != nil || f2.count() != 0 {
+	if _, err := c2.Compact(t.Context(), session("other"), msgs, counter); err != nil || f2.count() != 0 {
 		t.Errorf("other session: %v, %d calls", err, f2.count())
 	}
 }
@@ -198,14 +198,14 @@ func TestSummaryStoreFailureIsNotFatal(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{}, f, CompactorOptions{Store: store})
 	msgs := turns(10, hundred)
-	if got, err := c.Compact(session("s"), msgs, counter); err != nil || got.Summaries != 7 {
+	if got, err := c.Compact(t.Context(), session("s"), msgs, counter); err != nil || got.Summaries != 7 {
 		t.Fatalf("%v, %d summaries", err, got.Summaries)
 	}
 	if st := c.Stats(); st.StoreErrors != 8 { // one Get, seven Puts
 		t.Errorf("StoreErrors = %d, want 8", st.StoreErrors)
 	}
 	// The summaries are still remembered in memory.
-	if _, err := c.Compact(session("s"), msgs, counter); err != nil || f.count() != 7 {
+	if _, err := c.Compact(t.Context(), session("s"), msgs, counter); err != nil || f.count() != 7 {
 		t.Errorf("%v, %d calls", err, f.count())
 	}
 }
@@ -218,7 +218,7 @@ func TestSummarizeWithoutSession(t *testing.T) {
 	msgs := turns(30, hundred*2)
 	calls := 0
 	for i := range 3 {
-		res, err := tr.Trim(context.Background(), "", msgs, 10000, counter)
+		res, err := tr.Trim(context.Background(), Request{}, msgs, 10000, counter)
 		if err != nil || res.Summarized == 0 {
 			t.Fatalf("%v, summarized %d", err, res.Summarized)
 		}
@@ -233,9 +233,9 @@ func TestSummarizeWithoutSession(t *testing.T) {
 	}
 }
 
-func mustTrim(t *testing.T, tr *Trimmer, ctx context.Context, msgs []Message, limit int) Result {
+func mustTrim(t *testing.T, tr *Trimmer, req Request, msgs []Message, limit int) Result {
 	t.Helper()
-	res, err := tr.Trim(ctx, "", msgs, limit, counter)
+	res, err := tr.Trim(t.Context(), req, msgs, limit, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,10 +362,10 @@ func TestPrefetchBelowThreshold(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{}, f, CompactorOptions{})
 	tr := summarizingTrimmer(t, Config{Mode: "summarize"}, c)
-	ctx := session("s")
+	req := session("s")
 	// 73% of the limit: forwarded unchanged, summaries written behind.
 	msgs := turns(37, hundred*2)
-	res := mustTrim(t, tr, ctx, msgs, 20000)
+	res := mustTrim(t, tr, req, msgs, 20000)
 	if res.Notice != "" || len(res.Messages) != len(msgs) {
 		t.Fatalf("changed below the threshold: %q", res.Notice)
 	}
@@ -374,7 +374,7 @@ func TestPrefetchBelowThreshold(t *testing.T) {
 		t.Fatal("nothing prefetched at 73%")
 	}
 	// 81%: folded at once, with what was prefetched.
-	res = mustTrim(t, tr, ctx, turns(41, hundred*2), 20000)
+	res = mustTrim(t, tr, req, turns(41, hundred*2), 20000)
 	if res.Summarized == 0 || c.Stats().Waited != 0 {
 		t.Errorf("summarized %d, waited %d", res.Summarized, c.Stats().Waited)
 	}
@@ -384,7 +384,7 @@ func TestPrefetchBelowThreshold(t *testing.T) {
 	// Below prefetch_at nothing happens at all.
 	f2 := &fakeSummarizer{}
 	c2, _ := newCompactor(t, SummarizeConfig{}, f2, CompactorOptions{})
-	mustTrim(t, summarizingTrimmer(t, Config{Mode: "summarize"}, c2), ctx, turns(34, hundred*2), 20000)
+	mustTrim(t, summarizingTrimmer(t, Config{Mode: "summarize"}, c2), req, turns(34, hundred*2), 20000)
 	idle(c2)
 	if f2.count() != 0 || c2.Stats().Jobs != 0 {
 		t.Errorf("prefetched at 68%%: %d calls", f2.count())
@@ -458,7 +458,7 @@ func TestSummarizeWithoutSummarizer(t *testing.T) {
 	if res.Summarized != 0 || res.Dropped == 0 {
 		t.Errorf("summarized %d, dropped %d", res.Summarized, res.Dropped)
 	}
-	if got, err := c.Compact(session("s"), turns(30, hundred), counter); err != nil || got.Folded != 0 {
+	if got, err := c.Compact(t.Context(), session("s"), turns(30, hundred), counter); err != nil || got.Folded != 0 {
 		t.Errorf("Compact without a summarizer: %v, folded %d", err, got.Folded)
 	}
 }
@@ -467,9 +467,9 @@ func TestHybridPrefetchesTheNextTurn(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{KeepRecentTokens: 2000}, f, CompactorOptions{})
 	tr := summarizingTrimmer(t, Config{Mode: "hybrid"}, c)
-	ctx := session("s")
+	req := session("s")
 	for n := 30; n < 40; n++ {
-		res := mustTrim(t, tr, ctx, turns(n, hundred*2), 12000)
+		res := mustTrim(t, tr, req, turns(n, hundred*2), 12000)
 		if res.Summarized == 0 {
 			t.Fatalf("%d turns: not summarized", n)
 		}
@@ -545,10 +545,10 @@ func FuzzSummarize(f *testing.F) {
 
 func TestSummarizeCanceledContext(t *testing.T) {
 	c, _ := newCompactor(t, SummarizeConfig{}, &fakeSummarizer{}, CompactorOptions{})
-	ctx, cancel := context.WithCancel(session("s"))
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	for _, s := range []Strategy{c.Summarize(), c.Hybrid()} {
-		if _, err := s.Apply(ctx, turns(10, hundred), 0, counter); !errors.Is(err, context.Canceled) {
+		if _, err := s.Apply(ctx, Input{Messages: turns(10, hundred), Counter: counter, Request: session("s")}); !errors.Is(err, context.Canceled) {
 			t.Errorf("%s: error = %v", s.Name(), err)
 		}
 	}

@@ -13,12 +13,12 @@ type pruner interface {
 	prune(p *plan, target int)
 }
 
-func run(ctx context.Context, s pruner, msgs []Message, target int, c Counter) (Result, error) {
+func run(ctx context.Context, s pruner, in Input) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	p := newPlan(msgs, c)
-	s.prune(p, target)
+	p := newPlan(in.Messages, in.Counter)
+	s.prune(p, in.Target)
 	return p.result(), nil
 }
 
@@ -30,7 +30,7 @@ func run(ctx context.Context, s pruner, msgs []Message, target int, c Counter) (
 // The strategies of this package run on one shared plan: a later one sees
 // what an earlier one dropped, and the markers are placed once, counting
 // messages of the original conversation. Any other Strategy gets the
-// messages assembled so far.
+// messages assembled so far, with the same target, limit and request.
 type Composite struct {
 	Strategies []Strategy
 }
@@ -39,7 +39,8 @@ type Composite struct {
 func (Composite) Name() string { return "composite" }
 
 // Apply implements Strategy.
-func (cs Composite) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
+func (cs Composite) Apply(ctx context.Context, in Input) (Result, error) {
+	msgs, target, c := in.Messages, in.Target, in.Counter
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
@@ -54,7 +55,9 @@ func (cs Composite) Apply(ctx context.Context, msgs []Message, target int, c Cou
 			continue
 		}
 		before := p.result()
-		r, err := s.Apply(ctx, before.Messages, target, c)
+		stage := in
+		stage.Messages = before.Messages
+		r, err := s.Apply(ctx, stage)
 		if err != nil {
 			return Result{}, fmt.Errorf("rewrite: %s: %w", s.Name(), err)
 		}
@@ -91,11 +94,11 @@ type None struct{}
 func (None) Name() string { return "none" }
 
 // Apply implements Strategy.
-func (None) Apply(ctx context.Context, msgs []Message, _ int, _ Counter) (Result, error) {
+func (None) Apply(ctx context.Context, in Input) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	return Result{Messages: msgs}, nil
+	return Result{Messages: in.Messages}, nil
 }
 
 // The strategies of this package, and the ones Composite can chain on one

@@ -96,7 +96,8 @@ type ToolResults struct {
 func (ToolResults) Name() string { return "tool_results" }
 
 // Apply implements Strategy.
-func (t ToolResults) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
+func (t ToolResults) Apply(ctx context.Context, in Input) (Result, error) {
+	msgs, c := in.Messages, in.Counter
 	limit := orDefault(t.MaxTokens, DefaultToolResultTokens)
 	long := false
 	for i := range msgs {
@@ -108,7 +109,7 @@ func (t ToolResults) Apply(ctx context.Context, msgs []Message, target int, c Co
 		}
 		return Result{Messages: msgs}, nil
 	}
-	return run(ctx, t, msgs, target, c)
+	return run(ctx, t, in)
 }
 
 // Compact returns m with its content cut to about MaxTokens tokens, or m
@@ -173,8 +174,8 @@ type Shrink struct{}
 func (Shrink) Name() string { return "shrink" }
 
 // Apply implements Strategy.
-func (s Shrink) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
-	return run(ctx, s, msgs, target, c)
+func (s Shrink) Apply(ctx context.Context, in Input) (Result, error) {
+	return run(ctx, s, in)
 }
 
 func (Shrink) prune(p *plan, target int) {

@@ -5,8 +5,6 @@ package rewrite
 // calls it yet; it lives apart from Compact so that wiring it (a dry run
 // of compress) or dropping it touches this file alone.
 
-import "context"
-
 // Estimate predicts what Compact would do, without calling the summarizer:
 // remembered summaries count at their length, the others at
 // the expected length of a summary.
@@ -30,7 +28,7 @@ func (c *Compactor) Estimate(msgs []Message, cnt Counter) Compaction {
 		}
 	}
 	c.mu.Unlock()
-	res := v.fold(texts, c.blockLimit(context.Background()))
+	res := v.fold(texts, c.blockLimit(0))
 	out.Folded, out.After = res.Summarized, Total(res.Messages, cnt)+missing*c.perSummary()
 	out.Notice = res.Notice
 	return out

@@ -233,7 +233,7 @@ func checkInvariants(t *testing.T, sub subject, msgs []Message, target int) {
 	t.Helper()
 	ctx := context.Background()
 	name := sub.s.Name()
-	res, err := sub.s.Apply(ctx, msgs, target, counter)
+	res, err := sub.s.Apply(ctx, Input{Messages: msgs, Target: target, Counter: counter})
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
@@ -326,7 +326,7 @@ func checkInvariants(t *testing.T, sub subject, msgs []Message, target int) {
 
 	// Fits whenever the always-kept part does.
 	if sub.fits {
-		least, err := sub.s.Apply(ctx, msgs, 0, counter)
+		least, err := sub.s.Apply(ctx, Input{Messages: msgs, Target: 0, Counter: counter})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -335,7 +335,7 @@ func checkInvariants(t *testing.T, sub subject, msgs []Message, target int) {
 		}
 	}
 	if sub.systemOnly && sysTotal <= target {
-		pinnedOnly, _ := TokenBudget{KeepTurn: true}.Apply(ctx, msgs, 0, counter)
+		pinnedOnly, _ := TokenBudget{KeepTurn: true}.Apply(ctx, Input{Messages: msgs, Target: 0, Counter: counter})
 		if Total(pinnedOnly.Messages, counter) <= target && Total(out, counter) > target {
 			fail("total %d > target", Total(out, counter))
 		}
@@ -347,7 +347,7 @@ func checkInvariants(t *testing.T, sub subject, msgs []Message, target int) {
 	}
 
 	// Idempotent on its own output.
-	again, err := sub.s.Apply(ctx, out, target, counter)
+	again, err := sub.s.Apply(ctx, Input{Messages: out, Target: target, Counter: counter})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func checkTrimmer(t *testing.T, msgs []Message, limit int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := tr.Trim(context.Background(), "", msgs, limit, counter)
+		res, err := tr.Trim(context.Background(), Request{}, msgs, limit, counter)
 		switch {
 		case limit <= 0: // no known window: forwarded as sent
 			if err != nil || len(res.Messages) != len(msgs) || res.Notice != "" {

@@ -74,7 +74,7 @@ func TestGolden(t *testing.T) {
 			}
 			got := map[string]goldenRun{}
 			for _, mode := range modes {
-				res, err := tr.Trim(context.Background(), mode, msgs, in.Limit, counter)
+				res, err := tr.Trim(context.Background(), Request{Mode: mode}, msgs, in.Limit, counter)
 				run := goldenRun{TokensBefore: Total(msgs, counter), Dropped: res.Dropped, Notice: res.Notice}
 				if err != nil {
 					run.Error = err.Error()

@@ -81,11 +81,11 @@ func TestHysteresisKeepsPrefix(t *testing.T) {
 				u.Raw = raw(len(history))
 				history = append(history, u)
 
-				resH, err := hyst.Trim(context.Background(), "", history, limit, counter)
+				resH, err := hyst.Trim(context.Background(), Request{}, history, limit, counter)
 				if err != nil {
 					t.Fatal(err)
 				}
-				resE, err := every.Trim(context.Background(), "", history, limit, counter)
+				resE, err := every.Trim(context.Background(), Request{}, history, limit, counter)
 				if err != nil {
 					t.Fatal(err)
 				}

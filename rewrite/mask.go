@@ -60,8 +60,8 @@ type Mask struct {
 func (Mask) Name() string { return "mask" }
 
 // Apply implements Strategy.
-func (m Mask) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
-	return run(ctx, m, msgs, target, c)
+func (m Mask) Apply(ctx context.Context, in Input) (Result, error) {
+	return run(ctx, m, in)
 }
 
 func (m Mask) prune(p *plan, _ int) {

@@ -51,7 +51,7 @@ func TestMaskPrefixStability(t *testing.T) {
 		st := &stats{}
 		var prev []Message
 		for k, msgs := range loop {
-			res, err := tr.Trim(context.Background(), mode, msgs, limit, counter)
+			res, err := tr.Trim(context.Background(), Request{Mode: mode}, msgs, limit, counter)
 			if err != nil {
 				t.Fatal(err)
 			}

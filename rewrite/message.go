@@ -7,6 +7,14 @@
 // []Message (keeping each message's raw JSON), a Strategy returns the
 // messages to forward, and the proxy encodes them back, touching only what a
 // strategy changed.
+//
+// What a strategy may need to know of the chat request besides its
+// messages — the session, the model, the client's credential for the
+// summarizer, num_ctx, and what the client asked of the cut (the
+// X-Ctxproxy-* headers, a compress's options) — is a Request: an argument
+// of Trimmer.Trim, which hands it, with the effective limit, to every
+// strategy in its Input. A context carries only cancellation and
+// deadlines.
 package rewrite
 
 import (
@@ -33,12 +41,14 @@ type Counter interface {
 	CountText(s string) int
 }
 
-// Strategy cuts a conversation down to at most target tokens (as counted
-// by c). It must keep tool units whole, keep leading system messages and the
-// newest user turn, and keep the order of what it keeps.
+// Strategy cuts a conversation (in.Messages) down to at most in.Target
+// tokens, as in.Counter counts. It must keep tool units whole, keep
+// leading system messages and the newest user turn, and keep the order of
+// what it keeps. Everything it may depend on is in its Input, the chat
+// request included (in.Request); ctx carries only cancellation.
 type Strategy interface {
 	Name() string
-	Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error)
+	Apply(ctx context.Context, in Input) (Result, error)
 }
 
 // Result is what a Strategy produced.

@@ -105,7 +105,7 @@ func backToBack(t *testing.T, cfg SummarizeConfig, turnsN int, gap, latency time
 	c := NewCompactor(cfg, s, CompactorOptions{Now: clock.Now, After: clock.After})
 	t.Cleanup(func() { c.Close() })
 	tr := summarizingTrimmer(t, Config{Mode: "summarize"}, c)
-	ctx := session("back-to-back")
+	ctx, req := t.Context(), session("back-to-back")
 	rng := rand.New(rand.NewPCG(3, 5))
 	const limit = 8000
 	history := []Message{sys("You are a coding assistant.")}
@@ -117,7 +117,7 @@ func backToBack(t *testing.T, cfg SummarizeConfig, turnsN int, gap, latency time
 		done := make(chan Result, 1)
 		errc := make(chan error, 1)
 		go func() {
-			res, err := tr.Trim(ctx, "", msgs, limit, counter)
+			res, err := tr.Trim(ctx, req, msgs, limit, counter)
 			if err != nil {
 				errc <- err
 				return

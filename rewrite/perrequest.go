@@ -5,22 +5,8 @@ import (
 	"fmt"
 )
 
-type maxMessagesKey struct{}
-
-// WithMaxMessages returns a context under which Trimmer.Trim first caps
-// the conversation at n non-system messages (MaxMessages), whatever the
-// usage; n ≤ 0 sets no cap. The proxy sets it from a request's
-// X-Ctxproxy-Max-Messages header.
-func WithMaxMessages(ctx context.Context, n int) context.Context {
-	return context.WithValue(ctx, maxMessagesKey{}, n)
-}
-
-func maxMessages(ctx context.Context) int {
-	n, _ := ctx.Value(maxMessagesKey{}).(int)
-	return n
-}
-
-// MaxMessages caps the messages forwarded: it drops the oldest units until
+// MaxMessages caps the messages forwarded (Request.MaxMessages, from a
+// request's X-Ctxproxy-Max-Messages header): it drops the oldest units until
 // at most N messages other than system messages are left, markers
 // included. It keeps tool units whole, every system message and the newest
 // turn (the newest user message and the last unit), so it may leave more
@@ -34,8 +20,8 @@ type MaxMessages struct {
 func (MaxMessages) Name() string { return "max_messages" }
 
 // Apply implements Strategy.
-func (m MaxMessages) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
-	return run(ctx, m, msgs, target, c)
+func (m MaxMessages) Apply(ctx context.Context, in Input) (Result, error) {
+	return run(ctx, m, in)
 }
 
 // forwarded counts the messages the plan would forward that are not
@@ -72,11 +58,10 @@ var (
 	_ pruner   = MaxMessages{}
 )
 
-// capMessages runs the MaxMessages step the context asks for, if any.
-func capMessages(ctx context.Context, msgs []Message, c Counter) (Result, error) {
-	n := maxMessages(ctx)
-	if n <= 0 {
+// capMessages runs the MaxMessages step req asks for, if any.
+func capMessages(ctx context.Context, req Request, msgs []Message, c Counter) (Result, error) {
+	if req.MaxMessages <= 0 {
 		return Result{Messages: msgs}, nil
 	}
-	return MaxMessages{N: n}.Apply(ctx, msgs, 0, c)
+	return MaxMessages{N: req.MaxMessages}.Apply(ctx, Input{Messages: msgs, Counter: c, Request: req})
 }

@@ -1,7 +1,6 @@
 package rewrite
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -29,8 +28,7 @@ func TestMaxMessages(t *testing.T) {
 		{3, []int{0, -1, 9, 10}},         // a marker counts
 		{4, []int{0, -1, 9, 10}},         // 5 would need the whole unit of 4 messages
 	} {
-		ctx := WithMaxMessages(context.Background(), tc.n)
-		res, err := tr.Trim(ctx, "", msgs, 100000, counter) // far below the threshold
+		res, err := tr.Trim(t.Context(), Request{MaxMessages: tc.n}, msgs, 100000, counter) // far below the threshold
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,8 +38,8 @@ type Selective struct {
 func (Selective) Name() string { return "selective" }
 
 // Apply implements Strategy.
-func (s Selective) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
-	return run(ctx, s, msgs, target, c)
+func (s Selective) Apply(ctx context.Context, in Input) (Result, error) {
+	return run(ctx, s, in)
 }
 
 func (s Selective) prune(p *plan, target int) {
@@ -94,8 +94,8 @@ type Importance struct {
 func (Importance) Name() string { return "importance" }
 
 // Apply implements Strategy.
-func (s Importance) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
-	return run(ctx, s, msgs, target, c)
+func (s Importance) Apply(ctx context.Context, in Input) (Result, error) {
+	return run(ctx, s, in)
 }
 
 func importanceOf(m *Message) float64 {

@@ -43,7 +43,7 @@ func TestSmartKeepsFirstExchangeBeforeTheTail(t *testing.T) {
 func TestSmartFallbackEndsWithOnOverflow(t *testing.T) {
 	msgs := numbered(sys("s"), user(lines(400)), asst(lines(400)), user("q2"), asst("a2"), user(lines(400)))
 	tr := newTrimmer(t, Config{})
-	res, err := tr.Trim(context.Background(), "smart", msgs, 1200, counter) // 3 × ~1000 tokens
+	res, err := tr.Trim(context.Background(), Request{Mode: "smart"}, msgs, 1200, counter) // 3 × ~1000 tokens
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestSmartFallbackEndsWithOnOverflow(t *testing.T) {
 		t.Errorf("total %d exceeds the window", tot)
 	}
 	reject := newTrimmer(t, Config{OnOverflow: OverflowReject})
-	if _, err := reject.Trim(context.Background(), "smart", msgs, 1200, counter); err == nil {
+	if _, err := reject.Trim(context.Background(), Request{Mode: "smart"}, msgs, 1200, counter); err == nil {
 		t.Error("on_overflow reject: no error")
 	}
 }
@@ -68,7 +68,7 @@ func TestSmartModeKeepsFirstExchange(t *testing.T) {
 	msgs := numbered(append([]Message{sys("s")}, alternating(41, 2000)...)...) // ~500 tokens a message
 	tr := newTrimmer(t, Config{})
 	for _, limit := range []int{2000, 3000, 5000, 8000} {
-		res, err := tr.Trim(context.Background(), "", msgs, limit, counter)
+		res, err := tr.Trim(context.Background(), Request{}, msgs, limit, counter)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +89,7 @@ func TestSelectiveNoticeCounts(t *testing.T) {
 	msgs := numbered(append([]Message{sys("s")}, alternating(30, 400)...)...)
 	tr := newTrimmer(t, Config{})
 	for _, limit := range []int{3000, 1500, 1000} {
-		res, err := tr.Trim(context.Background(), "selective", msgs, limit, counter)
+		res, err := tr.Trim(context.Background(), Request{Mode: "selective"}, msgs, limit, counter)
 		if err != nil {
 			t.Fatal(err)
 		}

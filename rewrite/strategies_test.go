@@ -20,7 +20,7 @@ import (
 
 func apply(t *testing.T, s Strategy, msgs []Message, target int) Result {
 	t.Helper()
-	res, err := s.Apply(context.Background(), msgs, target, counter)
+	res, err := s.Apply(context.Background(), Input{Messages: msgs, Target: target, Counter: counter})
 	if err != nil {
 		t.Fatalf("%s.Apply: %v", s.Name(), err)
 	}
@@ -202,9 +202,9 @@ type spy struct {
 	log *[]string
 }
 
-func (s spy) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
+func (s spy) Apply(ctx context.Context, in Input) (Result, error) {
 	*s.log = append(*s.log, s.Name())
-	return s.Strategy.Apply(ctx, msgs, target, c)
+	return s.Strategy.Apply(ctx, in)
 }
 
 func TestCompositeAppliesStrategiesInOrder(t *testing.T) {
@@ -302,7 +302,7 @@ func TestTrimmerTrimsAConversationOverThreshold(t *testing.T) {
 	}
 	msgs := alternating(95, hundred) // 95% of 10000
 	msgs = append(msgs, user(pad("big ", 1000*4)))
-	res, err := tr.Trim(context.Background(), "", msgs, 10000, counter)
+	res, err := tr.Trim(context.Background(), Request{}, msgs, 10000, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,14 +320,14 @@ func TestTrimmerCutsOnlyAboveThreshold(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs := alternating(92, hundred) // 92%
-	res, err := tr.Trim(context.Background(), "", msgs, 10000, counter)
+	res, err := tr.Trim(context.Background(), Request{}, msgs, 10000, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := Total(res.Messages, counter); got >= 9200 {
 		t.Errorf("usage did not decrease: %d", got)
 	}
-	under, _ := tr.Trim(context.Background(), "", msgs[:89], 10000, counter)
+	under, _ := tr.Trim(context.Background(), Request{}, msgs[:89], 10000, counter)
 	if under.Notice != "" || len(under.Messages) != 89 {
 		t.Errorf("compacted below the threshold: %q", under.Notice)
 	}
@@ -486,7 +486,7 @@ func TestImportanceModeKeepsAnImportantMessageWithinMaxTokens(t *testing.T) {
 	for i := range 20 {
 		msgs = append(msgs, withImportance(user(fmt.Sprintf("Message %d", i)), 0.5))
 		msgs[len(msgs)-1].Raw = raw(len(msgs) - 1)
-		res, err := tr.Trim(context.Background(), "", msgs, 100, counter)
+		res, err := tr.Trim(context.Background(), Request{}, msgs, 100, counter)
 		if err != nil {
 			t.Fatal(err)
 		}

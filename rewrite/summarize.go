@@ -318,54 +318,6 @@ func lastSentenceEnd(s string) int {
 	return -1
 }
 
-// RequestInfo is what a strategy may need to know about the chat request it
-// runs for, beyond its messages. The proxy puts it in the context it passes
-// to Trimmer.Trim (WithRequestInfo).
-type RequestInfo struct {
-	// Session keys remembered summaries (SummaryStore); "" keeps them in
-	// this process only.
-	Session string
-	// Model is the request's model: the default summarizing model.
-	Model string
-	// Auth is the client's Authorization header value, handed to the
-	// Summarizer; never logged.
-	Auth string
-	// NumCtx is the num_ctx the proxy sends to Ollama for this request (0:
-	// none); summarizer calls send the same (see SummaryRequest.NumCtx).
-	NumCtx int
-	// Instructions are one-off instructions for the summaries Compact
-	// writes (/compact <instructions>); summaries written to them are kept
-	// apart from the automatic ones.
-	Instructions string
-}
-
-type requestInfoKey struct{}
-
-// WithRequestInfo returns ctx carrying info.
-func WithRequestInfo(ctx context.Context, info RequestInfo) context.Context {
-	return context.WithValue(ctx, requestInfoKey{}, info)
-}
-
-// RequestInfoFrom returns the RequestInfo in ctx, or the zero value.
-func RequestInfoFrom(ctx context.Context) RequestInfo {
-	info, _ := ctx.Value(requestInfoKey{}).(RequestInfo)
-	return info
-}
-
-// limitKey carries the effective limit from Trimmer.Trim to the strategies
-// that size things by the window rather than the target (Summarize's
-// block of summaries, Hybrid's recent tokens).
-type limitKey struct{}
-
-func withLimit(ctx context.Context, limit int) context.Context {
-	return context.WithValue(ctx, limitKey{}, limit)
-}
-
-func limitFrom(ctx context.Context) int {
-	n, _ := ctx.Value(limitKey{}).(int)
-	return n
-}
-
 // Summary is one remembered summary: the 2-3 sentences of one iteration.
 // Its fields match snapshots.Summary.
 type Summary struct {

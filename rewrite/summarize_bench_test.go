@@ -1,7 +1,6 @@
 package rewrite
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -32,8 +31,8 @@ func BenchmarkTrimSummarize(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := WithRequestInfo(context.Background(), RequestInfo{Session: "bench", Model: "m"})
-	if res, err := tr.Trim(ctx, "", msgs, limit, counter); err != nil || res.Summarized == 0 {
+	ctx, req := b.Context(), Request{Session: "bench", Model: "m"}
+	if res, err := tr.Trim(ctx, req, msgs, limit, counter); err != nil || res.Summarized == 0 {
 		b.Fatalf("warm-up: %v, %q", err, res.Notice)
 	}
 	idle(c)
@@ -43,7 +42,7 @@ func BenchmarkTrimSummarize(b *testing.B) {
 	start, ok := threadCPU()
 	n := 0
 	for b.Loop() {
-		res, err := tr.Trim(ctx, "", msgs, limit, counter)
+		res, err := tr.Trim(ctx, req, msgs, limit, counter)
 		if err != nil || !strings.Contains(res.Notice, "summarized") {
 			b.Fatalf("Trim: %v, %q", err, res.Notice)
 		}

@@ -63,7 +63,7 @@ func TestSummarizeGolden(t *testing.T) {
 				c := NewCompactor(SummarizeConfig{}, &fakeSummarizer{}, CompactorOptions{
 					After: func(time.Duration) <-chan time.Time { return nil }})
 				tr := summarizingTrimmer(t, Config{}, c)
-				res, err := tr.Trim(session("golden"), mode, msgs, limit, counter)
+				res, err := tr.Trim(t.Context(), Request{Session: "golden", Model: "llama3.1", Mode: mode}, msgs, limit, counter)
 				c.Close()
 				run := summarizeRun{goldenRun: goldenRun{TokensBefore: Total(msgs, counter), Dropped: res.Dropped, Notice: res.Notice}}
 				if err != nil {

@@ -177,8 +177,9 @@ func summarizingTrimmer(t *testing.T, cfg Config, c *Compactor) *Trimmer {
 	return tr
 }
 
-func session(id string) context.Context {
-	return WithRequestInfo(context.Background(), RequestInfo{Session: id, Model: "llama3.1"})
+// session returns the request of a chat in session id.
+func session(id string) Request {
+	return Request{Session: id, Model: "llama3.1"}
 }
 
 // turns returns a conversation of n iterations after a system prompt: a

@@ -22,7 +22,7 @@ func TestCompactSummarizesOldIterations(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{KeepRecent: 5}, f, CompactorOptions{})
 	msgs := alternating(50, hundred) // 25 iterations, well over any small budget
-	got, err := c.Compact(session("s"), msgs, counter)
+	got, err := c.Compact(t.Context(), session("s"), msgs, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestCompactSkipsAShortConversation(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{MinMessages: 6, KeepRecent: 1}, f, CompactorOptions{})
 	msgs := alternating(5, hundred)
-	got, err := c.Compact(session("s"), msgs, counter)
+	got, err := c.Compact(t.Context(), session("s"), msgs, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestCompactReturnsTheOriginalOnFailure(t *testing.T) {
 	}}
 	c, _ := newCompactor(t, SummarizeConfig{}, f, CompactorOptions{Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	msgs := alternating(20, hundred)
-	got, err := c.Compact(session("s"), msgs, counter)
+	got, err := c.Compact(t.Context(), session("s"), msgs, counter)
 	if err == nil {
 		t.Error("no error")
 	}
@@ -83,7 +83,7 @@ func TestSummarizeModeCompactsAboveThreshold(t *testing.T) {
 	c, _ := newCompactor(t, SummarizeConfig{}, f, CompactorOptions{})
 	tr := summarizingTrimmer(t, Config{Mode: "summarize", Threshold: 0.9, Target: 0.6}, c)
 	msgs := alternating(92, hundred) // 92% of 10000
-	res, err := tr.Trim(session("s"), "", msgs, 10000, counter)
+	res, err := tr.Trim(t.Context(), session("s"), msgs, 10000, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,12 +137,12 @@ func TestSummarizeStartsAtThreshold(t *testing.T) {
 	c, _ := newCompactor(t, SummarizeConfig{PrefetchAt: -1}, f, CompactorOptions{})
 	tr := summarizingTrimmer(t, Config{Mode: "summarize"}, c)
 	under := turns(39, hundred*2) // 79% of 20000
-	res, err := tr.Trim(session("s"), "", under, 20000, counter)
+	res, err := tr.Trim(t.Context(), session("s"), under, 20000, counter)
 	if err != nil || res.Summarized != 0 || f.count() != 0 {
 		t.Errorf("below the threshold: %v, summarized %d, %d calls", err, res.Summarized, f.count())
 	}
 	over := turns(41, hundred*2)
-	res, err = tr.Trim(session("s"), "", over, 20000, counter)
+	res, err = tr.Trim(t.Context(), session("s"), over, 20000, counter)
 	if err != nil || res.Summarized == 0 {
 		t.Errorf("above the threshold: %v, summarized %d", err, res.Summarized)
 	}
@@ -152,7 +152,7 @@ func TestSummariesReplaceOldIterations(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{KeepRecent: 3}, f, CompactorOptions{})
 	msgs := turns(8, hundred)
-	got, err := c.Compact(session("s"), msgs, counter)
+	got, err := c.Compact(t.Context(), session("s"), msgs, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestSummariesReplaceOldIterations(t *testing.T) {
 func TestCompactKeepsRecentIterationsUnchanged(t *testing.T) {
 	msgs := turns(8, hundred)
 	c, _ := newCompactor(t, SummarizeConfig{KeepRecent: 3}, &fakeSummarizer{}, CompactorOptions{})
-	got, err := c.Compact(session("s"), msgs, counter)
+	got, err := c.Compact(t.Context(), session("s"), msgs, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestContextInjection(t *testing.T) {
 	// It reaches the model appended to the system prompt, which keeps its
 	// own text first.
 	c, _ := newCompactor(t, SummarizeConfig{KeepRecent: 1}, &fakeSummarizer{}, CompactorOptions{})
-	res, err := c.Compact(session("s"), turns(4, hundred), counter)
+	res, err := c.Compact(t.Context(), session("s"), turns(4, hundred), counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestSummarizerUsesTheRequestModel(t *testing.T) {
 	for _, tt := range []struct{ configured, want string }{{"", "llama3.1"}, {"qwen3:0.6b", "qwen3:0.6b"}} {
 		f := &fakeSummarizer{}
 		c, _ := newCompactor(t, SummarizeConfig{Model: tt.configured}, f, CompactorOptions{})
-		if _, err := c.Compact(session("s"), turns(6, hundred), counter); err != nil {
+		if _, err := c.Compact(t.Context(), session("s"), turns(6, hundred), counter); err != nil {
 			t.Fatal(err)
 		}
 		for _, req := range f.requests() {
@@ -239,7 +239,7 @@ func TestSummarizeFallbackKeepsSystemPrompt(t *testing.T) {
 	c, _ := newCompactor(t, SummarizeConfig{}, f, CompactorOptions{})
 	tr := summarizingTrimmer(t, Config{Mode: "summarize"}, c)
 	msgs := turns(30, hundred*2)
-	res, err := tr.Trim(session("s"), "", msgs, 10000, counter)
+	res, err := tr.Trim(t.Context(), session("s"), msgs, 10000, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestHybridSummarizesOldKeepsRecent(t *testing.T) {
 	c, _ := newCompactor(t, SummarizeConfig{KeepRecentTokens: 1000}, &fakeSummarizer{}, CompactorOptions{})
 	tr := summarizingTrimmer(t, Config{Mode: "hybrid"}, c)
 	msgs := turns(20, hundred*2) // 50 tokens a message
-	res, err := tr.Trim(session("s"), "", msgs, 2500, counter)
+	res, err := tr.Trim(t.Context(), session("s"), msgs, 2500, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestHybridKeepsRecentTokensVerbatim(t *testing.T) {
 	for _, keep := range []int{300, 1000, 2000} {
 		c, _ := newCompactor(t, SummarizeConfig{KeepRecentTokens: keep}, &fakeSummarizer{}, CompactorOptions{})
 		msgs := turns(30, hundred*2)
-		res, err := c.Hybrid().Apply(session("s"), msgs, 0, counter)
+		res, err := c.Hybrid().Apply(t.Context(), Input{Messages: msgs, Counter: counter, Request: session("s")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,7 +289,7 @@ func TestHybridKeepsRecentTokensVerbatim(t *testing.T) {
 func TestCompactReportsTokensBeforeAndAfter(t *testing.T) {
 	c, _ := newCompactor(t, SummarizeConfig{}, &fakeSummarizer{}, CompactorOptions{})
 	msgs := turns(12, hundred)
-	got, err := c.Compact(session("s"), msgs, counter)
+	got, err := c.Compact(t.Context(), session("s"), msgs, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestEstimateWithoutSummarizing(t *testing.T) {
 	if f.count() != 0 {
 		t.Fatalf("Estimate called the summarizer %d times", f.count())
 	}
-	got, err := c.Compact(session("s"), msgs, counter)
+	got, err := c.Compact(t.Context(), session("s"), msgs, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,11 +328,11 @@ func TestSummarizeAutomaticAtThreshold(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{PrefetchAt: -1}, f, CompactorOptions{})
 	tr := summarizingTrimmer(t, Config{Mode: "summarize", Threshold: 0.8}, c)
-	ctx := session("s")
+	ctx, req := t.Context(), session("s")
 	for n := 10; n <= 60; n++ {
 		msgs := turns(n, hundred*2)
 		total := Total(msgs, counter)
-		res, err := tr.Trim(ctx, "", msgs, 20000, counter)
+		res, err := tr.Trim(ctx, req, msgs, 20000, counter)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,8 +14,9 @@ type Prefetcher interface {
 	// first trim step is prepared; later steps are prepared the same
 	// distance ahead. Zero or less turns prefetching off.
 	PrefetchAt() float64
-	// Prefetch starts the work that cutting msgs to target will need.
-	Prefetch(ctx context.Context, msgs []Message, target int, c Counter)
+	// Prefetch starts the work that cutting in.Messages to in.Target will
+	// need, for in.Request.
+	Prefetch(ctx context.Context, in Input)
 }
 
 // Summarize is the strategy of mode summarize: it folds the oldest iterations into 2-3 sentence summaries, which reach
@@ -44,16 +45,16 @@ func (c *Compactor) Summarize() Summarize { return Summarize{c} }
 func (Summarize) Name() string { return "summarize" }
 
 // Apply implements Strategy.
-func (s Summarize) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
-	return s.c.apply(ctx, msgs, target, c, false)
+func (s Summarize) Apply(ctx context.Context, in Input) (Result, error) {
+	return s.c.apply(ctx, in, false)
 }
 
 // PrefetchAt implements Prefetcher.
 func (s Summarize) PrefetchAt() float64 { return s.c.cfg.PrefetchAt }
 
 // Prefetch implements Prefetcher.
-func (s Summarize) Prefetch(ctx context.Context, msgs []Message, target int, c Counter) {
-	s.c.prefetch(ctx, msgs, target, c, false)
+func (s Summarize) Prefetch(ctx context.Context, in Input) {
+	s.c.prefetch(in, false)
 }
 
 // Compactor returns the engine behind s.
@@ -74,16 +75,16 @@ func (c *Compactor) Hybrid() Hybrid { return Hybrid{c} }
 func (Hybrid) Name() string { return "hybrid" }
 
 // Apply implements Strategy.
-func (h Hybrid) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
-	return h.c.apply(ctx, msgs, target, c, true)
+func (h Hybrid) Apply(ctx context.Context, in Input) (Result, error) {
+	return h.c.apply(ctx, in, true)
 }
 
 // PrefetchAt implements Prefetcher.
 func (h Hybrid) PrefetchAt() float64 { return h.c.cfg.PrefetchAt }
 
 // Prefetch implements Prefetcher.
-func (h Hybrid) Prefetch(ctx context.Context, msgs []Message, target int, c Counter) {
-	h.c.prefetch(ctx, msgs, target, c, true)
+func (h Hybrid) Prefetch(ctx context.Context, in Input) {
+	h.c.prefetch(in, true)
 }
 
 // Compactor returns the engine behind h.

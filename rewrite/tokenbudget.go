@@ -26,8 +26,8 @@ type TokenBudget struct {
 func (TokenBudget) Name() string { return "token_budget" }
 
 // Apply implements Strategy.
-func (t TokenBudget) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
-	return run(ctx, t, msgs, target, c)
+func (t TokenBudget) Apply(ctx context.Context, in Input) (Result, error) {
+	return run(ctx, t, in)
 }
 
 func (t TokenBudget) prune(p *plan, target int) {

@@ -1,7 +1,6 @@
 package rewrite
 
 import (
-	"context"
 	"strings"
 	"testing"
 )
@@ -31,10 +30,10 @@ func nonSystem(msgs []Message) int {
 func TestTriggerTokens(t *testing.T) {
 	msgs := turns(20, 200) // about 2200 tokens: 22% of the window
 	total := Total(msgs, counter)
-	if res := mustTrim(t, triggerTrimmer(t, Config{}), context.Background(), msgs, 10000); res.Dropped != 0 {
+	if res := mustTrim(t, triggerTrimmer(t, Config{}), Request{}, msgs, 10000); res.Dropped != 0 {
 		t.Fatalf("trimmed at %d of 10000 without a trigger", total)
 	}
-	res := mustTrim(t, triggerTrimmer(t, Config{TriggerTokens: total - 100}), context.Background(), msgs, 10000)
+	res := mustTrim(t, triggerTrimmer(t, Config{TriggerTokens: total - 100}), Request{}, msgs, 10000)
 	if res.Dropped == 0 {
 		t.Fatalf("not trimmed at %d tokens with trigger_tokens %d", total, total-100)
 	}
@@ -42,7 +41,7 @@ func TestTriggerTokens(t *testing.T) {
 	if got := Total(res.Messages, counter); got >= total-100 {
 		t.Errorf("%d tokens after trimming, trigger %d", got, total-100)
 	}
-	if res := mustTrim(t, triggerTrimmer(t, Config{TriggerTokens: total + 1}), context.Background(), msgs, 10000); res.Dropped != 0 {
+	if res := mustTrim(t, triggerTrimmer(t, Config{TriggerTokens: total + 1}), Request{}, msgs, 10000); res.Dropped != 0 {
 		t.Errorf("trimmed below trigger_tokens")
 	}
 }
@@ -52,11 +51,11 @@ func TestTriggerTokens(t *testing.T) {
 func TestTriggerMessagesKeepMessages(t *testing.T) {
 	tr := triggerTrimmer(t, Config{TriggerMessages: 30, KeepMessages: 10})
 	short := turns(14, 200) // 28 messages
-	if res := mustTrim(t, tr, context.Background(), short, 100000); res.Dropped != 0 {
+	if res := mustTrim(t, tr, Request{}, short, 100000); res.Dropped != 0 {
 		t.Fatalf("trimmed %d messages below trigger_messages", res.Dropped)
 	}
 	msgs := turns(15, 200) // 30 messages
-	res := mustTrim(t, tr, context.Background(), msgs, 100000)
+	res := mustTrim(t, tr, Request{}, msgs, 100000)
 	if n := nonSystem(res.Messages); n != 10 || res.Messages[0].Role != "system" {
 		t.Errorf("kept %d non-system messages (%s), want 10 after the system prompt", n, rolesOf(res.Messages))
 	}
@@ -74,14 +73,14 @@ func TestKeepTokens(t *testing.T) {
 	total := Total(msgs, counter)
 	sysCost := cost(&msgs[0], counter)
 	tr := triggerTrimmer(t, Config{TriggerTokens: total - 50, KeepTokens: 1000})
-	res := mustTrim(t, tr, context.Background(), msgs, 100000)
+	res := mustTrim(t, tr, Request{}, msgs, 100000)
 	got := Total(res.Messages, counter)
 	if got > sysCost+1000+50 || got < sysCost+1000-2*(3+50) {
 		t.Errorf("%d tokens kept, want about %d", got, sysCost+1000)
 	}
 	// keep_messages and keep_tokens together: the smaller wins.
 	tr = triggerTrimmer(t, Config{TriggerTokens: total - 50, KeepTokens: 1000, KeepMessages: 4})
-	res = mustTrim(t, tr, context.Background(), msgs, 100000)
+	res = mustTrim(t, tr, Request{}, msgs, 100000)
 	if n := nonSystem(res.Messages); n != 4 {
 		t.Errorf("kept %d non-system messages, want 4", n)
 	}
@@ -102,7 +101,7 @@ func TestTriggersValidate(t *testing.T) {
 func TestSummaryPromptConfigurable(t *testing.T) {
 	f := &fakeSummarizer{}
 	c, _ := newCompactor(t, SummarizeConfig{Prompt: "Summarize tersely, in French.", KeepRecent: 1}, f, CompactorOptions{})
-	if _, err := c.Compact(session("p"), turns(8, hundred), counter); err != nil {
+	if _, err := c.Compact(t.Context(), session("p"), turns(8, hundred), counter); err != nil {
 		t.Fatal(err)
 	}
 	reqs := f.requests()
@@ -119,8 +118,7 @@ func TestSummaryPromptConfigurable(t *testing.T) {
 	// Instructions: new summaries, written with them, kept apart from the
 	// automatic ones.
 	before := f.count()
-	ctx := WithRequestInfo(context.Background(), RequestInfo{Session: "p", Instructions: "Keep every file name."})
-	got, err := c.Compact(ctx, turns(8, hundred), counter)
+	got, err := c.Compact(t.Context(), Request{Session: "p", Instructions: "Keep every file name."}, turns(8, hundred), counter)
 	if err != nil || got.Summaries == 0 {
 		t.Fatalf("compact with instructions: %v, %d summaries", err, got.Summaries)
 	}

@@ -381,10 +381,11 @@ func (t *Trimmer) Strategy(mode string) (Strategy, error) {
 }
 
 // Trim fits msgs, the whole history as the client sent it, to an effective
-// limit of limit tokens, with the strategy of mode ("" means the configured
-// one):
+// limit of limit tokens, with the strategy of req.Mode ("" means the
+// configured one):
 //
-//  1. Below threshold·limit it returns msgs unchanged (Notice empty).
+//  1. Below the threshold·limit it returns msgs unchanged (Notice empty);
+//     req.Threshold, when set, replaces strategy.threshold.
 //  2. Otherwise it compacts long tool results (ToolResults), computes the
 //     budget from what is left (Budget) and runs the strategy down to it.
 //  3. If the result still exceeds limit — the kept-always part alone is too
@@ -398,18 +399,18 @@ func (t *Trimmer) Strategy(mode string) (Strategy, error) {
 // also starts it, below the threshold too, as the conversation nears its
 // next trim step (see Prefetcher); the proxy needs to do nothing more.
 //
-// Under WithMaxMessages it first caps the conversation at that many
+// With req.MaxMessages set it first caps the conversation at that many
 // non-system messages (MaxMessages), whatever the usage, and goes on from
-// there.
-func (t *Trimmer) Trim(ctx context.Context, mode string, msgs []Message, limit int, c Counter) (Result, error) {
-	capped, err := capMessages(ctx, msgs, c)
+// there. The strategies get req, and limit, in their Input.
+func (t *Trimmer) Trim(ctx context.Context, req Request, msgs []Message, limit int, c Counter) (Result, error) {
+	capped, err := capMessages(ctx, req, msgs, c)
 	if err != nil || capped.Dropped == 0 {
 		if err != nil {
 			return Result{}, err
 		}
-		return t.trim(ctx, mode, msgs, limit, c)
+		return t.trim(ctx, req, msgs, limit, c)
 	}
-	res, err := t.trim(ctx, mode, capped.Messages, limit, c)
+	res, err := t.trim(ctx, req, capped.Messages, limit, c)
 	if err != nil {
 		return Result{}, err
 	}
@@ -418,14 +419,13 @@ func (t *Trimmer) Trim(ctx context.Context, mode string, msgs []Message, limit i
 	return res, nil
 }
 
-func (t *Trimmer) trim(ctx context.Context, mode string, msgs []Message, limit int, c Counter) (Result, error) {
-	s, err := t.Strategy(mode)
+func (t *Trimmer) trim(ctx context.Context, req Request, msgs []Message, limit int, c Counter) (Result, error) {
+	s, err := t.Strategy(req.Mode)
 	if err != nil {
 		return Result{}, err
 	}
-	ctx = withLimit(ctx, limit)
 	total := Total(msgs, c)
-	th := threshold(ctx, t.cfg.Threshold)
+	th := req.threshold(t.cfg.Threshold)
 	target := min(t.cfg.Target, th)
 	th, target, msgAct := t.triggers(msgs, limit, th, target, c)
 	_, act := Budget(total, limit, th, target)
@@ -444,7 +444,7 @@ func (t *Trimmer) trim(ctx context.Context, mode string, msgs []Message, limit i
 	}
 	res := Result{Messages: msgs}
 	step := func(s Strategy, target int) error {
-		r, err := s.Apply(ctx, res.Messages, target, c)
+		r, err := s.Apply(ctx, Input{Messages: res.Messages, Target: target, Counter: c, Limit: limit, Request: req})
 		if err != nil {
 			return err
 		}
@@ -465,7 +465,7 @@ func (t *Trimmer) trim(ctx context.Context, mode string, msgs []Message, limit i
 			// With the tool results compacted as the step will see them,
 			// so that the summaries written now are the ones it asks for.
 			if next, ok := nextStep(total, limit, th, target, lead); ok {
-				pf.Prefetch(ctx, res.Messages, next, c)
+				pf.Prefetch(ctx, Input{Messages: res.Messages, Target: next, Counter: c, Limit: limit, Request: req})
 			}
 		}
 		if !act {

@@ -21,7 +21,7 @@ func newTrimmer(t *testing.T, cfg Config) *Trimmer {
 
 func TestTrimBelowThresholdIsUnchanged(t *testing.T) {
 	msgs := alternating(79, hundred) // 79% of 10000
-	res, err := newTrimmer(t, Config{}).Trim(context.Background(), "", msgs, 10000, counter)
+	res, err := newTrimmer(t, Config{}).Trim(context.Background(), Request{}, msgs, 10000, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestTrimCompactsToolResultsFirst(t *testing.T) {
 		sys("s"), user("look"), call("a"), result("a", lines(1000)), asst("found"), // result: 2500 tokens
 		user("again"), call("b"), result("b", lines(1000)), asst("found"), user("now?"),
 	)
-	res, err := newTrimmer(t, Config{}).Trim(context.Background(), "", msgs, 6000, counter)
+	res, err := newTrimmer(t, Config{}).Trim(context.Background(), Request{}, msgs, 6000, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestTrimOverflow(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.policy, func(t *testing.T) {
-			res, err := newTrimmer(t, Config{OnOverflow: tt.policy}).Trim(context.Background(), "", tt.msgs, 1000, counter)
+			res, err := newTrimmer(t, Config{OnOverflow: tt.policy}).Trim(context.Background(), Request{}, tt.msgs, 1000, counter)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("error = %v, want %v", err, tt.wantErr)
 			}
@@ -96,12 +96,12 @@ func TestTrimOverflow(t *testing.T) {
 func TestTrimModeNone(t *testing.T) {
 	msgs := alternating(90, hundred)
 	tr := newTrimmer(t, Config{Mode: "none"})
-	res, err := tr.Trim(context.Background(), "", msgs, 10000, counter)
+	res, err := tr.Trim(context.Background(), Request{}, msgs, 10000, counter)
 	if err != nil || len(res.Messages) != 90 || res.Notice != "" {
 		t.Errorf("none changed the conversation: %v %q", err, res.Notice)
 	}
 	// The window still bounds it: on_overflow applies.
-	res, err = tr.Trim(context.Background(), "", msgs, 5000, counter)
+	res, err = tr.Trim(context.Background(), Request{}, msgs, 5000, counter)
 	if err != nil || res.Dropped != 0 || Total(res.Messages, counter) > 5000 {
 		t.Errorf("none over the window: %v, dropped %d, %d tokens", err, res.Dropped, Total(res.Messages, counter))
 	}
@@ -110,14 +110,14 @@ func TestTrimModeNone(t *testing.T) {
 func TestTrimPerRequestMode(t *testing.T) {
 	tr := newTrimmer(t, Config{})
 	msgs := alternating(90, hundred)
-	res, err := tr.Trim(context.Background(), "token_budget", msgs, 10000, counter)
+	res, err := tr.Trim(context.Background(), Request{Mode: "token_budget"}, msgs, 10000, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ids(res.Messages)[0] == 0 {
 		t.Errorf("token_budget kept the first message, as smart would")
 	}
-	if _, err := tr.Trim(context.Background(), "bogus", msgs, 10000, counter); !errors.Is(err, ErrUnknownMode) {
+	if _, err := tr.Trim(context.Background(), Request{Mode: "bogus"}, msgs, 10000, counter); !errors.Is(err, ErrUnknownMode) {
 		t.Errorf("unknown mode: error = %v", err)
 	}
 	if _, err := tr.Strategy("summarize"); !errors.Is(err, ErrUnknownMode) || !strings.Contains(err.Error(), "needs a summarizer") {
@@ -256,7 +256,7 @@ func TestCanceledContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, sub := range subjects(t) {
-		if _, err := sub.s.Apply(ctx, alternating(4, 10), 0, counter); !errors.Is(err, context.Canceled) {
+		if _, err := sub.s.Apply(ctx, Input{Messages: alternating(4, 10), Target: 0, Counter: counter}); !errors.Is(err, context.Canceled) {
 			t.Errorf("%s: error = %v, want context.Canceled", sub.s.Name(), err)
 		}
 	}
@@ -269,11 +269,11 @@ func TestNilCounterAndOddInput(t *testing.T) {
 	}
 	for _, sub := range subjects(t) {
 		for _, c := range []Counter{nil, counter} {
-			if _, err := sub.s.Apply(context.Background(), odd, 3, c); err != nil {
+			if _, err := sub.s.Apply(context.Background(), Input{Messages: odd, Target: 3, Counter: c}); err != nil {
 				t.Errorf("%s: %v", sub.s.Name(), err)
 			}
 		}
-		if _, err := sub.s.Apply(context.Background(), nil, 3, counter); err != nil {
+		if _, err := sub.s.Apply(context.Background(), Input{Messages: nil, Target: 3, Counter: counter}); err != nil {
 			t.Errorf("%s on nil: %v", sub.s.Name(), err)
 		}
 	}

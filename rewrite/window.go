@@ -44,8 +44,8 @@ type SlidingWindow struct {
 func (SlidingWindow) Name() string { return "sliding_window" }
 
 // Apply implements Strategy.
-func (s SlidingWindow) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
-	return run(ctx, s, msgs, target, c)
+func (s SlidingWindow) Apply(ctx context.Context, in Input) (Result, error) {
+	return run(ctx, s, in)
 }
 
 func (s SlidingWindow) prune(p *plan, _ int) {
@@ -114,8 +114,8 @@ type Smart struct {
 func (Smart) Name() string { return "smart" }
 
 // Apply implements Strategy.
-func (s Smart) Apply(ctx context.Context, msgs []Message, target int, c Counter) (Result, error) {
-	return run(ctx, s, msgs, target, c)
+func (s Smart) Apply(ctx context.Context, in Input) (Result, error) {
+	return run(ctx, s, in)
 }
 
 func (s Smart) prune(p *plan, target int) {

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/ctxproxy/ctxproxy/api"
-	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
 // Compact is /Compact INSTRUCTIONS (in-band, the REPL, and the admin API's
@@ -16,12 +15,7 @@ import (
 // does and says the instructions were not used.
 func (s *Service) Compact(ctx context.Context, id, instructions string) (api.Compressed, error) {
 	instructions = strings.TrimSpace(instructions)
-	if instructions != "" {
-		info := rewrite.RequestInfoFrom(ctx)
-		info.Instructions = instructions
-		ctx = rewrite.WithRequestInfo(ctx, info)
-	}
-	res, err := s.Compress(ctx, id)
+	res, err := s.Compress(ctx, id, instructions)
 	if err == nil && instructions != "" && res.Summarized == 0 {
 		mode := "?"
 		if t := s.Trimmer.Load(); t != nil {

@@ -179,9 +179,10 @@ var errChanged = Errorf(http.StatusConflict, "the session changed while it was b
 
 // Compress trims (or summarizes) the stored conversation of session id
 // now with the configured strategy, down to strategy.target of the
-// model's effective limit (seed 004 R7.8). The conversation as it was is
-// snapshotted first.
-func (s *Service) Compress(ctx context.Context, id string) (api.Compressed, error) {
+// model's effective limit; instructions, when not "", are appended to
+// the summary prompt of the summaries it writes. The conversation as it
+// was is snapshotted first.
+func (s *Service) Compress(ctx context.Context, id, instructions string) (api.Compressed, error) {
 	trimmer := s.Trimmer.Load()
 	if trimmer == nil || s.Tokens == nil {
 		return api.Compressed{}, Errorf(http.StatusServiceUnavailable, "compress needs token counting and a strategy, and ctxproxy runs without them")
@@ -204,8 +205,8 @@ func (s *Service) Compress(ctx context.Context, id string) (api.Compressed, erro
 	// Acting from the target itself cuts down to it now: a threshold
 	// lower than the target would lower the target with it (Trim cuts to
 	// min(target, threshold)).
-	tctx := rewrite.WithWait(rewrite.WithThreshold(ctx, trimmer.Target()))
-	out, err := trimmer.Trim(tctx, "", msgs, limit-counter.Overhead(nil), counter)
+	req := rewrite.Request{Instructions: instructions, Threshold: trimmer.Target(), Wait: true}
+	out, err := trimmer.Trim(ctx, req, msgs, limit-counter.Overhead(nil), counter)
 	switch {
 	case errors.Is(err, rewrite.ErrOverflow):
 		return res, Errorf(http.StatusUnprocessableEntity, "the conversation needs about %d tokens and cannot be cut "+
