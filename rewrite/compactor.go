@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,8 +24,9 @@ const retryAfter = 30 * time.Second
 const cacheEntries = 16384
 
 // Compactor folds old iterations of conversations into summaries. It is
-// the engine behind modes summarize and hybrid
-// (Summarize, Hybrid) and the admin API's compress (Compact, Estimate).
+// the engine behind modes summarize and hybrid (Summarize, Hybrid), which
+// the Trimmer runs on chat requests and on the admin API's compress; Compact
+// folds a whole conversation at once.
 //
 // It summarizes each iteration once, with the summary of the iterations
 // before as context, and remembers the summary in memory and in the
@@ -172,16 +174,17 @@ func (c *Compactor) Stats() SummaryStats {
 	}
 }
 
-// Compaction is the result of Compact or Estimate: the tokens before and
-// after, and what was folded.
+// Compaction is the result of Compact: the tokens before and after, and
+// what was folded.
 type Compaction struct {
-	// Messages is the compacted conversation (Estimate: nil).
+	// Messages is the compacted conversation (in a dry run, with stand-ins
+	// for the summaries not yet written).
 	Messages []Message
 	// Folded is the number of messages folded into Summaries summaries;
 	// Kept the number of iterations kept verbatim.
 	Folded, Summaries, Kept int
 	// Before and After are the tokens of the conversation before and after
-	// (Estimate: predicted).
+	// (in a dry run, After is an estimate: see Request.DryRun).
 	Before, After int
 	// Notice says what was done, as Result.Notice.
 	Notice string
@@ -195,7 +198,8 @@ type Compaction struct {
 // logs the error and returns it with the original messages: the
 // Compaction is always usable. req.Session keys the summaries, and the
 // summarizer calls are made for req (its model, credential, num_ctx and
-// instructions).
+// instructions). A dry run (req.DryRun) calls nothing and folds the
+// summaries not yet written as stand-ins of their expected length.
 func (c *Compactor) Compact(ctx context.Context, req Request, msgs []Message, cnt Counter) (Compaction, error) {
 	v, n := c.compactPlan(msgs, cnt)
 	out := Compaction{Messages: msgs, Before: Total(msgs, cnt), Kept: len(v.its)}
@@ -205,6 +209,13 @@ func (c *Compactor) Compact(ctx context.Context, req Request, msgs []Message, cn
 	}
 	salt(v, req)
 	keys := v.keysTo(n)
+	if req.DryRun {
+		res := v.fold(c.estimates(keys, cnt), c.blockLimit(0))
+		return Compaction{
+			Messages: res.Messages, Folded: res.Summarized, Summaries: n, Kept: len(v.its) - n,
+			Before: out.Before, After: Total(res.Messages, cnt), Notice: res.Notice,
+		}, nil
+	}
 	scope := c.scope(req.Session, v) + v.salt
 	if c.cachedPrefix(keys) < n && c.ensure(scope, req, cnt, v, n, true) {
 		c.await(ctx, scope, keys, nil)
@@ -267,7 +278,7 @@ func (c *Compactor) apply(ctx context.Context, in Input, hybrid bool) (Result, e
 	}
 	n = v.trimEmpty(n)
 	salt(v, req)
-	if hybrid {
+	if hybrid && !req.DryRun {
 		// Hybrid folds on every turn as its window slides: write now what
 		// the next turn will most likely fold, assuming it is as long as
 		// the newest iteration.
@@ -277,6 +288,9 @@ func (c *Compactor) apply(ctx context.Context, in Input, hybrid bool) (Result, e
 		return unchanged, nil
 	}
 	keys := v.keysTo(n)
+	if req.DryRun {
+		return v.fold(c.estimates(keys, cnt), limit), nil
+	}
 	got := c.cachedPrefix(keys)
 	if got < n {
 		scope := c.scope(req.Session, v) + v.salt
@@ -315,6 +329,37 @@ func salt(v *conv, req Request) {
 		sum := sha256.Sum256([]byte(req.Instructions))
 		v.salt = "+" + hex.EncodeToString(sum[:6])
 	}
+}
+
+// estimates returns the texts a dry run folds for keys: the summary this
+// process remembers for a key, else a stand-in as long as a summary is
+// expected to be (perSummary), so that what follows the fold — trimming,
+// the counts — sees what a written summary would most likely cost. It
+// calls, starts and remembers nothing, and leaves the order of the
+// remembered summaries (most recently used) as it was.
+func (c *Compactor) estimates(keys []string, cnt Counter) []string {
+	pending := standIn(c.perSummary(), cnt)
+	texts := make([]string, len(keys))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, k := range keys {
+		texts[i] = pending
+		if s, ok := c.summaries.Peek(k); ok {
+			texts[i] = s.Text
+		}
+	}
+	return texts
+}
+
+// standIn is a text that costs about tokens tokens as cnt counts them.
+func standIn(tokens int, cnt Counter) string {
+	const word = "pending"
+	text := func(n int) string { return strings.TrimSpace(strings.Repeat(word+" ", max(n, 1))) }
+	n := max(tokens, 1)
+	if got := textCost(text(n), cnt); got > 0 {
+		n = n * tokens / got // one correction: counters are about linear
+	}
+	return text(n)
 }
 
 // firstWait reports whether scope has not waited for summaries before,

@@ -41,6 +41,13 @@ type Request struct {
 	// even when it is not its conversation's first: an explicit compress
 	// asks for summaries, not for trimming in the meantime.
 	Wait bool
+	// DryRun asks what Trim would do, doing nothing that lasts: no
+	// summarizer call, no background job, no summary remembered, no
+	// counter moved. A summary not yet written is folded as a stand-in of
+	// the length a summary is expected to have (see Summarize), so the
+	// answer is an estimate where summaries are missing and exact
+	// elsewhere.
+	DryRun bool
 }
 
 // String describes r without its credential, so that a Request printed
@@ -50,8 +57,8 @@ func (r Request) String() string {
 	if r.Auth != "" {
 		auth = "[redacted]"
 	}
-	return fmt.Sprintf("{Session:%q Model:%q Auth:%s NumCtx:%d Instructions:%q Mode:%q MaxMessages:%d Threshold:%v Wait:%t}",
-		r.Session, r.Model, auth, r.NumCtx, r.Instructions, r.Mode, r.MaxMessages, r.Threshold, r.Wait)
+	return fmt.Sprintf("{Session:%q Model:%q Auth:%s NumCtx:%d Instructions:%q Mode:%q MaxMessages:%d Threshold:%v Wait:%t DryRun:%t}",
+		r.Session, r.Model, auth, r.NumCtx, r.Instructions, r.Mode, r.MaxMessages, r.Threshold, r.Wait, r.DryRun)
 }
 
 // threshold is the trimming threshold in force for r.

@@ -15,7 +15,7 @@ import (
 // ignoreTokens compares messages without their cached counts.
 var ignoreTokens = cmpopts.IgnoreFields(Message{}, "Tokens")
 
-// What summarizing does, one behaviour a test: Compact and Estimate, the
+// What summarizing does, one behaviour a test: Compact and its dry run, the
 // summarize and hybrid modes through a Trimmer, and the summary block.
 
 func TestCompactSummarizesOldIterations(t *testing.T) {
@@ -121,14 +121,14 @@ func (approx35Counter) CountText(s string) int { return (2*len(s) + 6) / 7 }
 
 func (sc approx35Counter) CountMessage(m *Message) int { return sc.CountText(m.Content) }
 
-func TestEstimateWithAnotherCounter(t *testing.T) {
+func TestDryRunWithAnotherCounter(t *testing.T) {
 	if got := (approx35Counter{}).CountText("hello"); got != 2 {
 		t.Errorf(`CountText("hello") = %d, want 2`, got)
 	}
 	msgs := alternating(10, 35) // 10 tokens each
 	c, _ := newCompactor(t, SummarizeConfig{}, &fakeSummarizer{}, CompactorOptions{})
-	if got := c.Estimate(msgs, approx35Counter{}).Before; got != 100 {
-		t.Errorf("thread estimate = %d, want 100", got)
+	if got, _ := c.Compact(t.Context(), Request{DryRun: true}, msgs, approx35Counter{}); got.Before != 100 {
+		t.Errorf("thread estimate = %d, want 100", got.Before)
 	}
 }
 
@@ -298,15 +298,24 @@ func TestCompactReportsTokensBeforeAndAfter(t *testing.T) {
 	}
 }
 
-func TestEstimateWithoutSummarizing(t *testing.T) {
+// TestCompactDryRun: a dry run calls no summarizer and predicts the
+// compaction, within the documented error of a stand-in (a few tokens
+// per summary where the real ones are as long as expected), and exactly
+// once the summaries are written.
+func TestCompactDryRun(t *testing.T) {
 	f := &fakeSummarizer{reply: func(_ context.Context, req SummaryRequest) (string, error) {
 		return pad("A summary. ", summaryEstimate*4-8), nil // as long as expected
 	}}
 	c, _ := newCompactor(t, SummarizeConfig{}, f, CompactorOptions{})
 	msgs := turns(12, hundred)
-	est := c.Estimate(msgs, counter)
-	if f.count() != 0 {
-		t.Fatalf("Estimate called the summarizer %d times", f.count())
+	dry := session("s")
+	dry.DryRun = true
+	est, err := c.Compact(t.Context(), dry, msgs, counter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.count() != 0 || c.Stats() != (SummaryStats{}) {
+		t.Fatalf("a dry run called the summarizer %d times; stats %+v", f.count(), c.Stats())
 	}
 	got, err := c.Compact(t.Context(), session("s"), msgs, counter)
 	if err != nil {
@@ -315,12 +324,12 @@ func TestEstimateWithoutSummarizing(t *testing.T) {
 	if d := est.After - got.After; d < -est.Summaries*2 || d > est.Summaries*2 {
 		t.Errorf("estimated %d tokens, compacted to %d", est.After, got.After)
 	}
-	if est.Folded != got.Folded || est.Summaries != got.Summaries || est.Before != got.Before {
+	if est.Folded != got.Folded || est.Summaries != got.Summaries || est.Before != got.Before || est.Notice != got.Notice {
 		t.Errorf("estimate %+v, compaction %+v", est, got)
 	}
-	// Once the summaries exist, the estimate is exact.
-	if again := c.Estimate(msgs, counter); again.After != got.After {
-		t.Errorf("estimate with summaries known = %d, want %d", again.After, got.After)
+	// Once the summaries exist, the dry run is exact.
+	if again, _ := c.Compact(t.Context(), dry, msgs, counter); again.After != got.After || f.count() != got.Summaries {
+		t.Errorf("dry run with summaries known = %d, want %d", again.After, got.After)
 	}
 }
 
@@ -339,5 +348,68 @@ func TestSummarizeAutomaticAtThreshold(t *testing.T) {
 		if at := total >= 16000; at != (res.Summarized > 0) {
 			t.Errorf("%d tokens of 20000: summarized %d", total, res.Summarized)
 		}
+	}
+}
+
+// TestTrimDryRun: a dry run of Trim, as a compress asks for it (cut to the
+// target now), writes no summary, starts no job and moves no counter, and
+// predicts what the real run then does: exactly for a trimming strategy,
+// and for summarize and hybrid within a few tokens per summary where the
+// summaries are as long as expected, exactly once they are written.
+func TestTrimDryRun(t *testing.T) {
+	const limit = 10000
+	msgs := turns(40, hundred*2)
+	for _, mode := range []string{"smart", "summarize", "hybrid"} {
+		t.Run(mode, func(t *testing.T) {
+			f := &fakeSummarizer{reply: func(_ context.Context, req SummaryRequest) (string, error) {
+				return pad("A summary. ", summaryEstimate*4-8), nil // as long as expected
+			}}
+			c, _ := newCompactor(t, SummarizeConfig{}, f, CompactorOptions{})
+			tr := summarizingTrimmer(t, Config{Mode: mode}, c)
+			req := session("s")
+			req.Threshold, req.Wait = tr.Target(), true
+			dry := req
+			dry.DryRun = true
+
+			est, err := tr.Trim(t.Context(), dry, msgs, limit, counter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			idle(c)
+			if f.count() != 0 || c.Stats() != (SummaryStats{}) {
+				t.Fatalf("the dry run called the summarizer %d times; stats %+v", f.count(), c.Stats())
+			}
+			got, err := tr.Trim(t.Context(), req, msgs, limit, counter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if est.Dropped == 0 || est.Dropped != got.Dropped || est.Summarized != got.Summarized || est.Notice != got.Notice {
+				t.Errorf("dry run: dropped %d, summarized %d, %q\nreal run: dropped %d, summarized %d, %q",
+					est.Dropped, est.Summarized, est.Notice, got.Dropped, got.Summarized, got.Notice)
+			}
+			summaries := summariesIn(got.Notice)
+			if d := Total(est.Messages, counter) - Total(got.Messages, counter); d < -2*summaries || d > 2*summaries {
+				t.Errorf("dry run: %d tokens, real run: %d (%d summaries)", Total(est.Messages, counter), Total(got.Messages, counter), summaries)
+			}
+			if mode == "smart" {
+				if diff := cmp.Diff(got, est); diff != "" {
+					t.Errorf("a trimming strategy's dry run differs (-real +dry):\n%s", diff)
+				}
+				return
+			}
+			if summaries == 0 {
+				t.Fatalf("nothing summarized: %q", got.Notice)
+			}
+			// With the summaries written, the dry run is the real run.
+			idle(c)
+			calls := f.count()
+			again, err := tr.Trim(t.Context(), dry, msgs, limit, counter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(got, again); diff != "" || f.count() != calls {
+				t.Errorf("dry run with the summaries written (-real +dry):\n%s", diff)
+			}
+		})
 	}
 }

@@ -6,8 +6,8 @@ import "context"
 // later trim will need (Summarize and Hybrid: the summaries). Trimmer.Trim
 // calls Prefetch itself — on requests below the threshold too — once the
 // conversation is within (threshold − PrefetchAt)·limit tokens of its next
-// trim step (see Budget), with the target that step will cut to. Prefetch
-// must return at once.
+// trim step (see Budget), with the target that step will cut to; never in
+// a dry run. Prefetch must return at once.
 type Prefetcher interface {
 	Strategy
 	// PrefetchAt is the usage, as a share of the limit, from which the
@@ -36,6 +36,15 @@ type Prefetcher interface {
 // summarize.wait; a later request folds those that are ready, is trimmed
 // for the rest at once, and folds the others in once they are written: no
 // request after the first waits for a summary.
+//
+// In a dry run (Request.DryRun) Summarize and Hybrid fold what they would,
+// each summary not written yet standing in at the length a summary is
+// expected to have: min(summarize.max_tokens, 80) tokens. The answer is
+// then an estimate, off by how much each real summary differs from that
+// length (and by what the trimming after the fold then keeps or drops in
+// its place), and it assumes every summary gets written: a real run
+// trims instead where summaries are not written in time or the
+// summarizer fails. With every summary written, it is exact.
 type Summarize struct{ c *Compactor }
 
 // Summarize returns the strategy of mode summarize.

@@ -397,7 +397,8 @@ func (t *Trimmer) Strategy(mode string) (Strategy, error) {
 //
 // When the strategy is or holds a Prefetcher (summarize, hybrid), Trim
 // also starts it, below the threshold too, as the conversation nears its
-// next trim step (see Prefetcher); the proxy needs to do nothing more.
+// next trim step (see Prefetcher); the proxy needs to do nothing more. A
+// dry run (req.DryRun) starts nothing.
 //
 // With req.MaxMessages set it first caps the conversation at that many
 // non-system messages (MaxMessages), whatever the usage, and goes on from
@@ -430,7 +431,10 @@ func (t *Trimmer) trim(ctx context.Context, req Request, msgs []Message, limit i
 	th, target, msgAct := t.triggers(msgs, limit, th, target, c)
 	_, act := Budget(total, limit, th, target)
 	act = act || msgAct
-	pf := prefetcherOf(s)
+	var pf Prefetcher
+	if !req.DryRun { // a dry run starts no summaries
+		pf = prefetcherOf(s)
+	}
 	lead := 0
 	if pf != nil && limit > 0 && pf.PrefetchAt() > 0 {
 		// Cheap: it looks at the newest iterations only.
