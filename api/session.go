@@ -161,7 +161,9 @@ type Restored struct {
 }
 
 // Compressed answers POST /ctxproxy/sessions/{id}/compress: the token
-// counts before and after, what went, and the snapshot taken first.
+// counts before and after, what went, and the snapshot taken first. With
+// ?dry_run=1 it is what a compress would do, DryRun is set, and nothing
+// was changed (Undo is nil).
 type Compressed struct {
 	Before     int           `json:"before"`
 	After      int           `json:"after"`
@@ -169,6 +171,7 @@ type Compressed struct {
 	Summarized int           `json:"summarized"`
 	Notice     string        `json:"notice"`
 	Undo       *SnapshotInfo `json:"undo"`
+	DryRun     bool          `json:"dry_run,omitempty"`
 }
 
 // CompressRequest is the optional body of POST

@@ -271,7 +271,20 @@ func (s *adminAPI) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// compressSession compresses a session now, or with ?dry_run=1 answers
+// what a compress would do and changes nothing.
 func (s *adminAPI) compressSession(w http.ResponseWriter, r *http.Request) {
+	compact := s.sessions.Compact
+	switch v := r.URL.Query().Get("dry_run"); v {
+	case "1", "true":
+		compact = s.sessions.CompactDryRun
+	case "", "0", "false":
+	default:
+		// A value not understood must not compress a session that the
+		// client only meant to look at.
+		s.fail(w, sessions.Errorf(http.StatusBadRequest, "dry_run: %q is not 1, true, 0 or false", v))
+		return
+	}
 	var body api.CompressRequest
 	if r.ContentLength != 0 {
 		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
@@ -280,7 +293,7 @@ func (s *adminAPI) compressSession(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.sessions.Flush(r.Context())
-	res, err := s.sessions.Compact(r.Context(), r.PathValue("id"), body.Instructions)
+	res, err := compact(r.Context(), r.PathValue("id"), body.Instructions)
 	if err != nil {
 		s.fail(w, err)
 		return

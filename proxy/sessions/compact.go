@@ -14,8 +14,18 @@ import (
 // the strategy does not summarize — it compresses as /context compress
 // does and says the instructions were not used.
 func (s *Service) Compact(ctx context.Context, id, instructions string) (api.Compressed, error) {
+	return s.compact(ctx, id, instructions, false)
+}
+
+// CompactDryRun answers what Compact would do now (the admin API's
+// compress with ?dry_run=1) and changes nothing: see Compress.
+func (s *Service) CompactDryRun(ctx context.Context, id, instructions string) (api.Compressed, error) {
+	return s.compact(ctx, id, instructions, true)
+}
+
+func (s *Service) compact(ctx context.Context, id, instructions string, dryRun bool) (api.Compressed, error) {
 	instructions = strings.TrimSpace(instructions)
-	res, err := s.Compress(ctx, id, instructions)
+	res, err := s.Compress(ctx, id, instructions, dryRun)
 	if err == nil && instructions != "" && res.Summarized == 0 {
 		mode := "?"
 		if t := s.Trimmer.Load(); t != nil {

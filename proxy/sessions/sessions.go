@@ -182,7 +182,12 @@ var errChanged = Errorf(http.StatusConflict, "the session changed while it was b
 // model's effective limit; instructions, when not "", are appended to
 // the summary prompt of the summaries it writes. The conversation as it
 // was is snapshotted first.
-func (s *Service) Compress(ctx context.Context, id, instructions string) (api.Compressed, error) {
+//
+// A dry run answers the same and changes nothing: no snapshot, no store
+// write, no summarizer call. Where summaries are not written yet, its
+// after counts each at the expected length of a summary
+// (rewrite.Request.DryRun); elsewhere it is what the compress would leave.
+func (s *Service) Compress(ctx context.Context, id, instructions string, dryRun bool) (api.Compressed, error) {
 	trimmer := s.Trimmer.Load()
 	if trimmer == nil || s.Tokens == nil {
 		return api.Compressed{}, Errorf(http.StatusServiceUnavailable, "compress needs token counting and a strategy, and ctxproxy runs without them")
@@ -201,11 +206,11 @@ func (s *Service) Compress(ctx context.Context, id, instructions string) (api.Co
 	counter := s.Tokens.MessageCounter(sess.Model)
 	limit := s.LimitFor(sess.Model, sess.Stats)
 	before := counter.Prompt(msgs, nil).Tokens
-	res := api.Compressed{Before: before, After: before}
+	res := api.Compressed{Before: before, After: before, DryRun: dryRun}
 	// Acting from the target itself cuts down to it now: a threshold
 	// lower than the target would lower the target with it (Trim cuts to
 	// min(target, threshold)).
-	req := rewrite.Request{Instructions: instructions, Threshold: trimmer.Target(), Wait: true}
+	req := rewrite.Request{Instructions: instructions, Threshold: trimmer.Target(), Wait: true, DryRun: dryRun}
 	out, err := trimmer.Trim(ctx, req, msgs, limit-counter.Overhead(nil), counter)
 	switch {
 	case errors.Is(err, rewrite.ErrOverflow):
@@ -218,12 +223,16 @@ func (s *Service) Compress(ctx context.Context, id, instructions string) (api.Co
 			report.Grouped(before), report.Grouped(limit), report.Percent(trimmer.Target(), 0))
 		return res, nil
 	}
+	after := counter.Prompt(out.Messages, nil).Tokens
+	if dryRun {
+		res.After, res.Dropped, res.Summarized, res.Notice = after, out.Dropped-out.Summarized, out.Summarized, out.Notice
+		return res, nil
+	}
 	undo, err := s.Store.SaveSnapshot(ctx, snapshots.NewSnapshot(sess, snapshots.ReasonManual))
 	if err != nil {
 		return res, fmt.Errorf("saving the session before compressing it: %w", err)
 	}
 	kept := KeepStored(sess.Messages, msgs, out.Messages, time.Now().UTC())
-	after := counter.Prompt(out.Messages, nil).Tokens
 	err = s.Store.Update(ctx, id, func(cur *snapshots.Session) error {
 		if !cur.Updated.Equal(sess.Updated) || len(cur.Messages) != len(sess.Messages) {
 			return errChanged
