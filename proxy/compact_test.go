@@ -18,13 +18,14 @@ import (
 // new summaries rather than reusing the first ones.
 func TestAdminCompactInstructions(t *testing.T) {
 	var mu sync.Mutex
-	var systems []string
+	var systems, models []string
 	e := newAdminEnv(t, "", func(_ *Config, d *Deps) {
 		c := rewrite.NewCompactor(rewrite.SummarizeConfig{KeepRecent: 2, MinMessages: 2, Wait: time.Minute},
 			summarizeFunc(func(_ context.Context, req rewrite.SummaryRequest) (string, error) {
 				sys, _ := req.Prompt()
 				mu.Lock()
 				systems = append(systems, sys)
+				models = append(models, req.Model)
 				mu.Unlock()
 				return "The user and the assistant talked about numbers.", nil
 			}), rewrite.CompactorOptions{})
@@ -48,9 +49,13 @@ func TestAdminCompactInstructions(t *testing.T) {
 	if len(systems) == 0 {
 		t.Fatal("no summarizer call")
 	}
-	for _, sys := range systems {
+	for i, sys := range systems {
 		if !strings.HasPrefix(sys, rewrite.SummaryPrompt) || !strings.HasSuffix(sys, "Instructions for this summary: Keep every number.") {
 			t.Errorf("summary prompt without the instructions: %q", sys)
+		}
+		// Without summarize.model, the session's model writes them.
+		if models[i] != tinyModel {
+			t.Errorf("summary asked of model %q, want the session's %q", models[i], tinyModel)
 		}
 	}
 	// A malformed body is refused.

@@ -209,8 +209,11 @@ func (s *Service) Compress(ctx context.Context, id, instructions string, dryRun 
 	res := api.Compressed{Before: before, After: before, DryRun: dryRun}
 	// Acting from the target itself cuts down to it now: a threshold
 	// lower than the target would lower the target with it (Trim cuts to
-	// min(target, threshold)).
-	req := rewrite.Request{Instructions: instructions, Threshold: trimmer.Target(), Wait: true, DryRun: dryRun}
+	// min(target, threshold)). The session's model writes the summaries
+	// unless summarize.model names another. Session stays "": the
+	// summaries' store writes would change the session under this
+	// compress, and its update would then fail as changed meanwhile.
+	req := rewrite.Request{Model: sess.Model, Instructions: instructions, Threshold: trimmer.Target(), Wait: true, DryRun: dryRun}
 	out, err := trimmer.Trim(ctx, req, msgs, limit-counter.Overhead(nil), counter)
 	switch {
 	case errors.Is(err, rewrite.ErrOverflow):
