@@ -109,7 +109,7 @@ func setPlanHeaders(ex *exchange, p *plan) {
 			ex.warn(fmt.Sprintf("Context at %.0f%% capacity after cutting (the conversation as sent is at %.0f%%).", fwd*100, usage*100))
 		case cut:
 			// The cut has answered it: X-Ctxproxy-Notice says what was
-			// done. Seed 000's "approaching" warnings would mislead.
+			// done. An "approaching" warning would mislead.
 		case usage >= 0.9:
 			ex.warn(sessions.Warn90)
 		case usage >= 0.8:

@@ -129,7 +129,7 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 		return p, aerr
 	}
 
-	// Accumulate: the client sends only its new turn (seed 000). It needs
+	// Accumulate: the client sends only its new turn. It needs
 	// a session the client names: a fingerprint of the new turn alone
 	// would change every turn.
 	// The conversation dialects are not accumulated: their clients send
@@ -293,8 +293,8 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 	return p, nil
 }
 
-// allocate divides the window among the parts of what is forwarded (seed
-// 001's context budget): the system prompt, the tools with the template's
+// allocate divides the window among the parts of what is forwarded (its
+// budget): the system prompt, the tools with the template's
 // own tokens (what belongs to no message), the reply's reserve, and the
 // rest of the conversation.
 func (p *plan) allocate() {

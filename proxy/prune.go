@@ -22,7 +22,7 @@ type pruning struct {
 
 // pruneStored decides whether an accumulated session's history, its new
 // reply included, outgrew its window (the model's effective limit) and,
-// if so, prunes it by importance (seed 003) down to strategy.target of
+// if so, prunes it by importance down to strategy.target of
 // it: system messages, messages above strategy.importance.preserve_above,
 // pinned ones and the newest preserve_recent stay, the rest go lowest
 // importance first, tool calls with their results. nil when nothing is to

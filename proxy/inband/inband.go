@@ -215,8 +215,8 @@ func (ib *Commands) sessionCommand(ctx context.Context, session, model, cmd stri
 		}
 		return render(func(b *strings.Builder) error { return report.Snapshots(b, printer, infos) }, ""), nil
 	case "context clear", "clear":
-		// Seed 004 R7.7: /context clear keeps the system prompt; seed
-		// 000's /clear removes every turn and keeps the metadata.
+		// /context clear keeps the system prompt; /clear removes every
+		// turn and keeps the metadata.
 		keepSystem := cmd == "context clear"
 		undo, err := ib.Sessions.Clear(ctx, session, keepSystem, snapshots.ReasonClear)
 		if err != nil {

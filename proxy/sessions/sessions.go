@@ -112,10 +112,10 @@ func (s *Service) Get(ctx context.Context, id string) (*snapshots.Session, api.S
 	return sess, out, nil
 }
 
-// clearSession is seed 000's /Clear: the conversation and its numbers go,
+// Clear is /clear: the conversation and its numbers go,
 // the metadata stays; the cleared state is snapshotted first (reason
-// Clear) so that a /Clear can be undone. With keepSystem (seed 004 R7.7's
-// /context Clear) the leading system messages stay.
+// Clear) so that a clear can be undone. With keepSystem (/context clear)
+// the leading system messages stay.
 func (s *Service) Clear(ctx context.Context, id string, keepSystem bool, reason string) (undo snapshots.SnapshotInfo, err error) {
 	sess, err := s.Store.Get(ctx, id)
 	if err != nil {
@@ -432,7 +432,7 @@ func UsageOf(st snapshots.Stats) float64 {
 	return st.Usage
 }
 
-// UsageWarning is seed 000's warning for a usage, as the chat routes send
+// UsageWarning is the warning for a usage, as the chat routes send
 // it in X-Ctxproxy-Warning.
 func UsageWarning(usage float64) string {
 	switch {

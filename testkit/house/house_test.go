@@ -1,7 +1,8 @@
 // Package house checks the shape of the codebase itself: no source file
 // too long to read in one sitting, no type with so many methods that it
-// does more than one job (docs/architecture.md). It has no code,
-// only this test, which `go test ./...` runs with the rest.
+// does more than one job, no type whose methods are spread over so many
+// files that a reader cannot find them (docs/architecture.md). It has no
+// code, only this test, which `go test ./...` runs with the rest.
 package house
 
 import (
@@ -11,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -22,6 +24,10 @@ const (
 	// maxMethods is the most methods (exported and not) one type may
 	// have.
 	maxMethods = 25
+	// maxMethodFiles is the most files the methods of one type may be
+	// written in: a type split over more to meet maxLines is one job too
+	// many, not one file too few.
+	maxMethodFiles = 3
 )
 
 // root is the module's root, two levels up from this package.
@@ -80,7 +86,8 @@ func generated(f *ast.File) bool {
 func TestFileLengthAndMethodCounts(t *testing.T) {
 	dir := root(t)
 	fset := token.NewFileSet()
-	methods := map[string]int{} // "dir.Type" → methods
+	methods := map[string]int{}           // "dir.Type" → methods
+	files := map[string]map[string]bool{} // "dir.Type" → files with its methods
 	for _, path := range sources(t, dir) {
 		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
 		if err != nil {
@@ -98,12 +105,28 @@ func TestFileLengthAndMethodCounts(t *testing.T) {
 			if !ok || fn.Recv == nil || len(fn.Recv.List) == 0 {
 				continue
 			}
-			methods[filepath.Dir(rel)+"."+receiver(fn.Recv.List[0].Type)]++
+			typ := filepath.Dir(rel) + "." + receiver(fn.Recv.List[0].Type)
+			methods[typ]++
+			if files[typ] == nil {
+				files[typ] = map[string]bool{}
+			}
+			files[typ][filepath.Base(rel)] = true
 		}
 	}
 	for typ, n := range methods {
 		if n > maxMethods {
 			t.Errorf("type %s has %d methods, more than %d: give its jobs types of their own", typ, n, maxMethods)
+		}
+	}
+	for typ, fs := range files {
+		if len(fs) > maxMethodFiles {
+			names := make([]string, 0, len(fs))
+			for f := range fs {
+				names = append(names, f)
+			}
+			slices.Sort(names)
+			t.Errorf("type %s has methods in %d files (%s), more than %d: give its jobs types of their own",
+				typ, len(fs), strings.Join(names, ", "), maxMethodFiles)
 		}
 	}
 }
