@@ -60,22 +60,26 @@ func (s *sessionNamer) id(r *http.Request, req *wire.Request) (string, *wire.Err
 		return "", nil
 	}
 	h := sha256.New()
-	for _, part := range []string{req.Model, req.FirstSystem, req.FirstUser} {
-		writeString(h, part)
+	parts := [...]string{req.Model, req.FirstSystem, req.FirstUser}
+	buf := make([]byte, 0, min(len(parts[0])+len(parts[1])+len(parts[2])+len(parts), 4096))
+	for _, part := range parts {
+		buf = writeString(h, buf, part)
 		h.Write([]byte{0})
 	}
 	return "fp-" + hex.EncodeToString(h.Sum(nil)[:8]) + scope, nil
 }
 
-// writeString writes s to w a piece at a time: a 30 MB first message is
-// hashed without a copy of it (sha256's digest has no WriteString).
-func writeString(w io.Writer, s string) {
-	var buf [4096]byte
+// writeString writes s to w a piece at a time through buf, and returns
+// buf for the next string: a 30 MB first message is hashed without a copy
+// of it (sha256's digest has no WriteString), a short one with one small
+// buffer for all the parts.
+func writeString(w io.Writer, buf []byte, s string) []byte {
 	for len(s) > 0 {
-		n := copy(buf[:], s)
+		n := copy(buf[:cap(buf)], s)
 		w.Write(buf[:n])
 		s = s[n:]
 	}
+	return buf
 }
 
 func (s *sessionNamer) badID(why string) *wire.Error {

@@ -186,7 +186,7 @@ func printTable(o options, sm samples) {
 			figure(b, rw.unit), figure(c, rw.unit), cell, rw.target, met)
 	}
 	fmt.Println()
-	fmt.Println("bare: httputil.ReverseProxy with ctxproxy's transport; bare+json: the same, decoding each body into")
+	fmt.Println("bare: httputil.ReverseProxy with Go's default transport (64 idle per host); bare+json: the same, decoding each body into")
 	fmt.Println("map[string]any and encoding it again. CPU from /proc/PID/stat (utime+stime) over each run, in 10 ms ticks.")
 	fmt.Println("Latency rows are what each proxy adds to the fake backend's own figure, measured in the same round;")
 	fmt.Println("\"in turn\": one request to each target after another, so that the machine's drift falls on all alike.")
