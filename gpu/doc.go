@@ -16,10 +16,10 @@
 //
 //	// per chat request to Ollama:
 //	defer mon.Active()()
-//	model := gpu.Model{Name: name, Facts: facts, Weights: size} // /api/show model_info, /api/tags size
-//	d := sizer.Decide(model, mon.Snapshot())
+//	w := gpu.Workload{Name: name, Facts: facts, Weights: size} // /api/show model_info, /api/tags size
+//	d := sizer.Decide(w, mon.Current(ctx))
 //	numCtx, warning := d.Client(clientNumCtx) // options.num_ctx, X-Ctxproxy-Num-Ctx
-//	if mon.Snapshot().Level >= gpu.LevelCompress { /* lower the strategy threshold */ }
+//	if mon.Reading().Level >= gpu.LevelCompress { /* lower the strategy threshold */ }
 //
 // Nothing here makes HTTP calls; model facts are passed in.
 package gpu

@@ -40,7 +40,8 @@ const loadedTimeout = 5 * time.Second
 
 // Monitor samples a Probe off the request path: every poll_active while a
 // chat request is in flight, every poll_idle otherwise. The
-// request path reads the latest Snapshot, which costs an atomic load.
+// request path reads a sample through Current: an atomic load, except
+// for the first request after an idle spell, which samples anew.
 type Monitor struct {
 	probe Probe
 	cfg   Config
@@ -96,6 +97,33 @@ func NewMonitor(p Probe, cfg Config, opts MonitorOptions) *Monitor {
 // Reading returns the latest sample (Seq 0 before the first).
 func (m *Monitor) Reading() Reading { return *m.snap.Load() }
 
+// Current returns a sample no older than poll_active, taking one now when
+// the latest is older: the first request after an idle spell sizes
+// num_ctx from the memory free now, not from a sample up to poll_idle old
+// (another program may have taken the GPU in between). While requests
+// are in flight Run keeps the sample that fresh, so this is an atomic load
+// on all but the first request after a pause; concurrent callers that
+// find it stale share one sample.
+func (m *Monitor) Current(ctx context.Context) Reading {
+	if r := m.snap.Load(); r.Seq != 0 && m.opts.Now().Sub(r.Time) < m.cfg.PollActive {
+		return *r
+	}
+	return m.sampleOlder(ctx, m.cfg.PollActive)
+}
+
+// sampleOlder takes a sample unless the latest is younger than maxAge,
+// deciding under sampleMu: a request and Run that both find the sample
+// stale take one sample between them, not two in a row (two would pass
+// the sizer's two-sample hysteresis within a millisecond).
+func (m *Monitor) sampleOlder(ctx context.Context, maxAge time.Duration) Reading {
+	m.sampleMu.Lock()
+	defer m.sampleMu.Unlock()
+	if r := m.snap.Load(); r.Seq != 0 && m.opts.Now().Sub(r.Time) < maxAge {
+		return *r
+	}
+	return m.sample(ctx)
+}
+
 // Active marks a chat request in flight until the returned func is called
 // (more calls do nothing): `defer m.Active()()`. The first request after an
 // idle spell wakes the sampler, which samples at once if the last sample
@@ -141,7 +169,7 @@ func (m *Monitor) Run(ctx context.Context) {
 		last := m.Reading()
 		elapsed := m.opts.Now().Sub(last.Time)
 		if last.Seq == 0 || elapsed >= interval {
-			m.Sample(ctx)
+			m.sampleOlder(ctx, interval)
 			continue
 		}
 		select {
@@ -160,6 +188,11 @@ func (m *Monitor) Run(ctx context.Context) {
 func (m *Monitor) Sample(ctx context.Context) Reading {
 	m.sampleMu.Lock()
 	defer m.sampleMu.Unlock()
+	return m.sample(ctx)
+}
+
+// sample is Sample with sampleMu held.
+func (m *Monitor) sample(ctx context.Context) Reading {
 	devices, err := m.probe.Devices(ctx)
 	if err != nil {
 		devices = nil

@@ -396,3 +396,44 @@ func BenchmarkRequestPath(b *testing.B) {
 		}
 	})
 }
+
+// The first request after an idle spell sizes from the memory free now:
+// a sample older than poll_active is taken again, once however many
+// requests ask at the same moment; a younger one is reused.
+func TestMonitorCurrentAfterIdle(t *testing.T) {
+	p := &fakeProbe{}
+	p.set(50*gb, nil)
+	clock := newFakeClock()
+	m := NewMonitor(p, Config{PollActive: 5 * time.Second, PollIdle: time.Minute}, MonitorOptions{Now: clock.Now})
+	ctx := context.Background()
+	if r := m.Current(ctx); r.Seq != 1 || r.Free() != 50*gb {
+		t.Fatalf("first Current = seq %d free %d, want a first sample of 50 GB free", r.Seq, r.Free())
+	}
+	p.set(10*gb, nil) // another program takes 40 GB
+	clock.mu.Lock()
+	clock.now = clock.now.Add(2 * time.Second)
+	clock.mu.Unlock()
+	if r := m.Current(ctx); r.Seq != 1 {
+		t.Errorf("Current 2 s after a sample took a new one (seq %d)", r.Seq)
+	}
+	clock.mu.Lock()
+	clock.now = clock.now.Add(30 * time.Second)
+	clock.mu.Unlock()
+	var wg sync.WaitGroup
+	got := make([]Reading, 8)
+	for i := range got {
+		wg.Go(func() { got[i] = m.Current(ctx) })
+	}
+	wg.Wait()
+	for i, r := range got {
+		if r.Seq != 2 || r.Free() != 10*gb {
+			t.Errorf("caller %d after 32 s idle: seq %d free %d, want the new sample (seq 2, 10 GB free)", i, r.Seq, r.Free())
+		}
+	}
+	p.mu.Lock()
+	calls := p.calls
+	p.mu.Unlock()
+	if calls != 2 {
+		t.Errorf("probe sampled %d times, want 2 (concurrent stale callers share one sample)", calls)
+	}
+}

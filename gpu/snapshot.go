@@ -8,7 +8,7 @@ import (
 )
 
 // Reading is one sample of device memory, as the Monitor took it. The
-// request path reads the latest one without waiting (Monitor.Reading);
+// request path reads one no older than poll_active (Monitor.Current);
 // its slices are shared and must not be modified.
 type Reading struct {
 	// Seq numbers the samples from 1; 0 means no sample has been taken.

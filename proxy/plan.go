@@ -189,7 +189,7 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 		if s.sizer != nil {
 			var snap gpu.Reading
 			if s.monitor != nil {
-				snap = s.monitor.Reading()
+				snap = s.monitor.Current(ctx)
 			}
 			window := 0
 			if s.tokens != nil && mi.Facts.ContextLength == 0 {
