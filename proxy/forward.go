@@ -78,10 +78,10 @@ func (s *Server) send(ctx context.Context, r *http.Request, ex *exchange, req *w
 func (s *Server) roundTrip(in *http.Request, outPath string, body wire.Payload) (*http.Response, error) {
 	out := in.Clone(in.Context())
 	out.RequestURI = ""
-	out.Body = io.NopCloser(body.Reader())
+	out.Body = body.Body()
 	out.ContentLength = int64(body.Size())
 	out.TransferEncoding = nil
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.Reader()), nil }
+	out.GetBody = func() (io.ReadCloser, error) { return body.Body(), nil }
 	removeHopByHop(out.Header)
 	pr := &httputil.ProxyRequest{In: in, Out: out}
 	s.shape(pr)

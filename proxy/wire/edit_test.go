@@ -41,7 +41,7 @@ func TestRebuildBodyMatchesEditsInTurn(t *testing.T) {
 					for _, ms := range [][]Member{nil, mustMembers(t, body)} {
 						parts, err := rebuild(body, ms, msgs, setMsgs, numCtx, noTrunc)
 						got := parts.Bytes()
-						if read, _ := io.ReadAll(parts.Reader()); string(read) != string(got) {
+						if read, _ := io.ReadAll(parts.Body()); string(read) != string(got) {
 							t.Errorf("the payload reads %s, joins %s", read, got)
 						}
 						if err != nil || string(got) != string(want) {

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"io"
+	"net"
 )
 
 // Payload is a request body to forward, in parts. An edited chat body is
@@ -40,21 +41,22 @@ func (p Payload) Bytes() []byte {
 	return out
 }
 
-// joinUnder is the size up to which Reader joins a payload's parts into
+// joinUnder is the size up to which Body joins a payload's parts into
 // one slice. net/http's Transport writes a request whose body it knows to
 // be in memory (a *bytes.Reader) with its head in one write, and any
 // other body after a write of the head alone. For a small chat that
 // second write, and the backend's wake-up for it, cost more than
 // ctxproxy's own work; for a large one the copy costs more than the write
-// (a 100 KB body: about 20 µs against 5), so its parts are streamed as
-// they are.
+// (a 100 KB body: about 20 µs against 5), so its parts go out as they
+// are, in one writev after the head (payloadReader.WriteTo, which the
+// proxy's connections call).
 const joinUnder = 16 << 10
 
-// Reader returns a Reader of the payload from its start; each call
+// Body returns the payload as a request body, from its start; each call
 // starts again, as a request's GetBody must.
-func (p Payload) Reader() io.Reader {
-	if len(p) == 1 || p.Size() <= joinUnder {
-		return bytes.NewReader(p.Bytes())
+func (p Payload) Body() io.ReadCloser {
+	if p.Size() <= joinUnder {
+		return io.NopCloser(bytes.NewReader(p.Bytes()))
 	}
 	return &payloadReader{parts: append(Payload(nil), p...)}
 }
@@ -80,4 +82,18 @@ func (r *payloadReader) Read(b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// Close does nothing: the parts stay the payload's.
+func (r *payloadReader) Close() error { return nil }
+
+// Len is how many bytes are left to read.
+func (r *payloadReader) Len() int { return r.parts.Size() }
+
+// WriteTo writes what is left in one system call where w is a network
+// connection (writev), as bytes.Reader's WriteTo writes one slice.
+func (r *payloadReader) WriteTo(w io.Writer) (int64, error) {
+	bufs := net.Buffers(r.parts)
+	r.parts = nil
+	return bufs.WriteTo(w)
 }

@@ -18,10 +18,10 @@ func TestPayloadReader(t *testing.T) {
 	// Every read pattern sees the same bytes, and each reader starts
 	// again (GetBody on a retry).
 	for range 2 {
-		if err := iotest.TestReader(p.Reader(), []byte(want)); err != nil {
+		if err := iotest.TestReader(p.Body(), []byte(want)); err != nil {
 			t.Fatal(err)
 		}
-		got, err := io.ReadAll(iotest.OneByteReader(p.Reader()))
+		got, err := io.ReadAll(iotest.OneByteReader(p.Body()))
 		if err != nil || string(got) != want {
 			t.Fatalf("one byte at a time: %s, %v", got, err)
 		}
@@ -29,7 +29,7 @@ func TestPayloadReader(t *testing.T) {
 	if got := string(p.Bytes()); got != want {
 		t.Fatalf("reading changed the payload: %s", got)
 	}
-	if n, err := (Payload{}).Reader().Read(make([]byte, 4)); n != 0 || err != io.EOF {
+	if n, err := (Payload{}).Body().Read(make([]byte, 4)); n != 0 || err != io.EOF {
 		t.Fatalf("empty payload: %d, %v", n, err)
 	}
 }
@@ -39,7 +39,7 @@ func TestPayloadReader(t *testing.T) {
 func TestPayloadReadsFillTheBuffer(t *testing.T) {
 	p := Payload{[]byte("abc"), []byte("de"), []byte("fghij")}
 	buf := make([]byte, 8)
-	n, err := p.Reader().Read(buf)
+	n, err := p.Body().Read(buf)
 	if n != 8 || err != nil || string(buf) != "abcdefgh" {
 		t.Fatalf("Read = %d %v %q, want 8 bytes across the parts", n, err, buf[:n])
 	}
