@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"reflect"
@@ -316,8 +315,7 @@ func Load(opts LoadOptions) (Config, string, []string) {
 	// can inject it. Set before flags so that flags win.
 	if opts.Getenv != nil {
 		for _, k := range keys {
-			name := "CTXPROXY_" + strings.ToUpper(strings.ReplaceAll(k, ".", "_"))
-			if val := opts.Getenv(name); val != "" {
+			if val := opts.Getenv(EnvName(k)); val != "" {
 				v.Set(vkey(k), val)
 			}
 		}
@@ -335,17 +333,20 @@ func Load(opts LoadOptions) (Config, string, []string) {
 		mapstructure.StringToSliceHookFunc(","),
 	))
 	if err := v.UnmarshalExact(&c, hook); err != nil {
-		problems = append(problems, splitDecodeError(err)...)
+		value := func(k string) any { return v.Get(vkey(k)) }
+		def := func(k string) any { return lookup(defMap, k) }
+		problems = append(problems, splitDecodeError(err, keys, value, def)...)
 	}
 	c.normalize()
 	problems = append(problems, c.validate()...)
 	problems = append(problems, c.packageProblems()...)
-	return c, path, problems
+	return c, path, firstPerKey(problems)
 }
 
 // splitDecodeError turns mapstructure's combined error into one problem a
-// line, and names unknown keys plainly.
-func splitDecodeError(err error) []string {
+// line: an unknown key with the nearest known one, a bad value with the
+// key, the value and what the key takes (decodeProblem).
+func splitDecodeError(err error, keys []string, value, def func(string) any) []string {
 	var out []string
 	for _, line := range strings.Split(err.Error(), "\n") {
 		line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "*"))
@@ -360,11 +361,11 @@ func splitDecodeError(err error) []string {
 				if section != "" {
 					k = section + "." + k
 				}
-				out = append(out, fmt.Sprintf("unknown key %q", k))
+				out = append(out, unknownKey(k, keys))
 			}
 			continue
 		}
-		out = append(out, line)
+		out = append(out, decodeProblem(line, value, def))
 	}
 	if len(out) == 0 {
 		out = append(out, err.Error())
@@ -374,7 +375,7 @@ func splitDecodeError(err error) []string {
 
 func oneOf(problems *[]string, key, val string, allowed ...string) {
 	if !slices.Contains(allowed, val) {
-		*problems = append(*problems, fmt.Sprintf("%s: %q is not one of %s", key, val, strings.Join(allowed, ", ")))
+		*problems = append(*problems, fmt.Sprintf("%s: %q is not one of %s%s", key, val, strings.Join(allowed, ", "), didYouMean(val, allowed)))
 	}
 }
 
@@ -387,8 +388,8 @@ func positive(problems *[]string, key string, val int64) {
 // validate returns every problem with c at once.
 func (c Config) validate() []string {
 	var p []string
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		p = append(p, fmt.Sprintf("listen: %q is not host:port", c.Listen))
+	if problem := listenProblem(c.Listen); problem != "" {
+		p = append(p, problem)
 	}
 	positive(&p, "max_body", int64(c.MaxBody))
 	if c.ShutdownGrace < 0 {
@@ -424,9 +425,11 @@ func (c Config) validate() []string {
 	if c.Context.VRAMBuffer < 0 {
 		p = append(p, "context.vram_buffer: must not be negative")
 	}
-	// strategy.mode, threshold, target, on_overflow and composite are
-	// validated by rewrite.Config, strategy.reserved by budget.Config
-	// (packageProblems); the per-mode knobs here.
+	// strategy.mode and composite are checked here, with the modes
+	// named; threshold, target and on_overflow by rewrite.Config,
+	// strategy.reserved by budget.Config (packageProblems); the per-mode
+	// knobs here.
+	p = append(p, modeProblems(c.Strategy.Mode, c.Strategy.Composite)...)
 	positive(&p, "strategy.sliding_window.window_size", int64(c.Strategy.SlidingWindow.WindowSize))
 	if c.Strategy.Smart.PreserveFirst < 0 || c.Strategy.Smart.PreserveLast < 1 {
 		p = append(p, "strategy.smart: preserve_first must be ≥ 0 and preserve_last ≥ 1")

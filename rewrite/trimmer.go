@@ -333,6 +333,10 @@ type Trimmer struct {
 // modes are the values of strategy.mode a Trimmer builds.
 var modes = []string{"none", "sliding_window", "token_budget", "smart", "selective", "importance", "mask", "composite"}
 
+// Modes lists every value strategy.mode takes: the ones a Trimmer builds
+// and the two that need a summarizer (summarize, hybrid).
+func Modes() []string { return append(slices.Clone(modes), "summarize", "hybrid") }
+
 // NewTrimmer validates cfg and builds a strategy for every mode. extra adds
 // strategies by their Name, usable as a mode and in strategy.composite (the
 // hook for summarize and hybrid, which need a backend to call).

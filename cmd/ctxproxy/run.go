@@ -34,10 +34,11 @@ var version = "dev"
 // env is what a command gets from the process: tests call run with their
 // own.
 type env struct {
-	getenv func(string) string
-	stdin  io.Reader
-	stdout io.Writer
-	stderr io.Writer
+	environ []string // NAME=value pairs, as os.Environ gives them
+	getenv  func(string) string
+	stdin   io.Reader
+	stdout  io.Writer
+	stderr  io.Writer
 }
 
 const usage = `ctxproxy keeps every chat request inside the model's context window.
@@ -57,9 +58,21 @@ Usage:
 Run "ctxproxy help COMMAND" (or "ctxproxy COMMAND -h") for a command's flags.
 `
 
+// getenvOf looks variables up in environ; the last of a name wins, as
+// os.Getenv's does.
+func getenvOf(environ []string) func(string) string {
+	vars := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if name, value, ok := strings.Cut(kv, "="); ok {
+			vars[name] = value
+		}
+	}
+	return func(name string) string { return vars[name] }
+}
+
 // run is ctxproxy's whole program; main only wires it to the process.
-func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
-	e := env{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}
+func run(ctx context.Context, args []string, environ []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	e := env{environ: environ, getenv: getenvOf(environ), stdin: stdin, stdout: stdout, stderr: stderr}
 	cmd := "serve"
 	switch {
 	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
@@ -68,7 +81,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return err
 	case len(args) > 1 && args[0] == "help":
 		// "ctxproxy help CMD" is "ctxproxy CMD -h".
-		return run(ctx, []string{args[1], "-h"}, getenv, stdin, stdout, stderr)
+		return run(ctx, []string{args[1], "-h"}, environ, stdin, stdout, stderr)
 	case len(args) > 0 && !strings.HasPrefix(args[0], "-"):
 		cmd, args = args[0], args[1:]
 	}
@@ -170,6 +183,9 @@ func checkConfig(args []string, e env) error {
 	if path == "" {
 		path = "(no file: defaults, environment and flags)"
 	}
+	for _, w := range config.UnknownEnv(e.environ) {
+		fmt.Fprintf(e.stderr, "warning: %s\n", w)
+	}
 	if len(problems) > 0 {
 		fmt.Fprintf(e.stderr, "%s: %d problem(s):\n", path, len(problems))
 		for _, p := range problems {
@@ -222,6 +238,9 @@ func serve(ctx context.Context, args []string, e env) error {
 	}
 	level := new(slog.LevelVar)
 	log := newLogger(c.Log, e.stderr, level)
+	for _, w := range config.UnknownEnv(e.environ) {
+		log.Warn(w)
+	}
 
 	var srv *proxy.Server
 	sys, err := build(ctx, c, log, hooks{

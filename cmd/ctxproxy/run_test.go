@@ -30,8 +30,12 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func envOf(m map[string]string) func(string) string {
-	return func(k string) string { return m[k] }
+func envOf(m map[string]string) []string {
+	var out []string
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	return out
 }
 
 // syncBuffer is a bytes.Buffer safe for the server goroutine and the test.
@@ -230,7 +234,7 @@ func TestConfigPrecedence(t *testing.T) {
 }
 
 func envs(m map[string]string) env {
-	return env{getenv: envOf(m), stderr: io.Discard, stdout: io.Discard}
+	return env{environ: envOf(m), getenv: getenvOf(envOf(m)), stderr: io.Discard, stdout: io.Discard}
 }
 
 func TestCheckConfigReportsEveryProblem(t *testing.T) {
@@ -257,7 +261,7 @@ models:
 	}
 	for _, want := range []string{
 		`unknown key "strategy.unknown_knob"`, `"lots" is not a size`, `listen: "nope" is not host:port`,
-		`strategy.mode: rewrite: unknown strategy mode: "magic"`, `strategy.target: 0.7 is not in (0, threshold]`,
+		`strategy.mode: "magic" is not one of none, sliding_window`, `strategy.target: 0.7 is not in (0, threshold]`,
 		`context.kv_quantization: "q2"`, `gpu.guard: need compress_at (0.9) ≤ shrink_at (0.8)`, `models.llama3.1`,
 	} {
 		if !strings.Contains(stderr.String(), want) {
@@ -497,5 +501,18 @@ func TestServeStartupChecklist(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("start-up log lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// A misspelt CTXPROXY_ variable is warned about, not ignored without a
+// word; it is not a problem, so check-config still passes.
+func TestCheckConfigWarnsOfUnknownVariables(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"check-config"}, envOf(map[string]string{"CTXPROXY_STRATEGY_MODEE": "smart"}), nil, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("check-config: %v\n%s", err, stderr.String())
+	}
+	if want := `warning: environment variable CTXPROXY_STRATEGY_MODEE is not one ctxproxy reads (did you mean "CTXPROXY_STRATEGY_MODE"?)`; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr %q lacks %q", stderr.String(), want)
 	}
 }
