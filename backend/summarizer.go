@@ -114,7 +114,7 @@ func (s *Summarizer) Summarize(ctx context.Context, req rewrite.SummaryRequest) 
 		return "", fmt.Errorf("proxy: summarize with %s (%s): %w", model, kind, rewrite.ErrEmptySummary)
 	}
 	s.log.Debug("summary written", "model", model, "backend", kind,
-		"duration", time.Since(start), "bytes", len(text))
+		"duration_ms", time.Since(start).Milliseconds(), "bytes", len(text))
 	return text, nil
 }
 

@@ -247,7 +247,7 @@ func (s *recorder) logExchange(ex *exchange, p *plan) {
 		return // the attributes below cost a dozen allocations
 	}
 	attrs := []any{"route", ex.route, "dialect", ex.dialect.String(), "model", ex.model, "session", ex.session,
-		"stream", ex.stream, "status", status, "duration", took.Round(time.Millisecond)}
+		"stream", ex.stream, "status", status, "duration_ms", ms(took)}
 	if p != nil {
 		if p.counter != nil {
 			attrs = append(attrs, "tokens_before", p.before.Tokens, "tokens", p.after.Tokens, "exact", p.before.Exact, "limit", p.limit,
@@ -278,3 +278,7 @@ func (p *plan) countMethod() string {
 	}
 	return "estimate"
 }
+
+// ms is d in milliseconds to a tenth, the unit in the attribute's name:
+// slog writes a time.Duration to JSON as bare nanoseconds.
+func ms(d time.Duration) float64 { return float64(d.Round(100*time.Microsecond)) / float64(time.Millisecond) }

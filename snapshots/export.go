@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -156,6 +157,31 @@ func DecodeImport(data []byte) (*Export, error) {
 // are taken out of the raw message (a backend would refuse them).
 var annotations = []string{"timestamp", "importance", "metadata", "preserve", "_importance", "_preserve"}
 
+// importRoles are the roles an imported message may have: the ones the
+// chat APIs ctxproxy speaks send (developer is OpenAI's system). A
+// history is forwarded as imported, so a role no backend knows would
+// fail every later turn of the session instead of the import.
+var importRoles = []string{"system", "developer", "user", "assistant", "tool"}
+
+// CheckRole refuses a role that none of the chat APIs sends, for
+// messages stored outside a chat (an import, an appended message).
+func CheckRole(role string) error {
+	if !slices.Contains(importRoles, strings.ToLower(role)) {
+		return fmt.Errorf(`"role" %q is not one of %s`, role, strings.Join(importRoles, ", "))
+	}
+	return nil
+}
+
+// hasAny reports whether f has one of keys, not null.
+func hasAny(f map[string]json.RawMessage, keys ...string) bool {
+	for _, k := range keys {
+		if v, ok := f[k]; ok && string(v) != "null" {
+			return true
+		}
+	}
+	return false
+}
+
 func importMessage(r json.RawMessage) (Message, error) {
 	var f map[string]json.RawMessage
 	if len(r) == 0 || r[0] != '{' || json.Unmarshal(r, &f) != nil {
@@ -164,6 +190,12 @@ func importMessage(r json.RawMessage) (Message, error) {
 	var m Message
 	if err := json.Unmarshal(f["role"], &m.Role); err != nil || m.Role == "" {
 		return Message{}, errors.New(`"role" missing or not a string`)
+	}
+	if err := CheckRole(m.Role); err != nil {
+		return Message{}, err
+	}
+	if !hasAny(f, "content", "tool_calls", "images", "raw") {
+		return Message{}, errors.New(`no "content" (nor "tool_calls" or "images")`)
 	}
 	text, err := contentText(f["content"])
 	if err != nil {

@@ -79,6 +79,9 @@ func TestDecodeImportMalformed(t *testing.T) {
 		{"message not object", `[1]`, "messages[0]: not a JSON object"},
 		{"no role", `[{"role":"user","content":"a"},{"content":"b"}]`, `messages[1]: "role" missing`},
 		{"role not string", `[{"role":5}]`, `"role" missing or not a string`},
+		{"unknown role", `[{"role":"wizard","content":"x"}]`, `messages[0]: "role" "wizard" is not one of system, developer, user, assistant, tool`},
+		{"no content", `[{"role":"user"}]`, `messages[0]: no "content"`},
+		{"content null", `[{"role":"user","content":null}]`, `no "content"`},
 		{"content number", `[{"role":"user","content":5}]`, `"content" is neither`},
 		{"content object", `[{"role":"user","content":{"text":"x"}}]`, `"content" is neither`},
 		{"parts not objects", `[{"role":"user","content":["x"]}]`, `"content" is neither`},
@@ -153,5 +156,17 @@ func withDefaultImportance(msgs []Message) {
 			imp := DefaultImportance
 			msgs[i].Importance = &imp
 		}
+	}
+}
+
+// The messages the chat APIs send import: an assistant turn with only
+// tool calls, a tool result, a developer message, roles in any case.
+func TestImportAcceptsEveryChatRole(t *testing.T) {
+	in := `[{"role":"system","content":"s"},{"role":"Developer","content":"d"},{"role":"user","content":[{"type":"text","text":"u"}]},` +
+		`{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":{}}}]},{"role":"tool","content":"42"},` +
+		`{"role":"user","images":["aGk="]}]`
+	exp, err := DecodeImport([]byte(in))
+	if err != nil || len(exp.Messages) != 6 {
+		t.Fatalf("DecodeImport = %+v, %v", exp, err)
 	}
 }

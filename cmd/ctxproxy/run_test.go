@@ -146,6 +146,20 @@ func TestServeEndToEnd(t *testing.T) {
 	if strings.Contains(out, "secret-content") {
 		t.Errorf("message content was logged:\n%s", out)
 	}
+	// Durations carry their unit: milliseconds, not slog's bare
+	// nanoseconds.
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, `"msg":"chat"`) {
+			continue
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("chat log line %q: %v", line, err)
+		}
+		if d, ok := rec["duration_ms"].(float64); !ok || d < 0 || d > 60_000 || rec["duration"] != nil {
+			t.Errorf("chat log line's duration: %q", line)
+		}
+	}
 }
 
 // TestGracefulShutdown stops the server while a stream is in flight: the

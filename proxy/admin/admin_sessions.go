@@ -134,6 +134,9 @@ func (s *adminAPI) appendMessages(w http.ResponseWriter, r *http.Request) {
 		case m.Role == "":
 			s.fail(w, sessions.Errorf(http.StatusBadRequest, "messages[%d]: \"role\" is missing", i))
 			return
+		case snapshots.CheckRole(m.Role) != nil:
+			s.fail(w, sessions.Errorf(http.StatusBadRequest, "messages[%d]: %v", i, snapshots.CheckRole(m.Role)))
+			return
 		case m.Content == nil:
 			s.fail(w, sessions.Errorf(http.StatusBadRequest, "messages[%d]: \"content\" is missing", i))
 			return
