@@ -281,4 +281,6 @@ func (p *plan) countMethod() string {
 
 // ms is d in milliseconds to a tenth, the unit in the attribute's name:
 // slog writes a time.Duration to JSON as bare nanoseconds.
-func ms(d time.Duration) float64 { return float64(d.Round(100*time.Microsecond)) / float64(time.Millisecond) }
+func ms(d time.Duration) float64 {
+	return float64(d.Round(100*time.Microsecond)) / float64(time.Millisecond)
+}
