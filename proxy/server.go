@@ -130,9 +130,13 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		// chunk; an answer of known length goes out in one write with
 		// its headers, instead of the headers first from a timer's
 		// goroutine and the body in a second write.
-		FlushInterval:  0,
-		BufferPool:     copyBuffers,
-		ModifyResponse: func(*http.Response) error { s.be.Answered(); return nil },
+		FlushInterval: 0,
+		BufferPool:    copyBuffers,
+		ModifyResponse: func(resp *http.Response) error {
+			s.be.Answered()
+			missingV1(resp, s.backend.Path)
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			s.backendError(w, r, wire.DialectOf(r.URL.Path), err)
 		},

@@ -265,7 +265,10 @@ func (b *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.dialectChat(w, r, body, o)
 	default:
 		if b.Kind == Ollama {
-			writeJSON(w, 404, map[string]any{"error": "404 page not found"})
+			// Ollama's router (gin) answers an unknown route in plain text.
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, "404 page not found")
 		} else {
 			writeJSON(w, 404, openaiError("Unknown request URL: "+r.Method+" "+r.URL.Path, "invalid_request_error", ""))
 		}
