@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"path"
+	"strconv"
 	"strings"
 
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
@@ -143,6 +144,9 @@ func removeHopByHop(h http.Header) {
 // translated request carried back into the client's dialect.
 func (s *Server) answer(resp *http.Response, ex *exchange, p *plan, done func(wire.Reply)) (*http.Response, error) {
 	ex.status = resp.StatusCode
+	if p != nil && resp.StatusCode == http.StatusNotFound {
+		s.modelNotFound(ex, p)
+	}
 	for k, v := range ex.headers {
 		resp.Header[k] = v
 	}
@@ -172,6 +176,19 @@ func (s *Server) answer(resp *http.Response, ex *exchange, p *plan, done func(wi
 		}
 	}
 	return resp, nil
+}
+
+// modelNotFound undoes what a chat request for a model the backend does
+// not have left behind (a chat route answers 404 for nothing else): its
+// row under "Models in use" and what the sizer held for it. Its turn is
+// not recorded (recorder.record), and the headers that described the
+// plan, a num_ctx "guess" among them, give way to one notice.
+func (s *Server) modelNotFound(ex *exchange, p *plan) {
+	s.status.Forget(p.model)
+	if s.sizer != nil {
+		s.sizer.Forget(p.model)
+	}
+	ex.headers = http.Header{"X-Ctxproxy-Notice": {"the backend does not have model " + strconv.Quote(p.model) + "; nothing was recorded"}}
 }
 
 // gzipBody inflates a compressed response body and closes the original.

@@ -104,6 +104,11 @@ func (s *recorder) record(ex *exchange, p *plan, rep wire.Reply, truncated bool,
 	if s.writer == nil || ex.session == "" || p == nil {
 		return
 	}
+	if rep.Status == http.StatusNotFound {
+		// The backend does not have the model: no turn took place, and
+		// a session named after it would only mislead.
+		return
+	}
 	if len(p.sent) == 0 || (p.accum && len(p.newTurn) == 0) {
 		// No messages: a model load or unload, not a turn of the
 		// conversation; recording it would replace the conversation.

@@ -236,6 +236,10 @@ func (s *Status) Note(m ModelSeen) {
 	s.seen.note(e)
 }
 
+// Forget drops a model from "Models in use": the backend answered that
+// it does not have it.
+func (s *Status) Forget(model string) { s.seen.lru.Remove(model) }
+
 // ModelSeen is what a chat request learned of its model, for the status
 // page's "Models in use".
 type ModelSeen struct {
