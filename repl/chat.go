@@ -75,6 +75,9 @@ type Chat struct {
 	// last is what ctxproxy said about the last turn, for the status line
 	// when the admin API does not answer.
 	last *api.Headers
+	// failures counts the errors shown; a scripted chat with any ends
+	// in an error, so that its caller sees the failure.
+	failures int
 	// toldNoProxy is whether the user was told that answers come without
 	// ctxproxy's headers.
 	toldNoProxy bool
@@ -227,8 +230,10 @@ func (r *Chat) command(ctx context.Context, text string) bool {
 var readOnly = map[string]bool{"/stats": true, "/context": true, "/context status": true,
 	"/context list": true, "/context stats": true}
 
-// fail shows an error in one line; the chat goes on.
+// fail shows an error in one line; the chat goes on (a scripted chat
+// exits non-zero at its end).
 func (r *Chat) fail(err error) {
+	r.failures++
 	fmt.Fprintln(r.Err, r.ErrPalette.Error(strings.TrimPrefix(err.Error(), ErrUsage.Error()+": ")))
 }
 
@@ -264,6 +269,18 @@ func (r *Chat) context(ctx context.Context, rest string) error {
 // switch.
 func (r *Chat) switchModel(ctx context.Context, name string) error {
 	if name != "" {
+		// A model the backend lists, when it answers: a typo would
+		// otherwise show only at the next message, as a 404.
+		if names, err := r.Client.Models(ctx, r.Dialect); err == nil && len(names) > 0 {
+			found, ok := modelIn(name, names)
+			if !ok {
+				for i := range names {
+					names[i] = report.Clean(names[i])
+				}
+				return fmt.Errorf("the backend has no model %s; it has %s", report.Clean(name), strings.Join(names, ", "))
+			}
+			name = found
+		}
 		r.Model = name
 		_, err := fmt.Fprintf(r.Out, "Model: %s.\n", report.Clean(name))
 		return err
@@ -280,6 +297,17 @@ func (r *Chat) switchModel(ctx context.Context, name string) error {
 		fmt.Fprintf(r.Out, "Available: %s.\n", strings.Join(names, ", "))
 	}
 	return nil
+}
+
+// modelIn finds name among the backend's models, as Ollama resolves a
+// name without a tag: "llama3.1" is "llama3.1:latest".
+func modelIn(name string, names []string) (string, bool) {
+	for _, n := range names {
+		if n == name || n == name+":latest" {
+			return n, true
+		}
+	}
+	return "", false
 }
 
 // turn sends one user message and shows the reply as it streams, then
@@ -411,17 +439,24 @@ func expandHome(path string) string {
 // chat can be scripted.
 func (r *Chat) Run(ctx context.Context, historyFile string) error {
 	var in input = &plainInput{br: bufio.NewReader(r.Stdin)}
+	scripted := true
 	f, ok := r.Stdin.(*os.File)
 	out, outOK := r.Out.(*os.File)
 	if ok && outOK && term.IsTerminal(int(f.Fd())) && term.IsTerminal(int(out.Fd())) {
 		t, restore, err := newTerminalInput(f, out, historyFile)
 		if err == nil {
 			defer restore()
-			in = t
+			in, scripted = t, false
 			// The terminal is raw now: everything goes through it, which
 			// turns "\n" into "\r\n" and keeps the prompt in place.
 			r.Out, r.Err, r.ErrPalette = t.t, t.t, r.OutPalette
 		}
 	}
-	return r.loop(ctx, in)
+	if err := r.loop(ctx, in); err != nil {
+		return err
+	}
+	if scripted && r.failures > 0 {
+		return fmt.Errorf("chat: %d error(s), shown above", r.failures)
+	}
+	return nil
 }

@@ -124,14 +124,21 @@ func runChat(t *testing.T, p *proxytest.Proxy, cr chatRun, script string) chatOu
 	r := &Chat{Client: c, Session: cr.session, Model: cr.model, Dialect: cr.dialect, System: cr.system, StatusBar: !cr.noBar,
 		Stdin: strings.NewReader(script), Out: io.MultiWriter(&out, &both), Err: io.MultiWriter(&errw, &both),
 		OutPalette: report.Palette{On: cr.color}, ErrPalette: report.Palette{On: cr.color}, Loc: time.UTC}
-	if err := r.Run(context.Background(), ""); err != nil {
-		t.Fatalf("chat: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errw.String())
+	// A scripted chat ends in an error exactly when it showed errors,
+	// and says how many.
+	err = r.Run(context.Background(), "")
+	shown := len(errorLine.FindAllString(errw.String(), -1))
+	if want := fmt.Sprintf("chat: %d error(s), shown above", shown); (shown == 0) != (err == nil) || err != nil && err.Error() != want {
+		t.Fatalf("chat: %v (want %q)\nstdout:\n%s\nstderr:\n%s", err, want, out.String(), errw.String())
 	}
 	if p != nil {
 		p.Flush(t)
 	}
 	return chatOut{stdout: out.String(), stderr: errw.String(), both: both.String()}
 }
+
+// errorLine is an error the chat shows, coloured or not.
+var errorLine = regexp.MustCompile(`(?m)^(?:\x1b\[[0-9;]*m)*error: `)
 
 // lines is script with a newline after each line.
 func lines(l ...string) string { return strings.Join(l, "\n") + "\n" }

@@ -38,6 +38,7 @@ func TestChatScriptedSession(t *testing.T) {
 		"/context clear",
 		"/model",
 		"/model llama3.2",
+		"/model llama3.1:8b",
 		"/help",
 		"/nonsense",
 		"/context nonsense",

@@ -112,7 +112,8 @@ func contextCmd(ctx context.Context, args []string, e env) error {
 		Stdin: e.stdin, Session: *session, JSON: *asJSON, Options: o}
 	err = a.Run(ctx, pos[0], pos[1:])
 	if errors.Is(err, repl.ErrUsage) {
-		fmt.Fprintf(e.stderr, "Run \"ctxproxy context -h\" for the commands and flags.\n")
+		// After the error, where the eye goes next.
+		return fmt.Errorf("%w\nRun \"ctxproxy context -h\" for the commands and flags", err)
 	}
 	return err
 }

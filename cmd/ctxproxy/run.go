@@ -2,6 +2,7 @@ package main
 
 import (
 	"path/filepath"
+	"slices"
 
 	"github.com/ctxproxy/ctxproxy/config"
 	"github.com/ctxproxy/ctxproxy/modelinfo"
@@ -50,7 +51,7 @@ Usage:
   ctxproxy check-config [flags]  check the configuration and print every problem
   ctxproxy health [flags]        exit 0 when the proxy at --listen answers (for container health checks)
   ctxproxy count [--model M] [--json] [FILE|-]
-                                 tokens of a chat request body (either dialect) or plain text
+                                 tokens of a chat request body (any dialect) or plain text
   ctxproxy gpu [--model M] [--json]
                                  detected memory, and the num_ctx ctxproxy would pick for a model
   ctxproxy version               print the version
@@ -81,6 +82,10 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 		return err
 	case len(args) > 1 && args[0] == "help":
 		// "ctxproxy help CMD" is "ctxproxy CMD -h".
+		if _, ok := commandHelp[args[1]]; !ok && args[1] != "chat" && args[1] != "context" {
+			fmt.Fprint(stderr, usage)
+			return fmt.Errorf("help: unknown command %q", args[1])
+		}
 		return run(ctx, []string{args[1], "-h"}, environ, stdin, stdout, stderr)
 	case len(args) > 0 && !strings.HasPrefix(args[0], "-"):
 		cmd, args = args[0], args[1:]
@@ -101,6 +106,16 @@ func run(ctx context.Context, args []string, environ []string, stdin io.Reader, 
 	case "gpu":
 		return gpuCmd(ctx, args, e)
 	case "version":
+		fs := flag.NewFlagSet("version", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		setUsage(fs, e)
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if fs.NArg() > 0 {
+			fs.Usage()
+			return fmt.Errorf("version takes no arguments, got %q", fs.Args())
+		}
 		_, err := fmt.Fprintf(stdout, "ctxproxy %s\n", versionString())
 		return err
 	case "help", "-h", "--help":
@@ -132,18 +147,82 @@ type configFlags struct {
 	path *string
 }
 
-// newConfigFlags declares --config, --listen, --backend, --log-level and
-// --log-format on a new flag set.
-func newConfigFlags(name string, e env) configFlags {
+// configFlagDocs are the flags that set configuration keys, with their
+// defaults and help; a command declares the ones it reads.
+var configFlagDocs = []struct{ name, def, help string }{
+	{"listen", "127.0.0.1:11435", "address to listen on"},
+	{"backend", "http://127.0.0.1:11434", "URL of the Ollama or OpenAI-compatible server"},
+	{"log-level", "info", "debug, info, warn or error"},
+	{"log-format", "auto", "auto (colored text on a terminal, JSON otherwise), text or json"},
+}
+
+// allConfigFlags are the names of configFlagDocs, for serve and
+// check-config.
+var allConfigFlags = []string{"listen", "backend", "log-level", "log-format"}
+
+// newConfigFlags declares --config and, of --listen, --backend,
+// --log-level and --log-format, the ones named, on a new flag set whose
+// usage is the command's help (commandHelp).
+func newConfigFlags(name string, e env, flags ...string) configFlags {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	setUsage(fs, e)
 	cf := configFlags{fs: fs}
 	cf.path = fs.String("config", "", "config file (default ./ctxproxy.yaml when it exists)")
-	fs.String("listen", "127.0.0.1:11435", "address to listen on")
-	fs.String("backend", "http://127.0.0.1:11434", "URL of the Ollama or OpenAI-compatible server")
-	fs.String("log-level", "info", "debug, info, warn or error")
-	fs.String("log-format", "auto", "auto (colored text on a terminal, JSON otherwise), text or json")
+	for _, f := range configFlagDocs {
+		if slices.Contains(flags, f.name) {
+			fs.String(f.name, f.def, f.help)
+		}
+	}
 	return cf
+}
+
+// commandHelp is each command's synopsis and what it does, for "ctxproxy
+// help CMD" and "ctxproxy CMD -h" (chat and context have their own).
+var commandHelp = map[string]struct{ synopsis, summary string }{
+	"serve": {"ctxproxy [serve] [flags]",
+		"Runs the proxy: clients talk to --listen as they would to the backend, and every chat request is made to fit the model's context window."},
+	"check-config": {"ctxproxy check-config [flags]",
+		"Loads the configuration as serve would (file, environment, flags) and prints every problem at once. Exits 1 when there is any."},
+	"health": {"ctxproxy health [--listen ADDR] [--config FILE]",
+		"Exits 0 when the ctxproxy at --listen answers its health check, 1 otherwise: a health check for containers without curl."},
+	"count": {"ctxproxy count [flags] [FILE|-]",
+		"Prints the tokens of a chat request body (Ollama, OpenAI, Responses or Messages) or of plain text, per message and in total, against the model's limit. Reads FILE, or standard input."},
+	"gpu": {"ctxproxy gpu [flags]",
+		"Prints the memory ctxproxy sees and, with --model, the num_ctx it would choose for the model and why."},
+	"version": {"ctxproxy version", "Prints ctxproxy's version."},
+}
+
+// setUsage makes fs's usage the help of its command.
+func setUsage(fs *flag.FlagSet, e env) {
+	h := commandHelp[fs.Name()]
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "Usage: %s\n\n%s\n", h.synopsis, wrapText(h.summary, 72))
+		n := 0
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n > 0 {
+			fmt.Fprint(e.stderr, "\nFlags:\n")
+			fs.PrintDefaults()
+		}
+	}
+}
+
+// wrapText breaks s into lines of at most width characters, at spaces.
+func wrapText(s string, width int) string {
+	var b strings.Builder
+	line := 0
+	for i, w := range strings.Fields(s) {
+		if i > 0 && line+1+len(w) > width {
+			b.WriteByte('\n')
+			line = 0
+		} else if i > 0 {
+			b.WriteByte(' ')
+			line++
+		}
+		b.WriteString(w)
+		line += len(w)
+	}
+	return b.String()
 }
 
 // flagKeys maps flags to the config keys they set.
@@ -175,7 +254,7 @@ func (cf configFlags) load(args []string, e env) (config.Config, string, []strin
 }
 
 func checkConfig(args []string, e env) error {
-	cf := newConfigFlags("check-config", e)
+	cf := newConfigFlags("check-config", e, allConfigFlags...)
 	c, path, problems, err := cf.load(args, e)
 	if err != nil {
 		return err
@@ -224,7 +303,7 @@ func newLogger(c config.Log, w io.Writer, level *slog.LevelVar) *slog.Logger {
 }
 
 func serve(ctx context.Context, args []string, e env) error {
-	cf := newConfigFlags("serve", e)
+	cf := newConfigFlags("serve", e, allConfigFlags...)
 	pprofAddr := cf.fs.String("pprof", "", "serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060; off when empty")
 	c, path, problems, err := cf.load(args, e)
 	if err != nil {
@@ -356,7 +435,7 @@ func serve(ctx context.Context, args []string, e env) error {
 // health asks a running ctxproxy's /ctxproxy/healthz; containers without
 // curl use it as their health check.
 func health(ctx context.Context, args []string, e env) error {
-	cf := newConfigFlags("health", e)
+	cf := newConfigFlags("health", e, "listen")
 	c, _, _, err := cf.load(args, e)
 	if err != nil {
 		return err

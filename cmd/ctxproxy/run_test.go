@@ -220,7 +220,7 @@ func TestConfigPrecedence(t *testing.T) {
 		"models:\n  llama3.1: {max_tokens: 32768, max_output_tokens: 2048}\n  qwen2.5:7b: {max_tokens: 16384}\n"), 0o644)
 	env := map[string]string{"CTXPROXY_LISTEN": "127.0.0.1:1002", "CTXPROXY_STRATEGY_THRESHOLD": "0.85",
 		"CTXPROXY_STRATEGY_COMPOSITE": "sliding_window,token_budget", "CTXPROXY_CONTEXT_VRAM_BUFFER": "1GiB"}
-	cf := newConfigFlags("serve", envs(env))
+	cf := newConfigFlags("serve", envs(env), allConfigFlags...)
 	c, used, problems, err := cf.load([]string{"--config", file, "--listen", "127.0.0.1:1003"}, envs(env))
 	if err != nil || len(problems) > 0 {
 		t.Fatalf("%v %v", err, problems)

@@ -50,10 +50,6 @@ func count(args []string, e env) error {
 	proxyURL := cf.fs.String("proxy", envOr(e, "CTXPROXY_PROXY", defaultProxy),
 		"a running ctxproxy to count with (its backend's tokenizers, its calibration); env CTXPROXY_PROXY")
 	local := cf.fs.Bool("local", false, "count here by estimate, without asking a running ctxproxy")
-	cf.fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "usage: ctxproxy count [--model M] [--json] [FILE|-]")
-		cf.fs.PrintDefaults()
-	}
 	c, _, problems, err := cf.load(args, e)
 	if err != nil {
 		return err
@@ -69,6 +65,9 @@ func count(args []string, e env) error {
 		}
 		defer f.Close()
 		in = f
+	} else if isTerminal(e.stdin) {
+		// Reading a terminal waits for input: say so, and how to end it.
+		fmt.Fprintln(e.stderr, "Paste a chat request body or type text to count, then press Ctrl-D on an empty line:")
 	}
 	data, err := io.ReadAll(io.LimitReader(in, int64(c.MaxBody)+1))
 	if err != nil {
@@ -76,6 +75,10 @@ func count(args []string, e env) error {
 	}
 	if int64(len(data)) > int64(c.MaxBody) {
 		return fmt.Errorf("input is larger than max_body (%s)", c.MaxBody)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		cf.fs.Usage()
+		return errors.New("count: nothing to count: the input is empty")
 	}
 	chat, err := proxy.ParseChat(data)
 	isChat := err == nil
@@ -191,7 +194,7 @@ func countRemote(base, token, model string, data []byte, isChat bool) (api.Token
 // gpuCmd prints the detected memory and, for a model, the num_ctx
 // ctxproxy would choose and why.
 func gpuCmd(ctx context.Context, args []string, e env) error {
-	cf := newConfigFlags("gpu", e)
+	cf := newConfigFlags("gpu", e, "backend")
 	model := cf.fs.String("model", "", "model to size num_ctx for (its facts come from the backend's /api/show)")
 	asJSON := cf.fs.Bool("json", false, "print JSON")
 	proxyURL := cf.fs.String("proxy", envOr(e, "CTXPROXY_PROXY", defaultProxy),
