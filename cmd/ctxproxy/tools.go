@@ -207,14 +207,24 @@ func gpuCmd(ctx context.Context, args []string, e env) error {
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: %s", config.ErrInvalid, strings.Join(problems, "; "))
 	}
+	source := "probed here, sized against " + config.RedactURL(c.Backend.URL)
 	if !*local {
-		if rep, ok := gpuFromProxy(*proxyURL, c.Admin.Token, *model); ok {
+		rep, ok, backendURL := gpuFromProxy(*proxyURL, c.Admin.Token, *model)
+		if ok {
 			if *asJSON {
 				enc := json.NewEncoder(e.stdout)
 				enc.SetIndent("", "  ")
 				return enc.Encode(rep)
 			}
 			return rep.WriteText(e.stdout)
+		}
+		// The proxy has not served the model: size it here, against the
+		// proxy's backend rather than the default one, unless a backend
+		// was named (a URL with a password comes back hidden and is of
+		// no use).
+		if backendURL != "" && c.Backend.URL == config.Default().Backend.URL && !strings.Contains(backendURL, "xxxxx") {
+			c.Backend.URL = backendURL
+			source = "probed here, sized against " + backendURL + ", the backend of the ctxproxy at " + config.RedactURL(*proxyURL)
 		}
 	}
 	log := newLogger(config.Log{Level: "warn", Format: "text"}, e.stderr, nil)
@@ -242,7 +252,7 @@ func gpuCmd(ctx context.Context, args []string, e env) error {
 		d = &dec
 	}
 	rep := gpu.NewReport(snap, d)
-	rep.Source = "probed here, sized against " + config.RedactURL(c.Backend.URL)
+	rep.Source = source
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -254,25 +264,26 @@ func gpuCmd(ctx context.Context, args []string, e env) error {
 // gpuFromProxy is the running ctxproxy's view: its memory sample and, for
 // model, the num_ctx it chose the last time a request used the model.
 // ok is false when no ctxproxy answers, or when it has not seen model
-// (then the command sizes it here).
-func gpuFromProxy(base, token, model string) (gpu.Report, bool) {
+// (then the command sizes it here); backend is the URL of the answering
+// proxy's backend, as its status shows it.
+func gpuFromProxy(base, token, model string) (rep gpu.Report, ok bool, backend string) {
 	req, err := http.NewRequest(http.MethodGet, strings.TrimSuffix(base, "/")+"/ctxproxy/status", nil)
 	if err != nil {
-		return gpu.Report{}, false
+		return gpu.Report{}, false, ""
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
 	if err != nil {
-		return gpu.Report{}, false
+		return gpu.Report{}, false, ""
 	}
 	defer resp.Body.Close()
 	var st api.Status
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&st) != nil {
-		return gpu.Report{}, false
+		return gpu.Report{}, false, ""
 	}
-	rep := gpu.Report{Devices: append([]gpu.Device{}, st.GPU.Devices...), Probe: st.GPU.Probe, Err: st.GPU.Error,
+	rep = gpu.Report{Devices: append([]gpu.Device{}, st.GPU.Devices...), Probe: st.GPU.Probe, Err: st.GPU.Error,
 		ModelMemory: -1, Source: "the running ctxproxy at " + base}
 	var total, used uint64
 	for _, d := range rep.Devices {
@@ -282,13 +293,13 @@ func gpuFromProxy(base, token, model string) (gpu.Report, bool) {
 		rep.Usage = float64(used) / float64(total)
 	}
 	if model == "" {
-		return rep, true
+		return rep, true, st.Backend.URL
 	}
 	for _, m := range st.Models {
 		if m.Name == model {
 			rep.Model = &gpu.ModelReport{Name: m.Name, NumCtx: m.NumCtx, BytesPerToken: m.BytesPerToken, Reason: m.Reason}
-			return rep, true
+			return rep, true, st.Backend.URL
 		}
 	}
-	return gpu.Report{}, false
+	return gpu.Report{}, false, st.Backend.URL
 }

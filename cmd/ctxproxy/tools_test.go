@@ -199,3 +199,31 @@ func TestCountRedactsProxyPassword(t *testing.T) {
 		}
 	}
 }
+
+// With a ctxproxy running that has not served the model, `ctxproxy gpu
+// --model` sizes it against that proxy's backend, not the default
+// 127.0.0.1:11434, and says so.
+func TestGPUSizesAgainstTheRunningProxysBackend(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	addr, _, stop := startServe(t, []string{"--backend", be.URL}, nil)
+	defer stop()
+	var out, errw bytes.Buffer
+	if err := run(context.Background(), []string{"gpu", "--json", "--model", "llama3.1:8b", "--proxy", "http://" + addr},
+		envOf(nil), nil, &out, &errw); err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Source string `json:"source"`
+		Model  struct {
+			BytesPerToken int    `json:"bytes_per_token"`
+			Reason        string `json:"reason"`
+		} `json:"model"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rep.Source, be.URL) || !strings.Contains(rep.Source, "the backend of the ctxproxy at http://"+addr) ||
+		rep.Model.BytesPerToken == 0 || strings.Contains(errw.String(), "model facts") {
+		t.Errorf("gpu: source %q, model %+v, stderr %q", rep.Source, rep.Model, errw.String())
+	}
+}
