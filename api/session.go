@@ -46,13 +46,14 @@ type SessionStats struct {
 }
 
 // Budget is how a request's window (Total, num_ctx or the model's) was
-// divided: the system prompt, the tools with the chat template's own
-// tokens, the reserve for the reply, and the conversation as forwarded;
-// Available is what was left.
+// divided: the system prompt, the tools, the chat template's own tokens
+// (Template: what belongs to no message and no tool), the reserve for the
+// reply, and the conversation as forwarded; Available is what was left.
 type Budget struct {
 	Total        int `json:"total"`
 	System       int `json:"system"`
 	Tools        int `json:"tools"`
+	Template     int `json:"template"`
 	Reserve      int `json:"reserve"`
 	Conversation int `json:"conversation"`
 	Available    int `json:"available"`

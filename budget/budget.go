@@ -5,19 +5,23 @@ package budget
 type Budget struct {
 	// Total is the window being divided (usually Limits.MaxTokens).
 	Total int
-	// SystemPrompt, Tools and ResponseReserve are allocated first.
+	// SystemPrompt, Tools, Template and ResponseReserve are allocated
+	// first. Template is what the chat template adds that belongs to no
+	// message and no tool (the reply's priming, the calibrated
+	// per-request offset): a request without tools has Tools 0.
 	SystemPrompt    int
 	Tools           int
+	Template        int
 	ResponseReserve int
 	// Conversation is what the messages use now.
 	Conversation int
 }
 
 // ConversationBudget returns what the conversation may use: the total less
-// the system prompt, the tools and the response reserve
-// (100000 − 2000 − 5000 − 4000 = 89000). Never negative.
+// the system prompt, the tools, the template's own tokens and the response
+// reserve (100000 − 2000 − 5000 − 0 − 4000 = 89000). Never negative.
 func (b Budget) ConversationBudget() int {
-	return max(0, b.Total-b.SystemPrompt-b.Tools-b.ResponseReserve)
+	return max(0, b.Total-b.SystemPrompt-b.Tools-b.Template-b.ResponseReserve)
 }
 
 // Available returns what is still free: the conversation budget less what

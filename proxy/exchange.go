@@ -131,14 +131,14 @@ func setPlanHeaders(ex *exchange, p *plan) {
 }
 
 // budgetHeader is X-Ctxproxy-Budget's value: "total=8192 system=120
-// tools=340 reserve=1024 conversation=5000 available=1708", built in one
+// tools=337 template=3 reserve=1024 conversation=5000 available=1708", built in one
 // buffer (it is set on every counted request).
 func budgetHeader(b budget.Budget) string {
 	buf := make([]byte, 0, 96)
 	for i, part := range [...]struct {
 		key string
 		n   int
-	}{{"total=", b.Total}, {"system=", b.SystemPrompt}, {"tools=", b.Tools}, {"reserve=", b.ResponseReserve},
+	}{{"total=", b.Total}, {"system=", b.SystemPrompt}, {"tools=", b.Tools}, {"template=", b.Template}, {"reserve=", b.ResponseReserve},
 		{"conversation=", b.Conversation}, {"available=", b.Available()}} {
 		if i > 0 {
 			buf = append(buf, ' ')

@@ -294,9 +294,9 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 }
 
 // allocate divides the window among the parts of what is forwarded (its
-// budget): the system prompt, the tools with the template's
-// own tokens (what belongs to no message), the reply's reserve, and the
-// rest of the conversation.
+// budget): the system prompt, the tools, the template's own tokens (what
+// belongs to no message and no tool), the reply's reserve, and the rest
+// of the conversation.
 func (p *plan) allocate() {
 	if p.counter == nil || p.lim.MaxTokens <= 0 {
 		return
@@ -308,7 +308,8 @@ func (p *plan) allocate() {
 		}
 	}
 	overhead := p.counter.Overhead(p.tools)
-	p.alloc = budget.Budget{Total: p.lim.MaxTokens, SystemPrompt: system, Tools: overhead,
+	template := min(overhead, p.counter.Overhead(nil))
+	p.alloc = budget.Budget{Total: p.lim.MaxTokens, SystemPrompt: system, Tools: overhead - template, Template: template,
 		ResponseReserve: p.lim.MaxOutputTokens, Conversation: max(0, p.after.Tokens-system-overhead)}
 }
 

@@ -22,15 +22,16 @@ func TestBudgetAllocation(t *testing.T) {
 	resp := post(t, e.ts.URL+"/api/chat", body, map[string]string{"X-Session-ID": "alloc"})
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	var total, system, tools, reserve, conv, avail int
-	if _, err := fmt.Sscanf(resp.Header.Get("X-Ctxproxy-Budget"), "total=%d system=%d tools=%d reserve=%d conversation=%d available=%d",
-		&total, &system, &tools, &reserve, &conv, &avail); err != nil {
+	var total, system, tools, template, reserve, conv, avail int
+	if _, err := fmt.Sscanf(resp.Header.Get("X-Ctxproxy-Budget"), "total=%d system=%d tools=%d template=%d reserve=%d conversation=%d available=%d",
+		&total, &system, &tools, &template, &reserve, &conv, &avail); err != nil {
 		t.Fatalf("X-Ctxproxy-Budget %q: %v", resp.Header.Get("X-Ctxproxy-Budget"), err)
 	}
 	sent, _ := strconv.Atoi(resp.Header.Get("X-Ctxproxy-Tokens"))
-	if system == 0 || system+tools+conv != sent || system+tools+reserve+conv+avail != total || total != 2000 || reserve != 100 {
-		t.Errorf("budget total %d = system %d + tools %d + reserve %d + conversation %d + available %d; %d tokens sent",
-			total, system, tools, reserve, conv, avail, sent)
+	if system == 0 || tools != 0 || template == 0 || system+template+conv != sent || system+template+reserve+conv+avail != total ||
+		total != 2000 || reserve != 100 {
+		t.Errorf("budget total %d = system %d + tools %d + template %d + reserve %d + conversation %d + available %d; %d tokens sent (no tools)",
+			total, system, tools, template, reserve, conv, avail, sent)
 	}
 	if err := e.writer.Flush(context.Background()); err != nil {
 		t.Fatal(err)

@@ -149,7 +149,7 @@ func TestChatNoticeAfterTrim(t *testing.T) {
 	p := start(t, trimAtLimit)
 	p.Seed(t, "s1", "llama3.1", turns(20, 220)...) // 20 × 55 tokens: over the limit of 1,000
 	out := runChat(t, p, chatRun{session: "s1", model: "llama3.1"}, lines("one more", "and another"))
-	warningOrder(t, out.both, "echo: one more\n", "ℹ Context trimmed. Kept first 2 and last 12 turns.\n", "echo: and another\n")
+	warningOrder(t, out.both, "echo: one more\n", "ℹ Context trimmed. Kept first 2 and last 12 messages.\n", "echo: and another\n")
 	if strings.Contains(out.both, "\x1b[") {
 		t.Errorf("colors on a pipe:\n%q", out.both)
 	}

@@ -39,7 +39,7 @@ func (p Palette) Warning(text string) string {
 }
 
 // Notice is what ctxproxy did, e.g. "Context trimmed. Kept
-// first 2 and last 10 turns." (info).
+// first 2 and last 10 messages." (info).
 func (p Palette) Notice(text string) string {
 	return p.Paint(Cyan, "ℹ "+Clean(text))
 }

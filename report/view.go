@@ -340,9 +340,14 @@ func writeDevices(w io.Writer, devices []api.Device) {
 }
 
 // BudgetLine is how the last request's window was divided (the
-// X-Ctxproxy-Budget header): "8,192: 120 system, 340 tools, 1,024 reply, 5,000
-// conversation, 1,708 free".
+// X-Ctxproxy-Budget header): "8,192: 120 system, 337 tools, 3 template,
+// 1,024 reply, 5,000 conversation, 1,708 free"; tools only when there were
+// some.
 func BudgetLine(b api.Budget) string {
-	return fmt.Sprintf("%s: %s system, %s tools, %s reply, %s conversation, %s free", Grouped(b.Total),
-		Grouped(b.System), Grouped(b.Tools), Grouped(b.Reserve), Grouped(b.Conversation), Grouped(b.Available))
+	tools := ""
+	if b.Tools > 0 {
+		tools = Grouped(b.Tools) + " tools, "
+	}
+	return fmt.Sprintf("%s: %s system, %s%s template, %s reply, %s conversation, %s free", Grouped(b.Total),
+		Grouped(b.System), tools, Grouped(b.Template), Grouped(b.Reserve), Grouped(b.Conversation), Grouped(b.Available))
 }

@@ -50,7 +50,7 @@ func TestWarningColors(t *testing.T) {
 	if got := (Palette{}).Warning("Context at 90% capacity. Auto-trimming soon."); got != "⚠ Context at 90% capacity. Auto-trimming soon." {
 		t.Errorf("without colors: %q", got)
 	}
-	if got := p.Notice("Context trimmed. Kept first 2 and last 10 turns."); got != "\x1b[36mℹ Context trimmed. Kept first 2 and last 10 turns.\x1b[0m" {
+	if got := p.Notice("Context trimmed. Kept first 2 and last 10 messages."); got != "\x1b[36mℹ Context trimmed. Kept first 2 and last 10 messages.\x1b[0m" {
 		t.Errorf("notice: %q", got)
 	}
 	for _, s := range []struct {

@@ -59,6 +59,6 @@ type Result struct {
 	// Summarized is the number of input messages folded into summaries.
 	Summarized int
 	// Notice says what was done, for the X-Ctxproxy-Notice header and the
-	// log ("Context trimmed. Kept first 2 and last 10 turns.").
+	// log ("Context trimmed. Kept first 2 and last 10 messages.").
 	Notice string
 }

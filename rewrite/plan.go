@@ -45,7 +45,7 @@ type plan struct {
 type noticeStyle int
 
 const (
-	styleWindow  noticeStyle = iota // "Kept first F and last L turns."
+	styleWindow  noticeStyle = iota // "Kept first F and last L messages."
 	styleDropped                    // "Dropped N messages."
 )
 
@@ -350,7 +350,7 @@ func (p *plan) notice() string {
 }
 
 // trimNotice says what a trim kept: "Context trimmed. Kept first 2 and
-// last 10 turns." (a turn being a message here).
+// last 10 messages."
 // That sentence is true only of one gap — a kept head and a kept tail —
 // so where messages were dropped here and there (selective, importance,
 // or a token budget after them) it says how many were dropped instead.
@@ -381,9 +381,9 @@ func (p *plan) trimNotice() string {
 		return fmt.Sprintf("Context trimmed. Dropped %d of %d %s.", p.ndrop, len(p.msgs), plural(len(p.msgs), "message", "messages"))
 	}
 	if first == 0 {
-		return fmt.Sprintf("Context trimmed. Kept last %d %s.", last, plural(last, "turn", "turns"))
+		return fmt.Sprintf("Context trimmed. Kept last %d %s.", last, plural(last, "message", "messages"))
 	}
-	return fmt.Sprintf("Context trimmed. Kept first %d and last %d %s.", first, last, plural(last, "turn", "turns"))
+	return fmt.Sprintf("Context trimmed. Kept first %d and last %d %s.", first, last, plural(last, "message", "messages"))
 }
 
 func plural(n int, one, many string) string {

@@ -427,7 +427,7 @@ func TestSmartKeepsSystemFirstAndRecentMessages(t *testing.T) {
 
 func TestSmartNotice(t *testing.T) {
 	res := apply(t, Smart{PreserveFirst: 2, PreserveLast: 10}, alternating(30, 20), 0)
-	if want := "Context trimmed. Kept first 2 and last 10 turns."; res.Notice != want {
+	if want := "Context trimmed. Kept first 2 and last 10 messages."; res.Notice != want {
 		t.Errorf("Notice = %q, want %q", res.Notice, want)
 	}
 }

@@ -89,6 +89,7 @@ type Allocation struct {
 	Total        int `json:"total"`
 	System       int `json:"system"`
 	Tools        int `json:"tools"`
+	Template     int `json:"template,omitempty"`
 	Reserve      int `json:"reserve"`
 	Conversation int `json:"conversation"`
 }

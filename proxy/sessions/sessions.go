@@ -415,9 +415,9 @@ func StatsOf(st snapshots.Stats) api.SessionStats {
 		out.LastTruncation = &t
 	}
 	if a := st.Budget; a != nil {
-		b := budget.Budget{Total: a.Total, SystemPrompt: a.System, Tools: a.Tools, ResponseReserve: a.Reserve,
+		b := budget.Budget{Total: a.Total, SystemPrompt: a.System, Tools: a.Tools, Template: a.Template, ResponseReserve: a.Reserve,
 			Conversation: a.Conversation}
-		out.Budget = &api.Budget{Total: a.Total, System: a.System, Tools: a.Tools, Reserve: a.Reserve,
+		out.Budget = &api.Budget{Total: a.Total, System: a.System, Tools: a.Tools, Template: a.Template, Reserve: a.Reserve,
 			Conversation: a.Conversation, Available: b.Available()}
 	}
 	return out

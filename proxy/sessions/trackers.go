@@ -57,7 +57,7 @@ func TotalsOf(st snapshots.Stats) budget.Totals {
 		CompletionTokens: st.CompletionTokens, Requests: st.Requests, Truncations: st.Truncations,
 		OverflowRetries: st.OverflowRetries, LastTruncation: st.LastTruncation}
 	if a := st.Budget; a != nil {
-		t.Budget = budget.Budget{Total: a.Total, SystemPrompt: a.System, Tools: a.Tools, ResponseReserve: a.Reserve,
+		t.Budget = budget.Budget{Total: a.Total, SystemPrompt: a.System, Tools: a.Tools, Template: a.Template, ResponseReserve: a.Reserve,
 			Conversation: a.Conversation}
 	}
 	return t
@@ -72,7 +72,7 @@ func StoredStats(t budget.Totals) snapshots.Stats {
 		st.LastTruncation = t.LastTruncation.UTC()
 	}
 	if b := t.Budget; b.Total > 0 {
-		st.Budget = &snapshots.Allocation{Total: b.Total, System: b.SystemPrompt, Tools: b.Tools,
+		st.Budget = &snapshots.Allocation{Total: b.Total, System: b.SystemPrompt, Tools: b.Tools, Template: b.Template,
 			Reserve: b.ResponseReserve, Conversation: b.Conversation}
 	}
 	return st
