@@ -105,6 +105,10 @@ func newFakeAdmin(token string) *fakeAdmin {
 			"messages": 9, "tokens": 11800, "limit": 14336, "usage": 0.8231, "requests": 4, "snapshots": 1},
 		{"session_id": "fp-9c1e0b7a44d2f310", "model": "mistral:7b", "created": ts(5 * time.Hour), "updated": ts(3 * time.Hour),
 			"messages": 4, "tokens": 610, "limit": 30720, "usage": 0.0199, "requests": 2, "snapshots": 0},
+		// Sent at 263% of its limit, cut to 63%.
+		{"session_id": "long-chat", "model": "llama3.1:8b", "created": ts(6 * time.Hour), "updated": ts(4 * time.Hour),
+			"messages": 140, "tokens": 37704, "limit": 14336, "usage": 2.63, "sent": 9032, "forwarded_usage": 0.63,
+			"requests": 70, "snapshots": 3},
 	}}
 }
 
@@ -246,6 +250,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		"snap-20250101-0002", "overflow", "&lt;b&gt;manual&lt;/b&gt;", // the open session's snapshots
 		"&lt;i&gt;docs&lt;/i&gt;",               // its metadata, as text
 		"backend truncations", "≥ 90%", "≥ 80%", // stats and warnings
+		`class="badge cut" title="ctxproxy cut this conversation to fit: 37,704 tokens as sent (263% of the limit), 9,032 forwarded (63%)">cut`, // a conversation cut to fit
 	} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("rendered page lacks %q", want)

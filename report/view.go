@@ -125,8 +125,15 @@ func StatusBar(p Palette, f Facts) string {
 		parts = append(parts, Clean(m))
 	}
 	warn := ""
-	if tokens, _, limit, usage, ok := f.tokens(); ok {
-		parts = append(parts, fmt.Sprintf("%s/%s tokens (%s)", Grouped(tokens), Grouped(limit), Percent(usage, 0)))
+	if tokens, sent, limit, usage, ok := f.tokens(); ok {
+		if sent > 0 && sent != tokens {
+			// Cut to fit: what the model saw is what fills the window.
+			usage = ratio(float64(sent), float64(limit))
+			parts = append(parts, fmt.Sprintf("%s sent → %s/%s tokens forwarded (%s)", Grouped(tokens), Grouped(sent),
+				Grouped(limit), Percent(usage, 0)))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s/%s tokens (%s)", Grouped(tokens), Grouped(limit), Percent(usage, 0)))
+		}
 		if usage >= WarnAt {
 			warn = p.Paint(UsageColor(usage), "⚠")
 		}
@@ -242,6 +249,15 @@ func sizeLine(f Facts) string {
 	return line
 }
 
+// lastRequest is what the backend reported for the session's last
+// request: "5,427 prompt + 16 completion tokens (as the backend counted)".
+func lastRequest(st api.SessionStats) string {
+	if st.PromptTokens == 0 && st.CompletionTokens == 0 {
+		return "no counts from the backend yet"
+	}
+	return fmt.Sprintf("%s prompt + %s completion tokens (as the backend counted)", Grouped(st.PromptTokens), Grouped(st.CompletionTokens))
+}
+
 // SessionStats is /stats and "ctxproxy context show": the session and its
 // running token total.
 func SessionStats(w io.Writer, p Printer, s api.SessionDetail) error {
@@ -251,8 +267,8 @@ func SessionStats(w io.Writer, p Printer, s api.SessionDetail) error {
 	fmt.Fprintf(tw, "Model\t%s\n", Clean(orDash(s.Model)))
 	fmt.Fprintf(tw, "Messages\t%s\n", Grouped(s.Messages))
 	fmt.Fprintf(tw, "Tokens\t%s\n", p.usage(st.Tokens, st.Sent, st.Limit))
-	fmt.Fprintf(tw, "Requests\t%s (%s prompt + %s completion tokens)\n",
-		Grouped(st.Requests), Grouped(st.PromptTokens), Grouped(st.CompletionTokens))
+	fmt.Fprintf(tw, "Requests\t%s\n", Grouped(st.Requests))
+	fmt.Fprintf(tw, "Last request\t%s\n", lastRequest(st))
 	fmt.Fprintf(tw, "Trimmed\t%s dropped, %s summarized\n", Plural(st.Dropped, "message"), Grouped(st.Summarized))
 	if b := st.Budget; b != nil {
 		fmt.Fprintf(tw, "Budget\t%s\n", BudgetLine(*b))
@@ -318,8 +334,8 @@ func MemoryStats(w io.Writer, p Printer, f Facts, running []api.RunningModel) er
 			fmt.Fprintf(tw, "Compression\tnone yet\n")
 		}
 		fmt.Fprintf(tw, "Trimmed\t%s dropped, %s summarized\n", Plural(st.Dropped, "message"), Grouped(st.Summarized))
-		fmt.Fprintf(tw, "Requests\t%s (%s prompt + %s completion tokens)\n",
-			Grouped(st.Requests), Grouped(st.PromptTokens), Grouped(st.CompletionTokens))
+		fmt.Fprintf(tw, "Requests\t%s\n", Grouped(st.Requests))
+		fmt.Fprintf(tw, "Last request\t%s\n", lastRequest(st))
 		trunc := Grouped(st.Truncations)
 		if st.LastTruncation != nil {
 			trunc += " (last " + p.When(*st.LastTruncation) + ")"

@@ -79,6 +79,11 @@ func TestStatusBar(t *testing.T) {
 			"llama3.1 · 3,456/8,192 tokens (42%)"},
 		{"system memory, compression off, 90%", Facts{Status: &st, Session: session},
 			"⚠ qwen3 · 7,372/8,192 tokens (90%) · RAM 8.0/32.0 GiB (25%) · q8_0 · 1 snapshot · auto-compress off"},
+		// Cut to fit: the share is what was forwarded, and no ⚠ for the
+		// conversation as sent.
+		{"sent at 100%, forwarded at 76%", Facts{Session: &api.SessionDetail{Model: "tiny",
+			Stats: api.SessionStats{Tokens: 7135, Sent: 5446, Limit: 7168, Usage: 0.995}}},
+			"tiny · 7,135 sent → 5,446/7,168 tokens forwarded (76%) · 0 snapshots"},
 	}
 	for _, tt := range tests {
 		if got := StatusBar(Palette{}, tt.f); got != tt.want {

@@ -237,6 +237,16 @@
     return out;
   }
 
+  // cutBadge marks a conversation ctxproxy cut to fit: sent over the
+  // limit, forwarded under it, the bar alone would look calm.
+  function cutBadge(s) {
+    if (!(s.sent > 0 && s.sent !== s.tokens)) return null;
+    return el('span', { class: 'badge cut',
+      title: 'ctxproxy cut this conversation to fit: ' + num(s.tokens) + ' tokens as sent (' + pct(s.usage) +
+        ' of the limit), ' + num(s.sent) + ' forwarded (' + pct(s.forwarded_usage) + ')',
+      text: 'cut' });
+  }
+
   let sessions = [];
   const rowSession = new WeakMap(); // table row → session id
   let selected = null;
@@ -255,7 +265,7 @@
         el('td', { title: when(s.updated), text: ago(s.updated) }),
         el('td', { class: 'num', text: num(s.messages) }),
         el('td', { class: 'num', text: num(s.snapshots) }),
-        el('td', null, ...warningBadges(typeof s.forwarded_usage === 'number' ? s.forwarded_usage : s.usage)));
+        el('td', null, ...warningBadges(typeof s.forwarded_usage === 'number' ? s.forwarded_usage : s.usage, cutBadge(s))));
       rowSession.set(tr, s.session_id);
       if (s.session_id === selected) tr.classList.add('selected');
       tr.addEventListener('click', () => open(s.session_id));
