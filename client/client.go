@@ -297,11 +297,24 @@ func (c *Client) Compress(ctx context.Context, id string) (api.Compressed, []byt
 // Compact is Compress with one-off instructions appended to the summary
 // prompt (/compact INSTRUCTIONS); "" is Compress.
 func (c *Client) Compact(ctx context.Context, id, instructions string) (api.Compressed, []byte, error) {
-	if instructions == "" {
-		return c.Compress(ctx, id)
+	return c.compact(ctx, id, instructions, false)
+}
+
+// CompactDryRun answers what Compact would do, and changes nothing.
+func (c *Client) CompactDryRun(ctx context.Context, id, instructions string) (api.Compressed, []byte, error) {
+	return c.compact(ctx, id, instructions, true)
+}
+
+func (c *Client) compact(ctx context.Context, id, instructions string, dryRun bool) (api.Compressed, []byte, error) {
+	path := sessionPath(id) + "/compress"
+	if dryRun {
+		path += "?dry_run=1"
 	}
-	return get[api.Compressed](ctx, c, http.MethodPost, sessionPath(id)+"/compress",
-		api.CompressRequest{Instructions: instructions})
+	var body any
+	if instructions != "" {
+		body = api.CompressRequest{Instructions: instructions}
+	}
+	return get[api.Compressed](ctx, c, http.MethodPost, path, body)
 }
 
 func (c *Client) ContextSize(ctx context.Context) (api.ContextSize, []byte, error) {

@@ -433,6 +433,14 @@ func (a *Commands) importFile(ctx context.Context, file string) error {
 // Compact compresses the session now, with instructions ("" none)
 // appended to the summary prompt: /compact INSTRUCTIONS, and "compress".
 func (a *Commands) Compact(ctx context.Context, instructions string) error {
+	if !a.JSON {
+		// Ask first: a compress with nothing to do would report
+		// "81 → 81 tokens", and take a snapshot for nothing.
+		dr, _, err := a.Client.CompactDryRun(ctx, a.Session, instructions)
+		if err == nil && dr.Dropped == 0 && dr.Summarized == 0 {
+			return a.say("%s", a.Printer.Notice(dr.Notice))
+		}
+	}
 	r, raw, err := a.Client.Compact(ctx, a.Session, instructions)
 	if err != nil || a.JSON {
 		return a.printJSON(raw, err)

@@ -22,7 +22,16 @@ func SnapshotRestored(id string, messages int) string {
 // Compressed is the answer of a compress that cut something: the counts,
 // then what the strategy did.
 func Compressed(r api.Compressed) string {
-	line := fmt.Sprintf("Compressed: %s → %s tokens (%s dropped, %s summarized).", Grouped(r.Before),
+	if r.Dropped == 0 && r.Summarized == 0 && r.Before == r.After && r.Notice != "" {
+		// Nothing was done: the notice says why, and no counts claim
+		// otherwise.
+		return Clean(r.Notice)
+	}
+	verb := "Compressed"
+	if r.DryRun {
+		verb = "Would compress"
+	}
+	line := fmt.Sprintf(verb+": %s → %s tokens (%s dropped, %s summarized).", Grouped(r.Before),
 		Grouped(r.After), Plural(r.Dropped, "message"), Grouped(r.Summarized))
 	if r.Notice != "" {
 		line += "\n" + Clean(r.Notice)

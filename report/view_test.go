@@ -108,3 +108,21 @@ func FuzzText(f *testing.F) {
 		}
 	})
 }
+
+// A compress that did nothing says why, without counts that claim it
+// did; a dry run says what it would do.
+func TestCompressedLine(t *testing.T) {
+	for _, tc := range []struct {
+		r    api.Compressed
+		want string
+	}{
+		{api.Compressed{Before: 81, After: 81, Notice: "Nothing to compress: the conversation uses 81 of 1,000 tokens, within the target of 60%."},
+			"Nothing to compress: the conversation uses 81 of 1,000 tokens, within the target of 60%."},
+		{api.Compressed{Before: 1634, After: 1139, Dropped: 9}, "Compressed: 1,634 → 1,139 tokens (9 messages dropped, 0 summarized)."},
+		{api.Compressed{Before: 1634, After: 1139, Dropped: 9, DryRun: true}, "Would compress: 1,634 → 1,139 tokens (9 messages dropped, 0 summarized)."},
+	} {
+		if got := Compressed(tc.r); got != tc.want {
+			t.Errorf("Compressed(%+v) = %q, want %q", tc.r, got, tc.want)
+		}
+	}
+}

@@ -85,7 +85,7 @@ func TestChatEnvironment(t *testing.T) {
 	p := proxytest.Start(t, proxytest.Options{AdminToken: "secret", Backend: fakebackend.Options{Reply: "hello"}})
 	out, errOut := runChat(t, map[string]string{"CTXPROXY_PROXY": p.URL, "CTXPROXY_ADMIN_TOKEN": "secret", "CTXPROXY_API_KEY": "sk-env"},
 		lines("hi", "/stats"), "--session", "s1", "--model", "llama3.1")
-	if !strings.Contains(out, "hello\n") || !strings.Contains(out, "Session    s1\n") || strings.Contains(errOut, "error") {
+	if !strings.Contains(out, "hello\n") || !strings.Contains(out, "Session       s1\n") || strings.Contains(errOut, "error") {
 		t.Errorf("stdout:\n%s\nstderr:\n%s", out, errOut)
 	}
 	if last, ok := p.Backend.Last("/api/chat"); !ok || last.Header.Get("Authorization") != "Bearer sk-env" {

@@ -90,12 +90,13 @@ func TestRealProxyChat(t *testing.T) {
 	stdout, stderr := out.String(), errw.String()
 	for _, want := range []string{
 		"Hi from the model.\n",
-		"Session    s1\n", "Model      llama3.1\n", "Messages   3\n", "Requests   1 (",
+		"Session       s1\n", "Model         llama3.1\n", "Messages      3\n", "Requests      1\n",
+		"Last request  19 prompt + 6 completion tokens (as the backend counted)",
 		"Saved snapshot ", "Session        s1\n", "Tokens         ", "RAM            ", "Snapshots      1\n",
 		"Auto-compress  on at 80% (smart, down to 60%)", "ID  ", "REASON", "manual",
 		"Context size: 4,096 tokens (auto sizing off).", "Context size: auto, from free VRAM",
-		"Compressed: ", "Model memory", "KV cache", "Compression   ", "Requests      2 (",
-		"Exported 5 messages to " + file + ".", "Context cleared.", "Messages   0\n",
+		"ℹ Nothing to compress: ", "Model memory", "KV cache", "Compression   ", "Requests      2\n",
+		"Exported 5 messages to " + file + ".", "Context cleared.", "Messages      0\n",
 		"Imported 5 messages into session s1.",
 	} {
 		if !strings.Contains(stdout, want) {
@@ -135,7 +136,7 @@ func TestRealProxyContextCommands(t *testing.T) {
 	p.must(t, "", with("new", "--meta", "agent=test", "--model", "llama3.1"), "Session s2 is ready (agent=test).")
 	p.must(t, "", with("add", "--importance", "0.9", "Implement feature X"), "Added 1 message to session s2 (1 message in all).")
 	p.must(t, "Be brief.\n", with("add", "-", "--role", "system"), "Added 1 message to session s2 (2 messages in all).")
-	p.must(t, "", with("show"), "Session    s2\n", "Model      llama3.1\n", "Messages   2\n", "Metadata   agent=test\n")
+	p.must(t, "", with("show"), "Session       s2\n", "Model         llama3.1\n", "Messages      2\n", "Metadata      agent=test\n")
 	p.must(t, "", []string{"status"}, "Version ", "Backend ", "(ollama, ready)", "Strategy      smart: act at 80%, cut to 60%",
 		"Context size  auto from free VRAM (2,048–131,072 tokens), KV f16, 1 parallel", "RAM ", "level ok",
 		"Snapshots     file store, auto at 80%, keep 20", "Sessions      1 (0 in flight)")
@@ -159,7 +160,7 @@ func TestRealProxyContextCommands(t *testing.T) {
 	file := filepath.Join(dir, "s2.json")
 	p.must(t, "", with("export", file), "Exported 2 messages to "+file+".")
 	p.must(t, "", []string{"import", file, "--session", "s3"}, "Imported 2 messages into session s3.")
-	p.must(t, "", []string{"show", "--session", "s3"}, "Messages   2\n", "Metadata   agent=test\n")
+	p.must(t, "", []string{"show", "--session", "s3"}, "Messages      2\n", "Metadata      agent=test\n")
 	if out, err := p.context(t, `{"messages": [{"content": "no role"}]}`, "import", "-", "--session", "s3"); err == nil ||
 		!strings.Contains(err.Error(), `malformed import: messages[0]: "role" missing`) {
 		t.Errorf("malformed import: %v %s", err, out)
@@ -185,7 +186,7 @@ func TestRealProxyContextCommands(t *testing.T) {
 	p.must(t, "", append([]string{"compress", "--json"}, long...), `"dropped":0`)
 
 	p.must(t, "", with("clear"), "Context cleared.")
-	p.must(t, "", with("show"), "Messages   0\n", "Metadata   agent=test\n")
+	p.must(t, "", with("show"), "Messages      0\n", "Metadata      agent=test\n")
 	p.must(t, "", with("list"), "clear")
 	p.must(t, "", with("clear", "--purge"), "Session s2 removed.")
 	if _, err := p.context(t, "", with("show")...); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
