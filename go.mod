@@ -3,6 +3,7 @@ module github.com/ctxproxy/ctxproxy
 go 1.26.8
 
 require (
+	github.com/creack/pty v1.1.24
 	github.com/go-viper/mapstructure/v2 v2.4.0
 	github.com/google/go-cmp v0.7.0
 	github.com/hashicorp/golang-lru/v2 v2.0.7

@@ -75,6 +75,9 @@ type Chat struct {
 	// last is what ctxproxy said about the last turn, for the status line
 	// when the admin API does not answer.
 	last *api.Headers
+	// turns counts the replies received: leaving after one says how to
+	// come back to the session.
+	turns int
 	// failures counts the errors shown; a scripted chat with any ends
 	// in an error, so that its caller sees the failure.
 	failures int
@@ -335,6 +338,7 @@ func (r *Chat) turn(ctx context.Context, text string) {
 		r.fail(err)
 		return
 	}
+	r.turns++
 	r.needSystem = false
 	h := api.ParseHeaders(reply.Header)
 	r.last = &h
@@ -452,7 +456,12 @@ func (r *Chat) Run(ctx context.Context, historyFile string) error {
 			r.Out, r.Err, r.ErrPalette = t.t, t.t, r.OutPalette
 		}
 	}
-	if err := r.loop(ctx, in); err != nil {
+	err := r.loop(ctx, in)
+	if r.turns > 0 {
+		fmt.Fprintf(r.Err, "%s\n", r.ErrPalette.Paint(report.Dim, fmt.Sprintf("Session %s: ctxproxy chat --session %s continues it.",
+			report.Clean(r.Session), shellQuote(r.Session))))
+	}
+	if err != nil {
 		return err
 	}
 	if scripted && r.failures > 0 {

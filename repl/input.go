@@ -2,6 +2,7 @@ package repl
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -43,6 +44,9 @@ type terminalInput struct {
 	t     *term.Terminal
 	keys  *keyReader
 	outFd int
+	// emptyInterrupt is whether the last key at the prompt was Ctrl-C on
+	// an empty line: a second one leaves.
+	emptyInterrupt bool
 }
 
 // newTerminalInput puts in into raw mode; restore puts it back.
@@ -56,21 +60,59 @@ func newTerminalInput(in, out *os.File, historyFile string) (*terminalInput, fun
 		io.Reader
 		io.Writer
 	}{keys, out}, "> ")
-	t.History = loadHistory(historyFile, 1000)
+	h := loadHistory(historyFile, 1000)
+	h.skip = func() bool { return keys.interrupted }
+	t.History = h
+	// A pasted block arrives marked, so that it is sent as one message.
+	t.SetBracketedPasteMode(true)
 	return &terminalInput{t: t, keys: keys, outFd: int(out.Fd())},
-		func() { _ = term.Restore(int(in.Fd()), state) }, nil
+		func() {
+			t.SetBracketedPasteMode(false)
+			_ = term.Restore(int(in.Fd()), state)
+		}, nil
 }
 
+// readLine returns the next message: a line typed, or a block pasted
+// (its lines joined, sent when Enter follows the paste). Ctrl-C clears
+// the line, or the paste, and asks again; on an empty line it says how
+// to leave, and a second one leaves. Ctrl-D on an empty line leaves.
 func (t *terminalInput) readLine() (string, error) {
 	if w, h, err := term.GetSize(t.outFd); err == nil {
 		_ = t.t.SetSize(w, h)
 	}
-	line, err := t.t.ReadLine()
-	if errors.Is(err, io.EOF) {
-		// Ctrl-D: leave the shell's prompt a line of its own.
-		_, _ = io.WriteString(t.t, "\n")
+	var pasted []string
+	for {
+		line, err := t.t.ReadLine()
+		if t.keys.interrupted {
+			t.keys.interrupted = false
+			if line != "" || len(pasted) > 0 {
+				pasted, t.emptyInterrupt = nil, false
+				continue
+			}
+			if t.emptyInterrupt {
+				return "", io.EOF
+			}
+			t.emptyInterrupt = true
+			_, _ = io.WriteString(t.t, "(Ctrl-C again, Ctrl-D or /quit leaves)\n")
+			continue
+		}
+		t.emptyInterrupt = false
+		if errors.Is(err, term.ErrPasteIndicator) {
+			pasted = append(pasted, line)
+			continue
+		}
+		if len(pasted) > 0 && err == nil {
+			if line != "" {
+				pasted = append(pasted, line)
+			}
+			return strings.Join(pasted, "\n"), nil
+		}
+		if errors.Is(err, io.EOF) {
+			// Ctrl-D: leave the shell's prompt a line of its own.
+			_, _ = io.WriteString(t.t, "\n")
+		}
+		return line, err
 	}
-	return line, err
 }
 
 // during runs fn while watching the keyboard: in raw mode Ctrl-C is a
@@ -92,6 +134,10 @@ type keyReader struct {
 	ch      chan keys
 	pending []byte
 	err     error
+	// interrupted is set when a Ctrl-C typed at the prompt was handed
+	// to the Terminal as Enter (which would otherwise end the chat):
+	// readLine then discards the line.
+	interrupted bool
 }
 
 type keys struct {
@@ -114,13 +160,26 @@ func newKeyReader(r io.Reader) *keyReader {
 	return k
 }
 
-// Read gives term.Terminal the keys typed, those typed ahead first.
+// Read gives term.Terminal the keys typed, those typed ahead first. A
+// Ctrl-C ends the line as Enter would, and is noted: term.Terminal would
+// end the chat on it (ReadLine's io.EOF), as on Ctrl-D.
 func (k *keyReader) Read(p []byte) (int, error) {
 	for len(k.pending) == 0 {
 		if k.err != nil {
 			return 0, k.err
 		}
 		k.take(<-k.ch)
+	}
+	if i := bytes.IndexByte(k.pending, ctrlC); i >= 0 {
+		if i == 0 {
+			k.pending = k.pending[1:]
+			k.interrupted = true
+			p[0] = '\r'
+			return 1, nil
+		}
+		n := copy(p, k.pending[:i]) // the keys before it first
+		k.pending = k.pending[n:]
+		return n, nil
 	}
 	n := copy(p, k.pending)
 	k.pending = k.pending[n:]
@@ -162,6 +221,9 @@ type history struct {
 	lines []string // oldest first
 	max   int
 	path  string
+	// skip, when it reports true, keeps the line being added out: a
+	// line cleared with Ctrl-C.
+	skip func() bool
 }
 
 // loadHistory reads the last max lines of path; a missing or unreadable
@@ -191,7 +253,7 @@ func loadHistory(path string, max int) *history {
 func (h *history) Add(line string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if strings.TrimSpace(line) == "" || strings.ContainsAny(line, "\n\r") ||
+	if (h.skip != nil && h.skip()) || strings.TrimSpace(line) == "" || strings.ContainsAny(line, "\n\r") ||
 		(len(h.lines) > 0 && h.lines[len(h.lines)-1] == line) {
 		return
 	}
