@@ -28,18 +28,23 @@ type Sessions struct {
 // SessionStats are a session's numbers: those of its last request, and
 // running counts.
 type SessionStats struct {
-	Tokens           int        `json:"tokens"`
-	Limit            int        `json:"limit"`
-	Usage            float64    `json:"usage"`
-	Sent             int        `json:"sent"`
-	NumCtx           int        `json:"num_ctx"`
-	Dropped          int        `json:"dropped"`
-	Summarized       int        `json:"summarized"`
-	PromptTokens     int        `json:"prompt_tokens"`
-	CompletionTokens int        `json:"completion_tokens"`
-	Requests         int        `json:"requests"`
-	Truncations      int        `json:"truncations"`
-	LastTruncation   *time.Time `json:"last_truncation"`
+	Tokens     int     `json:"tokens"`
+	Limit      int     `json:"limit"`
+	Usage      float64 `json:"usage"`
+	Sent       int     `json:"sent"`
+	NumCtx     int     `json:"num_ctx"`
+	Dropped    int     `json:"dropped"`
+	Summarized int     `json:"summarized"`
+	// PromptTokens and CompletionTokens are the backend's report of the
+	// last request; AllPromptTokens and AllCompletionTokens add up its
+	// reports over every request.
+	PromptTokens        int        `json:"prompt_tokens"`
+	CompletionTokens    int        `json:"completion_tokens"`
+	AllPromptTokens     int        `json:"all_prompt_tokens"`
+	AllCompletionTokens int        `json:"all_completion_tokens"`
+	Requests            int        `json:"requests"`
+	Truncations         int        `json:"truncations"`
+	LastTruncation      *time.Time `json:"last_truncation"`
 	// Budget is how the last request's window was divided (the
 	// X-Ctxproxy-Budget header's parts); absent before a counted request.
 	Budget *Budget `json:"budget,omitempty"`

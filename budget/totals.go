@@ -40,8 +40,10 @@ type Totals struct {
 	Tokens, Sent, Limit, NumCtx    int
 	Dropped, Summarized            int
 	PromptTokens, CompletionTokens int
-	// Requests, Truncations and OverflowRetries count over all requests.
+	// Requests, Truncations and OverflowRetries count over all requests;
+	// AllPromptTokens and AllCompletionTokens add up the backend's reports.
 	Requests, Truncations, OverflowRetries int
+	AllPromptTokens, AllCompletionTokens   int
 	// LastTruncation is when the backend last cut a prompt; LastRequest
 	// when the last request was answered.
 	LastTruncation, LastRequest time.Time
@@ -56,7 +58,9 @@ func (t Totals) Add(turn Turn) Totals {
 		Dropped: turn.Dropped, Summarized: turn.Summarized,
 		PromptTokens: turn.PromptTokens, CompletionTokens: turn.CompletionTokens,
 		Requests: t.Requests + 1, Truncations: t.Truncations, OverflowRetries: t.OverflowRetries + max(turn.Retries, 0),
-		LastTruncation: t.LastTruncation, LastRequest: turn.At, Budget: turn.Budget,
+		AllPromptTokens:     t.AllPromptTokens + max(turn.PromptTokens, 0),
+		AllCompletionTokens: t.AllCompletionTokens + max(turn.CompletionTokens, 0),
+		LastTruncation:      t.LastTruncation, LastRequest: turn.At, Budget: turn.Budget,
 	}
 	if turn.PromptTokens <= 0 {
 		// A report is of one answer: without one, the last is unknown,

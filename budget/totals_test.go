@@ -17,10 +17,11 @@ func TestTotalsAdd(t *testing.T) {
 	tot = tot.Add(Turn{Tokens: 9000, Sent: 6000, Limit: 10000, NumCtx: 8192, Dropped: 4, Summarized: 2,
 		PromptTokens: 6100, CompletionTokens: 50, Truncated: true, Retries: 1, At: t0})
 	tot = tot.Add(Turn{Tokens: 7000, Sent: 7000, Limit: 10000, Retries: 2, At: t0.Add(time.Minute)})
+	tot = tot.Add(Turn{Tokens: 7000, Sent: 7000, Limit: 10000, PromptTokens: 7010, CompletionTokens: 20, At: t0.Add(2 * time.Minute)})
 	want := Totals{
-		Tokens: 7000, Sent: 7000, Limit: 10000,
-		Requests: 2, Truncations: 1, OverflowRetries: 3,
-		LastTruncation: t0, LastRequest: t0.Add(time.Minute),
+		Tokens: 7000, Sent: 7000, Limit: 10000, PromptTokens: 7010, CompletionTokens: 20,
+		Requests: 3, Truncations: 1, OverflowRetries: 3, AllPromptTokens: 13110, AllCompletionTokens: 70,
+		LastTruncation: t0, LastRequest: t0.Add(2 * time.Minute),
 	}
 	if tot != want {
 		t.Errorf("Totals = %+v\nwant     %+v", tot, want)

@@ -249,6 +249,16 @@ func sizeLine(f Facts) string {
 	return line
 }
 
+// requests is the session's request count with the backend's counts over
+// all of them: "59 (5,427 prompt + 960 completion tokens in all)".
+func requests(st api.SessionStats) string {
+	if st.AllPromptTokens == 0 && st.AllCompletionTokens == 0 {
+		return Grouped(st.Requests)
+	}
+	return fmt.Sprintf("%s (%s prompt + %s completion tokens in all)", Grouped(st.Requests),
+		Grouped(st.AllPromptTokens), Grouped(st.AllCompletionTokens))
+}
+
 // lastRequest is what the backend reported for the session's last
 // request: "5,427 prompt + 16 completion tokens (as the backend counted)".
 func lastRequest(st api.SessionStats) string {
@@ -267,7 +277,7 @@ func SessionStats(w io.Writer, p Printer, s api.SessionDetail) error {
 	fmt.Fprintf(tw, "Model\t%s\n", Clean(orDash(s.Model)))
 	fmt.Fprintf(tw, "Messages\t%s\n", Grouped(s.Messages))
 	fmt.Fprintf(tw, "Tokens\t%s\n", p.usage(st.Tokens, st.Sent, st.Limit))
-	fmt.Fprintf(tw, "Requests\t%s\n", Grouped(st.Requests))
+	fmt.Fprintf(tw, "Requests\t%s\n", requests(st))
 	fmt.Fprintf(tw, "Last request\t%s\n", lastRequest(st))
 	fmt.Fprintf(tw, "Trimmed\t%s dropped, %s summarized\n", Plural(st.Dropped, "message"), Grouped(st.Summarized))
 	if b := st.Budget; b != nil {
@@ -334,7 +344,7 @@ func MemoryStats(w io.Writer, p Printer, f Facts, running []api.RunningModel) er
 			fmt.Fprintf(tw, "Compression\tnone yet\n")
 		}
 		fmt.Fprintf(tw, "Trimmed\t%s dropped, %s summarized\n", Plural(st.Dropped, "message"), Grouped(st.Summarized))
-		fmt.Fprintf(tw, "Requests\t%s\n", Grouped(st.Requests))
+		fmt.Fprintf(tw, "Requests\t%s\n", requests(st))
 		fmt.Fprintf(tw, "Last request\t%s\n", lastRequest(st))
 		trunc := Grouped(st.Truncations)
 		if st.LastTruncation != nil {

@@ -69,7 +69,11 @@ type Stats struct {
 	// PromptTokens and CompletionTokens are what the backend reported.
 	PromptTokens     int `json:"prompt_tokens,omitempty"`
 	CompletionTokens int `json:"completion_tokens,omitempty"`
-	Requests         int `json:"requests"`
+	// AllPromptTokens and AllCompletionTokens add up the backend's
+	// reports over every request.
+	AllPromptTokens     int `json:"all_prompt_tokens,omitempty"`
+	AllCompletionTokens int `json:"all_completion_tokens,omitempty"`
+	Requests            int `json:"requests"`
 	// Truncations counts responses where the backend cut the prompt itself
 	// (reported prompt tokens far below what was sent).
 	Truncations    int       `json:"truncations,omitempty"`

@@ -90,12 +90,12 @@ func TestRealProxyChat(t *testing.T) {
 	stdout, stderr := out.String(), errw.String()
 	for _, want := range []string{
 		"Hi from the model.\n",
-		"Session       s1\n", "Model         llama3.1\n", "Messages      3\n", "Requests      1\n",
+		"Session       s1\n", "Model         llama3.1\n", "Messages      3\n", "Requests      1 (19 prompt + 6 completion tokens in all)\n",
 		"Last request  19 prompt + 6 completion tokens (as the backend counted)",
 		"Saved snapshot ", "Session        s1\n", "Tokens         ", "RAM            ", "Snapshots      1\n",
 		"Auto-compress  on at 80% (smart, down to 60%)", "ID  ", "REASON", "manual",
 		"Context size: 4,096 tokens (auto sizing off).", "Context size: auto, from free VRAM",
-		"ℹ Nothing to compress: ", "Model memory", "KV cache", "Compression   ", "Requests      2\n",
+		"ℹ Nothing to compress: ", "Model memory", "KV cache", "Compression   ", "Requests      2 (61 prompt + 12 completion tokens in all)\n",
 		"Exported 5 messages to " + file + ".", "Context cleared.", "Messages      0\n",
 		"Imported 5 messages into session s1.",
 	} {

@@ -409,7 +409,8 @@ func SnapshotOf(i snapshots.SnapshotInfo) *api.SnapshotInfo {
 func StatsOf(st snapshots.Stats) api.SessionStats {
 	out := api.SessionStats{Tokens: st.Tokens, Limit: st.Limit, Usage: Finite(UsageOf(st)), Sent: st.Sent, NumCtx: st.NumCtx,
 		Dropped: st.Dropped, Summarized: st.Summarized, PromptTokens: st.PromptTokens,
-		CompletionTokens: st.CompletionTokens, Requests: st.Requests, Truncations: st.Truncations}
+		CompletionTokens: st.CompletionTokens, AllPromptTokens: st.AllPromptTokens, AllCompletionTokens: st.AllCompletionTokens,
+		Requests: st.Requests, Truncations: st.Truncations}
 	if !st.LastTruncation.IsZero() {
 		t := st.LastTruncation.UTC()
 		out.LastTruncation = &t

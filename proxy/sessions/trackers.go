@@ -54,7 +54,8 @@ func (ts *Trackers) Active(d time.Duration) []string {
 func TotalsOf(st snapshots.Stats) budget.Totals {
 	t := budget.Totals{Tokens: st.Tokens, Sent: st.Sent, Limit: st.Limit, NumCtx: st.NumCtx,
 		Dropped: st.Dropped, Summarized: st.Summarized, PromptTokens: st.PromptTokens,
-		CompletionTokens: st.CompletionTokens, Requests: st.Requests, Truncations: st.Truncations,
+		CompletionTokens: st.CompletionTokens, AllPromptTokens: st.AllPromptTokens, AllCompletionTokens: st.AllCompletionTokens,
+		Requests: st.Requests, Truncations: st.Truncations,
 		OverflowRetries: st.OverflowRetries, LastTruncation: st.LastTruncation}
 	if a := st.Budget; a != nil {
 		t.Budget = budget.Budget{Total: a.Total, SystemPrompt: a.System, Tools: a.Tools, Template: a.Template, ResponseReserve: a.Reserve,
@@ -66,7 +67,8 @@ func TotalsOf(st snapshots.Stats) budget.Totals {
 func StoredStats(t budget.Totals) snapshots.Stats {
 	st := snapshots.Stats{Tokens: t.Tokens, Sent: t.Sent, Limit: t.Limit, Usage: t.Usage(), NumCtx: t.NumCtx,
 		Dropped: t.Dropped, Summarized: t.Summarized, PromptTokens: t.PromptTokens,
-		CompletionTokens: t.CompletionTokens, Requests: t.Requests, Truncations: t.Truncations,
+		CompletionTokens: t.CompletionTokens, AllPromptTokens: t.AllPromptTokens, AllCompletionTokens: t.AllCompletionTokens,
+		Requests: t.Requests, Truncations: t.Truncations,
 		OverflowRetries: t.OverflowRetries}
 	if !t.LastTruncation.IsZero() {
 		st.LastTruncation = t.LastTruncation.UTC()
