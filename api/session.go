@@ -48,6 +48,11 @@ type SessionStats struct {
 	// Budget is how the last request's window was divided (the
 	// X-Ctxproxy-Budget header's parts); absent before a counted request.
 	Budget *Budget `json:"budget,omitempty"`
+	// PrefixKept is the share of the last forwarded prompt that the one
+	// before it began with: what the backend's prompt cache could keep
+	// (Ollama reads again only what follows the common prefix). Absent
+	// until two requests were forwarded.
+	PrefixKept *float64 `json:"prefix_kept,omitempty"`
 }
 
 // Budget is how a request's window (Total, num_ctx or the model's) was

@@ -27,6 +27,11 @@ type Turn struct {
 	Retries int
 	// At is when the request was answered.
 	At time.Time
+	// PrefixKept is the share of the forwarded prompt that the previous
+	// one forwarded began with (what the backend's prompt cache can
+	// keep), when PrefixKnown.
+	PrefixKept  float64
+	PrefixKnown bool
 	// Budget is how the request's window was divided (the
 	// X-Ctxproxy-Budget header); the zero Budget when it was not counted.
 	Budget Budget
@@ -49,6 +54,10 @@ type Totals struct {
 	LastTruncation, LastRequest time.Time
 	// Budget is the last request's allocation of its window.
 	Budget Budget
+	// PrefixKept is the last request's Turn.PrefixKept, kept from an
+	// earlier request when the last did not measure it.
+	PrefixKept  float64
+	PrefixKnown bool
 }
 
 // Add returns the totals after turn.
@@ -61,6 +70,10 @@ func (t Totals) Add(turn Turn) Totals {
 		AllPromptTokens:     t.AllPromptTokens + max(turn.PromptTokens, 0),
 		AllCompletionTokens: t.AllCompletionTokens + max(turn.CompletionTokens, 0),
 		LastTruncation:      t.LastTruncation, LastRequest: turn.At, Budget: turn.Budget,
+		PrefixKept: t.PrefixKept, PrefixKnown: t.PrefixKnown,
+	}
+	if turn.PrefixKnown {
+		next.PrefixKept, next.PrefixKnown = turn.PrefixKept, true
 	}
 	if turn.PromptTokens <= 0 {
 		// A report is of one answer: without one, the last is unknown,

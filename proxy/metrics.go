@@ -38,6 +38,7 @@ type metrics struct {
 	calibrationError          prometheus.Histogram
 	added                     prometheus.Histogram
 	numCtx                    prometheus.Histogram
+	prefixKept                prometheus.Histogram
 
 	// inflight counts intercepted chat requests being forwarded (from
 	// the forward to the last byte of the response), streams those of
@@ -117,6 +118,11 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 		Name:    "ctxproxy_added_latency_seconds",
 		Help:    "Time ctxproxy spent on a chat request before forwarding it (decode, count, trim, encode).",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)})
+	m.prefixKept = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "ctxproxy_prefix_kept_ratio",
+		Help: "Share of a session's forwarded prompt (by tokens) that its previous forwarded prompt began with: " +
+			"what the backend's prompt cache can keep. Observed from a session's second request on.",
+		Buckets: []float64{0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1}})
 	// A histogram rather than a gauge by model: the model of a request
 	// is client data, and every distinct name would be a new series.
 	m.numCtx = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -161,7 +167,7 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 	}
 	reg.MustRegister(m.exactDisagreements, m.exactCounts, m.overflowRetries, m.overflowFailures, m.rawOverflows, m.repliesCut, m.refused)
 	reg.MustRegister(m.requests, m.unparsable, m.duration, m.tokensBefore, m.tokensAfter, m.dropped,
-		m.summarized, m.truncations, m.calibrationError, m.added, m.numCtx, inflight, streams,
+		m.summarized, m.truncations, m.calibrationError, m.added, m.numCtx, m.prefixKept, inflight, streams,
 		m.summaries, m.summaryFailures, m.summaryDuration, m.reloads, m.lastReload, m.lastReloadFailed)
 	if deps.Monitor != nil {
 		reg.MustRegister(gpuCollector{deps.Monitor})

@@ -26,6 +26,8 @@ type recorder struct {
 	// trackers keep each session's running totals, to notice a first
 	// overflow.
 	trackers *sessions.Trackers
+	// prefixes measure how much of each session's prompt stayed put.
+	prefixes *prefixes
 	metrics  *metrics
 	log      *slog.Logger
 }
@@ -134,6 +136,16 @@ func (s *recorder) record(ex *exchange, p *plan, rep wire.Reply, truncated bool,
 		Truncated: truncated, Retries: p.retries, At: now, Budget: p.alloc}
 	if rep.PromptTokens > 0 {
 		turn.PromptTokens, turn.CompletionTokens = rep.PromptTokens, rep.OutputTokens
+	}
+	// How much of the prompt stayed put since the session's last turn:
+	// what the backend's prompt cache could keep.
+	var reply *rewrite.Message
+	if whole {
+		reply = &rewrite.Message{Role: "assistant", Content: rep.Content}
+	}
+	if share, ok := s.prefixes.kept(ex.session, p.messages, reply); ok {
+		s.metrics.prefixKept.Observe(share)
+		turn.PrefixKept, turn.PrefixKnown = share, true
 	}
 	// The messages are converted for the store on the writer, not here
 	// while the client waits for the end of the answer. In accumulate

@@ -184,7 +184,7 @@ func (f *fakeAdmin) routes(mux *http.ServeMux) {
 			"metadata": map[string]any{"project": "<i>docs</i>"},
 			"stats": map[string]any{"tokens": s["tokens"], "limit": s["limit"], "usage": s["usage"], "sent": 8012,
 				"num_ctx": 16384, "dropped": 14, "summarized": 0, "prompt_tokens": 8190, "completion_tokens": 412,
-				"requests": s["requests"], "truncations": 1, "last_truncation": s["updated"]}}
+				"requests": s["requests"], "truncations": 1, "last_truncation": s["updated"], "prefix_kept": 0.957}}
 		switch u, _ := s["usage"].(float64); {
 		case u >= 0.9:
 			out["warning"] = sessions.Warn90
@@ -250,6 +250,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		"snap-20250101-0002", "overflow", "&lt;b&gt;manual&lt;/b&gt;", // the open session's snapshots
 		"&lt;i&gt;docs&lt;/i&gt;",               // its metadata, as text
 		"backend truncations", "≥ 90%", "≥ 80%", // stats and warnings
+		"prefix kept (prompt cache)", ">96%<", // what the backend's cache could keep
 		`class="badge cut" title="ctxproxy cut this conversation to fit: 37,704 tokens as sent (263% of the limit), 9,032 forwarded (63%)">cut`, // a conversation cut to fit
 	} {
 		if !strings.Contains(dom, want) {

@@ -81,6 +81,9 @@ type Stats struct {
 	// OverflowRetries counts resends after the backend refused a prompt
 	// as longer than its window (ctxproxy cut it harder each time).
 	OverflowRetries int `json:"overflow_retries,omitempty"`
+	// PrefixKept is the share of the last forwarded prompt that the one
+	// before began with; nil until two were forwarded.
+	PrefixKept *float64 `json:"prefix_kept,omitempty"`
 	// Budget is how the last request's window was divided; nil when it
 	// was not counted.
 	Budget *Allocation `json:"budget,omitempty"`

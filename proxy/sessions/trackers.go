@@ -57,6 +57,9 @@ func TotalsOf(st snapshots.Stats) budget.Totals {
 		CompletionTokens: st.CompletionTokens, AllPromptTokens: st.AllPromptTokens, AllCompletionTokens: st.AllCompletionTokens,
 		Requests: st.Requests, Truncations: st.Truncations,
 		OverflowRetries: st.OverflowRetries, LastTruncation: st.LastTruncation}
+	if st.PrefixKept != nil {
+		t.PrefixKept, t.PrefixKnown = *st.PrefixKept, true
+	}
 	if a := st.Budget; a != nil {
 		t.Budget = budget.Budget{Total: a.Total, SystemPrompt: a.System, Tools: a.Tools, Template: a.Template, ResponseReserve: a.Reserve,
 			Conversation: a.Conversation}
@@ -72,6 +75,10 @@ func StoredStats(t budget.Totals) snapshots.Stats {
 		OverflowRetries: t.OverflowRetries}
 	if !t.LastTruncation.IsZero() {
 		st.LastTruncation = t.LastTruncation.UTC()
+	}
+	if t.PrefixKnown {
+		kept := t.PrefixKept
+		st.PrefixKept = &kept
 	}
 	if b := t.Budget; b.Total > 0 {
 		st.Budget = &snapshots.Allocation{Total: b.Total, System: b.SystemPrompt, Tools: b.Tools, Template: b.Template,

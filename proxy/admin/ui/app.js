@@ -324,12 +324,13 @@
       stat('effective limit', num(st.limit)),
       stat('usage', pct(st.usage, 1)),
       stat('tokens forwarded', num(st.sent)),
+      stat('prefix kept (prompt cache)', pct(st.prefix_kept)),
       stat('num_ctx', st.num_ctx ? num(st.num_ctx) : '–'),
       stat('messages', num(sess.messages)),
       stat('dropped (last request)', num(st.dropped || 0)),
       stat('summarized (last request)', num(st.summarized || 0)),
-      stat('prompt tokens (backend)', num(st.prompt_tokens)),
-      stat('completion tokens', num(st.completion_tokens)),
+      stat('prompt tokens (backend, last request)', num(st.prompt_tokens)),
+      stat('completion tokens (last request)', num(st.completion_tokens)),
       stat('requests', num(st.requests || 0)),
       stat('backend truncations' + (st.truncations ? ', last ' + ago(st.last_truncation) : ''), num(st.truncations || 0)));
     const list = (snaps && snaps.snapshots) || [];
