@@ -31,6 +31,12 @@ type SummarizerConfig struct {
 	// Timeout bounds one call (summarize.timeout; default
 	// rewrite.DefaultSummaryTimeout).
 	Timeout time.Duration
+	// OwnBackend is set for a summarizer on a backend of its own
+	// (summarize.backend): the clients' credentials are for the proxy's
+	// backend and never go there; Auth (summarize.api_key, as "Bearer
+	// KEY"), when set, does instead.
+	OwnBackend bool
+	Auth       string
 }
 
 // summMaxAnswer bounds the answer body read from the backend.
@@ -89,6 +95,9 @@ func (s *Summarizer) Summarize(ctx context.Context, req rewrite.SummaryRequest) 
 	}
 	if req.MaxTokens <= 0 {
 		req.MaxTokens = s.cfg.MaxTokens
+	}
+	if s.cfg.OwnBackend {
+		req.Auth = s.cfg.Auth
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()

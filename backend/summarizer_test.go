@@ -302,3 +302,27 @@ func TestSummarizerGetsTheClientsKey(t *testing.T) {
 		}
 	}
 }
+
+// A summarizer on a backend of its own (summarize.backend) never sends it
+// the clients' credentials, which are for the proxy's backend: it sends
+// its own key, or none.
+func TestSummarizerOwnBackendKeepsClientsKeys(t *testing.T) {
+	for _, kind := range []fakebackend.Kind{fakebackend.Ollama, fakebackend.OpenAI} {
+		for _, own := range []string{"Bearer sk-summarizer", ""} {
+			b := fakebackend.New(t, kind, fakebackend.Options{Reply: "A summary."})
+			s := NewSummarizer(b.URL, summKindOf(kind), SummarizerConfig{OwnBackend: true, Auth: own}, b.Client(), nil)
+			req := summRequest()
+			req.Auth = "Bearer sk-client"
+			if _, err := s.Summarize(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+			reqs := b.Requests()
+			if len(reqs) != 1 {
+				t.Fatalf("%d requests", len(reqs))
+			}
+			if g := reqs[0].Header.Get("Authorization"); g != own {
+				t.Errorf("%v backend of its own got Authorization %q, want %q", kind, g, own)
+			}
+		}
+	}
+}

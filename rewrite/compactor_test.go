@@ -591,6 +591,18 @@ func TestSummarizeConfigValidate(t *testing.T) {
 			t.Errorf("error %v lacks summarize.%s", err, key)
 		}
 	}
+	err = SummarizeConfig{Backend: "gpu-box:11434", BackendKind: "vllm"}.Validate()
+	for _, want := range []string{`summarize.backend: "gpu-box:11434" is not an http(s) URL`, `summarize.backend_kind: "vllm" is not one of ollama, openai`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+	if err := (SummarizeConfig{APIKey: "k"}).Validate(); err == nil || !strings.Contains(err.Error(), "need summarize.backend") {
+		t.Errorf("api_key without a backend: %v", err)
+	}
+	if err := (SummarizeConfig{Backend: "http://summarizer:11434", BackendKind: "openai", APIKey: "k"}).Validate(); err != nil {
+		t.Errorf("a summarizer backend of its own: %v", err)
+	}
 	d := SummarizeConfig{}.withDefaults()
 	want := SummarizeConfig{KeepRecent: 3, MinMessages: 6, MaxTokens: 256, Timeout: time.Minute, PrefetchAt: 0.7, Wait: 2 * time.Second}
 	if diff := cmp.Diff(want, d); diff != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,13 @@ type SummarizeConfig struct {
 	// Model is the model that writes summaries; "" means the model of the
 	// request being summarized (the model already loaded).
 	Model string `mapstructure:"model"`
+	// Backend is the URL of a server of its own for the summarizer's
+	// calls; "" means the proxy's backend. BackendKind is the API it
+	// speaks (ollama or openai; "" means ollama), APIKey the bearer token
+	// it wants: the clients' credentials never go to it.
+	Backend     string `mapstructure:"backend"`
+	BackendKind string `mapstructure:"backend_kind"`
+	APIKey      string `mapstructure:"api_key"`
 	// KeepRecent is how many of the newest iterations mode summarize keeps
 	// verbatim at least; 0 means
 	// DefaultKeepRecent, negative none (the newest one is always kept).
@@ -94,6 +102,17 @@ func (c SummarizeConfig) Validate() error {
 	}
 	if c.PrefetchAt > 1 {
 		errs = append(errs, fmt.Errorf("summarize.prefetch_at: %v is above 1", c.PrefetchAt))
+	}
+	if c.Backend != "" {
+		if u, err := url.Parse(c.Backend); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("summarize.backend: %q is not an http(s) URL", c.Backend))
+		}
+	}
+	if k := c.BackendKind; k != "" && k != "ollama" && k != "openai" {
+		errs = append(errs, fmt.Errorf("summarize.backend_kind: %q is not one of ollama, openai", k))
+	}
+	if (c.BackendKind != "" || c.APIKey != "") && c.Backend == "" {
+		errs = append(errs, errors.New("summarize.backend_kind and summarize.api_key need summarize.backend"))
 	}
 	return errors.Join(errs...)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"net/url"
 
 	"context"
@@ -81,9 +82,19 @@ func build(ctx context.Context, c config.Config, log *slog.Logger, h hooks) (*sy
 	}
 	// The summarizer calls the backend over the same transport; its own
 	// timeout is summarize.timeout.
-	summarizer := backend.NewSummarizer(c.Backend.URL, func() string { return be.Kind(context.Background()) }, backend.SummarizerConfig{
-		Model: c.Summarize.Model, MaxTokens: c.Summarize.MaxTokens, Timeout: c.Summarize.Timeout,
-	}, &http.Client{Transport: tr}, log.With("component", "summarize"))
+	sumURL, sumKind := c.Backend.URL, func() string { return be.Kind(context.Background()) }
+	sumCfg := backend.SummarizerConfig{Model: c.Summarize.Model, MaxTokens: c.Summarize.MaxTokens, Timeout: c.Summarize.Timeout}
+	if c.Summarize.Backend != "" {
+		// A summarizer backend of its own: its kind is configured, and
+		// it gets its own key, never the clients' credentials.
+		kind := cmp.Or(c.Summarize.BackendKind, backend.KindOllama)
+		sumURL, sumKind = c.Summarize.Backend, func() string { return kind }
+		sumCfg.OwnBackend = true
+		if c.Summarize.APIKey != "" {
+			sumCfg.Auth = "Bearer " + c.Summarize.APIKey
+		}
+	}
+	summarizer := backend.NewSummarizer(sumURL, sumKind, sumCfg, &http.Client{Transport: tr}, log.With("component", "summarize"))
 	compactor := rewrite.NewCompactor(c.SummarizeConfig(), summarizer, rewrite.CompactorOptions{
 		Store: summaries, Log: log.With("component", "summarize"), OnCall: h.summaries,
 	})
