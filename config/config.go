@@ -339,8 +339,7 @@ func Load(opts LoadOptions) (Config, string, []string) {
 	}
 	c.normalize()
 	problems = append(problems, c.validate()...)
-	problems = append(problems, c.packageProblems()...)
-	return c, path, firstPerKey(problems)
+	return c, path, append(problems, notReported(problems, c.packageProblems())...)
 }
 
 // splitDecodeError turns mapstructure's combined error into one problem a

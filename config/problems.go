@@ -121,18 +121,22 @@ func modeProblems(mode string, composite []string) []string {
 	return p
 }
 
-// firstPerKey keeps the first problem reported for each key: the
-// configuration's own checks run before the packages', and say more.
-func firstPerKey(problems []string) []string {
+// notReported returns the packages' problems about keys the
+// configuration's own checks did not report already: a few keys
+// (snapshots.store, strategy.mode) are checked on both sides, and the
+// configuration's message names more (every value allowed, the nearest
+// one). Two problems a package reports about one key both stay.
+func notReported(own, pkg []string) []string {
 	seen := map[string]bool{}
-	out := problems[:0]
-	for _, p := range problems {
-		key, _, ok := strings.Cut(p, ": ")
-		if ok && !strings.Contains(key, " ") {
-			if seen[key] {
-				continue
-			}
+	for _, p := range own {
+		if key, _, ok := strings.Cut(p, ": "); ok {
 			seen[key] = true
+		}
+	}
+	var out []string
+	for _, p := range pkg {
+		if key, _, ok := strings.Cut(p, ": "); ok && seen[key] {
+			continue
 		}
 		out = append(out, p)
 	}

@@ -106,3 +106,16 @@ func TestDidYouMean(t *testing.T) {
 		}
 	}
 }
+
+// A key the configuration checks itself is reported once, in its words;
+// every problem a package finds about any other key stays, two about one
+// key included.
+func TestNotReported(t *testing.T) {
+	own := []string{`strategy.mode: "smartt" is not one of none, smart (did you mean "smart"?)`, `unknown key "colour"`}
+	pkg := []string{`strategy.mode: rewrite: unknown strategy mode: "smartt"`,
+		"gpu.guard.shrink_at: 2 is not in [0, 1]", "gpu.guard: need compress_at (0.9) ≤ shrink_at (0.8)", "gpu.guard: another"}
+	got := notReported(own, pkg)
+	if want := pkg[1:]; !slices.Equal(got, want) {
+		t.Errorf("notReported = %q, want %q", got, want)
+	}
+}
