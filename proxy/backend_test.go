@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -64,6 +65,16 @@ func TestTransportSendsPayloadBodies(t *testing.T) {
 	defer backend.Close()
 	tr := NewTransport(Config{})
 	defer tr.CloseIdleConnections()
+	// The transport's connections are the ones that write a payload
+	// whole (TestBodyConnWritesPayloadWhole).
+	c, err := tr.DialContext(context.Background(), "tcp", strings.TrimPrefix(backend.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.(bodyConn); !ok {
+		t.Errorf("the transport dials %T, not a bodyConn", c)
+	}
+	c.Close()
 	bodies := []wire.Payload{
 		{[]byte(`{"a":1}`)},
 		{[]byte(`{"m":"` + strings.Repeat("x", 100<<10)), []byte(`","options":{"num_ctx":8192}}`)},

@@ -130,12 +130,13 @@ func (s *adminAPI) appendMessages(w http.ResponseWriter, r *http.Request) {
 	now := time.Now().UTC()
 	msgs := make([]snapshots.Message, len(body.Messages))
 	for i, m := range body.Messages {
+		roleErr := snapshots.CheckRole(m.Role)
 		switch {
 		case m.Role == "":
 			s.fail(w, sessions.Errorf(http.StatusBadRequest, "messages[%d]: \"role\" is missing", i))
 			return
-		case snapshots.CheckRole(m.Role) != nil:
-			s.fail(w, sessions.Errorf(http.StatusBadRequest, "messages[%d]: %v", i, snapshots.CheckRole(m.Role)))
+		case roleErr != nil:
+			s.fail(w, sessions.Errorf(http.StatusBadRequest, "messages[%d]: %v", i, roleErr))
 			return
 		case m.Content == nil:
 			s.fail(w, sessions.Errorf(http.StatusBadRequest, "messages[%d]: \"content\" is missing", i))
