@@ -110,3 +110,18 @@ func TestPrefixKeptRecorded(t *testing.T) {
 		t.Errorf("ctxproxy_prefix_kept_ratio observed %v times, want 2 (the first turn has nothing to compare)", n)
 	}
 }
+
+// BenchmarkPrefixKept is a resent 100-message, 100 KB conversation's
+// prefix measure, after the reply, per recorded turn.
+func BenchmarkPrefixKept(b *testing.B) {
+	ms := make([]rewrite.Message, 100)
+	for i := range ms {
+		ms[i] = rewrite.Message{Role: "user", Content: strings.Repeat("message says something useful. ", 33), Tokens: 250}
+	}
+	ps := newPrefixes()
+	ps.kept("s", ms, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		ps.kept("s", ms, nil)
+	}
+}

@@ -306,7 +306,7 @@ func (r *Chat) switchModel(ctx context.Context, name string) error {
 // name without a tag: "llama3.1" is "llama3.1:latest".
 func modelIn(name string, names []string) (string, bool) {
 	for _, n := range names {
-		if n == name || n == name+":latest" {
+		if api.SameModel(n, name) {
 			return n, true
 		}
 	}

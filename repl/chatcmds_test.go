@@ -346,3 +346,14 @@ func TestChatFollowsScopedSession(t *testing.T) {
 		t.Errorf("key-b's session: %+v", sess.Messages)
 	}
 }
+
+// /model NAME takes a name as Ollama resolves it: no tag is ":latest".
+func TestModelIn(t *testing.T) {
+	names := []string{"llama3.1:latest", "qwen2.5:7b"}
+	for name, want := range map[string]string{"llama3.1": "llama3.1:latest", "llama3.1:latest": "llama3.1:latest",
+		"qwen2.5:7b": "qwen2.5:7b", "qwen2.5": "", "llama3.1:8b": ""} {
+		if got, ok := modelIn(name, names); got != want || ok != (want != "") {
+			t.Errorf("modelIn(%q) = %q, %v; want %q", name, got, ok, want)
+		}
+	}
+}
