@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -220,9 +221,9 @@ func gpuCmd(ctx context.Context, args []string, e env) error {
 		}
 		// The proxy has not served the model: size it here, against the
 		// proxy's backend rather than the default one, unless a backend
-		// was named (a URL with a password comes back hidden and is of
-		// no use).
-		if backendURL != "" && c.Backend.URL == config.Default().Backend.URL && !strings.Contains(backendURL, "xxxxx") {
+		// was named (a URL with credentials comes back with them hidden
+		// and is of no use).
+		if u, err := url.Parse(backendURL); err == nil && u.Host != "" && u.User == nil && c.Backend.URL == config.Default().Backend.URL {
 			c.Backend.URL = backendURL
 			source = "probed here, sized against " + backendURL + ", the backend of the ctxproxy at " + config.RedactURL(*proxyURL)
 		}

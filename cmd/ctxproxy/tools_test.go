@@ -227,3 +227,25 @@ func TestGPUSizesAgainstTheRunningProxysBackend(t *testing.T) {
 		t.Errorf("gpu: source %q, model %+v, stderr %q", rep.Source, rep.Model, errw.String())
 	}
 }
+
+// A proxy whose backend URL carries credentials shows it with them
+// hidden: gpu does not size against that, and says what it sized against.
+func TestGPUIgnoresARedactedBackend(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	addr, _, stop := startServe(t, []string{"--backend", strings.Replace(be.URL, "http://", "http://user:s3cret@", 1)}, nil)
+	defer stop()
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"gpu", "--json", "--model", "llama3.1:8b", "--proxy", "http://" + addr},
+		envOf(nil), nil, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Source string `json:"source"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(rep.Source, "xxxxx") || strings.Contains(rep.Source, "s3cret") || !strings.Contains(rep.Source, "127.0.0.1:11434") {
+		t.Errorf("gpu sized against %q", rep.Source)
+	}
+}
