@@ -250,9 +250,12 @@ func TestSummarizerReplay(t *testing.T) {
 	}
 	st := c.Stats()
 	t.Logf("200 turns against the fake Ollama: %d requests summarized, %d iterations folded in the last; "+
-		"%d summary calls to the backend (%d written ahead for the next step), %d failed; %d requests waited",
-		summarized, folded, calls, calls-folded, st.Failures, st.Waited)
-	if uint64(calls) != st.Calls || calls < folded || st.Failures != 0 || st.Waited > 1 || summarized < 150 {
+		"%d summary calls to the backend, %d failed; %d requests waited",
+		summarized, folded, calls, st.Failures, st.Waited)
+	// The summarizer is the chat's model on the chat's backend: each cut
+	// writes its summaries when it is reached, a batch a call, and waits
+	// for them; none is trimmed for want of one.
+	if uint64(calls) != st.Calls || calls > folded || st.Failures != 0 || st.Fallbacks != 0 || summarized < 150 {
 		t.Errorf("backend calls %d, stats %+v, summarized %d", calls, st, summarized)
 	}
 }
@@ -293,7 +296,7 @@ func TestSummarizerGetsTheClientsKey(t *testing.T) {
 		msgs = append(msgs, rewrite.Message{Role: "user", Content: fmt.Sprint("q", i)}, rewrite.Message{Role: "assistant", Content: "a"})
 	}
 	got, err := c.Compact(t.Context(), req, msgs, summCounter{})
-	if err != nil || got.Summaries != 3 {
+	if err != nil || got.Summaries == 0 || got.Folded != 6 {
 		t.Fatalf("%v, %d summaries", err, got.Summaries)
 	}
 	for _, r := range b.Requests() {

@@ -247,7 +247,7 @@ func Default() Config {
 	c.Strategy.Mask.KeepLast = 3
 	c.Strategy.Composite = []string{"smart", "token_budget"}
 	c.Summarize = rewrite.SummarizeConfig{KeepRecent: 3, MinMessages: 6, MaxTokens: 256, Timeout: 60 * time.Second,
-		PrefetchAt: 0.70, Wait: 2 * time.Second}
+		Schedule: rewrite.ScheduleAuto, PrefetchAt: 0.70, Wait: 2 * time.Second}
 	c.GPU.Probe = "auto"
 	c.GPU.PollActive = 5 * time.Second
 	c.GPU.PollIdle = 60 * time.Second

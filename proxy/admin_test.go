@@ -928,9 +928,10 @@ func TestAdminCompressSummarized(t *testing.T) {
 		t.Errorf("%v kept + %v summarized + %v dropped ≠ 30: %v", kept, summarized, dropped, res)
 	}
 	// The summarizer's text is what replaced them: a system message at
-	// the start, one summary per folded iteration.
+	// the start, one summary per batch of folded iterations (up to 8).
 	first, _ := after[0].(map[string]any)
-	if first["role"] != "system" || strings.Count(fmt.Sprint(first["content"]), "talked about numbers") != int(summarized)/2 {
+	if n := strings.Count(fmt.Sprint(first["content"]), "talked about numbers"); first["role"] != "system" ||
+		n == 0 || n < int(summarized)/2/8 || n > int(summarized)/2 {
 		t.Errorf("the history does not start with the summaries of the %v folded messages: %v", summarized, first)
 	}
 	st := e.json("GET", p, nil, 200)["stats"].(map[string]any)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,7 @@ type Compactor struct {
 	retry *cache.LRU[string, failure]
 	// waited holds the scopes whose first fold has waited already.
 	waited  *cache.LRU[string, struct{}]
+	steps   *steps
 	changed chan struct{} // closed and replaced when summaries or jobs change
 	closed  bool
 
@@ -98,6 +100,7 @@ func NewCompactor(cfg SummarizeConfig, s Summarizer, opts CompactorOptions) *Com
 		jobs:      make(map[string]*job),
 		retry:     cache.New[string, failure](cacheEntries),
 		waited:    cache.New[string, struct{}](cacheEntries),
+		steps:     newSteps(),
 		changed:   make(chan struct{}),
 	}
 	if c.log == nil {
@@ -210,18 +213,19 @@ func (c *Compactor) Compact(ctx context.Context, req Request, msgs []Message, cn
 	salt(v, req)
 	keys := v.keysTo(n)
 	if req.DryRun {
-		res := v.fold(c.estimates(keys, cnt), c.blockLimit(0))
+		links := c.estimates(req, keys, cnt)
+		res := v.fold(n, links, c.cfg.blockLimit(0))
 		return Compaction{
-			Messages: res.Messages, Folded: res.Summarized, Summaries: n, Kept: len(v.its) - n,
+			Messages: res.Messages, Folded: res.Summarized, Summaries: len(links), Kept: len(v.its) - n,
 			Before: out.Before, After: Total(res.Messages, cnt), Notice: res.Notice,
 		}, nil
 	}
-	scope := c.scope(req.Session, v) + v.salt
-	if c.cachedPrefix(keys) < n && c.ensure(scope, req, cnt, v, n, true) {
+	scope := scopeOf(req.Session, v) + v.salt
+	if got, _ := c.chain(keys); got < n && c.ensure(scope, req, cnt, v, n, true) {
 		c.await(ctx, scope, keys, nil)
 	}
-	texts := c.texts(keys)
-	if len(texts) < n {
+	got, links := c.chain(keys)
+	if got < n {
 		f, _ := c.retry.Peek(scope)
 		cause := f.err
 		var err error
@@ -231,15 +235,15 @@ func (c *Compactor) Compact(ctx context.Context, req Request, msgs []Message, cn
 		case cause != nil:
 			err = fmt.Errorf("rewrite: compact: %w", cause)
 		default:
-			err = fmt.Errorf("rewrite: compact: %d of %d summaries could not be written", n-len(texts), n)
+			err = fmt.Errorf("rewrite: compact: %d of %d iterations could not be summarized", n-got, n)
 		}
 		c.log.Warn("summarizing failed; conversation left as is", "err", err)
 		return out, err
 	}
-	res := v.fold(texts, c.blockLimit(0))
+	res := v.fold(n, links, c.cfg.blockLimit(0))
 	c.stats.folded.Add(uint64(n))
 	return Compaction{
-		Messages: res.Messages, Folded: res.Summarized, Summaries: n, Kept: len(v.its) - n,
+		Messages: res.Messages, Folded: res.Summarized, Summaries: len(links), Kept: len(v.its) - n,
 		Before: out.Before, After: Total(res.Messages, cnt), Notice: res.Notice,
 	}, nil
 }
@@ -256,6 +260,15 @@ func (c *Compactor) compactPlan(msgs []Message, cnt Counter) (*conv, int) {
 
 // apply folds in.Messages as mode summarize (hybrid false) or hybrid
 // does.
+//
+// The iterations a step folds stay folded, and no more, until the next
+// step (held): a summary that lands between two steps waits for the next
+// one, so the forwarded prefix — and the backend's prompt cache — moves
+// only at a step. At a step the summaries it needs are waited for, at
+// most summarize.wait, when the summarizer shares the chat's model and
+// backend (they are written then, not ahead: see shares) or when the
+// conversation folds for the first time; otherwise what is ready is
+// folded and the rest trimmed until the next step.
 func (c *Compactor) apply(ctx context.Context, in Input, hybrid bool) (Result, error) {
 	msgs, target, cnt, req := in.Messages, in.Target, in.Counter, in.Request
 	if err := ctx.Err(); err != nil {
@@ -269,57 +282,58 @@ func (c *Compactor) apply(ctx context.Context, in Input, hybrid bool) (Result, e
 	if v.hasBlock() {
 		return unchanged, nil
 	}
-	limit := c.blockLimit(in.Limit)
-	var n int
+	limit := c.cfg.blockLimit(in.Limit)
+	var n, step int
 	if hybrid {
-		n = v.windowFold(c.keepTokens(in.Limit, target))
+		n, step = c.cfg.hybridFold(v, in, 0)
 	} else {
-		n = v.foldFor(v.p.kept-target, len(v.its)-c.cfg.KeepRecent, c.perSummary(), limit)
+		step = v.p.kept - target // Budget's n·Q: the same until the next step
+		n = v.foldFor(step, len(v.its)-c.cfg.KeepRecent, c.cfg.perSummary(), limit)
 	}
 	n = v.trimEmpty(n)
 	salt(v, req)
 	if hybrid && !req.DryRun {
-		// Hybrid folds on every turn as its window slides: write now what
-		// the next turn will most likely fold, assuming it is as long as
-		// the newest iteration.
-		defer c.speculate(req, cnt, v, in.Limit, target)
+		defer c.prefetchHybrid(in, v)
 	}
 	if n == 0 {
 		return unchanged, nil
 	}
 	keys := v.keysTo(n)
 	if req.DryRun {
-		return v.fold(c.estimates(keys, cnt), limit), nil
+		return v.fold(n, c.estimates(req, keys, cnt), limit), nil
 	}
-	got := c.cachedPrefix(keys)
-	if got < n {
-		scope := c.scope(req.Session, v) + v.salt
-		// Only the first fold of a scope waits. Later ones fold what is
-		// ready and leave the rest to trimming: their summaries are
-		// folded in on a later turn, and no request of a session waits
-		// on the summarizer twice.
-		if c.ensure(scope, req, cnt, v, n, false) && c.cfg.Wait > 0 && (c.firstWait(scope) || req.Wait) {
-			c.stats.waited.Add(1)
-			got = c.await(ctx, scope, keys, c.after(c.cfg.Wait))
-		} else {
-			// A job in flight may have written the rest since the look-up
-			// above: ensure then finds nothing missing and starts none.
-			got = c.cachedPrefix(keys)
+	scope := scopeOf(req.Session, v) + v.salt
+	held := c.steps.key(scope, hybrid, step)
+	got, links := 0, []link(nil)
+	if h, ok := c.steps.held(held); ok && h <= n {
+		if l, ok := c.chainTo(keys, h); ok {
+			got, links = h, l
 		}
-		if err := ctx.Err(); err != nil {
-			return Result{}, err
-		}
+	}
+	if got == 0 {
+		got, links = c.chain(keys)
 		if got < n {
-			c.stats.fallbacks.Add(1)
-			c.log.Debug("summaries not ready; trimming instead", "ready", got, "needed", n)
+			// A step whose summaries are not all written.
+			wait := c.cfg.Wait > 0 && (!c.cfg.ahead(req) || c.firstWait(scope) || req.Wait)
+			if c.ensure(scope, req, cnt, v, n, false) && wait {
+				c.stats.waited.Add(1)
+				c.await(ctx, scope, keys, c.after(c.cfg.Wait))
+			}
+			if err := ctx.Err(); err != nil {
+				return Result{}, err
+			}
+			if got, links = c.chain(keys); got < n {
+				c.stats.fallbacks.Add(1)
+				c.log.Debug("summaries not ready; trimming instead until the next step", "ready", got, "needed", n)
+			}
 		}
+		c.steps.hold(held, got)
 	}
-	texts := c.texts(keys[:got])
-	if len(texts) == 0 {
+	if got == 0 {
 		return unchanged, nil
 	}
-	c.stats.folded.Add(uint64(len(texts)))
-	return v.fold(texts, limit), nil
+	c.stats.folded.Add(uint64(got))
+	return v.fold(got, links, limit), nil
 }
 
 // salt sets apart the summaries written to one-off instructions from
@@ -331,24 +345,21 @@ func salt(v *conv, req Request) {
 	}
 }
 
-// estimates returns the texts a dry run folds for keys: the summary this
-// process remembers for a key, else a stand-in as long as a summary is
-// expected to be (perSummary), so that what follows the fold — trimming,
-// the counts — sees what a written summary would most likely cost. It
-// calls, starts and remembers nothing, and leaves the order of the
-// remembered summaries (most recently used) as it was.
-func (c *Compactor) estimates(keys []string, cnt Counter) []string {
-	pending := standIn(c.perSummary(), cnt)
-	texts := make([]string, len(keys))
+// estimates returns the summaries a dry run folds for keys: those this
+// process remembers, then one stand-in per batch of the rest, as long as a
+// summary is expected to be (perSummary), so that what follows the fold —
+// trimming, the counts — sees what written summaries would most likely
+// cost. It calls, starts and remembers nothing, and leaves the order of
+// the remembered summaries (most recently used) as it was.
+func (c *Compactor) estimates(req Request, keys []string, cnt Counter) []link {
+	pending := standIn(c.cfg.perSummary(), cnt)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, k := range keys {
-		texts[i] = pending
-		if s, ok := c.summaries.Peek(k); ok {
-			texts[i] = s.Text
-		}
+	got, links := c.chainLocked(keys)
+	c.mu.Unlock()
+	for i := got; i < len(keys); i += c.cfg.batchSize(req) {
+		links = append(links, link{pending, min(c.cfg.batchSize(req), len(keys)-i)})
 	}
-	return texts
+	return links
 }
 
 // standIn is a text that costs about tokens tokens as cnt counts them.
@@ -375,10 +386,11 @@ func (c *Compactor) firstWait(scope string) bool {
 }
 
 // prefetch starts writing, in the background, the summaries that folding
-// in.Messages down to in.Target needs.
+// in.Messages down to in.Target needs, unless they are written at the step
+// (ahead).
 func (c *Compactor) prefetch(in Input, hybrid bool) {
 	msgs, target, cnt, req := in.Messages, in.Target, in.Counter, in.Request
-	if c.sum == nil || len(msgs) < c.cfg.MinMessages {
+	if c.sum == nil || len(msgs) < c.cfg.MinMessages || !c.cfg.ahead(req) {
 		return
 	}
 	v := analyze(msgs, cnt)
@@ -386,88 +398,76 @@ func (c *Compactor) prefetch(in Input, hybrid bool) {
 		return
 	}
 	if hybrid {
-		c.speculate(req, cnt, v, in.Limit, target)
+		c.prefetchHybrid(in, v)
 		return
 	}
-	n := v.trimEmpty(v.foldFor(v.p.kept-target, len(v.its)-c.cfg.KeepRecent, c.perSummary(), c.blockLimit(in.Limit)))
-	if n > 0 && c.cachedPrefix(v.keysTo(n)) < n {
-		c.ensure(c.scope(req.Session, v), req, cnt, v, n, false)
+	n := v.trimEmpty(v.foldFor(v.p.kept-target, len(v.its)-c.cfg.KeepRecent, c.cfg.perSummary(), c.cfg.blockLimit(in.Limit)))
+	if got, _ := c.chain(v.keysTo(n)); got < n {
+		c.ensure(scopeOf(req.Session, v), req, cnt, v, n, false)
 	}
 }
 
-// speculate starts writing the summaries Hybrid will need when the next
-// turn, as long as the newest iteration, pushes the oldest of its window
-// out; limit is the request's effective limit (Input.Limit).
-func (c *Compactor) speculate(req Request, cnt Counter, v *conv, limit, target int) {
-	if len(v.its) == 0 {
+// prefetchHybrid starts writing the summaries Hybrid will fold at its
+// next step, once the conversation is within PrefetchTurns turns' growth
+// of it, unless they are written at the step (ahead).
+func (c *Compactor) prefetchHybrid(in Input, v *conv) {
+	if !c.cfg.ahead(in.Request) {
 		return
 	}
-	last := len(v.its) - 1
-	next := v.trimEmpty(v.windowFold(c.keepTokens(limit, target) - v.its[last].cost - v.pinnedCost(last)))
-	if next > 0 && c.cachedPrefix(v.keysTo(next)) < next {
-		c.ensure(c.scope(req.Session, v), req, cnt, v, next, false)
+	n, _ := c.cfg.hybridFold(v, in, PrefetchTurns*turnGrowth(in.Messages, in.Counter))
+	n = v.trimEmpty(n)
+	if got, _ := c.chain(v.keysTo(n)); got < n {
+		c.ensure(scopeOf(in.Request.Session, v), in.Request, in.Counter, v, n, false)
 	}
 }
 
-func (c *Compactor) perSummary() int { return min(c.cfg.MaxTokens, summaryEstimate) }
-
-// blockLimit is the room for the block of summaries: a quarter of the
-// effective limit, so that summaries never crowd out the conversation
-// they stand for (16 summaries' worth when the limit is unknown: 0).
-func (c *Compactor) blockLimit(limit int) int {
-	if limit > 0 {
-		return limit / 4
-	}
-	return 16 * c.cfg.MaxTokens
+// link is one summary of a chain: its text, and how many iterations it
+// condenses.
+type link struct {
+	text string
+	span int
 }
 
-// keepTokens is Hybrid's window of recent tokens, kept verbatim, under an
-// effective limit of limit (0: unknown).
-func (c *Compactor) keepTokens(limit, target int) int {
-	switch {
-	case c.cfg.KeepRecentTokens > 0:
-		return c.cfg.KeepRecentTokens
-	case limit > 0:
-		return limit / 3
-	}
-	return target / 2
-}
-
-// scope is what one background job is for: the session, or without one
-// the conversation itself (the key of its first iteration).
-func (c *Compactor) scope(session string, v *conv) string {
-	if session != "" {
-		return "s:" + session
-	}
-	return "k:" + v.key(0)
-}
-
-// cachedPrefix returns how many of keys, from the first, have a summary
-// in memory.
-func (c *Compactor) cachedPrefix(keys []string) int {
+// chain returns how many of the iterations keys stand for (oldest first)
+// the summaries in memory fold: the largest n ≤ len(keys) such that
+// summaries of one iteration or of a batch (Summary.Span) cover iterations
+// 0 to n-1 one after another, and those summaries, oldest first.
+func (c *Compactor) chain(keys []string) (int, []link) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i, k := range keys {
-		if _, ok := c.summaries.Get(k); !ok {
-			return i
-		}
-	}
-	return len(keys)
+	return c.chainLocked(keys)
 }
 
-// texts returns the summaries of keys, up to the first missing one.
-func (c *Compactor) texts(keys []string) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]string, 0, len(keys))
-	for _, k := range keys {
+// chainLocked is chain with c.mu held.
+func (c *Compactor) chainLocked(keys []string) (int, []link) {
+	from := make([]int, len(keys)+1) // from[e]: where the summary ending before e begins; -1: none
+	links := make([]link, len(keys)+1)
+	from[0] = 0
+	best := 0
+	for e, k := range keys {
+		from[e+1] = -1
 		s, ok := c.summaries.Get(k)
 		if !ok {
-			break
+			continue
 		}
-		out = append(out, s.Text)
+		span := max(s.Span, 1)
+		if b := e + 1 - span; b >= 0 && (b == 0 || from[b] >= 0) {
+			from[e+1], links[e+1], best = b, link{s.Text, span}, e+1
+		}
 	}
-	return out
+	var out []link
+	for e := best; e > 0; e = from[e] {
+		out = append(out, links[e])
+	}
+	slices.Reverse(out)
+	return best, out
+}
+
+// chainTo returns the summaries that fold exactly the first n of keys, or
+// false when those in memory do not.
+func (c *Compactor) chainTo(keys []string, n int) ([]link, bool) {
+	got, links := c.chain(keys[:n])
+	return links, got == n
 }
 
 // broadcast wakes every waiter; c.mu must be held.
@@ -482,13 +482,7 @@ func (c *Compactor) broadcast() {
 func (c *Compactor) await(ctx context.Context, scope string, keys []string, deadline <-chan time.Time) int {
 	for {
 		c.mu.Lock()
-		n := len(keys)
-		for i, k := range keys {
-			if _, ok := c.summaries.Get(k); !ok {
-				n = i
-				break
-			}
-		}
+		n, _ := c.chainLocked(keys)
 		_, running := c.jobs[scope]
 		ch := c.changed
 		c.mu.Unlock()

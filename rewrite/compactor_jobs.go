@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
 // A job writes the summaries of one scope in order, one call at a time.
@@ -36,14 +34,13 @@ func (c *Compactor) ensure(scope string, req Request, cnt Counter, v *conv, n in
 	if c.closed {
 		return false
 	}
-	iters := make(map[int][]Message)
-	for i, k := range keys {
-		if _, ok := c.summaries.Get(k); !ok {
-			iters[i] = v.iterMessages(i)
-		}
-	}
-	if len(iters) == 0 {
+	have, _ := c.chainLocked(keys)
+	if have == len(keys) {
 		return false
+	}
+	iters := make(map[int][]Message, len(keys)-have)
+	for i := have; i < len(keys); i++ {
+		iters[i] = v.iterMessages(i)
 	}
 	if j, ok := c.jobs[scope]; ok {
 		// A job in flight keeps a longer wish of the same conversation
@@ -69,7 +66,8 @@ func (c *Compactor) ensure(scope string, req Request, cnt Counter, v *conv, n in
 }
 
 // run is a job: it loads what the store has, then summarizes the missing
-// iterations in order, each with the summaries before it as context.
+// iterations in order, in batches (see batch), each call with the
+// summaries before it as context.
 func (c *Compactor) run(j *job) {
 	defer c.wg.Done()
 	if j.session != "" && c.store != nil {
@@ -77,21 +75,25 @@ func (c *Compactor) run(j *job) {
 	}
 	for {
 		c.mu.Lock()
-		i, ok := j.next(c.summaries)
-		if !ok || c.ctx.Err() != nil {
+		from, links := c.chainLocked(j.keys)
+		end := j.batch(from, c.cfg.batchSize(j.req))
+		if end == from || c.ctx.Err() != nil {
 			delete(c.jobs, j.scope)
 			c.broadcast()
 			c.mu.Unlock()
 			return
 		}
-		key, msgs, req, cnt := j.keys[i], j.iters[i], j.req, j.cnt
-		prev := c.previous(j.keys[:i], cnt)
+		var msgs []Message
+		for i := from; i < end; i++ {
+			msgs = append(msgs, j.iters[i]...)
+		}
+		key, req, cnt := j.keys[end-1], j.req, j.cnt
+		prev := c.previous(links, cnt)
 		c.mu.Unlock()
 
-		s, err := c.call(req, cnt, msgs, prev, key, i+1)
-
+		s, err := c.call(req, cnt, msgs, prev, key, end, end-from)
 		if err != nil {
-			err = fmt.Errorf("summarizing iteration %d: %w", i+1, err)
+			err = fmt.Errorf("summarizing iterations %d to %d: %w", from+1, end, err)
 			if c.ctx.Err() == nil {
 				c.log.Warn("summarizer failed; trimming instead until it works again",
 					"session", req.Session, "err", err)
@@ -124,18 +126,26 @@ type failure struct {
 	err   error
 }
 
-// next returns the first iteration of the job's wish that has no summary
-// and whose messages it holds.
-func (j *job) next(summaries *cache.LRU[string, Summary]) (int, bool) {
-	for i, k := range j.keys {
-		if _, ok := summaries.Get(k); ok {
-			continue
+// batch returns the end of the next batch, starting at iteration from:
+// the iterations of the wish it holds the messages of, up to most and
+// maxSummaryInput bytes of contents (at least one). It returns from when
+// there is nothing to write.
+func (j *job) batch(from, most int) int {
+	end, size := from, 0
+	for end < len(j.keys) && end-from < most {
+		msgs, ok := j.iters[end]
+		if !ok {
+			break
 		}
-		if _, ok := j.iters[i]; ok {
-			return i, true
+		for _, m := range msgs {
+			size += len(m.Content)
 		}
+		if end > from && size > maxSummaryInput {
+			break
+		}
+		end++
 	}
-	return 0, false
+	return end
 }
 
 // load copies the summaries of the job's keys from the store into memory.
@@ -163,33 +173,27 @@ func (c *Compactor) load(j *job) {
 	c.broadcast()
 }
 
-// previous returns the context of the next call: the summaries of the
-// iterations before it, newest first as far as max_tokens·4 tokens go,
-// oldest first in the text. c.mu must be held.
-func (c *Compactor) previous(keys []string, cnt Counter) string {
+// previous returns the context of the next call: the newest of links as
+// far as max_tokens·4 tokens go, oldest first in the text.
+func (c *Compactor) previous(links []link, cnt Counter) string {
 	room := 4 * c.cfg.MaxTokens
-	var parts []string
-	for i := len(keys) - 1; i >= 0; i-- {
-		s, ok := c.summaries.Get(keys[i])
-		if !ok {
+	first := len(links)
+	for first > 0 {
+		room -= max(textCost(links[first-1].text, cnt), 1)
+		if room < 0 && first < len(links) {
 			break
 		}
-		room -= max(textCost(s.Text, cnt), 1)
-		if room < 0 && len(parts) > 0 {
-			break
-		}
-		parts = append(parts, s.Text)
+		first--
 	}
-	slices.Reverse(parts)
 	out := ""
-	for _, p := range parts {
-		out = joinNotices(out, p)
+	for _, l := range links[first:] {
+		out = joinNotices(out, l.text)
 	}
 	return out
 }
 
 // call makes one summarizer call and returns its cleaned result.
-func (c *Compactor) call(req Request, cnt Counter, msgs []Message, prev, key string, covers int) (Summary, error) {
+func (c *Compactor) call(req Request, cnt Counter, msgs []Message, prev, key string, covers, span int) (Summary, error) {
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
 	defer cancel()
 	model := c.cfg.Model
@@ -229,5 +233,5 @@ func (c *Compactor) call(req Request, cnt Counter, msgs []Message, prev, key str
 	if err != nil {
 		return Summary{}, err
 	}
-	return Summary{Key: key, Covers: covers, Text: text, Tokens: textCost(text, cnt), Created: c.now()}, nil
+	return Summary{Key: key, Covers: covers, Span: span, Text: text, Tokens: textCost(text, cnt), Created: c.now()}, nil
 }

@@ -433,7 +433,7 @@ func TestCloseCancelsJobs(t *testing.T) {
 		<-ctx.Done()
 		return "", ctx.Err()
 	}}
-	c := NewCompactor(SummarizeConfig{}, f, CompactorOptions{})
+	c := NewCompactor(SummarizeConfig{Schedule: ScheduleAhead}, f, CompactorOptions{})
 	tr := summarizingTrimmer(t, Config{Mode: "summarize"}, c)
 	mustTrim(t, tr, session("s"), turns(37, hundred*2), 20000) // prefetches
 	<-started

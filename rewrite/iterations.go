@@ -270,20 +270,6 @@ func (v *conv) foldFor(need, most, per, limit int) int {
 	return best
 }
 
-// windowFold returns how many of the oldest iterations fall outside a
-// window of the newest ones worth at least keep tokens (Hybrid keeps that
-// many recent tokens uncompressed, rounded up to whole iterations). The newest iteration is always inside.
-func (v *conv) windowFold(keep int) int {
-	sum := 0
-	for i := len(v.its) - 1; i > 0; i-- {
-		sum += v.its[i].cost + v.pinnedCost(i)
-		if sum >= keep {
-			return i
-		}
-	}
-	return 0
-}
-
 // trimEmpty returns n less the iterations at its end that have nothing to
 // fold (all of their messages stay): a summary of them would only add to
 // the prompt.
@@ -323,15 +309,16 @@ func (v *conv) iterMessages(i int) []Message {
 	return out
 }
 
-// fold returns the conversation with its first len(texts) iterations
-// folded into the summaries texts: their foldable messages dropped (with
-// markers where the roles would otherwise not alternate), and the block of
-// summaries appended to the first system message, or put first in a system
-// message of its own. The block holds the newest summaries that fit in
-// limit tokens; older ones are counted in an "omitted" line.
-func (v *conv) fold(texts []string, limit int) Result {
+// fold returns the conversation with its first n iterations folded into
+// the summaries links (one per iteration or per batch of them): their
+// foldable messages dropped (with markers where the roles would otherwise
+// not alternate), and the block of summaries appended to the first system
+// message, or put first in a system message of its own. The block holds
+// the newest summaries that fit in limit tokens; the exchanges of older
+// ones are counted in an "omitted" line.
+func (v *conv) fold(n int, links []link, limit int) Result {
 	p := v.p
-	for _, it := range v.its[:len(texts)] {
+	for _, it := range v.its[:n] {
 		for i := it.start; i < it.end; i++ {
 			if v.foldable(i) {
 				p.drop(p.g.unitOf[i])
@@ -352,7 +339,7 @@ func (v *conv) fold(texts []string, limit int) Result {
 		m.Tokens = cost(&m, p.c)
 		res.Messages = append(res.Messages, m)
 	})
-	block := v.block(texts, limit)
+	block := v.block(links, limit)
 	if v.lead > 0 {
 		// Counted as the prompt's count plus the block's: recounting a
 		// long system prompt (an agent's runs to tens of kilobytes) on
@@ -368,9 +355,9 @@ func (v *conv) fold(texts []string, limit int) Result {
 		m.Tokens = cost(&m, p.c)
 		res.Messages = append([]Message{m}, res.Messages...)
 	}
-	kept := len(v.its) - len(texts)
+	kept := len(v.its) - n
 	res.Notice = fmt.Sprintf("Context summarized: %d %s folded into %d %s; kept the last %d %s.",
-		p.ndrop, plural(p.ndrop, "message", "messages"), len(texts), plural(len(texts), "summary", "summaries"),
+		p.ndrop, plural(p.ndrop, "message", "messages"), len(links), plural(len(links), "summary", "summaries"),
 		kept, plural(kept, "iteration", "iterations"))
 	return res
 }
@@ -382,20 +369,28 @@ func foldMarkerText(n int) string {
 	return fmt.Sprintf("[%d messages summarized above]", n)
 }
 
-// block renders the newest of texts that fit limit tokens.
-func (v *conv) block(texts []string, limit int) string {
-	shown := len(texts)
+// block renders the newest of links that fit limit tokens.
+func (v *conv) block(links []link, limit int) string {
+	shown := len(links)
 	if limit > 0 {
 		used := 0
-		for i := len(texts) - 1; i >= 0; i-- {
-			used += textCost(texts[i], v.p.c) + 1
-			if used > limit && i < len(texts)-1 {
-				shown = len(texts) - 1 - i
+		for i := len(links) - 1; i >= 0; i-- {
+			used += textCost(links[i].text, v.p.c) + 1
+			if used > limit && i < len(links)-1 {
+				shown = len(links) - 1 - i
 				break
 			}
 		}
 	}
-	return ContextInjection(texts[len(texts)-shown:], len(texts)-shown)
+	omitted := 0
+	for _, l := range links[:len(links)-shown] {
+		omitted += l.span
+	}
+	texts := make([]string, 0, shown)
+	for _, l := range links[len(links)-shown:] {
+		texts = append(texts, l.text)
+	}
+	return ContextInjection(texts, omitted)
 }
 
 func textCost(s string, c Counter) int {

@@ -156,12 +156,13 @@ func backToBack(t *testing.T, cfg SummarizeConfig, turnsN int, gap, latency time
 }
 
 // TestSummariesNeverWaitBackToBack is the measurement: 60 turns
-// sent back to back (100 ms apart) with a summarizer that takes 300 ms a
-// call. No turn after the first fold waits for a summary: a turn whose
-// summaries are not ready is trimmed at once and folds them in later.
+// sent back to back (100 ms apart) with a summarizer of its own (written
+// ahead) that takes 300 ms a call. No turn after the first fold waits for
+// a summary: a turn whose summaries are not ready is trimmed at once and
+// folds them in at a later step.
 func TestSummariesNeverWaitBackToBack(t *testing.T) {
 	for _, gap := range []time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond, time.Second} {
-		waited, folded, first, st := backToBack(t, SummarizeConfig{}, 60, gap, 300*time.Millisecond)
+		waited, folded, first, st := backToBack(t, SummarizeConfig{Schedule: ScheduleAhead}, 60, gap, 300*time.Millisecond)
 		t.Logf("gap %v: turns that waited %v; %d turns folded summaries (first at turn %d); %d calls, %d trimmed for want of summaries",
 			gap, waited, folded, first, st.Calls, st.Fallbacks)
 		for _, w := range waited {
@@ -175,5 +176,28 @@ func TestSummariesNeverWaitBackToBack(t *testing.T) {
 		if folded == 0 {
 			t.Errorf("gap %v: no turn folded summaries", gap)
 		}
+	}
+}
+
+// TestAtCutWritesSummariesAtSteps: with the summarizer on the chat's own
+// model and backend (summarize.schedule auto), the summaries a step folds
+// are written when the step is reached, in batches, while it waits; no
+// job runs between two steps (each would evict the conversation's prompt
+// cache), and every turn from the first fold on forwards summaries.
+func TestAtCutWritesSummariesAtSteps(t *testing.T) {
+	waited, folded, first, st := backToBack(t, SummarizeConfig{}, 60, 100*time.Millisecond, 300*time.Millisecond)
+	t.Logf("turns that waited %v; %d turns folded summaries (first at turn %d); %d calls in %d jobs, %d iterations folded, %d trimmed for want of summaries",
+		waited, folded, first, st.Calls, st.Jobs, st.Folded, st.Fallbacks)
+	if first < 0 || folded != 60-first {
+		t.Errorf("%d turns folded summaries from turn %d, want every one", folded, first)
+	}
+	if len(waited) < 2 || int(st.Jobs) != len(waited) {
+		t.Errorf("%d jobs for %d steps that waited: a job ran between steps", st.Jobs, len(waited))
+	}
+	if st.Fallbacks != 0 {
+		t.Errorf("%d steps trimmed for want of summaries", st.Fallbacks)
+	}
+	if st.Calls > 2*uint64(len(waited)) {
+		t.Errorf("%d calls for %d steps: not batched", st.Calls, len(waited))
 	}
 }

@@ -81,6 +81,9 @@ type Input struct {
 	// (Summarize's block of summaries, Hybrid's recent tokens); 0 when
 	// unknown.
 	Limit int
+	// Step is how far apart the Trimmer's steps are, in tokens (Budget's
+	// Q): Hybrid moves what it folds by as much; 0 when unknown.
+	Step int
 	// Request is the chat request the strategy runs for.
 	Request Request
 }

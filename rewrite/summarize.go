@@ -62,6 +62,10 @@ type SummarizeConfig struct {
 	// SummaryPrompt. It is told to condense the exchange in <exchange>,
 	// with <earlier_summary> for context.
 	Prompt string `mapstructure:"prompt"`
+	// Schedule is when the summaries a step folds are written: auto,
+	// ahead or at_cut (ScheduleAuto, ScheduleAhead, ScheduleAtCut); ""
+	// means auto.
+	Schedule string `mapstructure:"schedule"`
 	// Wait is how long the first request of a conversation that needs
 	// summaries waits for them before it is trimmed instead; 0 means
 	// DefaultSummaryWait, negative not at all. Later requests never wait:
@@ -110,6 +114,9 @@ func (c SummarizeConfig) Validate() error {
 	}
 	if k := c.BackendKind; k != "" && k != "ollama" && k != "openai" {
 		errs = append(errs, fmt.Errorf("summarize.backend_kind: %q is not one of ollama, openai", k))
+	}
+	if k := c.Schedule; k != "" && k != ScheduleAuto && k != ScheduleAhead && k != ScheduleAtCut {
+		errs = append(errs, fmt.Errorf("summarize.schedule: %q is not one of auto, ahead, at_cut", k))
 	}
 	if (c.BackendKind != "" || c.APIKey != "") && c.Backend == "" {
 		errs = append(errs, errors.New("summarize.backend_kind and summarize.api_key need summarize.backend"))
@@ -345,8 +352,11 @@ type Summary struct {
 	// very conversation it was written for.
 	Key string
 	// Covers is how many iterations, from the first, the key covers: this
-	// summary is of iteration Covers-1.
+	// summary is of iterations Covers-Span to Covers-1.
 	Covers int
+	// Span is how many iterations it condenses, written in one call (a
+	// batch, at a cut); 0 means 1.
+	Span int
 	// Text is the summary.
 	Text string
 	// Tokens is what Text cost when it was written.

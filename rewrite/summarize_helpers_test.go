@@ -147,9 +147,13 @@ func (s *memStore) Put(_ context.Context, session string, sum Summary) error {
 }
 
 // newCompactor returns a Compactor on a fake clock, closed when the test
-// ends.
+// ends. Its summaries are written ahead (summarize.schedule ahead) unless
+// cfg says otherwise: the fake summarizer stands for a server of its own.
 func newCompactor(t *testing.T, cfg SummarizeConfig, s Summarizer, opts CompactorOptions) (*Compactor, *fakeClock) {
 	t.Helper()
+	if cfg.Schedule == "" {
+		cfg.Schedule = ScheduleAhead
+	}
 	clock := newFakeClock()
 	if opts.Now == nil {
 		opts.Now = clock.Now

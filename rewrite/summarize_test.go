@@ -270,18 +270,21 @@ func TestHybridSummarizesOldKeepsRecent(t *testing.T) {
 }
 
 func TestHybridKeepsRecentTokensVerbatim(t *testing.T) {
+	const step = 500
 	for _, keep := range []int{300, 1000, 2000} {
 		c, _ := newCompactor(t, SummarizeConfig{KeepRecentTokens: keep}, &fakeSummarizer{}, CompactorOptions{})
 		msgs := turns(30, hundred*2)
-		res, err := c.Hybrid().Apply(t.Context(), Input{Messages: msgs, Counter: counter, Request: session("s")})
+		res, err := c.Hybrid().Apply(t.Context(), Input{Messages: msgs, Counter: counter, Step: step, Request: session("s")})
 		if err != nil {
 			t.Fatal(err)
 		}
 		verbatim := Total(res.Messages[1:], counter)
-		// At least keep tokens stay uncompressed, at most one iteration
-		// (two messages) more.
-		if verbatim < keep || verbatim > keep+2*counter.CountMessage(&msgs[1]) {
-			t.Errorf("keep_recent_tokens %d: %d tokens kept verbatim", keep, verbatim)
+		// About keep tokens stay uncompressed, at most a step more: what
+		// is folded moves in steps. The fold ends at an iteration (two
+		// messages), so the kept part may fall short of keep by one.
+		it := 2 * counter.CountMessage(&msgs[1])
+		if verbatim < keep-it || verbatim >= keep+step {
+			t.Errorf("keep_recent_tokens %d: %d tokens kept verbatim, want %d to %d", keep, verbatim, keep-it, keep+step)
 		}
 	}
 }

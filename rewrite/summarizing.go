@@ -29,13 +29,21 @@ type Prefetcher interface {
 // target. As the Trimmer's targets move in steps (Budget), the same
 // iterations stay folded, and the system prompt unchanged, until the
 // conversation has grown by a step; then the next iterations fold at once.
-// Their summaries are written in the background as the conversation
-// nears that step (Prefetch: from summarize.prefetch_at, or PrefetchTurns
-// turns' growth ahead), so the request that reaches it finds them ready.
-// Only the first fold of a conversation waits for its summaries, at most
-// summarize.wait; a later request folds those that are ready, is trimmed
-// for the rest at once, and folds the others in once they are written: no
-// request after the first waits for a summary.
+// What a step folds is held until the next step, so the forwarded prefix,
+// and the backend's prompt cache, move only at a step.
+//
+// When the summaries are written is summarize.schedule's choice
+// (ScheduleAuto). At the step (the default when the summarizer is the
+// chat's own model on its backend): the step waits for them, at most
+// summarize.wait, written a batch of iterations a call; a summarizer call
+// between two steps would evict the conversation's prompt cache, while at
+// the step the prompt is read again from the cut anyway. Ahead: in the
+// background as the conversation nears the step (Prefetch: from
+// summarize.prefetch_at, or PrefetchTurns turns' growth ahead), one
+// iteration a call, so the request that reaches it finds them ready; only
+// the first fold of a conversation waits, and a later step whose
+// summaries are late folds those that are ready and trims the rest until
+// the next step.
 //
 // In a dry run (Request.DryRun) Summarize and Hybrid fold what they would,
 // each summary not written yet standing in at the length a summary is
@@ -69,12 +77,11 @@ func (s Summarize) Prefetch(ctx context.Context, in Input) {
 // Compactor returns the engine behind s.
 func (s Summarize) Compactor() *Compactor { return s.c }
 
-// Hybrid is the strategy of mode hybrid: it keeps
-// the newest messages worth summarize.keep_recent_tokens verbatim and
-// folds every older iteration into summaries, like a summary buffer.
-// Unlike Summarize it folds all it can whenever the Trimmer acts, so its
-// window slides on every turn; after each request it writes, in the
-// background, the summary the next turn will most likely need.
+// Hybrid is the strategy of mode hybrid: it keeps about the newest
+// messages worth summarize.keep_recent_tokens verbatim and folds every
+// older iteration into summaries, like a summary buffer. What it folds
+// moves in the Trimmer's steps (see hybridFold), not on every turn, and
+// its summaries are written as Summarize's are.
 type Hybrid struct{ c *Compactor }
 
 // Hybrid returns the strategy of mode hybrid.

@@ -435,6 +435,7 @@ func (t *Trimmer) trim(ctx context.Context, req Request, msgs []Message, limit i
 	th, target, msgAct := t.triggers(msgs, limit, th, target, c)
 	_, act := Budget(total, limit, th, target)
 	act = act || msgAct
+	q := max(int((th-target)*float64(limit)), 0)
 	var pf Prefetcher
 	if !req.DryRun { // a dry run starts no summaries
 		pf = prefetcherOf(s)
@@ -452,7 +453,7 @@ func (t *Trimmer) trim(ctx context.Context, req Request, msgs []Message, limit i
 	}
 	res := Result{Messages: msgs}
 	step := func(s Strategy, target int) error {
-		r, err := s.Apply(ctx, Input{Messages: res.Messages, Target: target, Counter: c, Limit: limit, Request: req})
+		r, err := s.Apply(ctx, Input{Messages: res.Messages, Target: target, Counter: c, Limit: limit, Step: q, Request: req})
 		if err != nil {
 			return err
 		}
@@ -473,7 +474,7 @@ func (t *Trimmer) trim(ctx context.Context, req Request, msgs []Message, limit i
 			// With the tool results compacted as the step will see them,
 			// so that the summaries written now are the ones it asks for.
 			if next, ok := nextStep(total, limit, th, target, lead); ok {
-				pf.Prefetch(ctx, Input{Messages: res.Messages, Target: next, Counter: c, Limit: limit, Request: req})
+				pf.Prefetch(ctx, Input{Messages: res.Messages, Target: next, Counter: c, Limit: limit, Step: q, Request: req})
 			}
 		}
 		if !act {

@@ -104,8 +104,11 @@ type Allocation struct {
 // Summary is a cached summary of some iterations of a conversation, keyed
 // by a hash of the messages it covers so it is reused while they stay.
 type Summary struct {
-	Key     string    `json:"key"`
-	Covers  int       `json:"covers"`
+	Key    string `json:"key"`
+	Covers int    `json:"covers"`
+	// Span is how many iterations, ending with iteration Covers-1, the
+	// summary condenses; 0 means 1.
+	Span    int       `json:"span,omitempty"`
 	Text    string    `json:"text"`
 	Tokens  int       `json:"tokens"`
 	Created time.Time `json:"created"`

@@ -32,7 +32,7 @@ func (st SummaryStore) Get(ctx context.Context, session string) ([]rewrite.Summa
 	}
 	out := make([]rewrite.Summary, len(sess.Summaries))
 	for i, s := range sess.Summaries {
-		out[i] = rewrite.Summary{Key: s.Key, Covers: s.Covers, Text: s.Text, Tokens: s.Tokens, Created: s.Created}
+		out[i] = rewrite.Summary{Key: s.Key, Covers: s.Covers, Span: s.Span, Text: s.Text, Tokens: s.Tokens, Created: s.Created}
 	}
 	return out, nil
 }
@@ -40,7 +40,7 @@ func (st SummaryStore) Get(ctx context.Context, session string) ([]rewrite.Summa
 // Put adds s to session's summaries, replacing one with the same key.
 func (st SummaryStore) Put(ctx context.Context, session string, s rewrite.Summary) error {
 	return st.Store.Update(ctx, session, func(sess *snapshots.Session) error {
-		stored := snapshots.Summary{Key: s.Key, Covers: s.Covers, Text: s.Text, Tokens: s.Tokens, Created: s.Created}
+		stored := snapshots.Summary{Key: s.Key, Covers: s.Covers, Span: s.Span, Text: s.Text, Tokens: s.Tokens, Created: s.Created}
 		for i := range sess.Summaries {
 			if sess.Summaries[i].Key == s.Key {
 				sess.Summaries[i] = stored
