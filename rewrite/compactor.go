@@ -304,17 +304,18 @@ func (c *Compactor) apply(ctx context.Context, in Input, hybrid bool) (Result, e
 	}
 	scope := scopeOf(req.Session, v) + v.salt
 	held := c.steps.key(scope, hybrid, step)
-	got, links := 0, []link(nil)
-	if h, ok := c.steps.held(held); ok && h <= n {
-		if l, ok := c.chainTo(keys, h); ok {
-			got, links = h, l
-		}
-	}
-	if got == 0 {
+	var got int
+	var links []link
+	if h, ok := c.steps.held(held); ok && h > 0 {
+		// Between two steps: what the step folded, no more, and no wait.
+		// A summary written since is folded at the next step.
+		got, links = c.chain(keys[:min(h, n)])
+	} else {
+		// A new step, or one that could fold nothing yet: it folds what
+		// is ready, a change made once. Only a new step waits.
 		got, links = c.chain(keys)
 		if got < n {
-			// A step whose summaries are not all written.
-			wait := c.cfg.Wait > 0 && (!c.cfg.ahead(req) || c.firstWait(scope) || req.Wait)
+			wait := !ok && c.cfg.Wait > 0 && (!c.cfg.ahead(req) || c.firstWait(scope) || req.Wait)
 			if c.ensure(scope, req, cnt, v, n, false) && wait {
 				c.stats.waited.Add(1)
 				c.await(ctx, scope, keys, c.after(c.cfg.Wait))
@@ -461,13 +462,6 @@ func (c *Compactor) chainLocked(keys []string) (int, []link) {
 	}
 	slices.Reverse(out)
 	return best, out
-}
-
-// chainTo returns the summaries that fold exactly the first n of keys, or
-// false when those in memory do not.
-func (c *Compactor) chainTo(keys []string, n int) ([]link, bool) {
-	got, links := c.chain(keys[:n])
-	return links, got == n
 }
 
 // broadcast wakes every waiter; c.mu must be held.

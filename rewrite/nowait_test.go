@@ -201,3 +201,21 @@ func TestAtCutWritesSummariesAtSteps(t *testing.T) {
 		t.Errorf("%d calls for %d steps: not batched", st.Calls, len(waited))
 	}
 }
+
+// TestAtCutSlowSummarizerWaitsOncePerStep: a summarizer slower than
+// summarize.wait makes the step trim instead, once; the turns after it in
+// the same step neither wait nor change what is forwarded, and the
+// summaries written meanwhile are folded in from a later turn.
+func TestAtCutSlowSummarizerWaitsOncePerStep(t *testing.T) {
+	waited, folded, first, st := backToBack(t, SummarizeConfig{}, 60, 100*time.Millisecond, 3*time.Second)
+	t.Logf("turns that waited %v; %d turns folded summaries (first at turn %d); %d calls in %d jobs, %d trimmed for want of summaries",
+		waited, folded, first, st.Calls, st.Jobs, st.Fallbacks)
+	for i := 1; i < len(waited); i++ {
+		if waited[i] == waited[i-1]+1 {
+			t.Errorf("turns %d and %d both waited", waited[i-1], waited[i])
+		}
+	}
+	if folded == 0 || st.Fallbacks == 0 {
+		t.Errorf("%d turns folded summaries, %d steps trimmed instead", folded, st.Fallbacks)
+	}
+}
