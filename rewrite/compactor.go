@@ -262,13 +262,14 @@ func (c *Compactor) compactPlan(msgs []Message, cnt Counter) (*conv, int) {
 // does.
 //
 // The iterations a step folds stay folded, and no more, until the next
-// step (held): a summary that lands between two steps waits for the next
+// step (steps): a summary that lands between two steps waits for the next
 // one, so the forwarded prefix — and the backend's prompt cache — moves
-// only at a step. At a step the summaries it needs are waited for, at
-// most summarize.wait, when the summarizer shares the chat's model and
-// backend (they are written then, not ahead: see shares) or when the
-// conversation folds for the first time; otherwise what is ready is
-// folded and the rest trimmed until the next step.
+// only at a step. A new step waits for the summaries it needs, at most
+// summarize.wait, when they are written at the step (summarize.schedule;
+// SummarizeConfig.ahead) or when the conversation folds for the first
+// time; otherwise, or when the wait ends first, it folds what is ready
+// and the rest is trimmed until the next step. The turns after it never
+// wait.
 func (c *Compactor) apply(ctx context.Context, in Input, hybrid bool) (Result, error) {
 	msgs, target, cnt, req := in.Messages, in.Target, in.Counter, in.Request
 	if err := ctx.Err(); err != nil {
