@@ -53,17 +53,20 @@ func isPrefix(prev, cur []Message) bool {
 // which the forwarded conversation is not an extension of the previous
 // turn's (the backend's prompt cache misses from the cut on), with
 // hysteresis (threshold 0.80, target 0.60) and with cutting to the limit
-// every time. Questions are short and answers long, so that the user
-// messages alone stay under the target: past that, selective falls back to
-// dropping old user messages, and its cut moves on every turn (see
-// Selective).
+// every time. Questions are short and answers long; "selective-chat" has
+// long questions and short answers, so that the user messages alone exceed
+// the target and selective drops the oldest messages of every role.
 func TestHysteresisKeepsPrefix(t *testing.T) {
 	const (
 		limit = 16000
 		turns = 300
 	)
-	for _, mode := range []string{"smart", "token_budget", "importance", "selective"} {
+	for _, mode := range []string{"smart", "token_budget", "importance", "selective", "selective-chat", "composite", "mask"} {
 		t.Run(mode, func(t *testing.T) {
+			question, answer := 10, 50
+			if mode == "selective-chat" {
+				mode, question, answer = "selective", 200, 5
+			}
 			hyst, err := NewTrimmer(Config{Mode: mode}, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -77,7 +80,7 @@ func TestHysteresisKeepsPrefix(t *testing.T) {
 			var prevH, prevE []Message
 			changesH, changesE, trimmed := 0, 0, 0
 			for turn := range turns {
-				u := user(pad("question ", 4*(10+rng.IntN(30))))
+				u := user(pad("question ", 4*(question+rng.IntN(3*question))))
 				u.Raw = raw(len(history))
 				history = append(history, u)
 
@@ -103,7 +106,7 @@ func TestHysteresisKeepsPrefix(t *testing.T) {
 				}
 				prevH, prevE = resH.Messages, resE.Messages
 
-				a := asst(pad("answer ", 4*(50+rng.IntN(500))))
+				a := asst(pad("answer ", 4*(answer+rng.IntN(10*answer))))
 				a.Raw = raw(len(history))
 				history = append(history, a)
 			}

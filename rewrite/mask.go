@@ -37,10 +37,12 @@ func maskText(content string, tokens int) string {
 // MaxTokens. The results of the last unit, which the model is about to
 // read, are never masked, nor results shorter than their placeholder.
 // Counted from the newest, the choice is the same however much older
-// history there is, so masking what Mask returned changes nothing; but
-// each new tool result masks one more old one, so the forwarded prefix
-// changes at that result on such turns (the cache still holds everything
-// before it).
+// history there is, so masking what Mask returned changes nothing. The
+// first result left whole is one of the KeepLast before the newest
+// KeepLast, chosen by content (see anchor), so that a new result does not
+// mask one more old one every time: between KeepLast and 2·KeepLast stay
+// whole, and where masking begins (where the backend's prompt cache stops
+// hitting) moves about once every KeepLast/2 new results.
 //
 // With strategy.tool_results.max_tokens the Trimmer first cuts each long
 // result middle-out to that size; Mask then hides the old ones entirely,
@@ -79,6 +81,9 @@ func (m Mask) prune(p *plan, _ int) {
 		idx = append(idx, i)
 	}
 	n := max(len(idx)-keep, 0)
+	if n > 0 {
+		n = anchor(p.msgs, idx, n, max(keep, 1))
+	}
 	if m.MaxTokens > 0 {
 		whole := 0
 		for _, i := range idx[n:] {

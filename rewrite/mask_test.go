@@ -81,11 +81,12 @@ func TestMaskPrefixStability(t *testing.T) {
 	if got["mask"].tokens >= got["smart"].tokens {
 		t.Errorf("mask forwarded %d tokens, smart %d", got["mask"].tokens, got["smart"].tokens)
 	}
-	// Measured: mask leaves the prefix unchanged on 17 of 59 turns (it
-	// hides one more result each turn), smart on 50. A placeholder that
-	// changed from turn to turn would bring mask's count down.
-	if got["mask"].same < 17 {
-		t.Errorf("mask left the forwarded prefix unchanged on %d turns, measured 17", got["mask"].same)
+	// Measured: mask leaves the prefix unchanged on 41 of 59 turns (17
+	// when it hid one more result on every turn), smart on 50. A
+	// placeholder that changed from turn to turn, or masking that moved
+	// with every new result, would bring mask's count down.
+	if got["mask"].same < 35 {
+		t.Errorf("mask left the forwarded prefix unchanged on %d turns, measured 41", got["mask"].same)
 	}
 }
 
@@ -120,7 +121,9 @@ func TestMaskPlaceholderStable(t *testing.T) {
 			}
 		}
 	}
-	if masked != 12-1-2 || b.Dropped != 0 { // all but the last unit's and the 2 before it
+	// All but the last unit's, the 2 before it, and up to 2 more: where
+	// masking begins is chosen by content among them.
+	if masked < 12-1-2-2 || masked > 12-1-2 || b.Dropped != 0 {
 		t.Errorf("masked %d, dropped %d", masked, b.Dropped)
 	}
 	if again := apply(t, m, b.Messages, 0); again.Notice != "" {

@@ -21,10 +21,12 @@ var defaultPreserveRoles = []string{roleSystem, roleUser}
 // the markers count against the target.
 //
 // Its cut is stable across turns (see Budget) while the preserved messages
-// fit the target. Once they alone do not, New's TokenBudget also drops the
-// oldest of them, and that cut moves back a little with every new reply
-// Selective drops: prefer smart or token_budget where the prompt cache
-// matters.
+// fit the target: it drops the shortest oldest-first run of candidates
+// that fits. Once they alone do not, dropping every reply and then the
+// oldest preserved messages (New's TokenBudget) would move the cut with
+// every new reply, and the backend would read the prompt again from there
+// on every turn; with Steady it drops the oldest messages of every role
+// instead, oldest first, as token_budget does. New sets Steady.
 type Selective struct {
 	// PreserveRoles are the roles never dropped; nil means system and
 	// user. The leading system messages, the newest user
@@ -32,6 +34,9 @@ type Selective struct {
 	PreserveRoles []string
 	// PreserveMarked keeps the messages the client marked _preserve.
 	PreserveMarked bool
+	// Steady drops the oldest messages of every role once the preserved
+	// ones alone exceed the target (see above).
+	Steady bool
 }
 
 // Name implements Strategy.
@@ -54,9 +59,19 @@ func (s Selective) prune(p *plan, target int) {
 		}
 	}
 	before := p.ndrop
-	p.dropUntilFits(p.candidates(func(u int) bool {
+	cands := p.candidates(func(u int) bool {
 		return !keep[u] && !(s.PreserveMarked && p.preserve[u])
-	}), target)
+	})
+	if s.Steady {
+		rest := p.kept
+		for _, u := range cands {
+			rest -= p.utok[u]
+		}
+		if rest > target { // the preserved messages alone do not fit
+			cands = p.candidates(func(u int) bool { return !p.system[u] && !(s.PreserveMarked && p.preserve[u]) })
+		}
+	}
+	p.dropUntilFits(cands, target)
 	if p.ndrop > before {
 		p.style = styleDropped
 	}

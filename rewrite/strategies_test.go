@@ -52,12 +52,42 @@ func TestSlidingWindowKeepsTheLastMessages(t *testing.T) {
 	msgs := append([]Message{sys("You are helpful.")}, alternating(24, 20)...)
 	msgs = numbered(msgs...)
 	res := apply(t, SlidingWindow{WindowSize: 10, PreserveSystem: true}, msgs, 0)
-	want := append([]int{0}, rangeInts(15, 25)...)
-	if diff := cmp.Diff(want, ids(res.Messages)); diff != "" {
+	// The system message, then the last 10 and up to 5 before them: the
+	// window begins where the content says (anchor).
+	got := ids(res.Messages)
+	start := got[1]
+	want := append([]int{0}, rangeInts(start, 25)...)
+	if diff := cmp.Diff(want, got); diff != "" || start < 10 || start > 15 {
 		t.Errorf("kept (-want +got):\n%s", diff)
 	}
-	if res.Dropped != 14 {
-		t.Errorf("Dropped = %d, want 14", res.Dropped)
+	if res.Dropped != start-1 {
+		t.Errorf("Dropped = %d, want %d", res.Dropped, start-1)
+	}
+}
+
+// TestSlidingWindowStaysPut: as a conversation grows, the window's start
+// moves every few messages, not with each one, and always keeps the last
+// WindowSize.
+func TestSlidingWindowStaysPut(t *testing.T) {
+	all := numbered(append([]Message{sys("You are helpful.")}, alternating(200, 20)...)...)
+	s := SlidingWindow{WindowSize: 10, PreserveSystem: true}
+	moves, prev := 0, -1
+	for n := 12; n <= len(all); n++ {
+		got := realIDs(apply(t, s, all[:n], 0).Messages)
+		start := got[1]
+		if kept := n - start; kept < 10 || kept > 15 {
+			t.Fatalf("%d messages: kept %d", n, kept)
+		}
+		if prev >= 0 && start != prev {
+			moves++
+		}
+		prev = start
+	}
+	// Winnowing over 6 candidates moves about once every 3.5 messages;
+	// a window of exactly the last 10 moves with each one.
+	t.Logf("the start moved %d times in %d messages", moves, len(all)-12)
+	if moves > (len(all)-12)/2 {
+		t.Errorf("the start moved %d times in %d messages", moves, len(all)-12)
 	}
 }
 

@@ -260,6 +260,7 @@ func baseStrategy(mode string, cfg Config, log *slog.Logger, extra map[string]St
 		return Selective{
 			PreserveRoles:  cfg.Selective.PreserveRoles,
 			PreserveMarked: boolOr(cfg.Selective.PreserveMarked, true),
+			Steady:         true,
 		}, nil
 	case "importance":
 		return Importance{PreserveAbove: cfg.Importance.PreserveAbove, PreserveRecent: cfg.Importance.PreserveRecent}, nil

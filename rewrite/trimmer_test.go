@@ -177,7 +177,7 @@ func TestNew(t *testing.T) {
 		{"composite", Config{}, Composite{[]Strategy{Smart{Fill: true}, keep}}},
 		{"composite", Config{Composite: []string{"tool_results", "importance"}},
 			Composite{[]Strategy{ToolResults{}, Importance{}, keep}}},
-		{"selective", Config{Selective: SelectiveConfig{PreserveMarked: &yes}}, Composite{[]Strategy{Selective{PreserveMarked: true}, keep}}},
+		{"selective", Config{Selective: SelectiveConfig{PreserveMarked: &yes}}, Composite{[]Strategy{Selective{PreserveMarked: true, Steady: true}, keep}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode, func(t *testing.T) {

@@ -1,6 +1,10 @@
 package rewrite
 
-import "context"
+import (
+	"context"
+	"hash/fnv"
+	"math"
+)
 
 // Defaults of the strategy: keys (config.example.yaml).
 const (
@@ -28,9 +32,11 @@ func orDefault(n, def int) int {
 //
 // It is a count rule: it ignores the target. ctxproxy composes it with
 // TokenBudget (see New), so the result also fits the target. A window of
-// the last N messages moves on every turn, so the backend's prompt cache
-// misses after the kept system block each time; smart and token_budget keep
-// the forwarded prefix stable.
+// exactly the last N messages would move on every turn, and the backend
+// would read it all again each time; so the window begins at one of the
+// WindowSize/2 messages before the last WindowSize, chosen by content
+// (see anchor). It keeps between WindowSize and 1.5·WindowSize messages,
+// and its start moves about once every WindowSize/4 new messages.
 type SlidingWindow struct {
 	// WindowSize is how many messages to keep; 0 means
 	// DefaultWindowSize, a negative value none (only what is always kept).
@@ -55,7 +61,7 @@ func (s SlidingWindow) prune(p *plan, _ int) {
 		return
 	}
 	keep := make([]bool, p.g.count())
-	for _, i := range win[len(win)-size:] {
+	for _, i := range win[anchor(p.msgs, win, len(win)-size, size/2):] {
 		keep[p.g.unitOf[i]] = true
 	}
 	for _, u := range p.candidates(func(u int) bool {
@@ -150,4 +156,32 @@ func (s Smart) prune(p *plan, target int) {
 		return
 	}
 	p.style = styleWindow
+}
+
+// anchor returns where a run of the messages idx that must begin at or
+// before idx[at] begins: of idx[at-span] to idx[at], the message whose
+// content hashes lowest (winnowing), the earliest of equals. As the
+// conversation grows and at moves forward, the choice stays put until that
+// message leaves the span or one that hashes lower enters it, on average
+// once every (span+1)/2 messages, and the backend's prompt cache behind
+// the forwarded prefix keeps hitting meanwhile. A run cut there is cut
+// there again: the messages before the choice are gone, and none after it
+// hashes lower.
+func anchor(msgs []Message, idx []int, at, span int) int {
+	best, low := at, uint64(math.MaxUint64)
+	for j := at; j >= max(at-span, 0); j-- {
+		if h := contentHash(&msgs[idx[j]]); h <= low {
+			best, low = j, h
+		}
+	}
+	return best
+}
+
+// contentHash is a hash of what a message says: its role and content.
+func contentHash(m *Message) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(m.Role))
+	h.Write([]byte{0})
+	h.Write([]byte(m.Content))
+	return h.Sum64()
 }

@@ -36,6 +36,7 @@ func main() {
 	flag.IntVar(&cfg.UserChars, "user-chars", 300, "mean length of a user message")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of the chat")
 	flag.DurationVar(&cfg.Think, "think", 0, "pause between a reply and the next turn")
+	flag.StringVar(&cfg.Strategy, "strategy", "", `keys added to the strategies' strategy: section, e.g. "threshold: 0.9, target: 0.7"`)
 	flag.StringVar(&cfg.YAML, "yaml", "", "configuration added to every ctxproxy")
 	flag.StringVar(&paths, "paths", paths, "what to replay: ollama, trimmer and strategy modes")
 	flag.BoolVar(&cfg.Verbose, "v", false, "a line a turn")

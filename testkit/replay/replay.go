@@ -67,8 +67,10 @@ type Config struct {
 	Seed      uint64
 	// Think is the pause between a reply and the next turn.
 	Think time.Duration
-	// YAML is added to every ctxproxy configuration.
-	YAML string
+	// Strategy is added to the strategy: section of every ctxproxy but
+	// the per-turn trimmer's, in YAML flow style ("threshold: 0.9,
+	// target: 0.7"); YAML is added to every configuration.
+	Strategy, YAML string
 	// Dir holds the configurations, data and logs of the ctxproxy
 	// processes.
 	Dir string
@@ -451,6 +453,9 @@ type proxy struct {
 // yamlFor is the configuration of path.
 func yamlFor(cfg Config, path string) string {
 	strategy := "strategy: {mode: " + path + "}"
+	if cfg.Strategy != "" {
+		strategy = "strategy: {mode: " + path + ", " + cfg.Strategy + "}"
+	}
 	if path == PerTurn {
 		strategy = "strategy: {mode: token_budget, threshold: 0.8, target: 0.8}"
 	}
