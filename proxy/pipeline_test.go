@@ -560,12 +560,13 @@ func TestMemoryGuardEmergency(t *testing.T) {
 	if len(snaps) != 1 || snaps[0].Reason != snapshots.ReasonEmergency {
 		t.Fatalf("snapshots %+v", snaps)
 	}
-	// The guard saves the snapshot, then clears: wait for both.
+	// The guard saves the snapshot, clears, then remembers the snapshot
+	// for the session's next response: wait for all three.
 	var sess *snapshots.Session
 	for i := 0; i < 100; i++ {
 		sys.flush(t)
 		sess, _ = sys.store.Get(context.Background(), "busy")
-		if sess != nil && len(sess.Messages) == 0 {
+		if sess != nil && len(sess.Messages) == 0 && sys.srv.sessions.Cleared.Has("busy") {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)

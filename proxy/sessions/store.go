@@ -58,6 +58,12 @@ func NewCleared() *Cleared {
 
 func (e *Cleared) Set(session, snap string) { e.lru.Add(session, snap) }
 
+// Has reports whether session has an emergency snapshot not yet taken.
+func (e *Cleared) Has(session string) bool {
+	_, ok := e.lru.Peek(session)
+	return ok
+}
+
 // Take returns and forgets the emergency snapshot of session.
 func (e *Cleared) Take(session string) (string, bool) { return e.lru.Take(session) }
 
