@@ -227,14 +227,14 @@ func replayPath(ctx context.Context, cfg Config, path string, users []string) (R
 		if !ok {
 			return res, fmt.Errorf("turn %d: the recorder saw no chat request (%s)", i+1, logOf(cfg, path))
 		}
-		turn.Summary = strings.Contains(fwd.text, "<conversation_summary>")
+		turn.Summary = strings.Contains(fwd, "<conversation_summary>")
 		if prev != "" {
-			n := commonPrefix(prev, fwd.text)
-			turn.Kept = float64(n) / float64(max(len(fwd.text), 1))
+			n := commonPrefix(prev, fwd)
+			turn.Kept = float64(n) / float64(max(len(fwd), 1))
 			turn.Cut = n < len(prev)
 		}
 		// What the backend's cache holds when the next turn arrives.
-		prev = fwd.text + "\x00assistant\x00" + reply
+		prev = fwd + "\x00assistant\x00" + reply
 		res.Turns = append(res.Turns, turn)
 		if cfg.Verbose {
 			fmt.Fprintf(cfg.Log, "replay: %s turn %2d: wall %4.0f ms  prompt %4.0f ms  load %4.0f ms  evaluated %5d  forwarded %5d/%d  kept %.2f  cut %-5v summary %v\n",
@@ -356,13 +356,14 @@ type recorder struct {
 	srv *http.Server
 	url string
 
-	mu       sync.Mutex
-	last     *forwarded
+	mu sync.Mutex
+	// last is the chat prompt forwarded last, its messages' roles and
+	// contents joined by NUL bytes; seen says there is one not taken.
+	last     string
+	seen     bool
 	calls    int
 	callTime time.Duration
 }
-
-type forwarded struct{ text string }
 
 // summarizerPrompt begins the built-in summarizer's system prompt.
 const summarizerPrompt = "You condense one exchange"
@@ -416,7 +417,7 @@ func startRecorder(ollama string) (*recorder, error) {
 		// Recorded before forwarding: the client may have the reply
 		// before ServeHTTP returns.
 		r.mu.Lock()
-		r.last = &forwarded{text: b.String()}
+		r.last, r.seen = b.String(), true
 		r.mu.Unlock()
 		rp.ServeHTTP(w, req)
 	})}
@@ -425,15 +426,12 @@ func startRecorder(ollama string) (*recorder, error) {
 }
 
 // take returns the chat prompt forwarded since the last take.
-func (r *recorder) take() (forwarded, bool) {
+func (r *recorder) take() (string, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	f := r.last
-	r.last = nil
-	if f == nil {
-		return forwarded{}, false
-	}
-	return *f, true
+	seen := r.seen
+	r.seen = false
+	return r.last, seen
 }
 
 func (r *recorder) summaries() (int, time.Duration) {
