@@ -180,6 +180,8 @@ type Snapshots struct {
 		Password string `mapstructure:"password"`
 		DB       int    `mapstructure:"db"`
 		Prefix   string `mapstructure:"prefix"`
+		// TurnWait is snapshots.RedisConfig.TurnWait.
+		TurnWait time.Duration `mapstructure:"turn_wait"`
 	} `mapstructure:"redis"`
 }
 
@@ -261,6 +263,7 @@ func Default() Config {
 	c.Snapshots.FsyncInterval = time.Second
 	c.Snapshots.Redis.Addr = "127.0.0.1:6379"
 	c.Snapshots.Redis.Prefix = "ctxproxy:"
+	c.Snapshots.Redis.TurnWait = 200 * time.Millisecond
 	c.Models = map[string]Model{}
 	c.Log = Log{Level: "info", Format: "auto"}
 	c.Limits = Limits{MaxConnections: 4096, MaxInflight: 512, BodyMemory: 512 << 20, QueueWait: 2 * time.Second,

@@ -89,7 +89,8 @@ func (c Config) SnapshotsConfig() snapshots.Config {
 		AutoThreshold: s.AutoThreshold,
 		MaxCount:      s.MaxCount,
 		FsyncInterval: s.FsyncInterval,
-		Redis:         snapshots.RedisConfig{Addr: s.Redis.Addr, Password: s.Redis.Password, DB: s.Redis.DB, Prefix: s.Redis.Prefix},
+		Redis: snapshots.RedisConfig{Addr: s.Redis.Addr, Password: s.Redis.Password, DB: s.Redis.DB, Prefix: s.Redis.Prefix,
+			TurnWait: s.Redis.TurnWait},
 	}
 }
 

@@ -92,6 +92,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 		s.refuse(w, ex, *aerr)
 		return
 	}
+	defer p.turn.release()
 	// Cut the conversation to fit, and encode what is forwarded.
 	out, aerr := s.plan.cut(r.Context(), r, ex, req, p, 0)
 	if aerr != nil {

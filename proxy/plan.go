@@ -33,10 +33,14 @@ const ollamaDefaultCtx = 4096
 
 // plan is what ctxproxy decided for one chat request.
 type plan struct {
-	model     string
-	messages  []rewrite.Message // what is forwarded
-	sent      []rewrite.Message // the conversation as the client meant it (history included when accumulating)
-	newTurn   []rewrite.Message // what the client sent this time (accumulate mode)
+	model    string
+	messages []rewrite.Message // what is forwarded
+	sent     []rewrite.Message // the conversation as the client meant it (history included when accumulating)
+	newTurn  []rewrite.Message // what the client sent this time (accumulate mode)
+	// turn is this turn as announced to the replicas sharing the store
+	// (accumulate mode; nil otherwise): the request releases it, or hands
+	// it to the writer with the turn's record.
+	turn      *turnMark
 	accum     bool
 	changed   bool
 	numCtx    int
@@ -152,8 +156,11 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 			return nil, &wire.Error{Status: http.StatusServiceUnavailable,
 				Message: "ctxproxy could not store this session's last turn yet, so it will not send the next one without it; try again"}
 		}
+		// Replicas sharing the store: the turns answered elsewhere too.
+		p.turn = awaitTurns(ctx, s.store, ex, s.log)
 		stored, err := s.store.Get(ctx, ex.session)
 		if err != nil && !errors.Is(err, snapshots.ErrNotFound) {
+			p.turn.release()
 			// Sending the new turn alone would answer as if the
 			// conversation were new, without a word: refuse instead.
 			s.log.Warn("reading the session failed; turn refused", "session", ex.session, "err", err)
@@ -163,6 +170,7 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 		history := snapshots.Accumulate(stored, sessions.ToStored(req.Messages))
 		msgs, err := sessions.FromStored(history)
 		if err != nil {
+			p.turn.release()
 			s.log.Warn("stored session unreadable; turn refused", "session", ex.session, "err", err)
 			return nil, &wire.Error{Status: http.StatusServiceUnavailable,
 				Message: "this session's stored history could not be read, so ctxproxy will not send the turn without it"}

@@ -154,7 +154,8 @@ func (s *recorder) record(ex *exchange, p *plan, rep wire.Reply, truncated bool,
 	model, accum, mark, dialect, sent, newTurn := p.model, p.accum, p.restore, ex.dialect, p.sent, p.newTurn
 	// The turn's messages share the request body's bytes until the store
 	// has them: the body's share of the memory budget goes back then.
-	stored := hold.keep()
+	// Other replicas wait for the turn until it is stored.
+	stored := thenBoth(hold.keep(), p.turn.hand())
 	err := s.writer.UpdateThen(ex.session, func(sess *snapshots.Session) error {
 		if model != "" {
 			sess.Model = model
@@ -300,4 +301,16 @@ func (p *plan) countMethod() string {
 // slog writes a time.Duration to JSON as bare nanoseconds.
 func ms(d time.Duration) float64 {
 	return float64(d.Round(100*time.Microsecond)) / float64(time.Millisecond)
+}
+
+// thenBoth returns a function that calls a and b, those not nil; nil when
+// both are.
+func thenBoth(a, b func()) func() {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return func() { a(); b() }
 }

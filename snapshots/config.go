@@ -64,6 +64,10 @@ type RedisConfig struct {
 	DB       int    `mapstructure:"db"`
 	// Prefix starts every key ctxproxy writes; default "ctxproxy:".
 	Prefix string `mapstructure:"prefix"`
+	// TurnWait bounds how long a turn built on the stored history waits
+	// for the session's turns that other replicas have not stored yet
+	// (TurnOrder); default DefaultTurnWait.
+	TurnWait time.Duration `mapstructure:"turn_wait"`
 }
 
 // Defaults.
@@ -106,6 +110,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Redis.Prefix == "" {
 		c.Redis.Prefix = DefaultRedisPrefix
+	}
+	if c.Redis.TurnWait <= 0 {
+		c.Redis.TurnWait = DefaultTurnWait
 	}
 	return c
 }

@@ -21,6 +21,8 @@ import (
 //	PREFIX log:KEY:corrupt-TIME     corrupt records skipped in it, as they
 //	                                were (a list), kept for inspection
 //	PREFIX ver:KEY                  the session's version, new on every change
+//	PREFIX turns:KEY                the session's turns begun and stored, on
+//	                                every replica (TurnOrder)
 //	PREFIX sessions                 hash KEY → SessionInfo JSON (List)
 //	PREFIX snapshot:KEY:SNAPSHOT-ID a snapshot record
 //	PREFIX snapshots:KEY            hash SNAPSHOT-ID → SnapshotInfo JSON
@@ -55,6 +57,7 @@ type RedisStore struct {
 	cache     *stateCache
 	compactor *compactor
 	counters  counters
+	*redisTurns
 }
 
 // maxAttempts bounds the optimistic retries of one update. Each conflict
@@ -96,6 +99,8 @@ func redisStoreOn(rdb *redis.Client, cfg Config, log *slog.Logger) *RedisStore {
 		obs:      observer{StoreRedis, cfg.Observe},
 		cache:    newStateCache(defaultCacheBytes),
 	}
+	st.redisTurns = &redisTurns{rdb: rdb, keys: st.keys, turnWait: cfg.withDefaults().Redis.TurnWait,
+		readErr: st.readErr, writeErr: st.writeErr}
 	st.counters.copies = "Redis keys " + cfg.Redis.Prefix + "*:corrupt*"
 	st.compactor = newCompactor(st.compact)
 	return st
@@ -110,6 +115,7 @@ type redisKeys string
 func (p redisKeys) log(k string) string       { return string(p) + "log:" + k }
 func (p redisKeys) aside(k, t string) string  { return string(p) + "log:" + k + ":corrupt-" + t }
 func (p redisKeys) ver(k string) string       { return string(p) + "ver:" + k }
+func (p redisKeys) turns(k string) string     { return string(p) + "turns:" + k }
 func (p redisKeys) session(k string) string   { return string(p) + "session:" + k }
 func (p redisKeys) index() string             { return string(p) + "sessions" }
 func (p redisKeys) snapIndex(k string) string { return string(p) + "snapshots:" + k }

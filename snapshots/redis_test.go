@@ -1,13 +1,10 @@
 package snapshots
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,60 +12,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/ctxproxy/ctxproxy/testkit/redistest"
 )
 
-// startRedis starts a throwaway redis-server on a free loopback port and
-// returns its address; t.Cleanup stops it. Without redis-server the test
-// is skipped, except under CI, which must run it (.ci/run installs it).
-func startRedis(t testing.TB) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("redis-server is not installed; CI must run the Redis store tests")
-		}
-		t.Skip("redis-server is not installed")
-	}
-	return startRedisOn(t, bin, freePort(t))
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// startRedisOn runs redis-server (bin) on port until the test ends.
-func startRedisOn(t testing.TB, bin string, port int) string {
-	t.Helper()
-	var out bytes.Buffer
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-	for i := 0; ; i++ {
-		if rdb.Ping(context.Background()).Err() == nil {
-			return addr
-		}
-		if i == 500 {
-			t.Fatalf("redis-server did not answer on %s:\n%s", addr, out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// startRedis starts a throwaway redis-server (redistest.Start).
+func startRedis(t testing.TB) string { return redistest.Start(t) }
 
 var prefixes atomic.Int64
 
@@ -254,14 +203,8 @@ func TestRedisStoreUnreachable(t *testing.T) {
 // does not stop it: Open returns a store that fails until Redis comes
 // up, then works, without a restart.
 func TestOpenRedisDownAtStart(t *testing.T) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("redis-server is not installed; CI must run the Redis store tests")
-		}
-		t.Skip("redis-server is not installed")
-	}
-	port := freePort(t)
+	bin := redistest.Binary(t)
+	port := redistest.FreePort(t)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
@@ -278,8 +221,52 @@ func TestOpenRedisDownAtStart(t *testing.T) {
 	if err := st.Update(context.Background(), "s", incr); err == nil {
 		t.Fatal("a write succeeded with Redis down")
 	}
-	startRedisOn(t, bin, port)
+	redistest.StartOn(t, bin, port)
 	if err := st.Update(context.Background(), "s", incr); err != nil {
 		t.Fatalf("after Redis came up: %v", err)
+	}
+}
+
+// TestRedisTurnOrder: a turn waits for the turns begun before it until
+// they end, not for those begun after; a turn that never ends (its
+// replica died) is waited for once, up to the turn wait, then given up.
+func TestRedisTurnOrder(t *testing.T) {
+	addr := startRedis(t)
+	cfg := Config{Redis: RedisConfig{TurnWait: 50 * time.Millisecond}}
+	a := newRedisStore(t, addr, "turns:", cfg)
+	b := newRedisStore(t, addr, "turns:", cfg)
+	ctx := context.Background()
+	if _, done, err := b.AwaitTurns(ctx, "s"); !done || err != nil {
+		t.Fatalf("a new session waited: %v, %v", done, err)
+	}
+	seq, err := a.BeginTurn(ctx, "s")
+	if err != nil || seq != 1 {
+		t.Fatalf("BeginTurn = %d, %v", seq, err)
+	}
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		a.EndTurn(ctx, "s", seq)
+	}()
+	if waited, done, err := b.AwaitTurns(ctx, "s"); !done || err != nil || waited < 5*time.Millisecond {
+		t.Fatalf("waited %v for the turn begun on the other store: %v, %v", waited, done, err)
+	}
+	// A turn that never ends: waited for once, then given up.
+	if _, err := a.BeginTurn(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if waited, done, err := b.AwaitTurns(ctx, "s"); done || err != nil || waited < 50*time.Millisecond {
+		t.Fatalf("a turn that never ended: waited %v, complete %v, %v", waited, done, err)
+	}
+	if waited, done, err := b.AwaitTurns(ctx, "s"); !done || err != nil || waited > 20*time.Millisecond {
+		t.Fatalf("the turn given up was waited for again: %v, %v, %v", waited, done, err)
+	}
+	// Turns that end out of order: the later end does not let a turn skip
+	// one still in flight after it.
+	s3, _ := a.BeginTurn(ctx, "s")
+	s4, _ := a.BeginTurn(ctx, "s")
+	a.EndTurn(ctx, "s", s4)
+	a.EndTurn(ctx, "s", s3) // lower: changes nothing
+	if _, done, _ := b.AwaitTurns(ctx, "s"); !done {
+		t.Fatal("both turns ended, still waiting")
 	}
 }

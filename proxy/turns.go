@@ -1,0 +1,87 @@
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/snapshots"
+)
+
+// Turn order across replicas (snapshots.TurnOrder): a turn built on the
+// stored history waits for the turns of its session that other replicas
+// answered and have not stored yet, then announces itself, and ends once
+// its own record is stored or will not be.
+
+// turnWaitWarning is told to a client whose turn went without a turn that
+// another replica answered and had not stored in time.
+const turnWaitWarning = "an earlier turn of this session, answered by another ctxproxy replica, was not stored within " +
+	"snapshots.redis.turn_wait; this turn was sent without it"
+
+// awaitTurns waits, when the store is shared by replicas, for the turns of
+// ex's session begun elsewhere, and announces this one. It returns the
+// mark to end, nil when the store orders no turns.
+func awaitTurns(ctx context.Context, store any, ex *exchange, log *slog.Logger) *turnMark {
+	order, ok := store.(snapshots.TurnOrder)
+	if !ok {
+		return nil
+	}
+	waited, complete, err := order.AwaitTurns(ctx, ex.session)
+	switch {
+	case err != nil:
+		log.Warn("waiting for the session's turns on other replicas failed", "session", ex.session, "err", err)
+	case !complete:
+		log.Warn("a turn answered by another replica was not stored in time; sending this one without it",
+			"session", ex.session, "waited_ms", waited.Milliseconds())
+		ex.warn(turnWaitWarning)
+	case waited > time.Millisecond:
+		ex.logAttrs = append(ex.logAttrs, "turn_wait_ms", float64(waited.Microseconds())/1000)
+	}
+	seq, err := order.BeginTurn(ctx, ex.session)
+	if err != nil {
+		log.Warn("announcing the turn to other replicas failed", "session", ex.session, "err", err)
+		return nil
+	}
+	return &turnMark{order: order, session: ex.session, seq: seq, log: log}
+}
+
+// turnMark is a turn announced to the other replicas: it ends once, when
+// its record is stored or will not be.
+type turnMark struct {
+	order   snapshots.TurnOrder
+	session string
+	seq     int64
+	log     *slog.Logger
+	// handed says the writer ends it, once the record is stored.
+	handed atomic.Bool
+	once   sync.Once
+}
+
+// hand gives the end of m to the writer, which stores the turn's record:
+// it returns what the writer calls when done. A nil m returns nil.
+func (m *turnMark) hand() func() {
+	if m == nil {
+		return nil
+	}
+	m.handed.Store(true)
+	return m.end
+}
+
+// release ends m at the end of its request, unless the writer has it.
+func (m *turnMark) release() {
+	if m != nil && !m.handed.Load() {
+		m.end()
+	}
+}
+
+func (m *turnMark) end() {
+	m.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := m.order.EndTurn(ctx, m.session, m.seq); err != nil {
+			m.log.Warn("telling other replicas the turn ended failed; their next turn waits for it", "session", m.session, "err", err)
+		}
+	})
+}
