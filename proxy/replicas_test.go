@@ -7,11 +7,14 @@ import (
 	"io"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
@@ -20,8 +23,10 @@ import (
 
 // newReplica is one ctxproxy replica in front of backendURL, with a
 // Redis store of its own (its own cache and writer) on the shared Redis
-// at addr, as replicas behind a load balancer run.
-func newReplica(t *testing.T, backendURL, addr string) (string, *snapshots.RedisStore) {
+// at addr, as replicas behind a load balancer run; with summarize, in
+// mode summarize over a 4,096-token window, its summaries written by the
+// backend's own model.
+func newReplica(t *testing.T, backendURL, addr string, summarize ...bool) (string, *snapshots.RedisStore) {
 	t.Helper()
 	log := testLogger(t)
 	scfg := snapshots.Config{Store: snapshots.StoreRedis, Redis: snapshots.RedisConfig{Addr: addr, Prefix: "replicas:",
@@ -37,15 +42,33 @@ func newReplica(t *testing.T, backendURL, addr string) (string, *snapshots.Redis
 		writer.Close(ctx)
 		store.Close()
 	})
+	var gcfg gpu.Config
+	var tcfg budget.Config
+	scfgStrategy := rewrite.Config{}
+	var extra []rewrite.Strategy
+	if len(summarize) > 0 && summarize[0] {
+		off := false
+		gcfg = gpu.Config{AutoSize: &off, TargetSize: 4096}
+		// Counted alike on every replica: calibration learns from each
+		// replica's own replies, and counts that differ put the cuts
+		// elsewhere (see the closing comment of TestReplicasSummarizeOnce).
+		tcfg.Calibrate = &off
+		scfgStrategy.Mode = "summarize"
+		summ := backend.NewSummarizer(backendURL, func() string { return KindOllama }, backend.SummarizerConfig{}, nil, log)
+		comp := rewrite.NewCompactor(rewrite.SummarizeConfig{Wait: time.Second}, summ,
+			rewrite.CompactorOptions{Store: sessions.SummaryStore{Store: store}, Log: log})
+		t.Cleanup(func() { comp.Close() })
+		extra = []rewrite.Strategy{comp.Summarize(), comp.Hybrid()}
+	}
 	probe := &fixedProbe{devices: []gpu.Device{{Vendor: "nvidia", Name: "Fake GPU", Total: 24 << 30, Used: 4 << 30, Free: 20 << 30}}}
-	mon := gpu.NewMonitor(probe, gpu.Config{}, gpu.MonitorOptions{Logger: log})
+	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: log})
 	mon.Sample(context.Background())
-	trimmer, err := rewrite.NewTrimmer(rewrite.Config{}, log)
+	trimmer, err := rewrite.NewTrimmer(scfgStrategy, log, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Backend: backendURL}, Deps{Tokens: budget.NewRegistry(budget.Config{}, log), Trimmer: trimmer,
-		Sizer: gpu.NewSizer(gpu.Config{}), Monitor: mon, Store: store, Writer: writer}, log)
+	srv, err := New(Config{Backend: backendURL}, Deps{Tokens: budget.NewRegistry(tcfg, log), Trimmer: trimmer,
+		Sizer: gpu.NewSizer(gcfg), Monitor: mon, Store: store, Writer: writer}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,5 +143,71 @@ func TestReplicasReadTheirWrites(t *testing.T) {
 	t.Logf("%d turns in %v (one of them waited turn_wait for a turn never stored)", turns, time.Since(start))
 	if missing > 0 {
 		t.Errorf("%d of %d forwarded requests lacked earlier turns", missing, turns)
+	}
+}
+
+// TestReplicasSummarizeOnce: a chat client (the whole history each turn)
+// in mode summarize, its turns round robin over three replicas on one
+// Redis, makes as many summarizer calls as the same chat on one replica:
+// a replica that reaches a cut finds in Redis the summaries another one
+// wrote. Every turn from the first summary on forwards the summaries.
+//
+// Counting is by estimate without calibration here. With calibration on,
+// each replica learns from the replies it served, their counts drift
+// apart, and a replica may cut one iteration further than another: 12
+// calls on three replicas against 11 on one, measured. Exact counts (the
+// backend's own tokenizer) are the same on every replica.
+func TestReplicasSummarizeOnce(t *testing.T) {
+	addr := redistest.Start(t)
+	run := func(n int, prefix string) (calls, first, without int) {
+		var count atomic.Int64
+		be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{ReplyFunc: func(body []byte) string {
+			if strings.Contains(string(body), "You condense one exchange") {
+				return fmt.Sprintf("Summary %d: the user asked about a topic and the assistant explained it.", count.Add(1))
+			}
+			return "Here is a detailed answer about that topic, with a few more words to take some room."
+		}})
+		var urls []string
+		for range n {
+			url, _ := newReplica(t, be.URL, addr, true)
+			urls = append(urls, url)
+		}
+		msgs := []map[string]any{{"role": "system", "content": "You are a patient tutor."}}
+		for i := range 120 {
+			msgs = append(msgs, map[string]any{"role": "user", "content": fmt.Sprintf("Question %d: tell me about topic %d in some detail, please, with examples.", i, i)})
+			body, _ := json.Marshal(map[string]any{"model": "llama3.1:8b", "stream": false, "messages": msgs})
+			resp := post(t, urls[i%n]+"/api/chat", body, map[string]string{"X-Session-ID": prefix + "-chat"})
+			var v struct {
+				Message struct{ Content string } `json:"message"`
+			}
+			json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("turn %d: status %d", i, resp.StatusCode)
+			}
+			var chat []byte
+			for _, r := range be.Requests() {
+				if strings.Contains(string(r.Body), "You are a patient tutor.") {
+					chat = r.Body
+				}
+			}
+			switch summary := strings.Contains(string(chat), "<conversation_summary>"); {
+			case summary && first == 0:
+				first = i + 1
+			case !summary && first > 0:
+				without++
+			}
+			msgs = append(msgs, map[string]any{"role": "assistant", "content": v.Message.Content})
+		}
+		return int(count.Load()), first, without
+	}
+	one, firstOne, withoutOne := run(1, "one")
+	three, firstThree, withoutThree := run(3, "three")
+	t.Logf("summarizer calls: %d on one replica, %d on three; first summary at turn %d and %d", one, three, firstOne, firstThree)
+	if one == 0 || three != one {
+		t.Errorf("%d summarizer calls on three replicas, %d on one", three, one)
+	}
+	if withoutOne+withoutThree > 0 {
+		t.Errorf("turns after the first summary without one: %d on one replica, %d on three", withoutOne, withoutThree)
 	}
 }
