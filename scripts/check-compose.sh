@@ -16,5 +16,6 @@ go run ./cmd/ctxproxy check-config --config deploy/ctxproxy.yaml
 if docker compose version >/dev/null 2>&1; then
   docker compose -f docker-compose.yml --profile redis --profile metrics config -q
   docker compose -f docker-compose.yml -f docker-compose.cpu.yml config -q
+  docker compose -f docker-compose.yml -f docker-compose.replicas.yml config -q
   echo "check-compose: docker compose config: ok"
 fi

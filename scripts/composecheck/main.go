@@ -34,6 +34,8 @@ import (
 const (
 	composeFile  = "docker-compose.yml"
 	cpuOverride  = "docker-compose.cpu.yml"
+	replicasFile = "docker-compose.replicas.yml"
+	nginxConf    = "deploy/nginx.conf"
 	dockerfile   = "Dockerfile"
 	proxyPort    = "11435"
 	ollamaURL    = "http://ollama:11434"
@@ -64,7 +66,7 @@ func main() {
 	if len(problems) > 0 {
 		os.Exit(1)
 	}
-	fmt.Fprintf(os.Stderr, "composecheck: %s, %s and %s are valid\n", composeFile, cpuOverride, dockerfile)
+	fmt.Fprintf(os.Stderr, "composecheck: %s, %s, %s and %s are valid\n", composeFile, cpuOverride, replicasFile, dockerfile)
 }
 
 // env is the environment the stack is resolved with: none of the
@@ -192,7 +194,65 @@ func check(ctx context.Context, dir string) []error {
 		}
 	}
 
+	problems = append(problems, checkReplicas(ctx, dir)...)
 	return append(problems, checkDockerfile(filepath.Join(dir, dockerfile))...)
+}
+
+// checkReplicas checks the replicas stack: several ctxproxy replicas on
+// the Redis store, without a port of their own, behind a load balancer
+// that publishes ctxproxy's port and streams.
+func checkReplicas(ctx context.Context, dir string) []error {
+	var problems []error
+	add := func(format string, args ...any) { problems = append(problems, fmt.Errorf(format, args...)) }
+	p, err := load(ctx, dir, nil, composeFile, replicasFile)
+	if err != nil {
+		return []error{fmt.Errorf("%s + %s: %w", composeFile, replicasFile, err)}
+	}
+	proxy, redis, lb := p.Services["ctxproxy"], p.Services["redis"], p.Services["lb"]
+	if redis.Name == "" || lb.Name == "" {
+		return []error{fmt.Errorf("%s: without profiles it must start redis and lb, got %q", replicasFile, p.ServiceNames())}
+	}
+	if proxy.Deploy == nil || proxy.Deploy.Replicas == nil || *proxy.Deploy.Replicas < 2 {
+		add("%s: service ctxproxy: deploy.replicas must be 2 or more", replicasFile)
+	}
+	if len(proxy.Ports) > 0 {
+		add("%s: service ctxproxy: replicas publish no port (the load balancer does)", replicasFile)
+	}
+	if v := proxy.Environment["CTXPROXY_SNAPSHOTS_STORE"]; v == nil || *v != "redis" {
+		add("%s: service ctxproxy: replicas must use the redis store", replicasFile)
+	}
+	if d, ok := proxy.DependsOn["redis"]; !ok || !d.Required || d.Condition != types.ServiceConditionHealthy {
+		add("%s: service ctxproxy: replicas must wait for a healthy redis", replicasFile)
+	}
+	if d, ok := lb.DependsOn["ctxproxy"]; !ok || d.Condition != types.ServiceConditionHealthy {
+		add("%s: service lb: must wait for healthy replicas", replicasFile)
+	}
+	if !publishes(lb, proxyPort) {
+		add("%s: service lb: port %s is not published", replicasFile, proxyPort)
+	}
+	if lb.HealthCheck == nil || len(lb.HealthCheck.Test) == 0 || lb.Restart == "" {
+		add("%s: service lb: needs a health check and a restart policy", replicasFile)
+	}
+	conf, err := os.ReadFile(filepath.Join(dir, nginxConf))
+	if err != nil {
+		return append(problems, err)
+	}
+	want, err := filepath.Abs(filepath.Join(dir, nginxConf))
+	if err != nil {
+		return append(problems, err)
+	}
+	mounted := slices.ContainsFunc(lb.Volumes, func(v types.ServiceVolumeConfig) bool {
+		return v.Source == want && v.Target == "/etc/nginx/nginx.conf"
+	})
+	if !mounted {
+		add("%s: service lb: %s is not mounted at /etc/nginx/nginx.conf", replicasFile, nginxConf)
+	}
+	for _, want := range []string{"server ctxproxy:" + proxyPort, "listen " + proxyPort, "proxy_buffering off", "proxy_pass http://ctxproxy"} {
+		if !strings.Contains(string(conf), want) {
+			add("%s: no %q", nginxConf, want)
+		}
+	}
+	return problems
 }
 
 func hasVolume(p *types.Project, s types.ServiceConfig, target string) bool {

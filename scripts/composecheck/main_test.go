@@ -22,7 +22,7 @@ func TestRepositoryStackIsValid(t *testing.T) {
 func copyStack(t *testing.T, file, old, new string) string {
 	t.Helper()
 	dir := t.TempDir()
-	for _, f := range []string{composeFile, cpuOverride, dockerfile, "deploy/ctxproxy.yaml", "deploy/prometheus.yml"} {
+	for _, f := range []string{composeFile, cpuOverride, replicasFile, nginxConf, dockerfile, "deploy/ctxproxy.yaml", "deploy/prometheus.yml"} {
 		data, err := os.ReadFile(filepath.Join(repo, f))
 		if err != nil {
 			t.Fatal(err)
@@ -58,6 +58,10 @@ func TestBrokenStacksAreRejected(t *testing.T) {
 		{"ollama without GPU", composeFile, "              capabilities: [gpu]\n    restart", "              capabilities: [compute]\n    restart",
 			"service ollama: no NVIDIA GPU reservation"},
 		{"backend is not the ollama service", composeFile, "http://ollama:11434", "http://localhost:11434", "CTXPROXY_BACKEND_URL"},
+		{"replicas on the file store", replicasFile, "CTXPROXY_SNAPSHOTS_STORE: redis", "CTXPROXY_SNAPSHOTS_STORE: file", "must use the redis store"},
+		{"one replica", replicasFile, "replicas: 3", "replicas: 1", "deploy.replicas must be 2 or more"},
+		{"replicas publish their port", replicasFile, "ports: !reset []", "ports: [\"11436:11435\"]", "replicas publish no port"},
+		{"buffered streams", nginxConf, "proxy_buffering off;", "proxy_buffering on;", "proxy_buffering off"},
 		{"ctxproxy starts before ollama is healthy", composeFile, "        condition: service_healthy\n      redis",
 			"        condition: service_started\n      redis", "must depend on ollama being healthy"},
 		{"models not on a volume", composeFile, "ollama-models:/root/.ollama", "/srv/models:/root/.ollama", "no named volume at /root/.ollama"},
