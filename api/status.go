@@ -15,6 +15,9 @@ type Status struct {
 	Summarize     SummarizeStatus `json:"summarize"`
 	Sessions      int             `json:"sessions"`
 	Inflight      int64           `json:"inflight"`
+	// Replica names this ctxproxy (its host name) when replicas share
+	// the Redis store; empty otherwise.
+	Replica string `json:"replica,omitempty"`
 }
 
 // BackendStatus is the server behind ctxproxy.

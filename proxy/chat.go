@@ -168,6 +168,9 @@ func (s *Server) refuse(w http.ResponseWriter, ex *exchange, e wire.Error) {
 func (s *Server) noteSession(r *http.Request, ex *exchange, session string) {
 	ex.session = session
 	ex.named = r.Header.Get(s.cfg.SessionHeader) != ""
+	if s.cfg.Status.Replica != "" {
+		ex.headers.Set("X-Ctxproxy-Replica", s.cfg.Status.Replica)
+	}
 	if session == "" {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -67,7 +68,8 @@ func newReplica(t *testing.T, backendURL, addr string, summarize ...bool) (strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Backend: backendURL}, Deps{Tokens: budget.NewRegistry(tcfg, log), Trimmer: trimmer,
+	name := fmt.Sprintf("replica-%d", replicaNames.Add(1))
+	srv, err := New(Config{Backend: backendURL, Status: admin.StatusInfo{Replica: name}}, Deps{Tokens: budget.NewRegistry(tcfg, log), Trimmer: trimmer,
 		Sizer: gpu.NewSizer(gcfg), Monitor: mon, Store: store, Writer: writer}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +78,9 @@ func newReplica(t *testing.T, backendURL, addr string, summarize ...bool) (strin
 	t.Cleanup(ts.Close)
 	return ts.URL, store
 }
+
+// replicaNames numbers the replicas the tests start.
+var replicaNames atomic.Int64
 
 // TestReplicasReadTheirWrites: three replicas on one Redis, a client in
 // accumulate mode (it sends only its new turn) whose turns go round robin,
@@ -95,6 +100,7 @@ func TestReplicasReadTheirWrites(t *testing.T) {
 	const turns = 60
 	h := map[string]string{"X-Session-ID": "round-robin", "X-Ctxproxy-Accumulate": "1"}
 	missing := 0
+	answered := map[string]bool{} // X-Ctxproxy-Replica
 	start := time.Now()
 	for i := range turns {
 		if i == turns/2 {
@@ -112,6 +118,7 @@ func TestReplicasReadTheirWrites(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("turn %d: status %d", i, resp.StatusCode)
 		}
+		answered[resp.Header.Get("X-Ctxproxy-Replica")] = true
 		warned := strings.Contains(strings.Join(resp.Header.Values("X-Ctxproxy-Warning"), " "), "turn_wait")
 		if i == turns/2 && !warned {
 			t.Errorf("turn %d, after a replica died mid-turn: no warning", i)
@@ -143,6 +150,9 @@ func TestReplicasReadTheirWrites(t *testing.T) {
 	t.Logf("%d turns in %v (one of them waited turn_wait for a turn never stored)", turns, time.Since(start))
 	if missing > 0 {
 		t.Errorf("%d of %d forwarded requests lacked earlier turns", missing, turns)
+	}
+	if len(answered) != len(replicas) || answered[""] {
+		t.Errorf("X-Ctxproxy-Replica named %v, want the %d replicas", answered, len(replicas))
 	}
 }
 

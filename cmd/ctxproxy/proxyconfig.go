@@ -1,10 +1,13 @@
 package main
 
 import (
+	"os"
+
 	"github.com/ctxproxy/ctxproxy/config"
 	"github.com/ctxproxy/ctxproxy/proxy"
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
+	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
 // proxyConfig is what the proxy gets from the configuration. It is built
@@ -37,6 +40,20 @@ func proxyConfig(c config.Config, version string) proxy.Config {
 			KVQuantization: c.Context.KVQuantization, NumParallel: c.Context.NumParallel,
 			SnapshotStore: c.Snapshots.Store, AutoThreshold: c.Snapshots.AutoThreshold, MaxCount: c.Snapshots.MaxCount,
 			SummarizeModel: c.Summarize.Model, KeepRecent: c.Summarize.KeepRecent,
+			Replica: replicaName(c),
 		},
 	}
+}
+
+// replicaName names this ctxproxy among replicas sharing the Redis store:
+// its host name (a container's id under Docker); "" on the file store.
+func replicaName(c config.Config) string {
+	if c.Snapshots.Store != snapshots.StoreRedis {
+		return ""
+	}
+	name, err := os.Hostname()
+	if err != nil {
+		return ""
+	}
+	return name
 }

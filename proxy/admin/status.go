@@ -88,6 +88,7 @@ func (s *Status) Report(ctx context.Context) api.Status {
 		Snapshots: api.SnapshotsStatus{Store: "off"},
 		Summarize: api.SummarizeStatus{Model: info.SummarizeModel, KeepRecent: info.KeepRecent},
 		Inflight:  s.inflight.Load(),
+		Replica:   info.Replica,
 	}
 	if t := s.trimmer.Load(); t != nil {
 		st.Strategy = api.StrategyStatus{Mode: t.Mode(), Threshold: t.Threshold(), Target: t.Target(),
@@ -325,6 +326,10 @@ type StatusInfo struct {
 	// own) and summarize.keep_recent.
 	SummarizeModel string
 	KeepRecent     int
+	// Replica names this ctxproxy among replicas sharing the Redis store
+	// (its host name); "" when it runs alone. Chat responses carry it in
+	// X-Ctxproxy-Replica.
+	Replica string
 }
 
 func (i StatusInfo) minSize() int { return cmp.Or(i.MinSize, gpu.DefaultMinSize) }

@@ -137,7 +137,7 @@
 
   // Overview cards.
   function renderStatus(s) {
-    setText('version', s.version ? 'version ' + s.version : '');
+    setText('version', (s.version ? 'version ' + s.version : '') + (s.replica ? ' · replica ' + s.replica : ''));
     setText('uptime', duration(s.uptime_seconds));
     const be = s.backend || {};
     setText('backend-url', be.url);
