@@ -180,6 +180,10 @@ type Snapshots struct {
 		Password string `mapstructure:"password"`
 		DB       int    `mapstructure:"db"`
 		Prefix   string `mapstructure:"prefix"`
+		// The Sentinel keys are snapshots.RedisConfig's.
+		SentinelMaster   string   `mapstructure:"sentinel_master"`
+		SentinelAddrs    []string `mapstructure:"sentinel_addrs"`
+		SentinelPassword string   `mapstructure:"sentinel_password"`
 		// TurnWait is snapshots.RedisConfig.TurnWait.
 		TurnWait time.Duration `mapstructure:"turn_wait"`
 	} `mapstructure:"redis"`
@@ -264,6 +268,7 @@ func Default() Config {
 	c.Snapshots.Redis.Addr = "127.0.0.1:6379"
 	c.Snapshots.Redis.Prefix = "ctxproxy:"
 	c.Snapshots.Redis.TurnWait = 200 * time.Millisecond
+	c.Snapshots.Redis.SentinelAddrs = []string{}
 	c.Models = map[string]Model{}
 	c.Log = Log{Level: "info", Format: "auto"}
 	c.Limits = Limits{MaxConnections: 4096, MaxInflight: 512, BodyMemory: 512 << 20, QueueWait: 2 * time.Second,

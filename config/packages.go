@@ -90,7 +90,8 @@ func (c Config) SnapshotsConfig() snapshots.Config {
 		MaxCount:      s.MaxCount,
 		FsyncInterval: s.FsyncInterval,
 		Redis: snapshots.RedisConfig{Addr: s.Redis.Addr, Password: s.Redis.Password, DB: s.Redis.DB, Prefix: s.Redis.Prefix,
-			TurnWait: s.Redis.TurnWait},
+			SentinelMaster: s.Redis.SentinelMaster, SentinelAddrs: s.Redis.SentinelAddrs,
+			SentinelPassword: s.Redis.SentinelPassword, TurnWait: s.Redis.TurnWait},
 	}
 }
 

@@ -3,7 +3,10 @@ package snapshots
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Store kinds for Config.Store.
@@ -64,6 +67,13 @@ type RedisConfig struct {
 	DB       int    `mapstructure:"db"`
 	// Prefix starts every key ctxproxy writes; default "ctxproxy:".
 	Prefix string `mapstructure:"prefix"`
+	// SentinelMaster, when set, finds the primary through Redis Sentinel:
+	// it is the name the sentinels at SentinelAddrs monitor it under, and
+	// Addr is not used. SentinelPassword is the sentinels' own password
+	// ("" for none); Password is the primary's.
+	SentinelMaster   string   `mapstructure:"sentinel_master"`
+	SentinelAddrs    []string `mapstructure:"sentinel_addrs"`
+	SentinelPassword string   `mapstructure:"sentinel_password"`
 	// TurnWait bounds how long a turn built on the stored history waits
 	// for the session's turns that other replicas have not stored yet
 	// (TurnOrder); default DefaultTurnWait.
@@ -140,5 +150,30 @@ func (c Config) Validate() error {
 	if c.Redis.DB < 0 {
 		errs = append(errs, fmt.Errorf("snapshots.redis.db: %d is negative", c.Redis.DB))
 	}
+	if (c.Redis.SentinelMaster == "") != (len(c.Redis.SentinelAddrs) == 0) {
+		errs = append(errs, errors.New("snapshots.redis.sentinel_master and sentinel_addrs go together: "+
+			"the name of the primary, and the sentinels that monitor it"))
+	}
 	return errors.Join(errs...)
+}
+
+// client returns a client of the Redis c describes: the primary the
+// sentinels name when SentinelMaster is set (it follows a failover), else
+// the server at Addr.
+func (c RedisConfig) client() *redis.Client {
+	if c.SentinelMaster != "" {
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: c.SentinelMaster, SentinelAddrs: c.SentinelAddrs, SentinelPassword: c.SentinelPassword,
+			Password: c.Password, DB: c.DB,
+		})
+	}
+	return redis.NewClient(&redis.Options{Addr: c.Addr, Password: c.Password, DB: c.DB})
+}
+
+// where says which Redis c is, for logs and errors.
+func (c RedisConfig) where() string {
+	if c.SentinelMaster != "" {
+		return fmt.Sprintf("primary %q of the sentinels %s", c.SentinelMaster, strings.Join(c.SentinelAddrs, ","))
+	}
+	return c.Addr
 }

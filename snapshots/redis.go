@@ -44,8 +44,8 @@ import (
 // update) it is copied to PREFIX log:KEY:corrupt-TIME. A log without a
 // record that loads is renamed to its key plus ":corrupt" by the next
 // update. Transactions span a session's keys and the shared index, so the
-// store needs a single Redis (or a primary with replicas), not Redis
-// Cluster.
+// store needs a single Redis, or a primary with replicas (found through
+// Redis Sentinel with RedisConfig.SentinelMaster), not Redis Cluster.
 type RedisStore struct {
 	rdb       *redis.Client
 	keys      redisKeys
@@ -72,14 +72,10 @@ func NewRedisStore(ctx context.Context, cfg Config, log *slog.Logger) (*RedisSto
 	if log == nil {
 		log = discard
 	}
-	rdb := redis.NewClient(&redis.Options{
-		Addr:     cfg.Redis.Addr,
-		Password: cfg.Redis.Password,
-		DB:       cfg.Redis.DB,
-	})
+	rdb := cfg.Redis.client()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("snapshots: redis %s: %w", cfg.Redis.Addr, err)
+		return nil, fmt.Errorf("snapshots: redis %s: %w", cfg.Redis.where(), err)
 	}
 	return redisStoreOn(rdb, cfg, log), nil
 }

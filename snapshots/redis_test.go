@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -268,5 +269,64 @@ func TestRedisTurnOrder(t *testing.T) {
 	a.EndTurn(ctx, "s", s3) // lower: changes nothing
 	if _, done, _ := b.AwaitTurns(ctx, "s"); !done {
 		t.Fatal("both turns ended, still waiting")
+	}
+}
+
+// TestRedisSentinel: with snapshots.redis.sentinel_master the store finds
+// the primary through Redis Sentinel, and follows it when it fails over:
+// the primary is killed, the sentinel promotes its replica, and the
+// sessions written before are read, and written again, through the new
+// primary.
+func TestRedisSentinel(t *testing.T) {
+	primary := redistest.StartServer(t)
+	host, port, _ := net.SplitHostPort(primary.Addr)
+	replica := redistest.StartServer(t, "--replicaof", host, port)
+	ctx := context.Background()
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr})
+	defer rc.Close()
+	waitFor(t, "the replica to sync", func() bool {
+		info, _ := rc.Info(ctx, "replication").Result()
+		return strings.Contains(info, "master_link_status:up")
+	})
+	sentinel := redistest.StartSentinel(t, "primary", primary.Addr)
+	cfg := Config{Redis: RedisConfig{SentinelMaster: "primary", SentinelAddrs: []string{sentinel}, Prefix: "sentinel:"}}
+	st, err := NewRedisStore(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	turn := func(s *Session) error {
+		s.Messages = append(s.Messages, Message{Role: "user", Content: "hello"})
+		return nil
+	}
+	if err := st.Update(ctx, "s", turn); err != nil {
+		t.Fatal(err)
+	}
+	// The sentinel must know the replica before the primary goes.
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel})
+	defer sc.Close()
+	waitFor(t, "the sentinel to see the replica", func() bool {
+		rs, _ := sc.Replicas(ctx, "primary").Result()
+		return len(rs) > 0
+	})
+	waitFor(t, "the write to reach the replica", func() bool {
+		n, _ := rc.DBSize(ctx).Result()
+		return n > 0
+	})
+	primary.Kill()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := st.Get(ctx, "s")
+		if err == nil && len(got.Messages) == 1 && st.Update(ctx, "s", turn) == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no failover within 30s: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	got, err := st.Get(ctx, "s")
+	if err != nil || len(got.Messages) != 2 {
+		t.Fatalf("after the failover: %v, %d messages", err, len(got.Messages))
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/redis/go-redis/v9"
 	"log/slog"
 	"slices"
 	"sync"
@@ -166,9 +165,8 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (Store, error) {
 			if log == nil {
 				log = discard
 			}
-			log.Warn("snapshots: Redis does not answer; starting without it, and reconnecting", "addr", cfg.Redis.Addr, "err", err)
-			return redisStoreOn(redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr, Password: cfg.Redis.Password,
-				DB: cfg.Redis.DB}), cfg, log), nil
+			log.Warn("snapshots: Redis does not answer; starting without it, and reconnecting", "redis", cfg.Redis.where(), "err", err)
+			return redisStoreOn(cfg.Redis.client(), cfg, log), nil
 		}
 		return st, nil
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -35,7 +36,55 @@ func Binary(t testing.TB) string {
 // address; it stops when the test ends.
 func Start(t testing.TB) string {
 	t.Helper()
-	return StartOn(t, Binary(t), FreePort(t))
+	return StartServer(t).Addr
+}
+
+// Server is a running redis-server.
+type Server struct {
+	Addr string
+	cmd  *exec.Cmd
+}
+
+// StartServer starts a redis-server on a free loopback port, without
+// persistence, with args added to its command line (e.g. "--replicaof",
+// "127.0.0.1", "6379"); it stops when the test ends, or at Kill.
+func StartServer(t testing.TB, args ...string) *Server {
+	t.Helper()
+	port := FreePort(t)
+	addr, cmd := start(t, Binary(t), port, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args...)...)
+	return &Server{Addr: addr, cmd: cmd}
+}
+
+// StartSentinel starts a Redis Sentinel on a free loopback port that
+// monitors the primary at addr under the name master, with a quorum of one
+// and a primary counted as down after a second; it returns the sentinel's
+// address.
+func StartSentinel(t testing.TB, master, addr string) string {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	own := FreePort(t)
+	conf := filepath.Join(dir, "sentinel.conf")
+	text := "port " + strconv.Itoa(own) + "\nbind 127.0.0.1\ndir " + dir + "\n" +
+		"sentinel monitor " + master + " " + host + " " + port + " 1\n" +
+		"sentinel down-after-milliseconds " + master + " 1000\n" +
+		"sentinel failover-timeout " + master + " 5000\n"
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr, _ = start(t, Binary(t), own, conf, "--sentinel")
+	return addr
+}
+
+// Kill stops the server at once, as a crash would.
+func (s *Server) Kill() {
+	if s.cmd != nil {
+		s.cmd.Process.Kill()
+	}
 }
 
 // FreePort returns a loopback port free at the time of the call.
@@ -53,9 +102,17 @@ func FreePort(t testing.TB) int {
 // test ends, and returns its address once it answers.
 func StartOn(t testing.TB, bin string, port int) string {
 	t.Helper()
-	var out bytes.Buffer
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+	addr, _ := start(t, bin, port, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	return addr
+}
+
+// start runs bin with args until the test ends, and returns the address
+// of port once it answers PING, and the process.
+func start(t testing.TB, bin string, port int, args ...string) (string, *exec.Cmd) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -69,10 +126,10 @@ func StartOn(t testing.TB, bin string, port int) string {
 	defer rdb.Close()
 	for i := 0; ; i++ {
 		if rdb.Ping(context.Background()).Err() == nil {
-			return addr
+			return addr, cmd
 		}
 		if i == 500 {
-			t.Fatalf("redis-server did not answer on %s:\n%s", addr, out.String())
+			t.Fatalf("%s did not answer on %s:\n%s", bin, addr, out.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
