@@ -61,6 +61,24 @@ func (s *termSession) waitFor(want string, n int) {
 	}
 }
 
+// waitAfter polls the terminal's output until want follows the last
+// occurrence of anchor: the prompt after a reply, not the "> " that a
+// pasted block's echo shows before each of its lines.
+func (s *termSession) waitAfter(anchor, want string) {
+	s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second) // a hang guard, not a timing assertion
+	for {
+		out := s.out.String()
+		if i := strings.LastIndex(out, anchor); i >= 0 && strings.Contains(out[i+len(anchor):], want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("the terminal never showed %q after %q:\n%s", want, anchor, out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func (s *termSession) send(keys string) {
 	s.t.Helper()
 	if _, err := io.WriteString(s.pty, keys); err != nil {
@@ -80,8 +98,7 @@ func TestChatInATerminal(t *testing.T) {
 	// A paste of three lines, then Enter.
 	s.send("\x1b[200~first line\rsecond line\rthird line\x1b[201~")
 	s.send("\r")
-	s.waitFor("noted", 1)
-	s.waitFor("> ", 2)
+	s.waitAfter("noted", "> ")
 	chats := chatBodies(t, p)
 	if len(chats) != 1 {
 		t.Fatalf("%d chat requests for one pasted block:\n%s", len(chats), s.out.String())
@@ -93,7 +110,7 @@ func TestChatInATerminal(t *testing.T) {
 	// Ctrl-C on a half-typed line clears it.
 	s.send("never sent")
 	s.send("\x03")
-	s.waitFor("> ", 3)
+	s.waitAfter("never sent", "> ")
 	// Ctrl-C on the empty line: a hint; a second one leaves.
 	s.send("\x03")
 	s.waitFor("(Ctrl-C again, Ctrl-D or /quit leaves)", 1)
