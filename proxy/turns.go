@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
@@ -23,7 +24,7 @@ const turnWaitWarning = "an earlier turn of this session, answered by another ct
 // awaitTurns waits, when the store is shared by replicas, for the turns of
 // ex's session begun elsewhere, and announces this one. It returns the
 // mark to end, nil when the store orders no turns.
-func awaitTurns(ctx context.Context, store any, ex *exchange, log *slog.Logger) *turnMark {
+func awaitTurns(ctx context.Context, store sessions.Store, ex *exchange, log *slog.Logger) *turnMark {
 	order, ok := store.(snapshots.TurnOrder)
 	if !ok {
 		return nil

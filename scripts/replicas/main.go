@@ -18,7 +18,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,13 +74,10 @@ func main() {
 // run is the redis-server, the fake backend and the replicas.
 type run struct {
 	bin, redis, dir string
-	backend         *httptest.Server
 	fake            *fakebackend.Fake
 	summaryCalls    atomic.Int64
 	procs           []*exec.Cmd
 	cleanups        cleanups
-	// mu guards nothing but the order of procs' appends.
-	mu sync.Mutex
 }
 
 func (r *run) setup() error {
@@ -109,7 +105,6 @@ func (r *run) setup() error {
 		}
 		return "Here is an answer about that topic, with a few words more."
 	}})
-	r.backend = r.fake.Server
 	for range 100 {
 		if c, err := net.Dial("tcp", r.redis); err == nil {
 			c.Close()
@@ -125,15 +120,11 @@ func (r *run) launch(cmd *exec.Cmd) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	r.mu.Lock()
 	r.procs = append(r.procs, cmd)
-	r.mu.Unlock()
 	return nil
 }
 
 func (r *run) stopAll() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	for _, c := range r.procs {
 		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
 		_ = c.Wait()
@@ -180,7 +171,7 @@ func (r *run) replicas(n int, prefix, strategy string) ([]*replica, error) {
 			return nil, err
 		}
 		cmd := exec.Command(r.bin, "serve", "--config", conf, "--listen", fmt.Sprintf("127.0.0.1:%d", port),
-			"--backend", r.backend.URL, "--log-level", "warn")
+			"--backend", r.fake.URL, "--log-level", "warn")
 		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, logf, logf
 		if err := r.launch(cmd); err != nil {
 			return nil, err

@@ -108,10 +108,8 @@ type Turn struct {
 type Result struct {
 	Path  string
 	Turns []Turn
-	// Summarizer calls reached the backend; SummarizerTime is their wall
-	// time as the recorder saw it.
+	// SummarizerCalls is how many summarizer calls reached the backend.
 	SummarizerCalls int
-	SummarizerTime  time.Duration
 }
 
 // Half is a Result summed over its second half of turns.
@@ -248,7 +246,7 @@ func replayPath(ctx context.Context, cfg Config, path string, users []string) (R
 			}
 		}
 	}
-	res.SummarizerCalls, res.SummarizerTime = rec.summaries()
+	res.SummarizerCalls = rec.summaries()
 	return res, nil
 }
 
@@ -359,10 +357,9 @@ type recorder struct {
 	mu sync.Mutex
 	// last is the chat prompt forwarded last, its messages' roles and
 	// contents joined by NUL bytes; seen says there is one not taken.
-	last     string
-	seen     bool
-	calls    int
-	callTime time.Duration
+	last  string
+	seen  bool
+	calls int
 }
 
 // summarizerPrompt begins the built-in summarizer's system prompt.
@@ -397,12 +394,10 @@ func startRecorder(ollama string) (*recorder, error) {
 		}
 		_ = json.Unmarshal(body, &chat)
 		if len(chat.Messages) > 0 && strings.HasPrefix(chat.Messages[0].Content, summarizerPrompt) {
-			start := time.Now()
-			rp.ServeHTTP(w, req)
 			r.mu.Lock()
 			r.calls++
-			r.callTime += time.Since(start)
 			r.mu.Unlock()
+			rp.ServeHTTP(w, req)
 			return
 		}
 		var b strings.Builder
@@ -434,10 +429,10 @@ func (r *recorder) take() (string, bool) {
 	return r.last, seen
 }
 
-func (r *recorder) summaries() (int, time.Duration) {
+func (r *recorder) summaries() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.calls, r.callTime
+	return r.calls
 }
 
 func (r *recorder) close() { _ = r.srv.Close() }
