@@ -128,12 +128,18 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, ex *exchange, r
 		p.allocate()
 		setPlanHeaders(ex, p)
 	}
-	resp, err = s.answer(resp, ex, p, func(rep wire.Reply) { s.rec.afterReply(ex, p, rep, hold) })
+	resp, ended, err := s.answer(resp, ex, p, func(rep wire.Reply) { s.rec.afterReply(ex, p, rep, hold) })
 	if err != nil {
 		ex.status = s.backendError(w, r, ex.dialect, badAnswer{err})
 		return
 	}
-	relay(w, resp)
+	var t *tail
+	if p != nil && p.turn != nil {
+		// Other replicas build on this turn: it is stored before the
+		// client has the whole reply.
+		t = &tail{ended: ended, wait: func() { p.turn.awaitStored(r.Context()) }}
+	}
+	relay(w, resp, t)
 }
 
 // refuseBody answers a body ctxproxy refuses to read: nested deeper than

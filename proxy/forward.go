@@ -141,8 +141,9 @@ func removeHopByHop(h http.Header) {
 // answer readies the backend's answer for the client: ctxproxy's headers
 // added, a compressed body inflated, the tap that reads the counts and the
 // reply put on the body (done runs once it has passed), and an answer to a
-// translated request carried back into the client's dialect.
-func (s *Server) answer(resp *http.Response, ex *exchange, p *plan, done func(wire.Reply)) (*http.Response, error) {
+// translated request carried back into the client's dialect. It returns
+// the answer and whether the reply has ended (the tap's Ended), for relay.
+func (s *Server) answer(resp *http.Response, ex *exchange, p *plan, done func(wire.Reply)) (*http.Response, func() bool, error) {
 	ex.status = resp.StatusCode
 	if p != nil && resp.StatusCode == http.StatusNotFound {
 		s.modelNotFound(ex, p)
@@ -158,7 +159,7 @@ func (s *Server) answer(resp *http.Response, ex *exchange, p *plan, done func(wi
 		zr, err := gzip.NewReader(resp.Body)
 		if err != nil {
 			resp.Body.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		resp.Body = gzipBody{zr, resp.Body}
 		resp.Header.Del("Content-Encoding")
@@ -169,13 +170,14 @@ func (s *Server) answer(resp *http.Response, ex *exchange, p *plan, done func(wi
 	if p != nil && p.translate {
 		d = wire.Ollama // the backend answered in Ollama's dialect
 	}
-	resp.Body = wire.NewTap(resp.Body, d, resp.StatusCode, resp.Header.Get("Content-Type"), int(s.cfg.MaxBody), done)
+	tap := wire.NewTap(resp.Body, d, resp.StatusCode, resp.Header.Get("Content-Type"), int(s.cfg.MaxBody), done)
+	resp.Body = tap
 	if p != nil && p.translate {
 		if err := wire.TranslateAnswer(resp, p.reply); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return resp, nil
+	return resp, tap.Ended, nil
 }
 
 // modelNotFound undoes what a chat request for a model the backend does
@@ -207,7 +209,14 @@ func (g gzipBody) Close() error { return g.body.Close() }
 // and before the work that follows it. An answer the backend stops
 // sending midway aborts the client connection, as httputil.ReverseProxy
 // does, so that the client sees it cut, not ended.
-func relay(w http.ResponseWriter, resp *http.Response) {
+//
+// With a tail, the reply's last byte waits for it: once tail.ended says
+// the reply is over (or its known length is reached), the last byte of
+// each piece is held back, and written after tail.wait returns, which it
+// does once the body has ended and the turn is stored. A client never
+// has a whole reply whose turn a replica killed the next moment would
+// lose.
+func relay(w http.ResponseWriter, resp *http.Response, tail *tail) {
 	defer resp.Body.Close()
 	removeHopByHop(resp.Header)
 	h := w.Header()
@@ -220,20 +229,37 @@ func relay(w http.ResponseWriter, resp *http.Response) {
 	written := int64(0)
 	buf := copyBuffers.Get()
 	defer copyBuffers.Put(buf)
+	var held []byte // the last byte, held back for tail
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
+			piece := buf[:n]
+			if held != nil {
+				piece = append(held, piece...)
+				held = nil
+			}
+			written += int64(n)
+			if tail != nil && (tail.ended() || written == resp.ContentLength) {
+				held = []byte{piece[len(piece)-1]}
+				piece = piece[:len(piece)-1]
+			}
+			if _, werr := w.Write(piece); werr != nil {
 				return // the client went away
 			}
 			// The last byte of an answer of known length is flushed
 			// before the read that finds its end, which runs the work
 			// after the answer (the tap's done).
-			if written += int64(n); stream || written == resp.ContentLength {
+			if stream || written == resp.ContentLength {
 				_ = rc.Flush()
 			}
 		}
 		if err == io.EOF {
+			if held != nil {
+				tail.wait()
+				if _, werr := w.Write(held); werr == nil {
+					_ = rc.Flush()
+				}
+			}
 			return
 		}
 		if err != nil {
@@ -241,6 +267,13 @@ func relay(w http.ResponseWriter, resp *http.Response) {
 			panic(http.ErrAbortHandler)
 		}
 	}
+}
+
+// tail is what relay holds a reply's last byte for: ended reports that
+// the reply is over, wait returns once its turn is stored.
+type tail struct {
+	ended func() bool
+	wait  func()
 }
 
 // backendError answers a request the backend could not serve, in the

@@ -34,8 +34,9 @@ type recorder struct {
 
 // afterReply runs when the response has ended: calibrate the counter from
 // the backend's truth, detect silent truncation, and record the session.
-// It runs on the request's goroutine after the last byte reached the
-// client; store writes are queued, never waited for.
+// It runs on the request's goroutine when the backend's answer has ended;
+// store writes are queued, never waited for here. (When replicas share
+// the store, relay holds the reply's last byte until the turn is stored.)
 func (s *recorder) afterReply(ex *exchange, p *plan, rep wire.Reply, hold *bodyHold) {
 	if p == nil {
 		return

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
@@ -27,7 +28,7 @@ import (
 // at addr, as replicas behind a load balancer run; with summarize, in
 // mode summarize over a 4,096-token window, its summaries written by the
 // backend's own model.
-func newReplica(t *testing.T, backendURL, addr string, summarize ...bool) (string, *snapshots.RedisStore) {
+func newReplica(t testing.TB, backendURL, addr string, summarize ...bool) (string, *snapshots.RedisStore) {
 	t.Helper()
 	log := testLogger(t)
 	scfg := snapshots.Config{Store: snapshots.StoreRedis, Redis: snapshots.RedisConfig{Addr: addr, Prefix: "replicas:",
@@ -219,5 +220,78 @@ func TestReplicasSummarizeOnce(t *testing.T) {
 	}
 	if withoutOne+withoutThree > 0 {
 		t.Errorf("turns after the first summary without one: %d on one replica, %d on three", withoutOne, withoutThree)
+	}
+}
+
+// TestReplicasStoreBeforeLastByte: with replicas sharing Redis, a turn
+// that later turns build on is in Redis before its reply's last byte
+// leaves, so a client that has the whole reply can lose its turn to no
+// crash. Read straight from Redis (another store, its own cache) the
+// moment each reply ends, on every shape of reply.
+func TestReplicasStoreBeforeLastByte(t *testing.T) {
+	addr := redistest.Start(t)
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	url, _ := newReplica(t, be.URL, addr)
+	reader, err := snapshots.NewRedisStore(context.Background(), snapshots.Config{Store: snapshots.StoreRedis,
+		Redis: snapshots.RedisConfig{Addr: addr, Prefix: "replicas:"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reader.Close() })
+	cases := []struct{ name, path, body string }{
+		{"ollama stream", "/api/chat", `{"model":"llama3.1:8b","messages":[{"role":"user","content":"%s"}]}`},
+		{"ollama whole", "/api/chat", `{"model":"llama3.1:8b","stream":false,"messages":[{"role":"user","content":"%s"}]}`},
+		{"openai stream", "/v1/chat/completions", `{"model":"llama3.1:8b","stream":true,"messages":[{"role":"user","content":"%s"}]}`},
+		{"openai whole", "/v1/chat/completions", `{"model":"llama3.1:8b","messages":[{"role":"user","content":"%s"}]}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			session := strings.ReplaceAll(c.name, " ", "-")
+			h := map[string]string{"X-Session-ID": session, "X-Ctxproxy-Accumulate": "1"}
+			for i := range 20 {
+				q := fmt.Sprintf("question %d", i)
+				resp := post(t, url+c.path, fmt.Appendf(nil, c.body, q), h)
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Fatalf("turn %d: status %d: %s", i, resp.StatusCode, body)
+				}
+				sess, err := reader.Get(context.Background(), session)
+				if err != nil {
+					t.Fatalf("turn %d: the session is not in Redis when its reply has ended: %v", i, err)
+				}
+				n := len(sess.Messages)
+				if n != 2*(i+1) || sess.Messages[n-2].Content != q || sess.Messages[n-1].Role != "assistant" {
+					t.Fatalf("turn %d: Redis holds %d messages when the reply has ended, want %d ending with %q and the reply",
+						i, n, 2*(i+1), q)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAccumulateTurnRedis is one accumulate-mode turn through a
+// replica on Redis, from the request to the reply's last byte: the cost
+// of storing the turn before that byte leaves is in it.
+//
+//	go test -run '^$' -bench AccumulateTurnRedis -benchtime 2000x ./proxy/
+func BenchmarkAccumulateTurnRedis(b *testing.B) {
+	addr := redistest.Start(b)
+	be := fakebackend.New(b, fakebackend.Ollama, fakebackend.Options{})
+	url, _ := newReplica(b, be.URL, addr)
+	client := &http.Client{}
+	for i := 0; b.Loop(); i++ {
+		// A new session every 50 turns keeps the history, and the fake's
+		// work, about the same size throughout.
+		body := fmt.Sprintf(`{"model":"llama3.1:8b","stream":false,"messages":[{"role":"user","content":"question %d"}]}`, i)
+		req, _ := http.NewRequest("POST", url+"/api/chat", strings.NewReader(body))
+		req.Header.Set("X-Session-ID", fmt.Sprintf("bench-%d", i/50))
+		req.Header.Set("X-Ctxproxy-Accumulate", "1")
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
 }

@@ -45,7 +45,7 @@ func awaitTurns(ctx context.Context, store sessions.Store, ex *exchange, log *sl
 		log.Warn("announcing the turn to other replicas failed", "session", ex.session, "err", err)
 		return nil
 	}
-	return &turnMark{order: order, session: ex.session, seq: seq, log: log}
+	return &turnMark{order: order, session: ex.session, seq: seq, log: log, stored: make(chan struct{})}
 }
 
 // turnMark is a turn announced to the other replicas: it ends once, when
@@ -58,6 +58,8 @@ type turnMark struct {
 	// handed says the writer ends it, once the record is stored.
 	handed atomic.Bool
 	once   sync.Once
+	// stored is closed when the turn has ended.
+	stored chan struct{}
 }
 
 // hand gives the end of m to the writer, which stores the turn's record:
@@ -79,10 +81,35 @@ func (m *turnMark) release() {
 
 func (m *turnMark) end() {
 	m.once.Do(func() {
+		defer close(m.stored)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := m.order.EndTurn(ctx, m.session, m.seq); err != nil {
 			m.log.Warn("telling other replicas the turn ended failed; their next turn waits for it", "session", m.session, "err", err)
 		}
 	})
+}
+
+// storeWait bounds how long the last byte of a reply waits for its turn
+// to be stored (awaitStored).
+const storeWait = 5 * time.Second
+
+// awaitStored waits, when the writer has m's turn, until it is stored
+// (or will not be), at most storeWait: relay holds the reply's last byte
+// until then, so that a turn the client has seen whole is in the shared
+// store even if this replica dies the next moment. A nil m, or one whose
+// turn is not recorded, returns at once.
+func (m *turnMark) awaitStored(ctx context.Context) {
+	if m == nil || !m.handed.Load() {
+		return
+	}
+	t := time.NewTimer(storeWait)
+	defer t.Stop()
+	select {
+	case <-m.stored:
+	case <-ctx.Done():
+	case <-t.C:
+		m.log.Warn("the turn was not stored within "+storeWait.String()+"; the reply ends without waiting for it",
+			"session", m.session)
+	}
 }

@@ -91,6 +91,11 @@ func (t *tap) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Ended reports whether the reply is known to be over before its body
+// ends: the stream's end marker has passed, or the body is one JSON value,
+// of which a client can use nothing before its last byte.
+func (t *tap) Ended() bool { return t.kind == "json" || t.r.Complete }
+
 func (t *tap) Close() error {
 	err := t.rc.Close()
 	t.finish()

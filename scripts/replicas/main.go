@@ -251,16 +251,18 @@ func (r *run) forwardedQuestions(marker string) []string {
 }
 
 // accumulate replays turns back to back round robin over reps, in
-// accumulate mode; with kill, replica 1 is killed by SIGKILL halfway, and a
-// turn that fails (not acknowledged) is sent again to the next replica.
-// It returns the number of forwarded requests that lacked earlier turns
-// or had them out of order.
+// accumulate mode; with kill, replica 1 answers the turn halfway and is
+// killed by SIGKILL the moment its reply has arrived, and a turn that
+// fails (not acknowledged) is sent again to the next replica. It returns
+// the number of forwarded requests that lacked earlier turns or had them
+// out of order.
 func (r *run) accumulate(reps []*replica, session string, turns int, kill bool) (int, error) {
 	var acked []string
 	bad, next := 0, 0
 	for i := range turns {
-		if kill && i == turns/2 {
-			_ = syscall.Kill(-reps[1].cmd.Process.Pid, syscall.SIGKILL)
+		killNow := kill && i == turns/2
+		if killNow {
+			next = 1
 		}
 		q := fmt.Sprintf("%s question %d", session, i)
 		var err error
@@ -273,6 +275,9 @@ func (r *run) accumulate(reps []*replica, session string, turns int, kill bool) 
 		}
 		if err != nil {
 			return bad, fmt.Errorf("turn %d: no replica answered: %w", i, err)
+		}
+		if killNow {
+			_ = syscall.Kill(-reps[1].cmd.Process.Pid, syscall.SIGKILL)
 		}
 		acked = append(acked, q)
 		if got := r.forwardedQuestions(session + " question 0"); strings.Join(got, "|") != strings.Join(acked, "|") {
@@ -303,11 +308,9 @@ func (r *run) killed(turns int) error {
 	if err != nil {
 		return err
 	}
-	// The replica is killed between two turns, after the turn it answered
-	// last was built on by another one. Killed within a millisecond of
-	// sending a reply, before its writer stored the turn, it would lose
-	// that turn: the next one waits turn_wait and warns
-	// (docs/scaling.md, "Not yet").
+	// The replica is killed the moment the client has its reply: the
+	// turn it answered must already be in Redis, since it is stored
+	// before the reply's last byte leaves.
 	if bad > 0 {
 		return fmt.Errorf("%d of %d forwarded requests lacked acknowledged turns", bad, turns)
 	}
