@@ -31,6 +31,9 @@ type Registry struct {
 	texts  map[string]Counter // by encoding
 	models *cache.LRU[string, *modelState]
 
+	// sharing publishes observations to the other replicas (Share).
+	sharing sharing
+
 	// newTiktoken builds an encoding; tests replace it to make loading fail.
 	newTiktoken func(encoding string) (Counter, error)
 }
@@ -159,7 +162,7 @@ func (r *Registry) Observe(model string, sent Estimate, reported, numCtx int) (t
 		return false
 	}
 	if r.cfg.calibrate() {
-		c.observe(sent, reported)
+		r.learn(Observation{Model: model, Raw: sent.Raw, Chars: sent.Chars, Reported: reported})
 	}
 	return false
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/api"
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
@@ -23,15 +25,26 @@ import (
 	"github.com/ctxproxy/ctxproxy/testkit/redistest"
 )
 
+// replicaOptions are what a test replica does besides the default.
+type replicaOptions struct {
+	// summarize: mode summarize over a 4,096-token window, its summaries
+	// written by the backend's own model, counted without calibration.
+	summarize bool
+	// calibrate: calibration on, learned with the other replicas
+	// (sessions.ShareCalibration).
+	calibrate bool
+	// prefix is the Redis key prefix, the cluster's name; default
+	// "replicas:".
+	prefix string
+}
+
 // newReplica is one ctxproxy replica in front of backendURL, with a
 // Redis store of its own (its own cache and writer) on the shared Redis
-// at addr, as replicas behind a load balancer run; with summarize, in
-// mode summarize over a 4,096-token window, its summaries written by the
-// backend's own model.
-func newReplica(t testing.TB, backendURL, addr string, summarize ...bool) (string, *snapshots.RedisStore) {
+// at addr, as replicas behind a load balancer run.
+func newReplica(t testing.TB, backendURL, addr string, o replicaOptions) (string, *snapshots.RedisStore) {
 	t.Helper()
 	log := testLogger(t)
-	scfg := snapshots.Config{Store: snapshots.StoreRedis, Redis: snapshots.RedisConfig{Addr: addr, Prefix: "replicas:",
+	scfg := snapshots.Config{Store: snapshots.StoreRedis, Redis: snapshots.RedisConfig{Addr: addr, Prefix: cmp.Or(o.prefix, "replicas:"),
 		TurnWait: 100 * time.Millisecond}}
 	store, err := snapshots.NewRedisStore(context.Background(), scfg, log)
 	if err != nil {
@@ -48,13 +61,15 @@ func newReplica(t testing.TB, backendURL, addr string, summarize ...bool) (strin
 	var tcfg budget.Config
 	scfgStrategy := rewrite.Config{}
 	var extra []rewrite.Strategy
-	if len(summarize) > 0 && summarize[0] {
+	if o.summarize {
 		off := false
 		gcfg = gpu.Config{AutoSize: &off, TargetSize: 4096}
 		// Counted alike on every replica: calibration learns from each
 		// replica's own replies, and counts that differ put the cuts
 		// elsewhere (see the closing comment of TestReplicasSummarizeOnce).
-		tcfg.Calibrate = &off
+		if !o.calibrate {
+			tcfg.Calibrate = &off
+		}
 		scfgStrategy.Mode = "summarize"
 		summ := backend.NewSummarizer(backendURL, func() string { return KindOllama }, backend.SummarizerConfig{}, nil, log)
 		comp := rewrite.NewCompactor(rewrite.SummarizeConfig{Wait: time.Second}, summ,
@@ -69,8 +84,16 @@ func newReplica(t testing.TB, backendURL, addr string, summarize ...bool) (strin
 	if err != nil {
 		t.Fatal(err)
 	}
+	tokens := budget.NewRegistry(tcfg, log)
+	if o.calibrate {
+		// Stopped before the store closes (cleanups run last first),
+		// which ends a read of the feed that is waiting.
+		ctx, stop := context.WithCancel(context.Background())
+		go sessions.ShareCalibration(ctx, tokens, snapshots.NewFeed(store, "calibration"), log)
+		t.Cleanup(stop)
+	}
 	name := fmt.Sprintf("replica-%d", replicaNames.Add(1))
-	srv, err := New(Config{Backend: backendURL, Status: admin.StatusInfo{Replica: name}}, Deps{Tokens: budget.NewRegistry(tcfg, log), Trimmer: trimmer,
+	srv, err := New(Config{Backend: backendURL, Status: admin.StatusInfo{Replica: name}}, Deps{Tokens: tokens, Trimmer: trimmer,
 		Sizer: gpu.NewSizer(gcfg), Monitor: mon, Store: store, Writer: writer}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +118,7 @@ func TestReplicasReadTheirWrites(t *testing.T) {
 	var replicas []string
 	var store *snapshots.RedisStore
 	for range 3 {
-		url, st := newReplica(t, be.URL, addr)
+		url, st := newReplica(t, be.URL, addr, replicaOptions{})
 		replicas, store = append(replicas, url), st
 	}
 	const turns = 60
@@ -164,9 +187,10 @@ func TestReplicasReadTheirWrites(t *testing.T) {
 // wrote. Every turn from the first summary on forwards the summaries.
 //
 // Counting is by estimate without calibration here. With calibration on,
-// each replica learns from the replies it served, their counts drift
-// apart, and a replica may cut one iteration further than another: 12
-// calls on three replicas against 11 on one, measured. Exact counts (the
+// replicas learn together (TestReplicasCountAlike), but a reply's lesson
+// reaches them about a millisecond after the reply ends: a turn sent at
+// once may be counted without it, on one replica as on three, and cut one
+// iteration elsewhere (20 or 21 calls, either way). Exact counts (the
 // backend's own tokenizer) are the same on every replica.
 func TestReplicasSummarizeOnce(t *testing.T) {
 	addr := redistest.Start(t)
@@ -180,7 +204,7 @@ func TestReplicasSummarizeOnce(t *testing.T) {
 		}})
 		var urls []string
 		for range n {
-			url, _ := newReplica(t, be.URL, addr, true)
+			url, _ := newReplica(t, be.URL, addr, replicaOptions{summarize: true, prefix: prefix + ":"})
 			urls = append(urls, url)
 		}
 		msgs := []map[string]any{{"role": "system", "content": "You are a patient tutor."}}
@@ -231,7 +255,7 @@ func TestReplicasSummarizeOnce(t *testing.T) {
 func TestReplicasStoreBeforeLastByte(t *testing.T) {
 	addr := redistest.Start(t)
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
-	url, _ := newReplica(t, be.URL, addr)
+	url, _ := newReplica(t, be.URL, addr, replicaOptions{})
 	reader, err := snapshots.NewRedisStore(context.Background(), snapshots.Config{Store: snapshots.StoreRedis,
 		Redis: snapshots.RedisConfig{Addr: addr, Prefix: "replicas:"}}, nil)
 	if err != nil {
@@ -278,7 +302,7 @@ func TestReplicasStoreBeforeLastByte(t *testing.T) {
 func BenchmarkAccumulateTurnRedis(b *testing.B) {
 	addr := redistest.Start(b)
 	be := fakebackend.New(b, fakebackend.Ollama, fakebackend.Options{})
-	url, _ := newReplica(b, be.URL, addr)
+	url, _ := newReplica(b, be.URL, addr, replicaOptions{})
 	client := &http.Client{}
 	for i := 0; b.Loop(); i++ {
 		// A new session every 50 turns keeps the history, and the fake's
@@ -294,4 +318,60 @@ func BenchmarkAccumulateTurnRedis(b *testing.B) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
+}
+
+// TestReplicasCountAlike: three replicas calibrating their counts from
+// the replies each serves, a chat's turns round robin over them. They
+// learn together (one feed in Redis, applied in one order by each), so
+// the same request is counted alike on every replica; each on its own
+// would have learned from a third of the replies.
+func TestReplicasCountAlike(t *testing.T) {
+	addr := redistest.Start(t)
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	var replicas []string
+	for range 3 {
+		url, _ := newReplica(t, be.URL, addr, replicaOptions{calibrate: true})
+		replicas = append(replicas, url)
+	}
+	var msgs []map[string]string
+	for i := range 30 {
+		// Prose and code in turn, so that what each replica learns
+		// from its own third of the replies differs.
+		content := strings.Repeat(fmt.Sprintf("Tell me about topic %d in some detail. ", i), 1+i%7)
+		if i%2 == 1 {
+			content = strings.Repeat(fmt.Sprintf("func f%d(x []int) int { return x[%d] * 0x%x } ", i, i, i*97), 1+i%5)
+		}
+		msgs = append(msgs, map[string]string{"role": "user", "content": content})
+		body, _ := json.Marshal(map[string]any{"model": "llama3.1:8b", "stream": false, "messages": msgs})
+		resp := post(t, replicas[i%len(replicas)]+"/api/chat", body, nil)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("turn %d: status %d", i, resp.StatusCode)
+		}
+		msgs = append(msgs, map[string]string{"role": "assistant", "content": "Here is an answer about that topic, with a few words more."})
+	}
+	probe, _ := json.Marshal(map[string]any{"model": "llama3.1:8b", "messages": msgs})
+	counts := make([]int, len(replicas))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for i, url := range replicas {
+			resp := post(t, url+"/ctxproxy/tokenize", probe, nil)
+			var v api.TokenizeResponse
+			err := json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
+			if err != nil || v.Exact {
+				t.Fatalf("tokenize: %v (exact %v): the probe must be an estimate", err, v.Exact)
+			}
+			counts[i] = v.Count
+		}
+		if counts[0] == counts[1] && counts[1] == counts[2] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the same conversation counted %v on three replicas", counts)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("the same conversation counted %d on every replica", counts[0])
 }

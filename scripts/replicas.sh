@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Three replicas of the built ctxproxy on one real redis-server, in front of
 # the fake Ollama (scripts/replicas): back-to-back turns round robin, a
-# replica killed by SIGKILL mid-run, concurrent turns on one session, and
-# summaries against the same chat on one replica. Loopback only; needs
-# redis-server. About ten seconds.
+# replica killed by SIGKILL mid-run, concurrent turns on one session,
+# summaries against the same chat on one replica, and calibrated counts
+# alike on every replica. Loopback only; needs redis-server. About ten
+# seconds.
 #
 #   scripts/replicas.sh
 set -euo pipefail

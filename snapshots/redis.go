@@ -24,6 +24,9 @@ import (
 //	PREFIX turns:KEY                the session's turns begun and stored, on
 //	                                every replica (TurnOrder)
 //	PREFIX sessions                 hash KEY → SessionInfo JSON (List)
+//	PREFIX feed:NAME                a stream every replica reads (Feed):
+//	                                feed:calibration carries what the
+//	                                token counts learn from replies
 //	PREFIX snapshot:KEY:SNAPSHOT-ID a snapshot record
 //	PREFIX snapshots:KEY            hash SNAPSHOT-ID → SnapshotInfo JSON
 //	PREFIX session:KEY              a session of the format before the log,
@@ -112,6 +115,7 @@ func (p redisKeys) log(k string) string       { return string(p) + "log:" + k }
 func (p redisKeys) aside(k, t string) string  { return string(p) + "log:" + k + ":corrupt-" + t }
 func (p redisKeys) ver(k string) string       { return string(p) + "ver:" + k }
 func (p redisKeys) turns(k string) string     { return string(p) + "turns:" + k }
+func (p redisKeys) feed(name string) string   { return string(p) + "feed:" + name }
 func (p redisKeys) session(k string) string   { return string(p) + "session:" + k }
 func (p redisKeys) index() string             { return string(p) + "sessions" }
 func (p redisKeys) snapIndex(k string) string { return string(p) + "snapshots:" + k }

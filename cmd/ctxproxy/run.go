@@ -6,6 +6,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/config"
 	"github.com/ctxproxy/ctxproxy/modelinfo"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 
 	"context"
@@ -275,6 +276,11 @@ func serve(ctx context.Context, args []string, e env) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	go sys.monitor.Run(bg)
+	if rs, ok := sys.store.(*snapshots.RedisStore); ok {
+		// Replicas on one Redis learn the calibration of their counts
+		// together, so that each counts a request alike.
+		go sessions.ShareCalibration(bg, sys.deps.Tokens, snapshots.NewFeed(rs, "calibration"), log.With("component", "budget"))
+	}
 	if sys.deps.Store != nil {
 		go retain(bg, sys.store, snapshots.Retention{TTL: c.Snapshots.TTL, MaxSessions: c.Snapshots.MaxSessions,
 			MaxBytes: int64(c.Snapshots.MaxBytes)},

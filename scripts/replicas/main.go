@@ -3,8 +3,9 @@
 // replicas must hold (docs/scaling.md): a client in accumulate mode whose
 // turns go round robin, each sent the moment the reply ends; the same with
 // a replica killed by SIGKILL in the middle; concurrent turns on one
-// session; and a chat in mode summarize, against the same chat on one
-// replica. It exits 1 when a check fails.
+// session; a chat in mode summarize, against the same chat on one
+// replica; and a chat counted by calibrated estimates, counted alike by
+// every replica. It exits 1 when a check fails.
 //
 //	go build -o /tmp/ctxproxy ./cmd/ctxproxy
 //	go run ./scripts/replicas -ctxproxy /tmp/ctxproxy
@@ -49,6 +50,7 @@ func main() {
 		{"a replica killed by SIGKILL mid-run: no acknowledged turn lost", r.killed},
 		{"concurrent turns on one session: every turn stored, paired", r.concurrent},
 		{"summaries: as many summarizer calls as on one replica", r.summaries},
+		{"calibrated counts: one conversation counted alike on every replica", r.counts},
 	}
 	failed := 0
 	for _, c := range checks {
@@ -147,8 +149,8 @@ type replica struct {
 }
 
 // replicas starts n replicas on the Redis store under prefix, with the
-// strategy: YAML line.
-func (r *run) replicas(n int, prefix, strategy string) ([]*replica, error) {
+// YAML of conf (the strategy, and whether counts are calibrated).
+func (r *run) replicas(n int, prefix, conf string) ([]*replica, error) {
 	var out []*replica
 	for i := range n {
 		dir := filepath.Join(r.dir, fmt.Sprintf("%s-%d", prefix, i))
@@ -156,7 +158,7 @@ func (r *run) replicas(n int, prefix, strategy string) ([]*replica, error) {
 			return nil, err
 		}
 		yaml := fmt.Sprintf("snapshots: {store: redis, redis: {addr: %q, prefix: %q}}\n"+
-			"context: {auto_size: false, target_size: 4096}\ntokens: {calibrate: false}\n%s\n", r.redis, prefix+":", strategy)
+			"context: {auto_size: false, target_size: 4096}\n%s\n", r.redis, prefix+":", conf)
 		conf := filepath.Join(dir, "ctxproxy.yaml")
 		if err := os.WriteFile(conf, []byte(yaml), 0o644); err != nil {
 			return nil, err
@@ -288,7 +290,7 @@ func (r *run) accumulate(reps []*replica, session string, turns int, kill bool) 
 }
 
 func (r *run) backToBack(turns int) error {
-	reps, err := r.replicas(3, "b2b", "strategy: {mode: smart}")
+	reps, err := r.replicas(3, "b2b", "strategy: {mode: smart}\ntokens: {calibrate: false}")
 	if err != nil {
 		return err
 	}
@@ -300,7 +302,7 @@ func (r *run) backToBack(turns int) error {
 }
 
 func (r *run) killed(turns int) error {
-	reps, err := r.replicas(3, "kill", "strategy: {mode: smart}")
+	reps, err := r.replicas(3, "kill", "strategy: {mode: smart}\ntokens: {calibrate: false}")
 	if err != nil {
 		return err
 	}
@@ -318,7 +320,7 @@ func (r *run) killed(turns int) error {
 }
 
 func (r *run) concurrent(turns int) error {
-	reps, err := r.replicas(3, "conc", "strategy: {mode: none}")
+	reps, err := r.replicas(3, "conc", "strategy: {mode: none}\ntokens: {calibrate: false}")
 	if err != nil {
 		return err
 	}
@@ -401,11 +403,11 @@ func (r *run) summarize(reps []*replica, session string, turns int) (int64, int,
 }
 
 func (r *run) summaries(turns int) error {
-	one, err := r.replicas(1, "sum1", "strategy: {mode: summarize}")
+	one, err := r.replicas(1, "sum1", "strategy: {mode: summarize}\ntokens: {calibrate: false}")
 	if err != nil {
 		return err
 	}
-	three, err := r.replicas(3, "sum3", "strategy: {mode: summarize}")
+	three, err := r.replicas(3, "sum3", "strategy: {mode: summarize}\ntokens: {calibrate: false}")
 	if err != nil {
 		return err
 	}
@@ -439,3 +441,51 @@ func freePort() (int, error) {
 type cleanups []func()
 
 func (c *cleanups) Cleanup(f func()) { *c = append(*c, f) }
+
+// counts replays a chat UI's turns round robin over three replicas that
+// calibrate their counts, prose and code in turn, then asks each replica
+// to count the whole conversation: the counts must agree, within a few
+// seconds of the last reply.
+func (r *run) counts(turns int) error {
+	turns = min(turns, 30) // within the 4,096-token window, uncut
+	reps, err := r.replicas(3, "count", "strategy: {mode: none}")
+	if err != nil {
+		return err
+	}
+	var msgs []map[string]string
+	for i := range turns {
+		content := strings.Repeat(fmt.Sprintf("Tell me about topic %d in some detail. ", i), 1+i%7)
+		if i%2 == 1 {
+			content = strings.Repeat(fmt.Sprintf("func f%d(x []int) int { return x[%d] * 0x%x } ", i, i, i*97), 1+i%5)
+		}
+		msgs = append(msgs, map[string]string{"role": "user", "content": content})
+		reply, err := chat(reps[i%len(reps)].url, "count", false, msgs)
+		if err != nil {
+			return fmt.Errorf("turn %d: %w", i, err)
+		}
+		msgs = append(msgs, map[string]string{"role": "assistant", "content": reply})
+	}
+	probe, _ := json.Marshal(map[string]any{"model": "llama3.1:8b", "messages": msgs})
+	var counts []int
+	for range 100 {
+		counts = counts[:0]
+		for _, rep := range reps {
+			resp, err := http.Post(rep.url+"/ctxproxy/tokenize", "application/json", bytes.NewReader(probe))
+			if err != nil {
+				return err
+			}
+			var v struct{ Count int }
+			err = json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
+			if err != nil {
+				return err
+			}
+			counts = append(counts, v.Count)
+		}
+		if counts[0] == counts[1] && counts[1] == counts[2] {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("the same conversation counted %v on three replicas", counts)
+}
