@@ -36,6 +36,10 @@ type replicaOptions struct {
 	// prefix is the Redis key prefix, the cluster's name; default
 	// "replicas:".
 	prefix string
+	// inband answers in-band commands; turnWait is
+	// snapshots.redis.turn_wait (default 100 ms).
+	inband   bool
+	turnWait time.Duration
 }
 
 // newReplica is one ctxproxy replica in front of backendURL, with a
@@ -45,7 +49,7 @@ func newReplica(t testing.TB, backendURL, addr string, o replicaOptions) (string
 	t.Helper()
 	log := testLogger(t)
 	scfg := snapshots.Config{Store: snapshots.StoreRedis, Redis: snapshots.RedisConfig{Addr: addr, Prefix: cmp.Or(o.prefix, "replicas:"),
-		TurnWait: 100 * time.Millisecond}}
+		TurnWait: cmp.Or(o.turnWait, 100*time.Millisecond)}}
 	store, err := snapshots.NewRedisStore(context.Background(), scfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +97,7 @@ func newReplica(t testing.TB, backendURL, addr string, o replicaOptions) (string
 		t.Cleanup(stop)
 	}
 	name := fmt.Sprintf("replica-%d", replicaNames.Add(1))
-	srv, err := New(Config{Backend: backendURL, Status: admin.StatusInfo{Replica: name}}, Deps{Tokens: tokens, Trimmer: trimmer,
+	srv, err := New(Config{Backend: backendURL, Status: admin.StatusInfo{Replica: name}, Inband: o.inband}, Deps{Tokens: tokens, Trimmer: trimmer,
 		Sizer: gpu.NewSizer(gcfg), Monitor: mon, Store: store, Writer: writer}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -374,4 +378,66 @@ func TestReplicasCountAlike(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("the same conversation counted %d on every replica", counts[0])
+}
+
+// TestReplicasCommandsAwaitTurns: a "/clear" typed on one replica, and an
+// admin read, come after a turn of the session that another replica has
+// begun and not stored yet: the clear waits for it, and clears it too.
+func TestReplicasCommandsAwaitTurns(t *testing.T) {
+	addr := redistest.Start(t)
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	url, store := newReplica(t, be.URL, addr, replicaOptions{inband: true, turnWait: 10 * time.Second})
+	ctx := context.Background()
+	h := map[string]string{"X-Session-ID": "commands"}
+	chatTurn := func(content string) {
+		t.Helper()
+		body := fmt.Sprintf(`{"model":"llama3.1:8b","stream":false,"messages":[{"role":"user","content":%q}]}`, content)
+		resp := post(t, url+"/api/chat", []byte(body), h)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%q: status %d", content, resp.StatusCode)
+		}
+	}
+	// The other replica's turn, stored a moment after the command came.
+	late := func(content string) {
+		seq, err := store.BeginTurn(ctx, "commands")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			err := store.Update(ctx, "commands", func(s *snapshots.Session) error {
+				s.AppendTurn([]snapshots.Message{{Role: "user", Content: content}}, &snapshots.Message{Role: "assistant", Content: "ok"}, time.Now())
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			store.EndTurn(ctx, "commands", seq)
+		}()
+	}
+
+	chatTurn("first question")
+	late("a question answered elsewhere")
+	resp, err := http.Get(url + "/ctxproxy/sessions/commands/messages")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct{ Messages []struct{ Content string } }
+	json.NewDecoder(resp.Body).Decode(&v)
+	resp.Body.Close()
+	if n := len(v.Messages); n != 4 || v.Messages[2].Content != "a question answered elsewhere" {
+		t.Fatalf("the admin API read %d messages, want 4 ending with the other replica's turn", n)
+	}
+
+	late("another question answered elsewhere")
+	chatTurn("/clear")
+	sess, err := store.Get(ctx, "commands")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(sess.Messages); n != 0 {
+		t.Errorf("after /clear the session holds %d messages (the other replica's turn landed after the clear)", n)
+	}
 }

@@ -20,7 +20,7 @@ func (s *adminAPI) listSessions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, sessions.ErrNoStore)
 		return
 	}
-	s.sessions.Flush(r.Context())
+	s.sessions.Settle(r.Context(), "")
 	list, err := s.sessions.Store.List(r.Context())
 	if err != nil {
 		s.fail(w, err)
@@ -34,7 +34,7 @@ func (s *adminAPI) listSessions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *adminAPI) getSession(w http.ResponseWriter, r *http.Request) {
-	s.sessions.Flush(r.Context())
+	s.sessions.Settle(r.Context(), r.PathValue("id"))
 	_, out, err := s.sessions.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
@@ -52,7 +52,7 @@ func (s *adminAPI) putSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	s.sessions.Flush(r.Context())
+	s.sessions.Settle(r.Context(), id)
 	err := s.sessions.Store.Update(r.Context(), id, func(sess *snapshots.Session) error {
 		if len(body.Metadata) > 0 && sess.Metadata == nil {
 			sess.Metadata = make(map[string]any, len(body.Metadata))
@@ -85,7 +85,7 @@ func (s *adminAPI) putSession(w http.ResponseWriter, r *http.Request) {
 // removes it and its snapshots.
 func (s *adminAPI) deleteSession(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	s.sessions.Flush(r.Context())
+	s.sessions.Settle(r.Context(), id)
 	if purge := r.URL.Query().Get("purge"); purge == "1" || purge == "true" {
 		if err := s.sessions.Store.Delete(r.Context(), id); err != nil {
 			s.fail(w, sessions.NotFound(err, "session %q not found", id))
@@ -105,7 +105,7 @@ func (s *adminAPI) deleteSession(w http.ResponseWriter, r *http.Request) {
 
 func (s *adminAPI) getMessages(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	s.sessions.Flush(r.Context())
+	s.sessions.Settle(r.Context(), id)
 	sess, err := s.sessions.Store.Get(r.Context(), id)
 	if err != nil {
 		s.fail(w, sessions.NotFound(err, "session %q not found", id))
@@ -149,7 +149,7 @@ func (s *adminAPI) appendMessages(w http.ResponseWriter, r *http.Request) {
 			Metadata: m.Metadata, Preserve: m.Preserve}
 	}
 	id := r.PathValue("id")
-	s.sessions.Flush(r.Context())
+	s.sessions.Settle(r.Context(), id)
 	total := 0
 	err := s.sessions.Store.Update(r.Context(), id, func(sess *snapshots.Session) error {
 		sess.Messages = append(slices.Clip(sess.Messages), msgs...)
@@ -166,7 +166,7 @@ func (s *adminAPI) appendMessages(w http.ResponseWriter, r *http.Request) {
 
 func (s *adminAPI) exportSession(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	s.sessions.Flush(r.Context())
+	s.sessions.Settle(r.Context(), id)
 	sess, err := s.sessions.Store.Get(r.Context(), id)
 	if err != nil {
 		s.fail(w, sessions.NotFound(err, "session %q not found", id))
@@ -194,7 +194,7 @@ func (s *adminAPI) importSession(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, sessions.Errorf(http.StatusRequestEntityTooLarge, "import is larger than the %d bytes ctxproxy accepts (max_body)", s.maxBody))
 		return
 	}
-	s.sessions.Flush(r.Context())
+	s.sessions.Settle(r.Context(), id)
 	n, undo, err := snapshots.Import(r.Context(), s.sessions.FullStore(), id, data)
 	if err != nil {
 		s.fail(w, err)
@@ -206,7 +206,7 @@ func (s *adminAPI) importSession(w http.ResponseWriter, r *http.Request) {
 
 func (s *adminAPI) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	s.sessions.Flush(r.Context())
+	s.sessions.Settle(r.Context(), id)
 	list, err := s.sessions.Store.ListSnapshots(r.Context(), id)
 	if err != nil {
 		s.fail(w, err)
@@ -245,7 +245,7 @@ func (s *adminAPI) createSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, sessions.Errorf(http.StatusBadRequest, "reason %q is not one of %s", body.Reason, strings.Join(reasons, ", ")))
 		return
 	}
-	s.sessions.Flush(r.Context())
+	s.sessions.Settle(r.Context(), r.PathValue("id"))
 	info, err := s.sessions.Snapshot(r.Context(), r.PathValue("id"), body.Reason)
 	if err != nil {
 		s.fail(w, err)
@@ -256,7 +256,7 @@ func (s *adminAPI) createSnapshot(w http.ResponseWriter, r *http.Request) {
 
 func (s *adminAPI) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 	id, snap := r.PathValue("id"), r.PathValue("snap")
-	s.sessions.Flush(r.Context())
+	s.sessions.Settle(r.Context(), id)
 	n, undo, err := s.sessions.Restore(r.Context(), id, snap)
 	if err != nil {
 		s.fail(w, err)
@@ -267,7 +267,7 @@ func (s *adminAPI) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 
 func (s *adminAPI) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	id, snap := r.PathValue("id"), r.PathValue("snap")
-	s.sessions.Flush(r.Context())
+	s.sessions.Settle(r.Context(), id)
 	if err := s.sessions.Store.DeleteSnapshot(r.Context(), id, snap); err != nil {
 		s.fail(w, sessions.NotFound(err, "snapshot %q of session %q not found", snap, id))
 		return
@@ -296,7 +296,7 @@ func (s *adminAPI) compressSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.sessions.Flush(r.Context())
+	s.sessions.Settle(r.Context(), r.PathValue("id"))
 	res, err := compact(r.Context(), r.PathValue("id"), body.Instructions)
 	if err != nil {
 		s.fail(w, err)

@@ -158,7 +158,7 @@ func (ib *Commands) Run(ctx context.Context, session, model, cmd string, args []
 	case ib.Sessions.Store == nil:
 		return "ctxproxy: " + sessions.ErrNoStore.Error()
 	}
-	ib.Sessions.Flush(ctx)
+	ib.Sessions.Settle(ctx, session)
 	text, err := ib.sessionCommand(ctx, session, model, cmd, args)
 	if err != nil {
 		status, msg := ib.Sessions.Describe(err)
@@ -291,7 +291,7 @@ func (ib *Commands) statusText(ctx context.Context, session, model string) strin
 	f := report.Facts{Model: model, SessionID: session, Status: &st}
 	warning := ""
 	if session != "" && ib.Sessions.Store != nil {
-		ib.Sessions.Flush(ctx)
+		ib.Sessions.Settle(ctx, session)
 		if _, d, err := ib.Sessions.Get(ctx, session); err == nil {
 			warning, d.Warning = d.Warning, ""
 			f.Session = &d

@@ -61,6 +61,28 @@ func (s *Service) Flush(ctx context.Context) {
 	}
 }
 
+// Settle waits for what a command on session id must come after: the
+// writes queued here (Flush) and, when replicas share the store, the
+// turns of the session that other replicas began and have not stored yet
+// (snapshots.TurnOrder), at most the store's turn wait. So a "/clear" or
+// an admin read that follows a turn sees it, on any replica. An empty id
+// waits for the local writes only.
+func (s *Service) Settle(ctx context.Context, id string) {
+	s.Flush(ctx)
+	order, ok := s.Store.(snapshots.TurnOrder)
+	if !ok || id == "" {
+		return
+	}
+	waited, complete, err := order.AwaitTurns(ctx, id)
+	switch {
+	case err != nil:
+		s.Log.Warn("waiting for the session's turns on other replicas failed", "session", id, "err", err)
+	case !complete:
+		s.Log.Warn("a turn answered by another replica was not stored in time; going on without it",
+			"session", id, "waited_ms", waited.Milliseconds())
+	}
+}
+
 // CheckID validates a session id from a URL: the store's rule
 // (snapshots.CheckID), the one the chat routes apply too; describe turns
 // its error into a 400 that says why.
