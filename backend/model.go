@@ -241,6 +241,7 @@ func (b *Backend) fetch(ctx context.Context, name string) Details {
 	if verbose {
 		start := b.now()
 		te = &tokEntry{drift: &drift{}}
+		show.Name = name
 		te.tok, te.err = exact.New(show.Show)
 		if te.err != nil {
 			b.log.Warn("no exact token counts for this model; estimating and calibrating instead", "model", name, "err", te.err)

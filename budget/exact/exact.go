@@ -43,12 +43,23 @@ var ErrUnsupported = errors.New("exact: unsupported tokenizer")
 // Show is the part of Ollama's /api/show answer (with "verbose": true)
 // that decides a prompt's tokens.
 type Show struct {
-	Template     string         `json:"template"`
-	System       string         `json:"system"`
+	Template string `json:"template"`
+	System   string `json:"system"`
+	// Renderer names the Go renderer that builds the model's prompts in
+	// place of the template. Ollama v0.17.4 leaves it empty and names the
+	// renderer only in the Modelfile text (a RENDERER line): see
+	// RendererOf.
 	Renderer     string         `json:"renderer"`
+	Modelfile    string         `json:"modelfile"`
 	Messages     []api.Message  `json:"messages"`
 	ModelInfo    map[string]any `json:"model_info"`
 	Capabilities []string       `json:"capabilities"`
+	Details      struct {
+		Family string `json:"family"`
+	} `json:"details"`
+	// Name is the model's name as the client asked for it (the server
+	// treats deepseek-r1 by name).
+	Name string `json:"-"`
 }
 
 // imageTokens is what Ollama charges an image when it decides whether a
@@ -65,10 +76,12 @@ type Tokenizer struct {
 	tok      tokenizer.Tokenizer
 	tmpl     *template.Template
 	renderer string
-	system   string
-	preamble []api.Message
-	thinking bool
-	name     string
+	// dropThinking: earlier replies lose their <think> part.
+	dropThinking bool
+	system       string
+	preamble     []api.Message
+	thinking     bool
+	name         string
 
 	special []string  // control and user-defined tokens, in vocabulary order
 	trie    *trieNode // the specials, to find which a prompt holds in one pass
@@ -126,16 +139,23 @@ func New(show Show) (*Tokenizer, error) {
 		}
 	}
 
+	renderer, err := RendererOf(show)
+	if err != nil {
+		return nil, err
+	}
 	m := &Tokenizer{
-		renderer: show.Renderer,
-		system:   show.System,
-		preamble: show.Messages,
-		thinking: slices.Contains(show.Capabilities, "thinking"),
-		addBOS:   vocab.AddBOS && len(vocab.BOS) > 0,
-		addEOS:   vocab.AddEOS && len(vocab.EOS) > 0,
-		seed:     maphash.MakeSeed(),
-		pieces:   cache.NewSharded[pieceKey, int](maxPieces, func(k pieceKey) uint64 { return k.hash }),
-		shares:   cache.New[uint64, int](maxPieces),
+		renderer: renderer,
+		// The server drops the <think> part of earlier replies for
+		// these (filterThinkTags in its routes).
+		dropThinking: show.Details.Family == "qwen3" || ollamaModelName(show.Name) == "deepseek-r1",
+		system:       show.System,
+		preamble:     show.Messages,
+		thinking:     slices.Contains(show.Capabilities, "thinking"),
+		addBOS:       vocab.AddBOS && len(vocab.BOS) > 0,
+		addEOS:       vocab.AddEOS && len(vocab.EOS) > 0,
+		seed:         maphash.MakeSeed(),
+		pieces:       cache.NewSharded[pieceKey, int](maxPieces, func(k pieceKey) uint64 { return k.hash }),
+		shares:       cache.New[uint64, int](maxPieces),
 	}
 	model, _ := kv["tokenizer.ggml.model"].(string)
 	pre, _ := kv["tokenizer.ggml.pre"].(string)
@@ -207,6 +227,9 @@ func (m *Tokenizer) Render(p Prompt) (string, error) {
 		full = append(full, m.preamble...)
 		full = append(full, msgs...)
 		msgs = full
+		if m.dropThinking {
+			msgs = withoutThinking(msgs)
+		}
 	}
 	// Images: without a renderer the server writes an [img-N] tag into the
 	// content (server/prompt.go).

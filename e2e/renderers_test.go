@@ -1,0 +1,147 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ollama/ollama/api"
+)
+
+// renderers are the built-in renderers of Ollama v0.17.4, each with the
+// parser its models ship with.
+var renderers = []struct{ renderer, parser string }{
+	{"qwen3-coder", "qwen3-coder"},
+	{"qwen3-vl-instruct", "qwen3-vl-instruct"},
+	{"qwen3-vl-thinking", "qwen3-vl-thinking"},
+	{"qwen3.5", "qwen3.5"},
+	{"cogito", "cogito"},
+	{"deepseek3.1", "deepseek3"},
+	{"olmo3", "olmo3"},
+	{"olmo3.1", "olmo3"},
+	{"olmo3-think", "olmo3-think"},
+	{"olmo3-32b-think", "olmo3-think"},
+	{"nemotron-3-nano", "nemotron-3-nano"},
+	{"functiongemma", "functiongemma"},
+	{"glm-4.7", "glm-4.7"},
+	{"glm-ocr", "glm-ocr"},
+	{"lfm2", "lfm2"},
+	{"lfm2-thinking", "lfm2-thinking"},
+}
+
+// hardText is what tokenizers disagree on: digits, CJK, code fences,
+// runs of whitespace, and the text of special tokens.
+const hardText = "Totals: 1234567 and 3.14159, 2026-11-27.\n\n```go\nfunc main() {}\n```\n\n" +
+	"東京の天気は晴れです。 北京 42 度\n\t\t  indented   spaces\n<|im_start|>user <think>not a tag</think> [gMASK]<sop>"
+
+// rendererConversation is a tool conversation with the hard text and,
+// for a thinking model, a reply that thought.
+func rendererConversation(seed uint64) []api.Message {
+	msgs := toolConversation(seed, 2, false)
+	msgs[len(msgs)-2].Thinking = "Let me think about 12 cities first."
+	msgs[len(msgs)-1].Content += "\n" + hardText
+	return msgs
+}
+
+// createRendered creates name from the tiny model with a renderer and
+// parser: its template stays ChatML, which the server then does not use.
+func createRendered(t *testing.T, o *ollamaServer, name, renderer, parser string) {
+	t.Helper()
+	u, _ := url.Parse(o.url)
+	client := api.NewClient(u, http.DefaultClient)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := client.Create(ctx, &api.CreateRequest{Model: name, From: modelTiny, Renderer: renderer, Parser: parser},
+		func(api.ProgressResponse) error { return nil })
+	if err != nil {
+		t.Fatalf("create %s: %v", name, err)
+	}
+}
+
+// TestRealOllama_Renderers: a model Ollama renders with a built-in
+// renderer (named only in its Modelfile by v0.17.4) is counted exactly
+// from its first request, on /api/chat (whole and streamed) and
+// /v1/chat/completions, with tools, thinking and hard text.
+func TestRealOllama_Renderers(t *testing.T) {
+	o := need(t)
+	p := startCtxproxy(t, o.url, exactConfig)
+	defer p.stop()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-18s %-22s %7s %7s\n", "renderer", "route", "sent", "ollama")
+	for i, r := range renderers {
+		name := "rend-" + strings.ReplaceAll(r.renderer, ".", "-")
+		createRendered(t, o, name, r.renderer, r.parser)
+		msgs, tools := rendererConversation(900+uint64(i)), toolsJSON
+		if r.parser == "olmo3-think" {
+			// Its parser has no tool calls: a conversation without.
+			msgs, tools = conversation(900+uint64(i), 6), nil
+			msgs[len(msgs)-1].Content += "\n" + hardText
+		}
+		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {
+			sent, eval, err := countedAndEvaluated(p.url, route, name, msgs, tools)
+			if err != nil {
+				t.Errorf("%s %s: %v", r.renderer, route, err)
+				continue
+			}
+			fmt.Fprintf(&b, "%-18s %-22s %7d %7d\n", r.renderer, route, sent, eval)
+			if e := relErr(sent, eval); math.Abs(e) > exactTolerance {
+				t.Errorf("%s %s: X-Ctxproxy-Tokens %d vs prompt_eval_count %d (%+.1f%%)", r.renderer, route, sent, eval, 100*e)
+			}
+		}
+	}
+	t.Log(b.String())
+}
+
+// countedAndEvaluated sends msgs to ctxproxy at base on route ("/api/chat",
+// "/api/chat stream" or "/v1/chat/completions") and returns its count and
+// Ollama's.
+func countedAndEvaluated(base, route, model string, msgs []api.Message, tools json.RawMessage) (sent, eval int, err error) {
+	var body []byte
+	path := route
+	switch route {
+	case "/v1/chat/completions":
+		body = openaiBody(model, msgs, tools)
+	default:
+		path = "/api/chat"
+		body, _ = json.Marshal(chatRequest{Model: model, Messages: msgs, Tools: tools, Stream: route != "/api/chat"})
+	}
+	resp, err := http.Post(base+path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("HTTP %d: %.300s", resp.StatusCode, data)
+	}
+	if _, err := fmt.Sscan(resp.Header.Get("X-Ctxproxy-Tokens"), &sent); err != nil {
+		return 0, 0, fmt.Errorf("X-Ctxproxy-Tokens %q", resp.Header.Get("X-Ctxproxy-Tokens"))
+	}
+	if path == "/api/chat" {
+		lines := bytes.Split(bytes.TrimSpace(data), []byte("\n"))
+		var last api.ChatResponse
+		if err := json.Unmarshal(lines[len(lines)-1], &last); err != nil {
+			return 0, 0, err
+		}
+		return sent, last.PromptEvalCount, nil
+	}
+	var v struct {
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return 0, 0, err
+	}
+	return sent, v.Usage.PromptTokens, nil
+}
