@@ -34,7 +34,8 @@ const cacheEntries = 16384
 // SummaryStore under a hash of the iterations it covers: a client resends
 // the whole history on every request, and only the iterations that fold
 // for the first time cost a summarizer call. Summaries are written by at
-// most one background job per session at a time, cancelled by Close.
+// most one background job per session at a time, cancelled by Close; on a
+// store that replicas share (SummaryClaimer), by one replica at a time.
 //
 // It is safe for concurrent use.
 type Compactor struct {
@@ -65,8 +66,8 @@ type Compactor struct {
 	closed  bool
 
 	stats struct {
-		calls, failures, cut, folded, waited, fallbacks, jobs, storeErrors atomic.Uint64
-		latency                                                            atomic.Int64
+		calls, failures, cut, folded, waited, fallbacks, jobs, storeErrors, deferred atomic.Uint64
+		latency                                                                      atomic.Int64
 	}
 }
 
@@ -164,6 +165,9 @@ type SummaryStats struct {
 	Jobs uint64
 	// StoreErrors counts failed SummaryStore calls.
 	StoreErrors uint64
+	// Deferred counts the batches a job found claimed by another replica
+	// (SummaryClaimer) and left to it.
+	Deferred uint64
 }
 
 // Stats returns the counters.
@@ -173,7 +177,7 @@ func (c *Compactor) Stats() SummaryStats {
 		Calls: s.calls.Load(), Failures: s.failures.Load(), Cut: s.cut.Load(),
 		Latency: time.Duration(s.latency.Load()), Folded: s.folded.Load(),
 		Waited: s.waited.Load(), Fallbacks: s.fallbacks.Load(), Jobs: s.jobs.Load(),
-		StoreErrors: s.storeErrors.Load(),
+		StoreErrors: s.storeErrors.Load(), Deferred: s.deferred.Load(),
 	}
 }
 

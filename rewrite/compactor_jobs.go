@@ -21,6 +21,8 @@ type job struct {
 	iters map[int][]Message
 	req   Request
 	cnt   Counter
+	// claimFailed: a claim failed in this job, and was logged (once).
+	claimFailed bool
 }
 
 // ensure makes sure a job is writing the summaries of v's first n
@@ -87,10 +89,14 @@ func (c *Compactor) run(j *job) {
 		for i := from; i < end; i++ {
 			msgs = append(msgs, j.iters[i]...)
 		}
-		key, req, cnt := j.keys[end-1], j.req, j.cnt
+		first, key, req, cnt := j.keys[from], j.keys[end-1], j.req, j.cnt
 		prev := c.previous(links, cnt)
 		c.mu.Unlock()
 
+		release, write := c.claim(j, first)
+		if !write {
+			continue // written elsewhere, or the wish changed: look again
+		}
 		s, err := c.call(req, cnt, msgs, prev, key, end, end-from)
 		if err != nil {
 			err = fmt.Errorf("summarizing iterations %d to %d: %w", from+1, end, err)
@@ -113,11 +119,97 @@ func (c *Compactor) run(j *job) {
 				c.log.Warn("saving a summary failed", "session", j.session, "err", err)
 			}
 		}
+		release()
 		c.mu.Lock()
 		c.summaries.Add(s.Key, s)
 		c.broadcast()
 		c.mu.Unlock()
 	}
+}
+
+// claimMargin is how much longer than a summarizer call (summarize.timeout)
+// a claim lasts: the time to store the summary it is made for.
+const claimMargin = 10 * time.Second
+
+// Between two looks at a summary claimed by another replica, a job waits
+// claimPoll at first, then twice as long each time, up to claimPollMax.
+const (
+	claimPoll    = 20 * time.Millisecond
+	claimPollMax = time.Second
+)
+
+// claim claims the batch of j that begins with the iteration key stands
+// for, when the store is shared by replicas (SummaryClaimer), and reports
+// whether to write it now, with the function that releases the claim once
+// the summary is stored. While another replica holds the claim, it looks
+// at the store now and then and returns false as soon as that replica's
+// summary is there (or j no longer wants key); it returns true once the
+// claim is free and its own. A claim that fails writes anyway.
+func (c *Compactor) claim(j *job, key string) (release func(), write bool) {
+	none := func() {}
+	cl, ok := c.store.(SummaryClaimer)
+	if !ok || j.session == "" {
+		return none, true
+	}
+	ttl := c.cfg.Timeout + claimMargin
+	for i := 0; ; i++ {
+		token, ok, err := cl.Claim(c.ctx, j.session, key, ttl)
+		if err != nil {
+			if c.ctx.Err() != nil {
+				return none, false
+			}
+			c.stats.storeErrors.Add(1)
+			if !j.claimFailed {
+				j.claimFailed = true
+				c.log.Warn("claiming a summary failed; writing it without a claim (another replica may write it too)",
+					"session", j.session, "err", err)
+			}
+			return none, true
+		}
+		if ok && token == "" {
+			return none, true // a store of one process: nothing to share
+		}
+		if ok {
+			release = func() {
+				if err := cl.Release(c.ctx, j.session, key, token); err != nil {
+					c.stats.storeErrors.Add(1)
+					c.log.Debug("releasing a summary claim failed; it expires", "session", j.session, "err", err)
+				}
+			}
+			// A replica may have stored the summary and released its
+			// claim between this job's last look at the store and now.
+			c.load(j)
+			if c.written(j, key) {
+				release()
+				return none, false
+			}
+			return release, true
+		}
+		if i == 0 {
+			c.stats.deferred.Add(1)
+		}
+		t := time.NewTimer(min(claimPoll<<min(i, 6), claimPollMax))
+		select {
+		case <-c.ctx.Done():
+			t.Stop()
+			return none, false
+		case <-t.C:
+		}
+		c.load(j)
+		if c.written(j, key) {
+			return none, false
+		}
+	}
+}
+
+// written reports whether the summaries in memory cover the iteration key
+// stands for, or j no longer wants it.
+func (c *Compactor) written(j *job, key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := slices.Index(j.keys, key)
+	n, _ := c.chainLocked(j.keys)
+	return i < 0 || n > i
 }
 
 // failure is a scope's last summarizer failure.

@@ -381,3 +381,35 @@ type SummaryStore interface {
 	// Put adds s to session, replacing one with the same Key.
 	Put(ctx context.Context, session string, s Summary) error
 }
+
+// SummaryClaimer is implemented by a SummaryStore that replicas share, so
+// that a summary is written once for them all: two replicas that reach
+// the same cut of a conversation at the same moment would otherwise both
+// call the summarizer for the same iterations.
+//
+// Before a background job calls the summarizer for a batch of
+// iterations, it claims the key of the batch's first iteration (replicas
+// may end a batch in different places, never start one elsewhere). While
+// another replica holds that claim, the job makes no call: it reads the
+// store now and then until that replica's summary lands there, or until
+// the claim is free again (released, or expired because its holder died
+// or hangs), and then claims again. Requests meanwhile trim what is not
+// summarized yet, as they do whenever a summary is not ready. A claim that
+// fails (the store is down) is logged, and the summary written anyway: a
+// summary written twice is better than none. The job releases its claim
+// once the summary is stored, and leaves it to expire when the summarizer
+// fails.
+//
+// A store without this interface (one process) writes every summary
+// without a claim.
+type SummaryClaimer interface {
+	// Claim claims key of session for ttl at most. When no one holds it,
+	// it is the caller's: Claim returns a token for Release and true.
+	// When another caller holds it, Claim returns false. A store that
+	// replicas do not share may return true and an empty token: the
+	// summary is then written at once, with nothing to release.
+	Claim(ctx context.Context, session, key string, ttl time.Duration) (token string, ok bool, err error)
+	// Release ends the claim token stands for, if it still holds; one
+	// that expired and was taken by another caller stays theirs.
+	Release(ctx context.Context, session, key, token string) error
+}

@@ -29,6 +29,9 @@ import (
 //	                                token counts learn from replies
 //	PREFIX snapshot:KEY:SNAPSHOT-ID a snapshot record
 //	PREFIX snapshots:KEY            hash SNAPSHOT-ID → SnapshotInfo JSON
+//	PREFIX claim:KEY:NAME           a claim on NAME in the session, held by
+//	                                one replica until released or expired
+//	                                (Claimer)
 //	PREFIX session:KEY              a session of the format before the log,
 //	                                converted by its next update
 //
@@ -61,6 +64,7 @@ type RedisStore struct {
 	compactor *compactor
 	counters  counters
 	*redisTurns
+	*redisClaims
 }
 
 // maxAttempts bounds the optimistic retries of one update. Each conflict
@@ -100,6 +104,7 @@ func redisStoreOn(rdb *redis.Client, cfg Config, log *slog.Logger) *RedisStore {
 	}
 	st.redisTurns = &redisTurns{rdb: rdb, keys: st.keys, turnWait: cfg.withDefaults().Redis.TurnWait,
 		readErr: st.readErr, writeErr: st.writeErr}
+	st.redisClaims = &redisClaims{rdb: rdb, keys: st.keys, writeErr: st.writeErr}
 	st.counters.copies = "Redis keys " + cfg.Redis.Prefix + "*:corrupt*"
 	st.compactor = newCompactor(st.compact)
 	return st
@@ -122,6 +127,7 @@ func (p redisKeys) snapIndex(k string) string { return string(p) + "snapshots:" 
 func (p redisKeys) snap(k, snapID string) string {
 	return string(p) + "snapshot:" + k + ":" + snapID
 }
+func (p redisKeys) claim(k, name string) string { return string(p) + "claim:" + k + ":" + name }
 
 func (st *RedisStore) readErr(err error) error {
 	st.counters.readErrors.Add(1)

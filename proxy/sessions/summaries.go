@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -16,10 +17,38 @@ const maxSummaries = 512
 // SummaryStore keeps the summarize strategy's summaries in the session
 // store (snapshots.Session.Summaries), so they survive restarts and are
 // shared by replicas on Redis. It is called from background summary jobs,
-// never on the request path.
+// never on the request path. On a store that replicas share
+// (snapshots.Claimer: Redis) it claims each summary before it is written,
+// so that the replicas write it once (rewrite.SummaryClaimer).
 type SummaryStore struct{ Store Store }
 
-var _ rewrite.SummaryStore = SummaryStore{}
+var (
+	_ rewrite.SummaryStore   = SummaryStore{}
+	_ rewrite.SummaryClaimer = SummaryStore{}
+)
+
+// claimPrefix sets summary claims apart from other claims in a session.
+const claimPrefix = "summary:"
+
+// Claim implements rewrite.SummaryClaimer on a store with claims; on one
+// without (the file store, one process), every claim is granted at once,
+// with no token, and summaries are written as if there were no claims.
+func (st SummaryStore) Claim(ctx context.Context, session, key string, ttl time.Duration) (string, bool, error) {
+	cl, ok := st.Store.(snapshots.Claimer)
+	if !ok {
+		return "", true, nil
+	}
+	return cl.Claim(ctx, session, claimPrefix+key, ttl)
+}
+
+// Release implements rewrite.SummaryClaimer.
+func (st SummaryStore) Release(ctx context.Context, session, key, token string) error {
+	cl, ok := st.Store.(snapshots.Claimer)
+	if !ok || token == "" {
+		return nil
+	}
+	return cl.Release(ctx, session, claimPrefix+key, token)
+}
 
 // Get returns session's summaries; a session not stored yet has none.
 func (st SummaryStore) Get(ctx context.Context, session string) ([]rewrite.Summary, error) {
