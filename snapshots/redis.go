@@ -301,17 +301,26 @@ func (st *RedisStore) update(ctx context.Context, id string, create bool, fn fun
 	k := key(id)
 	defer st.locks.lock(k)()
 	for attempt := 1; ; attempt++ {
+		done := false
 		err := st.rdb.Watch(ctx, func(tx *redis.Tx) error {
-			return st.tryUpdate(ctx, tx, id, k, create, fn)
+			err := st.tryUpdate(ctx, tx, id, k, create, fn)
+			done = err == nil
+			return err
 		}, st.keys.log(k), st.keys.session(k))
-		if !errors.Is(err, redis.TxFailedErr) {
+		if err == nil && !done {
+			// go-redis's cluster client returns nil from Watch when it
+			// runs out of redirections without running the function.
+			err = errSlotMoving
+		}
+		if !errors.Is(err, redis.TxFailedErr) && !slotMoving(err) {
 			return err
 		}
 		if attempt == maxAttempts {
 			return st.writeErr(fmt.Errorf("update %q: %d conflicting attempts: %w", id, attempt, err))
 		}
 		// Another replica updated the session between our read and our
-		// write: back off a little, randomly, and read it again.
+		// write, or the session's slot is moving between cluster nodes:
+		// back off a little, randomly, and read it again.
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -387,6 +396,21 @@ func (st *RedisStore) tryUpdate(ctx context.Context, tx *redis.Tx, id, k string,
 		st.compactor.request(k, id)
 	}
 	return nil
+}
+
+// errSlotMoving is an update that did not run because the session's hash
+// slot is moving between the nodes of a cluster.
+var errSlotMoving = errors.New("the session's hash slot is moving between cluster nodes")
+
+// slotMoving reports whether err says that a key's hash slot is moving
+// between the nodes of a cluster, while redis-cli --cluster reshard or
+// rebalance migrates it: WATCH, and a transaction on one node, follow no
+// ASK redirection, and multi-key commands get TRYAGAIN while the slot's
+// keys are split between the nodes. The update is tried again.
+func slotMoving(err error) bool {
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask || redis.IsTryAgainError(err) || errors.Is(err, errSlotMoving)
 }
 
 // compact replaces session id's log with one replace record of its

@@ -354,3 +354,106 @@ func TestRedisClusterConfig(t *testing.T) {
 		t.Errorf("a single Redis with db 2 and braces in its prefix: %v", err)
 	}
 }
+
+// TestRedisClusterSlotMoves: a session's slot moves to another primary,
+// as redis-cli --cluster reshard moves it, while replicas update the
+// session: updates made while its keys are on their way wait for the move
+// to end, and none is lost.
+func TestRedisClusterSlotMoves(t *testing.T) {
+	addrs := redistest.StartCluster(t)
+	rdb := clusterClient(t, addrs)
+	st := newClusterStore(t, addrs, "moves:", Config{})
+	turn := func(text string) func(*Session) error {
+		return func(s *Session) error { s.Messages = append(s.Messages, msg("user", text)); return nil }
+	}
+	if err := st.Update(ctx, "m", turn("before")); err != nil {
+		t.Fatal(err)
+	}
+	slot := slotOf(t, rdb, st.keys.log(key("m")))
+	src, dst, all := moveNodes(t, rdb, slot)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	update := func(text string) {
+		st := newClusterStore(t, addrs, "moves:", Config{}) // another replica
+		wg.Go(func() {
+			if err := st.Update(ctx, "m", turn(text)); err != nil {
+				t.Errorf("update %s: %v", text, err)
+			}
+		})
+	}
+	// The steps of redis-cli --cluster reshard for one slot.
+	must(all[dst].Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", nodeID(t, all[src])).Err())
+	must(all[src].Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", nodeID(t, all[dst])).Err())
+	update("while migrating")          // TRYAGAIN: WATCH of the log and the absent v1 key
+	time.Sleep(300 * time.Millisecond) // longer than go-redis's own retries
+
+	keys, err := all[src].ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+	must(err)
+	host, port, _ := strings.Cut(dst, ":")
+	args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	must(all[src].Do(ctx, args...).Err())
+	update("while migrated") // ASK from the source, MOVED from the target
+	time.Sleep(100 * time.Millisecond)
+	for _, c := range all {
+		must(c.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", nodeID(t, all[dst])).Err())
+	}
+	wg.Wait()
+	if err := st.Update(ctx, "m", turn("after")); err != nil {
+		t.Fatalf("update after the move: %v", err)
+	}
+	got := map[string]bool{}
+	for _, m := range mustGet(t, newClusterStore(t, addrs, "moves:", Config{}), "m").Messages {
+		got[m.Content] = true
+	}
+	for _, want := range []string{"before", "while migrating", "while migrated", "after"} {
+		if !got[want] {
+			t.Errorf("the update %q was lost in the move of slot %d from %s to %s (messages %v)", want, slot, src, dst, got)
+		}
+	}
+}
+
+// moveNodes returns the primary that holds slot and another, by address,
+// and a client of each primary.
+func moveNodes(t *testing.T, rdb *redis.ClusterClient, slot int64) (src, dst string, all map[string]*redis.Client) {
+	t.Helper()
+	shards, err := rdb.ClusterShards(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all = map[string]*redis.Client{}
+	for _, sh := range shards {
+		addr := fmt.Sprintf("%s:%d", sh.Nodes[0].IP, sh.Nodes[0].Port)
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { c.Close() })
+		all[addr] = c
+		for _, r := range sh.Slots {
+			if r.Start <= slot && slot <= r.End {
+				src = addr
+			}
+		}
+	}
+	for addr := range all {
+		if addr != src {
+			dst = addr
+		}
+	}
+	return src, dst, all
+}
+
+// nodeID returns the cluster id of the node c is connected to.
+func nodeID(t *testing.T, c *redis.Client) string {
+	t.Helper()
+	id, err := c.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
