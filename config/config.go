@@ -184,6 +184,8 @@ type Snapshots struct {
 		SentinelMaster   string   `mapstructure:"sentinel_master"`
 		SentinelAddrs    []string `mapstructure:"sentinel_addrs"`
 		SentinelPassword string   `mapstructure:"sentinel_password"`
+		// ClusterAddrs is snapshots.RedisConfig.ClusterAddrs.
+		ClusterAddrs []string `mapstructure:"cluster_addrs"`
 		// TurnWait is snapshots.RedisConfig.TurnWait.
 		TurnWait time.Duration `mapstructure:"turn_wait"`
 	} `mapstructure:"redis"`
@@ -269,6 +271,7 @@ func Default() Config {
 	c.Snapshots.Redis.Prefix = "ctxproxy:"
 	c.Snapshots.Redis.TurnWait = 200 * time.Millisecond
 	c.Snapshots.Redis.SentinelAddrs = []string{}
+	c.Snapshots.Redis.ClusterAddrs = []string{}
 	c.Models = map[string]Model{}
 	c.Log = Log{Level: "info", Format: "auto"}
 	c.Limits = Limits{MaxConnections: 4096, MaxInflight: 512, BodyMemory: 512 << 20, QueueWait: 2 * time.Second,

@@ -164,3 +164,31 @@ func TestSnapshotsFsyncInterval(t *testing.T) {
 		t.Errorf("Diff: applied %v, restart %v", applied, restart)
 	}
 }
+
+// snapshots.redis.cluster_addrs reaches the store, needs a restart, and
+// what does not go with it (database 1) is reported by check-config.
+func TestSnapshotsRedisCluster(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	yaml := "snapshots:\n  store: redis\n  redis:\n    cluster_addrs: [10.0.0.1:7000, 10.0.0.2:7000]\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, _, problems := Load(LoadOptions{Path: file})
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	if got := c.SnapshotsConfig().Redis.ClusterAddrs; !slices.Equal(got, []string{"10.0.0.1:7000", "10.0.0.2:7000"}) {
+		t.Errorf("cluster_addrs loads as %q", got)
+	}
+	if _, restart := Diff(Default(), c); !slices.Contains(restart, "snapshots.redis.cluster_addrs") {
+		t.Errorf("restart %v: cluster_addrs needs a restart", restart)
+	}
+	if err := os.WriteFile(file, []byte(yaml+"    db: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, problems = Load(LoadOptions{Path: file})
+	want := "snapshots.redis.db: 1 with cluster_addrs; Redis Cluster has only database 0"
+	if !slices.Contains(problems, want) {
+		t.Errorf("problems %q, want %q", problems, want)
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/testkit/redistest"
 )
 
 // benchSession is a 100-message session of chat-sized messages (about 600
@@ -44,12 +46,17 @@ func return err nil string int struct package import type var const range defer 
 error context request response header token tokens model session snapshot window limit usage summary
 { } ( ) [ ] := == != <= >= && || ; // # * - 1 2 3 10 42 100 1024 4096 8192 http://localhost:11434`)
 
-// benchStores runs fn against each kind of store (Redis when installed).
+// benchStores runs fn against each kind of store (Redis, and a Redis
+// Cluster of three primaries, when installed).
 func benchStores(b *testing.B, fn func(b *testing.B, st Store)) {
 	b.Run("file", func(b *testing.B) { fn(b, newFileStore(b, b.TempDir(), Config{MaxCount: 1 << 30})) })
 	b.Run("redis", func(b *testing.B) {
 		addr := startRedis(b)
 		fn(b, newRedisStore(b, addr, "bench:", Config{MaxCount: 1 << 30}))
+	})
+	b.Run("redis cluster", func(b *testing.B) {
+		addrs := redistest.StartCluster(b)
+		fn(b, newClusterStore(b, addrs, "bench:", Config{MaxCount: 1 << 30}))
 	})
 }
 

@@ -3,6 +3,7 @@ package snapshots
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,6 +75,11 @@ type RedisConfig struct {
 	SentinelMaster   string   `mapstructure:"sentinel_master"`
 	SentinelAddrs    []string `mapstructure:"sentinel_addrs"`
 	SentinelPassword string   `mapstructure:"sentinel_password"`
+	// ClusterAddrs, when set, uses Redis Cluster: they are some of its
+	// nodes (host:port each), from which the client learns the others and
+	// which node holds which hash slot. Addr is not used, DB must be 0
+	// (a cluster has only database 0), and Password is the nodes'.
+	ClusterAddrs []string `mapstructure:"cluster_addrs"`
 	// TurnWait bounds how long a turn built on the stored history waits
 	// for the session's turns that other replicas have not stored yet
 	// (TurnOrder); default DefaultTurnWait.
@@ -154,13 +160,41 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("snapshots.redis.sentinel_master and sentinel_addrs go together: "+
 			"the name of the primary, and the sentinels that monitor it"))
 	}
+	errs = append(errs, c.Redis.clusterProblems()...)
 	return errors.Join(errs...)
 }
 
-// client returns a client of the Redis c describes: the primary the
-// sentinels name when SentinelMaster is set (it follows a failover), else
-// the server at Addr.
-func (c RedisConfig) client() *redis.Client {
+// clusterProblems reports what does not go with ClusterAddrs.
+func (c RedisConfig) clusterProblems() []error {
+	if len(c.ClusterAddrs) == 0 {
+		return nil
+	}
+	var errs []error
+	if c.SentinelMaster != "" || len(c.SentinelAddrs) > 0 {
+		errs = append(errs, errors.New("snapshots.redis.cluster_addrs and sentinel_master exclude each other: "+
+			"Redis Cluster fails over by itself, without sentinels; set one of them"))
+	}
+	if c.DB != 0 {
+		errs = append(errs, fmt.Errorf("snapshots.redis.db: %d with cluster_addrs; Redis Cluster has only database 0", c.DB))
+	}
+	if strings.ContainsAny(c.Prefix, "{}") {
+		errs = append(errs, fmt.Errorf("snapshots.redis.prefix: %q holds { or } with cluster_addrs; "+
+			"ctxproxy puts each session's keys in one hash slot with {} of its own", c.Prefix))
+	}
+	if slices.Contains(c.ClusterAddrs, "") {
+		errs = append(errs, errors.New("snapshots.redis.cluster_addrs: an empty address"))
+	}
+	return errs
+}
+
+// client returns a client of the Redis c describes: the cluster's nodes
+// when ClusterAddrs is set (it follows MOVED and ASK redirections and a
+// failover), the primary the sentinels name when SentinelMaster is set
+// (it follows a failover), else the server at Addr.
+func (c RedisConfig) client() redis.UniversalClient {
+	if c.cluster() {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.ClusterAddrs, Password: c.Password})
+	}
 	if c.SentinelMaster != "" {
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: c.SentinelMaster, SentinelAddrs: c.SentinelAddrs, SentinelPassword: c.SentinelPassword,
@@ -170,8 +204,14 @@ func (c RedisConfig) client() *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: c.Addr, Password: c.Password, DB: c.DB})
 }
 
+// cluster reports whether c is a Redis Cluster.
+func (c RedisConfig) cluster() bool { return len(c.ClusterAddrs) > 0 }
+
 // where says which Redis c is, for logs and errors.
 func (c RedisConfig) where() string {
+	if c.cluster() {
+		return "cluster " + strings.Join(c.ClusterAddrs, ",")
+	}
 	if c.SentinelMaster != "" {
 		return fmt.Sprintf("primary %q of the sentinels %s", c.SentinelMaster, strings.Join(c.SentinelAddrs, ","))
 	}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/ctxproxy/ctxproxy/testkit/redistest"
 )
 
 // logStores runs fn against each kind of store, opened by open (calling it
@@ -20,6 +22,11 @@ func logStores(t *testing.T, fn func(t *testing.T, open func(cfg Config) Store))
 		addr := startRedis(t)
 		prefix := fmt.Sprintf("log%d:", prefixes.Add(1))
 		fn(t, func(cfg Config) Store { return newRedisStore(t, addr, prefix, cfg) })
+	})
+	t.Run("redis cluster", func(t *testing.T) {
+		addrs := redistest.StartCluster(t)
+		prefix := fmt.Sprintf("log%d:", prefixes.Add(1))
+		fn(t, func(cfg Config) Store { return newClusterStore(t, addrs, prefix, cfg) })
 	})
 }
 
@@ -218,21 +225,35 @@ func TestObserve(t *testing.T) {
 // RedisStore compacts a session's list the same way, in a transaction;
 // another replica reads the same state from the compacted list.
 func TestLogCompactionRedis(t *testing.T) {
-	addr := startRedis(t)
-	st := newRedisStore(t, addr, "compact:", Config{})
-	mustUpdate(t, st, "c", func(s *Session) { s.Messages = conversation(10, 200, "c") })
-	for i := range 150 {
-		mustUpdate(t, st, "c", func(s *Session) {
-			s.Messages = append(s.Messages, conversation(2, 600, fmt.Sprint("turn", i))...)
+	for _, cluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "redis", true: "redis cluster"}[cluster], func(t *testing.T) {
+			var open func() *RedisStore
+			if cluster {
+				addrs := redistest.StartCluster(t)
+				open = func() *RedisStore { return newClusterStore(t, addrs, "compact:", Config{}) }
+			} else {
+				addr := startRedis(t)
+				open = func() *RedisStore { return newRedisStore(t, addr, "compact:", Config{}) }
+			}
+			st := open()
+			mustUpdate(t, st, "c", func(s *Session) { s.Messages = conversation(10, 200, "c") })
+			for i := range 150 {
+				mustUpdate(t, st, "c", func(s *Session) {
+					s.Messages = append(s.Messages, conversation(2, 600, fmt.Sprint("turn", i))...)
+				})
+			}
+			st.compactor.wait()
+			n, err := st.rdb.LLen(ctx, st.keys.log(key("c"))).Result()
+			if err != nil || n > 20 {
+				t.Errorf("%d records after 151 changes (%v): compaction did not keep up", n, err)
+			}
+			want := mustGet(t, st, "c")
+			if d := diff(want, mustGet(t, open(), "c")); d != "" {
+				t.Errorf("another replica after compaction (-want +got):\n%s", d)
+			}
+			if list, err := open().List(ctx); err != nil || len(list) != 1 || list[0].Messages != len(want.Messages) {
+				t.Errorf("listed after compaction: %+v, %v", list, err)
+			}
 		})
-	}
-	st.compactor.wait()
-	n, err := st.rdb.LLen(ctx, st.keys.log(key("c"))).Result()
-	if err != nil || n > 20 {
-		t.Errorf("%d records after 151 changes (%v): compaction did not keep up", n, err)
-	}
-	want := mustGet(t, st, "c")
-	if d := diff(want, mustGet(t, newRedisStore(t, addr, "compact:", Config{}), "c")); d != "" {
-		t.Errorf("another replica after compaction (-want +got):\n%s", d)
 	}
 }

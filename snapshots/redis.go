@@ -15,7 +15,8 @@ import (
 
 // RedisStore keeps sessions and snapshots in Redis so that several
 // ctxproxy replicas behind a load balancer share them. With PREFIX from
-// the config and KEY the hex SHA-256 of the session id:
+// the config and KEY the hex SHA-256 of the session id (written {KEY} on
+// a Redis Cluster, a hash tag that keeps a session's keys in one slot):
 //
 //	PREFIX log:KEY                  the session's log: a list of records
 //	PREFIX log:KEY:corrupt-TIME     corrupt records skipped in it, as they
@@ -49,12 +50,22 @@ import (
 // rewrites the log without it (the read that found it, or the next
 // update) it is copied to PREFIX log:KEY:corrupt-TIME. A log without a
 // record that loads is renamed to its key plus ":corrupt" by the next
-// update. Transactions span a session's keys and the shared index, so the
-// store needs a single Redis, or a primary with replicas (found through
-// Redis Sentinel with RedisConfig.SentinelMaster), not Redis Cluster.
+// update.
+//
+// The store runs on a single Redis, on a primary with replicas found
+// through Redis Sentinel (RedisConfig.SentinelMaster), or on a Redis
+// Cluster (RedisConfig.ClusterAddrs). On the first two, a session's
+// transaction also writes its entry in the index of sessions. On a
+// cluster the index is in another slot, which one transaction cannot
+// span: the entry is written by a command of its own right after the
+// session's transaction went through (redisIndex), so a crash between
+// the two leaves the listing one change behind until the session's next
+// change (List skips the entry of a session deleted that way); the
+// session itself is never affected.
 type RedisStore struct {
-	rdb       *redis.Client
+	rdb       redis.UniversalClient
 	keys      redisKeys
+	index     redisIndex
 	maxCount  int
 	log       *slog.Logger
 	now       func() time.Time
@@ -92,16 +103,17 @@ func (st *RedisStore) Ping(ctx context.Context) error {
 	return st.rdb.Ping(ctx).Err()
 }
 
-func redisStoreOn(rdb *redis.Client, cfg Config, log *slog.Logger) *RedisStore {
+func redisStoreOn(rdb redis.UniversalClient, cfg Config, log *slog.Logger) *RedisStore {
 	st := &RedisStore{
 		rdb:      rdb,
-		keys:     redisKeys(cfg.Redis.Prefix),
+		keys:     redisKeys{prefix: cfg.Redis.Prefix, tag: cfg.Redis.cluster()},
 		maxCount: cfg.MaxCount,
 		log:      log,
 		now:      time.Now,
 		obs:      observer{StoreRedis, cfg.Observe},
 		cache:    newStateCache(defaultCacheBytes),
 	}
+	st.index = redisIndex{rdb: rdb, keys: st.keys, log: log, failed: &st.counters.writeErrors}
 	st.redisTurns = &redisTurns{rdb: rdb, keys: st.keys, turnWait: cfg.withDefaults().Redis.TurnWait,
 		readErr: st.readErr, writeErr: st.writeErr}
 	st.redisClaims = &redisClaims{rdb: rdb, keys: st.keys, writeErr: st.writeErr}
@@ -113,21 +125,34 @@ func redisStoreOn(rdb *redis.Client, cfg Config, log *slog.Logger) *RedisStore {
 // redisKeys names a store's Redis keys under its prefix: per session
 // (by its hashed key k) the record log, its version, the v1 value read
 // for migration, and the snapshot index and snapshots; and the index of
-// sessions.
-type redisKeys string
-
-func (p redisKeys) log(k string) string       { return string(p) + "log:" + k }
-func (p redisKeys) aside(k, t string) string  { return string(p) + "log:" + k + ":corrupt-" + t }
-func (p redisKeys) ver(k string) string       { return string(p) + "ver:" + k }
-func (p redisKeys) turns(k string) string     { return string(p) + "turns:" + k }
-func (p redisKeys) feed(name string) string   { return string(p) + "feed:" + name }
-func (p redisKeys) session(k string) string   { return string(p) + "session:" + k }
-func (p redisKeys) index() string             { return string(p) + "sessions" }
-func (p redisKeys) snapIndex(k string) string { return string(p) + "snapshots:" + k }
-func (p redisKeys) snap(k, snapID string) string {
-	return string(p) + "snapshot:" + k + ":" + snapID
+// sessions. With tag (Redis Cluster) k is written {k}, a hash tag that
+// puts a session's keys in one hash slot, so that one transaction and one
+// WATCH can span them; without it the names are those of a single Redis.
+type redisKeys struct {
+	prefix string
+	tag    bool
 }
-func (p redisKeys) claim(k, name string) string { return string(p) + "claim:" + k + ":" + name }
+
+// id is k as it appears in the session's keys.
+func (p redisKeys) id(k string) string {
+	if p.tag {
+		return "{" + k + "}"
+	}
+	return k
+}
+
+func (p redisKeys) log(k string) string       { return p.prefix + "log:" + p.id(k) }
+func (p redisKeys) aside(k, t string) string  { return p.log(k) + ":corrupt-" + t }
+func (p redisKeys) ver(k string) string       { return p.prefix + "ver:" + p.id(k) }
+func (p redisKeys) turns(k string) string     { return p.prefix + "turns:" + p.id(k) }
+func (p redisKeys) feed(name string) string   { return p.prefix + "feed:" + name }
+func (p redisKeys) session(k string) string   { return p.prefix + "session:" + p.id(k) }
+func (p redisKeys) index() string             { return p.prefix + "sessions" }
+func (p redisKeys) snapIndex(k string) string { return p.prefix + "snapshots:" + p.id(k) }
+func (p redisKeys) snap(k, snapID string) string {
+	return p.prefix + "snapshot:" + p.id(k) + ":" + snapID
+}
+func (p redisKeys) claim(k, name string) string { return p.prefix + "claim:" + p.id(k) + ":" + name }
 
 func (st *RedisStore) readErr(err error) error {
 	st.counters.readErrors.Add(1)
@@ -286,17 +311,26 @@ func (st *RedisStore) update(ctx context.Context, id string, create bool, fn fun
 	k := key(id)
 	defer st.locks.lock(k)()
 	for attempt := 1; ; attempt++ {
+		done := false
 		err := st.rdb.Watch(ctx, func(tx *redis.Tx) error {
-			return st.tryUpdate(ctx, tx, id, k, create, fn)
+			err := st.tryUpdate(ctx, tx, id, k, create, fn)
+			done = err == nil
+			return err
 		}, st.keys.log(k), st.keys.session(k))
-		if !errors.Is(err, redis.TxFailedErr) {
+		if err == nil && !done {
+			// go-redis's cluster client returns nil from Watch when it
+			// runs out of redirections without running the function.
+			err = errSlotMoving
+		}
+		if !errors.Is(err, redis.TxFailedErr) && !slotMoving(err) {
 			return err
 		}
 		if attempt == maxAttempts {
 			return st.writeErr(fmt.Errorf("update %q: %d conflicting attempts: %w", id, attempt, err))
 		}
 		// Another replica updated the session between our read and our
-		// write: back off a little, randomly, and read it again.
+		// write, or the session's slot is moving between cluster nodes:
+		// back off a little, randomly, and read it again.
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -345,7 +379,7 @@ func (st *RedisStore) tryUpdate(ctx context.Context, tx *redis.Tx, id, k string,
 		}
 		pl.RPush(ctx, st.keys.log(k), rec)
 		pl.Set(ctx, st.keys.ver(k), strconv.FormatInt(seq, 36), 0)
-		pl.HSet(ctx, st.keys.index(), k, ib)
+		st.index.in(ctx, pl, k, ib)
 		return nil
 	})
 	switch {
@@ -356,6 +390,7 @@ func (st *RedisStore) tryUpdate(ctx context.Context, tx *redis.Tx, id, k string,
 		st.log.Error("snapshots: save session", "session", id, "err", err)
 		return st.writeErr(err)
 	}
+	st.index.after(ctx, id, k, ib)
 	st.wrote(rec)
 	reported()
 	e.size, e.seq = size, seq
@@ -371,6 +406,21 @@ func (st *RedisStore) tryUpdate(ctx context.Context, tx *redis.Tx, id, k string,
 		st.compactor.request(k, id)
 	}
 	return nil
+}
+
+// errSlotMoving is an update that did not run because the session's hash
+// slot is moving between the nodes of a cluster.
+var errSlotMoving = errors.New("the session's hash slot is moving between cluster nodes")
+
+// slotMoving reports whether err says that a key's hash slot is moving
+// between the nodes of a cluster, while redis-cli --cluster reshard or
+// rebalance migrates it: WATCH, and a transaction on one node, follow no
+// ASK redirection, and multi-key commands get TRYAGAIN while the slot's
+// keys are split between the nodes. The update is tried again.
+func slotMoving(err error) bool {
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask || redis.IsTryAgainError(err) || errors.Is(err, errSlotMoving)
 }
 
 // compact replaces session id's log with one replace record of its
@@ -417,10 +467,11 @@ func (st *RedisStore) rewrite(ctx context.Context, k, id string, repairOnly bool
 			reported = st.setAside(ctx, pl, k, l)
 			pl.Del(ctx, st.keys.log(k))
 			pl.RPush(ctx, st.keys.log(k), rec)
-			pl.HSet(ctx, st.keys.index(), k, ib)
+			st.index.in(ctx, pl, k, ib)
 			return nil
 		})
 		if err == nil {
+			st.index.after(ctx, id, k, ib)
 			st.wrote(rec)
 			reported()
 			l.e.size, l.e.base = int64(len(rec)), int64(len(rec))
@@ -452,25 +503,39 @@ func (st *RedisStore) List(ctx context.Context) (out []Listing, err error) {
 		out = append(out, info)
 		keys = append(keys, k)
 	}
-	cmds, err := st.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range keys {
-			p.HVals(ctx, st.keys.snapIndex(k))
+	// On a cluster the pipeline goes to each node with the keys it holds.
+	snapCmds := make([]*redis.StringSliceCmd, len(keys))
+	exist := make([]*redis.IntCmd, len(keys))
+	_, err = st.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			snapCmds[i] = p.HVals(ctx, st.keys.snapIndex(k))
+			if st.keys.tag {
+				exist[i] = p.Exists(ctx, st.keys.log(k), st.keys.session(k))
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, st.readErr(err)
 	}
-	for i, c := range cmds {
-		snaps := c.(*redis.StringSliceCmd).Val()
-		out[i].Snapshots = len(snaps)
+	kept := out[:0]
+	for i, info := range out {
+		if st.keys.tag && exist[i].Val() == 0 {
+			// The entry of a session deleted by a replica that died
+			// before it removed the entry (redisIndex.after).
+			continue
+		}
+		snaps := snapCmds[i].Val()
+		info.Snapshots = len(snaps)
 		for _, v := range snaps {
 			var snap struct{ Bytes int64 }
 			if json.Unmarshal([]byte(v), &snap) == nil {
-				out[i].Bytes += snap.Bytes
+				info.Bytes += snap.Bytes
 			}
 		}
+		kept = append(kept, info)
 	}
+	out = kept
 	sortSessions(out)
 	return out, nil
 }
@@ -492,7 +557,7 @@ func (st *RedisStore) Delete(ctx context.Context, id string) (err error) {
 	_, err = st.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		del = p.Del(ctx, st.keys.log(k), st.keys.session(k))
 		p.Del(ctx, st.keys.ver(k))
-		p.HDel(ctx, st.keys.index(), k)
+		st.index.in(ctx, p, k, nil)
 		p.Del(ctx, st.keys.snapIndex(k))
 		for _, snapID := range snapIDs {
 			p.Del(ctx, st.keys.snap(k, snapID))
@@ -502,6 +567,7 @@ func (st *RedisStore) Delete(ctx context.Context, id string) (err error) {
 	if err != nil {
 		return st.writeErr(err)
 	}
+	st.index.after(ctx, id, k, nil)
 	if del.Val() == 0 && len(snapIDs) == 0 {
 		return ErrNotFound
 	}

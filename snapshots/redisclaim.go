@@ -33,7 +33,7 @@ var _ Claimer = (*RedisStore)(nil)
 // is a key (PREFIX claim:KEY:NAME) holding a random token, set only when
 // absent and expiring after the claim's time to live.
 type redisClaims struct {
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
 	keys     redisKeys
 	writeErr func(error) error
 }

@@ -31,7 +31,7 @@ type TurnOrder interface {
 
 // redisTurns is a RedisStore's TurnOrder, on its client and keys.
 type redisTurns struct {
-	rdb  *redis.Client
+	rdb  redis.UniversalClient
 	keys redisKeys
 	// turnWait bounds AwaitTurns (RedisConfig.TurnWait).
 	turnWait          time.Duration

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,6 +79,52 @@ func StartSentinel(t testing.TB, master, addr string) string {
 	}
 	addr, _ = start(t, Binary(t), own, conf, "--sentinel")
 	return addr
+}
+
+// StartCluster starts a Redis Cluster of three primaries without
+// replicas on free loopback ports, each holding a third of the hash
+// slots, and returns their addresses once every node reports the cluster
+// ok; it stops when the test ends. It needs redis-cli too (it comes with
+// redis-server) and is skipped without it, except under CI.
+func StartCluster(t testing.TB) []string {
+	t.Helper()
+	bin := Binary(t)
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("redis-cli is not installed; CI must run the Redis Cluster tests")
+		}
+		t.Skip("redis-cli is not installed")
+	}
+	dir := t.TempDir()
+	addrs := make([]string, 3)
+	for i := range addrs {
+		port, bus := FreePort(t), FreePort(t)
+		p := strconv.Itoa(port)
+		addrs[i], _ = start(t, bin, port, "--port", p, "--bind", "127.0.0.1",
+			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes-"+p+".conf"),
+			"--cluster-port", strconv.Itoa(bus), "--save", "", "--appendonly", "no", "--dir", dir)
+	}
+	args := append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, addr := range addrs {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		for i := 0; ; i++ {
+			info, _ := rdb.ClusterInfo(context.Background()).Result()
+			if strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if i == 1000 {
+				rdb.Close()
+				t.Fatalf("the cluster is not ok on %s after 10s:\n%s", addr, info)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		rdb.Close()
+	}
+	return addrs
 }
 
 // Kill stops the server at once, as a crash would.
