@@ -395,3 +395,17 @@ func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descWriterPending, prometheus.GaugeValue, float64(w.Pending))
 	}
 }
+
+// registerReplica exposes ctxproxy_replica_info{replica} 1 when this
+// ctxproxy runs among replicas (name is its host name), so that a scrape
+// says which replica it came from; nothing when it runs alone.
+func registerReplica(reg prometheus.Registerer, name string) {
+	if name == "" {
+		return
+	}
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ctxproxy_replica_info",
+		Help:        "1, labelled with this replica's name (its host name), among replicas sharing the Redis store.",
+		ConstLabels: prometheus.Labels{"replica": name}})
+	info.Set(1)
+	reg.MustRegister(info)
+}

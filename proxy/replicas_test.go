@@ -182,6 +182,20 @@ func TestReplicasReadTheirWrites(t *testing.T) {
 	if len(answered) != len(replicas) || answered[""] {
 		t.Errorf("X-Ctxproxy-Replica named %v, want the %d replicas", answered, len(replicas))
 	}
+	// Each replica's metrics say which replica they come from.
+	resp, err := http.Get(replicas[0] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	found := false
+	for name := range answered {
+		found = found || strings.Contains(string(metrics), `ctxproxy_replica_info{replica="`+name+`"} 1`)
+	}
+	if !found {
+		t.Errorf("/metrics has no ctxproxy_replica_info naming one of %v", answered)
+	}
 }
 
 // TestReplicasSummarizeOnce: a chat client (the whole history each turn)

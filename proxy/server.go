@@ -110,6 +110,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		tokens: deps.Tokens, sizer: deps.Sizer, monitor: deps.Monitor, store: deps.Store, writer: deps.Writer}
 	s.trimmer.Store(deps.Trimmer)
 	s.metrics = newMetrics(s.registry, deps)
+	registerReplica(s.registry, cfg.Status.Replica)
 	s.gate = edge.NewGate(cfg.Limits, cfg.MaxBody, s.metrics.refused)
 	transport := NewTransport(cfg)
 	if b := deps.Backend; b != nil {
