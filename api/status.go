@@ -102,6 +102,24 @@ type CountingStatus struct {
 	Checked    int64   `json:"checked,omitempty"`
 	WorstError float64 `json:"worst_error,omitempty"`
 	Disagreed  bool    `json:"disagreed,omitempty"`
+	// Misses are the request shapes whose exact counts disagreed with
+	// the backend's, each counted by estimate since; the model's other
+	// requests stay exact.
+	Misses []CountMiss `json:"misses,omitempty"`
+	// Reason says why the last request to an Ollama model was not
+	// counted exactly: the model's tokenizer or renderer is one ctxproxy
+	// does not have, or its shape missed before.
+	Reason string `json:"reason,omitempty"`
+}
+
+// CountMiss is an exact count that disagreed with the backend's report:
+// the request's shape ("tools", "thinking", "images", joined by "+", or
+// "plain"), both counts, and how ctxproxy counted.
+type CountMiss struct {
+	Shape     string `json:"shape"`
+	Estimate  int    `json:"estimate"`
+	Reported  int    `json:"reported"`
+	Tokenizer string `json:"tokenizer,omitempty"`
 }
 
 // CalibrationStatus is what the estimate learned from the backend's

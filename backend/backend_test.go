@@ -243,8 +243,9 @@ type logs struct{ n atomic.Int32 }
 func (l *logs) Warn(string, ...any) { l.n.Add(1) }
 
 // TestObserveDrift: counts within 1% keep exact counting; the first
-// disagreement beyond it turns exact counting off for the digest, says
-// so once, and shows in Agreement.
+// disagreement of a request shape beyond it turns exact counting off for
+// that shape of the digest's requests only, says so once per shape, and
+// shows in Agreement.
 func TestObserveDrift(t *testing.T) {
 	o := &ollamaShow{vocab: vocabgen.BPE(500, "default", 1)}
 	o.digest.Store("d")
@@ -252,22 +253,30 @@ func TestObserveDrift(t *testing.T) {
 	ctx := context.Background()
 	m := b.Model(ctx, "tiny")
 	var l logs
-	if m.Observe(&l, 1000, 1005) || m.Observe(&l, 50, 52) {
+	if m.Observe(&l, "plain", 1000, 1005) || m.Observe(&l, "plain", 50, 52) {
 		t.Fatal("within tolerance turned it off")
 	}
-	if !m.Observe(&l, 1000, 1100) {
+	if !m.Observe(&l, "tools", 1000, 1100) {
 		t.Fatal("a 9% disagreement did not turn it off")
 	}
-	m.Observe(&l, 1000, 1200)
+	m.Observe(&l, "tools", 1000, 1200)
 	if l.n.Load() != 1 {
 		t.Errorf("%d warnings, want 1", l.n.Load())
 	}
-	a := b.Model(ctx, "tiny").Agreement()
-	if !a.Off || a.Checked != 4 || a.WorstError < 0.16 {
+	again := b.Model(ctx, "tiny")
+	a := again.Agreement()
+	if !a.Off || a.Checked != 4 || a.WorstError < 0.16 || len(a.Misses) != 1 || a.Misses[0].Shape != "tools" {
 		t.Errorf("agreement %+v", a)
 	}
-	if m := b.Model(ctx, "tiny"); m.Tokenizer != nil || m.TokenizerErr == nil {
-		t.Error("the tokenizer is still handed out after disagreeing")
+	if again.Tokenizer == nil {
+		t.Error("one shape's miss took the tokenizer away from every request")
+	}
+	miss, off := again.Missed("tools")
+	if _, plainOff := again.Missed("plain"); !off || plainOff {
+		t.Errorf("missed: tools %v, plain %v; want only tools", off, plainOff)
+	}
+	if got := miss.String(); !strings.Contains(got, "tools requests") || !strings.Contains(got, "1000") || !strings.Contains(got, "-9.1%") {
+		t.Errorf("the miss says %q", got)
 	}
 }
 

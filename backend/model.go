@@ -3,8 +3,10 @@ package backend
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,8 +29,9 @@ type Details struct {
 	// Err is why the facts could not be read (nil when they were).
 	Err error
 	// Tokenizer counts the model's prompts exactly; nil when the model's
-	// vocabulary could not be read or used (TokenizerErr says why), or
-	// when its counts disagreed with the backend's (see Observe).
+	// vocabulary could not be read or used (TokenizerErr says why). The
+	// request shapes whose counts disagreed with the backend's are not
+	// counted with it (Missed).
 	Tokenizer *exact.Tokenizer
 	// TokenizerErr is why there is no Tokenizer.
 	TokenizerErr error
@@ -40,10 +43,35 @@ type Details struct {
 // drift is the agreement of a model's exact counts with the backend's own,
 // shared by every Model value of one digest.
 type drift struct {
-	off      atomic.Bool
-	worst    atomic.Uint64 // math.Float64bits of the largest relative error seen
-	checked  atomic.Int64
-	reported sync.Once
+	worst   atomic.Uint64 // math.Float64bits of the largest relative error seen
+	checked atomic.Int64
+	mu      sync.Mutex
+	// misses holds the first miss of each request shape whose counts
+	// disagreed: that shape is counted by estimate since, the others
+	// stay exact.
+	misses map[string]Miss
+}
+
+// Miss is an exact count that disagreed with the backend's report.
+type Miss struct {
+	// Shape is what the request had that others may not: "tools",
+	// "think", "images", joined by "+", or "plain" (see the proxy).
+	Shape              string
+	Estimate, Reported int
+	// Tokenizer names how the model was counted: engine, tokenizer kind
+	// and pre-tokenizer, and the renderer when one built the prompt.
+	Tokenizer string
+}
+
+// Error is the miss relative to the backend's count (0.01 = 1%).
+func (m Miss) Error() float64 { return float64(m.Estimate-m.Reported) / float64(m.Reported) }
+
+// String says the miss for a warning: "exact counts of requests with
+// tools disagreed with the backend's (ctxproxy 1536, Ollama 2677,
+// -42.6%; counted with ollama:gpt2/qwen2)".
+func (m Miss) String() string {
+	return fmt.Sprintf("exact counts of %s requests disagreed with the backend's (ctxproxy %d, backend %d, %+.1f%%; counted with %s)",
+		m.Shape, m.Estimate, m.Reported, 100*m.Error(), m.Tokenizer)
 }
 
 // Agreement is how a model's exact counts compared with the backend's.
@@ -52,23 +80,27 @@ type Agreement struct {
 	Checked int64
 	// WorstError is the largest relative error seen (0.01 = 1%).
 	WorstError float64
-	// Off reports that the counts disagreed beyond Tolerance and the
-	// model is counted by calibration instead.
-	Off bool
+	// Off reports that the counts of some request shapes disagreed
+	// beyond Tolerance: those (Misses) are counted by calibration instead.
+	Off    bool
+	Misses []Miss
 }
 
 // Tolerance is how far an exact count may differ from the backend's
 // report (relative, with at least two tokens of slack for tiny prompts)
-// before the tokenizer is taken to be wrong for this model: another
-// Ollama version, a renderer that differs from the template.
+// before the tokenizer is taken to be wrong for requests of that shape:
+// another Ollama version, a renderer or engine that differs.
 const Tolerance = 0.01
 
-// Observe compares an exact count of what was forwarded with the prompt
-// tokens the backend reported. Reports that are censored (the backend
-// capped them at its window) must not be passed. On the first
-// disagreement beyond Tolerance it logs once and turns exact counting off
-// for the model's digest; it returns true then.
-func (m Details) Observe(log interface{ Warn(string, ...any) }, estimate, reported int) (turnedOff bool) {
+// Observe compares an exact count of what was forwarded, a request of the
+// given shape, with the prompt tokens the backend reported. Reports that
+// are censored (the backend capped them at its window) must not be
+// passed. On the first disagreement of a shape beyond Tolerance it logs
+// it, naming the shape, the tokenizer and the miss, and turns exact
+// counting off for requests of that shape to the model's digest (Missed);
+// it returns true then. One odd request shape never turns the model's
+// other requests off exact counting.
+func (m Details) Observe(log interface{ Warn(string, ...any) }, shape string, estimate, reported int) (turnedOff bool) {
 	d := m.drift
 	if d == nil || reported <= 0 {
 		return false
@@ -84,15 +116,36 @@ func (m Details) Observe(log interface{ Warn(string, ...any) }, estimate, report
 	if e <= Tolerance || abs(estimate-reported) <= 2 {
 		return false
 	}
-	if d.off.Swap(true) {
+	miss := Miss{Shape: shape, Estimate: estimate, Reported: reported}
+	if m.Tokenizer != nil {
+		miss.Tokenizer = m.Tokenizer.Name()
+	}
+	d.mu.Lock()
+	if _, ok := d.misses[shape]; ok {
+		d.mu.Unlock()
 		return false
 	}
-	d.reported.Do(func() {
-		log.Warn("exact token counts disagree with the backend's; counting this model by calibration from now on",
-			"model", m.Name, "tokenizer", m.Tokenizer.Name(), "estimate", estimate, "reported", reported,
-			"error", fmt.Sprintf("%.1f%%", e*100))
-	})
+	if d.misses == nil {
+		d.misses = map[string]Miss{}
+	}
+	d.misses[shape] = miss
+	d.mu.Unlock()
+	log.Warn("exact token counts disagree with the backend's; counting this model's requests of this shape by calibration from now on",
+		"model", m.Name, "shape", shape, "tokenizer", miss.Tokenizer, "estimate", estimate, "reported", reported,
+		"error", fmt.Sprintf("%+.1f%%", 100*miss.Error()))
 	return true
+}
+
+// Missed returns the miss that turned exact counting off for requests of
+// shape to this model, if one did.
+func (m Details) Missed(shape string) (Miss, bool) {
+	if m.drift == nil {
+		return Miss{}, false
+	}
+	m.drift.mu.Lock()
+	defer m.drift.mu.Unlock()
+	miss, ok := m.drift.misses[shape]
+	return miss, ok
 }
 
 // Agreement returns how the model's exact counts compared so far.
@@ -100,7 +153,14 @@ func (m Details) Agreement() Agreement {
 	if m.drift == nil {
 		return Agreement{}
 	}
-	return Agreement{Checked: m.drift.checked.Load(), WorstError: math.Float64frombits(m.drift.worst.Load()), Off: m.drift.off.Load()}
+	a := Agreement{Checked: m.drift.checked.Load(), WorstError: math.Float64frombits(m.drift.worst.Load())}
+	m.drift.mu.Lock()
+	for _, shape := range slices.Sorted(maps.Keys(m.drift.misses)) {
+		a.Misses = append(a.Misses, m.drift.misses[shape])
+	}
+	m.drift.mu.Unlock()
+	a.Off = len(a.Misses) > 0
+	return a
 }
 
 func abs(x int) int {
@@ -173,25 +233,15 @@ func (b *Backend) Model(ctx context.Context, name string) Details {
 		c.mu.Unlock()
 		e.model = b.fetch(ctx, name)
 		close(e.ready)
-		return e.model.current()
+		return e.model
 	}
 	c.mu.Unlock()
 	select {
 	case <-e.ready:
-		return e.model.current()
+		return e.model
 	case <-ctx.Done():
 		return Details{Name: name, Err: ctx.Err()}
 	}
-}
-
-// current drops the tokenizer once its counts were found to disagree.
-func (m Details) current() Details {
-	if m.drift != nil && m.drift.off.Load() && m.Tokenizer != nil {
-		m.Tokenizer = nil
-		m.TokenizerErr = fmt.Errorf("exact counts disagreed with the backend's (worst %.1f%%)",
-			math.Float64frombits(m.drift.worst.Load())*100)
-	}
-	return m
 }
 
 func (b *Backend) fetch(ctx context.Context, name string) Details {

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -107,14 +108,19 @@ func TestRealOllama_Renderers(t *testing.T) {
 // Ollama's.
 func countedAndEvaluated(base, route, model string, msgs []api.Message, tools json.RawMessage) (sent, eval int, err error) {
 	var body []byte
-	path := route
 	switch route {
 	case "/v1/chat/completions":
 		body = openaiBody(model, msgs, tools)
 	default:
-		path = "/api/chat"
 		body, _ = json.Marshal(chatRequest{Model: model, Messages: msgs, Tools: tools, Stream: route != "/api/chat"})
 	}
+	return countedAndEvaluatedBody(base, route, body)
+}
+
+// countedAndEvaluatedBody posts body to route ("/api/chat stream" is
+// /api/chat) and returns ctxproxy's count and the backend's.
+func countedAndEvaluatedBody(base, route string, body []byte) (sent, eval int, err error) {
+	path := strings.TrimSuffix(route, " stream")
 	resp, err := http.Post(base+path, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return 0, 0, err
@@ -144,4 +150,59 @@ func countedAndEvaluated(base, route, model string, msgs []api.Message, tools js
 		return 0, 0, err
 	}
 	return sent, v.Usage.PromptTokens, nil
+}
+
+// pixel is an 8×8 red PNG.
+var pixel = func() []byte {
+	b, _ := base64.StdEncoding.DecodeString("iVBORw0KGgoAAAANSUhEUgAAAAgAAAAIAgAAAABLUjvqAAAAEklEQVR4nGP4z8DAwMDAwMDAAAANhAEBWEEd8QAAAABJRU5ErkJggg==")
+	return b
+}()
+
+// TestRealOllama_ImageOnTextModel: an image sent to a model without
+// vision costs only its tag in the text, which ctxproxy counts exactly;
+// and the model's plain requests stay exact after it.
+func TestRealOllama_ImageOnTextModel(t *testing.T) {
+	o := need(t)
+	p := startCtxproxy(t, o.url, exactConfig)
+	defer p.stop()
+	msgs := conversation(950, 3)
+	msgs[len(msgs)-1].Images = []api.ImageData{pixel}
+	for _, route := range []string{"/api/chat", "/v1/chat/completions"} {
+		body := openaiImageBody(modelTiny, msgs)
+		if route == "/api/chat" {
+			body, _ = json.Marshal(chatRequest{Model: modelTiny, Messages: msgs})
+		}
+		sent, eval, err := countedAndEvaluatedBody(p.url, route, body)
+		if err != nil {
+			t.Fatalf("%s: %v", route, err)
+		}
+		if sent != eval {
+			t.Errorf("%s with an image: X-Ctxproxy-Tokens %d, prompt_eval_count %d", route, sent, eval)
+		}
+	}
+	plain := conversation(951, 3)
+	res := chat(t, p.url, chatRequest{Model: modelTiny, Messages: plain})
+	if sent := headerInt(t, res.header, "X-Ctxproxy-Tokens"); sent != res.final.PromptEvalCount {
+		t.Errorf("a plain request after the image: %d, Ollama %d", sent, res.final.PromptEvalCount)
+	}
+}
+
+// openaiImageBody is an OpenAI chat body whose messages with images carry
+// them as image_url parts.
+func openaiImageBody(model string, msgs []api.Message) []byte {
+	var out []map[string]any
+	for _, m := range msgs {
+		if len(m.Images) == 0 {
+			out = append(out, map[string]any{"role": m.Role, "content": m.Content})
+			continue
+		}
+		parts := []any{map[string]any{"type": "text", "text": m.Content}}
+		for _, img := range m.Images {
+			parts = append(parts, map[string]any{"type": "image_url",
+				"image_url": map[string]any{"url": "data:image/png;base64," + base64.StdEncoding.EncodeToString(img)}})
+		}
+		out = append(out, map[string]any{"role": m.Role, "content": parts})
+	}
+	b, _ := json.Marshal(map[string]any{"model": model, "messages": out})
+	return b
 }

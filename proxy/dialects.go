@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ollama/ollama/api"
 )
 
 // The two conversation dialects beside chat: the OpenAI Responses API
@@ -38,9 +41,37 @@ func encodeConversation(log *slog.Logger, req *wire.Request, p *plan) []byte {
 type exactPrompt interface {
 	promptCounter
 	failed() error
+	// shape names what the last prompt counted had (exactCounter.shape).
+	shape() string
+	// approximate reports that the last prompt's count was not exact
+	// (images for a vision model).
+	approximate() bool
 }
 
 func (c *exactCounter) failed() error { return c.err }
+
+func (c *exactCounter) approximate() bool { return c.approx }
+
+// shape names what the last prompt counted had that a model's template or
+// renderer may treat apart: "tools", "thinking", "images", joined by "+",
+// or "plain". Exact counts that disagree with the backend's are turned
+// off for one shape at a time (backend.Details.Observe).
+func (c *exactCounter) shape() string {
+	var parts []string
+	if len(c.tools) > 0 {
+		parts = append(parts, "tools")
+	}
+	if c.think != nil || slices.ContainsFunc(c.last, func(m api.Message) bool { return m.Thinking != "" }) {
+		parts = append(parts, "thinking")
+	}
+	if slices.ContainsFunc(c.last, func(m api.Message) bool { return len(m.Images) > 0 }) {
+		parts = append(parts, "images")
+	}
+	if len(parts) == 0 {
+		return "plain"
+	}
+	return strings.Join(parts, "+")
+}
 
 // exactFor returns the exact counter of req's prompt for model: for chat
 // the messages as sent, for the conversation dialects the messages of

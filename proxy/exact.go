@@ -43,6 +43,9 @@ type exactCounter struct {
 	// err is the first counting error; the request is then counted by
 	// budget's estimate instead (see prepare).
 	err error
+	// approx: the last prompt's count is not exact (images for a
+	// vision model); it is not compared with the backend's.
+	approx bool
 }
 
 // newExactCounter returns a counter of req's prompt for model; err when
@@ -90,10 +93,11 @@ func newExactCounter(model *exact.Tokenizer, req *wire.Request) *exactCounter {
 // count, marked Exact, so nothing calibrates from it.
 func (c *exactCounter) Prompt(msgs []rewrite.Message, _ json.RawMessage) budget.Estimate {
 	c.last = c.messages(msgs)
-	n, _, err := c.model.Count(exact.Prompt{Messages: c.last, Tools: c.tools, Think: c.think})
+	n, whole, err := c.model.Count(exact.Prompt{Messages: c.last, Tools: c.tools, Think: c.think})
 	if err != nil && c.err == nil {
 		c.err = err
 	}
+	c.approx = !whole
 	c.total = n
 	return budget.Estimate{Tokens: n, Raw: n, Chars: n, Exact: true}
 }

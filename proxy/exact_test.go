@@ -208,10 +208,27 @@ func TestExactDrift(t *testing.T) {
 		!strings.Contains(metrics, `ctxproxy_prompt_counts_total{method="exact"} 2`) {
 		t.Errorf("metrics:\n%s", grepLines(metrics, "exact|prompt_counts"))
 	}
+	if m := st.Models[0].Counting.Misses; len(m) != 1 || m[0].Shape != "plain" || m[0].Reported <= m[0].Estimate {
+		t.Errorf("status misses: %+v", m)
+	}
+	// Requests of the shape that missed are estimated since, and say why.
 	resp = post(t, sys.url+"/api/chat", textConversation("tiny", 10, 3, nil), nil)
 	io.Copy(io.Discard, resp.Body)
 	if !strings.Contains(metricsText(t, sys.url), `ctxproxy_prompt_counts_total{method="estimate"} 1`) {
 		t.Error("the model is still counted exactly after disagreeing")
+	}
+	if w := strings.Join(resp.Header.Values("X-Ctxproxy-Warning"), " | "); !strings.Contains(w, "exact counts of plain requests disagreed") {
+		t.Errorf("X-Ctxproxy-Warning %q does not name the miss", w)
+	}
+	// Another shape (tools) of the same model is still counted exactly:
+	// one odd shape never turns the model off for everyone.
+	tools := map[string]any{"tools": []any{map[string]any{"type": "function", "function": map[string]any{"name": "f",
+		"parameters": map[string]any{"type": "object"}}}}}
+	resp = post(t, sys.url+"/api/chat", textConversation("tiny", 10, 4, tools), nil)
+	io.Copy(io.Discard, resp.Body)
+	if !strings.Contains(metricsText(t, sys.url), `ctxproxy_prompt_counts_total{method="exact"} 3`) {
+		t.Errorf("a request with tools was not counted exactly after a plain one missed:\n%s",
+			grepLines(metricsText(t, sys.url), "prompt_counts"))
 	}
 }
 

@@ -89,7 +89,7 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 		Help: "Responses whose reported prompt tokens show the backend cut the prompt silently."})
 	m.exactDisagreements = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ctxproxy_exact_count_disagreements_total",
-		Help: "Models whose exact token counts disagreed with the backend's by more than 1%; they are counted by calibration since."})
+		Help: "Request shapes of a model whose exact token counts disagreed with the backend's by more than 1%; requests of that shape to that model are counted by calibration since."})
 	m.overflowRetries = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ctxproxy_overflow_retries_total",
 		Help: "Requests the backend refused as longer than its window that ctxproxy cut harder and sent again (each resend counts)."})

@@ -55,8 +55,13 @@ type plan struct {
 	reply   wire.Translation
 	counter promptCounter
 	// exact is the backend's model when the prompt was counted with its
-	// own tokenizer; nil when estimated.
-	exact *backend.Details
+	// own tokenizer; nil when estimated. exactShape is the request's shape
+	// as exact counting tells shapes apart (exactCounter.shape).
+	exact      *backend.Details
+	exactShape string
+	// notExact says why a request bound for Ollama was not counted
+	// exactly (the status page shows it).
+	notExact string
 	// uncut are the messages before any strategy (accumulated history
 	// and in-band edits applied), uncutChanged whether they already
 	// differ from the request's; an overflow retry cuts from them again.
@@ -262,15 +267,25 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 		p.limit, p.lim = lim.Effective(), lim
 		est := s.tokens.MessageCounter(req.Model).Frozen()
 		p.counter = est
+		if toOllama && mi.Tokenizer == nil && mi.TokenizerErr != nil && !s.cfg.NoExact {
+			p.notExact = mi.TokenizerErr.Error()
+		}
 		if toOllama && mi.Tokenizer != nil && !s.cfg.NoExact {
 			ec := exactFor(mi.Tokenizer, req)
 			if ec.failed() == nil {
 				p.before = ec.Prompt(p.messages, req.Tools)
 			}
-			if ec.failed() == nil {
+			miss, missed := mi.Missed(ec.shape())
+			switch {
+			case missed:
+				// Counts of this shape disagreed with the backend's
+				// before: estimate, and say why.
+				p.notExact = miss.String() + "; ctxproxy counts these requests to " + strconv.Quote(req.Model) + " by estimate"
+				ex.warn(p.notExact)
+			case ec.failed() == nil:
 				p.counter = ec
-				p.exact = &mi
-			} else {
+				p.exact, p.exactShape = &mi, ec.shape()
+			default:
 				s.once.warn("exact:"+req.Model, "exact counting failed for this request's shape; estimating instead",
 					"model", req.Model, "err", ec.failed())
 			}
@@ -295,7 +310,7 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 
 	p.uncut, p.uncutChanged = p.messages, p.changed
 	s.status.Note(admin.ModelSeen{Name: p.model, Facts: mi.Facts, NumCtx: p.numCtx, Reason: p.numReason, Limit: p.limit,
-		Counting: p.countMethod(), Exact: p.exact})
+		Counting: p.countMethod(), Exact: p.exact, NotExact: p.notExact})
 	p.resend = (p.exact != nil || s.tokens != nil) && !clientNoTruncate(req)
 	p.tools = req.Tools
 	return p, nil

@@ -82,7 +82,12 @@ func (s *recorder) checkExact(ex *exchange, p *plan, reported, numCtx int) (trun
 		// Ollama fits an overlong prompt into num_ctx and answers 200.
 		return sent > numCtx && reported <= numCtx
 	}
-	if p.exact.Observe(s.log, sent, reported) {
+	if ec, ok := p.counter.(exactPrompt); ok && ec.approximate() {
+		// Images for a vision model: their cost is the projector's,
+		// estimated; the tokenizer is not in question.
+		return false
+	}
+	if p.exact.Observe(s.log, p.exactShape, sent, reported) {
 		s.metrics.exactDisagreements.Inc()
 	}
 	return false

@@ -33,7 +33,15 @@ func newClaimStore() *claimStore {
 	return &claimStore{memStore: &memStore{}, held: make(map[string]string)}
 }
 
-func (s *claimStore) Claim(_ context.Context, session, key string, ttl time.Duration) (string, bool, error) {
+func (s *claimStore) ClaimSummary(_ context.Context, session, key string, ttl time.Duration) (func(context.Context) error, bool, error) {
+	tok, ok, err := s.claim(session, key, ttl)
+	if !ok || err != nil || tok == "" {
+		return nil, ok, err
+	}
+	return func(ctx context.Context) error { return s.release(ctx, session, key, tok) }, true, nil
+}
+
+func (s *claimStore) claim(session, key string, ttl time.Duration) (string, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.claims++
@@ -55,7 +63,7 @@ func (s *claimStore) Claim(_ context.Context, session, key string, ttl time.Dura
 	return tok, true, nil
 }
 
-func (s *claimStore) Release(ctx context.Context, session, key, token string) error {
+func (s *claimStore) release(ctx context.Context, session, key, token string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.held[session+"/"+key] != token {

@@ -153,7 +153,7 @@ func (c *Compactor) claim(j *job, key string) (release func(), write bool) {
 	}
 	ttl := c.cfg.Timeout + claimMargin
 	for i := 0; ; i++ {
-		token, ok, err := cl.Claim(c.ctx, j.session, key, ttl)
+		free, ok, err := cl.ClaimSummary(c.ctx, j.session, key, ttl)
 		if err != nil {
 			if c.ctx.Err() != nil {
 				return none, false
@@ -166,12 +166,12 @@ func (c *Compactor) claim(j *job, key string) (release func(), write bool) {
 			}
 			return none, true
 		}
-		if ok && token == "" {
+		if ok && free == nil {
 			return none, true // a store of one process: nothing to share
 		}
 		if ok {
 			release = func() {
-				if err := cl.Release(c.ctx, j.session, key, token); err != nil {
+				if err := free(c.ctx); err != nil {
 					c.stats.storeErrors.Add(1)
 					c.log.Debug("releasing a summary claim failed; it expires", "session", j.session, "err", err)
 				}

@@ -403,13 +403,11 @@ type SummaryStore interface {
 // A store without this interface (one process) writes every summary
 // without a claim.
 type SummaryClaimer interface {
-	// Claim claims key of session for ttl at most. When no one holds it,
-	// it is the caller's: Claim returns a token for Release and true.
-	// When another caller holds it, Claim returns false. A store that
-	// replicas do not share may return true and an empty token: the
-	// summary is then written at once, with nothing to release.
-	Claim(ctx context.Context, session, key string, ttl time.Duration) (token string, ok bool, err error)
-	// Release ends the claim token stands for, if it still holds; one
-	// that expired and was taken by another caller stays theirs.
-	Release(ctx context.Context, session, key, token string) error
+	// ClaimSummary claims key of session for ttl at most, and reports
+	// whether the caller holds it now (false: another caller does).
+	// release, when not nil, ends the caller's claim if it still holds
+	// (one that expired and was taken by another stays theirs). A store
+	// that replicas do not share grants every claim with a nil release:
+	// the summary is then written at once.
+	ClaimSummary(ctx context.Context, session, key string, ttl time.Duration) (release func(context.Context) error, ok bool, err error)
 }

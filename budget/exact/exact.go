@@ -78,10 +78,12 @@ type Tokenizer struct {
 	renderer string
 	// dropThinking: earlier replies lose their <think> part.
 	dropThinking bool
-	system       string
-	preamble     []api.Message
-	thinking     bool
-	name         string
+	// vision: the model has a projector; images cost it embeddings.
+	vision   bool
+	system   string
+	preamble []api.Message
+	thinking bool
+	name     string
 
 	special []string  // control and user-defined tokens, in vocabulary order
 	trie    *trieNode // the specials, to find which a prompt holds in one pass
@@ -151,6 +153,7 @@ func New(show Show) (*Tokenizer, error) {
 		system:       show.System,
 		preamble:     show.Messages,
 		thinking:     slices.Contains(show.Capabilities, "thinking"),
+		vision:       slices.Contains(show.Capabilities, "vision"),
 		addBOS:       vocab.AddBOS && len(vocab.BOS) > 0,
 		addEOS:       vocab.AddEOS && len(vocab.EOS) > 0,
 		seed:         maphash.MakeSeed(),
@@ -273,9 +276,12 @@ func (m *Tokenizer) Render(p Prompt) (string, error) {
 }
 
 // Count returns the tokens the server evaluates for p: the rendered
-// prompt's tokens, BOS/EOS as the vocabulary adds them, and 768 per
-// image. exact is false when p has images (their cost depends on the
-// projector).
+// prompt's tokens, BOS/EOS as the vocabulary adds them, and for a vision
+// model 768 per image. exact is false when p has images for a vision
+// model (their cost is the projector's, which the server decides at run
+// time; 768 is what it assumes when it fits a prompt to the window). A
+// model without vision gets only an image's tag in the text, which is
+// counted exactly.
 func (m *Tokenizer) Count(p Prompt) (tokens int, exact bool, err error) {
 	text, err := m.Render(p)
 	if err != nil {
@@ -288,6 +294,9 @@ func (m *Tokenizer) Count(p Prompt) (tokens int, exact bool, err error) {
 	images := 0
 	for _, msg := range p.Messages {
 		images += len(msg.Images)
+	}
+	if !m.vision {
+		return n, true, nil
 	}
 	return n + images*imageTokens, images == 0, nil
 }

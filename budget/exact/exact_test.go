@@ -568,3 +568,30 @@ func TestWordPiece(t *testing.T) {
 		}
 	}
 }
+
+// TestImages: a model without vision gets only an image's tag in the
+// text, counted exactly; a vision model is charged 768 per image, an
+// estimate of the projector's embeddings.
+func TestImages(t *testing.T) {
+	v := vocabgen.BPE(2000, "qwen2", 1)
+	kv := ollamaEngine(v.KV())
+	tmpl := "{{ range .Messages }}[{{ .Role }}]{{ .Content }}{{ end }}"
+	msgs := []api.Message{{Role: "user", Content: "look", Images: []api.ImageData{{1}, {2}}}}
+	text, err := New(Show{ModelInfo: kv, Template: tmpl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, whole, err := text.Count(Prompt{Messages: msgs})
+	want, _ := text.CountPrompt("[user][img-0][img-1]look")
+	if err != nil || !whole || n != want {
+		t.Errorf("without vision: %d, exact %v, %v; want %d, exact", n, whole, err, want)
+	}
+	vision, err := New(Show{ModelInfo: kv, Template: tmpl, Capabilities: []string{"completion", "vision"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, whole, err = vision.Count(Prompt{Messages: msgs})
+	if err != nil || whole || n != want+2*imageTokens {
+		t.Errorf("with vision: %d, exact %v, %v; want %d, an estimate", n, whole, err, want+2*imageTokens)
+	}
+}

@@ -11,6 +11,12 @@ import (
 	"github.com/ollama/ollama/types/model"
 )
 
+func init() {
+	// The server renders an image in a renderer's prompt as an [img]
+	// tag (its routes set this on start); so does ctxproxy.
+	renderers.RenderImgTags = true
+}
+
 // RendererOf returns the renderer that builds show's model's prompts, ""
 // for a model that uses its chat template: the renderer field when the
 // server fills it, else the RENDERER line of the Modelfile text, which is

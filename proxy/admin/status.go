@@ -137,6 +137,10 @@ func (s *Status) modelStatuses() []api.ModelStatus {
 		if e.exact != nil {
 			a := e.exact.Agreement()
 			m.Counting.Checked, m.Counting.WorstError, m.Counting.Disagreed = a.Checked, a.WorstError, a.Off
+			for _, x := range a.Misses {
+				m.Counting.Misses = append(m.Counting.Misses, api.CountMiss{Shape: x.Shape, Estimate: x.Estimate,
+					Reported: x.Reported, Tokenizer: x.Tokenizer})
+			}
 		}
 		if s.tokens != nil {
 			lim := s.tokens.Window(e.name, e.facts.ContextLength)
@@ -230,7 +234,7 @@ func (s *Status) Note(m ModelSeen) {
 		return
 	}
 	e := seenModel{name: m.Name, facts: m.Facts, numCtx: m.NumCtx, reason: m.Reason,
-		effective: m.Limit, at: time.Now(), counting: api.CountingStatus{Method: m.Counting}}
+		effective: m.Limit, at: time.Now(), counting: api.CountingStatus{Method: m.Counting, Reason: m.NotExact}}
 	if m.Exact != nil {
 		e.counting.Tokenizer, e.exact = m.Exact.Tokenizer.Name(), m.Exact
 	}
@@ -255,6 +259,9 @@ type ModelSeen struct {
 	// Exact the backend's model when it was counted exactly.
 	Counting string
 	Exact    *backend.Details
+	// NotExact says why a request to an Ollama model was not counted
+	// exactly ("" when it was, or the backend is not Ollama).
+	NotExact string
 }
 
 // seenModels remembers the models requests used. Model names are client

@@ -30,24 +30,20 @@ var (
 // claimPrefix sets summary claims apart from other claims in a session.
 const claimPrefix = "summary:"
 
-// Claim implements rewrite.SummaryClaimer on a store with claims; on one
-// without (the file store, one process), every claim is granted at once,
-// with no token, and summaries are written as if there were no claims.
-func (st SummaryStore) Claim(ctx context.Context, session, key string, ttl time.Duration) (string, bool, error) {
+// ClaimSummary implements rewrite.SummaryClaimer on a store with claims;
+// on one without (the file store, one process), every claim is granted
+// at once with nothing to release, and summaries are written as if there
+// were no claims.
+func (st SummaryStore) ClaimSummary(ctx context.Context, session, key string, ttl time.Duration) (func(context.Context) error, bool, error) {
 	cl, ok := st.Store.(snapshots.Claimer)
 	if !ok {
-		return "", true, nil
+		return nil, true, nil
 	}
-	return cl.Claim(ctx, session, claimPrefix+key, ttl)
-}
-
-// Release implements rewrite.SummaryClaimer.
-func (st SummaryStore) Release(ctx context.Context, session, key, token string) error {
-	cl, ok := st.Store.(snapshots.Claimer)
-	if !ok || token == "" {
-		return nil
+	token, ok, err := cl.Claim(ctx, session, claimPrefix+key, ttl)
+	if !ok || err != nil {
+		return nil, ok, err
 	}
-	return cl.Release(ctx, session, claimPrefix+key, token)
+	return func(ctx context.Context) error { return cl.Release(ctx, session, claimPrefix+key, token) }, true, nil
 }
 
 // Get returns session's summaries; a session not stored yet has none.

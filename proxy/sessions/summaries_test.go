@@ -181,12 +181,13 @@ type shortClaims struct {
 	ttl time.Duration
 }
 
-func (s shortClaims) Claim(ctx context.Context, session, key string, _ time.Duration) (string, bool, error) {
-	return s.SummaryStore.Claim(ctx, session, key, s.ttl)
+func (s shortClaims) ClaimSummary(ctx context.Context, session, key string, _ time.Duration) (func(context.Context) error, bool, error) {
+	return s.SummaryStore.ClaimSummary(ctx, session, key, s.ttl)
 }
 
 // TestFileStoreSummariesNeedNoClaim: on the file store (one process) every
-// claim is granted with no token, so summaries are written as before.
+// claim is granted with nothing to release, so summaries are written as
+// before.
 func TestFileStoreSummariesNeedNoClaim(t *testing.T) {
 	fs, err := snapshots.NewFileStore(snapshots.Config{Dir: t.TempDir()}, nil)
 	if err != nil {
@@ -194,11 +195,8 @@ func TestFileStoreSummariesNeedNoClaim(t *testing.T) {
 	}
 	t.Cleanup(func() { fs.Close() })
 	store := SummaryStore{Store: fs}
-	if tok, ok, err := store.Claim(t.Context(), "s", "key", time.Minute); tok != "" || !ok || err != nil {
-		t.Errorf("Claim on the file store = %q, %v, %v; want \"\", true, nil", tok, ok, err)
-	}
-	if err := store.Release(t.Context(), "s", "key", ""); err != nil {
-		t.Error(err)
+	if release, ok, err := store.ClaimSummary(t.Context(), "s", "key", time.Minute); release != nil || !ok || err != nil {
+		t.Errorf("ClaimSummary on the file store = %v, %v, %v; want nil, true, nil", release != nil, ok, err)
 	}
 	var calls atomic.Int64
 	c := rewrite.NewCompactor(rewrite.SummarizeConfig{}, slowSummarizer{calls: &calls}, rewrite.CompactorOptions{Store: store})
