@@ -332,3 +332,28 @@ func TestRemoteProbe(t *testing.T) {
 		t.Errorf("%d probes, want 2 (once, and again after the error TTL)", calls.Load())
 	}
 }
+
+// TestPrepare: the models Prepare is given are fetched in the background,
+// tokenizer and all, once per name; the first request then finds them
+// ready and asks for nothing verbose again.
+func TestPrepare(t *testing.T) {
+	o := &ollamaShow{vocab: vocabgen.BPE(500, "default", 1)}
+	o.digest.Store("d")
+	b, _ := newBackend(t, o)
+	b.Prepare([]string{"tiny"})
+	b.Prepare([]string{"tiny"})
+	deadline := time.Now().Add(5 * time.Second)
+	for o.verbose.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("Prepare fetched nothing")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	m := b.Model(context.Background(), "tiny")
+	if m.Tokenizer == nil {
+		t.Fatalf("no tokenizer after Prepare: %v", m.TokenizerErr)
+	}
+	if n := o.verbose.Load(); n != 1 {
+		t.Errorf("%d verbose /api/show, want 1", n)
+	}
+}

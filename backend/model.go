@@ -170,6 +170,34 @@ func abs(x int) int {
 	return x
 }
 
+// Prepare fetches, in the background and one after another, what
+// counting the models named needs (their facts, and the tokenizer, a
+// verbose /api/show of megabytes for a real vocabulary), for the names it
+// has not been given before: serve passes the models the backend has
+// loaded (/api/ps) at start and whenever that list changes, so that the
+// first request to a loaded model does not wait for its tokenizer. Other
+// models are prepared on first use.
+func (b *Backend) Prepare(names []string) {
+	var fresh []string
+	for _, n := range names {
+		if _, seen := b.models.prepared.LoadOrStore(n, true); !seen {
+			fresh = append(fresh, n)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	go func() {
+		for _, n := range fresh {
+			start := b.now()
+			if m := b.Model(context.Background(), n); m.Tokenizer != nil {
+				b.log.Debug("tokenizer prepared before the model's first request", "model", n,
+					"took", b.now().Sub(start).Round(time.Millisecond))
+			}
+		}
+	}()
+}
+
 // modelCache holds Model per name; one fetch per name runs at a time.
 // Names are client data: both caches keep the maxModels most recently
 // used.
@@ -179,6 +207,8 @@ type modelCache struct {
 	// tokenizers by digest, so a refetch of an unchanged model (or two
 	// names of one model) does not parse its vocabulary again.
 	tokenizers *cache.LRU[string, *tokEntry]
+	// prepared are the names Prepare was given (loaded models: a few).
+	prepared sync.Map
 }
 
 func newModelCache() modelCache {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/proxy"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -112,7 +113,18 @@ func build(ctx context.Context, c config.Config, log *slog.Logger, h hooks) (*sy
 		store.Close()
 		return nil, fmt.Errorf("gpu: %w", err)
 	}
-	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: log.With("component", "gpu"), Loaded: be.LoadedModels})
+	// Each sample lists the backend's loaded models; their tokenizers are
+	// prepared as they appear, before their first request.
+	loaded := func(ctx context.Context) ([]modelinfo.Loaded, error) {
+		l, err := be.LoadedModels(ctx)
+		names := make([]string, len(l))
+		for i, m := range l {
+			names[i] = m.Name
+		}
+		be.Prepare(names)
+		return l, err
+	}
+	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: log.With("component", "gpu"), Loaded: loaded})
 	deps := proxy.Deps{Tokens: tokens, Trimmer: trimmer, Sizer: gpu.NewSizer(gcfg), Monitor: mon, Backend: be, StoreOps: ops}
 	var writer *snapshots.Writer
 	if c.Snapshots.Store != config.StoreNone {
