@@ -160,9 +160,10 @@ func (o *ollamaShow) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// TestModelTokenizerPerDigest: the vocabulary is read (verbose) once per
-// digest; a refetch of an unchanged model asks for the facts alone, and a
-// new digest loads the tokenizer again.
+// TestModelTokenizerPerDigest: the vocabulary and facts are read
+// (verbose) once per digest; a refetch of an unchanged model, or another
+// name of it, asks only /api/tags, and a new digest loads the tokenizer
+// again.
 func TestModelTokenizerPerDigest(t *testing.T) {
 	o := &ollamaShow{vocab: vocabgen.BPE(2000, "llama-bpe", 1)}
 	o.digest.Store("sha256:aaa")
@@ -181,8 +182,11 @@ func TestModelTokenizerPerDigest(t *testing.T) {
 		t.Fatalf("%d show calls for a cached model", o.shows.Load())
 	}
 	clk.add(modelTTL + time.Second)
-	if m := b.Model(ctx, "tiny"); m.Tokenizer != first || o.verbose.Load() != 1 || o.shows.Load() != 2 {
-		t.Fatalf("unchanged digest: same tokenizer %v, verbose calls %d, shows %d", m.Tokenizer == first, o.verbose.Load(), o.shows.Load())
+	if m := b.Model(ctx, "tiny"); m.Tokenizer != first || m.Facts.ContextLength != 8192 || o.shows.Load() != 1 {
+		t.Fatalf("unchanged digest: same tokenizer %v, facts %+v, shows %d", m.Tokenizer == first, m.Facts, o.shows.Load())
+	}
+	if m := b.Model(ctx, "tiny:latest"); m.Tokenizer != first || m.Facts.ContextLength != 8192 || o.shows.Load() != 1 {
+		t.Fatalf("another name of the digest: same tokenizer %v, facts %+v, shows %d", m.Tokenizer == first, m.Facts, o.shows.Load())
 	}
 	o.digest.Store("sha256:bbb")
 	clk.add(modelTTL + time.Second)

@@ -224,6 +224,10 @@ type tokEntry struct {
 	tok   *exact.Tokenizer
 	err   error
 	drift *drift
+	// facts are the digest's facts as its verbose /api/show gave them
+	// (factsErr: incomplete, to be asked again).
+	facts    modelinfo.Facts
+	factsErr error
 }
 
 // How long model information is trusted: a model can be re-pulled with
@@ -297,9 +301,16 @@ func (b *Backend) fetch(ctx context.Context, name string) Details {
 		}
 	}
 
-	// The tokenizer of a digest already loaded is reused: only the facts
-	// are read again (a plain /api/show, a few KB).
+	// What a digest already read has (its tokenizer and facts) is reused
+	// under any name: a model's files decide both. Another name of it (a
+	// client's "qwen3" for /api/ps's "qwen3:latest") needs no /api/show,
+	// which Ollama answers by reading the model's file again.
 	te, _ := b.models.tokenizers.Get(m.Digest)
+	if te != nil && m.Digest != "" && te.factsErr == nil {
+		m.Facts = te.facts
+		m.Tokenizer, m.TokenizerErr, m.drift = te.tok, te.err, te.drift
+		return m
+	}
 	verbose := te == nil || m.Digest == ""
 
 	var show struct {
@@ -320,7 +331,7 @@ func (b *Backend) fetch(ctx context.Context, name string) Details {
 	}
 	if verbose {
 		start := b.now()
-		te = &tokEntry{drift: &drift{}}
+		te = &tokEntry{drift: &drift{}, facts: m.Facts, factsErr: m.Err}
 		show.Name = name
 		te.tok, te.err = exact.New(show.Show)
 		if te.err != nil {

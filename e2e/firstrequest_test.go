@@ -1,0 +1,80 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
+)
+
+// TestRealOllama_FirstRequestPrepared measures what ctxproxy spends on the
+// first request to a model with a 128,000-token vocabulary over its
+// second: with the
+// model loaded in Ollama before ctxproxy starts, ctxproxy prepares its
+// tokenizer in the background and the first request finds it ready; with
+// a model ctxproxy has not prepared, the first request waits for the
+// verbose /api/show. It logs the figures (docs/benchmarks.md) and checks
+// only that the prepared path was taken: timings are not asserted.
+func TestRealOllama_FirstRequestPrepared(t *testing.T) {
+	o := need(t)
+	const model = "gen-128k"
+	ensureModel(t, o, model, vocabgen.BPE(128000, "llama-bpe", 31))
+	// Load it in Ollama, so that /api/ps lists it.
+	resp, err := http.Post(o.url+"/api/generate", "application/json", strings.NewReader(`{"model":"`+model+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+
+	// What ctxproxy itself spends on a request to the model: counting it
+	// (/ctxproxy/tokenize counts as the chat path does), without the
+	// backend's inference, whose first run after a load is slower too.
+	timed := func(p *ctxproxy, seed uint64) time.Duration {
+		body, _ := json.Marshal(map[string]any{"model": model, "messages": conversation(seed, 4)})
+		start := time.Now()
+		resp, err := http.Post(p.url+"/ctxproxy/tokenize", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct{ Exact bool }
+		err = json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		took := time.Since(start)
+		if err != nil || !v.Exact {
+			t.Fatalf("tokenize: %v, exact %v", err, v.Exact)
+		}
+		return took
+	}
+
+	prepared := startCtxproxy(t, o.url, exactConfig)
+	deadline := time.Now().Add(time.Minute)
+	for !logHas(prepared.logPath, "tokenizer prepared before the model's first request") {
+		if time.Now().After(deadline) {
+			t.Fatal("ctxproxy did not prepare the loaded model's tokenizer within a minute")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	first, second := timed(prepared, 960), timed(prepared, 961)
+	prepared.stop()
+
+	// Cold: the first request arrives as ctxproxy starts, before any
+	// memory sample could prepare the model.
+	cold := startCtxproxy(t, o.url, exactConfig)
+	coldFirst, coldSecond := timed(cold, 962), timed(cold, 963)
+	cold.stop()
+	t.Logf("128k vocabulary, first request over the second: prepared %+v (%v, %v), cold %+v (%v, %v)",
+		(first - second).Round(time.Millisecond), first.Round(time.Millisecond), second.Round(time.Millisecond),
+		(coldFirst - coldSecond).Round(time.Millisecond), coldFirst.Round(time.Millisecond), coldSecond.Round(time.Millisecond))
+}
+
+func logHas(path, s string) bool {
+	data, _ := os.ReadFile(path)
+	return bytes.Contains(data, []byte(s))
+}
