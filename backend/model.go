@@ -92,6 +92,12 @@ type Agreement struct {
 // another Ollama version, a renderer or engine that differs.
 const Tolerance = 0.01
 
+// Agrees reports whether an exact count agrees with the backend's report:
+// within Tolerance, or two tokens for tiny prompts.
+func Agrees(estimate, reported int) bool {
+	return abs(estimate-reported) <= 2 || math.Abs(float64(estimate-reported)) <= Tolerance*float64(reported)
+}
+
 // Observe compares an exact count of what was forwarded, a request of the
 // given shape, with the prompt tokens the backend reported. Reports that
 // are censored (the backend capped them at its window) must not be
@@ -113,7 +119,7 @@ func (m Details) Observe(log interface{ Warn(string, ...any) }, shape string, es
 			break
 		}
 	}
-	if e <= Tolerance || abs(estimate-reported) <= 2 {
+	if Agrees(estimate, reported) {
 		return false
 	}
 	miss := Miss{Shape: shape, Estimate: estimate, Reported: reported}
@@ -196,6 +202,31 @@ func (b *Backend) Prepare(names []string) {
 			}
 		}
 	}()
+}
+
+// UseTokenizer makes tok count the models of m's digest from now on: the
+// proxy found that it matches the backend where m's tokenizer did not
+// (the other runner's, exact.Tokenizer.OtherEngine). The shapes that
+// missed are forgotten with the old tokenizer, and the names cached with
+// it are looked up again (by digest: no /api/show).
+func (b *Backend) UseTokenizer(m Details, tok *exact.Tokenizer) {
+	c := &b.models
+	te, ok := c.tokenizers.Get(m.Digest)
+	if !ok || m.Digest == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tokenizers.Add(m.Digest, &tokEntry{tok: tok, drift: &drift{}, facts: te.facts, factsErr: te.factsErr})
+	for name, e := range c.entries.All() {
+		select {
+		case <-e.ready:
+			if e.model.Digest == m.Digest {
+				c.entries.Remove(name)
+			}
+		default:
+		}
+	}
 }
 
 // modelCache holds Model per name; one fetch per name runs at a time.

@@ -172,11 +172,12 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// startOllama runs start.sh on a free port. OLLAMA_DEBUG=1 makes the log
+// startOllama runs start.sh on a free port, with env added to its
+// environment. OLLAMA_DEBUG=1 makes the log
 // name each reload ("reloading") and each dropped message ("truncating
 // input messages ..."), which the scenarios count; a long keep-alive keeps
 // an idle unload from looking like a reload.
-func startOllama(tmp string) (*ollamaServer, error) {
+func startOllama(tmp string, env ...string) (*ollamaServer, error) {
 	script, err := findStartScript()
 	if err != nil {
 		return nil, err
@@ -192,7 +193,7 @@ func startOllama(tmp string) (*ollamaServer, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), ollamaStartTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, script, strconv.Itoa(port), work)
-	cmd.Env = append(os.Environ(), "OLLAMA_DEBUG=1", "OLLAMA_KEEP_ALIVE=1h", "OLLAMA_NUM_PARALLEL=1")
+	cmd.Env = append(append(os.Environ(), "OLLAMA_DEBUG=1", "OLLAMA_KEEP_ALIVE=1h", "OLLAMA_NUM_PARALLEL=1"), env...)
 	// start.sh and the go build it may run form one group, so a timeout
 	// stops the whole build.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -46,6 +46,12 @@ type exactPrompt interface {
 	// approximate reports that the last prompt's count was not exact
 	// (images for a vision model).
 	approximate() bool
+	// prompt is the last prompt counted, as the server renders it.
+	prompt() exact.Prompt
+}
+
+func (c *exactCounter) prompt() exact.Prompt {
+	return exact.Prompt{Messages: c.last, Tools: c.tools, Think: c.think}
 }
 
 func (c *exactCounter) failed() error { return c.err }

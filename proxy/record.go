@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
@@ -20,6 +21,9 @@ import (
 // backend's own count, detects silent truncation, queues the session's
 // update and snapshot, and logs and counts the exchange.
 type recorder struct {
+	// be is the backend, whose models' tokenizers a miss may change
+	// (otherEngine).
+	be      *backend.Backend
 	tokens  *budget.Registry
 	writer  sessions.Writer
 	trimmer *atomic.Pointer[rewrite.Trimmer]
@@ -89,8 +93,34 @@ func (s *recorder) checkExact(ex *exchange, p *plan, reported, numCtx int) (trun
 	}
 	if p.exact.Observe(s.log, p.exactShape, sent, reported) {
 		s.metrics.exactDisagreements.Inc()
+		s.otherEngine(p, reported)
 	}
 	return false
+}
+
+// otherEngine counts p's prompt again as the model's other runner would
+// (Ollama's own engine or llama.cpp's, which the server chooses, and
+// OLLAMA_NEW_ENGINE changes where ctxproxy cannot see): when that count
+// is the backend's, the model is counted that way from now on, exactly
+// again for every shape.
+func (s *recorder) otherEngine(p *plan, reported int) {
+	ec, ok := p.counter.(exactPrompt)
+	if !ok || s.be == nil {
+		return
+	}
+	other := p.exact.Tokenizer.OtherEngine()
+	if other == nil {
+		return
+	}
+	n, whole, err := other.Count(ec.prompt())
+	if err != nil || !whole || !backend.Agrees(n, reported) {
+		s.log.Warn("the model's other runner does not count its prompts as the backend does either",
+			"model", p.model, "tokenizer", other.Name(), "estimate", n, "reported", reported)
+		return
+	}
+	s.be.UseTokenizer(*p.exact, other)
+	s.log.Warn("the backend runs this model on another engine than ctxproxy assumed (OLLAMA_NEW_ENGINE on the server?); "+
+		"counting it as that engine does from now on, exactly", "model", p.model, "tokenizer", other.Name(), "count", n, "reported", reported)
 }
 
 func relErr(est, actual int) float64 {

@@ -95,6 +95,8 @@ type Tokenizer struct {
 	// by their merges alone: llama.cpp's ways (see llamacpp.go).
 	spmPrefix bool
 	merging   *mergingBPE
+	// engine is what deciding the runner needs (runOn, OtherEngine).
+	engine engine
 
 	seed maphash.Seed
 	// pieces is sharded: a long prompt's new pieces are counted on
@@ -162,36 +164,26 @@ func New(show Show) (*Tokenizer, error) {
 	}
 	model, _ := kv["tokenizer.ggml.model"].(string)
 	pre, _ := kv["tokenizer.ggml.pre"].(string)
-	llamaCpp := onLlamaCpp(kv)
-	runner := "ollama"
-	if llamaCpp {
-		runner = "llama.cpp"
-	}
+	m.engine = engine{vocab: vocab, kind: model, pre: pre, spacePrefix: boolOr(kv["tokenizer.ggml.add_space_prefix"], true)}
 	switch model {
 	case "gpt2":
 		if len(vocab.Merges) == 0 {
 			return nil, fmt.Errorf("%w: gpt2 vocabulary without merges", ErrUnsupported)
 		}
 		m.tok = tokenizer.NewBytePairEncoding(vocab, Pretokenizer(pre)...)
-		m.name = runner + ":gpt2/" + cmpOr(pre, "default")
-		if llamaCpp && pre != "" && pre != "default" && !slices.Contains(ignoresMerges, pre) {
-			m.merging = newMergingBPE(vocab, Pretokenizer(pre))
-		}
 	case "llama":
 		if len(vocab.Scores) != len(vocab.Values) {
 			return nil, fmt.Errorf("%w: %d scores for %d tokens", ErrUnsupported, len(vocab.Scores), len(vocab.Values))
 		}
 		m.tok = tokenizer.NewSentencePiece(vocab)
-		m.name = runner + ":spm"
-		m.spmPrefix = llamaCpp && boolOr(kv["tokenizer.ggml.add_space_prefix"], true)
 	case "bert":
 		m.tok = tokenizer.NewWordPiece(vocab, true)
-		m.name = "ollama:wpm"
 		m.whole = true
 		m.addBOS, m.addEOS = false, false
 	default:
 		return nil, fmt.Errorf("%w: tokenizer.ggml.model %q", ErrUnsupported, model)
 	}
+	m.runOn(onLlamaCpp(kv))
 	m.special = vocab.SpecialVocabulary()
 	m.trie = newTrie(m.special)
 

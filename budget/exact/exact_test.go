@@ -595,3 +595,38 @@ func TestImages(t *testing.T) {
 		t.Errorf("with vision: %d, exact %v, %v; want %d, an estimate", n, whole, err, want+2*imageTokens)
 	}
 }
+
+// TestOtherEngine: a model counted as llama.cpp runs it can be counted as
+// Ollama's own engine runs it, and back, where the two differ (a
+// SentencePiece space prefix, merges for BPE outside the Llama 3 family);
+// where they do not, there is no other engine to try.
+func TestOtherEngine(t *testing.T) {
+	tmpl := "{{ range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
+	spm := vocabgen.SentencePiece(2000, 4)
+	m, err := New(Show{ModelInfo: spm.KV(), Template: tmpl}) // llama: llama.cpp's runner
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := m.OtherEngine()
+	if o == nil || o.Name() != "ollama:spm" || m.Name() != "llama.cpp:spm" {
+		t.Fatalf("other engine of %s: %v", m.Name(), o)
+	}
+	p := Prompt{Messages: []api.Message{{Role: "user", Content: "hello there"}, {Role: "assistant", Content: "general kenobi"}}}
+	a, _, _ := m.Count(p)
+	b, _, _ := o.Count(p)
+	if a == b {
+		t.Errorf("both engines counted %d: the space prefix made no difference", a)
+	}
+	if back := o.OtherEngine(); back == nil || back.Name() != m.Name() {
+		t.Errorf("the other engine's other engine: %v", back)
+	} else if n, _, _ := back.Count(p); n != a {
+		t.Errorf("back on llama.cpp: %d, want %d", n, a)
+	}
+	bpe, err := New(Show{ModelInfo: vocabgen.BPE(2000, "llama-bpe", 1).KV(), Template: tmpl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := bpe.OtherEngine(); o != nil {
+		t.Errorf("llama-bpe counts alike on both engines, yet an other engine: %s", o.Name())
+	}
+}

@@ -3,6 +3,8 @@ package exact
 import (
 	"slices"
 
+	"github.com/ctxproxy/ctxproxy/internal/cache"
+
 	"github.com/dlclark/regexp2"
 	"github.com/ollama/ollama/fs/ggml"
 	"github.com/ollama/ollama/tokenizer"
@@ -30,6 +32,58 @@ import (
 // model_info on llama.cpp's runner.
 func onLlamaCpp(kv map[string]any) bool {
 	return !ggml.KV(kv).OllamaEngineRequired()
+}
+
+// engine is what a Tokenizer needs to count as one runner or the other:
+// the vocabulary, its kind (tokenizer.ggml.model), pre-tokenizer and
+// add_space_prefix flag, and the runner it counts for now.
+type engine struct {
+	vocab       *tokenizer.Vocabulary
+	kind, pre   string
+	spacePrefix bool
+	llamaCpp    bool
+}
+
+// runOn makes m count as the runner says: llama.cpp's (llamaCpp) or
+// Ollama's own engine.
+func (m *Tokenizer) runOn(llamaCpp bool) {
+	e := &m.engine
+	e.llamaCpp = llamaCpp
+	runner := "ollama"
+	if llamaCpp {
+		runner = "llama.cpp"
+	}
+	m.merging, m.spmPrefix = nil, false
+	switch e.kind {
+	case "gpt2":
+		m.name = runner + ":gpt2/" + cmpOr(e.pre, "default")
+		if llamaCpp && e.pre != "" && e.pre != "default" && !slices.Contains(ignoresMerges, e.pre) {
+			m.merging = newMergingBPE(e.vocab, Pretokenizer(e.pre))
+		}
+	case "llama":
+		m.name = runner + ":spm"
+		m.spmPrefix = llamaCpp && e.spacePrefix
+	case "bert":
+		m.name = "ollama:wpm"
+	}
+}
+
+// OtherEngine returns m counting as the other runner would: Ollama's own
+// engine for a model m counts as llama.cpp runs it, and the reverse. The
+// server decides the runner from the architecture, and the environment
+// (OLLAMA_NEW_ENGINE) can move a model to Ollama's engine, which a client
+// cannot see: when m's counts miss, the other runner's may be right. It
+// returns nil when the runners count alike (a WordPiece vocabulary, or a
+// BPE one both runners split the same way).
+func (m *Tokenizer) OtherEngine() *Tokenizer {
+	o := *m
+	o.runOn(!m.engine.llamaCpp)
+	if o.merging == nil && m.merging == nil && o.spmPrefix == m.spmPrefix {
+		return nil
+	}
+	o.pieces = cache.NewSharded[pieceKey, int](maxPieces, func(k pieceKey) uint64 { return k.hash })
+	o.shares = cache.New[uint64, int](maxPieces)
+	return &o
 }
 
 // ignoresMerges lists the tokenizer.ggml.pre values llama.cpp gives
