@@ -48,3 +48,28 @@ func TestRealOllama_OtherEngine(t *testing.T) {
 		t.Error("the log does not say the model moved to the other engine's count")
 	}
 }
+
+// TestRealOllama_BOSDefaults: for models whose file does not say whether
+// to add a BOS token, ctxproxy adds one as the runner does, so its count
+// equals Ollama's to the token: llama.cpp adds it for SentencePiece and
+// the Llama 3 BPE family, not for other BPE pre-tokenizers.
+func TestRealOllama_BOSDefaults(t *testing.T) {
+	o := need(t)
+	p := startCtxproxy(t, o.url, exactConfig)
+	defer p.stop()
+	for _, g := range []struct {
+		name  string
+		vocab vocabgen.Vocab
+	}{
+		{"gen-nobos-qwen2", vocabgen.BPE(4000, "qwen2", 41)},
+		{"gen-nobos-llama-bpe", vocabgen.BPE(4000, "llama-bpe", 42)},
+		{"gen-nobos-spm", vocabgen.SentencePiece(4000, 43)},
+	} {
+		g.vocab.NoAddBOSKey = true
+		ensureModel(t, o, g.name, g.vocab)
+		res := chat(t, p.url, chatRequest{Model: g.name, Messages: conversation(980, 3)})
+		if sent, eval := headerInt(t, res.header, "X-Ctxproxy-Tokens"), res.final.PromptEvalCount; sent != eval {
+			t.Errorf("%s: ctxproxy %d, Ollama %d", g.name, sent, eval)
+		}
+	}
+}

@@ -120,7 +120,7 @@ func New(show Show) (*Tokenizer, error) {
 		Types:  ints(kv["tokenizer.ggml.token_type"]),
 		Scores: floats(kv["tokenizer.ggml.scores"]),
 		Merges: strings_(kv["tokenizer.ggml.merges"]),
-		AddBOS: boolOr(kv["tokenizer.ggml.add_bos_token"], true),
+		AddBOS: boolOr(kv["tokenizer.ggml.add_bos_token"], true), // the runner's own default: runOn
 		AddEOS: boolOr(kv["tokenizer.ggml.add_eos_token"], false),
 	}
 	if len(vocab.Values) == 0 {
@@ -164,7 +164,12 @@ func New(show Show) (*Tokenizer, error) {
 	}
 	model, _ := kv["tokenizer.ggml.model"].(string)
 	pre, _ := kv["tokenizer.ggml.pre"].(string)
-	m.engine = engine{vocab: vocab, kind: model, pre: pre, spacePrefix: boolOr(kv["tokenizer.ggml.add_space_prefix"], true)}
+	arch, _ := kv["general.architecture"].(string)
+	m.engine = engine{vocab: vocab, kind: model, pre: pre, arch: arch,
+		spacePrefix: boolOr(kv["tokenizer.ggml.add_space_prefix"], true)}
+	if b, ok := kv["tokenizer.ggml.add_bos_token"].(bool); ok {
+		m.engine.bosKey = &b
+	}
 	switch model {
 	case "gpt2":
 		if len(vocab.Merges) == 0 {

@@ -630,3 +630,43 @@ func TestOtherEngine(t *testing.T) {
 		t.Errorf("llama-bpe counts alike on both engines, yet an other engine: %s", o.Name())
 	}
 }
+
+// TestBOSDefaults: without add_bos_token in the file, each runner adds
+// BOS as its own code says: llama.cpp for SentencePiece and the Llama 3
+// family of BPE pre-tokenizers, not for the other BPE ones, never for
+// GLM-4's; Ollama's engine except for the architectures that say no.
+func TestBOSDefaults(t *testing.T) {
+	tmpl := "{{ range .Messages }}{{ .Content }}{{ end }}"
+	p := Prompt{Messages: []api.Message{{Role: "user", Content: "hello"}}}
+	count := func(v vocabgen.Vocab, arch string) int {
+		v.NoAddBOSKey = true
+		kv := v.KV()
+		if arch != "" {
+			kv["general.architecture"] = arch
+		}
+		m, err := New(Show{ModelInfo: kv, Template: tmpl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _, _ := m.Count(p)
+		text, _ := m.CountText("hello")
+		return n - text
+	}
+	for _, c := range []struct {
+		name string
+		v    vocabgen.Vocab
+		arch string
+		bos  int
+	}{
+		{"llama.cpp spm", vocabgen.SentencePiece(1000, 1), "", 1},
+		{"llama.cpp llama-bpe", vocabgen.BPE(1000, "llama-bpe", 1), "", 1},
+		{"llama.cpp qwen2", vocabgen.BPE(1000, "qwen2", 1), "", 0},
+		{"llama.cpp glm4", vocabgen.BPE(1000, "chatglm-bpe", 1), "", 0},
+		{"ollama qwen3", vocabgen.BPE(1000, "qwen2", 1), "qwen3", 1},
+		{"ollama olmo3", vocabgen.BPE(1000, "default", 1), "olmo3", 0},
+	} {
+		if got := count(c.v, c.arch); got != c.bos {
+			t.Errorf("%s: %d BOS, want %d", c.name, got, c.bos)
+		}
+	}
+}

@@ -40,9 +40,42 @@ func onLlamaCpp(kv map[string]any) bool {
 type engine struct {
 	vocab       *tokenizer.Vocabulary
 	kind, pre   string
+	arch        string // general.architecture
 	spacePrefix bool
-	llamaCpp    bool
+	// bosKey is the file's tokenizer.ggml.add_bos_token, nil without one.
+	bosKey   *bool
+	llamaCpp bool
 }
+
+// addsBOS reports whether e's runner adds the BOS token to a prompt: the
+// file's add_bos_token when it has one, else the runner's default. For
+// llama.cpp that is yes for SentencePiece and WordPiece and, among
+// byte-level BPE vocabularies, only for the pre-tokenizers it names
+// (llama-vocab.cpp); for Ollama's engine, yes except for the
+// architectures whose model code says no. llama.cpp's GLM-4
+// pre-tokenizer has no BOS token at all.
+func (e engine) addsBOS() bool {
+	if e.llamaCpp && (e.pre == "glm4" || e.pre == "chatglm-bpe") {
+		return false
+	}
+	if e.bosKey != nil {
+		return *e.bosKey
+	}
+	if !e.llamaCpp {
+		return !slices.Contains(noBOSArchitectures, e.arch)
+	}
+	return e.kind != "gpt2" || slices.Contains(bosPretokenizers, e.pre)
+}
+
+// bosPretokenizers are the byte-level BPE pre-tokenizers llama.cpp adds a
+// BOS token for when the file does not say.
+var bosPretokenizers = []string{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+	"tekken", "chameleon"}
+
+// noBOSArchitectures are the architectures Ollama's engine adds no BOS
+// token for when the file does not say (their model code's default).
+var noBOSArchitectures = []string{"qwen35", "qwen35moe", "qwen3next", "glm4moelite", "qwen3vl", "qwen3vlmoe", "qwen25vl",
+	"glmocr", "olmo3", "nemotron_h", "nemotron_h_moe", "gptoss", "gpt-oss"}
 
 // runOn makes m count as the runner says: llama.cpp's (llamaCpp) or
 // Ollama's own engine.
@@ -54,6 +87,7 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 		runner = "llama.cpp"
 	}
 	m.merging, m.spmPrefix = nil, false
+	m.addBOS = e.addsBOS() && len(e.vocab.BOS) > 0
 	switch e.kind {
 	case "gpt2":
 		m.name = runner + ":gpt2/" + cmpOr(e.pre, "default")
@@ -65,6 +99,7 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 		m.spmPrefix = llamaCpp && e.spacePrefix
 	case "bert":
 		m.name = "ollama:wpm"
+		m.addBOS = false
 	}
 }
 
@@ -78,7 +113,7 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 func (m *Tokenizer) OtherEngine() *Tokenizer {
 	o := *m
 	o.runOn(!m.engine.llamaCpp)
-	if o.merging == nil && m.merging == nil && o.spmPrefix == m.spmPrefix {
+	if o.merging == nil && m.merging == nil && o.spmPrefix == m.spmPrefix && o.addBOS == m.addBOS {
 		return nil
 	}
 	o.pieces = cache.NewSharded[pieceKey, int](maxPieces, func(k pieceKey) uint64 { return k.hash })

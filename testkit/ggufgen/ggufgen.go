@@ -77,6 +77,9 @@ func Write(path string, v vocabgen.Vocab, s Shape) error {
 		"tokenizer.ggml.add_bos_token":           v.AddBOS,
 		"tokenizer.ggml.add_eos_token":           false,
 	}
+	if v.NoAddBOSKey {
+		delete(kv, "tokenizer.ggml.add_bos_token")
+	}
 	if v.Model == "gpt2" {
 		kv["tokenizer.ggml.pre"] = v.Pre
 		kv["tokenizer.ggml.merges"] = v.Merges

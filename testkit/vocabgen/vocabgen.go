@@ -42,6 +42,9 @@ type Vocab struct {
 	BOS    int
 	EOS    int
 	AddBOS bool
+	// NoAddBOSKey leaves tokenizer.ggml.add_bos_token out, as some
+	// converted files do: the runner's default decides.
+	NoAddBOSKey bool
 }
 
 // KV returns the tokenizer keys of model_info as /api/show returns them
@@ -67,6 +70,9 @@ func (v Vocab) KV() map[string]any {
 		kv["tokenizer.ggml.merges"] = AnySlice(v.Merges)
 	} else {
 		kv["tokenizer.ggml.scores"] = AnySlice(v.Scores)
+	}
+	if v.NoAddBOSKey {
+		delete(kv, "tokenizer.ggml.add_bos_token")
 	}
 	return kv
 }
