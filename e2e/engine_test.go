@@ -3,8 +3,13 @@
 package e2e
 
 import (
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/ollama/ollama/api"
 
 	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 )
@@ -23,30 +28,53 @@ func TestRealOllama_OtherEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stopGroup(o.pgid, 5*time.Second) })
-	const model = "gen-spm-new-engine"
-	if err := createModel(o, model, vocabgen.SentencePiece(8000, 23)); err != nil {
-		t.Fatal(err)
-	}
 	p := startCtxproxy(t, o.url, exactConfig)
 	defer p.stop()
-	first := chat(t, p.url, chatRequest{Model: model, Messages: conversation(970, 12)})
-	sent, eval := headerInt(t, first.header, "X-Ctxproxy-Tokens"), first.final.PromptEvalCount
-	t.Logf("first request: ctxproxy %d, Ollama on its own engine %d", sent, eval)
-	if sent == eval {
-		t.Fatal("the first request was exact: the test no longer tells the engines apart")
-	}
-	for i, c := range []chatRequest{
-		{Model: model, Messages: conversation(971, 12)},
-		{Model: model, Messages: conversation(972, 30), Stream: true},
+	// A SentencePiece model: llama.cpp writes a space before text after
+	// a special token, Ollama's engine does not. A BPE model whose file
+	// says "deepseek-r1-qwen": llama.cpp splits digits one by one, as
+	// Qwen 2, Ollama's llama code in threes, as Llama 3.
+	for _, c := range []struct {
+		model string
+		vocab vocabgen.Vocab
+	}{
+		{"gen-spm-new-engine", vocabgen.SentencePiece(8000, 23)},
+		{"gen-r1qwen-new-engine", vocabgen.BPE(8000, "deepseek-r1-qwen", 24)},
 	} {
-		res := chat(t, p.url, c)
-		if sent, eval := headerInt(t, res.header, "X-Ctxproxy-Tokens"), res.final.PromptEvalCount; sent != eval {
-			t.Errorf("request %d after the switch: ctxproxy %d, Ollama %d", i+2, sent, eval)
+		if err := createModel(o, c.model, c.vocab); err != nil {
+			t.Fatal(err)
+		}
+		conv := func(seed uint64, turns int) []api.Message {
+			msgs := conversation(seed, turns)
+			for i := range msgs {
+				msgs[i].Content += fmt.Sprintf(" Totals: %d and 3.14159, 2026-11-27.", 1234567*(i+1))
+			}
+			return msgs
+		}
+		first := chat(t, p.url, chatRequest{Model: c.model, Messages: conv(970, 12)})
+		sent, eval := headerInt(t, first.header, "X-Ctxproxy-Tokens"), first.final.PromptEvalCount
+		t.Logf("%s, first request: ctxproxy %d, Ollama on its own engine %d", c.model, sent, eval)
+		if sent == eval {
+			t.Fatalf("%s: the first request was exact: the test no longer tells the engines apart", c.model)
+		}
+		for i, r := range []chatRequest{
+			{Model: c.model, Messages: conv(971, 12)},
+			{Model: c.model, Messages: conv(972, 30), Stream: true},
+		} {
+			res := chat(t, p.url, r)
+			if sent, eval := headerInt(t, res.header, "X-Ctxproxy-Tokens"), res.final.PromptEvalCount; sent != eval {
+				t.Errorf("%s, request %d after the switch: ctxproxy %d, Ollama %d", c.model, i+2, sent, eval)
+			}
 		}
 	}
-	if !logHas(p.logPath, "counting it as that engine does from now on") {
-		t.Error("the log does not say the model moved to the other engine's count")
+	if n := strings.Count(readFile(p.logPath), "counting it as that engine does from now on"); n != 2 {
+		t.Errorf("the log says %d models moved to the other engine's count, want 2", n)
 	}
+}
+
+func readFile(path string) string {
+	data, _ := os.ReadFile(path)
+	return string(data)
 }
 
 // TestRealOllama_BOSDefaults: for models whose file does not say whether

@@ -175,7 +175,7 @@ func New(show Show) (*Tokenizer, error) {
 		if len(vocab.Merges) == 0 {
 			return nil, fmt.Errorf("%w: gpt2 vocabulary without merges", ErrUnsupported)
 		}
-		m.tok = tokenizer.NewBytePairEncoding(vocab, Pretokenizer(pre)...)
+		// m.tok: runOn, the runners split differently.
 	case "llama":
 		if len(vocab.Scores) != len(vocab.Values) {
 			return nil, fmt.Errorf("%w: %d scores for %d tokens", ErrUnsupported, len(vocab.Scores), len(vocab.Values))

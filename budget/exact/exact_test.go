@@ -89,10 +89,21 @@ func reference(t *testing.T, v vocabgen.Vocab) tokenizer.Tokenizer {
 	return tokenizer.NewSentencePiece(voc)
 }
 
-// ollamaEngine makes model_info name an architecture Ollama runs on its
-// own engine (Qwen 3), so its Go tokenizer package is the reference.
+// ollamaEngine marks kv as a model Ollama's own engine runs, with an
+// architecture whose model code splits text as the vocabulary's
+// pre-tokenizer says, as the reference tokenizers here split it: Qwen 3
+// for "qwen2", Gemma 3 (the GPT-2 expression) for "default", OLMo 3 (the
+// Llama 3 expression) for the others.
 func ollamaEngine(kv map[string]any) map[string]any {
-	kv["general.architecture"] = "qwen3"
+	pre, _ := kv["tokenizer.ggml.pre"].(string)
+	switch pre {
+	case "qwen2":
+		kv["general.architecture"] = "qwen3"
+	case "default":
+		kv["general.architecture"] = "gemma3"
+	default:
+		kv["general.architecture"] = "olmo3"
+	}
 	return kv
 }
 
@@ -668,5 +679,47 @@ func TestBOSDefaults(t *testing.T) {
 		if got := count(c.v, c.arch); got != c.bos {
 			t.Errorf("%s: %d BOS, want %d", c.name, got, c.bos)
 		}
+	}
+}
+
+// TestOllamaEnginePretokenizers: on Ollama's engine the expressions come
+// from the architecture's model code: deepseek2 splits with DeepSeek V3's
+// three rules, a llama file saying "deepseek-r1-qwen" as Llama 3; on
+// llama.cpp the same llama file is split as Qwen 2.
+func TestOllamaEnginePretokenizers(t *testing.T) {
+	text := "Totals: 1234567 and 3.14159 東京の天気は晴れ 42度, (x)+y=z!"
+	for _, c := range []struct {
+		arch, pre string
+		exprs     []string
+	}{
+		{"deepseek2", "deepseek-v3", deepseekV3},
+		{"llama", "deepseek-r1-qwen", nil}, // llama.cpp: Pretokenizer
+	} {
+		v := vocabgen.BPE(3000, c.pre, 9)
+		kv := v.KV()
+		kv["general.architecture"] = c.arch
+		m, err := New(Show{ModelInfo: kv, Template: "{{ .Prompt }}"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		exprs := c.exprs
+		if exprs == nil {
+			exprs = Pretokenizer(c.pre)
+		}
+		voc := &tokenizer.Vocabulary{Values: v.Tokens, Types: v.Types, Merges: v.Merges}
+		ref, _ := tokenizer.NewBytePairEncoding(voc, exprs...).Encode(text, false)
+		got, err := m.CountText(text)
+		if err != nil || got != len(ref) {
+			t.Errorf("%s/%s (%s): %d, reference %d (%v)", c.arch, c.pre, m.Name(), got, len(ref), err)
+		}
+	}
+	// The llama file on Ollama's engine: Llama 3's digits in threes.
+	v := vocabgen.BPE(3000, "deepseek-r1-qwen", 9)
+	m, _ := New(Show{ModelInfo: v.KV(), Template: "{{ .Prompt }}"})
+	o := m.OtherEngine()
+	voc := &tokenizer.Vocabulary{Values: v.Tokens, Types: v.Types, Merges: v.Merges}
+	ref, _ := tokenizer.NewBytePairEncoding(voc, regexLlama3).Encode(text, false)
+	if got, _ := o.CountText(text); o == nil || got != len(ref) {
+		t.Errorf("llama/deepseek-r1-qwen on Ollama's engine: %d, reference %d", got, len(ref))
 	}
 }

@@ -67,6 +67,14 @@ func (e engine) addsBOS() bool {
 	return e.kind != "gpt2" || slices.Contains(bosPretokenizers, e.pre)
 }
 
+// exprs are the expressions e's runner splits byte-level BPE text with.
+func (e engine) exprs() []string {
+	if own, ok := ollamaPretokenizer(e.arch, e.pre); ok && !e.llamaCpp {
+		return own
+	}
+	return Pretokenizer(e.pre)
+}
+
 // bosPretokenizers are the byte-level BPE pre-tokenizers llama.cpp adds a
 // BOS token for when the file does not say.
 var bosPretokenizers = []string{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
@@ -91,8 +99,13 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 	switch e.kind {
 	case "gpt2":
 		m.name = runner + ":gpt2/" + cmpOr(e.pre, "default")
+		exprs := Pretokenizer(e.pre)
+		if own, ok := ollamaPretokenizer(e.arch, e.pre); ok && !llamaCpp {
+			exprs = own
+		}
+		m.tok = tokenizer.NewBytePairEncoding(e.vocab, exprs...)
 		if llamaCpp && e.pre != "" && e.pre != "default" && !slices.Contains(ignoresMerges, e.pre) {
-			m.merging = newMergingBPE(e.vocab, Pretokenizer(e.pre))
+			m.merging = newMergingBPE(e.vocab, exprs)
 		}
 	case "llama":
 		m.name = runner + ":spm"
@@ -113,7 +126,8 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 func (m *Tokenizer) OtherEngine() *Tokenizer {
 	o := *m
 	o.runOn(!m.engine.llamaCpp)
-	if o.merging == nil && m.merging == nil && o.spmPrefix == m.spmPrefix && o.addBOS == m.addBOS {
+	if o.merging == nil && m.merging == nil && o.spmPrefix == m.spmPrefix && o.addBOS == m.addBOS &&
+		(m.engine.kind != "gpt2" || slices.Equal(o.engine.exprs(), m.engine.exprs())) {
 		return nil
 	}
 	o.pieces = cache.NewSharded[pieceKey, int](maxPieces, func(k pieceKey) uint64 { return k.hash })
