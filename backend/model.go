@@ -59,7 +59,8 @@ type Miss struct {
 	Shape              string
 	Estimate, Reported int
 	// Tokenizer names how the model was counted: engine, tokenizer kind
-	// and pre-tokenizer, and the renderer when one built the prompt.
+	// and pre-tokenizer, and the renderer when one built the prompt
+	// ("ollama:gpt2/qwen2, renderer qwen3-coder").
 	Tokenizer string
 }
 
@@ -125,6 +126,9 @@ func (m Details) Observe(log interface{ Warn(string, ...any) }, shape string, es
 	miss := Miss{Shape: shape, Estimate: estimate, Reported: reported}
 	if m.Tokenizer != nil {
 		miss.Tokenizer = m.Tokenizer.Name()
+		if r := m.Tokenizer.Renderer(); r != "" {
+			miss.Tokenizer += ", renderer " + r
+		}
 	}
 	d.mu.Lock()
 	if _, ok := d.misses[shape]; ok {
