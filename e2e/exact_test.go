@@ -63,14 +63,18 @@ func ensureModel(t *testing.T, o *ollamaServer, name string, v vocabgen.Vocab) {
 	}
 }
 
-func createModel(o *ollamaServer, name string, v vocabgen.Vocab) error {
+func createModel(o *ollamaServer, name string, v vocabgen.Vocab, arch ...string) error {
 	dir, err := os.MkdirTemp("", "ctxproxy-gguf-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, name+".gguf")
-	if err := ggufgen.Write(path, v, ggufgen.Shape{Seed: 5}); err != nil {
+	shape := ggufgen.Shape{Seed: 5}
+	if len(arch) > 0 {
+		shape.Arch = arch[0]
+	}
+	if err := ggufgen.Write(path, v, shape); err != nil {
 		return err
 	}
 	data, err := os.ReadFile(path)

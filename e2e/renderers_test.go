@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 	"github.com/ollama/ollama/api"
 )
 
@@ -54,15 +55,20 @@ func rendererConversation(seed uint64) []api.Message {
 	return msgs
 }
 
-// createRendered creates name from the tiny model with a renderer and
-// parser: its template stays ChatML, which the server then does not use.
-func createRendered(t *testing.T, o *ollamaServer, name, renderer, parser string) {
+// createRendered creates name from the tiny model (or from[0]) with a
+// renderer and parser: its template stays ChatML, which the server then
+// does not use.
+func createRendered(t *testing.T, o *ollamaServer, name, renderer, parser string, from ...string) {
 	t.Helper()
 	u, _ := url.Parse(o.url)
 	client := api.NewClient(u, http.DefaultClient)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	err := client.Create(ctx, &api.CreateRequest{Model: name, From: modelTiny, Renderer: renderer, Parser: parser},
+	src := modelTiny
+	if len(from) > 0 {
+		src = from[0]
+	}
+	err := client.Create(ctx, &api.CreateRequest{Model: name, From: src, Renderer: renderer, Parser: parser},
 		func(api.ProgressResponse) error { return nil })
 	if err != nil {
 		t.Fatalf("create %s: %v", name, err)
@@ -205,4 +211,43 @@ func openaiImageBody(model string, msgs []api.Message) []byte {
 	}
 	b, _ := json.Marshal(map[string]any{"model": model, "messages": out})
 	return b
+}
+
+// TestRealOllama_Qwen3Engine: a qwen3-architecture model, which Ollama
+// runs on its own engine, with a 32,000-token vocabulary split as Qwen 2
+// (digits one by one), is counted exactly on every route, with its
+// ChatML template and with the qwen3-coder renderer, tools and hard text
+// included.
+func TestRealOllama_Qwen3Engine(t *testing.T) {
+	o := need(t)
+	const base = "gen-qwen3"
+	if err := createModel(o, base, vocabgen.BPE(32000, "qwen2", 51), "qwen3"); err != nil {
+		t.Fatal(err)
+	}
+	createRendered(t, o, base+"-coder", "qwen3-coder", "qwen3-coder", base)
+	p := startCtxproxy(t, o.url, exactConfig)
+	defer p.stop()
+	plain := conversation(990, 6)
+	plain[len(plain)-1].Content += "\n" + hardText
+	for _, c := range []struct {
+		model string
+		msgs  []api.Message
+		tools json.RawMessage
+	}{
+		{base, plain, nil},
+		{base + "-coder", rendererConversation(991), toolsJSON},
+	} {
+		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {
+			sent, eval, err := countedAndEvaluated(p.url, route, c.model, c.msgs, c.tools)
+			if err != nil {
+				t.Fatalf("%s %s: %v", c.model, route, err)
+			}
+			if sent != eval {
+				t.Errorf("%s %s: X-Ctxproxy-Tokens %d, prompt_eval_count %d", c.model, route, sent, eval)
+			}
+		}
+	}
+	if !logHas(p.logPath, `"tokenizer":"ollama:gpt2/qwen2"`) {
+		t.Error("the model was not counted as Ollama's own engine runs it")
+	}
 }

@@ -1,4 +1,4 @@
-// Package ggufgen writes small random-weight llama-architecture GGUF
+// Package ggufgen writes small random-weight llama- or qwen3-architecture GGUF
 // models around a generated vocabulary (package vocabgen), with Ollama's
 // own GGUF writer, so the end-to-end suite can load models whose
 // tokenizer is large enough to tell a real tokenizer from a guess into a
@@ -22,6 +22,10 @@ import (
 type Shape struct {
 	Layers, Embedding, Heads, KVHeads, FeedForward, Context int
 	Seed                                                    uint64
+	// Arch is the architecture: "llama" (the default, which Ollama runs
+	// on llama.cpp's runner) or "qwen3" (Ollama's own engine: llama's
+	// tensors plus a norm of the queries and keys).
+	Arch string
 }
 
 func (s Shape) withDefaults() Shape {
@@ -36,6 +40,9 @@ func (s Shape) withDefaults() Shape {
 	def(&s.KVHeads, 2)
 	def(&s.FeedForward, 128)
 	def(&s.Context, 8192)
+	if s.Arch == "" {
+		s.Arch = "llama"
+	}
 	return s
 }
 
@@ -55,27 +62,27 @@ func Write(path string, v vocabgen.Vocab, s Shape) error {
 	nVocab := len(v.Tokens)
 	headDim := s.Embedding / s.Heads
 	kv := ggml.KV{
-		"general.architecture":                   "llama",
-		"general.name":                           "ctxproxy-generated",
-		"general.file_type":                      uint32(0), // all F32
-		"general.alignment":                      uint32(32),
-		"llama.context_length":                   uint32(s.Context),
-		"llama.embedding_length":                 uint32(s.Embedding),
-		"llama.block_count":                      uint32(s.Layers),
-		"llama.feed_forward_length":              uint32(s.FeedForward),
-		"llama.attention.head_count":             uint32(s.Heads),
-		"llama.attention.head_count_kv":          uint32(s.KVHeads),
-		"llama.rope.dimension_count":             uint32(headDim),
-		"llama.rope.freq_base":                   float32(10000),
-		"llama.attention.layer_norm_rms_epsilon": float32(1e-5),
-		"llama.vocab_size":                       uint32(nVocab),
-		"tokenizer.ggml.model":                   v.Model,
-		"tokenizer.ggml.tokens":                  v.Tokens,
-		"tokenizer.ggml.token_type":              v.Types,
-		"tokenizer.ggml.bos_token_id":            uint32(v.BOS),
-		"tokenizer.ggml.eos_token_id":            uint32(v.EOS),
-		"tokenizer.ggml.add_bos_token":           v.AddBOS,
-		"tokenizer.ggml.add_eos_token":           false,
+		"general.architecture":                       s.Arch,
+		"general.name":                               "ctxproxy-generated",
+		"general.file_type":                          uint32(0), // all F32
+		"general.alignment":                          uint32(32),
+		s.Arch + ".context_length":                   uint32(s.Context),
+		s.Arch + ".embedding_length":                 uint32(s.Embedding),
+		s.Arch + ".block_count":                      uint32(s.Layers),
+		s.Arch + ".feed_forward_length":              uint32(s.FeedForward),
+		s.Arch + ".attention.head_count":             uint32(s.Heads),
+		s.Arch + ".attention.head_count_kv":          uint32(s.KVHeads),
+		s.Arch + ".rope.dimension_count":             uint32(headDim),
+		s.Arch + ".rope.freq_base":                   float32(10000),
+		s.Arch + ".attention.layer_norm_rms_epsilon": float32(1e-5),
+		s.Arch + ".vocab_size":                       uint32(nVocab),
+		"tokenizer.ggml.model":                       v.Model,
+		"tokenizer.ggml.tokens":                      v.Tokens,
+		"tokenizer.ggml.token_type":                  v.Types,
+		"tokenizer.ggml.bos_token_id":                uint32(v.BOS),
+		"tokenizer.ggml.eos_token_id":                uint32(v.EOS),
+		"tokenizer.ggml.add_bos_token":               v.AddBOS,
+		"tokenizer.ggml.add_eos_token":               false,
 	}
 	if v.NoAddBOSKey {
 		delete(kv, "tokenizer.ggml.add_bos_token")
@@ -150,6 +157,14 @@ func Write(path string, v vocabgen.Vocab, s Shape) error {
 			random(p+"ffn_up.weight", E, F),
 			random(p+"ffn_down.weight", F, E),
 		)
+	}
+	if s.Arch == "qwen3" {
+		kv["qwen3.attention.key_length"] = uint32(headDim)
+		kv["qwen3.attention.value_length"] = uint32(headDim)
+		for i := range s.Layers {
+			p := fmt.Sprintf("blk.%d.", i)
+			ts = append(ts, ones(p+"attn_q_norm.weight", uint64(headDim)), ones(p+"attn_k_norm.weight", uint64(headDim)))
+		}
 	}
 	f, err := os.Create(path)
 	if err != nil {
