@@ -49,6 +49,9 @@ type Config struct {
 	Log *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// TokenizerDir keeps what builds each model digest's tokenizer
+	// across restarts ("" keeps nothing).
+	TokenizerDir string
 }
 
 // Backend is the server behind ctxproxy. It is safe for concurrent use.
@@ -69,6 +72,7 @@ type Backend struct {
 
 	models modelCache
 	remote remoteState
+	disk   diskCache
 }
 
 // New returns a Backend for cfg.
@@ -80,6 +84,7 @@ func New(cfg Config) *Backend {
 	if b.now == nil {
 		b.now = time.Now
 	}
+	b.disk = diskCache{dir: cfg.TokenizerDir, log: b.log}
 	if b.configured == "" {
 		b.configured = KindAuto
 	}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -359,5 +361,44 @@ func TestPrepare(t *testing.T) {
 	}
 	if n := o.verbose.Load(); n != 1 {
 		t.Errorf("%d verbose /api/show, want 1", n)
+	}
+}
+
+// TestTokenizerDiskCache: a Backend with a tokenizer directory keeps what
+// builds a digest's tokenizer; a restarted one (a new Backend on the same
+// directory) builds it from there without asking /api/show, and a new
+// digest is asked for again. A damaged file is read past.
+func TestTokenizerDiskCache(t *testing.T) {
+	dir := t.TempDir()
+	o := &ollamaShow{vocab: vocabgen.BPE(2000, "llama-bpe", 1)}
+	o.digest.Store("sha256:aaa")
+	srv := httptest.NewServer(o)
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	start := func() *Backend { return New(Config{URL: u, Client: srv.Client(), TokenizerDir: dir}) }
+	ctx := context.Background()
+	first := start().Model(ctx, "tiny")
+	if first.Tokenizer == nil || o.verbose.Load() != 1 {
+		t.Fatalf("first start: tokenizer %v, %d verbose", first.Tokenizer != nil, o.verbose.Load())
+	}
+	again := start().Model(ctx, "tiny")
+	if again.Tokenizer == nil || o.shows.Load() != 1 || again.Facts.ContextLength != first.Facts.ContextLength {
+		t.Fatalf("after a restart: tokenizer %v, %d shows (want 1), facts %+v", again.Tokenizer != nil, o.shows.Load(), again.Facts)
+	}
+	text := "hello there, 12345 times"
+	a, _ := first.Tokenizer.CountText(text)
+	b, _ := again.Tokenizer.CountText(text)
+	if a != b {
+		t.Errorf("the cached tokenizer counts %d, the fetched one %d", b, a)
+	}
+	o.digest.Store("sha256:bbb")
+	if m := start().Model(ctx, "tiny"); m.Tokenizer == nil || o.verbose.Load() != 2 {
+		t.Errorf("a new digest: %d verbose, want 2", o.verbose.Load())
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sha256-bbb.json.gz"), []byte("not gzip"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if m := start().Model(ctx, "tiny"); m.Tokenizer == nil || o.verbose.Load() != 3 {
+		t.Errorf("a damaged file: tokenizer %v, %d verbose, want 3", m.Tokenizer != nil, o.verbose.Load())
 	}
 }

@@ -351,14 +351,21 @@ func (b *Backend) fetch(ctx context.Context, name string) Details {
 	var show struct {
 		exact.Show
 	}
+	// A digest read before this process started: from the disk cache.
+	fromDisk := false
+	if verbose && m.Digest != "" {
+		show.Show, fromDisk = b.disk.load(m.Digest)
+	}
 	req := map[string]any{"model": name}
 	if verbose {
 		req["verbose"] = true
 	}
-	if _, err := b.JSON(ctx, http.MethodPost, "/api/show", req, &show, showLimit); err != nil {
-		m.Err = err
-		b.log.Warn("could not read the model's facts from the backend; will ask again", "model", name, "err", err)
-		return m
+	if !fromDisk {
+		if _, err := b.JSON(ctx, http.MethodPost, "/api/show", req, &show, showLimit); err != nil {
+			m.Err = err
+			b.log.Warn("could not read the model's facts from the backend; will ask again", "model", name, "err", err)
+			return m
+		}
 	}
 	m.Facts, m.Err = modelinfo.Parse(show.ModelInfo)
 	if m.Err != nil {
@@ -373,10 +380,13 @@ func (b *Backend) fetch(ctx context.Context, name string) Details {
 			b.log.Warn("no exact token counts for this model; estimating and calibrating instead", "model", name, "err", te.err)
 		} else {
 			b.log.Info("exact token counts from the model's own tokenizer", "model", name, "tokenizer", te.tok.Name(),
-				"took", b.now().Sub(start).Round(time.Millisecond))
+				"took", b.now().Sub(start).Round(time.Millisecond), "cached", fromDisk)
 		}
 		if m.Digest != "" {
 			b.models.tokenizers.Add(m.Digest, te)
+			if !fromDisk && te.err == nil && m.Err == nil {
+				b.disk.store(m.Digest, show.Show)
+			}
 		}
 	}
 	m.Tokenizer, m.TokenizerErr, m.drift = te.tok, te.err, te.drift

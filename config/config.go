@@ -93,6 +93,10 @@ type Tokens struct {
 	Calibrate           bool    `mapstructure:"calibrate"`
 	Exact               bool    `mapstructure:"exact"`
 	CacheEntries        int     `mapstructure:"cache_entries"`
+	// TokenizerDir keeps what builds each Ollama model's tokenizer
+	// across restarts; "" is snapshots.dir/tokenizers, "none" keeps
+	// nothing.
+	TokenizerDir string `mapstructure:"tokenizer_dir"`
 }
 
 // Context is how the context window (Ollama's num_ctx) is sized.

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -65,13 +66,24 @@ func TestRealOllama_FirstRequestPrepared(t *testing.T) {
 	prepared.stop()
 
 	// Cold: the first request arrives as ctxproxy starts, before any
-	// memory sample could prepare the model.
-	cold := startCtxproxy(t, o.url, exactConfig)
+	// memory sample could prepare the model, and nothing is cached on
+	// disk yet. Then a restart on the same tokenizer directory.
+	withCache := strings.Replace(exactConfig, "tokens: {calibrate: false}",
+		fmt.Sprintf("tokens: {calibrate: false, tokenizer_dir: %q}", t.TempDir()), 1)
+	cold := startCtxproxy(t, o.url, withCache)
 	coldFirst, coldSecond := timed(cold, 962), timed(cold, 963)
 	cold.stop()
-	t.Logf("128k vocabulary, first request over the second: prepared %+v (%v, %v), cold %+v (%v, %v)",
-		(first - second).Round(time.Millisecond), first.Round(time.Millisecond), second.Round(time.Millisecond),
-		(coldFirst - coldSecond).Round(time.Millisecond), coldFirst.Round(time.Millisecond), coldSecond.Round(time.Millisecond))
+	restarted := startCtxproxy(t, o.url, withCache)
+	cachedFirst, cachedSecond := timed(restarted, 964), timed(restarted, 965)
+	restarted.stop()
+	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	t.Logf("128k vocabulary, first request over the second: prepared %+v (%v, %v), cold %+v (%v, %v), "+
+		"restarted with the tokenizer on disk %+v (%v, %v)",
+		ms(first-second), ms(first), ms(second), ms(coldFirst-coldSecond), ms(coldFirst), ms(coldSecond),
+		ms(cachedFirst-cachedSecond), ms(cachedFirst), ms(cachedSecond))
+	if !logHas(restarted.logPath, `"cached":true`) {
+		t.Error("the restarted ctxproxy did not build the tokenizer from its directory")
+	}
 }
 
 func logHas(path, s string) bool {

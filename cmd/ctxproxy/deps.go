@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"net/url"
+	"path/filepath"
 
 	"context"
 	"fmt"
@@ -58,7 +59,19 @@ func newBackend(c config.Config, log *slog.Logger) (*backend.Backend, *http.Tran
 	}
 	tr := proxy.NewTransport(proxyConfig(c, versionString()))
 	return backend.New(backend.Config{URL: u, Kind: c.Backend.Kind, Client: &http.Client{Transport: tr},
-		Log: log.With("component", "backend")}), tr, nil
+		Log: log.With("component", "backend"), TokenizerDir: tokenizerDir(c)}), tr, nil
+}
+
+// tokenizerDir is tokens.tokenizer_dir: "" for none ("none", or exact
+// counting off), snapshots.dir/tokenizers by default.
+func tokenizerDir(c config.Config) string {
+	switch d := c.Tokens.TokenizerDir; {
+	case d == "none" || !c.Tokens.Exact:
+		return ""
+	case d != "":
+		return d
+	}
+	return filepath.Join(cmp.Or(c.Snapshots.Dir, snapshots.DefaultDir), "tokenizers")
 }
 
 // build creates the parts serve runs with.
