@@ -206,6 +206,10 @@ func New(show Show) (*Tokenizer, error) {
 // "ollama:spm").
 func (m *Tokenizer) Name() string { return m.name }
 
+// Renderer names the built-in renderer that builds m's prompts, "" when
+// its chat template does.
+func (m *Tokenizer) Renderer() string { return m.renderer }
+
 // Prompt is one chat request as the server sees it.
 type Prompt struct {
 	Messages []api.Message

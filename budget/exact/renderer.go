@@ -47,10 +47,6 @@ func RendererOf(show Show) (string, error) {
 	return name, nil
 }
 
-// Renderer names the built-in renderer that builds m's prompts, "" when
-// its chat template does.
-func (m *Tokenizer) Renderer() string { return m.renderer }
-
 // KnownRenderer reports whether name is a renderer this package renders
 // with (Ollama v0.17.4's).
 func KnownRenderer(name string) bool {
