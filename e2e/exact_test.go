@@ -42,6 +42,9 @@ var generated = []struct {
 	{"gen-llama-bpe", func() vocabgen.Vocab { return vocabgen.BPE(8000, "llama-bpe", 21) }},
 	{"gen-qwen2", func() vocabgen.Vocab { return vocabgen.BPE(8000, "qwen2", 22) }},
 	{"gen-spm", func() vocabgen.Vocab { return vocabgen.SentencePiece(8000, 23) }},
+	{"gen-refact", func() vocabgen.Vocab { return vocabgen.BPE(8000, "refact", 24) }},
+	{"gen-tekken", func() vocabgen.Vocab { return vocabgen.BPE(8000, "tekken", 25) }},
+	{"gen-default", func() vocabgen.Vocab { return vocabgen.BPE(8000, "default", 26) }},
 }
 
 var createOnce sync.Map // name → error

@@ -72,7 +72,20 @@ func (e engine) exprs() []string {
 	if own, ok := ollamaPretokenizer(e.arch, e.pre); ok && !e.llamaCpp {
 		return own
 	}
+	if e.llamaCpp && (e.pre == "" || e.pre == "default") {
+		return llamaCppDefault
+	}
 	return Pretokenizer(e.pre)
+}
+
+// llamaCppDefault are the expressions llama.cpp splits a byte-level BPE
+// vocabulary of the "default" pre-tokenizer with, one after the other
+// (llama-vocab.cpp); Ollama's Go tokenizer uses GPT-2's single one.
+var llamaCppDefault = []string{
+	`[\p{P}\$\+<=>\^~\|]+`,
+	`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`,
+	`\p{N}+`,
+	`[0-9][0-9][0-9]`,
 }
 
 // bosPretokenizers are the byte-level BPE pre-tokenizers llama.cpp adds a
@@ -99,12 +112,9 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 	switch e.kind {
 	case "gpt2":
 		m.name = runner + ":gpt2/" + cmpOr(e.pre, "default")
-		exprs := Pretokenizer(e.pre)
-		if own, ok := ollamaPretokenizer(e.arch, e.pre); ok && !llamaCpp {
-			exprs = own
-		}
+		exprs := e.exprs()
 		m.tok = tokenizer.NewBytePairEncoding(e.vocab, exprs...)
-		if llamaCpp && e.pre != "" && e.pre != "default" && !slices.Contains(ignoresMerges, e.pre) {
+		if llamaCpp && !slices.Contains(ignoresMerges, e.pre) {
 			m.merging = newMergingBPE(e.vocab, exprs)
 		}
 	case "llama":
@@ -136,8 +146,8 @@ func (m *Tokenizer) OtherEngine() *Tokenizer {
 }
 
 // ignoresMerges lists the tokenizer.ggml.pre values llama.cpp gives
-// ignore_merges (the Llama 3 family).
-var ignoresMerges = []string{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"}
+// ignore_merges (the Llama 3 family, and Tekken).
+var ignoresMerges = []string{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "tekken"}
 
 // mergingBPE encodes pre-tokenized words by applying merges in rank
 // order, leftmost first on ties, without looking the whole word up: the

@@ -98,8 +98,9 @@ func TestLlamaCppMerges(t *testing.T) {
 			t.Errorf("%q: merges %d, Ollama %d", s, got, len(ids))
 		}
 	}
-	// Which pre-tokenizers merge: not the Llama 3 family.
-	for pre, merging := range map[string]bool{"qwen2": true, "llama-bpe": false, "llama3": false, "default": false} {
+	// Which pre-tokenizers merge on llama.cpp: not the Llama 3 family,
+	// not Tekken; "default" does (with llama.cpp's own expressions).
+	for pre, merging := range map[string]bool{"qwen2": true, "llama-bpe": false, "llama3": false, "tekken": false, "default": true} {
 		kv := vocabgen.BPE(600, pre, 1).KV()
 		if got := newModelKV(t, kv, templates["chatml"]).merging != nil; got != merging {
 			t.Errorf("pre %s: merging %v, want %v", pre, got, merging)
