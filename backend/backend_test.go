@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -400,5 +401,32 @@ func TestTokenizerDiskCache(t *testing.T) {
 	}
 	if m := start().Model(ctx, "tiny"); m.Tokenizer == nil || o.verbose.Load() != 3 {
 		t.Errorf("a damaged file: tokenizer %v, %d verbose, want 3", m.Tokenizer != nil, o.verbose.Load())
+	}
+}
+
+// TestTokenizerDiskCachePrune: past diskCacheFiles digests, the least
+// recently written files go.
+func TestTokenizerDiskCachePrune(t *testing.T) {
+	d := diskCache{dir: t.TempDir(), log: slog.New(slog.DiscardHandler)}
+	base := time.Now().Add(-time.Hour)
+	for i := range diskCacheFiles + 5 {
+		p := d.path(fmt.Sprintf("sha256:%03d", i))
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		at := base.Add(time.Duration(i) * time.Second)
+		if err := os.Chtimes(p, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.prune()
+	entries, _ := os.ReadDir(d.dir)
+	if len(entries) != diskCacheFiles {
+		t.Fatalf("%d files kept, want %d", len(entries), diskCacheFiles)
+	}
+	for i := range 5 {
+		if _, err := os.Stat(d.path(fmt.Sprintf("sha256:%03d", i))); !os.IsNotExist(err) {
+			t.Errorf("the %d-th oldest file is still there", i+1)
+		}
 	}
 }

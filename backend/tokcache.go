@@ -2,6 +2,7 @@ package backend
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"encoding/json"
 	"io"
@@ -117,7 +118,7 @@ func (d diskCache) prune() {
 	if len(files) <= diskCacheFiles {
 		return
 	}
-	slices.SortFunc(files, func(a, b file) int { return int(b.mod - a.mod) })
+	slices.SortFunc(files, func(a, b file) int { return cmp.Compare(b.mod, a.mod) })
 	for _, f := range files[diskCacheFiles:] {
 		os.Remove(filepath.Join(d.dir, f.name))
 	}

@@ -275,7 +275,8 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 			if ec.failed() == nil {
 				p.before = ec.Prompt(p.messages, req.Tools)
 			}
-			miss, missed := mi.Missed(ec.shape())
+			shape := ec.shape()
+			miss, missed := mi.Missed(shape)
 			switch {
 			case missed:
 				// Counts of this shape disagreed with the backend's
@@ -284,7 +285,7 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 				ex.warn(p.notExact)
 			case ec.failed() == nil:
 				p.counter = ec
-				p.exact, p.exactShape = &mi, ec.shape()
+				p.exact, p.exactShape = &mi, shape
 			default:
 				s.once.warn("exact:"+req.Model, "exact counting failed for this request's shape; estimating instead",
 					"model", req.Model, "err", ec.failed())

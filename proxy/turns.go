@@ -25,17 +25,11 @@ const turnWaitWarning = "an earlier turn of this session, answered by another ct
 // ex's session begun elsewhere, and announces this one. It returns the
 // mark to end, nil when the store orders no turns.
 func awaitTurns(ctx context.Context, store sessions.Store, ex *exchange, log *slog.Logger) *turnMark {
-	order, ok := store.(snapshots.TurnOrder)
-	if !ok {
-		return nil
-	}
-	waited, complete, err := order.AwaitTurns(ctx, ex.session)
+	order, waited, gaveUp := sessions.AwaitTurns(ctx, store, ex.session, log)
 	switch {
-	case err != nil:
-		log.Warn("waiting for the session's turns on other replicas failed", "session", ex.session, "err", err)
-	case !complete:
-		log.Warn("a turn answered by another replica was not stored in time; sending this one without it",
-			"session", ex.session, "waited_ms", waited.Milliseconds())
+	case order == nil:
+		return nil
+	case gaveUp:
 		ex.warn(turnWaitWarning)
 	case waited > time.Millisecond:
 		ex.logAttrs = append(ex.logAttrs, "turn_wait_ms", float64(waited.Microseconds())/1000)

@@ -64,23 +64,35 @@ func (s *Service) Flush(ctx context.Context) {
 // Settle waits for what a command on session id must come after: the
 // writes queued here (Flush) and, when replicas share the store, the
 // turns of the session that other replicas began and have not stored yet
-// (snapshots.TurnOrder), at most the store's turn wait. So a "/clear" or
-// an admin read that follows a turn sees it, on any replica. An empty id
-// waits for the local writes only.
+// (AwaitTurns). So a "/clear" or an admin read that follows a turn sees
+// it, on any replica. An empty id waits for the local writes only.
 func (s *Service) Settle(ctx context.Context, id string) {
 	s.Flush(ctx)
-	order, ok := s.Store.(snapshots.TurnOrder)
-	if !ok || id == "" {
-		return
+	if id != "" {
+		AwaitTurns(ctx, s.Store, id, s.Log)
+	}
+}
+
+// AwaitTurns waits, when store is shared by replicas
+// (snapshots.TurnOrder), for the turns of session id begun on other
+// replicas and not stored yet, at most the store's turn wait, and logs a
+// failure or a turn given up. It returns the store's TurnOrder (nil when
+// it orders no turns, and nothing was waited for), how long it waited,
+// and whether it gave a turn up.
+func AwaitTurns(ctx context.Context, store Store, id string, log *slog.Logger) (order snapshots.TurnOrder, waited time.Duration, gaveUp bool) {
+	order, ok := store.(snapshots.TurnOrder)
+	if !ok {
+		return nil, 0, false
 	}
 	waited, complete, err := order.AwaitTurns(ctx, id)
 	switch {
 	case err != nil:
-		s.Log.Warn("waiting for the session's turns on other replicas failed", "session", id, "err", err)
+		log.Warn("waiting for the session's turns on other replicas failed", "session", id, "err", err)
 	case !complete:
-		s.Log.Warn("a turn answered by another replica was not stored in time; going on without it",
+		log.Warn("a turn answered by another replica was not stored in time; going on without it",
 			"session", id, "waited_ms", waited.Milliseconds())
 	}
+	return order, waited, err == nil && !complete
 }
 
 // CheckID validates a session id from a URL: the store's rule
