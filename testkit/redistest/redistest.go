@@ -7,6 +7,7 @@ package redistest
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -51,9 +52,11 @@ type Server struct {
 // "127.0.0.1", "6379"); it stops when the test ends, or at Kill.
 func StartServer(t testing.TB, args ...string) *Server {
 	t.Helper()
-	port := FreePort(t)
-	addr, cmd := start(t, Binary(t), port, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args...)...)
+	bin, dir := Binary(t), t.TempDir()
+	addr, cmd := startFree(t, bin, func(port int) []string {
+		return append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", dir}, args...)
+	})
 	return &Server{Addr: addr, cmd: cmd}
 }
 
@@ -68,16 +71,17 @@ func StartSentinel(t testing.TB, master, addr string) string {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	own := FreePort(t)
 	conf := filepath.Join(dir, "sentinel.conf")
-	text := "port " + strconv.Itoa(own) + "\nbind 127.0.0.1\ndir " + dir + "\n" +
-		"sentinel monitor " + master + " " + host + " " + port + " 1\n" +
-		"sentinel down-after-milliseconds " + master + " 1000\n" +
-		"sentinel failover-timeout " + master + " 5000\n"
-	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addr, _ = start(t, Binary(t), own, conf, "--sentinel")
+	addr, _ = startFree(t, Binary(t), func(own int) []string {
+		text := "port " + strconv.Itoa(own) + "\nbind 127.0.0.1\ndir " + dir + "\n" +
+			"sentinel monitor " + master + " " + host + " " + port + " 1\n" +
+			"sentinel down-after-milliseconds " + master + " 1000\n" +
+			"sentinel failover-timeout " + master + " 5000\n"
+		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return []string{conf, "--sentinel"}
+	})
 	return addr
 }
 
@@ -99,11 +103,12 @@ func StartCluster(t testing.TB) []string {
 	dir := t.TempDir()
 	addrs := make([]string, 3)
 	for i := range addrs {
-		port, bus := FreePort(t), FreePort(t)
-		p := strconv.Itoa(port)
-		addrs[i], _ = start(t, bin, port, "--port", p, "--bind", "127.0.0.1",
-			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes-"+p+".conf"),
-			"--cluster-port", strconv.Itoa(bus), "--save", "", "--appendonly", "no", "--dir", dir)
+		addrs[i], _ = startFree(t, bin, func(port int) []string {
+			p := strconv.Itoa(port)
+			return []string{"--port", p, "--bind", "127.0.0.1",
+				"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes-"+p+".conf"),
+				"--cluster-port", strconv.Itoa(FreePort(t)), "--save", "", "--appendonly", "no", "--dir", dir}
+		})
 	}
 	args := append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
@@ -149,14 +154,35 @@ func FreePort(t testing.TB) int {
 // test ends, and returns its address once it answers.
 func StartOn(t testing.TB, bin string, port int) string {
 	t.Helper()
-	addr, _ := start(t, bin, port, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+	addr, _, err := start(t, bin, port, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	return addr
 }
 
+// startFree runs bin with args(port) on a port free at the time, and
+// tries again on another port when that one was taken before the server
+// bound it (tests of other packages start servers at the same time).
+func startFree(t testing.TB, bin string, args func(port int) []string) (string, *exec.Cmd) {
+	t.Helper()
+	for try := 1; ; try++ {
+		port := FreePort(t)
+		addr, cmd, err := start(t, bin, port, args(port)...)
+		if err == nil {
+			return addr, cmd
+		}
+		if try == 5 {
+			t.Fatal(err)
+		}
+	}
+}
+
 // start runs bin with args until the test ends, and returns the address
-// of port once it answers PING, and the process.
-func start(t testing.TB, bin string, port int, args ...string) (string, *exec.Cmd) {
+// of port once the process itself answers PING there (not another server
+// that took the port first), and the process.
+func start(t testing.TB, bin string, port int, args ...string) (string, *exec.Cmd, error) {
 	t.Helper()
 	var out bytes.Buffer
 	cmd := exec.Command(bin, args...)
@@ -164,19 +190,30 @@ func start(t testing.TB, bin string, port int, args ...string) (string, *exec.Cm
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	stop := func() { cmd.Process.Kill(); <-exited }
+	t.Cleanup(stop)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer rdb.Close()
+	pid := "process_id:" + strconv.Itoa(cmd.Process.Pid) + "\r\n"
 	for i := 0; ; i++ {
-		if rdb.Ping(context.Background()).Err() == nil {
-			return addr, cmd
+		select {
+		case <-exited:
+			return "", nil, fmt.Errorf("%s on %s exited:\n%s", bin, addr, out.String())
+		default:
+		}
+		if info, err := rdb.Info(context.Background(), "server").Result(); err == nil {
+			if strings.Contains(info, pid) {
+				return addr, cmd, nil
+			}
+			stop()
+			return "", nil, fmt.Errorf("another server answers on %s", addr)
 		}
 		if i == 500 {
-			t.Fatalf("%s did not answer on %s:\n%s", bin, addr, out.String())
+			stop()
+			return "", nil, fmt.Errorf("%s did not answer on %s:\n%s", bin, addr, out.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
