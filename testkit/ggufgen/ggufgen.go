@@ -1,5 +1,5 @@
-// Package ggufgen writes small random-weight llama- or qwen3-architecture GGUF
-// models around a generated vocabulary (package vocabgen), with Ollama's
+// Package ggufgen writes small random-weight GGUF models, of the
+// architectures in layouts, around a generated vocabulary (package vocabgen), with Ollama's
 // own GGUF writer, so the end-to-end suite can load models whose
 // tokenizer is large enough to tell a real tokenizer from a guess into a
 // real Ollama. The weights are random: the text a model writes is
@@ -22,9 +22,9 @@ import (
 type Shape struct {
 	Layers, Embedding, Heads, KVHeads, FeedForward, Context int
 	Seed                                                    uint64
-	// Arch is the architecture: "llama" (the default, which Ollama runs
-	// on llama.cpp's runner) or "qwen3" (Ollama's own engine: llama's
-	// tensors plus a norm of the queries and keys).
+	// Arch is the architecture, one of layouts: "llama" (the default,
+	// which Ollama runs on llama.cpp's runner), "qwen3" (Ollama's own
+	// engine: llama's tensors plus a norm of the queries and keys), ….
 	Arch string
 }
 
@@ -106,25 +106,9 @@ func Write(path string, v vocabgen.Vocab, s Shape) error {
 		}
 		return true
 	}
-	E, V, F, K := uint64(s.Embedding), uint64(nVocab), uint64(s.FeedForward), uint64(headDim*s.KVHeads)
-	random := func(name string, shape ...uint64) *ggml.Tensor {
-		n := uint64(1)
-		for _, d := range shape {
-			n *= d
-		}
-		d := make(f32, n)
-		for i := range d {
-			d[i] = float32(rng.NormFloat64() * 0.02)
-		}
-		return &ggml.Tensor{Name: name, Kind: 0, Shape: shape, WriterTo: d}
-	}
-	ones := func(name string, n uint64) *ggml.Tensor {
-		d := make(f32, n)
-		for i := range d {
-			d[i] = 1
-		}
-		return &ggml.Tensor{Name: name, Kind: 0, Shape: []uint64{n}, WriterTo: d}
-	}
+	b := &Builder{Shape: s, KV: kv, rng: rng, HeadDim: uint64(headDim),
+		E: uint64(s.Embedding), F: uint64(s.FeedForward), K: uint64(headDim * s.KVHeads)}
+	E, V := b.E, uint64(nVocab)
 	emb, out := make(f32, E*V), make(f32, E*V)
 	for t := range V {
 		for e := range E {
@@ -139,33 +123,22 @@ func Write(path string, v vocabgen.Vocab, s Shape) error {
 			out[t*E] = float32(1 + rng.NormFloat64()*0.05)
 		}
 	}
-	ts := []*ggml.Tensor{
+	b.Tensors = []*ggml.Tensor{
 		{Name: "token_embd.weight", Kind: 0, Shape: []uint64{E, V}, WriterTo: emb},
-		ones("output_norm.weight", E),
+		b.Ones("output_norm.weight", E),
 		{Name: "output.weight", Kind: 0, Shape: []uint64{E, V}, WriterTo: out},
 	}
+	layout, ok := layouts[s.Arch]
+	if !ok {
+		return fmt.Errorf("ggufgen: no layout for architecture %q", s.Arch)
+	}
+	if layout.KV != nil {
+		layout.KV(b)
+	}
 	for i := range s.Layers {
-		p := fmt.Sprintf("blk.%d.", i)
-		ts = append(ts,
-			ones(p+"attn_norm.weight", E),
-			random(p+"attn_q.weight", E, E),
-			random(p+"attn_k.weight", E, K),
-			random(p+"attn_v.weight", E, K),
-			random(p+"attn_output.weight", E, E),
-			ones(p+"ffn_norm.weight", E),
-			random(p+"ffn_gate.weight", E, F),
-			random(p+"ffn_up.weight", E, F),
-			random(p+"ffn_down.weight", F, E),
-		)
+		layout.Block(b, fmt.Sprintf("blk.%d.", i))
 	}
-	if s.Arch == "qwen3" {
-		kv["qwen3.attention.key_length"] = uint32(headDim)
-		kv["qwen3.attention.value_length"] = uint32(headDim)
-		for i := range s.Layers {
-			p := fmt.Sprintf("blk.%d.", i)
-			ts = append(ts, ones(p+"attn_q_norm.weight", uint64(headDim)), ones(p+"attn_k_norm.weight", uint64(headDim)))
-		}
-	}
+	ts := b.Tensors
 	f, err := os.Create(path)
 	if err != nil {
 		return err

@@ -1,0 +1,97 @@
+package ggufgen
+
+import (
+	"math/rand/v2"
+
+	"github.com/ollama/ollama/fs/ggml"
+)
+
+// Builder is a model being written: its shape, its GGUF keys and its
+// tensors so far. An architecture's Layout adds the keys and the tensors
+// of each block its model code loads; the embedding, the final norm and
+// the output projection are common to all and written before.
+type Builder struct {
+	Shape   Shape
+	KV      ggml.KV
+	Tensors []*ggml.Tensor
+	// E is the embedding width, F the feed-forward width, HeadDim the
+	// width of one attention head and K that of the keys (HeadDim times
+	// the KV heads).
+	E, F, HeadDim, K uint64
+	rng              *rand.Rand
+}
+
+// Layout is what an architecture adds: keys under its name (KV, may be
+// nil) and the tensors of one block, whose names start with prefix
+// ("blk.N.").
+type Layout struct {
+	KV    func(b *Builder)
+	Block func(b *Builder, prefix string)
+}
+
+// layouts are the architectures Write knows, by general.architecture.
+var layouts = map[string]Layout{
+	"llama": {Block: llamaBlock},
+	"qwen3": {
+		KV: func(b *Builder) {
+			b.KV["qwen3.attention.key_length"] = uint32(b.HeadDim)
+			b.KV["qwen3.attention.value_length"] = uint32(b.HeadDim)
+		},
+		Block: func(b *Builder, p string) {
+			llamaBlock(b, p)
+			b.Add(b.Ones(p+"attn_q_norm.weight", b.HeadDim), b.Ones(p+"attn_k_norm.weight", b.HeadDim))
+		},
+	},
+}
+
+// llamaBlock adds a Llama block: attention with grouped KV heads and a
+// gated feed-forward, each after an RMS norm.
+func llamaBlock(b *Builder, p string) {
+	E, F, K := b.E, b.F, b.K
+	b.Add(
+		b.Ones(p+"attn_norm.weight", E),
+		b.Random(p+"attn_q.weight", E, E),
+		b.Random(p+"attn_k.weight", E, K),
+		b.Random(p+"attn_v.weight", E, K),
+		b.Random(p+"attn_output.weight", E, E),
+		b.Ones(p+"ffn_norm.weight", E),
+		b.Random(p+"ffn_gate.weight", E, F),
+		b.Random(p+"ffn_up.weight", E, F),
+		b.Random(p+"ffn_down.weight", F, E),
+	)
+}
+
+// Add appends tensors to the model.
+func (b *Builder) Add(ts ...*ggml.Tensor) { b.Tensors = append(b.Tensors, ts...) }
+
+// Random returns an F32 tensor of the given shape (GGUF order: the
+// fastest-moving dimension first) with small random values.
+func (b *Builder) Random(name string, shape ...uint64) *ggml.Tensor {
+	n := uint64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	d := make(f32, n)
+	for i := range d {
+		d[i] = float32(b.rng.NormFloat64() * 0.02)
+	}
+	return &ggml.Tensor{Name: name, Kind: 0, Shape: shape, WriterTo: d}
+}
+
+// Ones returns an F32 vector of n ones (a norm's weight).
+func (b *Builder) Ones(name string, n uint64) *ggml.Tensor {
+	return b.Fill(name, 1, n)
+}
+
+// Fill returns an F32 tensor of the given shape with every value v.
+func (b *Builder) Fill(name string, v float32, shape ...uint64) *ggml.Tensor {
+	n := uint64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	d := make(f32, n)
+	for i := range d {
+		d[i] = v
+	}
+	return &ggml.Tensor{Name: name, Kind: 0, Shape: shape, WriterTo: d}
+}
