@@ -72,20 +72,10 @@ func (e engine) exprs() []string {
 	if own, ok := ollamaPretokenizer(e.arch, e.pre); ok && !e.llamaCpp {
 		return own
 	}
-	if e.llamaCpp && (e.pre == "" || e.pre == "default") {
-		return llamaCppDefault
+	if own, ok := llamaCppPretokenizer(e.pre); ok && e.llamaCpp {
+		return own
 	}
 	return Pretokenizer(e.pre)
-}
-
-// llamaCppDefault are the expressions llama.cpp splits a byte-level BPE
-// vocabulary of the "default" pre-tokenizer with, one after the other
-// (llama-vocab.cpp); Ollama's Go tokenizer uses GPT-2's single one.
-var llamaCppDefault = []string{
-	`[\p{P}\$\+<=>\^~\|]+`,
-	`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`,
-	`\p{N}+`,
-	`[0-9][0-9][0-9]`,
 }
 
 // bosPretokenizers are the byte-level BPE pre-tokenizers llama.cpp adds a

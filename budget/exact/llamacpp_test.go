@@ -1,6 +1,7 @@
 package exact
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -104,6 +105,52 @@ func TestLlamaCppMerges(t *testing.T) {
 		kv := vocabgen.BPE(600, pre, 1).KV()
 		if got := newModelKV(t, kv, templates["chatml"]).merging != nil; got != merging {
 			t.Errorf("pre %s: merging %v, want %v", pre, got, merging)
+		}
+	}
+}
+
+// TestLlamaCppRules: every rule of llama.cpp's table compiles, no
+// tokenizer.ggml.pre value selects two rules, splitting loses and adds no
+// text, and a few splits that tell rules apart come out as llama.cpp's.
+func TestLlamaCppRules(t *testing.T) {
+	text := "Totals: 1234567 and 3.14159.\n\n```go\nfunc main() {}\n```\n\n東京の天気 42度\n\t\t  x   y <|im_start|> don't IMGIMGABZ"
+	seen := map[string]bool{}
+	for _, r := range llamaCppRules {
+		for _, pre := range r.pres {
+			if seen[pre] {
+				t.Errorf("%s selects two rules", pre)
+			}
+			seen[pre] = true
+		}
+		parts := newMergingBPE(nil, r.exprs).split(text)
+		if got := strings.Join(parts, ""); got != text {
+			t.Errorf("%s: split %q, lost text", r.pres[0], parts)
+		}
+	}
+	for _, c := range []struct {
+		pre, text string
+		want      []string
+	}{
+		{"deepseek-coder", "ab 123", []string{"ab", " ", "1", "2", "3"}},
+		{"deepseek-llm", "ab 123", []string{"ab", " ", "123"}},
+		{"falcon", "x=1234567", []string{"x", "=", "123", "456", "7"}},
+		{"starcoder", "a 12", []string{"a", " ", "1", "2"}},
+		{"gpt-2", "a 1234", []string{"a", " 1234"}},
+		{"bloom", "Hi, there!", []string{"Hi", ",", " there", "!"}},
+		{"superbpe", "1234567", []string{"1", "", "234", "", "567"}},
+		{"chameleon", "a\tb", []string{"a", "\t", "b"}},
+	} {
+		exprs, ok := llamaCppPretokenizer(c.pre)
+		if !ok {
+			t.Fatalf("%s: no rule", c.pre)
+		}
+		if got := newMergingBPE(nil, exprs).split(c.text); !slices.Equal(got, c.want) {
+			t.Errorf("%s splits %q into %q, want %q", c.pre, c.text, got, c.want)
+		}
+	}
+	for _, pre := range []string{"kimi-k2", "afmoe", "no-such-rule"} {
+		if _, ok := llamaCppPretokenizer(pre); ok {
+			t.Errorf("%s has expressions in the table", pre)
 		}
 	}
 }

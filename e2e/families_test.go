@@ -1,0 +1,121 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
+	"github.com/ollama/ollama/api"
+)
+
+// family is one generated model of TestRealOllama_Families: a 32,000-token
+// vocabulary with a tokenizer.ggml.pre value, in a GGUF of an
+// architecture (testkit/ggufgen's layouts) that decides the runner.
+type family struct {
+	name string
+	arch string // general.architecture; "" is llama, run on llama.cpp
+	// pre is the byte-level BPE pre-tokenizer; "spm" makes a
+	// SentencePiece vocabulary instead.
+	pre string
+	// ci marks the representative rows CI runs; the others run with
+	// CTXPROXY_E2E_FAMILIES=all (scripts/families.sh), or by name,
+	// architecture or pre-tokenizer (CTXPROXY_E2E_FAMILIES=gemma3,falcon).
+	ci bool
+}
+
+// families: one row per distinct pre-tokenizer rule of llama.cpp (its
+// llama-vocab.cpp table: values that share expressions and merging share
+// a row), and one per architecture Ollama's own engine runs.
+var families = []family{
+	// llama.cpp's rules, on the llama architecture.
+	{name: "fam-llama3", pre: "llama-bpe", ci: true},
+	{name: "fam-dbrx", pre: "dbrx"}, // Llama 3's expression, merges not ignored
+	{name: "fam-deepseek-llm", pre: "deepseek-llm", ci: true},
+	{name: "fam-deepseek-v3", pre: "deepseek-v3"},
+	{name: "fam-deepseek-coder", pre: "deepseek-coder", ci: true},
+	{name: "fam-falcon", pre: "falcon"},
+	{name: "fam-starcoder", pre: "starcoder"},
+	{name: "fam-gpt-2", pre: "gpt-2", ci: true},
+	{name: "fam-qwen2", pre: "qwen2"},
+	{name: "fam-bloom", pre: "bloom"},
+	{name: "fam-glm4", pre: "glm4"},
+	{name: "fam-viking", pre: "viking"},
+	{name: "fam-tekken", pre: "tekken"},
+	{name: "fam-chameleon", pre: "chameleon"},
+	{name: "fam-gpt-4o", pre: "gpt-4o", ci: true},
+	{name: "fam-superbpe", pre: "superbpe"},
+	{name: "fam-bailingmoe", pre: "bailingmoe"},
+	{name: "fam-seed-coder", pre: "seed-coder"},
+	{name: "fam-default", pre: "default"},
+	{name: "fam-spm", pre: "spm"},
+	// Ollama's own engine, by architecture.
+	{name: "fam-arch-qwen3", arch: "qwen3", pre: "qwen2", ci: true},
+}
+
+// TestRealOllama_Families: for every generated family, on /api/chat
+// whole and streamed and /v1/chat/completions, X-Ctxproxy-Tokens equals
+// the real Ollama's prompt_eval_count on the first request of a fresh
+// model, with digits, CJK, code fences, whitespace runs and special-token
+// text in the prompt. CI runs the rows marked ci; CTXPROXY_E2E_FAMILIES
+// picks others (see family.ci).
+func TestRealOllama_Families(t *testing.T) {
+	o := need(t)
+	pick := os.Getenv("CTXPROXY_E2E_FAMILIES")
+	picked := func(f family) bool {
+		if pick == "" {
+			return f.ci
+		}
+		for _, w := range strings.Split(pick, ",") {
+			if w == "all" || w == f.name || w == cmpOr(f.arch, "llama") || w == f.pre {
+				return true
+			}
+		}
+		return false
+	}
+	p := startCtxproxy(t, o.url, exactConfig)
+	defer p.stop()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-22s %-10s %-16s %-22s %7s %7s\n", "model", "arch", "pre", "route", "sent", "ollama")
+	for i, f := range families {
+		if !picked(f) {
+			continue
+		}
+		var v vocabgen.Vocab
+		if f.pre == "spm" {
+			v = vocabgen.SentencePiece(32000, 300+uint64(i))
+		} else {
+			v = vocabgen.BPE(32000, f.pre, 300+uint64(i))
+		}
+		if err := createModel(o, f.name, v, f.arch); err != nil {
+			t.Errorf("%s: creating the model: %v", f.name, err)
+			continue
+		}
+		msgs := conversation(1000+uint64(i), 6)
+		msgs[len(msgs)-1].Content += "\n" + hardText
+		msgs = append(msgs[:len(msgs)-1], api.Message{Role: "assistant", Content: "Noted: 99 red balloons, 東京.\n\n```\n]}}}}}\n```"},
+			msgs[len(msgs)-1])
+		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {
+			sent, eval, err := countedAndEvaluated(p.url, route, f.name, msgs, nil)
+			if err != nil {
+				t.Errorf("%s %s: %v", f.name, route, err)
+				continue
+			}
+			fmt.Fprintf(&b, "%-22s %-10s %-16s %-22s %7d %7d\n", f.name, cmpOr(f.arch, "llama"), f.pre, route, sent, eval)
+			if sent != eval {
+				t.Errorf("%s (%s, %s) %s: X-Ctxproxy-Tokens %d, prompt_eval_count %d", f.name, cmpOr(f.arch, "llama"), f.pre, route, sent, eval)
+			}
+		}
+	}
+	t.Log(b.String())
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
