@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -63,8 +64,32 @@ type Show struct {
 }
 
 // imageTokens is what Ollama charges an image when it decides whether a
-// prompt fits (server/prompt.go: a CLIP image is 768 embeddings).
+// prompt fits (server/prompt.go: a CLIP image is 768 embeddings), and
+// ctxproxy's estimate of an image for the vision models whose cost it
+// does not know (imageCost).
 const imageTokens = 768
+
+// imgTag is the tag the server writes for an image; a vision model's
+// runner cuts the prompt at each tag and puts the image's tokens there.
+var imgTag = regexp.MustCompile(`\[img-(\d+)\]`)
+
+// imageCost returns the tokens one image costs a vision model of
+// model_info kv. Gemma 3's are fixed: the projector pools every image to
+// mm_tokens_per_image embeddings (256 unless the file says), between the
+// four tokens its model code puts around them ("\n\n", start of image,
+// end of image, "\n\n"). Other families' depend on the image's size and
+// the projector, which the server works out when it runs the prompt:
+// ctxproxy charges them the 768 the server assumes when it fits a prompt
+// to the window, an estimate the reply's prompt_eval_count corrects.
+func imageCost(kv map[string]any) int {
+	if arch, _ := kv["general.architecture"].(string); arch == "gemma3" && !onLlamaCpp(kv) {
+		if n, ok := number(kv["gemma3.mm_tokens_per_image"]); ok && n > 0 {
+			return n + 4
+		}
+		return 256 + 4
+	}
+	return imageTokens
+}
 
 // maxPieces bounds the caches of piece counts and message shares per
 // model; the pieces of live conversations are the recently used ones.
@@ -78,12 +103,14 @@ type Tokenizer struct {
 	renderer string
 	// dropThinking: earlier replies lose their <think> part.
 	dropThinking bool
-	// vision: the model has a projector; images cost it embeddings.
-	vision   bool
-	system   string
-	preamble []api.Message
-	thinking bool
-	name     string
+	// vision: the model has a projector; images cost it imageCost
+	// tokens each.
+	vision    bool
+	imageCost int
+	system    string
+	preamble  []api.Message
+	thinking  bool
+	name      string
 
 	special []string  // control and user-defined tokens, in vocabulary order
 	trie    *trieNode // the specials, to find which a prompt holds in one pass
@@ -156,6 +183,7 @@ func New(show Show) (*Tokenizer, error) {
 		preamble:     show.Messages,
 		thinking:     slices.Contains(show.Capabilities, "thinking"),
 		vision:       slices.Contains(show.Capabilities, "vision"),
+		imageCost:    imageCost(kv),
 		addBOS:       vocab.AddBOS && len(vocab.BOS) > 0,
 		addEOS:       vocab.AddEOS && len(vocab.EOS) > 0,
 		seed:         maphash.MakeSeed(),
@@ -278,17 +306,13 @@ func (m *Tokenizer) Render(p Prompt) (string, error) {
 
 // Count returns the tokens the server evaluates for p: the rendered
 // prompt's tokens, BOS/EOS as the vocabulary adds them, and for a vision
-// model 768 per image. exact is false when p has images for a vision
-// model (their cost is the projector's, which the server decides at run
-// time; 768 is what it assumes when it fits a prompt to the window). A
-// model without vision gets only an image's tag in the text, which is
-// counted exactly.
+// model each image's cost (imageCost) where its tag was: the runner
+// encodes the text between tags on its own, BOS with the first part only.
+// exact is false when p has images for a vision model (their cost is the
+// projector's, which the server decides at run time). A model without
+// vision gets only an image's tag in the text, which is counted exactly.
 func (m *Tokenizer) Count(p Prompt) (tokens int, exact bool, err error) {
 	text, err := m.Render(p)
-	if err != nil {
-		return 0, false, err
-	}
-	n, err := m.CountPrompt(text)
 	if err != nil {
 		return 0, false, err
 	}
@@ -296,10 +320,23 @@ func (m *Tokenizer) Count(p Prompt) (tokens int, exact bool, err error) {
 	for _, msg := range p.Messages {
 		images += len(msg.Images)
 	}
-	if !m.vision {
-		return n, true, nil
+	if !m.vision || images == 0 {
+		n, err := m.CountPrompt(text)
+		return n, err == nil, err
 	}
-	return n + images*imageTokens, images == 0, nil
+	parts := imgTag.Split(text, -1)
+	n, err := m.CountPrompt(parts[0])
+	if err != nil {
+		return 0, false, err
+	}
+	for _, part := range parts[1:] {
+		k, err := m.CountText(part)
+		if err != nil {
+			return 0, false, err
+		}
+		n += k + m.imageCost
+	}
+	return n, false, nil
 }
 
 // CountPrompt returns the tokens of a rendered prompt, BOS and EOS added
@@ -398,7 +435,10 @@ func (m *Tokenizer) Share(msg api.Message) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n := max(0, with-without) + len(msg.Images)*imageTokens
+	n := max(0, with-without)
+	if m.vision {
+		n += len(msg.Images) * m.imageCost
+	}
 	m.shares.Add(key, n)
 	return n, nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -602,9 +603,31 @@ func TestImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// With vision, the runner cuts the text at the tags: they cost
+	// nothing, each image its projector's tokens.
 	n, whole, err = vision.Count(Prompt{Messages: msgs})
-	if err != nil || whole || n != want+2*imageTokens {
-		t.Errorf("with vision: %d, exact %v, %v; want %d, an estimate", n, whole, err, want+2*imageTokens)
+	head, _ := vision.CountPrompt("[user]")
+	tail, _ := vision.CountText("look")
+	if want := head + tail + 2*imageTokens; err != nil || whole || n != want {
+		t.Errorf("with vision: %d, exact %v, %v; want %d, an estimate", n, whole, err, want)
+	}
+	// Gemma 3 on Ollama's engine: mm_tokens_per_image and the four
+	// tokens around them.
+	gemma := maps.Clone(kv)
+	gemma["general.architecture"] = "gemma3"
+	gemma["gemma3.mm_tokens_per_image"] = float64(64)
+	g, err := New(Show{ModelInfo: gemma, Template: tmpl, Capabilities: []string{"completion", "vision"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, _ = g.CountPrompt("[user]")
+	tail, _ = g.CountText("look")
+	if n, _, _ := g.Count(Prompt{Messages: msgs}); n != head+tail+2*(64+4) {
+		t.Errorf("gemma3 with two images: %d, want %d", n, head+tail+2*(64+4))
+	}
+	// A share charges the image only where the model sees it.
+	if s, _ := text.Share(msgs[0]); s >= imageTokens {
+		t.Errorf("without vision, a message with two images has a share of %d", s)
 	}
 }
 

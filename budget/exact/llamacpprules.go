@@ -7,8 +7,11 @@ import "slices"
 // it), applied one after the other, each to the parts the one before left,
 // with the tokenizer.ggml.pre values that select each list. The
 // expressions are llama.cpp's own, its adaptations of the tokenizers'
-// originals included: for the first request to count as the runner
-// counts, ctxproxy splits as it splits. Two values are left out: llama.cpp
+// originals included (for the first request to count as the runner
+// counts, ctxproxy splits as it splits), except that the Llama 3 and
+// Qwen 2 ones are written as Ollama's engine writes them: llama.cpp's
+// form spells the case-insensitive contractions out letter by letter,
+// which matches the same text. Two values are left out: llama.cpp
 // splits "kimi-k2" and "afmoe" with hand-written code, not expressions,
 // and ctxproxy counts them with its best guess (Pretokenizer), checked by
 // the first reply's prompt_eval_count like any other.
@@ -16,10 +19,10 @@ var llamaCppRules = []struct {
 	pres, exprs []string
 }{
 	{[]string{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"}, []string{
-		`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+		regexLlama3,
 	}},
 	{[]string{"dbrx", "smaug-bpe"}, []string{
-		`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+		regexLlama3,
 	}},
 	{[]string{"deepseek-llm"}, []string{
 		`[\r\n]`,
@@ -54,13 +57,13 @@ var llamaCppRules = []struct {
 		`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`,
 	}},
 	{[]string{"qwen2", "deepseek-r1-qwen", "kormo", "stablelm2", "megrez", "hunyuan"}, []string{
-		`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+		regexQwen2,
 	}},
 	{[]string{"poro-chat", "bloom", "gpt3-finnish"}, []string{
 		` ?[^(\s|.,!?…。，、।۔،)]+`,
 	}},
 	{[]string{"glm4", "chatglm-bpe"}, []string{
-		`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+		regexLlama3,
 	}},
 	{[]string{"viking"}, []string{
 		` ?[^(\s|.,!?…。，、।۔،)]+`,
@@ -91,7 +94,7 @@ var llamaCppRules = []struct {
 		`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+`,
 	}},
 	{[]string{"grok-2"}, []string{
-		`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+		regexQwen2,
 	}},
 	{[]string{"default"}, []string{
 		`[\p{P}\$\+<=>\^~\|]+`,
