@@ -21,6 +21,9 @@ type family struct {
 	// pre is the byte-level BPE pre-tokenizer; "spm" makes a
 	// SentencePiece vocabulary instead.
 	pre string
+	// specials are the family's own control tokens, added to the
+	// vocabulary and written as text into the prompt.
+	specials []string
 	// ci marks the representative rows CI runs; the others run with
 	// CTXPROXY_E2E_FAMILIES=all (scripts/families.sh), or by name,
 	// architecture or pre-tokenizer (CTXPROXY_E2E_FAMILIES=gemma3,falcon).
@@ -32,26 +35,26 @@ type family struct {
 // a row), and one per architecture Ollama's own engine runs.
 var families = []family{
 	// llama.cpp's rules, on the llama architecture.
-	{name: "fam-llama3", pre: "llama-bpe", ci: true},
+	{name: "fam-llama3", pre: "llama-bpe", ci: true, specials: []string{"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}},
 	{name: "fam-dbrx", pre: "dbrx"}, // Llama 3's expression, merges not ignored
 	{name: "fam-deepseek-llm", pre: "deepseek-llm", ci: true},
-	{name: "fam-deepseek-v3", pre: "deepseek-v3"},
+	{name: "fam-deepseek-v3", pre: "deepseek-v3", specials: []string{"<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>"}},
 	{name: "fam-deepseek-coder", pre: "deepseek-coder", ci: true},
 	{name: "fam-falcon", pre: "falcon"},
 	{name: "fam-starcoder", pre: "starcoder"},
 	{name: "fam-gpt-2", pre: "gpt-2", ci: true},
 	{name: "fam-qwen2", pre: "qwen2"},
 	{name: "fam-bloom", pre: "bloom"},
-	{name: "fam-glm4", pre: "glm4"},
+	{name: "fam-glm4", pre: "glm4", specials: []string{"[gMASK]", "<sop>", "<|user|>", "<|assistant|>"}},
 	{name: "fam-viking", pre: "viking"},
-	{name: "fam-tekken", pre: "tekken"},
+	{name: "fam-tekken", pre: "tekken", specials: []string{"[INST]", "[/INST]", "[TOOL_CALLS]"}},
 	{name: "fam-chameleon", pre: "chameleon"},
-	{name: "fam-gpt-4o", pre: "gpt-4o", ci: true},
+	{name: "fam-gpt-4o", pre: "gpt-4o", ci: true, specials: []string{"<|start|>", "<|message|>", "<|end|>", "<|channel|>"}},
 	{name: "fam-superbpe", pre: "superbpe"},
 	{name: "fam-bailingmoe", pre: "bailingmoe"},
 	{name: "fam-seed-coder", pre: "seed-coder"},
 	{name: "fam-default", pre: "default"},
-	{name: "fam-spm", pre: "spm"},
+	{name: "fam-spm", pre: "spm", specials: []string{"<start_of_turn>", "<end_of_turn>"}},
 	// Ollama's own engine, by architecture.
 	{name: "fam-arch-qwen3", arch: "qwen3", pre: "qwen2", ci: true},
 }
@@ -90,12 +93,13 @@ func TestRealOllama_Families(t *testing.T) {
 		} else {
 			v = vocabgen.BPE(32000, f.pre, 300+uint64(i))
 		}
+		v = v.WithSpecials(f.specials...)
 		if err := createModel(o, f.name, v, f.arch); err != nil {
 			t.Errorf("%s: creating the model: %v", f.name, err)
 			continue
 		}
 		msgs := conversation(1000+uint64(i), 6)
-		msgs[len(msgs)-1].Content += "\n" + hardText
+		msgs[len(msgs)-1].Content += "\n" + hardText + " " + strings.Join(f.specials, "x ") + " 12" + strings.Join(f.specials, "")
 		msgs = append(msgs[:len(msgs)-1], api.Message{Role: "assistant", Content: "Noted: 99 red balloons, 東京.\n\n```\n]}}}}}\n```"},
 			msgs[len(msgs)-1])
 		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {

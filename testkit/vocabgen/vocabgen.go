@@ -283,3 +283,24 @@ func SentencePiece(size int, seed uint64) Vocab {
 	add("<|im_end|>", TypeControl, 0)
 	return v
 }
+
+// WithSpecials returns v with control tokens added at its end: a model
+// family's own markers, which prompts may hold as text and tokenizers
+// must then count as one token each.
+func (v Vocab) WithSpecials(tokens ...string) Vocab {
+	v.Tokens, v.Types = slices.Clone(v.Tokens), slices.Clone(v.Types)
+	if v.Scores != nil {
+		v.Scores = slices.Clone(v.Scores)
+	}
+	for _, tok := range tokens {
+		if slices.Contains(v.Tokens, tok) {
+			continue
+		}
+		v.Tokens = append(v.Tokens, tok)
+		v.Types = append(v.Types, TypeControl)
+		if v.Scores != nil {
+			v.Scores = append(v.Scores, 0)
+		}
+	}
+	return v
+}
