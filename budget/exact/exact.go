@@ -29,6 +29,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/ctxproxy/ctxproxy/internal/cache"
 	"github.com/ollama/ollama/api"
@@ -118,10 +119,12 @@ type Tokenizer struct {
 	addEOS  bool
 	whole   bool // the tokenizer does not cut at special tokens: encode whole
 	// spmPrefix writes a space before text that starts the prompt or
-	// follows a special token, and merging counts byte-level BPE words
-	// by their merges alone: llama.cpp's ways (see llamacpp.go).
+	// follows a special token: llama.cpp's way (see llamacpp.go).
 	spmPrefix bool
-	merging   *mergingBPE
+	// bpe counts byte-level BPE text as the runner does; tok is then nil
+	// until Tokenize or Detokenize needs Ollama's tokenizer (lazy).
+	bpe  *bpe
+	lazy *lazyTokenizer
 	// engine is what deciding the runner needs (runOn, OtherEngine).
 	engine engine
 
@@ -216,8 +219,13 @@ func New(show Show) (*Tokenizer, error) {
 	default:
 		return nil, fmt.Errorf("%w: tokenizer.ggml.model %q", ErrUnsupported, model)
 	}
-	m.runOn(onLlamaCpp(kv))
 	m.special = vocab.SpecialVocabulary()
+	if model == "gpt2" {
+		// Counting needs only the compact form: drop the strings.
+		m.engine.bpe = newBPEVocab(vocab.Values, vocab.Merges)
+		vocab.Values, vocab.Merges = nil, nil
+	}
+	m.runOn(onLlamaCpp(kv))
 	m.trie = newTrie(m.special)
 
 	if m.renderer == "" {
@@ -389,22 +397,46 @@ func (m *Tokenizer) CountText(text string) (int, error) {
 // llama.cpp's runner that tokenizes differently (see TokenizesAsServer)
 // they are close, and only the counts are the server's.
 func (m *Tokenizer) Tokenize(text string, addSpecial bool) ([]int32, error) {
-	return m.tok.Encode(text, addSpecial)
+	return m.ollama().Encode(text, addSpecial)
 }
 
 // TokenizesAsServer reports whether Tokenize gives the very ids the
 // server does, not only the same count.
-func (m *Tokenizer) TokenizesAsServer() bool { return !m.spmPrefix && m.merging == nil }
+func (m *Tokenizer) TokenizesAsServer() bool { return !m.spmPrefix && !m.merges() }
+
+// merges reports whether m counts byte-level BPE by merges alone
+// (llama.cpp's way outside the Llama 3 family and Tekken).
+func (m *Tokenizer) merges() bool { return m.bpe != nil && m.bpe.merging }
+
+// lazyTokenizer builds Ollama's tokenizer of a byte-level BPE model the
+// first time ids are asked for (the tokenize endpoint): counting needs
+// only the compact vocabulary, and the strings and maps Ollama's package
+// builds are most of a tokenizer's memory.
+type lazyTokenizer struct {
+	once  sync.Once
+	build func() tokenizer.Tokenizer
+	tok   tokenizer.Tokenizer
+}
+
+// ollama returns Ollama's tokenizer for m's model.
+func (m *Tokenizer) ollama() tokenizer.Tokenizer {
+	if m.tok != nil {
+		return m.tok
+	}
+	m.lazy.once.Do(func() { m.lazy.tok = m.lazy.build() })
+	return m.lazy.tok
+}
 
 // Detokenize returns the text of ids. Unknown ids are an error.
 func (m *Tokenizer) Detokenize(ids []int32) (string, error) {
-	size := int32(len(m.tok.Vocabulary().Values))
+	tok := m.ollama()
+	size := int32(len(tok.Vocabulary().Values))
 	for _, id := range ids {
 		if id < 0 || id >= size {
 			return "", fmt.Errorf("exact: token id %d outside the vocabulary of %d", id, size)
 		}
 	}
-	return m.tok.Decode(ids)
+	return tok.Decode(ids)
 }
 
 // Share returns the tokens msg adds to a prompt: its content and the

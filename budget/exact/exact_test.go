@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -746,41 +745,4 @@ func TestOllamaEnginePretokenizers(t *testing.T) {
 	if got, _ := o.CountText(text); o == nil || got != len(ref) {
 		t.Errorf("llama/deepseek-r1-qwen on Ollama's engine: %d, reference %d", got, len(ref))
 	}
-}
-
-// BenchmarkTokenizerHeap reports the heap a tokenizer of a 128,000-token
-// vocabulary keeps after a GC (MB-heap), built from its /api/show JSON
-// and used once, as the proxy builds one per model digest.
-//
-//	go test ./budget/exact -run '^$' -bench TokenizerHeap -benchtime 3x
-func BenchmarkTokenizerHeap(b *testing.B) {
-	v := vocabgen.BPE(128000, "qwen2", 31)
-	data, _ := json.Marshal(map[string]any{"model_info": v.KV(), "template": "{{ .Prompt }}"})
-	text := vocabgen.Text(2000, 1)
-	heap := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
-	var grew float64
-	for b.Loop() {
-		before := heap()
-		var show Show
-		if err := json.Unmarshal(data, &show); err != nil {
-			b.Fatal(err)
-		}
-		m, err := New(show)
-		if err != nil {
-			b.Fatal(err)
-		}
-		show = Show{}
-		if _, err := m.CountText(text); err != nil {
-			b.Fatal(err)
-		}
-		grew = max(grew, float64(heap())-float64(before))
-		runtime.KeepAlive(m)
-	}
-	b.ReportMetric(grew/1e6, "MB-heap")
 }

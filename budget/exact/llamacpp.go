@@ -5,7 +5,6 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/internal/cache"
 
-	"github.com/dlclark/regexp2"
 	"github.com/ollama/ollama/fs/ggml"
 	"github.com/ollama/ollama/tokenizer"
 )
@@ -38,7 +37,10 @@ func onLlamaCpp(kv map[string]any) bool {
 // the vocabulary, its kind (tokenizer.ggml.model), pre-tokenizer and
 // add_space_prefix flag, and the runner it counts for now.
 type engine struct {
+	// vocab is the vocabulary as Ollama's tokenizer package takes it;
+	// for byte-level BPE without its tokens and merges, which bpe holds.
 	vocab       *tokenizer.Vocabulary
+	bpe         *bpeVocab
 	kind, pre   string
 	arch        string // general.architecture
 	spacePrefix bool
@@ -97,16 +99,21 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 	if llamaCpp {
 		runner = "llama.cpp"
 	}
-	m.merging, m.spmPrefix = nil, false
+	m.bpe, m.spmPrefix = nil, false
 	m.addBOS = e.addsBOS() && len(e.vocab.BOS) > 0
 	switch e.kind {
 	case "gpt2":
 		m.name = runner + ":gpt2/" + cmpOr(e.pre, "default")
 		exprs := e.exprs()
-		m.tok = tokenizer.NewBytePairEncoding(e.vocab, exprs...)
-		if llamaCpp && !slices.Contains(ignoresMerges, e.pre) {
-			m.merging = newMergingBPE(e.vocab, exprs)
-		}
+		m.bpe = newBPE(e.bpe, exprs, llamaCpp && !slices.Contains(ignoresMerges, e.pre))
+		m.tok = nil
+		m.lazy = &lazyTokenizer{build: func() tokenizer.Tokenizer {
+			v := e.vocab
+			return tokenizer.NewBytePairEncoding(&tokenizer.Vocabulary{
+				Values: e.bpe.values(), Types: v.Types, Merges: e.bpe.merges(),
+				BOS: v.BOS, EOS: v.EOS, AddBOS: v.AddBOS, AddEOS: v.AddEOS,
+			}, exprs...)
+		}}
 	case "llama":
 		m.name = runner + ":spm"
 		m.spmPrefix = llamaCpp && e.spacePrefix
@@ -126,7 +133,7 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 func (m *Tokenizer) OtherEngine() *Tokenizer {
 	o := *m
 	o.runOn(!m.engine.llamaCpp)
-	if o.merging == nil && m.merging == nil && o.spmPrefix == m.spmPrefix && o.addBOS == m.addBOS &&
+	if !o.merges() && !m.merges() && o.spmPrefix == m.spmPrefix && o.addBOS == m.addBOS &&
 		(m.engine.kind != "gpt2" || slices.Equal(o.engine.exprs(), m.engine.exprs())) {
 		return nil
 	}
@@ -138,97 +145,3 @@ func (m *Tokenizer) OtherEngine() *Tokenizer {
 // ignoresMerges lists the tokenizer.ggml.pre values llama.cpp gives
 // ignore_merges (the Llama 3 family, and Tekken).
 var ignoresMerges = []string{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "tekken"}
-
-// mergingBPE encodes pre-tokenized words by applying merges in rank
-// order, leftmost first on ties, without looking the whole word up: the
-// standard algorithm, as llama.cpp's BPE session runs it.
-type mergingBPE struct {
-	vocab   *tokenizer.Vocabulary
-	regexps []*regexp2.Regexp
-}
-
-func newMergingBPE(vocab *tokenizer.Vocabulary, pre []string) *mergingBPE {
-	if len(pre) == 0 {
-		pre = []string{`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`}
-	}
-	b := &mergingBPE{vocab: vocab}
-	for _, p := range pre {
-		b.regexps = append(b.regexps, regexp2.MustCompile(p, regexp2.RE2))
-	}
-	return b
-}
-
-// split applies each pre-tokenizer expression in turn to every part, the
-// text between matches kept as parts of its own.
-func (b *mergingBPE) split(s string) []string {
-	parts := []string{s}
-	for _, re := range b.regexps {
-		var next []string
-		for _, part := range parts {
-			r := []rune(part)
-			offset := 0
-			for m, _ := re.FindRunesMatch(r); m != nil; m, _ = re.FindNextMatch(m) {
-				if m.Index > offset {
-					next = append(next, string(r[offset:m.Index]))
-				}
-				next = append(next, m.String())
-				offset = m.Index + m.Length
-			}
-			if offset < len(r) {
-				next = append(next, string(r[offset:]))
-			}
-		}
-		parts = next
-	}
-	return parts
-}
-
-// byteLevel maps s's bytes to GPT-2's printable runes.
-func byteLevel(s string) []string {
-	out := make([]string, 0, len(s))
-	for _, c := range []byte(s) {
-		r := rune(c)
-		switch {
-		case r == 0x00ad:
-			r = 0x0143
-		case r <= 0x0020:
-			r += 0x0100
-		case r >= 0x007f && r <= 0x00a0:
-			r += 0x00a2
-		}
-		out = append(out, string(r))
-	}
-	return out
-}
-
-// count returns the tokens of text that holds no special token.
-func (b *mergingBPE) count(text string) int {
-	n := 0
-	for _, word := range b.split(text) {
-		syms := byteLevel(word)
-		for len(syms) > 1 {
-			best, at := -1, -1
-			for i := 0; i+1 < len(syms); i++ {
-				rank := b.vocab.Merge(syms[i], syms[i+1])
-				if rank < 0 || (best >= 0 && rank >= best) {
-					continue
-				}
-				if b.vocab.Encode(syms[i]+syms[i+1]) < 0 {
-					continue
-				}
-				best, at = rank, i
-			}
-			if at < 0 {
-				break
-			}
-			syms[at] += syms[at+1]
-			syms = slices.Delete(syms, at+1, at+2)
-		}
-		for _, s := range syms {
-			if b.vocab.Encode(s) >= 0 {
-				n++
-			}
-		}
-	}
-	return n
-}

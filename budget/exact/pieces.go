@@ -58,8 +58,8 @@ func (m *Tokenizer) countPiece(text string) (int, error) {
 		return n, nil
 	}
 	var n int
-	if m.merging != nil {
-		n = m.merging.count(text)
+	if m.bpe != nil {
+		n = m.bpe.count(text)
 	} else {
 		ids, err := m.tok.Encode(text, false)
 		if err != nil {

@@ -1,0 +1,146 @@
+package exact
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
+	"github.com/ollama/ollama/tokenizer"
+)
+
+// TestBPEAsOllama: the compact vocabulary counts every text as Ollama's
+// own BytePairEncoding encodes it, for each set of pre-tokenizer
+// expressions Ollama's engine uses (DeepSeek V3's leave text between
+// matches, where Ollama's splitter repeats what came before), with
+// merges that offer a word several paths and equal ranks.
+func TestBPEAsOllama(t *testing.T) {
+	v := vocabgen.BPE(6000, "qwen2", 7)
+	merges := withDetours(v.Tokens, v.Merges)
+	ollamaVocab := &tokenizer.Vocabulary{Values: v.Tokens, Types: v.Types, Merges: merges}
+	compact := newBPEVocab(v.Tokens, merges)
+	rng := rand.New(rand.NewPCG(3, 4))
+	texts := []string{hardText(), "aaaa bbbb 1111111 ----- !!!!\n\n\n   \t"}
+	for i := range 60 {
+		texts = append(texts, vocabgen.Text(40+rng.IntN(400), uint64(i)))
+	}
+	for name, exprs := range map[string][]string{"default": nil, "llama3": {regexLlama3}, "qwen2": {regexQwen2},
+		"tekken": {regexTekken}, "o200k": {regexO200k}, "deepseek-v3": deepseekV3} {
+		ollama := tokenizer.NewBytePairEncoding(ollamaVocab, exprs...)
+		ours := newBPE(compact, exprs, false)
+		for _, text := range texts {
+			ids, err := ollama.Encode(text, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ours.count(text); got != len(ids) {
+				t.Errorf("%s: %d tokens, Ollama's tokenizer %d, for %.80q", name, got, len(ids), text)
+			}
+		}
+	}
+}
+
+// TestBPEVocabRoundTrip: the compact vocabulary gives back the tokens and
+// the merges it was built from, later duplicates winning as in Ollama's
+// maps.
+func TestBPEVocabRoundTrip(t *testing.T) {
+	v := vocabgen.BPE(3000, "llama-bpe", 9)
+	c := newBPEVocab(v.Tokens, v.Merges)
+	if got := c.values(); strings.Join(got, "\x00") != strings.Join(v.Tokens, "\x00") {
+		t.Fatal("values differ")
+	}
+	if got := c.merges(); strings.Join(got, "\n") != strings.Join(v.Merges, "\n") {
+		t.Fatal("merges differ")
+	}
+	for i, tok := range v.Tokens {
+		if c.id(tok) != int32(i) {
+			t.Fatalf("id(%q) = %d, want %d", tok, c.id(tok), i)
+		}
+	}
+	if c.id("no such token") != -1 || c.rank(0, 0) != -1 && v.Merges[c.rank(0, 0)] != v.Tokens[0]+" "+v.Tokens[0] {
+		t.Error("lookups of what is not there")
+	}
+	dup := newBPEVocab([]string{"a", "b", "a"}, []string{"a b", "b a", "a b"})
+	if dup.id("a") != 2 || dup.rank(2, 1) != 2 {
+		t.Errorf("duplicates: id(a) %d, rank(a b) %d; want the later, 2 and 2", dup.id("a"), dup.rank(2, 1))
+	}
+}
+
+// withDetours adds, after merges, a merge for every other way to split
+// a token into two tokens, as vocabularies converted from tiktoken have
+// (Llama 3's 280,000 merges for 128,000 tokens).
+func withDetours(tokens, merges []string) []string {
+	index := map[string]bool{}
+	for _, tok := range tokens {
+		index[tok] = true
+	}
+	have := map[string]bool{}
+	for _, m := range merges {
+		have[m] = true
+	}
+	out := append([]string(nil), merges...)
+	for _, tok := range tokens {
+		r := []rune(tok)
+		for i := 1; i < len(r); i++ {
+			m := string(r[:i]) + " " + string(r[i:])
+			if index[string(r[:i])] && index[string(r[i:])] && !have[m] {
+				out = append(out, m)
+				have[m] = true
+			}
+		}
+	}
+	return out
+}
+
+func hardText() string {
+	return "Totals: 1234567 and 3.14159, 2026-11-27.\n\n```go\nfunc main() {}\n```\n\n東京の天気は晴れです。 北京 42 度\n\t\t  indented   spaces ]}}}}}\n don't"
+}
+
+// BenchmarkTokenizerHeap reports the heap a tokenizer of a 128,000-token
+// vocabulary keeps after a GC (MB-heap), built from its /api/show JSON
+// and used once, as the proxy builds one per model digest: /plain for
+// the generated vocabulary (a merge per token), /realistic for one shaped
+// like a real 128k one, 6.5 bytes a token on average and 237,000 merges
+// (every other split of a token into two tokens added, as vocabularies
+// converted from tiktoken have them: Llama 3 has 280,000).
+//
+//	go test ./budget/exact -run '^$' -bench TokenizerHeap -benchtime 3x
+func BenchmarkTokenizerHeap(b *testing.B) {
+	v := vocabgen.BPE(128000, "qwen2", 31)
+	b.Run("plain", func(b *testing.B) { benchmarkHeap(b, v) })
+	v.Merges = withDetours(v.Tokens, v.Merges)
+	b.Run("realistic", func(b *testing.B) { benchmarkHeap(b, v) })
+}
+
+func benchmarkHeap(b *testing.B, v vocabgen.Vocab) {
+	data, _ := json.Marshal(map[string]any{"model_info": v.KV(), "template": "{{ .Prompt }}"})
+	text := vocabgen.Text(2000, 1)
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	var grew float64
+	for b.Loop() {
+		before := heap()
+		var show Show
+		if err := json.Unmarshal(data, &show); err != nil {
+			b.Fatal(err)
+		}
+		m, err := New(show)
+		if err != nil {
+			b.Fatal(err)
+		}
+		show = Show{}
+		if _, err := m.CountText(text); err != nil {
+			b.Fatal(err)
+		}
+		grew = max(grew, float64(heap())-float64(before))
+		runtime.KeepAlive(m)
+	}
+	b.ReportMetric(grew/1e6, "MB-heap")
+}
