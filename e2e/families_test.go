@@ -55,6 +55,7 @@ var families = []family{
 	// Ollama's own engine, by architecture.
 	{name: "fam-arch-qwen3", arch: "qwen3", pre: "qwen2", ci: true},
 	{name: "fam-arch-gemma3", arch: "gemma3", pre: "spm", ci: true},
+	{name: "fam-arch-olmo3", arch: "olmo3", pre: "llama-bpe"}, // as Ollama converts OLMo 3
 }
 
 // TestRealOllama_Families: for every generated family, on /api/chat
