@@ -33,8 +33,8 @@ func init() {
 				b.Ones(p+"ffn_norm.weight", E),
 			)
 			var layer int
-			fmt.Sscanf(p, "blk.%d.", &layer) // the prefix Write gives
-			if (layer+1)%2 != 0 {
+			// Write names the blocks "blk.N.".
+			if _, err := fmt.Sscanf(p, "blk.%d.", &layer); err != nil || (layer+1)%2 != 0 {
 				b.Add(
 					b.Random(p+"ffn_gate.weight", E, F),
 					b.Random(p+"ffn_up.weight", E, F),
