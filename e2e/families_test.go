@@ -57,6 +57,9 @@ var families = []family{
 	{name: "fam-spm", pre: "spm", specials: []string{"<start_of_turn>", "<end_of_turn>"}},
 	// Ollama's own engine, by architecture.
 	{name: "fam-arch-qwen3", arch: "qwen3", pre: "qwen2", ci: true},
+	{name: "fam-arch-gemma3", arch: "gemma3", pre: "spm", ci: true},
+	{name: "fam-arch-olmo3", arch: "olmo3", pre: "llama-bpe"}, // as Ollama converts OLMo 3
+	{name: "fam-arch-llama4", arch: "llama4", pre: "llama4"},
 }
 
 // TestRealOllama_Families: for every generated family, on /api/chat

@@ -1,0 +1,56 @@
+package ggufgen
+
+import "fmt"
+
+// llama4 is Llama 4's text model as Ollama's own engine loads it
+// (model/models/llama4): Llama's attention, with the head width a key of
+// its own (Ollama's default is 128), and a mixture of experts on every
+// second layer (interleave_moe_layer_step 2, as Llama 4 Maverick has),
+// the others Llama's gated feed-forward. An expert layer has a router, 4
+// experts of which each token uses 1, and a shared expert beside them.
+// The vision tower is left out (Ollama builds it only when its tensors
+// exist).
+func init() {
+	const experts = 4
+	layouts["llama4"] = Layout{
+		KV: func(b *Builder) {
+			b.KV["llama4.attention.head_dim"] = uint32(b.HeadDim)
+			b.KV["llama4.attention.chunk_size"] = uint32(8192)
+			b.KV["llama4.expert_count"] = uint32(experts)
+			b.KV["llama4.expert_used_count"] = uint32(1)
+			b.KV["llama4.expert_feed_forward_length"] = uint32(b.F)
+			b.KV["llama4.interleave_moe_layer_step"] = uint32(2)
+			b.KV["llama4.use_qk_norm"] = true
+		},
+		Block: func(b *Builder, p string) {
+			E, F, K := b.E, b.F, b.K
+			b.Add(
+				b.Ones(p+"attn_norm.weight", E),
+				b.Random(p+"attn_q.weight", E, E),
+				b.Random(p+"attn_k.weight", E, K),
+				b.Random(p+"attn_v.weight", E, K),
+				b.Random(p+"attn_output.weight", E, E),
+				b.Ones(p+"ffn_norm.weight", E),
+			)
+			var layer int
+			// Write names the blocks "blk.N.".
+			if _, err := fmt.Sscanf(p, "blk.%d.", &layer); err != nil || (layer+1)%2 != 0 {
+				b.Add(
+					b.Random(p+"ffn_gate.weight", E, F),
+					b.Random(p+"ffn_up.weight", E, F),
+					b.Random(p+"ffn_down.weight", F, E),
+				)
+				return
+			}
+			b.Add(
+				b.Random(p+"ffn_gate_inp.weight", E, experts),
+				b.Random(p+"ffn_gate_exps.weight", E, F, experts),
+				b.Random(p+"ffn_up_exps.weight", E, F, experts),
+				b.Random(p+"ffn_down_exps.weight", F, E, experts),
+				b.Random(p+"ffn_gate_shexp.weight", E, F),
+				b.Random(p+"ffn_up_shexp.weight", E, F),
+				b.Random(p+"ffn_down_shexp.weight", F, E),
+			)
+		},
+	}
+}

@@ -1,0 +1,35 @@
+package ggufgen
+
+// olmo3 is OLMo 3 as Ollama's own engine loads it (model/models/olmo3):
+// no norm before attention or the feed-forward but one after each, the
+// queries and keys normed across all heads at once, and a sliding window
+// on three layers of four (the last of every four is global; the
+// pattern, one flag per layer, is required).
+func init() {
+	layouts["olmo3"] = Layout{
+		KV: func(b *Builder) {
+			pattern := make([]bool, b.Shape.Layers)
+			for i := range pattern {
+				pattern[i] = (i+1)%4 != 0 && i != len(pattern)-1
+			}
+			b.KV["olmo3.attention.sliding_window"] = uint32(512)
+			b.KV["olmo3.attention.sliding_window_pattern"] = pattern
+		},
+		Block: func(b *Builder, p string) {
+			E, F, K := b.E, b.F, b.K
+			b.Add(
+				b.Random(p+"attn_q.weight", E, E),
+				b.Random(p+"attn_k.weight", E, K),
+				b.Random(p+"attn_v.weight", E, K),
+				b.Random(p+"attn_output.weight", E, E),
+				b.Ones(p+"attn_q_norm.weight", E),
+				b.Ones(p+"attn_k_norm.weight", K),
+				b.Ones(p+"post_attention_norm.weight", E),
+				b.Random(p+"ffn_gate.weight", E, F),
+				b.Random(p+"ffn_up.weight", E, F),
+				b.Random(p+"ffn_down.weight", F, E),
+				b.Ones(p+"post_ffw_norm.weight", E),
+			)
+		},
+	}
+}
