@@ -56,6 +56,7 @@ var families = []family{
 	{name: "fam-arch-qwen3", arch: "qwen3", pre: "qwen2", ci: true},
 	{name: "fam-arch-mistral3", arch: "mistral3", pre: "tekken", ci: true},
 	{name: "fam-arch-qwen3moe", arch: "qwen3moe", pre: "qwen2"},
+	{name: "fam-arch-lfm2", arch: "lfm2", pre: "lfm2"},
 }
 
 // TestRealOllama_Families: for every generated family, on /api/chat
