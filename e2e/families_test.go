@@ -60,6 +60,9 @@ var families = []family{
 	{name: "fam-arch-gemma3", arch: "gemma3", pre: "spm", ci: true},
 	{name: "fam-arch-olmo3", arch: "olmo3", pre: "llama-bpe"}, // as Ollama converts OLMo 3
 	{name: "fam-arch-llama4", arch: "llama4", pre: "llama4"},
+	{name: "fam-arch-mistral3", arch: "mistral3", pre: "tekken", ci: true},
+	{name: "fam-arch-qwen3moe", arch: "qwen3moe", pre: "qwen2"},
+	{name: "fam-arch-lfm2", arch: "lfm2", pre: "lfm2"},
 }
 
 // TestRealOllama_Families: for every generated family, on /api/chat
