@@ -54,6 +54,7 @@ var families = []family{
 	{name: "fam-spm", pre: "spm"},
 	// Ollama's own engine, by architecture.
 	{name: "fam-arch-qwen3", arch: "qwen3", pre: "qwen2", ci: true},
+	{name: "fam-arch-gptoss", arch: "gptoss", pre: "gpt-4o", ci: true},
 }
 
 // TestRealOllama_Families: for every generated family, on /api/chat
