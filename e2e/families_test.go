@@ -55,6 +55,7 @@ var families = []family{
 	// Ollama's own engine, by architecture.
 	{name: "fam-arch-qwen3", arch: "qwen3", pre: "qwen2", ci: true},
 	{name: "fam-arch-gptoss", arch: "gptoss", pre: "gpt-4o", ci: true},
+	{name: "fam-arch-deepseek2", arch: "deepseek2", pre: "deepseek-v3"},
 }
 
 // TestRealOllama_Families: for every generated family, on /api/chat
