@@ -56,6 +56,7 @@ var families = []family{
 	{name: "fam-arch-qwen3", arch: "qwen3", pre: "qwen2", ci: true},
 	{name: "fam-arch-gptoss", arch: "gptoss", pre: "gpt-4o", ci: true},
 	{name: "fam-arch-deepseek2", arch: "deepseek2", pre: "deepseek-v3"},
+	{name: "fam-arch-glm4moelite", arch: "glm4moelite", pre: "glm4"},
 }
 
 // TestRealOllama_Families: for every generated family, on /api/chat
