@@ -57,12 +57,15 @@ var families = []family{
 	{name: "fam-spm", pre: "spm", specials: []string{"<start_of_turn>", "<end_of_turn>"}},
 	// Ollama's own engine, by architecture.
 	{name: "fam-arch-qwen3", arch: "qwen3", pre: "qwen2", ci: true},
-	{name: "fam-arch-gemma3", arch: "gemma3", pre: "spm", ci: true},
+	{name: "fam-arch-gemma3", arch: "gemma3", pre: "spm", ci: true, specials: []string{"<start_of_turn>", "<end_of_turn>"}},
 	{name: "fam-arch-olmo3", arch: "olmo3", pre: "llama-bpe"}, // as Ollama converts OLMo 3
-	{name: "fam-arch-llama4", arch: "llama4", pre: "llama4"},
-	{name: "fam-arch-mistral3", arch: "mistral3", pre: "tekken", ci: true},
+	{name: "fam-arch-llama4", arch: "llama4", pre: "llama4", specials: []string{"<|header_start|>", "<|header_end|>", "<|eot|>"}},
+	{name: "fam-arch-mistral3", arch: "mistral3", pre: "tekken", ci: true, specials: []string{"[INST]", "[/INST]", "[SYSTEM_PROMPT]"}},
 	{name: "fam-arch-qwen3moe", arch: "qwen3moe", pre: "qwen2"},
 	{name: "fam-arch-lfm2", arch: "lfm2", pre: "lfm2"},
+	{name: "fam-arch-gptoss", arch: "gptoss", pre: "gpt-4o", ci: true, specials: []string{"<|start|>", "<|message|>", "<|end|>", "<|channel|>"}},
+	{name: "fam-arch-deepseek2", arch: "deepseek2", pre: "deepseek-v3", specials: []string{"<｜User｜>", "<｜Assistant｜>"}},
+	{name: "fam-arch-glm4moelite", arch: "glm4moelite", pre: "glm4", specials: []string{"[gMASK]", "<sop>", "<|user|>", "<|assistant|>"}},
 }
 
 // TestRealOllama_Families: for every generated family, on /api/chat

@@ -1,0 +1,31 @@
+package ggufgen
+
+// GLM-4.7-Flash (Ollama's glm4moelite model code): DeepSeek V3's
+// latent attention in its absorbed form, the key and value expansions
+// per head (attn_k_b, attn_v_b) applied to the query and to the
+// attention's output, and DeepSeek V3's feed-forward.
+func init() {
+	layouts["glm4moelite"] = Layout{
+		KV: func(b *Builder) {
+			mlaKV(b, "glm4moelite")
+			b.KV["glm4moelite.attention.head_count_kv"] = uint32(b.Shape.Heads)
+			b.KV["glm4moelite.attention.key_length_mla"] = uint32(mlaKVRank + mlaRope)
+			b.KV["glm4moelite.attention.value_length_mla"] = uint32(mlaKVRank)
+		},
+		Block: func(b *Builder, p string) {
+			H := uint64(b.Shape.Heads)
+			b.Add(
+				b.Ones(p+"attn_norm.weight", b.E),
+				b.Random(p+"attn_q_a.weight", b.E, mlaQRank),
+				b.Ones(p+"attn_q_a_norm.weight", mlaQRank),
+				b.Random(p+"attn_q_b.weight", mlaQRank, H*(mlaNope+mlaRope)),
+				b.Random(p+"attn_kv_a_mqa.weight", b.E, mlaKVRank+mlaRope),
+				b.Ones(p+"attn_kv_a_norm.weight", mlaKVRank),
+				b.Random(p+"attn_k_b.weight", mlaNope, mlaKVRank, H),
+				b.Random(p+"attn_v_b.weight", mlaKVRank, mlaValue, H),
+				b.Random(p+"attn_output.weight", H*mlaValue, b.E),
+			)
+			mlaFeedForward(b, p)
+		},
+	}
+}
