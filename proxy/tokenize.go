@@ -90,20 +90,13 @@ func (tr *tokenizeRoutes) tokenize(r *http.Request, req api.TokenizeRequest) (ap
 	if tok != nil {
 		ec := newExactCounter(tok, chat)
 		if ec.err == nil {
-			text, err := tok.Render(exact.Prompt{Messages: ec.messages(chat.Messages), Tools: ec.tools, Think: ec.think})
-			if err == nil {
-				n, err := tok.CountPrompt(text)
-				if err == nil {
-					images := 0
-					for _, m := range chat.Messages {
-						images += m.Images
-					}
-					out.Count, out.Exact, out.Source = n+768*images, images == 0, tok.Name()
-					if out.Exact && tok.TokenizesAsServer() {
-						out.Tokens, _ = tok.Tokenize(text, true)
-					}
-					pc = ec
+			p := exact.Prompt{Messages: ec.messages(chat.Messages), Tools: ec.tools, Think: ec.think}
+			if n, isExact, err := tok.Count(p); err == nil {
+				out.Count, out.Exact, out.Source = n, isExact, tok.Name()
+				if text, err := tok.Render(p); err == nil && isExact && tok.TokenizesAsServer() {
+					out.Tokens, _ = tok.Tokenize(text, true)
 				}
+				pc = ec
 			}
 		}
 	}

@@ -88,9 +88,6 @@ func pairHash(key uint64) uint64 {
 	return key ^ key>>29
 }
 
-// size is the number of tokens.
-func (v *bpeVocab) size() int { return len(v.ends) }
-
 // token returns token id's text (a copy).
 func (v *bpeVocab) token(id int32) string { return string(v.tokenBytes(id)) }
 
@@ -139,17 +136,31 @@ func (v *bpeVocab) rank(l, r int32) int {
 	return -1
 }
 
-// values and merges return the vocabulary as tokenizer.ggml.tokens and
-// tokenizer.ggml.merges hold it (the merges that can apply), for
-// Ollama's tokenizer package.
-func (v *bpeVocab) values() []string {
-	out := make([]string, v.size())
-	for i := range out {
-		out[i] = v.token(int32(i))
+// decode returns the text of ids (each in the vocabulary) as Ollama's
+// BytePairEncoding.Decode gives it: each rune of a token mapped back to
+// the byte it stands for, GPT-2's byte 0 dropped.
+func (v *bpeVocab) decode(ids []int32) string {
+	var b []byte
+	for _, id := range ids {
+		for _, r := range string(v.tokenBytes(id)) {
+			switch {
+			case r == 0x0100:
+				continue
+			case r == 0x0143:
+				r = 0x00ad
+			case r > 0x0100 && r <= 0x0120:
+				r -= 0x0100
+			case r > 0x0120 && r <= 0x0142:
+				r -= 0x00a2
+			}
+			b = append(b, byte(r))
+		}
 	}
-	return out
+	return string(b)
 }
 
+// merges returns the merges that can apply, in rank order, as
+// tokenizer.ggml.merges holds them (a test's check of the tables).
 func (v *bpeVocab) merges() []string {
 	n := int32(-1)
 	for _, r := range v.ranks {
@@ -227,15 +238,17 @@ type symbol struct {
 }
 
 // count returns the tokens of text.
-func (b *bpe) count(text string) int {
-	n := 0
+func (b *bpe) count(text string) int { return len(b.encode(text, nil)) }
+
+// encode appends the ids of text to dst.
+func (b *bpe) encode(text string, dst []int32) []int32 {
 	var word []byte
 	var syms []symbol
 	for _, w := range b.split(text) {
 		word = appendByteLevel(word[:0], w)
 		if !b.merging {
-			if b.vocab.idOf(word) >= 0 {
-				n++
+			if id := b.vocab.idOf(word); id >= 0 {
+				dst = append(dst, id)
 				continue
 			}
 		}
@@ -253,11 +266,11 @@ func (b *bpe) count(text string) int {
 		}
 		for _, s := range syms {
 			if s.end > s.start && s.id >= 0 {
-				n++
+				dst = append(dst, s.id)
 			}
 		}
 	}
-	return n
+	return dst
 }
 
 // mergeLeftmost merges the adjacent pair of lowest rank, leftmost on

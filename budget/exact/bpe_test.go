@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -42,21 +43,48 @@ func TestBPEAsOllama(t *testing.T) {
 	}
 }
 
+// TestBPETokenize: Tokenize and Detokenize of a byte-level BPE model give
+// the ids and the text Ollama's tokenizer gives, special tokens, BOS and
+// all.
+func TestBPETokenize(t *testing.T) {
+	v := vocabgen.BPE(4000, "llama-bpe", 12).WithSpecials("<|eot_id|>")
+	kv := ollamaEngine(v.KV())
+	m, err := New(Show{ModelInfo: kv, Template: templates["chatml"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := tokenizer.NewBytePairEncoding(&tokenizer.Vocabulary{Values: v.Tokens, Types: v.Types, Merges: v.Merges,
+		BOS: []int32{int32(v.BOS)}, EOS: []int32{int32(v.EOS)}, AddBOS: v.AddBOS}, Pretokenizer(v.Pre)...)
+	for i, text := range []string{hardText(), "<|im_start|>user\nhi<|im_end|><|eot_id|>x", vocabgen.Text(3000, 5), "\x00\xad é"} {
+		for _, special := range []bool{false, true} {
+			want, _ := ref.Encode(text, special)
+			got, err := m.Tokenize(text, special)
+			if err != nil || !slices.Equal(got, want) {
+				t.Fatalf("text %d, addSpecial %v: ids %v, Ollama's %v (%v)", i, special, got, want, err)
+			}
+			wantText, _ := ref.Decode(want)
+			if gotText, err := m.Detokenize(got); err != nil || gotText != wantText {
+				t.Fatalf("text %d: decoded %q, Ollama's %q (%v)", i, gotText, wantText, err)
+			}
+		}
+	}
+	if _, err := m.Detokenize([]int32{int32(len(v.Tokens))}); err == nil {
+		t.Error("an id outside the vocabulary decoded")
+	}
+}
+
 // TestBPEVocabRoundTrip: the compact vocabulary gives back the tokens and
 // the merges it was built from, later duplicates winning as in Ollama's
 // maps.
 func TestBPEVocabRoundTrip(t *testing.T) {
 	v := vocabgen.BPE(3000, "llama-bpe", 9)
 	c := newBPEVocab(v.Tokens, v.Merges)
-	if got := c.values(); strings.Join(got, "\x00") != strings.Join(v.Tokens, "\x00") {
-		t.Fatal("values differ")
-	}
 	if got := c.merges(); strings.Join(got, "\n") != strings.Join(v.Merges, "\n") {
 		t.Fatal("merges differ")
 	}
 	for i, tok := range v.Tokens {
-		if c.id(tok) != int32(i) {
-			t.Fatalf("id(%q) = %d, want %d", tok, c.id(tok), i)
+		if c.id(tok) != int32(i) || c.token(int32(i)) != tok {
+			t.Fatalf("id(%q) = %d, token(%d) = %q", tok, c.id(tok), i, c.token(int32(i)))
 		}
 	}
 	if c.id("no such token") != -1 || c.rank(0, 0) != -1 && v.Merges[c.rank(0, 0)] != v.Tokens[0]+" "+v.Tokens[0] {

@@ -29,7 +29,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/ctxproxy/ctxproxy/internal/cache"
 	"github.com/ollama/ollama/api"
@@ -121,10 +120,9 @@ type Tokenizer struct {
 	// spmPrefix writes a space before text that starts the prompt or
 	// follows a special token: llama.cpp's way (see llamacpp.go).
 	spmPrefix bool
-	// bpe counts byte-level BPE text as the runner does; tok is then nil
-	// until Tokenize or Detokenize needs Ollama's tokenizer (lazy).
-	bpe  *bpe
-	lazy *lazyTokenizer
+	// bpe counts and encodes byte-level BPE text as the runner does (tok
+	// is nil then).
+	bpe *bpe
 	// engine is what deciding the runner needs (runOn, OtherEngine).
 	engine engine
 
@@ -397,7 +395,24 @@ func (m *Tokenizer) CountText(text string) (int, error) {
 // llama.cpp's runner that tokenizes differently (see TokenizesAsServer)
 // they are close, and only the counts are the server's.
 func (m *Tokenizer) Tokenize(text string, addSpecial bool) ([]int32, error) {
-	return m.ollama().Encode(text, addSpecial)
+	if m.bpe == nil {
+		return m.tok.Encode(text, addSpecial)
+	}
+	var ids []int32
+	if addSpecial && m.addBOS {
+		ids = append(ids, m.engine.vocab.BOS[0])
+	}
+	for _, p := range m.split(text) {
+		if p.special {
+			ids = append(ids, m.engine.bpe.id(p.text))
+			continue
+		}
+		ids = m.bpe.encode(p.text, ids)
+	}
+	if addSpecial && m.addEOS {
+		ids = append(ids, m.engine.vocab.EOS[0])
+	}
+	return ids, nil
 }
 
 // TokenizesAsServer reports whether Tokenize gives the very ids the
@@ -408,35 +423,18 @@ func (m *Tokenizer) TokenizesAsServer() bool { return !m.spmPrefix && !m.merges(
 // (llama.cpp's way outside the Llama 3 family and Tekken).
 func (m *Tokenizer) merges() bool { return m.bpe != nil && m.bpe.merging }
 
-// lazyTokenizer builds Ollama's tokenizer of a byte-level BPE model the
-// first time ids are asked for (the tokenize endpoint): counting needs
-// only the compact vocabulary, and the strings and maps Ollama's package
-// builds are most of a tokenizer's memory.
-type lazyTokenizer struct {
-	once  sync.Once
-	build func() tokenizer.Tokenizer
-	tok   tokenizer.Tokenizer
-}
-
-// ollama returns Ollama's tokenizer for m's model.
-func (m *Tokenizer) ollama() tokenizer.Tokenizer {
-	if m.tok != nil {
-		return m.tok
-	}
-	m.lazy.once.Do(func() { m.lazy.tok = m.lazy.build() })
-	return m.lazy.tok
-}
-
 // Detokenize returns the text of ids. Unknown ids are an error.
 func (m *Tokenizer) Detokenize(ids []int32) (string, error) {
-	tok := m.ollama()
-	size := int32(len(tok.Vocabulary().Values))
+	size := int32(len(m.engine.vocab.Types))
 	for _, id := range ids {
 		if id < 0 || id >= size {
 			return "", fmt.Errorf("exact: token id %d outside the vocabulary of %d", id, size)
 		}
 	}
-	return tok.Decode(ids)
+	if m.bpe != nil {
+		return m.engine.bpe.decode(ids), nil
+	}
+	return m.tok.Decode(ids)
 }
 
 // Share returns the tokens msg adds to a prompt: its content and the

@@ -107,13 +107,6 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 		exprs := e.exprs()
 		m.bpe = newBPE(e.bpe, exprs, llamaCpp && !slices.Contains(ignoresMerges, e.pre))
 		m.tok = nil
-		m.lazy = &lazyTokenizer{build: func() tokenizer.Tokenizer {
-			v := e.vocab
-			return tokenizer.NewBytePairEncoding(&tokenizer.Vocabulary{
-				Values: e.bpe.values(), Types: v.Types, Merges: e.bpe.merges(),
-				BOS: v.BOS, EOS: v.EOS, AddBOS: v.AddBOS, AddEOS: v.AddEOS,
-			}, exprs...)
-		}}
 	case "llama":
 		m.name = runner + ":spm"
 		m.spmPrefix = llamaCpp && e.spacePrefix
