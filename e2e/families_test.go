@@ -66,6 +66,11 @@ var families = []family{
 	{name: "fam-arch-gptoss", arch: "gptoss", pre: "gpt-4o", ci: true, specials: []string{"<|start|>", "<|message|>", "<|end|>", "<|channel|>"}},
 	{name: "fam-arch-deepseek2", arch: "deepseek2", pre: "deepseek-v3", specials: []string{"<｜User｜>", "<｜Assistant｜>"}},
 	{name: "fam-arch-glm4moelite", arch: "glm4moelite", pre: "glm4", specials: []string{"[gMASK]", "<sop>", "<|user|>", "<|assistant|>"}},
+	{name: "fam-arch-qwen3next", arch: "qwen3next", pre: "qwen2", specials: []string{"<|endoftext|>", "<|vision_start|>", "<|vision_end|>"}},
+	{name: "fam-arch-qwen35", arch: "qwen35", pre: "qwen35", specials: []string{"<|endoftext|>", "<|vision_start|>", "<|vision_end|>"}}, // as Ollama converts Qwen 3.5
+	{name: "fam-arch-qwen35moe", arch: "qwen35moe", pre: "qwen35", specials: []string{"<|endoftext|>", "<|vision_start|>", "<|vision_end|>"}},
+	{name: "fam-arch-nemotron_h", arch: "nemotron_h", pre: "default", specials: []string{"<SPECIAL_10>", "<SPECIAL_11>"}}, // the converter knows no hash of Nemotron's pre-tokenizer
+	{name: "fam-arch-nemotron_h_moe", arch: "nemotron_h_moe", pre: "default", specials: []string{"<SPECIAL_10>", "<SPECIAL_11>"}},
 }
 
 // TestRealOllama_Families: for every generated family, on /api/chat

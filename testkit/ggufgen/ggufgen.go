@@ -58,6 +58,11 @@ func (d f32) WriteTo(w io.Writer) (int64, error) {
 // Write writes a GGUF model of shape s with vocabulary v to path.
 func Write(path string, v vocabgen.Vocab, s Shape) error {
 	s = s.withDefaults()
+	layout, ok := layouts[s.Arch]
+	if !ok {
+		return fmt.Errorf("ggufgen: no layout for architecture %q", s.Arch)
+	}
+	s.Layers = max(s.Layers, layout.Layers)
 	rng := rand.New(rand.NewPCG(s.Seed, 17))
 	nVocab := len(v.Tokens)
 	headDim := s.Embedding / s.Heads
@@ -127,10 +132,6 @@ func Write(path string, v vocabgen.Vocab, s Shape) error {
 		{Name: "token_embd.weight", Kind: 0, Shape: []uint64{E, V}, WriterTo: emb},
 		b.Ones("output_norm.weight", E),
 		{Name: "output.weight", Kind: 0, Shape: []uint64{E, V}, WriterTo: out},
-	}
-	layout, ok := layouts[s.Arch]
-	if !ok {
-		return fmt.Errorf("ggufgen: no layout for architecture %q", s.Arch)
 	}
 	if layout.KV != nil {
 		layout.KV(b)

@@ -1,6 +1,7 @@
 package ggufgen
 
 import (
+	"fmt"
 	"math/rand/v2"
 
 	"github.com/ollama/ollama/fs/ggml"
@@ -23,10 +24,12 @@ type Builder struct {
 
 // Layout is what an architecture adds: keys under its name (KV, may be
 // nil) and the tensors of one block, whose names start with prefix
-// ("blk.N.").
+// ("blk.N."). Layers, when more than the shape's, is the block count
+// the architecture needs to have one block of each kind.
 type Layout struct {
-	KV    func(b *Builder)
-	Block func(b *Builder, prefix string)
+	KV     func(b *Builder)
+	Block  func(b *Builder, prefix string)
+	Layers int
 }
 
 // layouts are the architectures Write knows, by general.architecture.
@@ -59,6 +62,15 @@ func llamaBlock(b *Builder, p string) {
 		b.Random(p+"ffn_up.weight", E, F),
 		b.Random(p+"ffn_down.weight", F, E),
 	)
+}
+
+// blockIndex returns N of a block prefix "blk.N.".
+func blockIndex(p string) int {
+	var i int
+	if _, err := fmt.Sscanf(p, "blk.%d.", &i); err != nil {
+		panic("ggufgen: block prefix " + p)
+	}
+	return i
 }
 
 // Add appends tensors to the model.
