@@ -1,7 +1,5 @@
 package ggufgen
 
-import "fmt"
-
 // lfm2 is LFM2 on Ollama's own engine: a hybrid whose blocks are either
 // a short convolution (a block with no KV heads in the per-block
 // attention.head_count_kv) or attention with a norm of the queries and
@@ -24,13 +22,9 @@ func init() {
 			b.KV["lfm2.shortconv.l_cache"] = uint32(lCache)
 		},
 		Block: func(b *Builder, p string) {
-			var i int
-			if _, err := fmt.Sscanf(p, "blk.%d.", &i); err != nil {
-				panic("ggufgen: lfm2 block prefix " + p)
-			}
 			E, F, K := b.E, b.F, b.K
 			b.Add(b.Ones(p+"attn_norm.weight", E))
-			if conv(i) {
+			if conv(blockIndex(p)) {
 				b.Add(
 					b.Random(p+"shortconv.conv.weight", lCache, E),
 					b.Random(p+"shortconv.in_proj.weight", E, 3*E),
