@@ -67,6 +67,8 @@ var families = []family{
 	{name: "fam-arch-deepseek2", arch: "deepseek2", pre: "deepseek-v3", specials: []string{"<｜User｜>", "<｜Assistant｜>"}},
 	{name: "fam-arch-glm4moelite", arch: "glm4moelite", pre: "glm4", specials: []string{"[gMASK]", "<sop>", "<|user|>", "<|assistant|>"}},
 	{name: "fam-arch-qwen25vl", arch: "qwen25vl", pre: "qwen2", specials: []string{"<|im_start|>", "<|im_end|>", "<|vision_start|>"}},
+	{name: "fam-arch-qwen3vl", arch: "qwen3vl", pre: "qwen2", specials: []string{"<|im_start|>", "<|im_end|>", "<|vision_start|>"}},
+	{name: "fam-arch-qwen3vlmoe", arch: "qwen3vlmoe", pre: "qwen2", specials: []string{"<|im_start|>", "<|im_end|>", "<think>"}},
 }
 
 // TestRealOllama_Families: for every generated family, on /api/chat
