@@ -69,6 +69,7 @@ var families = []family{
 	{name: "fam-arch-qwen25vl", arch: "qwen25vl", pre: "qwen2", specials: []string{"<|im_start|>", "<|im_end|>", "<|vision_start|>"}},
 	{name: "fam-arch-qwen3vl", arch: "qwen3vl", pre: "qwen2", specials: []string{"<|im_start|>", "<|im_end|>", "<|vision_start|>"}},
 	{name: "fam-arch-qwen3vlmoe", arch: "qwen3vlmoe", pre: "qwen2", specials: []string{"<|im_start|>", "<|im_end|>", "<think>"}},
+	{name: "fam-arch-gemma3n", arch: "gemma3n", pre: "spm", specials: []string{"<start_of_turn>", "<end_of_turn>"}},
 }
 
 // TestRealOllama_Families: for every generated family, on /api/chat
