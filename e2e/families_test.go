@@ -72,6 +72,7 @@ var families = []family{
 	{name: "fam-arch-gemma3n", arch: "gemma3n", pre: "spm", specials: []string{"<start_of_turn>", "<end_of_turn>"}},
 	{name: "fam-arch-glmocr", arch: "glmocr", pre: "glm4", specials: []string{"[gMASK]", "<sop>", "<|user|>", "<|assistant|>", "<|begin_of_image|>"}},
 	{name: "fam-arch-mllama", arch: "mllama", pre: "llama-bpe", specials: []string{"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|image|>"}},
+	{name: "fam-arch-deepseekocr", arch: "deepseekocr", pre: "deepseek-v3", specials: []string{"<｜User｜>", "<｜Assistant｜>", "<image>"}},
 }
 
 // TestRealOllama_Families: for every generated family, on /api/chat
