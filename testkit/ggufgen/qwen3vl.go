@@ -4,11 +4,13 @@ package ggufgen
 // engine (model/models/qwen3vl, one code for both): Qwen 3's blocks
 // (qwen3vl) or Qwen 3 MoE's (qwen3vlmoe, sparse for an architecture
 // ending in "moe"), with interleaved multimodal rotary positions in
-// sections of the head's half (mrope_sections, Ollama's default 24/20/20
-// of 128 scaled to the generated head). The vision tower is left out,
-// with vision.block_count 0: Ollama builds the tower from that key (32
-// blocks by default) and encodes a blank image with it when it loads the
-// model, unless it has no blocks.
+// sections of the head's half. Ollama reads them from mrope_sections;
+// its converter writes rope.mrope_section instead, so a converted file
+// gets the default 24/20/20, made for a 128-wide head, and the generated
+// file sets mrope_sections in that ratio to its own head. The vision
+// tower is left out, with vision.block_count 0: Ollama builds the tower
+// from that key (32 blocks by default) and encodes a blank image with it
+// when it loads the model, unless it has no blocks.
 func init() {
 	kv := func(arch string) func(b *Builder) {
 		return func(b *Builder) {
