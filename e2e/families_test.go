@@ -71,6 +71,13 @@ var families = []family{
 	{name: "fam-arch-qwen35moe", arch: "qwen35moe", pre: "qwen35", specials: []string{"<|endoftext|>", "<|vision_start|>", "<|vision_end|>"}},
 	{name: "fam-arch-nemotron_h", arch: "nemotron_h", pre: "default", specials: []string{"<SPECIAL_10>", "<SPECIAL_11>"}}, // the converter knows no hash of Nemotron's pre-tokenizer
 	{name: "fam-arch-nemotron_h_moe", arch: "nemotron_h_moe", pre: "default", specials: []string{"<SPECIAL_10>", "<SPECIAL_11>"}},
+	{name: "fam-arch-qwen25vl", arch: "qwen25vl", pre: "qwen2", specials: []string{"<|im_start|>", "<|im_end|>", "<|vision_start|>"}},
+	{name: "fam-arch-qwen3vl", arch: "qwen3vl", pre: "qwen2", specials: []string{"<|im_start|>", "<|im_end|>", "<|vision_start|>"}},
+	{name: "fam-arch-qwen3vlmoe", arch: "qwen3vlmoe", pre: "qwen2", specials: []string{"<|im_start|>", "<|im_end|>", "<think>"}},
+	{name: "fam-arch-gemma3n", arch: "gemma3n", pre: "spm", specials: []string{"<start_of_turn>", "<end_of_turn>"}},
+	{name: "fam-arch-glmocr", arch: "glmocr", pre: "glm4", specials: []string{"[gMASK]", "<sop>", "<|user|>", "<|assistant|>", "<|begin_of_image|>"}},
+	{name: "fam-arch-mllama", arch: "mllama", pre: "llama-bpe", specials: []string{"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|image|>"}},
+	{name: "fam-arch-deepseekocr", arch: "deepseekocr", pre: "deepseek-v3", specials: []string{"<｜User｜>", "<｜Assistant｜>", "<image>"}},
 }
 
 // TestRealOllama_Families: for every generated family, on /api/chat

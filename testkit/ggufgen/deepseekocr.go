@@ -1,0 +1,101 @@
+package ggufgen
+
+import "fmt"
+
+// deepseekocr is DeepSeek-OCR's text model on Ollama's own engine
+// (model/models/deepseekocr): DeepSeek's mixture of experts with plain
+// multi-head attention (attn_q, attn_k, attn_v, no latent compression),
+// the first leading_dense_block_count layers a gated feed-forward and
+// the others a router over 4 experts, 2 used per token, beside a shared
+// expert.
+//
+// Unlike the other vision models, Ollama needs the vision part to load
+// the model: it encodes a blank image through it when it loads, and the
+// model code has no check for a missing tower. So the file has a stub
+// of one with no transformer blocks (deepSeekOCRVision).
+func init() {
+	const experts, used = 4, 2
+	layouts["deepseekocr"] = Layout{
+		KV: func(b *Builder) {
+			b.KV["deepseekocr.expert_count"] = uint32(experts)
+			b.KV["deepseekocr.expert_used_count"] = uint32(used)
+			b.KV["deepseekocr.leading_dense_block_count"] = uint32(1)
+			deepSeekOCRVision(b)
+		},
+		Block: func(b *Builder, p string) {
+			E, F, K := b.E, b.F, b.K
+			b.Add(
+				b.Ones(p+"attn_norm.weight", E),
+				b.Random(p+"attn_q.weight", E, E),
+				b.Random(p+"attn_k.weight", E, K),
+				b.Random(p+"attn_v.weight", E, K),
+				b.Random(p+"attn_output.weight", E, E),
+				b.Ones(p+"ffn_norm.weight", E),
+			)
+			var layer int
+			// Write names the blocks "blk.N.".
+			if _, err := fmt.Sscanf(p, "blk.%d.", &layer); err != nil || layer < 1 {
+				b.Add(
+					b.Random(p+"ffn_gate.weight", E, F),
+					b.Random(p+"ffn_up.weight", E, F),
+					b.Random(p+"ffn_down.weight", F, E),
+				)
+				return
+			}
+			b.Add(
+				b.Random(p+"ffn_gate_inp.weight", E, experts),
+				b.Random(p+"ffn_gate_exps.weight", E, F, experts),
+				b.Random(p+"ffn_up_exps.weight", E, F, experts),
+				b.Random(p+"ffn_down_exps.weight", F, E, experts),
+				b.Random(p+"ffn_gate_shexp.weight", E, F),
+				b.Random(p+"ffn_up_shexp.weight", E, F),
+				b.Random(p+"ffn_down_shexp.weight", F, E),
+			)
+		},
+	}
+}
+
+// deepSeekOCRVision adds DeepSeek-OCR's vision part with no transformer
+// blocks, the least Ollama's model code can encode an image with: SAM's
+// patch embedding (16×16 convolution), position embedding (64×64 for a
+// 1024-pixel view), neck (1×1 and 3×3 convolutions with a norm after
+// each) and the two stride-2 convolutions after it (net_2, net_3), whose
+// channels are CLIP's width; CLIP's class and position embeddings (a
+// 224-pixel image in 14-pixel patches: 257 positions) and norm; and the
+// projector from both to the text model's embedding, with the newline
+// and view-separator embeddings.
+func deepSeekOCRVision(b *Builder) {
+	const sam, neck, net2, clip, heads = 16, 16, 32, 32, 2
+	b.KV["deepseekocr.sam.block_count"] = uint32(0)
+	b.KV["deepseekocr.sam.embedding_length"] = uint32(sam)
+	b.KV["deepseekocr.sam.head_count"] = uint32(heads)
+	b.KV["deepseekocr.sam.global_attention_indexes"] = []int32{}
+	b.KV["deepseekocr.vision.block_count"] = uint32(0)
+	b.KV["deepseekocr.vision.embedding_length"] = uint32(clip)
+	b.KV["deepseekocr.vision.head_count"] = uint32(heads)
+	b.KV["deepseekocr.vision.image_size"] = uint32(224)
+	b.KV["deepseekocr.vision.patch_size"] = uint32(14)
+	E := b.E
+	b.Add(
+		b.Random("s.patch_embd.weight", 16, 16, 3, sam),
+		b.Random("s.patch_embd.bias", sam),
+		b.Random("s.position_embd", sam, 64, 64),
+		b.Random("s.neck.0.weight", 1, 1, sam, neck),
+		b.Ones("s.neck.1.weight", neck),
+		b.Fill("s.neck.1.bias", 0, neck),
+		b.Random("s.neck.2.weight", 3, 3, neck, neck),
+		b.Ones("s.neck.3.weight", neck),
+		b.Fill("s.neck.3.bias", 0, neck),
+		b.Random("s.net_2.weight", 3, 3, neck, net2),
+		b.Random("s.net_3.weight", 3, 3, net2, clip),
+		b.Random("v.patch_embd.weight", 14, 14, 3, clip),
+		b.Random("v.class_embd", clip),
+		b.Random("v.position_embd.weight", clip, 257),
+		b.Ones("v.pre_layrnorm.weight", clip),
+		b.Fill("v.pre_layrnorm.bias", 0, clip),
+		b.Random("mm.layers.weight", 2*clip, E),
+		b.Fill("mm.layers.bias", 0, E),
+		b.Random("mm.image_newline", E),
+		b.Random("mm.view_seperator", E),
+	)
+}
