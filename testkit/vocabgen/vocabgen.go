@@ -122,7 +122,11 @@ func byteLevel(s string) []string {
 }
 
 // Words returns n deterministic pseudo-words for seed: syllable words of
-// several lengths, numbers, punctuation runs, accented and CJK words.
+// several lengths, some capitalized, some joined in camel case, some
+// with an English contraction ("'s", "'ll", …), numbers, punctuation
+// runs, accented and CJK words. The camel-case and contracted words are
+// where pre-tokenizers differ most (Llama 3's keeps "getValue" whole and
+// cuts "'s" off; o200k's cuts "get" from "Value" and keeps "'s").
 func Words(n int, seed uint64) []string {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	onsets := []string{"b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "st", "tr", "ch", "th", "pl", "gr", "br", "sh"}
@@ -152,8 +156,14 @@ func Words(n int, seed uint64) []string {
 				b.WriteString(codas[rng.IntN(len(codas))])
 			}
 			w = b.String()
-			if rng.IntN(5) == 0 {
+			switch rng.IntN(10) {
+			case 0, 1:
 				w = strings.ToUpper(w[:1]) + w[1:]
+			case 2:
+				tail := onsets[rng.IntN(len(onsets))] + nuclei[rng.IntN(len(nuclei))] + codas[rng.IntN(len(codas))]
+				w += strings.ToUpper(tail[:1]) + tail[1:]
+			case 3:
+				w += []string{"'s", "'ll", "'re", "'t", "'ve", "'d"}[rng.IntN(6)]
 			}
 		}
 		if !seen[w] {
@@ -186,6 +196,11 @@ func Text(n int, seed uint64) string {
 	return b.String()
 }
 
+// codeRuns are the punctuation and whitespace runs of code and JSON
+// every generated BPE vocabulary has tokens for.
+var codeRuns = []string{"```", "```\n", "```\n\n", "\n\n", "\n\n\n", "]}}}}}", "]}}}}}\n", "}}\n", "    ", "        ",
+	"\t\t", "  ", ");\n", "\":", "\",\"", "{\"", "\"}", " //", " ==", " !=", " =>", "...", "---", "***"}
+
 // BPE returns a byte-level BPE vocabulary of at least size tokens (256
 // bytes, merges, then Specials), with tokenizer.ggml.pre set to pre.
 func BPE(size int, pre string, seed uint64) Vocab {
@@ -203,7 +218,12 @@ func BPE(size int, pre string, seed uint64) Vocab {
 	words := Words(need, seed)
 	// Merge each word left to right, with and without its leading space
 	// ("Ġ"), shortest merges first so that frequent prefixes rank high.
+	// Runs of code punctuation and whitespace come first: where a
+	// runner's splitter or merging differs, it is on text like these.
 	var chains [][]string
+	for _, run := range codeRuns {
+		chains = append(chains, byteLevel(run))
+	}
 	for i, w := range words {
 		s := w
 		if i%3 != 0 {
