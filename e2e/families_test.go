@@ -115,6 +115,10 @@ func TestRealOllama_Families(t *testing.T) {
 			v = vocabgen.BPE(32000, f.pre, 300+uint64(i))
 		}
 		v = v.WithSpecials(f.specials...)
+		// On Ollama's engine, whether BOS is added is the architecture's
+		// default when the file does not say: leave the key out, so the
+		// row checks ctxproxy's table of those defaults too.
+		v.NoAddBOSKey = f.arch != ""
 		if err := createModel(o, f.name, v, f.arch); err != nil {
 			t.Errorf("%s: creating the model: %v", f.name, err)
 			continue

@@ -132,7 +132,8 @@ func hardText() string {
 // the generated vocabulary (a merge per token), /realistic for one shaped
 // like a real 128k one, 6.5 bytes a token on average and 237,000 merges
 // (every other split of a token into two tokens added, as vocabularies
-// converted from tiktoken have them: Llama 3 has 280,000).
+// converted from tiktoken have them: Llama 3 has 280,000); /spm-128k
+// and /spm-262k for SentencePiece (Gemma's are 262,144 tokens).
 //
 //	go test ./budget/exact -run '^$' -bench TokenizerHeap -benchtime 3x
 func BenchmarkTokenizerHeap(b *testing.B) {
@@ -140,6 +141,8 @@ func BenchmarkTokenizerHeap(b *testing.B) {
 	b.Run("plain", func(b *testing.B) { benchmarkHeap(b, v) })
 	v.Merges = withDetours(v.Tokens, v.Merges)
 	b.Run("realistic", func(b *testing.B) { benchmarkHeap(b, v) })
+	b.Run("spm-128k", func(b *testing.B) { benchmarkHeap(b, vocabgen.SentencePiece(128000, 3)) })
+	b.Run("spm-262k", func(b *testing.B) { benchmarkHeap(b, vocabgen.SentencePiece(262144, 3)) })
 }
 
 func benchmarkHeap(b *testing.B, v vocabgen.Vocab) {
