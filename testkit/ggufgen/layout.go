@@ -22,11 +22,14 @@ type Builder struct {
 }
 
 // Layout is what an architecture adds: keys under its name (KV, may be
-// nil) and the tensors of one block, whose names start with prefix
-// ("blk.N.").
+// nil), the tensors of one block, whose names start with prefix
+// ("blk.N."), and, for an architecture with a vision tower (Vision, nil
+// for the others), the tower's and the projector's keys and tensors,
+// written when Shape.Vision asks for them.
 type Layout struct {
-	KV    func(b *Builder)
-	Block func(b *Builder, prefix string)
+	KV     func(b *Builder)
+	Block  func(b *Builder, prefix string)
+	Vision func(b *Builder) error
 }
 
 // layouts are the architectures Write knows, by general.architecture.
