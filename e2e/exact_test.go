@@ -67,16 +67,22 @@ func ensureModel(t *testing.T, o *ollamaServer, name string, v vocabgen.Vocab) {
 }
 
 func createModel(o *ollamaServer, name string, v vocabgen.Vocab, arch ...string) error {
+	shape := ggufgen.Shape{Seed: 5}
+	if len(arch) > 0 {
+		shape.Arch = arch[0]
+	}
+	return createModelShape(o, name, v, shape)
+}
+
+// createModelShape writes a generated model of shape with vocabulary v and
+// creates it in the real Ollama as name, with the ChatML template.
+func createModelShape(o *ollamaServer, name string, v vocabgen.Vocab, shape ggufgen.Shape) error {
 	dir, err := os.MkdirTemp("", "ctxproxy-gguf-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, name+".gguf")
-	shape := ggufgen.Shape{Seed: 5}
-	if len(arch) > 0 {
-		shape.Arch = arch[0]
-	}
 	if err := ggufgen.Write(path, v, shape); err != nil {
 		return err
 	}

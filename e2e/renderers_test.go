@@ -165,8 +165,9 @@ var pixel = func() []byte {
 }()
 
 // TestRealOllama_ImageOnTextModel: an image sent to a model without
-// vision costs only its tag in the text, which ctxproxy counts exactly;
-// and the model's plain requests stay exact after it.
+// vision costs only its tag in the text, which ctxproxy counts exactly
+// (on /api/chat, /v1/chat/completions and /api/generate); and the
+// model's plain requests stay exact after it.
 func TestRealOllama_ImageOnTextModel(t *testing.T) {
 	o := need(t)
 	p := startCtxproxy(t, o.url, exactConfig)
@@ -185,6 +186,10 @@ func TestRealOllama_ImageOnTextModel(t *testing.T) {
 		if sent != eval {
 			t.Errorf("%s with an image: X-Ctxproxy-Tokens %d, prompt_eval_count %d", route, sent, eval)
 		}
+	}
+	body, _ := json.Marshal(api.GenerateRequest{Model: modelTiny, Prompt: "Describe it.", Images: []api.ImageData{pixel}, Stream: new(bool)})
+	if sent, eval, err := generateCounted(p.url, body); err != nil || sent != eval {
+		t.Errorf("/api/generate with an image: X-Ctxproxy-Tokens %d, prompt_eval_count %d, %v", sent, eval, err)
 	}
 	plain := conversation(951, 3)
 	res := chat(t, p.url, chatRequest{Model: modelTiny, Messages: plain})

@@ -247,6 +247,11 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 	if tok := mi.Tokenizer; toOllama && tok != nil && !s.cfg.NoExact && req.Suffix == "" && req.Template == "" && len(req.Context) == 0 {
 		var n int
 		var err error
+		// A raw prompt goes to the runner as sent: its images are counted
+		// only where a vision model's runner finds their tags, which
+		// CountPrompt does not look for. Otherwise the server renders as
+		// for a chat, and Count says whether its images are exact.
+		whole := len(req.Images) == 0
 		if req.Raw {
 			n, err = tok.CountPrompt(prompt)
 		} else {
@@ -262,10 +267,10 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 					think = nil
 				}
 			}
-			n, _, err = tok.Count(exact.Prompt{Messages: msgs, Think: think})
+			n, whole, err = tok.Count(exact.Prompt{Messages: msgs, Think: think})
 		}
 		if err == nil {
-			p.before = budget.Estimate{Tokens: n, Raw: n, Chars: n, Exact: len(req.Images) == 0}
+			p.before = budget.Estimate{Tokens: n, Raw: n, Chars: n, Exact: whole}
 			p.counter = &exactCounter{model: tok}
 			if p.before.Exact {
 				p.exact = &mi

@@ -44,7 +44,7 @@ type exactPrompt interface {
 	// shape names what the last prompt counted had (exactCounter.shape).
 	shape() string
 	// approximate reports that the last prompt's count was not exact
-	// (images for a vision model).
+	// (images for a vision model whose image cost is estimated).
 	approximate() bool
 	// prompt is the last prompt counted, as the server renders it.
 	prompt() exact.Prompt

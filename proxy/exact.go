@@ -44,7 +44,9 @@ type exactCounter struct {
 	// budget's estimate instead (see prepare).
 	err error
 	// approx: the last prompt's count is not exact (images for a
-	// vision model); it is not compared with the backend's.
+	// vision model whose image cost the server decides at run time: all
+	// but Gemma 3 on Ollama's engine); it is not compared with the
+	// backend's.
 	approx bool
 }
 

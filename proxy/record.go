@@ -87,8 +87,9 @@ func (s *recorder) checkExact(ex *exchange, p *plan, reported, numCtx int) (trun
 		return sent > numCtx && reported <= numCtx
 	}
 	if ec, ok := p.counter.(exactPrompt); ok && ec.approximate() {
-		// Images for a vision model: their cost is the projector's,
-		// estimated; the tokenizer is not in question.
+		// Images for a vision model whose image cost is the
+		// projector's at run time, estimated; the tokenizer is not in
+		// question.
 		return false
 	}
 	if p.exact.Observe(s.log, p.exactShape, sent, reported) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget/exact"
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
+	ollama "github.com/ollama/ollama/api"
 )
 
 // tokenizeRoutes serves POST /ctxproxy/tokenize and /ctxproxy/detokenize,
@@ -93,7 +95,11 @@ func (tr *tokenizeRoutes) tokenize(r *http.Request, req api.TokenizeRequest) (ap
 			p := exact.Prompt{Messages: ec.messages(chat.Messages), Tools: ec.tools, Think: ec.think}
 			if n, isExact, err := tok.Count(p); err == nil {
 				out.Count, out.Exact, out.Source = n, isExact, tok.Name()
-				if text, err := tok.Render(p); err == nil && isExact && tok.TokenizesAsServer() {
+				// A vision model's images are embeddings where their tags
+				// were, not the tags' text: their count is exact (Gemma 3
+				// on Ollama's engine), the rendered text's ids are not.
+				images := slices.ContainsFunc(p.Messages, func(m ollama.Message) bool { return len(m.Images) > 0 })
+				if text, err := tok.Render(p); err == nil && isExact && tok.TokenizesAsServer() && !(images && tok.Vision()) {
 					out.Tokens, _ = tok.Tokenize(text, true)
 				}
 				pc = ec

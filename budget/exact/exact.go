@@ -26,7 +26,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -63,34 +62,6 @@ type Show struct {
 	Name string `json:"-"`
 }
 
-// imageTokens is what Ollama charges an image when it decides whether a
-// prompt fits (server/prompt.go: a CLIP image is 768 embeddings), and
-// ctxproxy's estimate of an image for the vision models whose cost it
-// does not know (imageCost).
-const imageTokens = 768
-
-// imgTag is the tag the server writes for an image; a vision model's
-// runner cuts the prompt at each tag and puts the image's tokens there.
-var imgTag = regexp.MustCompile(`\[img-(\d+)\]`)
-
-// imageCost returns the tokens one image costs a vision model of
-// model_info kv. Gemma 3's are fixed: the projector pools every image to
-// mm_tokens_per_image embeddings (256 unless the file says), between the
-// four tokens its model code puts around them ("\n\n", start of image,
-// end of image, "\n\n"). Other families' depend on the image's size and
-// the projector, which the server works out when it runs the prompt:
-// ctxproxy charges them the 768 the server assumes when it fits a prompt
-// to the window, an estimate the reply's prompt_eval_count corrects.
-func imageCost(kv map[string]any) int {
-	if arch, _ := kv["general.architecture"].(string); arch == "gemma3" && !onLlamaCpp(kv) {
-		if n, ok := number(kv["gemma3.mm_tokens_per_image"]); ok && n > 0 {
-			return n + 4
-		}
-		return 256 + 4
-	}
-	return imageTokens
-}
-
 // maxPieces bounds the caches of piece counts and message shares per
 // model; the pieces of live conversations are the recently used ones.
 const maxPieces = 1 << 16
@@ -104,13 +75,17 @@ type Tokenizer struct {
 	// dropThinking: earlier replies lose their <think> part.
 	dropThinking bool
 	// vision: the model has a projector; images cost it imageCost
-	// tokens each.
-	vision    bool
-	imageCost int
-	system    string
-	preamble  []api.Message
-	thinking  bool
-	name      string
+	// tokens each, exactly so where imagesExact (setImageCost).
+	vision      bool
+	imageCost   int
+	imagesExact bool
+	// gemma3Image is a Gemma 3 model's image cost on Ollama's engine, 0
+	// for other architectures (gemma3ImageCost).
+	gemma3Image int
+	system      string
+	preamble    []api.Message
+	thinking    bool
+	name        string
 
 	special []string  // control and user-defined tokens, in vocabulary order
 	trie    *trieNode // the specials, to find which a prompt holds in one pass
@@ -184,7 +159,7 @@ func New(show Show) (*Tokenizer, error) {
 		preamble:     show.Messages,
 		thinking:     slices.Contains(show.Capabilities, "thinking"),
 		vision:       slices.Contains(show.Capabilities, "vision"),
-		imageCost:    imageCost(kv),
+		gemma3Image:  gemma3ImageCost(kv),
 		addBOS:       vocab.AddBOS && len(vocab.BOS) > 0,
 		addEOS:       vocab.AddEOS && len(vocab.EOS) > 0,
 		seed:         maphash.MakeSeed(),
@@ -235,6 +210,11 @@ func New(show Show) (*Tokenizer, error) {
 	}
 	return m, nil
 }
+
+// Vision reports whether the model has a projector: its runner cuts
+// the prompt at each image's tag and puts the image's tokens there, so
+// the ids of the rendered text are not the server's where it has images.
+func (m *Tokenizer) Vision() bool { return m.vision }
 
 // Name says how the model is counted ("ollama:gpt2/llama-bpe",
 // "ollama:spm").
@@ -312,10 +292,11 @@ func (m *Tokenizer) Render(p Prompt) (string, error) {
 
 // Count returns the tokens the server evaluates for p: the rendered
 // prompt's tokens, BOS/EOS as the vocabulary adds them, and for a vision
-// model each image's cost (imageCost) where its tag was: the runner
+// model each image's cost (setImageCost) where its tag was: the runner
 // encodes the text between tags on its own, BOS with the first part only.
-// exact is false when p has images for a vision model (their cost is the
-// projector's, which the server decides at run time). A model without
+// exact is false when p has images for a vision model whose image cost
+// is the projector's, decided by the server at run time (every family
+// but Gemma 3 on Ollama's engine, whose cost is fixed). A model without
 // vision gets only an image's tag in the text, which is counted exactly.
 func (m *Tokenizer) Count(p Prompt) (tokens int, exact bool, err error) {
 	text, err := m.Render(p)
@@ -342,7 +323,7 @@ func (m *Tokenizer) Count(p Prompt) (tokens int, exact bool, err error) {
 		}
 		n += k + m.imageCost
 	}
-	return n, false, nil
+	return n, m.imagesExact, nil
 }
 
 // CountPrompt returns the tokens of a rendered prompt, BOS and EOS added

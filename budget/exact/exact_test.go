@@ -621,8 +621,33 @@ func TestImages(t *testing.T) {
 	}
 	head, _ = g.CountPrompt("[user]")
 	tail, _ = g.CountText("look")
-	if n, _, _ := g.Count(Prompt{Messages: msgs}); n != head+tail+2*(64+4) {
-		t.Errorf("gemma3 with two images: %d, want %d", n, head+tail+2*(64+4))
+	// Checked against the real server (e2e TestRealOllama_GemmaVision):
+	// an exact count, held against its reports.
+	if n, whole, err := g.Count(Prompt{Messages: msgs}); err != nil || !whole || n != head+tail+2*(64+4) {
+		t.Errorf("gemma3 with two images: %d, exact %v, %v; want %d, exact", n, whole, err, head+tail+2*(64+4))
+	}
+	if !g.Vision() || text.Vision() {
+		t.Errorf("Vision: %v with the capability, %v without", g.Vision(), text.Vision())
+	}
+	// Without the key, Ollama's default of 256.
+	delete(gemma, "gemma3.mm_tokens_per_image")
+	g256, err := New(Show{ModelInfo: gemma, Template: tmpl, Capabilities: []string{"completion", "vision"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, whole, _ := g256.Count(Prompt{Messages: msgs}); !whole || n != head+tail+2*(256+4) {
+		t.Errorf("gemma3 without mm_tokens_per_image: %d, exact %v; want %d", n, whole, head+tail+2*(256+4))
+	}
+	// Counted as llama.cpp's runner would run it, Gemma 3's images are
+	// the projector's again: an estimate.
+	if o := g.OtherEngine(); o == nil {
+		t.Error("gemma3 with a qwen2 vocabulary: no other runner")
+	} else {
+		oh, _ := o.CountPrompt("[user]")
+		ot, _ := o.CountText("look")
+		if n, whole, _ := o.Count(Prompt{Messages: msgs}); whole || n != oh+ot+2*imageTokens {
+			t.Errorf("gemma3 on the other runner: %d, exact %v; want %d, an estimate", n, whole, oh+ot+2*imageTokens)
+		}
 	}
 	// A share charges the image only where the model sees it.
 	if s, _ := text.Share(msgs[0]); s >= imageTokens {

@@ -101,6 +101,7 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 	}
 	m.bpe, m.spmPrefix = nil, false
 	m.addBOS = e.addsBOS() && len(e.vocab.BOS) > 0
+	m.setImageCost()
 	switch e.kind {
 	case "gpt2":
 		m.name = runner + ":gpt2/" + cmpOr(e.pre, "default")
@@ -114,6 +115,20 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 		m.name = "ollama:wpm"
 		m.addBOS = false
 	}
+}
+
+// setImageCost sets what an image costs m on the runner it counts for
+// now: Gemma 3's fixed cost on Ollama's engine (exact), else the 768 the
+// server assumes when it fits a prompt to the window. Other families'
+// cost depends on the image's size and the projector, which the server
+// works out when it runs the prompt: an estimate the reply's
+// prompt_eval_count corrects.
+func (m *Tokenizer) setImageCost() {
+	if m.gemma3Image > 0 && !m.engine.llamaCpp {
+		m.imageCost, m.imagesExact = m.gemma3Image, true
+		return
+	}
+	m.imageCost, m.imagesExact = imageTokens, false
 }
 
 // OtherEngine returns m counting as the other runner would: Ollama's own

@@ -26,6 +26,10 @@ type Shape struct {
 	// which Ollama runs on llama.cpp's runner), "qwen3" (Ollama's own
 	// engine: llama's tensors plus a norm of the queries and keys), ….
 	Arch string
+	// Vision adds the architecture's vision tower and projector (only
+	// layouts with a Vision part have one: gemma3). Off, the file is the
+	// text model alone.
+	Vision bool
 }
 
 func (s Shape) withDefaults() Shape {
@@ -138,6 +142,14 @@ func Write(path string, v vocabgen.Vocab, s Shape) error {
 	}
 	for i := range s.Layers {
 		layout.Block(b, fmt.Sprintf("blk.%d.", i))
+	}
+	if s.Vision {
+		if layout.Vision == nil {
+			return fmt.Errorf("ggufgen: architecture %q has no vision tower", s.Arch)
+		}
+		if err := layout.Vision(b); err != nil {
+			return err
+		}
 	}
 	ts := b.Tensors
 	f, err := os.Create(path)

@@ -23,12 +23,16 @@ type Builder struct {
 }
 
 // Layout is what an architecture adds: keys under its name (KV, may be
-// nil) and the tensors of one block, whose names start with prefix
-// ("blk.N."). Layers, when more than the shape's, is the block count
-// the architecture needs to have one block of each kind.
+// nil), the tensors of one block, whose names start with prefix
+// ("blk.N."), and, for an architecture with a vision tower (Vision, nil
+// for the others), the tower's and the projector's keys and tensors,
+// written when Shape.Vision asks for them. Layers, when more than the
+// shape's, is the block count the architecture needs to have one block
+// of each kind.
 type Layout struct {
 	KV     func(b *Builder)
 	Block  func(b *Builder, prefix string)
+	Vision func(b *Builder) error
 	Layers int
 }
 
