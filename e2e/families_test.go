@@ -80,6 +80,34 @@ var families = []family{
 	{name: "fam-arch-deepseekocr", arch: "deepseekocr", pre: "deepseek-v3", specials: []string{"<｜User｜>", "<｜Assistant｜>", "<image>"}},
 }
 
+// createFamily creates name in the real Ollama: a model of f's
+// architecture around a generated 32,000-token vocabulary (seeded by
+// seed) with f's pre-tokenizer and control tokens.
+func createFamily(o *ollamaServer, name string, f family, seed uint64) error {
+	var v vocabgen.Vocab
+	if f.pre == "spm" {
+		v = vocabgen.SentencePiece(32000, seed)
+	} else {
+		v = vocabgen.BPE(32000, f.pre, seed)
+	}
+	v = v.WithSpecials(f.specials...)
+	// On Ollama's engine, whether BOS is added is the architecture's
+	// default when the file does not say: leave the key out, so the row
+	// checks ctxproxy's table of those defaults too.
+	v.NoAddBOSKey = f.arch != ""
+	return createModel(o, name, v, f.arch)
+}
+
+// familyNamed returns the row of families called name.
+func familyNamed(name string) family {
+	for _, f := range families {
+		if f.name == name {
+			return f
+		}
+	}
+	panic("no family " + name)
+}
+
 // TestRealOllama_Families: for every generated family, on /api/chat
 // whole and streamed and /v1/chat/completions, X-Ctxproxy-Tokens equals
 // the real Ollama's prompt_eval_count on the first request of a fresh
@@ -108,18 +136,7 @@ func TestRealOllama_Families(t *testing.T) {
 		if !picked(f) {
 			continue
 		}
-		var v vocabgen.Vocab
-		if f.pre == "spm" {
-			v = vocabgen.SentencePiece(32000, 300+uint64(i))
-		} else {
-			v = vocabgen.BPE(32000, f.pre, 300+uint64(i))
-		}
-		v = v.WithSpecials(f.specials...)
-		// On Ollama's engine, whether BOS is added is the architecture's
-		// default when the file does not say: leave the key out, so the
-		// row checks ctxproxy's table of those defaults too.
-		v.NoAddBOSKey = f.arch != ""
-		if err := createModel(o, f.name, v, f.arch); err != nil {
+		if err := createFamily(o, f.name, f, 300+uint64(i)); err != nil {
 			t.Errorf("%s: creating the model: %v", f.name, err)
 			continue
 		}

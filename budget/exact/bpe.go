@@ -176,25 +176,28 @@ func (v *bpeVocab) merges() []string {
 }
 
 // bpe counts the tokens of text that holds no special token, as one of
-// the two runners does. Ollama's engine (tokenizer.BytePairEncoding, and
-// llama.cpp where it ignores merges) looks a whole pre-tokenized word up
-// first, merges by rank in the order its heap gives, and its splitter
-// hands on, for the text between two matches, the part from the start up
-// to the next match (what Ollama evaluates, so what ctxproxy counts).
-// llama.cpp otherwise applies the merges alone, lowest rank and leftmost
-// first, and splits as expressions do.
+// the two runners does. Ollama's engine (tokenizer.BytePairEncoding) looks
+// a whole pre-tokenized word up first, merges by rank in the order its
+// heap gives, and its splitter hands on, for the text between two
+// matches, the part from the start up to the next match (what Ollama
+// evaluates, so what ctxproxy counts). llama.cpp splits as expressions
+// do, looks a whole word up first only for the Llama 3 family and Tekken
+// (ignore_merges), and merges lowest rank first, leftmost among equals:
+// on runs of one character ("}}}}}", "```") the two orders end in
+// different tokens.
 type bpe struct {
 	vocab   *bpeVocab
 	regexps []*regexp2.Regexp
-	// merging: llama.cpp's way, by merges alone.
-	merging bool
+	// llamaCpp: llama.cpp's splitting and merge order; whole: look a
+	// word up whole before merging.
+	llamaCpp, whole bool
 }
 
-func newBPE(v *bpeVocab, exprs []string, merging bool) *bpe {
+func newBPE(v *bpeVocab, exprs []string, llamaCpp, whole bool) *bpe {
 	if len(exprs) == 0 {
 		exprs = []string{`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`}
 	}
-	b := &bpe{vocab: v, merging: merging}
+	b := &bpe{vocab: v, llamaCpp: llamaCpp, whole: whole}
 	for _, e := range exprs {
 		b.regexps = append(b.regexps, regexp2.MustCompile(e, regexp2.RE2))
 	}
@@ -211,7 +214,7 @@ func (b *bpe) split(s string) []string {
 			offset := 0
 			for m, _ := re.FindRunesMatch(r); m != nil; m, _ = re.FindNextMatch(m) {
 				if m.Index > offset {
-					if b.merging {
+					if b.llamaCpp {
 						next = append(next, string(r[offset:m.Index]))
 					} else {
 						next = append(next, string(r[:m.Index]))
@@ -246,7 +249,7 @@ func (b *bpe) encode(text string, dst []int32) []int32 {
 	var syms []symbol
 	for _, w := range b.split(text) {
 		word = appendByteLevel(word[:0], w)
-		if !b.merging {
+		if b.whole {
 			if id := b.vocab.idOf(word); id >= 0 {
 				dst = append(dst, id)
 				continue
@@ -259,7 +262,7 @@ func (b *bpe) encode(text string, dst []int32) []int32 {
 				id: b.vocab.idOf(word[i : i+size])})
 			i += size
 		}
-		if b.merging {
+		if b.llamaCpp {
 			b.mergeLeftmost(word, syms)
 		} else {
 			b.mergeByHeap(word, syms)

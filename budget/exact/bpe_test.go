@@ -30,7 +30,7 @@ func TestBPEAsOllama(t *testing.T) {
 	for name, exprs := range map[string][]string{"default": nil, "llama3": {regexLlama3}, "qwen2": {regexQwen2},
 		"tekken": {regexTekken}, "o200k": {regexO200k}, "deepseek-v3": deepseekV3} {
 		ollama := tokenizer.NewBytePairEncoding(ollamaVocab, exprs...)
-		ours := newBPE(compact, exprs, false)
+		ours := newBPE(compact, exprs, false, true)
 		for _, text := range texts {
 			ids, err := ollama.Encode(text, false)
 			if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -681,12 +682,58 @@ func TestOtherEngine(t *testing.T) {
 	} else if n, _, _ := back.Count(p); n != a {
 		t.Errorf("back on llama.cpp: %d, want %d", n, a)
 	}
+	// Byte-level BPE: the runners merge in other orders, so there is
+	// always an other engine; WordPiece has none.
 	bpe, err := New(Show{ModelInfo: vocabgen.BPE(2000, "llama-bpe", 1).KV(), Template: tmpl})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := bpe.OtherEngine(); o != nil {
-		t.Errorf("llama-bpe counts alike on both engines, yet an other engine: %s", o.Name())
+	if o := bpe.OtherEngine(); o == nil || o.Name() != "ollama:gpt2/llama-bpe" {
+		t.Errorf("llama-bpe on llama.cpp: other engine %v", o)
+	}
+}
+
+// TestMergeOrder: where equal ranks meet (a run of one character),
+// llama.cpp's order (lowest rank, leftmost first) and Ollama's (its heap)
+// end in different tokens: a vocabulary of runs of "}" and "`" whose
+// merges build them two ways tells them apart.
+func TestMergeOrder(t *testing.T) {
+	v := vocabgen.BPE(600, "llama-bpe", 3)
+	tokens := append([]string(nil), v.Tokens...)
+	merges := append([]string(nil), v.Merges...)
+	for _, c := range []string{"}", "`", "Ċ"} {
+		for n := 2; n <= 6; n++ {
+			run := strings.Repeat(c, n)
+			tokens = append(tokens, run)
+			for i := 1; i < n; i++ {
+				merges = append(merges, strings.Repeat(c, i)+" "+strings.Repeat(c, n-i))
+			}
+		}
+	}
+	c := newBPEVocab(tokens, merges)
+	leftmost, heap := newBPE(c, nil, true, false), newBPE(c, nil, false, false)
+	differ := 0
+	for n := 2; n <= 40; n++ {
+		for _, ch := range []string{"}", "`", "\n"} {
+			text := strings.Repeat(ch, n)
+			if leftmost.count(text) != heap.count(text) {
+				differ++
+			}
+		}
+	}
+	if differ == 0 {
+		t.Error("the two merge orders agree on every run: the test tells nothing apart")
+	}
+	// And Ollama's order is Ollama's tokenizer's.
+	ref := tokenizer.NewBytePairEncoding(&tokenizer.Vocabulary{Values: tokens, Types: slices.Repeat([]int32{1}, len(tokens)),
+		Merges: merges})
+	for n := 2; n <= 40; n++ {
+		text := strings.Repeat("}", n)
+		ids, _ := ref.Encode(text, false)
+		heapWhole := newBPE(c, nil, false, true)
+		if got := heapWhole.count(text); got != len(ids) {
+			t.Errorf("%q: %d, Ollama's tokenizer %d", text, got, len(ids))
+		}
 	}
 }
 

@@ -106,7 +106,7 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 	case "gpt2":
 		m.name = runner + ":gpt2/" + cmpOr(e.pre, "default")
 		exprs := e.exprs()
-		m.bpe = newBPE(e.bpe, exprs, llamaCpp && !slices.Contains(ignoresMerges, e.pre))
+		m.bpe = newBPE(e.bpe, exprs, llamaCpp, !llamaCpp || slices.Contains(ignoresMerges, e.pre))
 		m.tok = nil
 	case "llama":
 		m.name = runner + ":spm"
@@ -136,13 +136,13 @@ func (m *Tokenizer) setImageCost() {
 // server decides the runner from the architecture, and the environment
 // (OLLAMA_NEW_ENGINE) can move a model to Ollama's engine, which a client
 // cannot see: when m's counts miss, the other runner's may be right. It
-// returns nil when the runners count alike (a WordPiece vocabulary, or a
-// BPE one both runners split the same way).
+// returns nil when the runners count alike (a WordPiece vocabulary, a
+// SentencePiece one without llama.cpp's space prefix).
 func (m *Tokenizer) OtherEngine() *Tokenizer {
 	o := *m
 	o.runOn(!m.engine.llamaCpp)
-	if !o.merges() && !m.merges() && o.spmPrefix == m.spmPrefix && o.addBOS == m.addBOS &&
-		(m.engine.kind != "gpt2" || slices.Equal(o.engine.exprs(), m.engine.exprs())) {
+	// Byte-level BPE always differs: the runners merge in other orders.
+	if m.bpe == nil && o.spmPrefix == m.spmPrefix && o.addBOS == m.addBOS {
 		return nil
 	}
 	o.pieces = cache.NewSharded[pieceKey, int](maxPieces, func(k pieceKey) uint64 { return k.hash })

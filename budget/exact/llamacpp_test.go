@@ -81,7 +81,7 @@ func TestLlamaCppMerges(t *testing.T) {
 	tokens = append(tokens, "ab", "abc", "bc")
 	types = append(types, 1, 1, 1)
 	voc := &tokenizer.Vocabulary{Values: tokens, Types: types, Merges: []string{"b c", "a b", "ab c"}}
-	mb := newBPE(newBPEVocab(voc.Values, voc.Merges), Pretokenizer("qwen2"), true)
+	mb := newBPE(newBPEVocab(voc.Values, voc.Merges), Pretokenizer("qwen2"), true, false)
 	ollama := tokenizer.NewBytePairEncoding(voc, Pretokenizer("qwen2")...)
 	// "abc" is in the vocabulary, but "b c" ranks first: the merges give
 	// "a" + "bc" (2 tokens), Ollama's lookup "abc" (1).
@@ -122,7 +122,7 @@ func TestLlamaCppRules(t *testing.T) {
 			}
 			seen[pre] = true
 		}
-		parts := newBPE(nil, r.exprs, true).split(text)
+		parts := newBPE(nil, r.exprs, true, false).split(text)
 		if got := strings.Join(parts, ""); got != text {
 			t.Errorf("%s: split %q, lost text", r.pres[0], parts)
 		}
@@ -144,7 +144,7 @@ func TestLlamaCppRules(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: no rule", c.pre)
 		}
-		if got := newBPE(nil, exprs, true).split(c.text); !slices.Equal(got, c.want) {
+		if got := newBPE(nil, exprs, true, false).split(c.text); !slices.Equal(got, c.want) {
 			t.Errorf("%s splits %q into %q, want %q", c.pre, c.text, got, c.want)
 		}
 	}
