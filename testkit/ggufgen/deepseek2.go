@@ -1,7 +1,5 @@
 package ggufgen
 
-import "fmt"
-
 // DeepSeek V3 (Ollama's deepseek2 model code): multi-head latent
 // attention, whose queries and keys and values each pass through a
 // low-rank projection and a norm, a first dense layer and then
@@ -69,18 +67,10 @@ func mlaKV(b *Builder, arch string) {
 // mlaFeedForward adds the feed-forward of block p: dense in the leading
 // layers, else routed experts beside a shared one.
 func mlaFeedForward(b *Builder, p string) {
-	var layer int
-	if _, err := fmt.Sscanf(p, "blk.%d.", &layer); err != nil {
-		panic(err)
-	}
 	E, X := b.E, uint64(mlaExperts)
 	b.Add(b.Ones(p+"ffn_norm.weight", E))
-	if layer < mlaDenseLayers {
-		b.Add(
-			b.Random(p+"ffn_gate.weight", E, b.F),
-			b.Random(p+"ffn_up.weight", E, b.F),
-			b.Random(p+"ffn_down.weight", b.F, E),
-		)
+	if blockIndex(p) < mlaDenseLayers {
+		b.FeedForward(p, b.F)
 		return
 	}
 	b.Add(

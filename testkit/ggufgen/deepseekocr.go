@@ -1,7 +1,5 @@
 package ggufgen
 
-import "fmt"
-
 // deepseekocr is DeepSeek-OCR's text model on Ollama's own engine
 // (model/models/deepseekocr): DeepSeek's mixture of experts with plain
 // multi-head attention (attn_q, attn_k, attn_v, no latent compression),
@@ -32,25 +30,12 @@ func init() {
 				b.Random(p+"attn_output.weight", E, E),
 				b.Ones(p+"ffn_norm.weight", E),
 			)
-			var layer int
-			// Write names the blocks "blk.N.".
-			if _, err := fmt.Sscanf(p, "blk.%d.", &layer); err != nil || layer < 1 {
-				b.Add(
-					b.Random(p+"ffn_gate.weight", E, F),
-					b.Random(p+"ffn_up.weight", E, F),
-					b.Random(p+"ffn_down.weight", F, E),
-				)
+			if blockIndex(p) < 1 {
+				b.FeedForward(p, F)
 				return
 			}
-			b.Add(
-				b.Random(p+"ffn_gate_inp.weight", E, experts),
-				b.Random(p+"ffn_gate_exps.weight", E, F, experts),
-				b.Random(p+"ffn_up_exps.weight", E, F, experts),
-				b.Random(p+"ffn_down_exps.weight", F, E, experts),
-				b.Random(p+"ffn_gate_shexp.weight", E, F),
-				b.Random(p+"ffn_up_shexp.weight", E, F),
-				b.Random(p+"ffn_down_shexp.weight", F, E),
-			)
+			b.Experts(p, experts, F)
+			b.SharedExpert(p, F)
 		},
 	}
 }

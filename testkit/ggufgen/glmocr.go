@@ -29,9 +29,9 @@ func init() {
 				b.Random(p+"attn_out.weight", E, E),
 				b.Ones(p+"post_attn_norm.weight", E),
 				b.Ones(p+"ffn_norm.weight", E),
-				b.Random(p+"ffn_gate.weight", E, F),
-				b.Random(p+"ffn_up.weight", E, F),
-				b.Random(p+"ffn_down.weight", F, E),
+			)
+			b.FeedForward(p, F)
+			b.Add(
 				b.Ones(p+"post_ffn_norm.weight", E),
 			)
 		},

@@ -62,10 +62,28 @@ func llamaBlock(b *Builder, p string) {
 		b.Random(p+"attn_v.weight", E, K),
 		b.Random(p+"attn_output.weight", E, E),
 		b.Ones(p+"ffn_norm.weight", E),
-		b.Random(p+"ffn_gate.weight", E, F),
-		b.Random(p+"ffn_up.weight", E, F),
-		b.Random(p+"ffn_down.weight", F, E),
 	)
+	b.FeedForward(p, F)
+}
+
+// FeedForward adds a gated feed-forward of width f: ffn_gate, ffn_up and
+// ffn_down.
+func (b *Builder) FeedForward(p string, f uint64) {
+	b.Add(b.Random(p+"ffn_gate.weight", b.E, f), b.Random(p+"ffn_up.weight", b.E, f), b.Random(p+"ffn_down.weight", f, b.E))
+}
+
+// Experts adds n experts of width f behind a router: ffn_gate_inp, then
+// the gate, up and down tensors of all experts.
+func (b *Builder) Experts(p string, n, f uint64) {
+	b.Add(b.Random(p+"ffn_gate_inp.weight", b.E, n), b.Random(p+"ffn_gate_exps.weight", b.E, f, n),
+		b.Random(p+"ffn_up_exps.weight", b.E, f, n), b.Random(p+"ffn_down_exps.weight", f, b.E, n))
+}
+
+// SharedExpert adds the expert every token passes besides the routed
+// ones: ffn_gate_shexp, ffn_up_shexp and ffn_down_shexp of width f.
+func (b *Builder) SharedExpert(p string, f uint64) {
+	b.Add(b.Random(p+"ffn_gate_shexp.weight", b.E, f), b.Random(p+"ffn_up_shexp.weight", b.E, f),
+		b.Random(p+"ffn_down_shexp.weight", f, b.E))
 }
 
 // blockIndex returns N of a block prefix "blk.N.".

@@ -42,10 +42,8 @@ func init() {
 			}
 			b.Add(
 				b.Ones(p+"ffn_norm.weight", E),
-				b.Random(p+"ffn_gate.weight", E, F),
-				b.Random(p+"ffn_up.weight", E, F),
-				b.Random(p+"ffn_down.weight", F, E),
 			)
+			b.FeedForward(p, F)
 		},
 	}
 }

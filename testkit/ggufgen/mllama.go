@@ -1,7 +1,6 @@
 package ggufgen
 
 import (
-	"fmt"
 	"slices"
 )
 
@@ -25,9 +24,7 @@ func init() {
 			b.KV["mllama.vision.global.block_count"] = uint32(0)
 		},
 		Block: func(b *Builder, p string) {
-			var layer int
-			// Write names the blocks "blk.N.".
-			if _, err := fmt.Sscanf(p, "blk.%d.", &layer); err != nil || !slices.Contains(cross, int32(layer)) {
+			if !slices.Contains(cross, int32(blockIndex(p))) {
 				llamaBlock(b, p)
 				return
 			}
@@ -42,9 +39,9 @@ func init() {
 				b.Random(p+"cross_attn_o_proj.weight", E, E),
 				b.Fill(p+"cross_attn_attn_gate", 0.5, 1),
 				b.Ones(p+"ffn_norm.weight", E),
-				b.Random(p+"ffn_gate.weight", E, F),
-				b.Random(p+"ffn_up.weight", E, F),
-				b.Random(p+"ffn_down.weight", F, E),
+			)
+			b.FeedForward(p, F)
+			b.Add(
 				b.Fill(p+"cross_attn_mlp_gate", 0.5, 1),
 			)
 		},

@@ -25,9 +25,9 @@ func init() {
 				b.Ones(p+"attn_q_norm.weight", E),
 				b.Ones(p+"attn_k_norm.weight", K),
 				b.Ones(p+"post_attention_norm.weight", E),
-				b.Random(p+"ffn_gate.weight", E, F),
-				b.Random(p+"ffn_up.weight", E, F),
-				b.Random(p+"ffn_down.weight", F, E),
+			)
+			b.FeedForward(p, F)
+			b.Add(
 				b.Ones(p+"post_ffw_norm.weight", E),
 			)
 		},

@@ -110,23 +110,12 @@ func qwen3nextLayout(arch string, moe, qwen35 bool) Layout {
 			}
 			b.Add(b.Ones(p+"post_attention_norm.weight", E))
 			if !moe {
-				b.Add(
-					b.Random(p+"ffn_gate.weight", E, F),
-					b.Random(p+"ffn_up.weight", E, F),
-					b.Random(p+"ffn_down.weight", F, E),
-				)
+				b.FeedForward(p, F)
 				return
 			}
-			b.Add(
-				b.Random(p+"ffn_gate_inp.weight", E, experts),
-				b.Random(p+"ffn_gate_exps.weight", E, F, experts),
-				b.Random(p+"ffn_up_exps.weight", E, F, experts),
-				b.Random(p+"ffn_down_exps.weight", F, E, experts),
-				b.Random(p+"ffn_gate_inp_shexp.weight", E, 1),
-				b.Random(p+"ffn_gate_shexp.weight", E, F),
-				b.Random(p+"ffn_up_shexp.weight", E, F),
-				b.Random(p+"ffn_down_shexp.weight", F, E),
-			)
+			b.Experts(p, experts, F)
+			b.Add(b.Random(p+"ffn_gate_inp_shexp.weight", E, 1))
+			b.SharedExpert(p, F)
 		},
 	}
 }
