@@ -21,13 +21,12 @@ func init() {
 			deepSeekOCRVision(b)
 		},
 		Block: func(b *Builder, p string) {
-			E, F, K := b.E, b.F, b.K
+			E, F := b.E, b.F
 			b.Add(
 				b.Ones(p+"attn_norm.weight", E),
-				b.Random(p+"attn_q.weight", E, E),
-				b.Random(p+"attn_k.weight", E, K),
-				b.Random(p+"attn_v.weight", E, K),
-				b.Random(p+"attn_output.weight", E, E),
+			)
+			b.Attention(p)
+			b.Add(
 				b.Ones(p+"ffn_norm.weight", E),
 			)
 			if blockIndex(p) < 1 {

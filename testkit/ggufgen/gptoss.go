@@ -17,13 +17,12 @@ func init() {
 			b.KV["gptoss.rope.scaling.original_context_length"] = uint32(b.Shape.Context)
 		},
 		Block: func(b *Builder, p string) {
-			E, F, K, X := b.E, b.F, b.K, uint64(4)
+			E, F, X := b.E, b.F, uint64(4)
 			b.Add(
 				b.Ones(p+"attn_norm.weight", E),
-				b.Random(p+"attn_q.weight", E, E),
-				b.Random(p+"attn_k.weight", E, K),
-				b.Random(p+"attn_v.weight", E, K),
-				b.Random(p+"attn_output.weight", E, E),
+			)
+			b.Attention(p)
+			b.Add(
 				b.Random(p+"attn_sinks.weight", uint64(b.Shape.Heads)),
 				b.Ones(p+"post_attention_norm.weight", E),
 				b.Random(p+"ffn_gate_inp.weight", E, X),

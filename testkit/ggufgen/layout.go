@@ -54,16 +54,18 @@ var layouts = map[string]Layout{
 // llamaBlock adds a Llama block: attention with grouped KV heads and a
 // gated feed-forward, each after an RMS norm.
 func llamaBlock(b *Builder, p string) {
-	E, F, K := b.E, b.F, b.K
-	b.Add(
-		b.Ones(p+"attn_norm.weight", E),
-		b.Random(p+"attn_q.weight", E, E),
-		b.Random(p+"attn_k.weight", E, K),
-		b.Random(p+"attn_v.weight", E, K),
-		b.Random(p+"attn_output.weight", E, E),
-		b.Ones(p+"ffn_norm.weight", E),
-	)
+	E, F := b.E, b.F
+	b.Add(b.Ones(p+"attn_norm.weight", E))
+	b.Attention(p)
+	b.Add(b.Ones(p+"ffn_norm.weight", E))
 	b.FeedForward(p, F)
+}
+
+// Attention adds attention with grouped KV heads: attn_q, attn_k, attn_v
+// and attn_output.
+func (b *Builder) Attention(p string) {
+	b.Add(b.Random(p+"attn_q.weight", b.E, b.E), b.Random(p+"attn_k.weight", b.E, b.K),
+		b.Random(p+"attn_v.weight", b.E, b.K), b.Random(p+"attn_output.weight", b.E, b.E))
 }
 
 // FeedForward adds a gated feed-forward of width f: ffn_gate, ffn_up and

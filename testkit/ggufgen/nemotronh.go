@@ -65,7 +65,7 @@ func nemotronhLayout(arch string, moe bool) Layout {
 			}
 		},
 		Block: func(b *Builder, p string) {
-			E, F, K := b.E, b.F, b.K
+			E, F := b.E, b.F
 			b.Add(b.Ones(p+"attn_norm.weight", E))
 			switch kind(pattern, blockIndex(p)) {
 			case 'M':
@@ -83,12 +83,7 @@ func nemotronhLayout(arch string, moe bool) Layout {
 					b.Random(p+"ssm_out.weight", inner, E),
 				)
 			case '*':
-				b.Add(
-					b.Random(p+"attn_q.weight", E, E),
-					b.Random(p+"attn_k.weight", E, K),
-					b.Random(p+"attn_v.weight", E, K),
-					b.Random(p+"attn_output.weight", E, E),
-				)
+				b.Attention(p)
 			case '-':
 				b.Add(
 					b.Random(p+"ffn_up.weight", E, F),

@@ -17,11 +17,8 @@ func init() {
 		},
 		Block: func(b *Builder, p string) {
 			E, F, K := b.E, b.F, b.K
+			b.Attention(p)
 			b.Add(
-				b.Random(p+"attn_q.weight", E, E),
-				b.Random(p+"attn_k.weight", E, K),
-				b.Random(p+"attn_v.weight", E, K),
-				b.Random(p+"attn_output.weight", E, E),
 				b.Ones(p+"attn_q_norm.weight", E),
 				b.Ones(p+"attn_k_norm.weight", K),
 				b.Ones(p+"post_attention_norm.weight", E),
