@@ -175,3 +175,35 @@ func benchmarkHeap(b *testing.B, v vocabgen.Vocab) {
 	}
 	b.ReportMetric(grew/1e6, "MB-heap")
 }
+
+// FuzzBPEAsOllama: for any text, the compact BPE in Ollama's order counts
+// what Ollama's tokenizer encodes, with Llama 3's and DeepSeek V3's
+// expressions (the second leaves text between matches).
+func FuzzBPEAsOllama(f *testing.F) {
+	v := vocabgen.BPE(3000, "llama-bpe", 8)
+	merges := withDetours(v.Tokens, v.Merges)
+	compact := newBPEVocab(v.Tokens, merges)
+	vocab := &tokenizer.Vocabulary{Values: v.Tokens, Types: v.Types, Merges: merges}
+	type pair struct {
+		ours   *bpe
+		ollama tokenizer.BytePairEncoding
+	}
+	var pairs []pair
+	for _, exprs := range [][]string{{regexLlama3}, deepseekV3} {
+		pairs = append(pairs, pair{newBPE(compact, exprs, false, true), tokenizer.NewBytePairEncoding(vocab, exprs...)})
+	}
+	for _, s := range []string{hardText(), "}}}}}}}\n\n", "a  b\t\tc 12345 東京", "\xff\xfe bad utf-8", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, p := range pairs {
+			ids, err := p.ollama.Encode(s, false)
+			if err != nil {
+				t.Skip()
+			}
+			if got := p.ours.count(s); got != len(ids) {
+				t.Fatalf("%q: %d tokens, Ollama's tokenizer %d", s, got, len(ids))
+			}
+		}
+	})
+}
