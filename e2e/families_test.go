@@ -63,6 +63,7 @@ var families = []family{
 	{name: "fam-arch-mistral3", arch: "mistral3", pre: "tekken", ci: true, specials: []string{"[INST]", "[/INST]", "[SYSTEM_PROMPT]"}},
 	{name: "fam-arch-qwen3moe", arch: "qwen3moe", pre: "qwen2"},
 	{name: "fam-arch-lfm2", arch: "lfm2", pre: "lfm2"},
+	{name: "fam-arch-lfm2moe", arch: "lfm2moe", pre: "lfm2", specials: []string{"<|tool_call_start|>", "<|tool_call_end|>"}},
 	{name: "fam-arch-gptoss", arch: "gptoss", pre: "gpt-4o", ci: true, specials: []string{"<|start|>", "<|message|>", "<|end|>", "<|channel|>"}},
 	{name: "fam-arch-deepseek2", arch: "deepseek2", pre: "deepseek-v3", specials: []string{"<｜User｜>", "<｜Assistant｜>"}},
 	{name: "fam-arch-glm4moelite", arch: "glm4moelite", pre: "glm4", specials: []string{"[gMASK]", "<sop>", "<|user|>", "<|assistant|>"}},
