@@ -159,22 +159,6 @@ func (v *bpeVocab) decode(ids []int32) string {
 	return string(b)
 }
 
-// merges returns the merges that can apply, in rank order, as
-// tokenizer.ggml.merges holds them (a test's check of the tables).
-func (v *bpeVocab) merges() []string {
-	n := int32(-1)
-	for _, r := range v.ranks {
-		n = max(n, r)
-	}
-	out := make([]string, n+1)
-	for i, key := range v.pairs {
-		if key != 0 {
-			out[v.ranks[i]] = v.token(int32(key>>32)-1) + " " + v.token(int32(key&0xffffffff)-1)
-		}
-	}
-	return out
-}
-
 // bpe counts the tokens of text that holds no special token, as one of
 // the two runners does. Ollama's engine (tokenizer.BytePairEncoding) looks
 // a whole pre-tokenized word up first, merges by rank in the order its

@@ -400,10 +400,6 @@ func (m *Tokenizer) Tokenize(text string, addSpecial bool) ([]int32, error) {
 // server does, not only the same count.
 func (m *Tokenizer) TokenizesAsServer() bool { return !m.spmPrefix }
 
-// merges reports whether m counts byte-level BPE by merges alone
-// (llama.cpp's way outside the Llama 3 family and Tekken).
-func (m *Tokenizer) merges() bool { return m.bpe != nil && !m.bpe.whole }
-
 // Detokenize returns the text of ids. Unknown ids are an error.
 func (m *Tokenizer) Detokenize(ids []int32) (string, error) {
 	size := int32(len(m.engine.vocab.Types))

@@ -66,7 +66,8 @@ func (e engine) addsBOS() bool {
 	if !e.llamaCpp {
 		return !slices.Contains(noBOSArchitectures, e.arch)
 	}
-	return e.kind != "gpt2" || slices.Contains(bosPretokenizers, e.pre)
+	rule, _ := llamaCppRuleOf(e.pre)
+	return e.kind != "gpt2" || rule.addsBOS
 }
 
 // exprs are the expressions e's runner splits byte-level BPE text with.
@@ -74,16 +75,11 @@ func (e engine) exprs() []string {
 	if own, ok := ollamaPretokenizer(e.arch, e.pre); ok && !e.llamaCpp {
 		return own
 	}
-	if own, ok := llamaCppPretokenizer(e.pre); ok && e.llamaCpp {
-		return own
+	if rule, ok := llamaCppRuleOf(e.pre); ok && e.llamaCpp {
+		return rule.exprs
 	}
 	return Pretokenizer(e.pre)
 }
-
-// bosPretokenizers are the byte-level BPE pre-tokenizers llama.cpp adds a
-// BOS token for when the file does not say.
-var bosPretokenizers = []string{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
-	"tekken", "chameleon"}
 
 // noBOSArchitectures are the architectures Ollama's engine adds no BOS
 // token for when the file does not say (their model code's default).
@@ -106,7 +102,8 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 	case "gpt2":
 		m.name = runner + ":gpt2/" + cmpOr(e.pre, "default")
 		exprs := e.exprs()
-		m.bpe = newBPE(e.bpe, exprs, llamaCpp, !llamaCpp || slices.Contains(ignoresMerges, e.pre))
+		rule, _ := llamaCppRuleOf(e.pre)
+		m.bpe = newBPE(e.bpe, exprs, llamaCpp, !llamaCpp || rule.wholeWords)
 		m.tok = nil
 	case "llama":
 		m.name = runner + ":spm"
@@ -149,7 +146,3 @@ func (m *Tokenizer) OtherEngine() *Tokenizer {
 	o.shares = cache.New[uint64, int](maxPieces)
 	return &o
 }
-
-// ignoresMerges lists the tokenizer.ggml.pre values llama.cpp gives
-// ignore_merges (the Llama 3 family, and Tekken).
-var ignoresMerges = []string{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "tekken"}

@@ -103,7 +103,8 @@ func TestLlamaCppMerges(t *testing.T) {
 	// not Tekken; "default" does (with llama.cpp's own expressions).
 	for pre, merging := range map[string]bool{"qwen2": true, "llama-bpe": false, "llama3": false, "tekken": false, "default": true} {
 		kv := vocabgen.BPE(600, pre, 1).KV()
-		if got := newModelKV(t, kv, templates["chatml"]).merges(); got != merging {
+		m := newModelKV(t, kv, templates["chatml"])
+		if got := m.bpe != nil && !m.bpe.whole; got != merging {
 			t.Errorf("pre %s: merging %v, want %v", pre, got, merging)
 		}
 	}
@@ -140,7 +141,8 @@ func TestLlamaCppRules(t *testing.T) {
 		{"superbpe", "1234567", []string{"1", "", "234", "", "567"}},
 		{"chameleon", "a\tb", []string{"a", "\t", "b"}},
 	} {
-		exprs, ok := llamaCppPretokenizer(c.pre)
+		rule, ok := llamaCppRuleOf(c.pre)
+		exprs := rule.exprs
 		if !ok {
 			t.Fatalf("%s: no rule", c.pre)
 		}
@@ -149,7 +151,7 @@ func TestLlamaCppRules(t *testing.T) {
 		}
 	}
 	for _, pre := range []string{"kimi-k2", "afmoe", "no-such-rule"} {
-		if _, ok := llamaCppPretokenizer(pre); ok {
+		if _, ok := llamaCppRuleOf(pre); ok {
 			t.Errorf("%s has expressions in the table", pre)
 		}
 	}

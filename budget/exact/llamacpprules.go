@@ -14,16 +14,16 @@ import "slices"
 // which matches the same text. Two values are left out: llama.cpp
 // splits "kimi-k2" and "afmoe" with hand-written code, not expressions,
 // and ctxproxy counts them with its best guess (Pretokenizer), checked by
-// the first reply's prompt_eval_count like any other.
-var llamaCppRules = []struct {
-	pres, exprs []string
-}{
+// the first reply's prompt_eval_count like any other. A rule also says
+// whether llama.cpp looks a whole word up before merging (ignore_merges)
+// and whether it adds BOS when the file does not say (add_bos).
+var llamaCppRules = []llamaCppRule{
 	{[]string{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"}, []string{
 		regexLlama3,
-	}},
+	}, true, true},
 	{[]string{"dbrx", "smaug-bpe"}, []string{
 		regexLlama3,
-	}},
+	}, false, false},
 	{[]string{"deepseek-llm"}, []string{
 		`[\r\n]`,
 		`\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+`,
@@ -31,47 +31,47 @@ var llamaCppRules = []struct {
 		`\s+$`,
 		`[一-龥ࠀ-一가-퟿]+`,
 		`\p{N}+`,
-	}},
+	}, false, false},
 	{[]string{"deepseek-v3", "hunyuan-dense"}, []string{
 		`\p{N}{1,3}`,
 		`[一-龥぀-ゟ゠-ヿ]+`,
 		"[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-	}},
+	}, false, false},
 	{[]string{"deepseek-coder"}, []string{
 		`[\r\n]`,
 		`\s?\p{L}+`,
 		`\s?\p{P}+`,
 		`[一-龥ࠀ-一가-퟿]+`,
 		`\p{N}`,
-	}},
+	}, false, false},
 	{[]string{"falcon"}, []string{
 		"[\\p{P}\\$\\+<=>\\^~\\|`]+",
 		`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`,
 		`[0-9][0-9][0-9]`,
-	}},
+	}, false, false},
 	{[]string{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}, []string{
 		`\p{N}`,
 		`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`,
-	}},
+	}, false, false},
 	{[]string{"mpt", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum", "jina-v1-en", "jina-v2-code", "roberta-bpe", "olmo", "jais", "exaone4", "trillion", "granite-docling"}, []string{
 		`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`,
-	}},
+	}, false, false},
 	{[]string{"qwen2", "deepseek-r1-qwen", "kormo", "stablelm2", "megrez", "hunyuan"}, []string{
 		regexQwen2,
-	}},
+	}, false, false},
 	{[]string{"poro-chat", "bloom", "gpt3-finnish"}, []string{
 		` ?[^(\s|.,!?…。，、।۔،)]+`,
-	}},
+	}, false, false},
 	{[]string{"glm4", "chatglm-bpe"}, []string{
 		regexLlama3,
-	}},
+	}, false, false},
 	{[]string{"viking"}, []string{
 		` ?[^(\s|.,!?…。，、।۔،)]+`,
 		`\p{N}`,
-	}},
+	}, false, false},
 	{[]string{"tekken"}, []string{
 		`[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
-	}},
+	}, true, true},
 	{[]string{"chameleon"}, []string{
 		`<sentinel:[0-9]+>`,
 		`(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z`,
@@ -79,42 +79,50 @@ var llamaCppRules = []struct {
 		`\p{N}`,
 		"[\\p{P}!-/:-@\\[-`{-~]",
 		`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`,
-	}},
+	}, false, true},
 	{[]string{"gpt-4o", "llama4", "minimax-m2"}, []string{
 		`[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
-	}},
+	}, false, false},
 	{[]string{"superbpe"}, []string{
 		`\p{N}+`,
 		`(?=(\d{3})+(?!\d))`,
-	}},
+	}, false, false},
 	{[]string{"bailingmoe", "bailingmoe2", "llada-moe"}, []string{
 		`'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+`,
-	}},
+	}, false, false},
 	{[]string{"seed-coder"}, []string{
 		`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+`,
-	}},
+	}, false, false},
 	{[]string{"grok-2"}, []string{
 		regexQwen2,
-	}},
+	}, false, false},
 	{[]string{"default"}, []string{
 		`[\p{P}\$\+<=>\^~\|]+`,
 		`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`,
 		`\p{N}+`,
 		`[0-9][0-9][0-9]`,
-	}},
+	}, false, false},
 }
 
-// llamaCppPretokenizer returns the expressions llama.cpp splits text of
-// the byte-level BPE pre-tokenizer pre with, and false for a value it has
-// no expressions for.
-func llamaCppPretokenizer(pre string) ([]string, bool) {
+// llamaCppRule is one rule of llama.cpp's table: the tokenizer.ggml.pre
+// values it serves, its expressions, and its ignore_merges and add_bos.
+type llamaCppRule struct {
+	pres, exprs         []string
+	wholeWords, addsBOS bool
+}
+
+// llamaCppRuleOf returns the rule llama.cpp splits text of the byte-level
+// BPE pre-tokenizer pre with, and false for a value it has no
+// expressions for (whole words and BOS are then off, as llama.cpp's
+// defaults are).
+func llamaCppRuleOf(pre string) (llamaCppRule, bool) {
 	if pre == "" {
 		pre = "default"
 	}
 	for _, r := range llamaCppRules {
 		if slices.Contains(r.pres, pre) {
-			return r.exprs, true
+			return r, true
 		}
 	}
-	return nil, false
+	return llamaCppRule{}, false
 }
