@@ -17,13 +17,8 @@ func init() {
 		},
 		Block: func(b *Builder, p string) {
 			H := uint64(b.Shape.Heads)
+			mlaLatent(b, p)
 			b.Add(
-				b.Ones(p+"attn_norm.weight", b.E),
-				b.Random(p+"attn_q_a.weight", b.E, mlaQRank),
-				b.Ones(p+"attn_q_a_norm.weight", mlaQRank),
-				b.Random(p+"attn_q_b.weight", mlaQRank, H*(mlaNope+mlaRope)),
-				b.Random(p+"attn_kv_a_mqa.weight", b.E, mlaKVRank+mlaRope),
-				b.Ones(p+"attn_kv_a_norm.weight", mlaKVRank),
 				b.Random(p+"attn_kv_b.weight", mlaKVRank, H*(mlaNope+mlaValue)),
 				b.Random(p+"attn_output.weight", H*mlaValue, b.E),
 			)
@@ -62,6 +57,20 @@ func mlaKV(b *Builder, arch string) {
 	for k, v := range kv {
 		b.KV[arch+"."+k] = v
 	}
+}
+
+// mlaLatent adds the start of a latent-attention block: its norm, the
+// query's low-rank projection and the shared key-value latent.
+func mlaLatent(b *Builder, p string) {
+	H := uint64(b.Shape.Heads)
+	b.Add(
+		b.Ones(p+"attn_norm.weight", b.E),
+		b.Random(p+"attn_q_a.weight", b.E, mlaQRank),
+		b.Ones(p+"attn_q_a_norm.weight", mlaQRank),
+		b.Random(p+"attn_q_b.weight", mlaQRank, H*(mlaNope+mlaRope)),
+		b.Random(p+"attn_kv_a_mqa.weight", b.E, mlaKVRank+mlaRope),
+		b.Ones(p+"attn_kv_a_norm.weight", mlaKVRank),
+	)
 }
 
 // mlaFeedForward adds the feed-forward of block p: dense in the leading

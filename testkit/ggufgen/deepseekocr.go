@@ -21,14 +21,8 @@ func init() {
 			deepSeekOCRVision(b)
 		},
 		Block: func(b *Builder, p string) {
-			E, F := b.E, b.F
-			b.Add(
-				b.Ones(p+"attn_norm.weight", E),
-			)
-			b.Attention(p)
-			b.Add(
-				b.Ones(p+"ffn_norm.weight", E),
-			)
+			F := b.F
+			normedAttention(b, p)
 			if blockIndex(p) < 1 {
 				b.FeedForward(p, F)
 				return

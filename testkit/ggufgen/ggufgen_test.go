@@ -19,19 +19,7 @@ func TestWrite_EveryLayout(t *testing.T) {
 	v := vocabgen.BPE(600, "qwen2", 1)
 	for arch, layout := range layouts {
 		t.Run(arch, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "m.gguf")
-			if err := Write(path, v, Shape{Arch: arch, Seed: 1}); err != nil {
-				t.Fatal(err)
-			}
-			f, err := os.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			g, err := ggml.Decode(f, -1)
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := writeDecoded(t, v, arch)
 			kv := g.KV()
 			if kv.Architecture() != arch {
 				t.Errorf("architecture %q", kv.Architecture())
@@ -58,6 +46,26 @@ func TestWrite_EveryLayout(t *testing.T) {
 	}
 }
 
+// writeDecoded writes a model of arch with vocabulary v and decodes it
+// with Ollama's GGUF reader.
+func writeDecoded(t *testing.T, v vocabgen.Vocab, arch string) *ggml.GGML {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	if err := Write(path, v, Shape{Arch: arch, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g, err := ggml.Decode(f, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // TestWrite_HybridBlocks: in the hybrid layouts each block's tensors are
 // those of the kind its per-block keys make it in Ollama's model code: a
 // recurrent block (no KV heads, and no feed-forward length for
@@ -67,19 +75,7 @@ func TestWrite_HybridBlocks(t *testing.T) {
 	v := vocabgen.BPE(600, "qwen2", 1)
 	for _, arch := range []string{"qwen3next", "qwen35", "qwen35moe", "nemotron_h", "nemotron_h_moe"} {
 		t.Run(arch, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "m.gguf")
-			if err := Write(path, v, Shape{Arch: arch, Seed: 1}); err != nil {
-				t.Fatal(err)
-			}
-			f, err := os.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			g, err := ggml.Decode(f, -1)
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := writeDecoded(t, v, arch)
 			kvHeads, ffn := g.KV().HeadCountKV(), g.KV().FFNLength()
 			groups := g.Tensors().GroupLayers()
 			nemotron := strings.HasPrefix(arch, "nemotron_h")

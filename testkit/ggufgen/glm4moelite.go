@@ -14,13 +14,8 @@ func init() {
 		},
 		Block: func(b *Builder, p string) {
 			H := uint64(b.Shape.Heads)
+			mlaLatent(b, p)
 			b.Add(
-				b.Ones(p+"attn_norm.weight", b.E),
-				b.Random(p+"attn_q_a.weight", b.E, mlaQRank),
-				b.Ones(p+"attn_q_a_norm.weight", mlaQRank),
-				b.Random(p+"attn_q_b.weight", mlaQRank, H*(mlaNope+mlaRope)),
-				b.Random(p+"attn_kv_a_mqa.weight", b.E, mlaKVRank+mlaRope),
-				b.Ones(p+"attn_kv_a_norm.weight", mlaKVRank),
 				b.Random(p+"attn_k_b.weight", mlaNope, mlaKVRank, H),
 				b.Random(p+"attn_v_b.weight", mlaKVRank, mlaValue, H),
 				b.Random(p+"attn_output.weight", H*mlaValue, b.E),

@@ -54,11 +54,17 @@ var layouts = map[string]Layout{
 // llamaBlock adds a Llama block: attention with grouped KV heads and a
 // gated feed-forward, each after an RMS norm.
 func llamaBlock(b *Builder, p string) {
-	E, F := b.E, b.F
-	b.Add(b.Ones(p+"attn_norm.weight", E))
-	b.Attention(p)
-	b.Add(b.Ones(p+"ffn_norm.weight", E))
+	F := b.F
+	normedAttention(b, p)
 	b.FeedForward(p, F)
+}
+
+// normedAttention adds a Llama block without its feed-forward: the
+// attention's norm, the attention, the feed-forward's norm.
+func normedAttention(b *Builder, p string) {
+	b.Add(b.Ones(p+"attn_norm.weight", b.E))
+	b.Attention(p)
+	b.Add(b.Ones(p+"ffn_norm.weight", b.E))
 }
 
 // Attention adds attention with grouped KV heads: attn_q, attn_k, attn_v
@@ -95,6 +101,19 @@ func blockIndex(p string) int {
 		panic("ggufgen: block prefix " + p)
 	}
 	return i
+}
+
+// KVHeads returns the per-block attention.head_count_kv of a hybrid
+// model: the shape's KV heads where attention(i), 0 (another kind of
+// block) elsewhere.
+func (b *Builder) KVHeads(attention func(i int) bool) []uint32 {
+	heads := make([]uint32, b.Shape.Layers)
+	for i := range heads {
+		if attention(i) {
+			heads[i] = uint32(b.Shape.KVHeads)
+		}
+	}
+	return heads
 }
 
 // Add appends tensors to the model.

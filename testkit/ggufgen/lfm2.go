@@ -22,13 +22,7 @@ func lfm2Layout(arch string, moe bool) Layout {
 	conv := func(i int) bool { return i%2 == 0 }
 	return Layout{
 		KV: func(b *Builder) {
-			kvHeads := make([]uint32, b.Shape.Layers)
-			for i := range kvHeads {
-				if !conv(i) {
-					kvHeads[i] = uint32(b.Shape.KVHeads)
-				}
-			}
-			b.KV[arch+".attention.head_count_kv"] = kvHeads
+			b.KV[arch+".attention.head_count_kv"] = b.KVHeads(func(i int) bool { return !conv(i) })
 			b.KV[arch+".attention.key_length"] = uint32(b.HeadDim)
 			b.KV[arch+".attention.value_length"] = uint32(b.HeadDim)
 			b.KV[arch+".shortconv.l_cache"] = uint32(lCache)

@@ -39,13 +39,7 @@ func qwen3nextLayout(arch string, moe, qwen35 bool) Layout {
 	recurrent := func(i int) bool { return (i+1)%gdnInterval != 0 }
 	return Layout{
 		KV: func(b *Builder) {
-			kvHeads := make([]uint32, b.Shape.Layers)
-			for i := range kvHeads {
-				if !recurrent(i) {
-					kvHeads[i] = uint32(b.Shape.KVHeads)
-				}
-			}
-			b.KV[arch+".attention.head_count_kv"] = kvHeads
+			b.KV[arch+".attention.head_count_kv"] = b.KVHeads(func(i int) bool { return !recurrent(i) })
 			b.KV[arch+".attention.key_length"] = uint32(b.HeadDim)
 			b.KV[arch+".attention.value_length"] = uint32(b.HeadDim)
 			// Partial RoPE: half of each head rotates.
