@@ -75,10 +75,8 @@ type Tokenizer struct {
 	// dropThinking: earlier replies lose their <think> part.
 	dropThinking bool
 	// vision: the model has a projector; images cost it imageCost
-	// tokens each, exactly so where imagesExact (setImageCost).
-	vision      bool
-	imageCost   int
-	imagesExact bool
+	// tokens each.
+	vision bool
 	// gemma3Image is a Gemma 3 model's image cost on Ollama's engine, 0
 	// for other architectures (gemma3ImageCost).
 	gemma3Image int
@@ -292,7 +290,7 @@ func (m *Tokenizer) Render(p Prompt) (string, error) {
 
 // Count returns the tokens the server evaluates for p: the rendered
 // prompt's tokens, BOS/EOS as the vocabulary adds them, and for a vision
-// model each image's cost (setImageCost) where its tag was: the runner
+// model each image's cost (imageCost) where its tag was: the runner
 // encodes the text between tags on its own, BOS with the first part only.
 // exact is false when p has images for a vision model whose image cost
 // is the projector's, decided by the server at run time (every family
@@ -311,6 +309,7 @@ func (m *Tokenizer) Count(p Prompt) (tokens int, exact bool, err error) {
 		n, err := m.CountPrompt(text)
 		return n, err == nil, err
 	}
+	cost, whole := m.imageCost()
 	parts := imgTag.Split(text, -1)
 	n, err := m.CountPrompt(parts[0])
 	if err != nil {
@@ -321,9 +320,9 @@ func (m *Tokenizer) Count(p Prompt) (tokens int, exact bool, err error) {
 		if err != nil {
 			return 0, false, err
 		}
-		n += k + m.imageCost
+		n += k + cost
 	}
-	return n, m.imagesExact, nil
+	return n, whole, nil
 }
 
 // CountPrompt returns the tokens of a rendered prompt, BOS and EOS added
@@ -444,7 +443,8 @@ func (m *Tokenizer) Share(msg api.Message) (int, error) {
 	}
 	n := max(0, with-without)
 	if m.vision {
-		n += len(msg.Images) * m.imageCost
+		cost, _ := m.imageCost()
+		n += len(msg.Images) * cost
 	}
 	m.shares.Add(key, n)
 	return n, nil

@@ -5,7 +5,7 @@ import "regexp"
 // imageTokens is what Ollama charges an image when it decides whether a
 // prompt fits (server/prompt.go: a CLIP image is 768 embeddings), and
 // ctxproxy's estimate of an image for the vision models whose cost it
-// does not know (setImageCost).
+// does not know (Tokenizer.imageCost).
 const imageTokens = 768
 
 // imgTag is the tag the server writes for an image; a vision model's

@@ -97,7 +97,6 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 	}
 	m.bpe, m.spmPrefix = nil, false
 	m.addBOS = e.addsBOS() && len(e.vocab.BOS) > 0
-	m.setImageCost()
 	switch e.kind {
 	case "gpt2":
 		m.name = runner + ":gpt2/" + cmpOr(e.pre, "default")
@@ -114,18 +113,17 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 	}
 }
 
-// setImageCost sets what an image costs m on the runner it counts for
-// now: Gemma 3's fixed cost on Ollama's engine (exact), else the 768 the
-// server assumes when it fits a prompt to the window. Other families'
-// cost depends on the image's size and the projector, which the server
-// works out when it runs the prompt: an estimate the reply's
-// prompt_eval_count corrects.
-func (m *Tokenizer) setImageCost() {
+// imageCost returns what an image costs m on the runner it counts for
+// now, and whether that is exact: Gemma 3's fixed cost on Ollama's engine
+// (exact), else the 768 the server assumes when it fits a prompt to the
+// window. Other families' cost depends on the image's size and the
+// projector, which the server works out when it runs the prompt: an
+// estimate the reply's prompt_eval_count corrects.
+func (m *Tokenizer) imageCost() (tokens int, exact bool) {
 	if m.gemma3Image > 0 && !m.engine.llamaCpp {
-		m.imageCost, m.imagesExact = m.gemma3Image, true
-		return
+		return m.gemma3Image, true
 	}
-	m.imageCost, m.imagesExact = imageTokens, false
+	return imageTokens, false
 }
 
 // OtherEngine returns m counting as the other runner would: Ollama's own
