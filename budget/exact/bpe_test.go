@@ -87,8 +87,15 @@ func TestBPEVocabRoundTrip(t *testing.T) {
 			t.Fatalf("id(%q) = %d, token(%d) = %q", tok, c.id(tok), i, c.token(int32(i)))
 		}
 	}
-	if c.id("no such token") != -1 || c.rank(0, 0) != -1 && v.Merges[c.rank(0, 0)] != v.Tokens[0]+" "+v.Tokens[0] {
-		t.Error("lookups of what is not there")
+	// Every merge's rank is its line; a pair no line names has none.
+	for rank, m := range v.Merges {
+		left, right, _ := strings.Cut(m, " ")
+		if got := c.rank(c.id(left), c.id(right)); got != rank {
+			t.Fatalf("rank(%q) = %d, want %d", m, got, rank)
+		}
+	}
+	if c.id("no such token") != -1 || c.rank(c.id("<|im_end|>"), c.id("<|im_end|>")) != -1 || c.rank(-1, 0) != -1 {
+		t.Error("lookups of what is not there answered")
 	}
 	dup := newBPEVocab([]string{"a", "b", "a"}, []string{"a b", "b a", "a b"})
 	if dup.id("a") != 2 || dup.rank(2, 1) != 2 {
