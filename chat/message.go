@@ -52,6 +52,16 @@ type Message struct {
 	Tokens int
 }
 
+// Image is what ctxproxy reads of an attached image: its size in pixels,
+// from the image's header. Both are zero when the size could not be read
+// (a remote URL, a format ctxproxy does not parse, damaged data).
+type Image struct {
+	Width, Height int
+}
+
+// Known reports whether the image's size was read.
+func (i Image) Known() bool { return i.Width > 0 && i.Height > 0 }
+
 // ToolCall is one function call requested by an assistant message.
 type ToolCall struct {
 	ID   string

@@ -109,7 +109,7 @@ func (c *exactCounter) Prompt(msgs []rewrite.Message, _ json.RawMessage) budget.
 func (c *exactCounter) Overhead(json.RawMessage) int {
 	n := c.total
 	for _, m := range c.last {
-		share, err := c.model.Share(m)
+		share, err := c.model.Share(m, nil)
 		if err != nil && c.err == nil {
 			c.err = err
 		}
@@ -123,7 +123,7 @@ func (c *exactCounter) CountMessage(m *rewrite.Message) int {
 	if m.Tokens > 0 {
 		return m.Tokens
 	}
-	n, err := c.model.Share(c.message(m))
+	n, err := c.model.Share(c.message(m), nil)
 	if err != nil && c.err == nil {
 		c.err = err
 	}

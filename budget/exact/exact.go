@@ -29,6 +29,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ctxproxy/ctxproxy/chat"
 	"github.com/ctxproxy/ctxproxy/internal/cache"
 	"github.com/ollama/ollama/api"
 	"github.com/ollama/ollama/model/renderers"
@@ -77,13 +78,13 @@ type Tokenizer struct {
 	// vision: the model has a projector; images cost it imageCost
 	// tokens each.
 	vision bool
-	// gemma3Image is a Gemma 3 model's image cost on Ollama's engine, 0
-	// for other architectures (gemma3ImageCost).
-	gemma3Image int
-	system      string
-	preamble    []api.Message
-	thinking    bool
-	name        string
+	// images is how the family's images cost on Ollama's engine, nil
+	// when ctxproxy does not know its rule (visionFamilies).
+	images   imageCoster
+	system   string
+	preamble []api.Message
+	thinking bool
+	name     string
 
 	special []string  // control and user-defined tokens, in vocabulary order
 	trie    *trieNode // the specials, to find which a prompt holds in one pass
@@ -157,7 +158,7 @@ func New(show Show) (*Tokenizer, error) {
 		preamble:     show.Messages,
 		thinking:     slices.Contains(show.Capabilities, "thinking"),
 		vision:       slices.Contains(show.Capabilities, "vision"),
-		gemma3Image:  gemma3ImageCost(kv),
+		images:       imagesOf(kv),
 		addBOS:       vocab.AddBOS && len(vocab.BOS) > 0,
 		addEOS:       vocab.AddEOS && len(vocab.EOS) > 0,
 		seed:         maphash.MakeSeed(),
@@ -228,6 +229,10 @@ type Prompt struct {
 	Tools    api.Tools
 	// Think is the request's "think" value; nil when it sets none.
 	Think *api.ThinkValue
+	// Images are the sizes of the messages' images, in the order the
+	// messages hold them (the messages' ImageData are not read). An image
+	// beyond its end has no known size.
+	Images []chat.Image
 }
 
 // Render returns the prompt text the server builds for p: the
@@ -292,10 +297,9 @@ func (m *Tokenizer) Render(p Prompt) (string, error) {
 // prompt's tokens, BOS/EOS as the vocabulary adds them, and for a vision
 // model each image's cost (imageCost) where its tag was: the runner
 // encodes the text between tags on its own, BOS with the first part only.
-// exact is false when p has images for a vision model whose image cost
-// is the projector's, decided by the server at run time (every family
-// but Gemma 3 on Ollama's engine, whose cost is fixed). A model without
-// vision gets only an image's tag in the text, which is counted exactly.
+// exact is false when an image's cost is an estimate (see imageCost). A
+// model without vision gets only an image's tag in the text, which is
+// counted exactly.
 func (m *Tokenizer) Count(p Prompt) (tokens int, exact bool, err error) {
 	text, err := m.Render(p)
 	if err != nil {
@@ -309,20 +313,26 @@ func (m *Tokenizer) Count(p Prompt) (tokens int, exact bool, err error) {
 		n, err := m.CountPrompt(text)
 		return n, err == nil, err
 	}
-	cost, whole := m.imageCost()
 	parts := imgTag.Split(text, -1)
 	n, err := m.CountPrompt(parts[0])
 	if err != nil {
 		return 0, false, err
 	}
-	for _, part := range parts[1:] {
+	exact = true
+	for i, part := range parts[1:] {
 		k, err := m.CountText(part)
 		if err != nil {
 			return 0, false, err
 		}
+		var img chat.Image
+		if i < len(p.Images) {
+			img = p.Images[i]
+		}
+		cost, ok := m.imageCost(img)
 		n += k + cost
+		exact = exact && ok
 	}
-	return n, whole, nil
+	return n, exact, nil
 }
 
 // CountPrompt returns the tokens of a rendered prompt, BOS and EOS added
@@ -424,8 +434,8 @@ func (m *Tokenizer) Detokenize(ids []int32) (string, error) {
 // same for every conversation (BOS, the reply priming, the model's
 // SYSTEM, the tools); where a template joins or reorders
 // messages they are close, and Count stays the measure of a whole prompt.
-func (m *Tokenizer) Share(msg api.Message) (int, error) {
-	key := m.messageKey(&msg)
+func (m *Tokenizer) Share(msg api.Message, images []chat.Image) (int, error) {
+	key := m.messageKey(&msg, images)
 	if n, ok := m.shares.Get(key); ok {
 		return n, nil
 	}
@@ -443,8 +453,14 @@ func (m *Tokenizer) Share(msg api.Message) (int, error) {
 	}
 	n := max(0, with-without)
 	if m.vision {
-		cost, _ := m.imageCost()
-		n += len(msg.Images) * cost
+		for i := range msg.Images {
+			var img chat.Image
+			if i < len(images) {
+				img = images[i]
+			}
+			cost, _ := m.imageCost(img)
+			n += cost
+		}
 	}
 	m.shares.Add(key, n)
 	return n, nil
@@ -460,7 +476,7 @@ func (m *Tokenizer) count(p Prompt) (int, error) {
 }
 
 // messageKey hashes what of a message can change its rendering.
-func (m *Tokenizer) messageKey(msg *api.Message) uint64 {
+func (m *Tokenizer) messageKey(msg *api.Message, images []chat.Image) uint64 {
 	var h maphash.Hash
 	h.SetSeed(m.seed)
 	for _, s := range []string{msg.Role, msg.Content, msg.Thinking, msg.ToolName, msg.ToolCallID} {
@@ -479,6 +495,11 @@ func (m *Tokenizer) messageKey(msg *api.Message) uint64 {
 	var n [8]byte
 	binary.LittleEndian.PutUint64(n[:], uint64(len(msg.Images)))
 	h.Write(n[:])
+	for _, img := range images {
+		binary.LittleEndian.PutUint32(n[:4], uint32(img.Width))
+		binary.LittleEndian.PutUint32(n[4:], uint32(img.Height))
+		h.Write(n[:])
+	}
 	return h.Sum64()
 }
 

@@ -226,7 +226,7 @@ func TestSharesAddUp(t *testing.T) {
 					}
 					sum := 0
 					for _, msg := range p.Messages {
-						s, err := m.Share(msg)
+						s, err := m.Share(msg, nil)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -651,7 +651,7 @@ func TestImages(t *testing.T) {
 		}
 	}
 	// A share charges the image only where the model sees it.
-	if s, _ := text.Share(msgs[0]); s >= imageTokens {
+	if s, _ := text.Share(msgs[0], nil); s >= imageTokens {
 		t.Errorf("without vision, a message with two images has a share of %d", s)
 	}
 }

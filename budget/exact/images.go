@@ -1,30 +1,56 @@
 package exact
 
-import "regexp"
+import (
+	"regexp"
+
+	"github.com/ctxproxy/ctxproxy/chat"
+)
 
 // imageTokens is what Ollama charges an image when it decides whether a
 // prompt fits (server/prompt.go: a CLIP image is 768 embeddings), and
-// ctxproxy's estimate of an image for the vision models whose cost it
-// does not know (Tokenizer.imageCost).
+// ctxproxy's estimate of an image whose cost it cannot work out
+// (Tokenizer.imageCost).
 const imageTokens = 768
 
 // imgTag is the tag the server writes for an image; a vision model's
 // runner cuts the prompt at each tag and puts the image's tokens there.
 var imgTag = regexp.MustCompile(`\[img-(\d+)\]`)
 
-// gemma3ImageCost returns the tokens one image costs a Gemma 3 model of
-// model_info kv on Ollama's engine, 0 for other architectures. Gemma 3's
-// are fixed: the projector pools every image to mm_tokens_per_image
+// imageCoster returns the prompt tokens one image costs a model, and
+// whether that is what the runner evaluates (false: an estimate, for an
+// image whose size is unknown where the family's cost depends on it).
+type imageCoster func(img chat.Image) (tokens int, exact bool)
+
+// visionFamilies maps each architecture whose images Ollama's engine
+// turns into prompt tokens by a rule ctxproxy knows to that rule, made
+// from the model's facts (model_info). Each rule follows the family's
+// model code in Ollama v0.17.4 (model/models/<arch>: its image processor
+// and PostTokenize) and is checked against a real server in the e2e
+// suite. Other families, and every family on llama.cpp's runner, are
+// estimated at imageTokens.
+var visionFamilies = map[string]func(kv map[string]any) imageCoster{
+	"gemma3": gemma3Images,
+}
+
+// imagesOf returns how model_info kv's images cost on Ollama's engine,
+// nil when ctxproxy does not know the family's rule.
+func imagesOf(kv map[string]any) imageCoster {
+	arch, _ := kv["general.architecture"].(string)
+	if rule := visionFamilies[arch]; rule != nil {
+		return rule(kv)
+	}
+	return nil
+}
+
+// gemma3Images: Gemma 3's images cost a fixed number of tokens whatever
+// their size. The projector pools every image to mm_tokens_per_image
 // embeddings (256 unless the file says; the key Ollama's model code
 // reads, gemma3.mm_tokens_per_image), between the four tokens its model
 // code puts around them ("\n\n", start of image, end of image, "\n\n").
-// Checked against a real server's prompt_eval_count in the e2e suite.
-func gemma3ImageCost(kv map[string]any) int {
-	if arch, _ := kv["general.architecture"].(string); arch != "gemma3" {
-		return 0
+func gemma3Images(kv map[string]any) imageCoster {
+	n, ok := number(kv["gemma3.mm_tokens_per_image"])
+	if !ok || n <= 0 {
+		n = 256
 	}
-	if n, ok := number(kv["gemma3.mm_tokens_per_image"]); ok && n > 0 {
-		return n + 4
-	}
-	return 256 + 4
+	return func(chat.Image) (int, bool) { return n + 4, true }
 }

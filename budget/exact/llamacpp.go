@@ -3,6 +3,7 @@ package exact
 import (
 	"slices"
 
+	"github.com/ctxproxy/ctxproxy/chat"
 	"github.com/ctxproxy/ctxproxy/internal/cache"
 
 	"github.com/ollama/ollama/fs/ggml"
@@ -113,15 +114,15 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 	}
 }
 
-// imageCost returns what an image costs m on the runner it counts for
-// now, and whether that is exact: Gemma 3's fixed cost on Ollama's engine
-// (exact), else the 768 the server assumes when it fits a prompt to the
-// window. Other families' cost depends on the image's size and the
-// projector, which the server works out when it runs the prompt: an
-// estimate the reply's prompt_eval_count corrects.
-func (m *Tokenizer) imageCost() (tokens int, exact bool) {
-	if m.gemma3Image > 0 && !m.engine.llamaCpp {
-		return m.gemma3Image, true
+// imageCost returns what img costs m on the runner it counts for now,
+// and whether that is exact: the family's rule on Ollama's engine
+// (visionFamilies), else the 768 the server assumes when it fits a prompt
+// to the window. llama.cpp's projectors, and the families whose rule
+// ctxproxy does not know, work an image's cost out when they run the
+// prompt: an estimate the reply's prompt_eval_count corrects.
+func (m *Tokenizer) imageCost(img chat.Image) (tokens int, exact bool) {
+	if m.images != nil && !m.engine.llamaCpp {
+		return m.images(img)
 	}
 	return imageTokens, false
 }
