@@ -30,6 +30,7 @@ type imageCoster func(img chat.Image) (tokens int, exact bool)
 // estimated at imageTokens.
 var visionFamilies = map[string]func(kv map[string]any) imageCoster{
 	"gemma3":   gemma3Images,
+	"llama4":   llama4Images,
 	"mistral3": mistral3Images,
 }
 
