@@ -22,19 +22,19 @@ import (
 	"github.com/ollama/ollama/types/model"
 )
 
+// mistral3Size is an image a real-server check sends and what it
+// costs the generated model.
+type mistral3Size struct{ w, h, cost int }
+
 // mistral3Sizes are the images TestRealOllama_Mistral3Vision sends and
 // what each costs the generated model (longest edge 224, 14-pixel
 // patches merged 2×2): rows of merged patches × (columns + 1).
-var mistral3Sizes = []struct {
-	w, h, cost int
-}{
+var mistral3Sizes = []mistral3Size{
 	{56, 56, 2 * 3},     // 4×4 patches
 	{120, 72, 3 * 5},    // 9×6 patches: the odd column dropped
 	{20, 20, 1 * 2},     // tiny: padded up to 2×2 patches
 	{42, 70, 2 * 2},     // 3×5 patches
 	{224, 224, 8 * 9},   // exactly the longest edge
-	{300, 100, 3 * 9},   // scaled down to 224×74
-	{1000, 999, 8 * 9},  // scaled down to 224×223
 	{90, 500, 8 * 2},    // scaled down to 40×224
 	{1000, 100, 1 * 9},  // scaled down to 224×22
 	{28, 200, 7 * 2},    // 2×15 patches
@@ -43,6 +43,8 @@ var mistral3Sizes = []struct {
 	{223, 225, 8 * 9},   // scaled down to 222×224
 	{57, 43, 2 * 3},     // 5×4 patches
 	{1540, 1540, 8 * 9}, // Ollama's default longest edge, scaled to 224
+	{300, 100, 3 * 9},   // scaled down to 224×74
+	{1000, 999, 8 * 9},  // scaled down to 224×223
 }
 
 // mistral3Crashes are images Ollama v0.17.4's Mistral 3 cannot run: with
@@ -60,7 +62,8 @@ var mistral3Crashes = [][2]int{{14, 14}, {400, 10}, {10, 100}}
 // exactly what Ollama's engine evaluates (prompt_eval_count of /api/chat,
 // asked directly); each image adds the rule's cost to the same chat
 // without it. Two images in one message and one in an earlier message
-// are exact too.
+// are exact too. Images too small for a merged patch make the server
+// fail (mistral3Crashes).
 func TestRealOllama_Mistral3Vision(t *testing.T) {
 	o := need(t)
 	const name = "gen-mistral3-vision"
@@ -70,30 +73,7 @@ func TestRealOllama_Mistral3Vision(t *testing.T) {
 	}
 	tok := mistral3ShowTokenizer(t, o.url, name)
 
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-12s %7s %7s %7s %7s\n", "image", "counted", "ollama", "image", "rule")
-	for i, c := range mistral3Sizes {
-		msgs := conversation(1300+uint64(i), 2)
-		msgs[len(msgs)-1].Images = []api.ImageData{testPNG(c.w, c.h)}
-		imgs := []cpchat.Image{{Width: c.w, Height: c.h}}
-		counted, eval := mistral3Compare(t, o.url, tok, name, msgs, imgs)
-		bare := slices.Clone(msgs)
-		bare[len(bare)-1].Images = nil
-		_, bareEval := mistral3Compare(t, o.url, tok, name, bare, nil)
-		fmt.Fprintf(&b, "%4d×%-7d %7d %7d %7d %7d\n", c.w, c.h, counted, eval, eval-bareEval, c.cost)
-		if eval-bareEval != c.cost {
-			t.Errorf("%d×%d: the image added %d tokens on the server, want %d", c.w, c.h, eval-bareEval, c.cost)
-		}
-	}
-	// Several images: one in an earlier message, placed by [img], and
-	// two in the last message.
-	msgs := conversation(1399, 3)
-	msgs[1].Images = []api.ImageData{testPNG(300, 100)}
-	msgs[len(msgs)-1].Content = "Compare [img] with the first picture.\n" + hardText
-	msgs[len(msgs)-1].Images = []api.ImageData{testPNG(56, 56), testPNG(1000, 999)}
-	counted, eval := mistral3Compare(t, o.url, tok, name, msgs, []cpchat.Image{{Width: 300, Height: 100}, {Width: 56, Height: 56}, {Width: 1000, Height: 999}})
-	fmt.Fprintf(&b, "%-12s %7d %7d\n", "three", counted, eval)
-	t.Log("\n" + b.String())
+	t.Log("\n" + mistral3CheckSizes(t, o.url, tok, name, mistral3Sizes, 1300))
 
 	for _, c := range mistral3Crashes {
 		msgs := conversation(1398, 1)
@@ -110,6 +90,42 @@ func TestRealOllama_Mistral3Vision(t *testing.T) {
 			t.Errorf("%d×%d: the server ran it; the rule calls it a failure", c[0], c[1])
 		}
 	}
+}
+
+// mistral3CheckSizes sends each of sizes alone in a chat (seeded from
+// seed) to the real Ollama at base, directly, and the same chat without
+// it; the count must equal prompt_eval_count on both and the image must
+// add its cost on the server. Then the last three together: the first in
+// an earlier message, two in the last, one placed by [img]. It returns
+// the table of counts. TestRealOllama_Llama4Vision uses it too.
+func mistral3CheckSizes(t *testing.T, base string, tok *exact.Tokenizer, name string, sizes []mistral3Size, seed uint64) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-12s %7s %7s %7s %7s\n", "image", "counted", "ollama", "image", "rule")
+	for i, c := range sizes {
+		msgs := conversation(seed+uint64(i), 2)
+		msgs[len(msgs)-1].Images = []api.ImageData{testPNG(c.w, c.h)}
+		counted, eval := mistral3Compare(t, base, tok, name, msgs, []cpchat.Image{{Width: c.w, Height: c.h}})
+		bare := slices.Clone(msgs)
+		bare[len(bare)-1].Images = nil
+		_, bareEval := mistral3Compare(t, base, tok, name, bare, nil)
+		fmt.Fprintf(&b, "%4d×%-7d %7d %7d %7d %7d\n", c.w, c.h, counted, eval, eval-bareEval, c.cost)
+		if eval-bareEval != c.cost {
+			t.Errorf("%d×%d: the image added %d tokens on the server, want %d", c.w, c.h, eval-bareEval, c.cost)
+		}
+	}
+	three := sizes[len(sizes)-3:]
+	var imgs []cpchat.Image
+	for _, c := range three {
+		imgs = append(imgs, cpchat.Image{Width: c.w, Height: c.h})
+	}
+	msgs := conversation(seed+99, 3)
+	msgs[1].Images = []api.ImageData{testPNG(three[0].w, three[0].h)}
+	msgs[len(msgs)-1].Content = "Compare [img] with the first picture.\n" + hardText
+	msgs[len(msgs)-1].Images = []api.ImageData{testPNG(three[1].w, three[1].h), testPNG(three[2].w, three[2].h)}
+	counted, eval := mistral3Compare(t, base, tok, name, msgs, imgs)
+	fmt.Fprintf(&b, "%-12s %7d %7d\n", "three", counted, eval)
+	return b.String()
 }
 
 // mistral3ShowTokenizer builds the Tokenizer the proxy builds for name

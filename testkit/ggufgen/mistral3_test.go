@@ -25,7 +25,7 @@ func TestMistral3Vision(t *testing.T) {
 	if err := Write(path, v, Shape{Arch: "mistral3", Vision: true, Embedding: 8, Heads: 2, KVHeads: 1, Layers: 1, FeedForward: 16}); err != nil {
 		t.Fatal(err)
 	}
-	g := decodeMistral3(t, path)
+	g := decodeTowerFile(t, path)
 	kv := g.KV()
 	if kv.Uint("vision.block_count") != 1 || kv.Uint("vision.longest_edge") != Mistral3LongestEdge ||
 		kv.Uint("vision.image_size") != Mistral3LongestEdge || kv.Uint("vision.patch_size") != 14 ||
@@ -59,15 +59,16 @@ func TestMistral3Vision(t *testing.T) {
 	if err := Write(plain, v, Shape{Arch: "mistral3"}); err != nil {
 		t.Fatal(err)
 	}
-	for _, tn := range decodeMistral3(t, plain).Tensors().Items() {
+	for _, tn := range decodeTowerFile(t, plain).Tensors().Items() {
 		if strings.HasPrefix(tn.Name, "v.") || strings.HasPrefix(tn.Name, "mm.") {
 			t.Errorf("a text-only file has %s", tn.Name)
 		}
 	}
 }
 
-// decodeMistral3 decodes the GGUF file at path with Ollama's reader.
-func decodeMistral3(t *testing.T, path string) *ggml.GGML {
+// decodeTowerFile decodes the GGUF file at path with Ollama's reader
+// (TestMistral3Vision, TestLlama4Vision).
+func decodeTowerFile(t *testing.T, path string) *ggml.GGML {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
