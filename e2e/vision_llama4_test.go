@@ -42,7 +42,9 @@ var llama4ImageTokens = []string{
 // every canvas) the Tokenizer built from its /api/show counts exactly
 // what Ollama's engine evaluates (prompt_eval_count of /api/chat, asked
 // directly); each image adds the rule's cost to the same chat without
-// it. Three images in one chat are exact too.
+// it. Three images in one chat are exact too, and through ctxproxy on
+// /api/chat (whole and streamed), /v1/chat/completions and /api/generate
+// X-Ctxproxy-Tokens equals prompt_eval_count on every request.
 func TestRealOllama_Llama4Vision(t *testing.T) {
 	o := need(t)
 	const name = "gen-llama4-vision"
@@ -55,4 +57,5 @@ func TestRealOllama_Llama4Vision(t *testing.T) {
 	}
 	tok := mistral3ShowTokenizer(t, o.url, name)
 	t.Log("\n" + mistral3CheckSizes(t, o.url, tok, name, llama4Sizes, 1400))
+	t.Log("\n" + mistral3ThroughProxy(t, o.url, name, llama4Sizes, 1400))
 }

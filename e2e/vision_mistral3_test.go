@@ -62,7 +62,9 @@ var mistral3Crashes = [][2]int{{14, 14}, {400, 10}, {10, 100}}
 // exactly what Ollama's engine evaluates (prompt_eval_count of /api/chat,
 // asked directly); each image adds the rule's cost to the same chat
 // without it. Two images in one message and one in an earlier message
-// are exact too. Images too small for a merged patch make the server
+// are exact too, and through ctxproxy on /api/chat (whole and streamed),
+// /v1/chat/completions and /api/generate X-Ctxproxy-Tokens equals
+// prompt_eval_count on every request. Images too small for a merged patch make the server
 // fail (mistral3Crashes).
 func TestRealOllama_Mistral3Vision(t *testing.T) {
 	o := need(t)
@@ -74,6 +76,7 @@ func TestRealOllama_Mistral3Vision(t *testing.T) {
 	tok := mistral3ShowTokenizer(t, o.url, name)
 
 	t.Log("\n" + mistral3CheckSizes(t, o.url, tok, name, mistral3Sizes, 1300))
+	t.Log("\n" + mistral3ThroughProxy(t, o.url, name, mistral3Sizes, 1300))
 
 	for _, c := range mistral3Crashes {
 		msgs := conversation(1398, 1)
@@ -126,6 +129,103 @@ func mistral3CheckSizes(t *testing.T, base string, tok *exact.Tokenizer, name st
 	counted, eval := mistral3Compare(t, base, tok, name, msgs, imgs)
 	fmt.Fprintf(&b, "%-12s %7d %7d\n", "three", counted, eval)
 	return b.String()
+}
+
+// mistral3ThroughProxy sends each of sizes alone in a chat (seeded from
+// seed), then the last three together, through a ctxproxy in front of
+// the real Ollama at base on /api/chat whole and streamed and
+// /v1/chat/completions, and the last two as /api/generate's images:
+// X-Ctxproxy-Tokens must equal prompt_eval_count on every request, and
+// ctxproxy must have held every report against its count with no miss.
+// It returns the table of counts. TestRealOllama_Llama4Vision uses it
+// too.
+func mistral3ThroughProxy(t *testing.T, base, name string, sizes []mistral3Size, seed uint64) string {
+	t.Helper()
+	p := startCtxproxy(t, base, exactConfig)
+	defer p.stop()
+	type chatCase struct {
+		name string
+		msgs []api.Message
+	}
+	var cases []chatCase
+	for i, c := range sizes {
+		msgs := conversation(seed+uint64(i), 2)
+		msgs[len(msgs)-1].Images = []api.ImageData{testPNG(c.w, c.h)}
+		cases = append(cases, chatCase{fmt.Sprintf("%d×%d", c.w, c.h), msgs})
+	}
+	three := sizes[len(sizes)-3:]
+	msgs := conversation(seed+98, 3)
+	msgs[1].Images = []api.ImageData{testPNG(three[0].w, three[0].h)}
+	msgs[len(msgs)-1].Content = "Compare [img] with the first picture.\n" + hardText
+	msgs[len(msgs)-1].Images = []api.ImageData{testPNG(three[1].w, three[1].h), testPNG(three[2].w, three[2].h)}
+	cases = append(cases, chatCase{"three", msgs})
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-12s %-22s %7s %7s\n", "image", "route", "sent", "ollama")
+	requests := 0
+	for _, c := range cases {
+		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {
+			body := openaiImageBody(name, c.msgs)
+			if route != "/v1/chat/completions" {
+				body, _ = json.Marshal(chatRequest{Model: name, Messages: c.msgs, Stream: route != "/api/chat"})
+			}
+			sent, eval, err := countedAndEvaluatedBody(p.url, route, body)
+			if err != nil {
+				t.Errorf("%s %s: %v", c.name, route, err)
+				continue
+			}
+			requests++
+			fmt.Fprintf(&b, "%-12s %-22s %7d %7d\n", c.name, route, sent, eval)
+			if sent != eval {
+				t.Errorf("%s on %s: X-Ctxproxy-Tokens %d, prompt_eval_count %d", c.name, route, sent, eval)
+			}
+		}
+	}
+	body, _ := json.Marshal(api.GenerateRequest{Model: name, Prompt: "Describe it. [img] " + hardText,
+		Images: []api.ImageData{testPNG(three[1].w, three[1].h), testPNG(three[2].w, three[2].h)}, Stream: new(bool)})
+	if sent, eval, err := generateCounted(p.url, body); err != nil {
+		t.Errorf("/api/generate: %v", err)
+	} else {
+		requests++
+		fmt.Fprintf(&b, "%-12s %-22s %7d %7d\n", "two", "/api/generate", sent, eval)
+		if sent != eval {
+			t.Errorf("/api/generate with two images: X-Ctxproxy-Tokens %d, prompt_eval_count %d", sent, eval)
+		}
+	}
+	mistral3HeldAll(t, p, name, requests)
+	return b.String()
+}
+
+// mistral3HeldAll fails the test unless ctxproxy p held at least
+// requests reports of model name against its counts, none an estimate
+// skipped, and missed none.
+func mistral3HeldAll(t *testing.T, p *ctxproxy, name string, requests int) {
+	t.Helper()
+	var counting struct {
+		Checked int64 `json:"checked"`
+		Misses  []any `json:"misses"`
+	}
+	if !eventually(5*time.Second, func() bool {
+		_, data := p.get(t, "/ctxproxy/status")
+		var st struct {
+			Models []struct {
+				Name     string          `json:"name"`
+				Counting json.RawMessage `json:"counting"`
+			} `json:"models"`
+		}
+		_ = json.Unmarshal(data, &st)
+		for _, m := range st.Models {
+			if strings.HasPrefix(m.Name, name) {
+				_ = json.Unmarshal(m.Counting, &counting)
+			}
+		}
+		return counting.Checked >= int64(requests)
+	}) {
+		t.Errorf("ctxproxy checked %d of %d reports with images against its count", counting.Checked, requests)
+	}
+	if len(counting.Misses) > 0 {
+		t.Errorf("misses: %v", counting.Misses)
+	}
 }
 
 // mistral3ShowTokenizer builds the Tokenizer the proxy builds for name
