@@ -31,7 +31,8 @@ type imageCoster func(img chat.Image) (tokens int, exact bool)
 var visionFamilies = map[string]func(kv map[string]any) imageCoster{
 	"gemma3": gemma3Images,
 
-	"glmocr": glmocrImages,
+	"glmocr":      glmocrImages,
+	"deepseekocr": deepseekocrImages,
 }
 
 // imagesOf returns how model_info kv's images cost on Ollama's engine,
