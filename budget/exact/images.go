@@ -30,6 +30,12 @@ type imageCoster func(img chat.Image) (tokens int, exact bool)
 // estimated at imageTokens.
 var visionFamilies = map[string]func(kv map[string]any) imageCoster{
 	"gemma3": gemma3Images,
+
+	"qwen3vl":    qwen3vlImages,
+	"qwen3vlmoe": qwen3vlImages,
+	"qwen3next":  qwen3nextImages,
+	"qwen35":     qwen3nextImages,
+	"qwen35moe":  qwen3nextImages,
 }
 
 // imagesOf returns how model_info kv's images cost on Ollama's engine,
