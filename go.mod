@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/creack/pty v1.1.24
+	github.com/emirpasic/gods/v2 v2.0.0-alpha
 	github.com/go-viper/mapstructure/v2 v2.4.0
 	github.com/google/go-cmp v0.7.0
 	github.com/hashicorp/golang-lru/v2 v2.0.7
@@ -13,6 +14,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/sashabaranov/go-openai v1.43.0
 	github.com/spf13/viper v1.21.0
+	golang.org/x/image v0.22.0
 	golang.org/x/sync v0.23.0
 	golang.org/x/term v0.46.0
 )
@@ -20,7 +22,6 @@ require (
 require (
 	github.com/agnivade/levenshtein v1.1.1 // indirect
 	github.com/ebitengine/purego v0.11.2 // indirect
-	github.com/emirpasic/gods/v2 v2.0.0-alpha // indirect
 	github.com/go-ole/go-ole v1.2.6 // indirect
 	github.com/lufia/plan9stats v0.0.0-20211012122336-39d0f177ccd0 // indirect
 	github.com/power-devops/perfstat v0.0.0-20260805114148-88456608a4f6 // indirect

@@ -31,9 +31,6 @@ const (
 	// DefaultImageTokens is what one image costs: Ollama represents a CLIP
 	// image as 768 embeddings (server/prompt.go).
 	DefaultImageTokens = 768
-	// maxImages bounds the images counted in one message, so that a
-	// nonsensical count cannot overflow the total.
-	maxImages = 1 << 16
 )
 
 // MessageCounter counts chat messages the way backends bill them. It
@@ -215,7 +212,7 @@ func (mc *MessageCounter) raw(m *chat.Message) (tokens, chr int) {
 
 // rawWith is raw for a message whose content counts content tokens.
 func (mc *MessageCounter) rawWith(m *chat.Message, content int) (tokens, chr int) {
-	fixed := perMessage + mc.role(m.Role) + min(max(0, m.Images), maxImages)*mc.imageTokens
+	fixed := perMessage + mc.role(m.Role) + len(m.Images)*mc.imageTokens
 	tokens = fixed + content
 	chr = fixed + chars(m.Content)
 	if m.Name != "" {

@@ -94,7 +94,7 @@ func TestCountMessageParts(t *testing.T) {
 		want int
 	}{
 		{"name adds 1 + its tokens", chat.Message{Role: "user", Content: "Hello", Name: "alice"}, base + 1 + 1},
-		{"images at 768 each", chat.Message{Role: "user", Content: "Hello", Images: 2}, base + 2*768},
+		{"images at 768 each", chat.Message{Role: "user", Content: "Hello", Images: make([]chat.Image, 2)}, base + 2*768},
 		{"empty content", chat.Message{Role: "user"}, 4},
 		{"unknown role counted", chat.Message{Role: "narrator", Content: "Hello"}, base - 1 + mc.CountText("narrator")},
 		{"empty role", chat.Message{Content: "Hello"}, base - 1},
@@ -109,7 +109,7 @@ func TestCountMessageParts(t *testing.T) {
 		})
 	}
 	custom := NewMessageCounter(NewCaching(mustTiktoken(t, EncodingCL100K), 0), 100)
-	if got, want := custom.CountMessage(&chat.Message{Role: "user", Images: 3}), 4+300; got != want {
+	if got, want := custom.CountMessage(&chat.Message{Role: "user", Images: make([]chat.Image, 3)}), 4+300; got != want {
 		t.Errorf("image_tokens 100: CountMessage = %d, want %d", got, want)
 	}
 }
@@ -285,8 +285,7 @@ func TestOverhead(t *testing.T) {
 func TestCountMessageOddValues(t *testing.T) {
 	mc := newCL100K(t)
 	for name, m := range map[string]chat.Message{
-		"negative images":    {Role: "user", Images: -3},
-		"absurd images":      {Role: "user", Images: 1 << 40},
+		"many images":        {Role: "user", Images: make([]chat.Image, 1<<17)},
 		"empty tool call":    {Role: "assistant", ToolCalls: []chat.ToolCall{{}}},
 		"arguments not json": {Role: "assistant", ToolCalls: []chat.ToolCall{{Name: "f", Arguments: "{{{\xff"}}},
 		"only a name":        {Name: "bob"},
@@ -305,7 +304,7 @@ func FuzzPrompt(f *testing.F) {
 	f.Add("", "\xff\xfe", "n\x00", "", "", -1, "null")
 	mc := newCL100K(f)
 	f.Fuzz(func(t *testing.T, role, content, name, call, args string, images int, tools string) {
-		msgs := []chat.Message{{Role: role, Content: content, Name: name, Images: images,
+		msgs := []chat.Message{{Role: role, Content: content, Name: name, Images: make([]chat.Image, min(max(images, 0), 64)),
 			ToolCalls: []chat.ToolCall{{Name: call, Arguments: args}}}}
 		est := mc.Prompt(msgs, json.RawMessage(tools))
 		if est.Tokens < 0 || est.Raw < 0 || msgs[0].Tokens <= 0 {

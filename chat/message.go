@@ -26,9 +26,10 @@ type Message struct {
 	// Ollama tool messages carry none; they answer the calls of the
 	// assistant message before them (see rewrite.Units).
 	ToolCallID string
-	// Images is the number of images attached (Ollama "images", OpenAI
-	// "image_url" parts).
-	Images int
+	// Images are the images attached (Ollama "images", OpenAI
+	// "image_url" parts, Responses "input_image", Anthropic "image"), in
+	// order, each with its size where ctxproxy could read it.
+	Images []Image
 
 	// Preserve is the client's "_preserve" annotation: keep this message.
 	Preserve bool

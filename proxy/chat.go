@@ -11,6 +11,8 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
+	"github.com/ctxproxy/ctxproxy/chat"
+	"github.com/ctxproxy/ctxproxy/internal/imagesize"
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 	"github.com/ctxproxy/ctxproxy/proxy/inband"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
@@ -267,7 +269,11 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 					think = nil
 				}
 			}
-			n, whole, err = tok.Count(exact.Prompt{Messages: msgs, Think: think})
+			sizes := make([]chat.Image, len(req.Images))
+			for i, img := range req.Images {
+				sizes[i] = imagesize.Of(img)
+			}
+			n, whole, err = tok.Count(exact.Prompt{Messages: msgs, Think: think, Images: sizes})
 		}
 		if err == nil {
 			p.before = budget.Estimate{Tokens: n, Raw: n, Chars: n, Exact: whole}

@@ -51,7 +51,7 @@ type exactPrompt interface {
 }
 
 func (c *exactCounter) prompt() exact.Prompt {
-	return exact.Prompt{Messages: c.last, Tools: c.tools, Think: c.think}
+	return exact.Prompt{Messages: c.last, Tools: c.tools, Think: c.think, Images: slices.Concat(c.images...)}
 }
 
 func (c *exactCounter) failed() error { return c.err }

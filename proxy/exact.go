@@ -5,6 +5,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
+	"github.com/ctxproxy/ctxproxy/chat"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ollama/ollama/api"
@@ -40,6 +41,8 @@ type exactCounter struct {
 	// its count: Overhead is derived from them without rendering again.
 	last  []api.Message
 	total int
+	// images are the sizes of last's images, message by message.
+	images [][]chat.Image
 	// err is the first counting error; the request is then counted by
 	// budget's estimate instead (see prepare).
 	err error
@@ -95,7 +98,11 @@ func newExactCounter(model *exact.Tokenizer, req *wire.Request) *exactCounter {
 // count, marked Exact, so nothing calibrates from it.
 func (c *exactCounter) Prompt(msgs []rewrite.Message, _ json.RawMessage) budget.Estimate {
 	c.last = c.messages(msgs)
-	n, whole, err := c.model.Count(exact.Prompt{Messages: c.last, Tools: c.tools, Think: c.think})
+	c.images = c.images[:0]
+	for i := range msgs {
+		c.images = append(c.images, msgs[i].Images)
+	}
+	n, whole, err := c.model.Count(c.prompt())
 	if err != nil && c.err == nil {
 		c.err = err
 	}
@@ -108,8 +115,8 @@ func (c *exactCounter) Prompt(msgs []rewrite.Message, _ json.RawMessage) budget.
 // share: BOS, the reply priming, the model's SYSTEM, the tools.
 func (c *exactCounter) Overhead(json.RawMessage) int {
 	n := c.total
-	for _, m := range c.last {
-		share, err := c.model.Share(m, nil)
+	for i, m := range c.last {
+		share, err := c.model.Share(m, c.images[i])
 		if err != nil && c.err == nil {
 			c.err = err
 		}
@@ -123,7 +130,7 @@ func (c *exactCounter) CountMessage(m *rewrite.Message) int {
 	if m.Tokens > 0 {
 		return m.Tokens
 	}
-	n, err := c.model.Share(c.message(m), nil)
+	n, err := c.model.Share(c.message(m), m.Images)
 	if err != nil && c.err == nil {
 		c.err = err
 	}
@@ -161,8 +168,10 @@ func (c *exactCounter) message(m *rewrite.Message) api.Message {
 		}
 		am.ToolCalls = append(am.ToolCalls, api.ToolCall{ID: tc.ID, Function: api.ToolCallFunction{Name: tc.Name, Arguments: args}})
 	}
-	if m.Images > 0 {
-		am.Images = make([]api.ImageData, m.Images)
+	if len(m.Images) > 0 {
+		// Placeholders: the template sees how many; Count reads the
+		// sizes from the prompt's Images.
+		am.Images = make([]api.ImageData, len(m.Images))
 	}
 	if m.Raw != nil {
 		if ms, err := wire.Members(m.Raw); err == nil {

@@ -92,14 +92,15 @@ func (tr *tokenizeRoutes) tokenize(r *http.Request, req api.TokenizeRequest) (ap
 	if tok != nil {
 		ec := newExactCounter(tok, chat)
 		if ec.err == nil {
-			p := exact.Prompt{Messages: ec.messages(chat.Messages), Tools: ec.tools, Think: ec.think}
-			if n, isExact, err := tok.Count(p); err == nil {
-				out.Count, out.Exact, out.Source = n, isExact, tok.Name()
+			e := ec.Prompt(chat.Messages, nil)
+			if ec.err == nil {
+				p := ec.prompt()
+				out.Count, out.Exact, out.Source = e.Tokens, !ec.approx, tok.Name()
 				// A vision model's images are embeddings where their tags
-				// were, not the tags' text: their count is exact (Gemma 3
-				// on Ollama's engine), the rendered text's ids are not.
+				// were, not the tags' text: their count can be exact, the
+				// rendered text's ids are not.
 				images := slices.ContainsFunc(p.Messages, func(m ollama.Message) bool { return len(m.Images) > 0 })
-				if text, err := tok.Render(p); err == nil && isExact && tok.TokenizesAsServer() && !(images && tok.Vision()) {
+				if text, err := tok.Render(p); err == nil && out.Exact && tok.TokenizesAsServer() && !(images && tok.Vision()) {
 					out.Tokens, _ = tok.Tokenize(text, true)
 				}
 				pc = ec

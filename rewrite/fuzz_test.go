@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/chat"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 )
@@ -68,7 +69,7 @@ func conversation(data []byte) ([]Message, int) {
 	}
 	for len(msgs) < 80 && r.more() {
 		if strict {
-			add(Message{Role: "user", Images: r.next() % 4 / 3})
+			add(Message{Role: "user", Images: make([]chat.Image, r.next()%4/3)})
 			rounds := 0
 			for r.more() && r.next()%3 == 0 { // tool rounds
 				m, ids := calls(1+r.next()%3, r.next()%4 != 0)
@@ -89,7 +90,7 @@ func conversation(data []byte) ([]Message, int) {
 		}
 		switch op := r.next() % 16; {
 		case op < 4:
-			add(Message{Role: "user", Images: op / 3})
+			add(Message{Role: "user", Images: make([]chat.Image, op/3)})
 		case op < 8:
 			add(Message{Role: "assistant"})
 		case op < 11: // calls with ids, results in some order, maybe split

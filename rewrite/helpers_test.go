@@ -14,7 +14,7 @@ type testCounter struct{}
 func (testCounter) CountText(s string) int { return (len(s) + 3) / 4 }
 
 func (tc testCounter) CountMessage(m *Message) int {
-	n := 3 + tc.CountText(m.Content) + tc.CountText(m.Name) + 100*m.Images
+	n := 3 + tc.CountText(m.Content) + tc.CountText(m.Name) + 100*len(m.Images)
 	for _, c := range m.ToolCalls {
 		n += 4 + tc.CountText(c.Name) + tc.CountText(c.Arguments)
 	}

@@ -172,7 +172,7 @@ func (v *conv) feed(h io.Writer, buf []byte, k int) []byte {
 		field(m.Name)
 		field(m.ToolCallID)
 		field(m.Content)
-		buf = binary.AppendUvarint(buf, uint64(m.Images))
+		buf = binary.AppendUvarint(buf, uint64(len(m.Images)))
 		buf = binary.AppendUvarint(buf, uint64(len(m.ToolCalls)))
 		for _, tc := range m.ToolCalls {
 			field(tc.ID)

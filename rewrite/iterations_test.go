@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/ctxproxy/ctxproxy/chat"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -153,7 +154,7 @@ func TestSummaryPrompt(t *testing.T) {
 			user("Why does `go test ./...` fail on C:\\src\\ctxproxy?"),
 			{Role: "assistant", ToolCalls: []ToolCall{{ID: "call_1", Name: "run", Arguments: `{"cmd":"go test ./..."}`}}},
 			{Role: "tool", ToolCallID: "call_1", Content: "--- FAIL: TestPaths (0.00s)\n    paths_test.go:12: got a/b, want a\\b"},
-			{Role: "user", Content: "and this screenshot?", Images: 1},
+			{Role: "user", Content: "and this screenshot?", Images: make([]chat.Image, 1)},
 			asst("TestPaths compares with a forward slash; use filepath.Join."),
 		},
 	}

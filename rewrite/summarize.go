@@ -230,8 +230,8 @@ func renderExchange(msgs []Message, budget int) []string {
 			head += " " + m.Name
 		}
 		body := m.Content
-		if m.Images > 0 {
-			body = strings.TrimSpace(body + " [" + strconv.Itoa(m.Images) + " " + plural(m.Images, "image", "images") + "]")
+		if n := len(m.Images); n > 0 {
+			body = strings.TrimSpace(body + " [" + strconv.Itoa(n) + " " + plural(n, "image", "images") + "]")
 		}
 		if body != "" || len(m.ToolCalls) == 0 {
 			parts = append(parts, part{head + ": ", body})

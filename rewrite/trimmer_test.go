@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/ctxproxy/ctxproxy/chat"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -50,7 +51,7 @@ func TestTrimCompactsToolResultsFirst(t *testing.T) {
 func TestTrimOverflow(t *testing.T) {
 	big := user(lines(1000)) // 2500 tokens: the newest user turn alone exceeds the window
 	msgs := numbered(sys("s"), user("hi"), asst("hello"), big)
-	images := numbered(sys("s"), Message{Role: "user", Content: "look", Images: 30})
+	images := numbered(sys("s"), Message{Role: "user", Content: "look", Images: make([]chat.Image, 30)})
 	tests := []struct {
 		policy  string
 		msgs    []Message

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/chat"
 	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 	"github.com/ollama/ollama/api"
 	"github.com/ollama/ollama/template"
@@ -653,6 +654,53 @@ func TestImages(t *testing.T) {
 	// A share charges the image only where the model sees it.
 	if s, _ := text.Share(msgs[0], nil); s >= imageTokens {
 		t.Errorf("without vision, a message with two images has a share of %d", s)
+	}
+}
+
+// TestImageSizes: each image is charged its family's cost for its own
+// size, in the order the messages hold them; an image of unknown size
+// makes the count an estimate; a message's share is keyed by its
+// images' sizes.
+func TestImageSizes(t *testing.T) {
+	// A rule for qwen3 (a text family on Ollama's engine), for the test.
+	was, had := visionFamilies["qwen3"]
+	visionFamilies["qwen3"] = func(map[string]any) imageCoster {
+		return func(img chat.Image) (int, bool) {
+			if !img.Known() {
+				return imageTokens, false
+			}
+			return img.Width * img.Height / 100, true
+		}
+	}
+	t.Cleanup(func() {
+		delete(visionFamilies, "qwen3")
+		if had {
+			visionFamilies["qwen3"] = was
+		}
+	})
+	kv := ollamaEngine(vocabgen.BPE(2000, "qwen2", 1).KV())
+	m, err := New(Show{ModelInfo: kv, Template: "{{ range .Messages }}[{{ .Role }}]{{ .Content }}{{ end }}", Capabilities: []string{"vision"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []api.Message{
+		{Role: "user", Content: "look", Images: make([]api.ImageData, 1)},
+		{Role: "assistant", Content: "ok"},
+		{Role: "user", Content: "and", Images: make([]api.ImageData, 2)},
+	}
+	text, _, _ := m.Count(Prompt{Messages: msgs})
+	sizes := []chat.Image{{Width: 100, Height: 100}, {Width: 200, Height: 50}, {Width: 10, Height: 30}}
+	n, whole, err := m.Count(Prompt{Messages: msgs, Images: sizes})
+	if want := text - 3*imageTokens + 100 + 100 + 3; err != nil || !whole || n != want {
+		t.Errorf("three sized images: %d, exact %v, %v; want %d, exact", n, whole, err, want)
+	}
+	if n, whole, _ := m.Count(Prompt{Messages: msgs, Images: sizes[:2]}); whole || n != text-2*imageTokens+200 {
+		t.Errorf("the last image's size unknown: %d, exact %v; want %d, an estimate", n, whole, text-2*imageTokens+200)
+	}
+	small, _ := m.Share(msgs[2], sizes[1:])
+	large, _ := m.Share(msgs[2], []chat.Image{{Width: 1000, Height: 1000}, {Width: 10, Height: 30}})
+	if large-small != 10000-100 {
+		t.Errorf("shares %d and %d: the images' sizes do not tell them apart", small, large)
 	}
 }
 

@@ -29,7 +29,8 @@ type imageCoster func(img chat.Image) (tokens int, exact bool)
 // suite. Other families, and every family on llama.cpp's runner, are
 // estimated at imageTokens.
 var visionFamilies = map[string]func(kv map[string]any) imageCoster{
-	"gemma3": gemma3Images,
+	"gemma3":   gemma3Images,
+	"qwen25vl": qwen25vlImages,
 
 	"qwen3vl":    qwen3vlImages,
 	"qwen3vlmoe": qwen3vlImages,

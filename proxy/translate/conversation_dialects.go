@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/ctxproxy/ctxproxy/chat"
+	"github.com/ctxproxy/ctxproxy/internal/imagesize"
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 )
 
@@ -106,19 +107,19 @@ func responsesItem(m *chat.Message, f map[string][]byte) {
 	}
 }
 
-// contentTexts returns the text tokens and the image count of a content
+// contentTexts returns the text tokens and the images of a content
 // value: a string, or parts whose text is in "text" (input_text,
 // output_text, text, tool results' text blocks).
-func contentTexts(v []byte, anthropic bool) ([][]byte, int) {
+func contentTexts(v []byte, anthropic bool) ([][]byte, []chat.Image) {
 	switch jsonscan.KindOf(v) {
 	case jsonscan.KindString:
-		return [][]byte{v}, 0
+		return [][]byte{v}, nil
 	case jsonscan.KindArray:
 	default:
-		return nil, 0
+		return nil, nil
 	}
 	var toks [][]byte
-	images := 0
+	var images []chat.Image
 	_ = jsonscan.Elements(v, func(_ int, p []byte) error {
 		if jsonscan.KindOf(p) != jsonscan.KindObject {
 			return nil
@@ -126,10 +127,10 @@ func contentTexts(v []byte, anthropic bool) ([][]byte, int) {
 		f := fields(p)
 		switch typ := str(f["type"]); {
 		case typ == "input_image" || typ == "image":
-			images++
+			images = append(images, imagesize.Of(p))
 		case typ == "tool_result" && anthropic:
-			t, n := contentTexts(f["content"], true)
-			toks, images = append(toks, t...), images+n
+			t, imgs := contentTexts(f["content"], true)
+			toks, images = append(toks, t...), append(images, imgs...)
 		case jsonscan.KindOf(f["text"]) == jsonscan.KindString && typ != "thinking":
 			toks = append(toks, f["text"])
 		}

@@ -24,7 +24,7 @@ type view struct {
 func views(msgs []chat.Message) []view {
 	out := make([]view, len(msgs))
 	for i, m := range msgs {
-		out[i] = view{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Images: m.Images, Preserve: m.Preserve}
+		out[i] = view{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Images: len(m.Images), Preserve: m.Preserve}
 		for _, c := range m.ToolCalls {
 			out[i].Calls = append(out[i].Calls, c.ID+" "+c.Name+" "+c.Arguments)
 		}
@@ -216,5 +216,30 @@ func TestDecodeNotConversation(t *testing.T) {
 		if _, err := DecodeMessages([]byte(body)); !errors.Is(err, ErrNotConversation) {
 			t.Errorf("DecodeMessages(%s) = %v, want ErrNotConversation", body, err)
 		}
+	}
+}
+
+// The Responses API's and Anthropic's images (a tool result's too) keep
+// their sizes, read from their data.
+func TestConversationImageSizes(t *testing.T) {
+	const png = "iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAAAAAC4HznGAAAAEklEQVR4nGJiYGAAYUAAAAD//wAgAAWURUErAAAAAElFTkSuQmCC" // 3×2
+	want := []chat.Image{{Width: 3, Height: 2}, {}}
+	responses := `{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"hi"},
+		{"type":"input_image","image_url":"data:image/png;base64,` + png + `"},{"type":"input_image","image_url":"https://example.com/a.png"}]}]}`
+	c, err := DecodeResponses([]byte(responses))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, c.Messages[0].Images); diff != "" {
+		t.Errorf("responses: images (-want +got):\n%s", diff)
+	}
+	messages := `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[
+		{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + png + `"}},
+		{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}]}]}]}`
+	if c, err = DecodeMessages([]byte(messages)); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, c.Messages[0].Images); diff != "" {
+		t.Errorf("messages: images (-want +got):\n%s", diff)
 	}
 }

@@ -116,7 +116,7 @@ func TestDecodeChat(t *testing.T) {
 	}
 	want := []chat.Message{
 		{Role: "developer", Content: "Be kind."},
-		{Role: "user", Content: "look\nhere", Name: "ann", Images: 1},
+		{Role: "user", Content: "look\nhere", Name: "ann", Images: make([]chat.Image, 1)},
 		{Role: "assistant", ToolCalls: []chat.ToolCall{{ID: "c1", Name: "f", Arguments: `{"a":1}`}}},
 		{Role: "tool", ToolCallID: "c1", Content: "42", Preserve: true, Importance: 1, HasImportance: true,
 			Raw: json.RawMessage(`{"role":"tool","tool_call_id":"c1","content":"42"}`)},
@@ -139,8 +139,8 @@ func TestDecodeChat(t *testing.T) {
 	if g := req.Messages[0].ToolCalls[0].Arguments; g != `{"x":[1,2]}` {
 		t.Errorf("ollama arguments = %s", g)
 	}
-	if req.Messages[1].Images != 2 {
-		t.Errorf("images = %d", req.Messages[1].Images)
+	if len(req.Messages[1].Images) != 2 {
+		t.Errorf("images = %d", len(req.Messages[1].Images))
 	}
 }
 
@@ -279,5 +279,31 @@ func BenchmarkMembers(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_, _ = Members(msg)
+	}
+}
+
+// pngBase64 is a 3×2 PNG in base64.
+const pngBase64 = "iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAAAAAC4HznGAAAAEklEQVR4nGJiYGAAYUAAAAD//wAgAAWURUErAAAAAElFTkSuQmCC"
+
+// Each image's size is read from its data, in either dialect; an image
+// whose size cannot be read (a remote URL, not an image) is kept, with no
+// size.
+func TestDecodeChatImageSizes(t *testing.T) {
+	ollama := `{"model":"m","messages":[{"role":"user","content":"hi","images":["` + pngBase64 + `","bm90IGFuIGltYWdl"]}]}`
+	openai := `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"},
+		{"type":"image_url","image_url":{"url":"data:image/png;base64,` + pngBase64 + `"}},
+		{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]}`
+	want := []chat.Image{{Width: 3, Height: 2}, {}}
+	for _, c := range []struct {
+		d    Dialect
+		body string
+	}{{Ollama, ollama}, {OpenAI, openai}} {
+		req, err := DecodeChat(c.d, []byte(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, req.Messages[0].Images); diff != "" {
+			t.Errorf("dialect %v: images (-want +got):\n%s", c.d, diff)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/ctxproxy/ctxproxy/chat"
+	"github.com/ctxproxy/ctxproxy/internal/imagesize"
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 )
 
@@ -135,7 +136,9 @@ func decodeMessageMembers(raw []byte, ms []Member) (chat.Message, bool, error) {
 			if v[0] == '[' {
 				var sp [][2]int
 				sp, err = elements(v)
-				m.Images += len(sp)
+				for _, e := range sp {
+					m.Images = append(m.Images, imagesize.Of(v[e[0]:e[1]]))
+				}
 			}
 		case "tool_calls":
 			if !null {
@@ -197,7 +200,7 @@ func decodeContent(m *chat.Message, v []byte) error {
 			case "text", "input_text":
 				texts = append(texts, part.Text)
 			case "image_url", "input_image", "image":
-				m.Images++
+				m.Images = append(m.Images, imagesize.Of(p))
 			}
 		}
 		m.Content = strings.Join(texts, "\n")
