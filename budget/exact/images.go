@@ -29,14 +29,17 @@ type imageCoster func(img chat.Image) (tokens int, exact bool)
 // suite. Other families, and every family on llama.cpp's runner, are
 // estimated at imageTokens.
 var visionFamilies = map[string]func(kv map[string]any) imageCoster{
-	"gemma3":   gemma3Images,
-	"qwen25vl": qwen25vlImages,
-
-	"qwen3vl":    qwen3vlImages,
-	"qwen3vlmoe": qwen3vlImages,
-	"qwen3next":  qwen3nextImages,
-	"qwen35":     qwen3nextImages,
-	"qwen35moe":  qwen3nextImages,
+	"gemma3":      gemma3Images,
+	"qwen25vl":    qwen25vlImages,
+	"glmocr":      glmocrImages,
+	"deepseekocr": deepseekocrImages,
+	"mistral3":    mistral3Images,
+	"llama4":      llama4Images,
+	"qwen3vl":     qwen3vlImages,
+	"qwen3vlmoe":  qwen3vlImages,
+	"qwen3next":   qwen3nextImages,
+	"qwen35":      qwen3nextImages,
+	"qwen35moe":   qwen3nextImages,
 }
 
 // imagesOf returns how model_info kv's images cost on Ollama's engine,
