@@ -35,6 +35,11 @@ var visionFamilies = map[string]func(kv map[string]any) imageCoster{
 	"deepseekocr": deepseekocrImages,
 	"mistral3":    mistral3Images,
 	"llama4":      llama4Images,
+	"qwen3vl":     qwen3vlImages,
+	"qwen3vlmoe":  qwen3vlImages,
+	"qwen3next":   qwen3nextImages,
+	"qwen35":      qwen3nextImages,
+	"qwen35moe":   qwen3nextImages,
 }
 
 // imagesOf returns how model_info kv's images cost on Ollama's engine,
