@@ -30,6 +30,10 @@ type imageCoster func(img chat.Image) (tokens int, exact bool)
 // estimated at imageTokens.
 var visionFamilies = map[string]func(kv map[string]any) imageCoster{
 	"gemma3": gemma3Images,
+
+	"mllama":  mllamaImages,
+	"lfm2":    lfm2Images,
+	"lfm2moe": lfm2Images,
 }
 
 // imagesOf returns how model_info kv's images cost on Ollama's engine,
