@@ -55,6 +55,9 @@ var families = []family{
 	{name: "fam-seed-coder", pre: "seed-coder"},
 	{name: "fam-default", pre: "default"},
 	{name: "fam-spm", pre: "spm", specials: []string{"<start_of_turn>", "<end_of_turn>"}},
+	// llama.cpp's hand-written splitters.
+	{name: "fam-kimi-k2", pre: "kimi-k2", ci: true, specials: []string{"<|im_user|>", "<|im_assistant|>", "<|im_end|>"}},
+	{name: "fam-afmoe", pre: "afmoe"},
 	// Ollama's own engine, by architecture.
 	{name: "fam-arch-qwen3", arch: "qwen3", pre: "qwen2", ci: true},
 	{name: "fam-arch-gemma3", arch: "gemma3", pre: "spm", ci: true, specials: []string{"<start_of_turn>", "<end_of_turn>"}},
@@ -79,6 +82,9 @@ var families = []family{
 	{name: "fam-arch-glmocr", arch: "glmocr", pre: "glm4", specials: []string{"[gMASK]", "<sop>", "<|user|>", "<|assistant|>", "<|begin_of_image|>"}},
 	{name: "fam-arch-mllama", arch: "mllama", pre: "llama-bpe", specials: []string{"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|image|>"}},
 	{name: "fam-arch-deepseekocr", arch: "deepseekocr", pre: "deepseek-v3", specials: []string{"<｜User｜>", "<｜Assistant｜>", "<image>"}},
+	// An architecture Ollama's engine requires but cannot load with this
+	// tokenizer: the server falls back to llama.cpp.
+	{name: "fam-arch-deepseek2-kimi-k2", arch: "deepseek2", pre: "kimi-k2", specials: []string{"<|im_user|>", "<|im_assistant|>"}},
 }
 
 // createFamily creates name in the real Ollama: a model of f's

@@ -170,8 +170,8 @@ func (v *bpeVocab) decode(ids []int32) string {
 // on runs of one character ("}}}}}", "```") the two orders end in
 // different tokens.
 type bpe struct {
-	vocab   *bpeVocab
-	regexps []*regexp2.Regexp
+	vocab *bpeVocab
+	steps []splitStep
 	// llamaCpp: llama.cpp's splitting and merge order; whole: look a
 	// word up whole before merging.
 	llamaCpp, whole bool
@@ -183,18 +183,37 @@ func newBPE(v *bpeVocab, exprs []string, llamaCpp, whole bool) *bpe {
 	}
 	b := &bpe{vocab: v, llamaCpp: llamaCpp, whole: whole}
 	for _, e := range exprs {
-		b.regexps = append(b.regexps, regexp2.MustCompile(e, regexp2.RE2))
+		if custom := customSplitters[e]; custom != nil {
+			b.steps = append(b.steps, splitStep{custom: custom})
+			continue
+		}
+		b.steps = append(b.steps, splitStep{re: regexp2.MustCompile(e, regexp2.RE2)})
 	}
 	return b
 }
 
-// split applies each pre-tokenizer expression in turn to every part.
+// splitStep is one step of a pre-tokenizer: an expression, or one of
+// llama.cpp's hand-written splitters (customSplitters).
+type splitStep struct {
+	re     *regexp2.Regexp
+	custom func(r []rune) []int
+}
+
+// split applies each pre-tokenizer step in turn to every part.
 func (b *bpe) split(s string) []string {
 	parts := []string{s}
-	for _, re := range b.regexps {
+	for _, step := range b.steps {
 		var next []string
 		for _, part := range parts {
 			r := []rune(part)
+			if step.custom != nil {
+				for _, n := range step.custom(r) {
+					next = append(next, string(r[:n]))
+					r = r[n:]
+				}
+				continue
+			}
+			re := step.re
 			offset := 0
 			for m, _ := re.FindRunesMatch(r); m != nil; m, _ = re.FindNextMatch(m) {
 				if m.Index > offset {

@@ -50,12 +50,15 @@ type Show struct {
 	// place of the template. Ollama v0.17.4 leaves it empty and names the
 	// renderer only in the Modelfile text (a RENDERER line): see
 	// RendererOf.
-	Renderer     string         `json:"renderer"`
-	Modelfile    string         `json:"modelfile"`
-	Messages     []api.Message  `json:"messages"`
-	ModelInfo    map[string]any `json:"model_info"`
-	Capabilities []string       `json:"capabilities"`
-	Details      struct {
+	Renderer  string         `json:"renderer"`
+	Modelfile string         `json:"modelfile"`
+	Messages  []api.Message  `json:"messages"`
+	ModelInfo map[string]any `json:"model_info"`
+	// ProjectorInfo is the model_info of a projector kept in a file of
+	// its own; empty when the model has none or holds it in its own file.
+	ProjectorInfo map[string]any `json:"projector_info"`
+	Capabilities  []string       `json:"capabilities"`
+	Details       struct {
 		Family string `json:"family"`
 	} `json:"details"`
 	// Name is the model's name as the client asked for it (the server
@@ -197,7 +200,7 @@ func New(show Show) (*Tokenizer, error) {
 		m.engine.bpe = newBPEVocab(vocab.Values, vocab.Merges)
 		vocab.Values, vocab.Merges = nil, nil
 	}
-	m.runOn(onLlamaCpp(kv))
+	m.runOn(onLlamaCpp(kv, len(show.ProjectorInfo) > 0))
 	m.trie = newTrie(m.special)
 
 	if m.renderer == "" {

@@ -29,11 +29,13 @@ type imageCoster func(img chat.Image) (tokens int, exact bool)
 // suite. Other families, and every family on llama.cpp's runner, are
 // estimated at imageTokens.
 var visionFamilies = map[string]func(kv map[string]any) imageCoster{
-	"gemma3": gemma3Images,
-
-	"mllama":  mllamaImages,
-	"lfm2":    lfm2Images,
-	"lfm2moe": lfm2Images,
+	"gemma3":      gemma3Images,
+	"qwen25vl":    qwen25vlImages,
+	"glmocr":      glmocrImages,
+	"deepseekocr": deepseekocrImages,
+	"mllama":      mllamaImages,
+	"lfm2":        lfm2Images,
+	"lfm2moe":     lfm2Images,
 }
 
 // imagesOf returns how model_info kv's images cost on Ollama's engine,

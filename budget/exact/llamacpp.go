@@ -29,9 +29,35 @@ import (
 // tokenized by its Go package, and counted with it unchanged.
 
 // onLlamaCpp reports whether Ollama runs the model described by
-// model_info on llama.cpp's runner.
-func onLlamaCpp(kv map[string]any) bool {
-	return !ggml.KV(kv).OllamaEngineRequired()
+// model_info on llama.cpp's runner: every architecture its own engine
+// does not require, and those it requires but cannot load, where the
+// server falls back to llama.cpp (llm/server.go in v0.17.4): a projector
+// in a file of its own ("split vision models aren't supported"), or a
+// tokenizer the architecture's model code refuses (ollamaEngineTakes).
+func onLlamaCpp(kv map[string]any, splitProjector bool) bool {
+	if !ggml.KV(kv).OllamaEngineRequired() || splitProjector {
+		return true
+	}
+	return !ollamaEngineTakes(kv)
+}
+
+// ollamaEngineTakes reports whether the model code of Ollama's engine
+// accepts the tokenizer of model_info kv: deepseek2 only with DeepSeek
+// V3's pre-tokenizer (so Kimi K2 runs on llama.cpp), glm4moelite only
+// with GLM-4's, lfm2 only with byte-level BPE (each New in
+// model/models/<arch>/model.go).
+func ollamaEngineTakes(kv map[string]any) bool {
+	model, _ := kv["tokenizer.ggml.model"].(string)
+	pre, _ := kv["tokenizer.ggml.pre"].(string)
+	switch arch, _ := kv["general.architecture"].(string); arch {
+	case "deepseek2":
+		return pre == "deepseek-v3"
+	case "glm4moelite":
+		return pre == "glm4"
+	case "lfm2", "lfm2moe":
+		return model == "gpt2"
+	}
+	return true
 }
 
 // engine is what a Tokenizer needs to count as one runner or the other:

@@ -140,6 +140,10 @@ func TestLlamaCppRules(t *testing.T) {
 		{"bloom", "Hi, there!", []string{"Hi", ",", " there", "!"}},
 		{"superbpe", "1234567", []string{"1", "", "234", "", "567"}},
 		{"chameleon", "a\tb", []string{"a", "\t", "b"}},
+		// The hand-written splitters, then AFMoE's expressions on what its
+		// digit grouping left.
+		{"kimi-k2", "Kimi中文 12345", []string{"Kimi", "中文", " ", "123", "45"}},
+		{"afmoe", "abc 12345 中文x", []string{"abc", " ", "12", "345", " ", "中文", "x"}},
 	} {
 		rule, ok := llamaCppRuleOf(c.pre)
 		exprs := rule.exprs
@@ -150,9 +154,38 @@ func TestLlamaCppRules(t *testing.T) {
 			t.Errorf("%s splits %q into %q, want %q", c.pre, c.text, got, c.want)
 		}
 	}
-	for _, pre := range []string{"kimi-k2", "afmoe", "no-such-rule"} {
+	for _, pre := range []string{"no-such-rule"} {
 		if _, ok := llamaCppRuleOf(pre); ok {
 			t.Errorf("%s has expressions in the table", pre)
+		}
+	}
+}
+
+// The server falls back to llama.cpp's runner for an architecture its
+// engine requires when that engine cannot load the model.
+func TestOnLlamaCpp(t *testing.T) {
+	kv := func(arch, model, pre string) map[string]any {
+		return map[string]any{"general.architecture": arch, "tokenizer.ggml.model": model, "tokenizer.ggml.pre": pre}
+	}
+	for _, c := range []struct {
+		name  string
+		kv    map[string]any
+		split bool
+		want  bool
+	}{
+		{"llama", kv("llama", "gpt2", "llama-bpe"), false, true},
+		{"qwen3", kv("qwen3", "gpt2", "qwen2"), false, false},
+		{"deepseek-v3", kv("deepseek2", "gpt2", "deepseek-v3"), false, false},
+		{"kimi-k2 on deepseek2", kv("deepseek2", "gpt2", "kimi-k2"), false, true},
+		{"glm-4.7-flash", kv("glm4moelite", "gpt2", "glm4"), false, false},
+		{"glm4moelite, another pre", kv("glm4moelite", "gpt2", "llama-bpe"), false, true},
+		{"lfm2 bpe", kv("lfm2", "gpt2", "lfm2"), false, false},
+		{"lfm2 sentencepiece", kv("lfm2", "llama", ""), false, true},
+		{"qwen2.5-vl, projector apart", kv("qwen25vl", "gpt2", "qwen2"), true, true},
+		{"gemma3, projector inside", kv("gemma3", "llama", ""), false, false},
+	} {
+		if got := onLlamaCpp(c.kv, c.split); got != c.want {
+			t.Errorf("%s: on llama.cpp %v, want %v", c.name, got, c.want)
 		}
 	}
 }

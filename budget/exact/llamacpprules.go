@@ -11,10 +11,8 @@ import "slices"
 // counts, ctxproxy splits as it splits), except that the Llama 3 and
 // Qwen 2 ones are written as Ollama's engine writes them: llama.cpp's
 // form spells the case-insensitive contractions out letter by letter,
-// which matches the same text. Two values are left out: llama.cpp
-// splits "kimi-k2" and "afmoe" with hand-written code, not expressions,
-// and ctxproxy counts them with its best guess (Pretokenizer), checked by
-// the first reply's prompt_eval_count like any other. A rule also says
+// which matches the same text. Kimi K2's and AFMoE's steps include
+// llama.cpp's hand-written splitters (llamacppsplit.go). A rule also says
 // whether llama.cpp looks a whole word up before merging (ignore_merges)
 // and whether it adds BOS when the file does not say (add_bos).
 var llamaCppRules = []llamaCppRule{
@@ -95,6 +93,14 @@ var llamaCppRules = []llamaCppRule{
 	}, false, false},
 	{[]string{"grok-2"}, []string{
 		regexQwen2,
+	}, false, false},
+	{[]string{"kimi-k2"}, []string{
+		splitKimiK2,
+	}, false, false},
+	{[]string{"afmoe"}, []string{
+		splitAFMoE,
+		`[一-鿿㐀-䶿豈-﫿぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-꧿가-힯ᄀ-ᇿ]+`,
+		"[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
 	}, false, false},
 	{[]string{"default"}, []string{
 		`[\p{P}\$\+<=>\^~\|]+`,

@@ -1,5 +1,7 @@
 package ggufgen
 
+import "fmt"
+
 // deepseekocr is DeepSeek-OCR's text model on Ollama's own engine
 // (model/models/deepseekocr): DeepSeek's mixture of experts with plain
 // multi-head attention (attn_q, attn_k, attn_v, no latent compression),
@@ -10,7 +12,9 @@ package ggufgen
 // Unlike the other vision models, Ollama needs the vision part to load
 // the model: it encodes a blank image through it when it loads, and the
 // model code has no check for a missing tower. So the file has a stub
-// of one with no transformer blocks (deepSeekOCRVision).
+// of one with no transformer blocks (deepSeekOCRVision), which encodes
+// images too; Shape.Vision adds a block to each of its two encoders
+// (deepseekocrVisionBlocks).
 func init() {
 	const experts, used = 4, 2
 	layouts["deepseekocr"] = Layout{
@@ -30,6 +34,7 @@ func init() {
 			b.Experts(p, experts, F)
 			b.SharedExpert(p, F)
 		},
+		Vision: deepseekocrVisionBlocks,
 	}
 }
 
@@ -76,4 +81,52 @@ func deepSeekOCRVision(b *Builder) {
 		b.Random("mm.image_newline", E),
 		b.Random("mm.view_seperator", E),
 	)
+}
+
+// DeepSeekOCRImageToken is the token Ollama's DeepSeek-OCR model code
+// writes for each of an image's embeddings, by number (model.go,
+// PostTokenize: 128815, DeepSeek-OCR's <image>): the text model looks it
+// up in its embedding, so the vocabulary must hold it.
+const DeepSeekOCRImageToken = 128815
+
+// deepseekocrVisionBlocks adds one transformer block to each encoder of
+// the stub deepSeekOCRVision writes: a SAM block (layer norms, attention
+// over one qkv projection in 14×14 windows with relative position
+// tables of 2·14−1 rows, an MLP) and a CLIP block (layer norms,
+// attention over one qkv projection, a quick-GELU MLP), named as Ollama
+// v0.17.4 model/models/deepseekocr loads them (model_sam.go,
+// model_vision.go). The vocabulary must reach DeepSeekOCRImageToken.
+func deepseekocrVisionBlocks(b *Builder) error {
+	toks, _ := b.KV["tokenizer.ggml.tokens"].([]string)
+	if n := len(toks); n <= DeepSeekOCRImageToken {
+		return fmt.Errorf("ggufgen: a DeepSeek-OCR vision model needs a vocabulary of more than %d tokens (its image token has a fixed id), not %d", DeepSeekOCRImageToken, n)
+	}
+	sam, clip := uint64(b.KV["deepseekocr.sam.embedding_length"].(uint32)), uint64(b.KV["deepseekocr.vision.embedding_length"].(uint32))
+	samHead := sam / uint64(b.KV["deepseekocr.sam.head_count"].(uint32))
+	const window = 14
+	norm := func(name string, n uint64) {
+		b.Add(b.Ones(name+".weight", n), b.Fill(name+".bias", 0, n))
+	}
+	linear := func(name string, in, out uint64) {
+		b.Add(b.Random(name+".weight", in, out), b.Fill(name+".bias", 0, out))
+	}
+	b.KV["deepseekocr.sam.block_count"] = uint32(1)
+	norm("s.blk.0.norm1", sam)
+	linear("s.blk.0.attn.qkv", sam, 3*sam)
+	linear("s.blk.0.attn.proj", sam, sam)
+	b.Add(
+		b.Random("s.blk.0.attn.rel_pos_h", samHead, 2*window-1),
+		b.Random("s.blk.0.attn.rel_pos_w", samHead, 2*window-1),
+	)
+	norm("s.blk.0.norm2", sam)
+	linear("s.blk.0.mlp.lin1", sam, 4*sam)
+	linear("s.blk.0.mlp.lin2", 4*sam, sam)
+	b.KV["deepseekocr.vision.block_count"] = uint32(1)
+	norm("v.blk.0.layer_norm1", clip)
+	linear("v.blk.0.self_attn.qkv_proj", clip, 3*clip)
+	linear("v.blk.0.self_attn.out_proj", clip, clip)
+	norm("v.blk.0.layer_norm2", clip)
+	linear("v.blk.0.mlp.fc1", clip, 4*clip)
+	linear("v.blk.0.mlp.fc2", 4*clip, clip)
+	return nil
 }

@@ -17,11 +17,12 @@ func TestLFM2Vision(t *testing.T) {
 	v := vocabgen.BPE(600, "lfm2", 1).WithSpecials(LFM2VisionSpecials()...)
 	for _, arch := range []string{"lfm2", "lfm2moe"} {
 		t.Run(arch, func(t *testing.T) {
-			kv, _ := mllamaLFM2Decoded(t, v, Shape{Arch: arch})
+			kv := mllamaLFM2Decoded(t, v, Shape{Arch: arch}).KV()
 			if _, ok := kv[arch+".vision.block_count"]; ok {
 				t.Error("text only: vision.block_count")
 			}
-			kv, shapes := mllamaLFM2Decoded(t, v, Shape{Arch: arch, Vision: true})
+			g := mllamaLFM2Decoded(t, v, Shape{Arch: arch, Vision: true})
+			kv = g.KV()
 			for key, want := range map[string]string{
 				"image_token_id": "<image>", "image_start_token_id": "<|image_start|>",
 				"image_end_token_id": "<|image_end|>", "image_thumbnail_token_id": "<|img_thumbnail|>",
@@ -35,7 +36,7 @@ func TestLFM2Vision(t *testing.T) {
 				!kv.Bool("vision.do_image_splitting") || !kv.Bool("vision.use_thumbnail") {
 				t.Errorf("vision keys: %v", kv)
 			}
-			checkShapes(t, shapes, map[string][]uint64{
+			checkShapes(t, g, map[string][]uint64{
 				"v.patch_embd.weight":     {8, 8, 3, 16},
 				"v.position_embd.weight":  {16, 16},
 				"v.blk.0.ln1.bias":        {16},

@@ -1,0 +1,94 @@
+package exact
+
+import (
+	"math"
+
+	"github.com/ctxproxy/ctxproxy/chat"
+)
+
+// Qwen 2.5 VL (qwen25vl) costs an image by its size. Ollama v0.17.4
+// model/models/qwen25vl/process_image.go resizes the image so both sides
+// are multiples of factor = vision.patch_size × vision.spatial_merge_size
+// pixels (SmartResize) and its area lies between 56×56 pixels and
+// vision.max_pixels; the tower (model_vision.go) cuts it into
+// patch_size squares and its merger joins each merge×merge block of
+// patches into one embedding, so an image resized to h×w pixels becomes
+// (h/factor)·(w/factor) embeddings. PostTokenize (model.go) puts one
+// <|vision_start|> before them and one <|vision_end|> after: the image's
+// tokens in prompt_eval_count, which counts the inputs PostTokenize
+// returns (runner/ollamarunner/runner.go, numPromptInputs).
+
+// qwen25vlMinPixels is the smallest area SmartResize leaves an image
+// with: fixed at 56×56 in Ollama v0.17.4's processor (newImageProcessor),
+// whatever the file says.
+const qwen25vlMinPixels = 56 * 56
+
+// qwen25vlGrid is Qwen 2.5 VL's resize rule for one model: images are
+// measured in squares of factor pixels and kept between
+// qwen25vlMinPixels and maxPixels.
+type qwen25vlGrid struct {
+	factor, maxPixels int
+}
+
+// qwen25vlImages makes the rule from the keys Ollama's Qwen 2.5 VL code
+// reads (under "qwen25vl.vision."), with its defaults: patch_size 14,
+// spatial_merge_size 2, max_pixels 2 MiB-pixels (2<<20), block_count 32.
+// A model whose tower has no blocks refuses every image on the server
+// (model.ErrNoVisionModel), and a key that is not a positive whole number
+// leaves the rule unknown: nil, and ctxproxy estimates.
+func qwen25vlImages(kv map[string]any) imageCoster {
+	key := func(name string, def int) int {
+		v, ok := kv["qwen25vl.vision."+name]
+		if !ok {
+			return def
+		}
+		if n, ok := number(v); ok {
+			return n
+		}
+		return -1
+	}
+	patch, merge, maxPixels := key("patch_size", 14), key("spatial_merge_size", 2), key("max_pixels", 2<<20)
+	if key("block_count", 32) <= 0 || patch <= 0 || merge <= 0 || maxPixels <= 0 {
+		return nil
+	}
+	return qwen25vlGrid{factor: patch * merge, maxPixels: maxPixels}.cost
+}
+
+// cost is one image's tokens: a square of factor×factor resized pixels
+// each, plus <|vision_start|> and <|vision_end|>. An image of unknown
+// size is estimated as a 1024×768 photo. Ollama's processor panics on an
+// image less than factor pixels wide or high, or whose long side is more
+// than 200 times its short side (integer division), and the request
+// fails: such an image is estimated as its short side raised to factor
+// would cost.
+func (g qwen25vlGrid) cost(img chat.Image) (int, bool) {
+	if !img.Known() {
+		n, _ := g.cost(chat.Image{Width: 1024, Height: 768})
+		return n, false
+	}
+	runs := min(img.Width, img.Height) >= g.factor && max(img.Width, img.Height)/min(img.Width, img.Height) <= 200
+	rows, cols := g.squares(max(img.Height, g.factor), max(img.Width, g.factor))
+	return rows*cols + 2, runs
+}
+
+// squares returns how many factor-pixel squares high and wide SmartResize
+// (Ollama v0.17.4 model/models/qwen25vl/process_image.go) makes an image
+// of height×width: each side rounded to the nearest number of squares
+// (halves to even); where that is more than maxPixels, both sides divided
+// by √(area/maxPixels) and floored; where it is less than
+// qwen25vlMinPixels, both multiplied by √(qwen25vlMinPixels/area) and
+// ceiled. The float operations are Ollama's, in its order, so the
+// results agree at the boundaries.
+func (g qwen25vlGrid) squares(height, width int) (rows, cols int) {
+	f, area := float64(g.factor), float64(height*width)
+	h, w := float64(height), float64(width)
+	rows, cols = int(math.RoundToEven(h/f)), int(math.RoundToEven(w/f))
+	if pixels := rows * cols * g.factor * g.factor; pixels > g.maxPixels {
+		beta := math.Sqrt(area / float64(g.maxPixels))
+		rows, cols = int(math.Floor(h/beta/f)), int(math.Floor(w/beta/f))
+	} else if pixels < qwen25vlMinPixels {
+		beta := math.Sqrt(qwen25vlMinPixels / area)
+		rows, cols = int(math.Ceil(h*beta/f)), int(math.Ceil(w*beta/f))
+	}
+	return rows, cols
+}

@@ -1,0 +1,55 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/ctxproxy/ctxproxy/testkit/ggufgen"
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
+	"github.com/ollama/ollama/api"
+)
+
+// TestRealOllama_GLMOCRVision: a generated GLM-OCR with a tiny vision
+// tower (ggufgen's glmocr layout with Shape.Vision: images kept between
+// 2·56² and 2·224² pixels) counts its images exactly on Ollama's engine,
+// at sizes that take every branch of SmartResize: narrower than a merged
+// patch, below min_pixels, the bounds exactly, above max_pixels, odd
+// aspect ratios. Under Ollama's glm-ocr renderer, which writes no image
+// tag, the server drops the image: it costs nothing, and ctxproxy counts
+// nothing for it.
+func TestRealOllama_GLMOCRVision(t *testing.T) {
+	o := need(t)
+	const name = "gen-glmocr-vision"
+	v := vocabgen.BPE(32000, "glm4", 71).WithSpecials("[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>",
+		"<|begin_of_image|>", "<|end_of_image|>", "<|image|>")
+	if err := createModelShape(o, name, v, ggufgen.Shape{Seed: 5, Arch: "glmocr", Vision: true}); err != nil {
+		t.Fatalf("creating the model: %v", err)
+	}
+	ocrVisionCheck(t, o, name, 1300, []ocrSize{
+		{400, 300},  // above max_pixels: scaled down
+		{10, 10},    // narrower than 28 pixels, then below min_pixels
+		{1000, 200}, // above the max, 5:1
+		{40, 30},    // below min_pixels: scaled up
+		{56, 56},    // min_pixels exactly
+		{224, 224},  // max_pixels exactly
+		{100, 60},   // rounded half to even
+		{300, 400},
+		{20, 300}, // narrow: scaled up to a 28-pixel side
+	})
+
+	rendered := name + "-rendered"
+	createRendered(t, o, rendered, "glm-ocr", "glm-ocr", name)
+	tok := ocrTokenizer(t, o, rendered)
+	msgs := conversation(1301, 2)
+	bareCount, bareEval := ocrCounted(t, o, tok, rendered, msgs, nil)
+	with := slices.Clone(msgs)
+	with[len(with)-1].Images = []api.ImageData{testPNG(400, 300)}
+	counted, eval := ocrCounted(t, o, tok, rendered, with, []ocrSize{{400, 300}})
+	t.Logf("glm-ocr renderer: without the image counted %d, ollama %d; with it counted %d, ollama %d", bareCount, bareEval, counted, eval)
+	if bareCount != bareEval || counted != eval || eval != bareEval {
+		t.Errorf("glm-ocr renderer: without the image counted %d, ollama %d; with it counted %d, ollama %d (want all equal)",
+			bareCount, bareEval, counted, eval)
+	}
+}
