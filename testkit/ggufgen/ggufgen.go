@@ -26,9 +26,11 @@ type Shape struct {
 	// which Ollama runs on llama.cpp's runner), "qwen3" (Ollama's own
 	// engine: llama's tensors plus a norm of the queries and keys), ….
 	Arch string
-	// Vision adds the architecture's vision tower and projector (only
-	// layouts with a Vision part have one: gemma3). Off, the file is the
-	// text model alone.
+	// Vision adds the architecture's vision tower and projector, tiny
+	// but whole enough for Ollama to encode images with (only layouts
+	// with a Vision part have one: the families whose image costs the
+	// e2e suite checks). Off, the file is the text model alone, the same
+	// bytes as before the layout had a Vision part.
 	Vision bool
 }
 

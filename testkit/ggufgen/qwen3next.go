@@ -1,5 +1,10 @@
 package ggufgen
 
+import (
+	"fmt"
+	"slices"
+)
+
 // Qwen3-Next and Qwen 3.5 on Ollama's own engine (one model code,
 // qwen3next, for qwen3next, qwen35 and qwen35moe): a hybrid whose blocks
 // are either a gated delta-net (linear attention; a block with no KV
@@ -15,6 +20,10 @@ package ggufgen
 // tensor (ssm_ba); Qwen 3.5 has them apart (ssm_beta, ssm_alpha), its
 // value heads in the tiled order (ssm.v_head_reordered) and an
 // interleaved multi-axis RoPE.
+//
+// The model code builds Qwen 3 VL's vision tower when
+// vision.block_count is above 0; the text-only file has no such key.
+// Shape.Vision adds the tower (qwen3nextVision).
 func init() {
 	layouts["qwen3next"] = qwen3nextLayout("qwen3next", true, false)
 	layouts["qwen35"] = qwen3nextLayout("qwen35", false, true)
@@ -38,6 +47,7 @@ func qwen3nextLayout(arch string, moe, qwen35 bool) Layout {
 	const experts, used = 4, 2
 	recurrent := func(i int) bool { return (i+1)%gdnInterval != 0 }
 	return Layout{
+		Vision: func(b *Builder) error { return qwen3nextVision(b, arch) },
 		KV: func(b *Builder) {
 			b.KV[arch+".attention.head_count_kv"] = b.KVHeads(func(i int) bool { return !recurrent(i) })
 			b.KV[arch+".attention.key_length"] = uint32(b.HeadDim)
@@ -112,4 +122,27 @@ func qwen3nextLayout(arch string, moe, qwen35 bool) Layout {
 			b.SharedExpert(p, F)
 		},
 	}
+}
+
+// qwen3nextVision adds Qwen 3 VL's vision tower (qwen3vlVision) to a
+// Qwen3-Next or Qwen 3.5 model. Its model code reads the ids of the
+// image's tokens from keys (image_token_id, vision_start_token_id,
+// vision_end_token_id; model/models/qwen3next/model.go): they are set to
+// the vocabulary's <|image_pad|>, <|vision_start|> and <|vision_end|>,
+// which it must hold.
+func qwen3nextVision(b *Builder, arch string) error {
+	toks, _ := b.KV["tokenizer.ggml.tokens"].([]string)
+	for key, tok := range map[string]string{
+		"image_token_id":        "<|image_pad|>",
+		"vision_start_token_id": "<|vision_start|>",
+		"vision_end_token_id":   "<|vision_end|>",
+	} {
+		id := slices.Index(toks, tok)
+		if id < 0 {
+			return fmt.Errorf("ggufgen: a %s vision model needs %s in its vocabulary", arch, tok)
+		}
+		b.KV[arch+"."+key] = uint32(id)
+	}
+	qwen3vlVision(b, arch)
+	return nil
 }
