@@ -48,13 +48,15 @@ func TestRealOllama_LFM2Vision(t *testing.T) {
 	o := need(t)
 	v := vocabgen.BPE(32000, "lfm2", 73).WithSpecials(slices.Concat([]string{"<|startoftext|>", "<|im_start|>", "<|im_end|>"},
 		ggufgen.LFM2VisionSpecials())...)
-	var chats []imageChat
+	var all []imageChat
 	for i, c := range lfm2ImageCosts {
-		chats = append(chats, withImages(fmt.Sprintf("one %dx%d", c.size[0], c.size[1]), 1400+uint64(i), 3, false, c.size))
+		all = append(all, withImages(fmt.Sprintf("one %dx%d", c.size[0], c.size[1]), 1400+uint64(i), 3, false, c.size))
 	}
-	chats = append(chats,
+	all = append(all,
 		withImages("two in one", 1420, 2, false, [2]int{64, 48}, [2]int{128, 96}),
 		withImages("two apart", 1421, 3, true, [2]int{200, 60}, [2]int{8, 8}))
+	// CI: scaled up, scaled down, split 2×2 and 3×1, two in one message.
+	chats := visionCases(all, 0, 4, 5, 6, 9)
 	cost := func(img ctxchat.Image) int {
 		for _, c := range lfm2ImageCosts {
 			if c.size == [2]int{img.Width, img.Height} {
@@ -73,7 +75,7 @@ func TestRealOllama_LFM2Vision(t *testing.T) {
 		}
 		createRendered(t, o, name, "lfm2", "lfm2", name+"-base")
 		if arch == "lfm2moe" {
-			chats = []imageChat{chats[5], chats[len(chats)-2]}
+			chats = []imageChat{all[5], all[9]}
 		}
 		t.Logf("%s:\n%s", arch, visionFamilyCheck(t, o, name, chats, cost))
 	}

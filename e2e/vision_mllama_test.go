@@ -228,11 +228,13 @@ func TestRealOllama_MllamaVision(t *testing.T) {
 	if err := createModelShape(o, name, v, shape); err != nil {
 		t.Fatalf("creating the model: %v", err)
 	}
-	var chats []imageChat
+	var all []imageChat
 	for i, s := range [][2]int{{16, 16}, {80, 80}, {160, 80}, {80, 160}, {300, 200}, {1000, 30}, {161, 161}} {
-		chats = append(chats, withImages(fmt.Sprintf("one %dx%d", s[0], s[1]), 1300+uint64(i), 3, false, s))
+		all = append(all, withImages(fmt.Sprintf("one %dx%d", s[0], s[1]), 1300+uint64(i), 3, false, s))
 	}
-	chats = append(chats, withImages("two apart", 1320, 3, true, [2]int{120, 72}, [2]int{56, 56}))
+	all = append(all, withImages("two apart", 1320, 3, true, [2]int{120, 72}, [2]int{56, 56}))
+	// CI: smaller than a tile, two tiles, scaled down, two images.
+	chats := visionCases(all, 0, 2, 4, 7)
 	t.Log("\n" + visionFamilyCheck(t, o, name, chats, func(ctxchat.Image) int { return 1 }))
 
 	// /api/generate takes one image.
