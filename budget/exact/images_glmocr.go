@@ -71,38 +71,21 @@ func (g glmocrGrid) cost(img chat.Image) (int, bool) {
 		n, _ := g.cost(chat.Image{Width: 1024, Height: 768})
 		return n, false
 	}
-	h, w := g.resize(img.Height, img.Width)
-	factor := g.patch * g.merge
-	n := (h / factor) * (w / factor)
+	rows, cols := g.resize(img.Height, img.Width)
+	n := rows * cols
 	return n + 2, n > 0
 }
 
-// resize is Ollama v0.17.4's glmocr SmartResize for one frame: small
-// images scaled up so that the short side is factor, each side rounded
-// to factor (half to even), then scaled down (sides floored) or up
-// (sides ceiled) when the frame's pixels, counted temporal times, are
-// above max_pixels or below min_pixels.
-func (g glmocrGrid) resize(height, width int) (int, int) {
+// resize is Ollama v0.17.4's glmocr SmartResize for one frame, in
+// squares of factor pixels: an image with a side under factor scaled up
+// first so that its short side is factor, then smartResize with the
+// frame's pixels counted temporal times.
+func (g glmocrGrid) resize(height, width int) (rows, cols int) {
 	factor := g.patch * g.merge
 	if height < factor || width < factor {
 		scale := float64(factor) / float64(min(height, width))
 		height = int(math.Ceil(float64(height) * scale))
 		width = int(math.Ceil(float64(width) * scale))
 	}
-	f := float64(factor)
-	hBar := int(math.RoundToEven(float64(height)/f)) * factor
-	wBar := int(math.RoundToEven(float64(width)/f)) * factor
-	// One frame: numFrames is the temporal patch size, tBar the same.
-	frames := g.temporal
-	switch pixels := frames * hBar * wBar; {
-	case pixels > g.maxPixels:
-		beta := math.Sqrt(float64(frames*height*width) / float64(g.maxPixels))
-		hBar = int(math.Floor(float64(height)/beta/f)) * factor
-		wBar = int(math.Floor(float64(width)/beta/f)) * factor
-	case pixels < g.minPixels:
-		beta := math.Sqrt(float64(g.minPixels) / float64(frames*height*width))
-		hBar = int(math.Ceil(float64(height)*beta/f)) * factor
-		wBar = int(math.Ceil(float64(width)*beta/f)) * factor
-	}
-	return hBar, wBar
+	return smartResize(height, width, factor, g.temporal, g.minPixels, g.maxPixels)
 }

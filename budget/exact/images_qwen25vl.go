@@ -1,8 +1,6 @@
 package exact
 
 import (
-	"math"
-
 	"github.com/ctxproxy/ctxproxy/chat"
 )
 
@@ -67,28 +65,6 @@ func (g qwen25vlGrid) cost(img chat.Image) (int, bool) {
 		return n, false
 	}
 	runs := min(img.Width, img.Height) >= g.factor && max(img.Width, img.Height)/min(img.Width, img.Height) <= 200
-	rows, cols := g.squares(max(img.Height, g.factor), max(img.Width, g.factor))
+	rows, cols := smartResize(max(img.Height, g.factor), max(img.Width, g.factor), g.factor, 1, qwen25vlMinPixels, g.maxPixels)
 	return rows*cols + 2, runs
-}
-
-// squares returns how many factor-pixel squares high and wide SmartResize
-// (Ollama v0.17.4 model/models/qwen25vl/process_image.go) makes an image
-// of height×width: each side rounded to the nearest number of squares
-// (halves to even); where that is more than maxPixels, both sides divided
-// by √(area/maxPixels) and floored; where it is less than
-// qwen25vlMinPixels, both multiplied by √(qwen25vlMinPixels/area) and
-// ceiled. The float operations are Ollama's, in its order, so the
-// results agree at the boundaries.
-func (g qwen25vlGrid) squares(height, width int) (rows, cols int) {
-	f, area := float64(g.factor), float64(height*width)
-	h, w := float64(height), float64(width)
-	rows, cols = int(math.RoundToEven(h/f)), int(math.RoundToEven(w/f))
-	if pixels := rows * cols * g.factor * g.factor; pixels > g.maxPixels {
-		beta := math.Sqrt(area / float64(g.maxPixels))
-		rows, cols = int(math.Floor(h/beta/f)), int(math.Floor(w/beta/f))
-	} else if pixels < qwen25vlMinPixels {
-		beta := math.Sqrt(qwen25vlMinPixels / area)
-		rows, cols = int(math.Ceil(h*beta/f)), int(math.Ceil(w*beta/f))
-	}
-	return rows, cols
 }

@@ -1,8 +1,6 @@
 package exact
 
 import (
-	"math"
-
 	"github.com/ctxproxy/ctxproxy/chat"
 )
 
@@ -76,29 +74,6 @@ func (g qwen3vlGrid) cost(img chat.Image) (int, bool) {
 	}
 	h, w := img.Height, img.Width
 	exact := h >= g.factor && w >= g.factor && max(h, w)/min(h, w) <= 200
-	h, w = g.resize(max(h, g.factor), max(w, g.factor))
-	return (h/g.factor)*(w/g.factor) + 2, exact
-}
-
-// resize is SmartResize (Ollama v0.17.4
-// model/models/qwen3vl/imageprocessor.go): each side rounded to the
-// nearest multiple of factor (halves to even), then, when the area is
-// above qwen3vlLongestEdge, both sides scaled down by the same ratio and
-// floored to multiples of factor, or, when below shortest, scaled up and
-// ceiled.
-func (g qwen3vlGrid) resize(height, width int) (int, int) {
-	f := float64(g.factor)
-	hBar := int(math.RoundToEven(float64(height)/f)) * g.factor
-	wBar := int(math.RoundToEven(float64(width)/f)) * g.factor
-	switch {
-	case hBar*wBar > qwen3vlLongestEdge:
-		beta := math.Sqrt(float64(height*width) / float64(qwen3vlLongestEdge))
-		hBar = int(math.Floor(float64(height)/beta/f)) * g.factor
-		wBar = int(math.Floor(float64(width)/beta/f)) * g.factor
-	case hBar*wBar < g.shortest:
-		beta := math.Sqrt(float64(g.shortest) / float64(height*width))
-		hBar = int(math.Ceil(float64(height)*beta/f)) * g.factor
-		wBar = int(math.Ceil(float64(width)*beta/f)) * g.factor
-	}
-	return hBar, wBar
+	rows, cols := smartResize(max(h, g.factor), max(w, g.factor), g.factor, 1, g.shortest, qwen3vlLongestEdge)
+	return rows*cols + 2, exact
 }
