@@ -182,7 +182,11 @@ func (v lfm2Vision) splits(w, h int) bool {
 // resized returns the size an image is resized to whole: each side
 // rounded to a multiple of patch×scale, then, when that is more pixels
 // than max_image_tokens' or fewer than min_image_tokens', scaled to fit
-// (down rounding down, up rounding up).
+// (down rounding down, up rounding up). It is not the Qwen processors'
+// smartResize: LFM2's keeps each side at least one multiple, before it
+// compares the pixels and after it scales down, so a side that rounds
+// to nothing is one multiple here where smartResize would scale the
+// image up.
 func (v lfm2Vision) resized(w, h int) (int, int) {
 	f := v.patch * v.scale
 	pixels := func(tokens int) int { return tokens * v.patch * v.patch * v.scale * v.scale }

@@ -83,6 +83,9 @@ func TestLFM2Images(t *testing.T) {
 		{"tall and thin", nil, 50, 2000, 2*62 + 2},
 		{"wide, scaled down", nil, 3000, 100, 87*2 + 2},
 		{"round half to even", nil, 528, 400, 16*12 + 2},
+		// A side rounded to nothing counts as one square (a Qwen-style
+		// smartResize would scale the image up instead).
+		{"a side under one square", nil, 3000, 10, 94*1 + 2},
 		// Split: a 3×2 grid of 512 tiles (each a marker and 256
 		// tokens), then <|img_thumbnail|> and the image at 576×416.
 		{"split 4:3", nil, 1024, 768, 2 + 6*(1+256) + 1 + 18*13},
@@ -169,7 +172,7 @@ func TestLFM2Images_OllamaProcessor(t *testing.T) {
 	}
 	kv := lfm2KV(nil)
 	proc := lfm2Processor(t, kv)
-	for _, s := range [][2]int{{1024, 768}, {900, 1600}, {3000, 1000}, {700, 700}, {2000, 100}} {
+	for _, s := range [][2]int{{1024, 768}, {900, 1600}, {3000, 1000}, {700, 700}, {2000, 100}, {3000, 10}} {
 		want := ollamaLFM2Cost(t, proc, kv, s[0], s[1])
 		if n, _ := imagesOf(kv)(chat.Image{Width: s[0], Height: s[1]}); n != want {
 			t.Errorf("defaults: %dx%d costs %d, Ollama's processor %d", s[0], s[1], n, want)
