@@ -40,6 +40,9 @@ var visionFamilies = map[string]func(kv map[string]any) imageCoster{
 	"qwen3next":   qwen3nextImages,
 	"qwen35":      qwen3nextImages,
 	"qwen35moe":   qwen3nextImages,
+	"mllama":      mllamaImages,
+	"lfm2":        lfm2Images,
+	"lfm2moe":     lfm2Images,
 }
 
 // imagesOf returns how model_info kv's images cost on Ollama's engine,

@@ -1,0 +1,247 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/budget/exact"
+	ctxchat "github.com/ctxproxy/ctxproxy/chat"
+	"github.com/ctxproxy/ctxproxy/testkit/ggufgen"
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
+	"github.com/ollama/ollama/api"
+	"github.com/ollama/ollama/types/model"
+)
+
+// imageChat is one chat of a vision family's test: its messages, images
+// attached as PNGs.
+type imageChat struct {
+	name string
+	msgs []api.Message
+}
+
+// sizes returns the sizes of c's images in the order the messages hold
+// them, read from the PNGs.
+func (c imageChat) sizes(t *testing.T) []ctxchat.Image {
+	t.Helper()
+	var out []ctxchat.Image
+	for _, m := range c.msgs {
+		for _, img := range m.Images {
+			cfg, _, err := image.DecodeConfig(bytes.NewReader(img))
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			out = append(out, ctxchat.Image{Width: cfg.Width, Height: cfg.Height})
+		}
+	}
+	return out
+}
+
+// withImages returns a chat of seed's conversation (turns user turns)
+// with an image of each size on its last message, or on each of its user
+// messages from the last back when apart.
+func withImages(name string, seed uint64, turns int, apart bool, sizes ...[2]int) imageChat {
+	msgs := conversation(seed, turns)
+	last := len(msgs) - 1
+	for i, s := range sizes {
+		at := last
+		if apart {
+			at = last - 2*i
+		}
+		msgs[at].Images = append(msgs[at].Images, testPNG(s[0], s[1]))
+	}
+	return imageChat{name, msgs}
+}
+
+// visionFamilyCheck creates nothing: it holds model name's image counts
+// against the real Ollama at o, for a vision family whose rule ctxproxy
+// knows. It checks the model shows the vision capability; that ctxproxy's
+// Tokenizer, built from /api/show as the proxy builds it, counts each
+// chat (sent whole to Ollama's /api/chat) as prompt_eval_count; that
+// through ctxproxy X-Ctxproxy-Tokens equals prompt_eval_count on
+// /api/chat whole and streamed and /v1/chat/completions, every report
+// held against the count; and that each chat's images are really there:
+// without them the server counts cost(image) fewer tokens for each (cost
+// is the test's own figure, worked out by hand from the model's code).
+// It returns the table of what it measured.
+func visionFamilyCheck(t *testing.T, o *ollamaServer, name string, chats []imageChat, cost func(ctxchat.Image) int) string {
+	u, _ := url.Parse(o.url)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := api.NewClient(u, http.DefaultClient)
+	show, err := client.Show(ctx, &api.ShowRequest{Model: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(show.Capabilities, model.CapabilityVision) {
+		t.Fatalf("capabilities %v: no vision", show.Capabilities)
+	}
+	// The Tokenizer as the proxy builds it: from the verbose /api/show.
+	body, _ := json.Marshal(map[string]any{"model": name, "verbose": true})
+	resp, err := http.Post(o.url+"/api/show", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s exact.Show
+	err = json.NewDecoder(resp.Body).Decode(&s)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Name = name
+	tok, err := exact.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-14s %-31s %-14s %7s %7s\n", "chat", "route", "images", "counted", "ollama")
+	direct := func(c imageChat) (counted, eval int, exactCount bool) {
+		counted, exactCount, err := tok.Count(exact.Prompt{Messages: c.msgs, Images: c.sizes(t)})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		body, _ := json.Marshal(chatRequest{Model: name, Messages: c.msgs})
+		resp, err := http.Post(o.url+"/api/chat", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r api.ChatResponse
+		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&r) != nil {
+			t.Fatalf("%s: HTTP %d from Ollama", c.name, resp.StatusCode)
+		}
+		return counted, r.PromptEvalCount, exactCount
+	}
+	sizes := func(c imageChat) string {
+		var out []string
+		for _, s := range c.sizes(t) {
+			out = append(out, fmt.Sprintf("%dx%d", s.Width, s.Height))
+		}
+		return strings.Join(out, ",")
+	}
+	for _, c := range chats {
+		counted, eval, whole := direct(c)
+		fmt.Fprintf(&b, "%-14s %-31s %-14s %7d %7d\n", c.name, "direct /api/chat", sizes(c), counted, eval)
+		if counted != eval || !whole {
+			t.Errorf("%s (%s): Tokenizer.Count %d (exact %v), prompt_eval_count %d", c.name, sizes(c), counted, whole, eval)
+		}
+		// The images are really there: without them the server counts
+		// each one's cost fewer.
+		bare := imageChat{c.name + " bare", slices.Clone(c.msgs)}
+		for i := range bare.msgs {
+			bare.msgs[i].Images = nil
+		}
+		var want int
+		for _, img := range c.sizes(t) {
+			want += cost(img)
+		}
+		bareCount, bareEval, _ := direct(bare)
+		fmt.Fprintf(&b, "%-14s %-31s %-14s %7d %7d\n", c.name, "direct /api/chat, no image", "", bareCount, bareEval)
+		if eval-bareEval != want {
+			t.Errorf("%s: the images added %d tokens on the server, want %d", c.name, eval-bareEval, want)
+		}
+	}
+
+	p := startCtxproxy(t, o.url, exactConfig)
+	defer p.stop()
+	requests := 0
+	for _, c := range chats {
+		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {
+			var body []byte
+			if route == "/v1/chat/completions" {
+				body = openaiImageBody(name, c.msgs)
+			} else {
+				body, _ = json.Marshal(chatRequest{Model: name, Messages: c.msgs, Stream: route != "/api/chat"})
+			}
+			sent, eval, err := countedAndEvaluatedBody(p.url, route, body)
+			if err != nil {
+				t.Errorf("%s %s: %v", c.name, route, err)
+				continue
+			}
+			requests++
+			fmt.Fprintf(&b, "%-14s %-31s %-14s %7d %7d\n", c.name, "ctxproxy "+route, sizes(c), sent, eval)
+			if sent != eval {
+				t.Errorf("%s on %s: X-Ctxproxy-Tokens %d, prompt_eval_count %d", c.name, route, sent, eval)
+			}
+		}
+	}
+	visionChecked(t, p, name, requests)
+	return b.String()
+}
+
+// visionChecked waits until ctxproxy at p has held requests of model
+// name's reports against its count, and fails on any miss.
+func visionChecked(t *testing.T, p *ctxproxy, name string, requests int) {
+	t.Helper()
+	var counting struct {
+		Checked int64 `json:"checked"`
+		Misses  []any `json:"misses"`
+	}
+	if !eventually(5*time.Second, func() bool {
+		_, data := p.get(t, "/ctxproxy/status")
+		var st struct {
+			Models []struct {
+				Name     string          `json:"name"`
+				Counting json.RawMessage `json:"counting"`
+			} `json:"models"`
+		}
+		_ = json.Unmarshal(data, &st)
+		for _, m := range st.Models {
+			if strings.HasPrefix(m.Name, name) {
+				_ = json.Unmarshal(m.Counting, &counting)
+			}
+		}
+		return counting.Checked >= int64(requests)
+	}) {
+		t.Errorf("ctxproxy checked %d of %d reports with images against its count", counting.Checked, requests)
+	}
+	if len(counting.Misses) > 0 {
+		t.Errorf("misses: %v", counting.Misses)
+	}
+}
+
+// TestRealOllama_MllamaVision: a generated Llama 3.2 Vision with a tiny
+// tower (two 80-pixel tiles at most) charges each image one token, the
+// <|image|> its model code puts where the image was, whatever the image's
+// size (smaller than a tile, one tile, two, scaled down, long and thin),
+// with one image and with images in two messages (the server takes at
+// most one a message); directly and through ctxproxy, counted exactly.
+func TestRealOllama_MllamaVision(t *testing.T) {
+	o := need(t)
+	const name = "gen-mllama-vision"
+	v := vocabgen.BPE(128256, "llama-bpe", 71).WithSpecials("<|image|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
+	if v.Tokens[128256] != "<|image|>" {
+		t.Fatalf("<|image|> is not at 128256 (%d tokens)", len(v.Tokens))
+	}
+	shape := ggufgen.Shape{Seed: 5, Arch: "mllama", Vision: true, Embedding: 32}
+	if err := createModelShape(o, name, v, shape); err != nil {
+		t.Fatalf("creating the model: %v", err)
+	}
+	var all []imageChat
+	for i, s := range [][2]int{{16, 16}, {80, 80}, {160, 80}, {80, 160}, {300, 200}, {1000, 30}, {161, 161}} {
+		all = append(all, withImages(fmt.Sprintf("one %dx%d", s[0], s[1]), 1300+uint64(i), 3, false, s))
+	}
+	all = append(all, withImages("two apart", 1320, 3, true, [2]int{120, 72}, [2]int{56, 56}))
+	// CI: smaller than a tile, two tiles, scaled down, two images.
+	chats := visionCases(all, 0, 2, 4, 7)
+	t.Log("\n" + visionFamilyCheck(t, o, name, chats, func(ctxchat.Image) int { return 1 }))
+
+	// /api/generate takes one image.
+	p := startCtxproxy(t, o.url, exactConfig)
+	defer p.stop()
+	body, _ := json.Marshal(api.GenerateRequest{Model: name, Prompt: "Describe it. " + hardText, Images: []api.ImageData{testPNG(200, 120)}, Stream: new(bool)})
+	if sent, eval, err := generateCounted(p.url, body); err != nil || sent != eval {
+		t.Errorf("/api/generate with an image: X-Ctxproxy-Tokens %d, prompt_eval_count %d, %v", sent, eval, err)
+	}
+}
