@@ -116,7 +116,8 @@ func familyNamed(name string) family {
 }
 
 // TestRealOllama_Families: for every generated family, on /api/chat
-// whole and streamed and /v1/chat/completions, X-Ctxproxy-Tokens equals
+// whole and streamed, /v1/chat/completions, /v1/responses and
+// /v1/messages (the last two carried to /api/chat), X-Ctxproxy-Tokens equals
 // the real Ollama's prompt_eval_count on the first request of a fresh
 // model, with digits, CJK, code fences, whitespace runs and special-token
 // text in the prompt. CI runs the rows marked ci; CTXPROXY_E2E_FAMILIES
@@ -151,7 +152,7 @@ func TestRealOllama_Families(t *testing.T) {
 		msgs[len(msgs)-1].Content += "\n" + hardText + " " + strings.Join(f.specials, "x ") + " 12" + strings.Join(f.specials, "")
 		msgs = append(msgs[:len(msgs)-1], api.Message{Role: "assistant", Content: "Noted: 99 red balloons, 東京.\n\n```\n]}}}}}\n```"},
 			msgs[len(msgs)-1])
-		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {
+		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions", "/v1/responses", "/v1/messages"} {
 			sent, eval, err := countedAndEvaluated(p.url, route, f.name, msgs, nil)
 			if err != nil {
 				t.Errorf("%s %s: %v", f.name, route, err)

@@ -143,6 +143,11 @@ func countedAndEvaluated(base, route, model string, msgs []api.Message, tools js
 	switch route {
 	case "/v1/chat/completions":
 		body = openaiBody(model, msgs, tools)
+	case "/v1/responses", "/v1/messages":
+		if tools != nil {
+			return 0, 0, fmt.Errorf("%s: tools in Ollama's shape", route)
+		}
+		body = dialectBody(route, model, msgs)
 	default:
 		body, _ = json.Marshal(chatRequest{Model: model, Messages: msgs, Tools: tools, Stream: route != "/api/chat"})
 	}
@@ -176,12 +181,38 @@ func countedAndEvaluatedBody(base, route string, body []byte) (sent, eval int, e
 	var v struct {
 		Usage struct {
 			PromptTokens int `json:"prompt_tokens"`
+			InputTokens  int `json:"input_tokens"` // the Responses and Messages APIs
 		} `json:"usage"`
 	}
 	if err := json.Unmarshal(data, &v); err != nil {
 		return 0, 0, err
 	}
-	return sent, v.Usage.PromptTokens, nil
+	return sent, max(v.Usage.PromptTokens, v.Usage.InputTokens), nil
+}
+
+// dialectBody is msgs (plain text) as a request to OpenAI's Responses API
+// (/v1/responses: input items, system messages among them) or
+// Anthropic's Messages API (/v1/messages: the system prompt apart).
+func dialectBody(route, model string, msgs []api.Message) []byte {
+	type item struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	var system []string
+	var items []item
+	for _, m := range msgs {
+		if m.Role == "system" && route == "/v1/messages" {
+			system = append(system, m.Content)
+			continue
+		}
+		items = append(items, item{m.Role, m.Content})
+	}
+	if route == "/v1/responses" {
+		b, _ := json.Marshal(map[string]any{"model": model, "input": items})
+		return b
+	}
+	b, _ := json.Marshal(map[string]any{"model": model, "max_tokens": 64, "system": strings.Join(system, "\n"), "messages": items})
+	return b
 }
 
 // pixel is an 8×8 red PNG.

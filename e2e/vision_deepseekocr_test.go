@@ -26,7 +26,8 @@ func TestRealOllama_DeepSeekOCRVision(t *testing.T) {
 	if err := createModelShape(o, name, v, ggufgen.Shape{Seed: 5, Arch: "deepseekocr", Vision: true, Embedding: 32}); err != nil {
 		t.Fatalf("creating the model: %v", err)
 	}
-	ocrVisionCheck(t, o, name, 1400, []ocrSize{
+	// CI: two grids.
+	ocrVisionCheck(t, o, name, 1400, visionCases([]ocrSize{
 		{1200, 800}, // 3×2
 		{800, 1200}, // 2×3: rows and columns are not interchangeable
 		{10, 10},    // tiny: 2×2
@@ -36,5 +37,5 @@ func TestRealOllama_DeepSeekOCRVision(t *testing.T) {
 		{1000, 500}, // 4×2
 		{300, 1000}, // 1×3
 		{2000, 150}, // 9×1
-	})
+	}, 5, 0))
 }

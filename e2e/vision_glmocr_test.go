@@ -27,7 +27,8 @@ func TestRealOllama_GLMOCRVision(t *testing.T) {
 	if err := createModelShape(o, name, v, ggufgen.Shape{Seed: 5, Arch: "glmocr", Vision: true}); err != nil {
 		t.Fatalf("creating the model: %v", err)
 	}
-	ocrVisionCheck(t, o, name, 1300, []ocrSize{
+	// CI: scaled down, tiny, scaled up.
+	ocrVisionCheck(t, o, name, 1300, visionCases([]ocrSize{
 		{400, 300},  // above max_pixels: scaled down
 		{10, 10},    // narrower than 28 pixels, then below min_pixels
 		{1000, 200}, // above the max, 5:1
@@ -37,11 +38,11 @@ func TestRealOllama_GLMOCRVision(t *testing.T) {
 		{100, 60},   // rounded half to even
 		{300, 400},
 		{20, 300}, // narrow: scaled up to a 28-pixel side
-	})
+	}, 0, 1, 3))
 
 	rendered := name + "-rendered"
 	createRendered(t, o, rendered, "glm-ocr", "glm-ocr", name)
-	tok := ocrTokenizer(t, o, rendered)
+	tok := visionTokenizer(t, o.url, rendered)
 	msgs := conversation(1301, 2)
 	bareCount, bareEval := ocrCounted(t, o, tok, rendered, msgs, nil)
 	with := slices.Clone(msgs)

@@ -4,23 +4,19 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"image"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget/exact"
 	ctxchat "github.com/ctxproxy/ctxproxy/chat"
 	"github.com/ctxproxy/ctxproxy/testkit/ggufgen"
 	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 	"github.com/ollama/ollama/api"
-	"github.com/ollama/ollama/types/model"
 )
 
 // imageChat is one chat of a vision family's test: its messages, images
@@ -75,34 +71,7 @@ func withImages(name string, seed uint64, turns int, apart bool, sizes ...[2]int
 // is the test's own figure, worked out by hand from the model's code).
 // It returns the table of what it measured.
 func visionFamilyCheck(t *testing.T, o *ollamaServer, name string, chats []imageChat, cost func(ctxchat.Image) int) string {
-	u, _ := url.Parse(o.url)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	client := api.NewClient(u, http.DefaultClient)
-	show, err := client.Show(ctx, &api.ShowRequest{Model: name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(show.Capabilities, model.CapabilityVision) {
-		t.Fatalf("capabilities %v: no vision", show.Capabilities)
-	}
-	// The Tokenizer as the proxy builds it: from the verbose /api/show.
-	body, _ := json.Marshal(map[string]any{"model": name, "verbose": true})
-	resp, err := http.Post(o.url+"/api/show", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s exact.Show
-	err = json.NewDecoder(resp.Body).Decode(&s)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Name = name
-	tok, err := exact.New(s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := visionTokenizer(t, o.url, name)
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-14s %-31s %-14s %7s %7s\n", "chat", "route", "images", "counted", "ollama")
@@ -178,37 +147,6 @@ func visionFamilyCheck(t *testing.T, o *ollamaServer, name string, chats []image
 	}
 	visionChecked(t, p, name, requests)
 	return b.String()
-}
-
-// visionChecked waits until ctxproxy at p has held requests of model
-// name's reports against its count, and fails on any miss.
-func visionChecked(t *testing.T, p *ctxproxy, name string, requests int) {
-	t.Helper()
-	var counting struct {
-		Checked int64 `json:"checked"`
-		Misses  []any `json:"misses"`
-	}
-	if !eventually(5*time.Second, func() bool {
-		_, data := p.get(t, "/ctxproxy/status")
-		var st struct {
-			Models []struct {
-				Name     string          `json:"name"`
-				Counting json.RawMessage `json:"counting"`
-			} `json:"models"`
-		}
-		_ = json.Unmarshal(data, &st)
-		for _, m := range st.Models {
-			if strings.HasPrefix(m.Name, name) {
-				_ = json.Unmarshal(m.Counting, &counting)
-			}
-		}
-		return counting.Checked >= int64(requests)
-	}) {
-		t.Errorf("ctxproxy checked %d of %d reports with images against its count", counting.Checked, requests)
-	}
-	if len(counting.Misses) > 0 {
-		t.Errorf("misses: %v", counting.Misses)
-	}
 }
 
 // TestRealOllama_MllamaVision: a generated Llama 3.2 Vision with a tiny

@@ -3,14 +3,11 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget/exact"
 	ctxchat "github.com/ctxproxy/ctxproxy/chat"
@@ -25,32 +22,6 @@ func (s ocrSize) String() string { return fmt.Sprintf("%d×%d", s.w, s.h) }
 // ocrNumCtx is the window of the direct requests: ctxproxy's under
 // exactConfig too, so that both load the model once.
 const ocrNumCtx = 8192
-
-// ocrTokenizer builds the counter ctxproxy builds for name (exact.New
-// over the verbose /api/show answer, as backend does) from the real
-// Ollama; the model must show the vision capability.
-func ocrTokenizer(t *testing.T, o *ollamaServer, name string) *exact.Tokenizer {
-	t.Helper()
-	body, _ := json.Marshal(map[string]any{"model": name, "verbose": true})
-	resp, err := http.Post(o.url+"/api/show", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var show exact.Show
-	if err := json.NewDecoder(resp.Body).Decode(&show); err != nil {
-		t.Fatalf("/api/show %s: %v", name, err)
-	}
-	if !slices.Contains(show.Capabilities, "vision") {
-		t.Fatalf("%s: capabilities %v, no vision", name, show.Capabilities)
-	}
-	show.Name = name
-	tok, err := exact.New(show)
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return tok
-}
 
 // ocrCounted returns what tok counts for msgs with images of sizes (in
 // the messages' order) and what the real Ollama evaluates for them on
@@ -79,7 +50,7 @@ func ocrCounted(t *testing.T, o *ollamaServer, tok *exact.Tokenizer, name string
 // /v1/chat/completions, X-Ctxproxy-Tokens against prompt_eval_count with
 // every report held against the count.
 func ocrVisionCheck(t *testing.T, o *ollamaServer, name string, seed uint64, sizes []ocrSize) {
-	tok := ocrTokenizer(t, o, name)
+	tok := visionTokenizer(t, o.url, name)
 	msgs := conversation(seed, 2)
 	last := len(msgs) - 1
 	bareCount, bareEval := ocrCounted(t, o, tok, name, msgs, nil)
@@ -152,29 +123,5 @@ func ocrThroughProxy(t *testing.T, o *ollamaServer, name string, b *strings.Buil
 			}
 		}
 	}
-	var counting struct {
-		Checked int64 `json:"checked"`
-		Misses  []any `json:"misses"`
-	}
-	if !eventually(5*time.Second, func() bool {
-		_, data := p.get(t, "/ctxproxy/status")
-		var st struct {
-			Models []struct {
-				Name     string          `json:"name"`
-				Counting json.RawMessage `json:"counting"`
-			} `json:"models"`
-		}
-		_ = json.Unmarshal(data, &st)
-		for _, m := range st.Models {
-			if strings.HasPrefix(m.Name, name) {
-				_ = json.Unmarshal(m.Counting, &counting)
-			}
-		}
-		return counting.Checked >= int64(requests)
-	}) {
-		t.Errorf("ctxproxy checked %d of %d reports with images against its count", counting.Checked, requests)
-	}
-	if len(counting.Misses) > 0 {
-		t.Errorf("misses: %v", counting.Misses)
-	}
+	visionChecked(t, p, name, requests)
 }

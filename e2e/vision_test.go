@@ -145,33 +145,7 @@ func TestRealOllama_GemmaVision(t *testing.T) {
 	}
 	t.Log(b.String())
 
-	// Every report was held against the count: none skipped as an
-	// estimate, none missed.
-	var counting struct {
-		Checked int64 `json:"checked"`
-		Misses  []any `json:"misses"`
-	}
-	if !eventually(5*time.Second, func() bool {
-		_, data := p.get(t, "/ctxproxy/status")
-		var st struct {
-			Models []struct {
-				Name     string          `json:"name"`
-				Counting json.RawMessage `json:"counting"`
-			} `json:"models"`
-		}
-		_ = json.Unmarshal(data, &st)
-		for _, m := range st.Models {
-			if strings.HasPrefix(m.Name, name) {
-				_ = json.Unmarshal(m.Counting, &counting)
-			}
-		}
-		return counting.Checked >= int64(requests)
-	}) {
-		t.Errorf("ctxproxy checked %d of %d reports with images against its count", counting.Checked, requests)
-	}
-	if len(counting.Misses) > 0 {
-		t.Errorf("misses: %v", counting.Misses)
-	}
+	visionChecked(t, p, name, requests)
 }
 
 // generateCounted posts a whole /api/generate body to ctxproxy at base
