@@ -166,11 +166,7 @@ func mistral3ThroughProxy(t *testing.T, base, name string, sizes []mistral3Size,
 	requests := 0
 	for _, c := range cases {
 		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {
-			body := openaiImageBody(name, c.msgs)
-			if route != "/v1/chat/completions" {
-				body, _ = json.Marshal(chatRequest{Model: name, Messages: c.msgs, Stream: route != "/api/chat"})
-			}
-			sent, eval, err := countedAndEvaluatedBody(p.url, route, body)
+			sent, eval, err := visionSent(p.url, route, name, c.msgs)
 			if err != nil {
 				t.Errorf("%s %s: %v", c.name, route, err)
 				continue

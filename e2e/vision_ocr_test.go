@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -107,11 +106,7 @@ func ocrThroughProxy(t *testing.T, o *ollamaServer, name string, b *strings.Buil
 	requests := 0
 	for _, c := range order {
 		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {
-			body := openaiImageBody(name, cases[c])
-			if route != "/v1/chat/completions" {
-				body, _ = json.Marshal(chatRequest{Model: name, Messages: cases[c], Stream: route != "/api/chat"})
-			}
-			sent, eval, err := countedAndEvaluatedBody(p.url, route, body)
+			sent, eval, err := visionSent(p.url, route, name, cases[c])
 			if err != nil {
 				t.Errorf("%s %s: %v", c, route, err)
 				continue

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -35,11 +34,7 @@ func qwen25vlVisionVocab(t *testing.T) vocabgen.Vocab {
 // squares (8-pixel patches merged 2×2) and its 100,000-pixel limit, and
 // what each costs by Ollama v0.17.4's processor worked out by hand:
 // squares high × squares wide, plus vision start and end.
-var qwen25vlSizes = []struct {
-	name string
-	w, h int
-	cost int
-}{
+var qwen25vlSizes = []sizedImage{
 	{"3.5 squares a side", 56, 56, 4*4 + 2},
 	{"under 56×56: scaled up", 20, 20, 4*4 + 2},
 	{"halves round to even", 120, 72, 4*8 + 2},
@@ -135,11 +130,7 @@ func qwen25vlThroughProxy(t *testing.T, o *ollamaServer, name string) {
 		msgs[len(msgs)-1].Images = []api.ImageData{testPNG(s.w, s.h)}
 		size := fmt.Sprintf("%d×%d", s.w, s.h)
 		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {
-			body := openaiImageBody(name, msgs)
-			if route != "/v1/chat/completions" {
-				body, _ = json.Marshal(chatRequest{Model: name, Messages: msgs, Stream: route != "/api/chat"})
-			}
-			sent, eval, err := countedAndEvaluatedBody(p.url, route, body)
+			sent, eval, err := visionSent(p.url, route, name, msgs)
 			if err != nil {
 				t.Errorf("%s on %s: %v", size, route, err)
 				continue

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -24,11 +23,7 @@ import (
 // of 32,768 pixels (ggufgen.Qwen3VLShortestEdge), and what each costs,
 // worked out by hand: squares wide × squares high, plus vision start and
 // end.
-var qwen3vlSizes = []struct {
-	name string
-	w, h int
-	cost int
-}{
+var qwen3vlSizes = []sizedImage{
 	{"one square: scaled up", 32, 32, 6*6 + 2},
 	{"small: scaled up", 100, 60, 8*5 + 2},
 	{"rounded, then scaled up", 200, 150, 7*5 + 2},
@@ -200,11 +195,7 @@ func qwen3vlThroughProxy(t *testing.T, o *ollamaServer, checks []qwen3vlChat) {
 	routes := []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"}
 	for i, c := range checks {
 		route := routes[i%len(routes)]
-		body := openaiImageBody(c.model, c.msgs)
-		if route != "/v1/chat/completions" {
-			body, _ = json.Marshal(chatRequest{Model: c.model, Messages: c.msgs, Stream: route != "/api/chat"})
-		}
-		got, eval, err := countedAndEvaluatedBody(p.url, route, body)
+		got, eval, err := visionSent(p.url, route, c.model, c.msgs)
 		if err != nil {
 			t.Errorf("%s on %s: %v", c.label, route, err)
 			continue

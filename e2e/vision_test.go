@@ -92,13 +92,7 @@ func TestRealOllama_GemmaVision(t *testing.T) {
 		msgs []api.Message
 	}{{"one", one}, {"two", two}, {"two in one", both}} {
 		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {
-			var body []byte
-			if route == "/v1/chat/completions" {
-				body = openaiImageBody(name, c.msgs)
-			} else {
-				body, _ = json.Marshal(chatRequest{Model: name, Messages: c.msgs, Stream: route != "/api/chat"})
-			}
-			sent, eval, err := countedAndEvaluatedBody(p.url, route, body)
+			sent, eval, err := visionSent(p.url, route, name, c.msgs)
 			if err != nil {
 				t.Errorf("%s %s: %v", c.name, route, err)
 				continue

@@ -13,12 +13,21 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget/exact"
+	"github.com/ollama/ollama/api"
 	"github.com/ollama/ollama/types/model"
 )
 
 // The vision tests' shared parts: which image cases run, the Tokenizer
 // made as ctxproxy makes it, and the check that ctxproxy held every
 // report against its count.
+
+// sizedImage is an image case: a w×h PNG and what it costs by the
+// family's model code, worked out by hand.
+type sizedImage struct {
+	name string
+	w, h int
+	cost int
+}
 
 // visionCases returns the image cases a vision test runs: all of them
 // with CTXPROXY_E2E_VISION=all (scripts/vision.sh), else the
@@ -96,4 +105,15 @@ func visionChecked(t *testing.T, p *ctxproxy, name string, requests int) {
 	if len(counting.Misses) > 0 {
 		t.Errorf("%s: misses: %v", name, counting.Misses)
 	}
+}
+
+// visionSent posts msgs, images attached, to ctxproxy at base on route
+// ("/api/chat stream" streams /api/chat) in the route's own shape, and
+// returns X-Ctxproxy-Tokens and the backend's prompt_eval_count.
+func visionSent(base, route, name string, msgs []api.Message) (sent, eval int, err error) {
+	body := openaiImageBody(name, msgs)
+	if route != "/v1/chat/completions" {
+		body, _ = json.Marshal(chatRequest{Model: name, Messages: msgs, Stream: route != "/api/chat"})
+	}
+	return countedAndEvaluatedBody(base, route, body)
 }

@@ -1,7 +1,6 @@
 package ggufgen
 
 import (
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,22 +22,18 @@ func TestDeepSeekOCRVision(t *testing.T) {
 	if err := Write(plain, small, Shape{Arch: "deepseekocr"}); err != nil {
 		t.Fatal(err)
 	}
-	g := decodeOCR(t, plain)
+	g := decodeFile(t, plain)
 	if kv := g.KV(); kv.Uint("sam.block_count") != 0 || kv.Uint("vision.block_count") != 0 {
 		t.Errorf("the stub's blocks: SAM %d, CLIP %d", kv.Uint("sam.block_count"), kv.Uint("vision.block_count"))
 	}
 	checkShapes(t, g, map[string][]uint64{"s.patch_embd.weight": {16, 16, 3, 16}, "mm.layers.weight": {64, 64}})
-	// Only the vocabulary's size matters here: made-up pieces.
-	v := vocabgen.Vocab{Model: "gpt2", Pre: "deepseek-v3", BOS: 0, EOS: 1}
-	for i := range DeepSeekOCRImageToken + 1 {
-		v.Tokens = append(v.Tokens, fmt.Sprintf("t%d", i))
-		v.Types = append(v.Types, vocabgen.TypeNormal)
-	}
+	// Only the vocabulary's size matters here.
+	v := fillerVocab("deepseek-v3", DeepSeekOCRImageToken+1)
 	path := filepath.Join(dir, "vision.gguf")
 	if err := Write(path, v, Shape{Arch: "deepseekocr", Vision: true, Embedding: 8, Heads: 2, KVHeads: 2, Layers: 2, FeedForward: 16}); err != nil {
 		t.Fatal(err)
 	}
-	g = decodeOCR(t, path)
+	g = decodeFile(t, path)
 	if kv := g.KV(); kv.Uint("sam.block_count") != 1 || kv.Uint("vision.block_count") != 1 {
 		t.Errorf("blocks: SAM %d, CLIP %d", kv.Uint("sam.block_count"), kv.Uint("vision.block_count"))
 	}

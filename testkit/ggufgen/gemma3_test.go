@@ -2,14 +2,11 @@ package ggufgen
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
-	"github.com/ollama/ollama/fs/ggml"
 )
 
 // TestGemma3Vision: Shape.Vision adds Gemma 3's vision tower and
@@ -37,26 +34,14 @@ func TestGemma3Vision(t *testing.T) {
 	if err := Write(path, v, Shape{Arch: "gemma3", Vision: true, Embedding: 8, Heads: 2, KVHeads: 1, Layers: 1, FeedForward: 16}); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	g, err := ggml.Decode(f, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := decodeFile(t, path)
 	kv := g.KV()
 	if kv.Uint("vision.block_count") != 1 || kv.Uint("mm_tokens_per_image") != Gemma3VisionTokens ||
 		kv.Uint("vision.image_size")/kv.Uint("vision.patch_size") != 4 {
 		t.Errorf("vision keys: blocks %d, tokens %d, image %d, patch %d", kv.Uint("vision.block_count"),
 			kv.Uint("mm_tokens_per_image"), kv.Uint("vision.image_size"), kv.Uint("vision.patch_size"))
 	}
-	names := map[string][]uint64{}
-	for _, tn := range g.Tensors().Items() {
-		names[tn.Name] = tn.Shape
-	}
-	for name, shape := range map[string][]uint64{
+	checkShapes(t, g, map[string][]uint64{
 		"v.patch_embedding.weight":      {14, 14, 3, 32},
 		"v.position_embedding.weight":   {32, 16},
 		"v.blk.0.attn_q.weight":         {32, 32},
@@ -64,9 +49,5 @@ func TestGemma3Vision(t *testing.T) {
 		"v.post_layernorm.bias":         {32},
 		"mm.mm_soft_emb_norm.weight":    {32},
 		"mm.mm_input_projection.weight": {8, 32},
-	} {
-		if got, ok := names[name]; !ok || !slices.Equal(got, shape) {
-			t.Errorf("%s: shape %v, want %v", name, got, shape)
-		}
-	}
+	})
 }

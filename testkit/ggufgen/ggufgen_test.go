@@ -1,8 +1,10 @@
 package ggufgen
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,7 +21,7 @@ func TestWrite_EveryLayout(t *testing.T) {
 	v := vocabgen.BPE(600, "qwen2", 1)
 	for arch, layout := range layouts {
 		t.Run(arch, func(t *testing.T) {
-			g := writeDecoded(t, v, arch)
+			g := writeShape(t, v, Shape{Arch: arch, Seed: 1})
 			kv := g.KV()
 			if kv.Architecture() != arch {
 				t.Errorf("architecture %q", kv.Architecture())
@@ -46,26 +48,6 @@ func TestWrite_EveryLayout(t *testing.T) {
 	}
 }
 
-// writeDecoded writes a model of arch with vocabulary v and decodes it
-// with Ollama's GGUF reader.
-func writeDecoded(t *testing.T, v vocabgen.Vocab, arch string) *ggml.GGML {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "m.gguf")
-	if err := Write(path, v, Shape{Arch: arch, Seed: 1}); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	g, err := ggml.Decode(f, -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
 // TestWrite_HybridBlocks: in the hybrid layouts each block's tensors are
 // those of the kind its per-block keys make it in Ollama's model code: a
 // recurrent block (no KV heads, and no feed-forward length for
@@ -75,7 +57,7 @@ func TestWrite_HybridBlocks(t *testing.T) {
 	v := vocabgen.BPE(600, "qwen2", 1)
 	for _, arch := range []string{"qwen3next", "qwen35", "qwen35moe", "nemotron_h", "nemotron_h_moe"} {
 		t.Run(arch, func(t *testing.T) {
-			g := writeDecoded(t, v, arch)
+			g := writeShape(t, v, Shape{Arch: arch, Seed: 1})
 			kvHeads, ffn := g.KV().HeadCountKV(), g.KV().FFNLength()
 			groups := g.Tensors().GroupLayers()
 			nemotron := strings.HasPrefix(arch, "nemotron_h")
@@ -110,5 +92,59 @@ func TestWrite_HybridBlocks(t *testing.T) {
 				t.Errorf("block kinds %v: want each kind", kinds)
 			}
 		})
+	}
+}
+
+// writeShape writes a model of shape s with vocabulary v to a temporary
+// file and decodes it with Ollama's GGUF reader.
+func writeShape(t *testing.T, v vocabgen.Vocab, s Shape) *ggml.GGML {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	if err := Write(path, v, s); err != nil {
+		t.Fatal(err)
+	}
+	return decodeFile(t, path)
+}
+
+// decodeFile decodes the GGUF file at path with Ollama's reader, arrays
+// whole.
+func decodeFile(t *testing.T, path string) *ggml.GGML {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g, err := ggml.Decode(f, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// fillerVocab is a byte-level BPE vocabulary of n made-up tokens with
+// pre-tokenizer pre, for tests where only its size matters (the fixed
+// ids a vision layout needs).
+func fillerVocab(pre string, n int) vocabgen.Vocab {
+	v := vocabgen.Vocab{Model: "gpt2", Pre: pre, BOS: 0, EOS: 1}
+	for i := range n {
+		v.Tokens = append(v.Tokens, fmt.Sprintf("t%d", i))
+		v.Types = append(v.Types, vocabgen.TypeNormal)
+	}
+	return v
+}
+
+// checkShapes fails t for each tensor of want that g lacks or has in
+// another shape.
+func checkShapes(t *testing.T, g *ggml.GGML, want map[string][]uint64) {
+	t.Helper()
+	names := map[string][]uint64{}
+	for _, tn := range g.Tensors().Items() {
+		names[tn.Name] = tn.Shape
+	}
+	for name, shape := range want {
+		if got, ok := names[name]; !ok || !slices.Equal(got, shape) {
+			t.Errorf("%s: shape %v, want %v", name, got, shape)
+		}
 	}
 }

@@ -1,14 +1,11 @@
 package ggufgen
 
 import (
-	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
-	"github.com/ollama/ollama/fs/ggml"
 )
 
 // TestGLMOCRVision: Shape.Vision adds GLM-OCR's vision tower and
@@ -26,7 +23,7 @@ func TestGLMOCRVision(t *testing.T) {
 	if err := Write(path, v, Shape{Arch: "glmocr", Vision: true, Embedding: 8, Heads: 2, KVHeads: 1, Layers: 1, FeedForward: 16}); err != nil {
 		t.Fatal(err)
 	}
-	g := decodeOCR(t, path)
+	g := decodeFile(t, path)
 	kv := g.KV()
 	if kv.Uint("vision.block_count") != 1 || kv.Uint("vision.patch_size") != 14 || kv.Uint("vision.spatial_merge_size") != 2 ||
 		kv.Uint("vision.temporal_patch_size") != 2 || kv.Uint("vision.out_hidden_size") != 8 ||
@@ -61,43 +58,13 @@ func TestGLMOCRVision(t *testing.T) {
 	if err := Write(plain, v, Shape{Arch: "glmocr"}); err != nil {
 		t.Fatal(err)
 	}
-	g = decodeOCR(t, plain)
+	g = decodeFile(t, plain)
 	if n, ok := g.KV()["glmocr.vision.block_count"].(uint32); !ok || n != 0 {
 		t.Errorf("text-only vision.block_count %v", g.KV()["glmocr.vision.block_count"])
 	}
 	for _, tn := range g.Tensors().Items() {
 		if strings.HasPrefix(tn.Name, "v.") || strings.HasPrefix(tn.Name, "mm.") {
 			t.Errorf("a text-only file has %s", tn.Name)
-		}
-	}
-}
-
-// decodeOCR decodes the GGUF file at path with Ollama's reader.
-func decodeOCR(t *testing.T, path string) *ggml.GGML {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	g, err := ggml.Decode(f, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
-// checkShapes fails t for each tensor of want that g lacks or has in
-// another shape.
-func checkShapes(t *testing.T, g *ggml.GGML, want map[string][]uint64) {
-	t.Helper()
-	names := map[string][]uint64{}
-	for _, tn := range g.Tensors().Items() {
-		names[tn.Name] = tn.Shape
-	}
-	for name, shape := range want {
-		if got, ok := names[name]; !ok || !slices.Equal(got, shape) {
-			t.Errorf("%s: shape %v, want %v", name, got, shape)
 		}
 	}
 }

@@ -17,11 +17,11 @@ func TestLFM2Vision(t *testing.T) {
 	v := vocabgen.BPE(600, "lfm2", 1).WithSpecials(LFM2VisionSpecials()...)
 	for _, arch := range []string{"lfm2", "lfm2moe"} {
 		t.Run(arch, func(t *testing.T) {
-			kv := mllamaLFM2Decoded(t, v, Shape{Arch: arch}).KV()
+			kv := writeShape(t, v, Shape{Arch: arch}).KV()
 			if _, ok := kv[arch+".vision.block_count"]; ok {
 				t.Error("text only: vision.block_count")
 			}
-			g := mllamaLFM2Decoded(t, v, Shape{Arch: arch, Vision: true})
+			g := writeShape(t, v, Shape{Arch: arch, Vision: true})
 			kv = g.KV()
 			for key, want := range map[string]string{
 				"image_token_id": "<image>", "image_start_token_id": "<|image_start|>",

@@ -1,9 +1,7 @@
 package ggufgen
 
 import (
-	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -18,28 +16,20 @@ func TestLlama4Vision(t *testing.T) {
 	if err := Write(filepath.Join(dir, "small.gguf"), vocabgen.BPE(600, "llama4", 1), Shape{Arch: "llama4", Vision: true}); err == nil || !strings.Contains(err.Error(), "200092") {
 		t.Errorf("a 600-token vocabulary: %v", err)
 	}
-	// Only the vocabulary's size matters here: made-up tokens.
-	v := vocabgen.Vocab{Model: "gpt2", Pre: "llama4"}
-	for i := range llama4Patch + 1 {
-		v.Tokens = append(v.Tokens, fmt.Sprintf("t%d", i))
-		v.Types = append(v.Types, vocabgen.TypeNormal)
-	}
+	// Only the vocabulary's size matters here.
+	v := fillerVocab("llama4", llama4Patch+1)
 	path := filepath.Join(dir, "vision.gguf")
 	if err := Write(path, v, Shape{Arch: "llama4", Vision: true, Embedding: 8, Heads: 2, KVHeads: 1, FeedForward: 16}); err != nil {
 		t.Fatal(err)
 	}
-	g := decodeTowerFile(t, path)
+	g := decodeFile(t, path)
 	kv := g.KV()
 	if kv.Uint("vision.block_count") != 1 || kv.Uint("vision.image_size") != Llama4TileSize || kv.Uint("vision.patch_size") != 14 ||
 		kv.Float("vision.pixel_shuffle_ratio") != 0.5 || kv.Uint("vision.embedding_length") != 32 {
 		t.Errorf("vision keys: blocks %d, image %d, patch %d, shuffle %v", kv.Uint("vision.block_count"),
 			kv.Uint("vision.image_size"), kv.Uint("vision.patch_size"), kv.Float("vision.pixel_shuffle_ratio"))
 	}
-	names := map[string][]uint64{}
-	for _, tn := range g.Tensors().Items() {
-		names[tn.Name] = tn.Shape
-	}
-	for name, shape := range map[string][]uint64{
+	checkShapes(t, g, map[string][]uint64{
 		"v.patch_embedding.weight":        {588, 32},
 		"v.class_embedding":               {32},
 		"v.positional_embedding_vlm":      {32, 17},
@@ -51,9 +41,5 @@ func TestLlama4Vision(t *testing.T) {
 		"v.vision_adapter.mlp.fc1.weight": {128, 32},
 		"v.vision_adapter.mlp.fc2.weight": {32, 32},
 		"mm.linear_1.weight":              {32, 8},
-	} {
-		if got, ok := names[name]; !ok || !slices.Equal(got, shape) {
-			t.Errorf("%s: shape %v, want %v", name, got, shape)
-		}
-	}
+	})
 }

@@ -1,14 +1,11 @@
 package ggufgen
 
 import (
-	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
-	"github.com/ollama/ollama/fs/ggml"
 )
 
 // TestMistral3Vision: Shape.Vision adds Mistral 3's vision tower and
@@ -25,7 +22,7 @@ func TestMistral3Vision(t *testing.T) {
 	if err := Write(path, v, Shape{Arch: "mistral3", Vision: true, Embedding: 8, Heads: 2, KVHeads: 1, Layers: 1, FeedForward: 16}); err != nil {
 		t.Fatal(err)
 	}
-	g := decodeTowerFile(t, path)
+	g := decodeFile(t, path)
 	kv := g.KV()
 	if kv.Uint("vision.block_count") != 1 || kv.Uint("vision.longest_edge") != Mistral3LongestEdge ||
 		kv.Uint("vision.image_size") != Mistral3LongestEdge || kv.Uint("vision.patch_size") != 14 ||
@@ -33,11 +30,7 @@ func TestMistral3Vision(t *testing.T) {
 		t.Errorf("vision keys: blocks %d, longest edge %d, image %d, patch %d, merge %d", kv.Uint("vision.block_count"),
 			kv.Uint("vision.longest_edge"), kv.Uint("vision.image_size"), kv.Uint("vision.patch_size"), kv.Uint("spatial_merge_size"))
 	}
-	names := map[string][]uint64{}
-	for _, tn := range g.Tensors().Items() {
-		names[tn.Name] = tn.Shape
-	}
-	for name, shape := range map[string][]uint64{
+	checkShapes(t, g, map[string][]uint64{
 		"v.patch_conv.weight":                  {14, 14, 3, 32},
 		"v.encoder_norm.weight":                {32},
 		"v.blk.0.attn_norm.weight":             {32},
@@ -49,35 +42,15 @@ func TestMistral3Vision(t *testing.T) {
 		"mm.patch_merger.merging_layer.weight": {128, 32},
 		"mm.linear_1.weight":                   {32, 8},
 		"mm.linear_2.weight":                   {8, 8},
-	} {
-		if got, ok := names[name]; !ok || !slices.Equal(got, shape) {
-			t.Errorf("%s: shape %v, want %v", name, got, shape)
-		}
-	}
+	})
 	// Without Vision, no tower.
 	plain := filepath.Join(dir, "plain.gguf")
 	if err := Write(plain, v, Shape{Arch: "mistral3"}); err != nil {
 		t.Fatal(err)
 	}
-	for _, tn := range decodeTowerFile(t, plain).Tensors().Items() {
+	for _, tn := range decodeFile(t, plain).Tensors().Items() {
 		if strings.HasPrefix(tn.Name, "v.") || strings.HasPrefix(tn.Name, "mm.") {
 			t.Errorf("a text-only file has %s", tn.Name)
 		}
 	}
-}
-
-// decodeTowerFile decodes the GGUF file at path with Ollama's reader
-// (TestMistral3Vision, TestLlama4Vision).
-func decodeTowerFile(t *testing.T, path string) *ggml.GGML {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	g, err := ggml.Decode(f, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
 }

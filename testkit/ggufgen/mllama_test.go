@@ -1,36 +1,13 @@
 package ggufgen
 
 import (
-	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
-	"github.com/ollama/ollama/fs/ggml"
 )
-
-// mllamaLFM2Decoded writes a model of shape s with vocabulary v and
-// decodes it with Ollama's GGUF reader, arrays whole.
-func mllamaLFM2Decoded(t *testing.T, v vocabgen.Vocab, s Shape) *ggml.GGML {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "m.gguf")
-	if err := Write(path, v, s); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	g, err := ggml.Decode(f, -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
 
 // TestMllamaVision: Shape.Vision adds Llama 3.2 Vision's tower (a local
 // and a global block, 40×40 patches and the class embedding, embeddings
@@ -43,19 +20,15 @@ func TestMllamaVision(t *testing.T) {
 		!strings.Contains(err.Error(), "128256") {
 		t.Errorf("a 600-token vocabulary: %v", err)
 	}
-	// Only the vocabulary's size matters here: made-up pieces.
-	v := vocabgen.Vocab{Model: "gpt2", Pre: "llama-bpe", BOS: 0, EOS: 1}
-	for i := range mllamaImageToken + 1 {
-		v.Tokens = append(v.Tokens, fmt.Sprintf("t%d", i))
-		v.Types = append(v.Types, vocabgen.TypeNormal)
-	}
+	// Only the vocabulary's size matters here.
+	v := fillerVocab("llama-bpe", mllamaImageToken+1)
 	shape := Shape{Arch: "mllama", Embedding: 8, Heads: 2, KVHeads: 1, Layers: 2, FeedForward: 16}
-	kv := mllamaLFM2Decoded(t, v, shape).KV()
+	kv := writeShape(t, v, shape).KV()
 	if kv.Uint("vision.block_count") != 0 || kv.Uint("vision.global.block_count") != 0 {
 		t.Errorf("text only: vision blocks %d and %d", kv.Uint("vision.block_count"), kv.Uint("vision.global.block_count"))
 	}
 	shape.Vision = true
-	g := mllamaLFM2Decoded(t, v, shape)
+	g := writeShape(t, v, shape)
 	kv = g.KV()
 	if kv.Uint("vision.block_count") != 1 || kv.Uint("vision.global.block_count") != 1 ||
 		kv.Uint("vision.image_size")/kv.Uint("vision.patch_size") != 40 || kv.Uint("vision.max_num_tiles") != 2 ||

@@ -1,15 +1,11 @@
 package ggufgen
 
 import (
-	"fmt"
-	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
-	"github.com/ollama/ollama/fs/ggml"
 )
 
 // TestQwen25VLVision: Shape.Vision adds Qwen 2.5 VL's vision tower with
@@ -23,14 +19,10 @@ func TestQwen25VLVision(t *testing.T) {
 	if err := Write(filepath.Join(dir, "small.gguf"), vocabgen.BPE(1000, "qwen2", 1), Shape{Arch: "qwen25vl", Vision: true}); err == nil || !strings.Contains(err.Error(), "151655") {
 		t.Errorf("a 1000-token vocabulary: %v", err)
 	}
-	// Only the vocabulary's size matters here: made-up pieces.
-	v := vocabgen.Vocab{Model: "gpt2", Pre: "qwen2", BOS: 0, EOS: 1}
-	for i := range qwen25vlImagePad + 1 {
-		v.Tokens = append(v.Tokens, fmt.Sprintf("t%d", i))
-		v.Types = append(v.Types, vocabgen.TypeNormal)
-	}
+	// Only the vocabulary's size matters here.
+	v := fillerVocab("qwen2", qwen25vlImagePad+1)
 	shape := Shape{Arch: "qwen25vl", Embedding: 8, Heads: 2, KVHeads: 1, Layers: 1, FeedForward: 16}
-	text := decodeQwen25VL(t, filepath.Join(dir, "text.gguf"), v, shape)
+	text := writeShape(t, v, shape)
 	if n := text.KV().Uint("vision.block_count", 32); n != 0 {
 		t.Errorf("without vision: vision.block_count %d", n)
 	}
@@ -40,7 +32,7 @@ func TestQwen25VLVision(t *testing.T) {
 		}
 	}
 	shape.Vision = true
-	g := decodeQwen25VL(t, filepath.Join(dir, "vision.gguf"), v, shape)
+	g := writeShape(t, v, shape)
 	kv := g.KV()
 	for key, want := range map[string]uint32{
 		"vision.block_count":          1,
@@ -61,11 +53,7 @@ func TestQwen25VLVision(t *testing.T) {
 	if w := kv.Uint("vision.window_size") / kv.Uint("vision.patch_size") / kv.Uint("vision.spatial_merge_size"); w != 4 {
 		t.Errorf("window of %d merged patches", w)
 	}
-	names := map[string][]uint64{}
-	for _, tn := range g.Tensors().Items() {
-		names[tn.Name] = tn.Shape
-	}
-	for name, shape := range map[string][]uint64{
+	checkShapes(t, g, map[string][]uint64{
 		"v.patch_embd_0.weight":   {8, 8, 3, 32},
 		"v.patch_embd_1.weight":   {8, 8, 3, 32},
 		"v.blk.0.ln1.weight":      {32},
@@ -80,28 +68,5 @@ func TestQwen25VLVision(t *testing.T) {
 		"v.merger.mlp.2.bias":     {8},
 		"blk.0.attn_k.bias":       {4},
 		"token_embd.weight":       {8, qwen25vlImagePad + 1},
-	} {
-		if got, ok := names[name]; !ok || !slices.Equal(got, shape) {
-			t.Errorf("%s: shape %v, want %v", name, got, shape)
-		}
-	}
-}
-
-// decodeQwen25VL writes a model of shape with vocabulary v to path and
-// decodes it with Ollama's GGUF reader.
-func decodeQwen25VL(t *testing.T, path string, v vocabgen.Vocab, shape Shape) *ggml.GGML {
-	t.Helper()
-	if err := Write(path, v, shape); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	g, err := ggml.Decode(f, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
+	})
 }

@@ -2,7 +2,6 @@ package ggufgen
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -81,19 +80,7 @@ func TestQwen3VLVision(t *testing.T) {
 // its keys and its tensors' shapes (a text model 16 wide) as Ollama's GGUF reader decodes them.
 func writeVision(t *testing.T, v vocabgen.Vocab, arch string) (ggml.KV, map[string][]uint64) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "m.gguf")
-	if err := Write(path, v, Shape{Arch: arch, Seed: 1, Vision: true, Embedding: 16, Heads: 2, KVHeads: 1, FeedForward: 32}); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	g, err := ggml.Decode(f, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := writeShape(t, v, Shape{Arch: arch, Seed: 1, Vision: true, Embedding: 16, Heads: 2, KVHeads: 1, FeedForward: 32})
 	shapes := map[string][]uint64{}
 	for _, tn := range g.Tensors().Items() {
 		shapes[tn.Name] = tn.Shape
