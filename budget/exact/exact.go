@@ -83,11 +83,14 @@ type Tokenizer struct {
 	vision bool
 	// images is how the family's images cost on Ollama's engine, nil
 	// when ctxproxy does not know its rule (visionFamilies).
-	images   imageCoster
-	system   string
-	preamble []api.Message
-	thinking bool
-	name     string
+	images imageCoster
+	// projector is what an image costs on llama.cpp's runner, an
+	// estimate (projectorEstimate).
+	projector int
+	system    string
+	preamble  []api.Message
+	thinking  bool
+	name      string
 
 	special []string  // control and user-defined tokens, in vocabulary order
 	trie    *trieNode // the specials, to find which a prompt holds in one pass
@@ -162,6 +165,7 @@ func New(show Show) (*Tokenizer, error) {
 		thinking:     slices.Contains(show.Capabilities, "thinking"),
 		vision:       slices.Contains(show.Capabilities, "vision"),
 		images:       imagesOf(kv),
+		projector:    projectorEstimate(show.ProjectorInfo),
 		addBOS:       vocab.AddBOS && len(vocab.BOS) > 0,
 		addEOS:       vocab.AddEOS && len(vocab.EOS) > 0,
 		seed:         maphash.MakeSeed(),

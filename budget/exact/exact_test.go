@@ -704,6 +704,41 @@ func TestImageSizes(t *testing.T) {
 	}
 }
 
+// TestProjectorEstimate: a model whose projector is a file of its own
+// runs on llama.cpp, whose images are estimated from the projector's
+// facts: LLaVA 1.5's 336-pixel images in 14-pixel patches are 576
+// embeddings, MobileVLM's pooled four to one; other types, 768.
+func TestProjectorEstimate(t *testing.T) {
+	clip := func(typ string) map[string]any {
+		return map[string]any{"clip.projector_type": typ, "clip.vision.image_size": float64(336), "clip.vision.patch_size": float64(14)}
+	}
+	for _, c := range []struct {
+		info map[string]any
+		want int
+	}{
+		{clip("mlp"), 576},
+		{clip("ldpv2"), 144},
+		{clip("resampler"), imageTokens},
+		{map[string]any{"clip.projector_type": "mlp"}, imageTokens},
+		{nil, imageTokens},
+	} {
+		if got := projectorEstimate(c.info); got != c.want {
+			t.Errorf("%v: %d, want %d", c.info, got, c.want)
+		}
+	}
+	// A Qwen 2.5 VL with its projector apart runs on llama.cpp: its
+	// images are the projector's estimate, not the family's rule.
+	kv := vocabgen.BPE(2000, "qwen2", 1).KV()
+	kv["general.architecture"] = "qwen25vl"
+	m, err := New(Show{ModelInfo: kv, ProjectorInfo: clip("mlp"), Template: "{{ .Prompt }}", Capabilities: []string{"vision"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, exact := m.imageCost(chat.Image{Width: 640, Height: 480}); n != 576 || exact {
+		t.Errorf("qwen25vl with its projector apart: %d, exact %v; want 576, an estimate", n, exact)
+	}
+}
+
 // TestOtherEngine: a model counted as llama.cpp runs it can be counted as
 // Ollama's own engine runs it, and back, where the two differ (a
 // SentencePiece space prefix, merges for BPE outside the Llama 3 family);

@@ -55,6 +55,31 @@ func imagesOf(kv map[string]any) imageCoster {
 	return nil
 }
 
+// projectorEstimate is what ctxproxy charges an image for a model whose
+// projector is a file of its own, which Ollama runs on llama.cpp's
+// runner: the vision encoder's patches, (image_size/patch_size)² from
+// the projector's facts (projector_info's clip.vision keys), for the
+// projector types that pass them on one embedding each (LLaVA's "mlp"
+// and "mlp_norm") or pooled four to one ("ldp", "ldpv2", MobileVLM's);
+// imageTokens for any other type or a file without those keys. llama.cpp
+// adds each type's own markers, and some tile an image by its size, so
+// it stays an estimate the reply's prompt_eval_count corrects.
+func projectorEstimate(info map[string]any) int {
+	size, ok1 := number(info["clip.vision.image_size"])
+	patch, ok2 := number(info["clip.vision.patch_size"])
+	if !ok1 || !ok2 || size <= 0 || patch <= 0 || size < patch {
+		return imageTokens
+	}
+	n := (size / patch) * (size / patch)
+	switch typ, _ := info["clip.projector_type"].(string); typ {
+	case "mlp", "mlp_norm":
+		return n
+	case "ldp", "ldpv2":
+		return n / 4
+	}
+	return imageTokens
+}
+
 // gemma3Images: Gemma 3's images cost a fixed number of tokens whatever
 // their size. The projector pools every image to mm_tokens_per_image
 // embeddings (256 unless the file says; the key Ollama's model code

@@ -142,13 +142,16 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 
 // imageCost returns what img costs m on the runner it counts for now,
 // and whether that is exact: the family's rule on Ollama's engine
-// (visionFamilies), else the 768 the server assumes when it fits a prompt
-// to the window. llama.cpp's projectors, and the families whose rule
-// ctxproxy does not know, work an image's cost out when they run the
-// prompt: an estimate the reply's prompt_eval_count corrects.
+// (visionFamilies); on llama.cpp's runner, an estimate from the
+// projector's facts (projectorEstimate); else the 768 the server assumes
+// when it fits a prompt to the window. Estimates are corrected by the
+// reply's prompt_eval_count.
 func (m *Tokenizer) imageCost(img chat.Image) (tokens int, exact bool) {
 	if m.images != nil && !m.engine.llamaCpp {
 		return m.images(img)
+	}
+	if m.engine.llamaCpp {
+		return m.projector, false
 	}
 	return imageTokens, false
 }
