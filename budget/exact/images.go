@@ -92,3 +92,12 @@ func gemma3Images(kv map[string]any) imageCoster {
 	}
 	return func(chat.Image) (int, bool) { return n + 4, true }
 }
+
+// positiveKeyOr returns model_info's whole number at key, or def when it
+// is missing or not positive (the image processors divide by these).
+func positiveKeyOr(kv map[string]any, key string, def int) int {
+	if n, ok := number(kv[key]); ok && n > 0 {
+		return n
+	}
+	return def
+}

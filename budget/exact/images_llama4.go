@@ -25,8 +25,8 @@ import (
 // its model code reads without a default; missing, they are Llama 4's
 // (336, 14, 0.5).
 func llama4Images(kv map[string]any) imageCoster {
-	size := mistral3KeyOr(kv, "llama4.vision.image_size", 336)
-	patch := mistral3KeyOr(kv, "llama4.vision.patch_size", 14)
+	size := positiveKeyOr(kv, "llama4.vision.image_size", 336)
+	patch := positiveKeyOr(kv, "llama4.vision.patch_size", 14)
 	ratio, ok := kv["llama4.vision.pixel_shuffle_ratio"].(float64)
 	if !ok || ratio <= 0 {
 		ratio = 0.5

@@ -21,9 +21,9 @@ import (
 // write it), mistral3.vision.patch_size (14) and
 // mistral3.spatial_merge_size (2).
 func mistral3Images(kv map[string]any) imageCoster {
-	longest := mistral3KeyOr(kv, "mistral3.vision.longest_edge", 1540)
-	patch := mistral3KeyOr(kv, "mistral3.vision.patch_size", 14)
-	merge := mistral3KeyOr(kv, "mistral3.spatial_merge_size", 2)
+	longest := positiveKeyOr(kv, "mistral3.vision.longest_edge", 1540)
+	patch := positiveKeyOr(kv, "mistral3.vision.patch_size", 14)
+	merge := positiveKeyOr(kv, "mistral3.spatial_merge_size", 2)
 	// grid returns the merged patches' columns and rows of a w×h image.
 	grid := func(w, h int) (cols, rows int) {
 		ratio := max(float64(h)/float64(longest), float64(w)/float64(longest))
@@ -47,14 +47,4 @@ func mistral3Images(kv map[string]any) imageCoster {
 		// no count to match.
 		return rows * (cols + 1), rows > 0 && cols > 0
 	}
-}
-
-// mistral3KeyOr returns model_info's whole number at key, or def when it
-// is missing or not positive (Ollama's model code would divide by it).
-// Llama 4's rule reads its keys with it too.
-func mistral3KeyOr(kv map[string]any, key string, def int) int {
-	if n, ok := number(kv[key]); ok && n > 0 {
-		return n
-	}
-	return def
 }
