@@ -190,22 +190,35 @@ func countedAndEvaluatedBody(base, route string, body []byte) (sent, eval int, e
 	return sent, max(v.Usage.PromptTokens, v.Usage.InputTokens), nil
 }
 
-// dialectBody is msgs (plain text) as a request to OpenAI's Responses API
-// (/v1/responses: input items, system messages among them) or
-// Anthropic's Messages API (/v1/messages: the system prompt apart).
+// dialectBody is msgs as a request to OpenAI's Responses API
+// (/v1/responses: input items, system messages among them, images as
+// input_image parts with data: URLs) or Anthropic's Messages API
+// (/v1/messages: the system prompt apart, images as base64 sources).
 func dialectBody(route, model string, msgs []api.Message) []byte {
-	type item struct {
-		Role    string `json:"role"`
-		Content string `json:"content"`
-	}
 	var system []string
-	var items []item
+	var items []map[string]any
 	for _, m := range msgs {
 		if m.Role == "system" && route == "/v1/messages" {
 			system = append(system, m.Content)
 			continue
 		}
-		items = append(items, item{m.Role, m.Content})
+		var content any = m.Content
+		if len(m.Images) > 0 {
+			text, image := "input_text", func(b64 string) any {
+				return map[string]any{"type": "input_image", "image_url": "data:image/png;base64," + b64}
+			}
+			if route == "/v1/messages" {
+				text, image = "text", func(b64 string) any {
+					return map[string]any{"type": "image", "source": map[string]any{"type": "base64", "media_type": "image/png", "data": b64}}
+				}
+			}
+			parts := []any{map[string]any{"type": text, "text": m.Content}}
+			for _, img := range m.Images {
+				parts = append(parts, image(base64.StdEncoding.EncodeToString(img)))
+			}
+			content = parts
+		}
+		items = append(items, map[string]any{"role": m.Role, "content": content})
 	}
 	if route == "/v1/responses" {
 		b, _ := json.Marshal(map[string]any{"model": model, "input": items})

@@ -62,9 +62,9 @@ var mistral3Crashes = [][2]int{{14, 14}, {400, 10}, {10, 100}}
 // asked directly); each image adds the rule's cost to the same chat
 // without it. Two images in one message and one in an earlier message
 // are exact too, and through ctxproxy on /api/chat (whole and streamed),
-// /v1/chat/completions and /api/generate X-Ctxproxy-Tokens equals
-// prompt_eval_count on every request. Images too small for a merged patch make the server
-// fail (mistral3Crashes).
+// /v1/chat/completions, /v1/responses, /v1/messages and /api/generate
+// X-Ctxproxy-Tokens equals prompt_eval_count on every request. Images too
+// small for a merged patch make the server fail (mistral3Crashes).
 func TestRealOllama_Mistral3Vision(t *testing.T) {
 	o := need(t)
 	const name = "gen-mistral3-vision"
@@ -165,7 +165,7 @@ func mistral3ThroughProxy(t *testing.T, base, name string, sizes []mistral3Size,
 	fmt.Fprintf(&b, "%-12s %-22s %7s %7s\n", "image", "route", "sent", "ollama")
 	requests := 0
 	for _, c := range cases {
-		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {
+		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions", "/v1/responses", "/v1/messages"} {
 			sent, eval, err := visionSent(p.url, route, name, c.msgs)
 			if err != nil {
 				t.Errorf("%s %s: %v", c.name, route, err)

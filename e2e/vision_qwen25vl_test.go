@@ -52,9 +52,10 @@ var qwen25vlSizes = []sizedImage{
 // straight to Ollama's /api/chat, at its prompt_eval_count, with images
 // of every SmartResize branch, two in one message and two in two; the
 // same chat without the image is shorter on the server by the rule's
-// cost. Through ctxproxy, on /api/chat whole and streamed and
-// /v1/chat/completions, X-Ctxproxy-Tokens equals prompt_eval_count and
-// every report is held against the count.
+// cost. Through ctxproxy, on /api/chat whole and streamed,
+// /v1/chat/completions, /v1/responses and /v1/messages (each dialect's
+// image shape), X-Ctxproxy-Tokens equals prompt_eval_count and every
+// report is held against the count.
 func TestRealOllama_Qwen25VLVision(t *testing.T) {
 	o := need(t)
 	const name = "gen-qwen25vl-vision"
@@ -129,7 +130,7 @@ func qwen25vlThroughProxy(t *testing.T, o *ollamaServer, name string) {
 		msgs := conversation(1310+uint64(i), 2)
 		msgs[len(msgs)-1].Images = []api.ImageData{testPNG(s.w, s.h)}
 		size := fmt.Sprintf("%d×%d", s.w, s.h)
-		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {
+		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions", "/v1/responses", "/v1/messages"} {
 			sent, eval, err := visionSent(p.url, route, name, msgs)
 			if err != nil {
 				t.Errorf("%s on %s: %v", size, route, err)

@@ -108,11 +108,17 @@ func visionChecked(t *testing.T, p *ctxproxy, name string, requests int) {
 }
 
 // visionSent posts msgs, images attached, to ctxproxy at base on route
-// ("/api/chat stream" streams /api/chat) in the route's own shape, and
+// ("/api/chat stream" streams /api/chat; /v1/chat/completions,
+// /v1/responses and /v1/messages in their own shapes), and
 // returns X-Ctxproxy-Tokens and the backend's prompt_eval_count.
 func visionSent(base, route, name string, msgs []api.Message) (sent, eval int, err error) {
-	body := openaiImageBody(name, msgs)
-	if route != "/v1/chat/completions" {
+	var body []byte
+	switch route {
+	case "/v1/chat/completions":
+		body = openaiImageBody(name, msgs)
+	case "/v1/responses", "/v1/messages":
+		body = dialectBody(route, name, msgs)
+	default:
 		body, _ = json.Marshal(chatRequest{Model: name, Messages: msgs, Stream: route != "/api/chat"})
 	}
 	return countedAndEvaluatedBody(base, route, body)
