@@ -132,11 +132,14 @@ func qwen3nextLayout(arch string, moe, qwen35 bool) Layout {
 // which it must hold.
 func qwen3nextVision(b *Builder, arch string) error {
 	toks, _ := b.KV["tokenizer.ggml.tokens"].([]string)
-	for key, tok := range map[string]string{
-		"image_token_id":        "<|image_pad|>",
-		"vision_start_token_id": "<|vision_start|>",
-		"vision_end_token_id":   "<|vision_end|>",
+	// In this order, so that a vocabulary without them is refused for
+	// <|image_pad|> first, every time.
+	for _, m := range [][2]string{
+		{"image_token_id", "<|image_pad|>"},
+		{"vision_start_token_id", "<|vision_start|>"},
+		{"vision_end_token_id", "<|vision_end|>"},
 	} {
+		key, tok := m[0], m[1]
 		id := slices.Index(toks, tok)
 		if id < 0 {
 			return fmt.Errorf("ggufgen: a %s vision model needs %s in its vocabulary", arch, tok)
