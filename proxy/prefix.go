@@ -80,11 +80,11 @@ func writeMessage(h *maphash.Hash, m *rewrite.Message) {
 		h.WriteString(c.Arguments)
 		h.WriteByte(0)
 	}
-	h.WriteString(strconv.Itoa(len(m.Images)))
 	for _, img := range m.Images {
 		h.WriteString(strconv.Itoa(img.Width))
 		h.WriteByte('x')
 		h.WriteString(strconv.Itoa(img.Height))
+		h.WriteByte(0)
 	}
 	h.WriteByte(1)
 }

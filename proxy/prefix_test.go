@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/chat"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
@@ -48,6 +49,16 @@ func TestPrefixKept(t *testing.T) {
 	}
 	if _, ok := ps.kept("other", msgs(10), nil); ok {
 		t.Errorf("sessions share prefixes")
+	}
+	// An image of another size is another prompt: the backend's cache
+	// ends before it.
+	seen := msgs(10, 20)
+	seen[1].Images = []chat.Image{{Width: 640, Height: 480}}
+	ps.kept("i", seen, nil)
+	other := msgs(10, 20)
+	other[1].Images = []chat.Image{{Width: 64, Height: 4800}}
+	if share, _ := ps.kept("i", other, nil); math.Abs(share-1.0/3) > 1e-9 {
+		t.Errorf("an image of another size: share %v, want 1/3 (10 of 30 tokens)", share)
 	}
 	// The reply the backend generated is in its cache too: a chat that
 	// resends it keeps it.
