@@ -64,6 +64,7 @@ type Backend struct {
 	configured string
 	kindMu     sync.Mutex
 	kind       string    // detected; KindUnknown until then
+	version    string    // /api/version's answer; "" until then
 	kindNext   time.Time // when to ask again
 	kindWait   time.Duration
 	detecting  chan struct{} // closed when the probe in flight ends
@@ -115,9 +116,32 @@ const (
 // from 1 s to 1 min instead of being taken for an answer. One probe runs
 // at a time; callers do not wait for it beyond ctx.
 func (b *Backend) Kind(ctx context.Context) string {
-	if b.configured == KindOllama || b.configured == KindOpenAI {
-		return b.configured
+	switch b.configured {
+	case KindOpenAI:
+		return KindOpenAI
+	case KindOllama:
+		b.probe(ctx) // for the version
+		return KindOllama
 	}
+	return b.probe(ctx)
+}
+
+// Version returns the server's version as its /api/version says it
+// ("0.17.4"), asked whatever backend.kind says, and "" while it has not
+// said (an OpenAI-compatible server never does). It is asked again after
+// the backend could not be reached (Forget): it may have been upgraded.
+func (b *Backend) Version(ctx context.Context) string {
+	if b.configured == KindOpenAI {
+		return ""
+	}
+	b.probe(ctx)
+	b.kindMu.Lock()
+	defer b.kindMu.Unlock()
+	return b.version
+}
+
+// probe returns the detected kind, asking /api/version when it is time.
+func (b *Backend) probe(ctx context.Context) string {
 	b.kindMu.Lock()
 	k := b.kind
 	if b.now().Before(b.kindNext) || b.detecting != nil {
@@ -138,7 +162,7 @@ func (b *Backend) Kind(ctx context.Context) string {
 	b.detecting = done
 	b.kindMu.Unlock()
 
-	got, definite := b.detect(ctx)
+	got, version, definite := b.detect(ctx)
 
 	b.kindMu.Lock()
 	defer b.kindMu.Unlock()
@@ -146,10 +170,10 @@ func (b *Backend) Kind(ctx context.Context) string {
 	close(done)
 	switch {
 	case definite:
-		if got != b.kind {
-			b.log.Info("backend detected", "kind", got, "url", b.url.Redacted())
+		if got != b.kind || version != b.version {
+			b.log.Info("backend detected", "kind", got, "version", version, "url", b.url.Redacted())
 		}
-		b.kind, b.kindWait = got, 0
+		b.kind, b.version, b.kindWait = got, version, 0
 		if got == KindOllama {
 			b.kindNext = b.now().Add(24 * time.Hour) // until Forget
 		} else {
@@ -168,7 +192,7 @@ func (b *Backend) Kind(ctx context.Context) string {
 // Forget makes the next request detect the kind again (after the backend
 // could not be reached: it may have been replaced).
 func (b *Backend) Forget() {
-	if b.configured != KindAuto {
+	if b.configured == KindOpenAI {
 		return
 	}
 	b.kindMu.Lock()
@@ -177,8 +201,8 @@ func (b *Backend) Forget() {
 }
 
 // detect asks /api/version. definite is false when the answer tells
-// nothing about the kind.
-func (b *Backend) detect(ctx context.Context) (kind string, definite bool) {
+// nothing about the kind; version is Ollama's answer.
+func (b *Backend) detect(ctx context.Context) (kind, version string, definite bool) {
 	// The answer is for every request: a client that goes away must not
 	// cut it short for the others.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
@@ -189,13 +213,13 @@ func (b *Backend) detect(ctx context.Context) (kind string, definite bool) {
 	status, err := b.JSON(ctx, http.MethodGet, "/api/version", nil, &v, 1<<20)
 	switch {
 	case status == http.StatusOK && err == nil && v.Version != "":
-		return KindOllama, true
+		return KindOllama, v.Version, true
 	case status == http.StatusOK:
-		return KindOpenAI, true // answers, but not as Ollama does
+		return KindOpenAI, "", true // answers, but not as Ollama does
 	case status == 0, status >= 500, status == http.StatusRequestTimeout, status == http.StatusTooManyRequests:
-		return KindUnknown, false
+		return KindUnknown, "", false
 	default: // 404, 401, 405…: a server without Ollama's API
-		return KindOpenAI, true
+		return KindOpenAI, "", true
 	}
 }
 

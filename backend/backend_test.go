@@ -430,3 +430,58 @@ func TestTokenizerDiskCachePrune(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionAskedWhateverTheKind: the server's version is asked and kept
+// whether the kind is detected or configured; an OpenAI-compatible
+// backend is never asked; a backend that went away is asked again.
+func TestVersionAskedWhateverTheKind(t *testing.T) {
+	var version atomic.Value
+	version.Store("0.17.4")
+	var calls atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		fmt.Fprintf(w, `{"version":%q}`, version.Load())
+	})
+	ctx := context.Background()
+	for _, kind := range []string{KindAuto, KindOllama} {
+		b, _ := newBackend(t, h)
+		b.configured = kind
+		if v := b.Version(ctx); v != "0.17.4" {
+			t.Errorf("%s: version %q", kind, v)
+		}
+		if k := b.Kind(ctx); k != KindOllama {
+			t.Errorf("%s: kind %q", kind, k)
+		}
+		version.Store("0.34.3")
+		if v := b.Version(ctx); v != "0.17.4" {
+			t.Errorf("%s: version asked again without a reason: %q", kind, v)
+		}
+		b.Forget() // the backend could not be reached: maybe upgraded
+		if v := b.Version(ctx); v != "0.34.3" {
+			t.Errorf("%s: version after Forget %q", kind, v)
+		}
+		version.Store("0.17.4")
+	}
+	calls.Store(0)
+	b, _ := newBackend(t, h)
+	b.configured = KindOpenAI
+	if v := b.Version(ctx); v != "" || calls.Load() != 0 {
+		t.Errorf("openai: version %q after %d calls", v, calls.Load())
+	}
+}
+
+// TestModelfileNumCtx: the model's own num_ctx is the last PARAMETER
+// num_ctx line of its Modelfile, as Ollama keeps the last.
+func TestModelfileNumCtx(t *testing.T) {
+	for text, want := range map[string]int{
+		"FROM x\nPARAMETER num_ctx 32768\n":                         32768,
+		"FROM x\nparameter NUM_CTX 8192\nPARAMETER num_ctx 4096":    4096,
+		"FROM x\nPARAMETER num_predict 128\nPARAMETER stop \"<x>\"": 0,
+		"PARAMETER num_ctx lots":                                    0,
+		"":                                                          0,
+	} {
+		if got := modelfileNumCtx(text); got != want {
+			t.Errorf("%q: %d, want %d", text, got, want)
+		}
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +37,13 @@ type Details struct {
 	Tokenizer *exact.Tokenizer
 	// TokenizerErr is why there is no Tokenizer.
 	TokenizerErr error
+	// Capabilities are what /api/show lists ("completion", "tools",
+	// "thinking", "vision", …); nil when it could not be read.
+	Capabilities []string
+	// NumCtx is the model's own num_ctx, a PARAMETER of its Modelfile
+	// (the window Ollama runs it with when a request sets none); 0 when
+	// it sets none.
+	NumCtx int
 
 	fetched time.Time
 	drift   *drift
@@ -144,6 +153,13 @@ func (m Details) Observe(log interface{ Warn(string, ...any) }, shape string, es
 		"model", m.Name, "shape", shape, "tokenizer", miss.Tokenizer, "estimate", estimate, "reported", reported,
 		"error", fmt.Sprintf("%+.1f%%", 100*miss.Error()))
 	return true
+}
+
+// Lacks reports that the backend listed the model's capabilities and
+// capability ("thinking", "tools", "vision") is not among them; false
+// when they are unknown.
+func (m Details) Lacks(capability string) bool {
+	return m.Capabilities != nil && !slices.Contains(m.Capabilities, capability)
 }
 
 // Missed returns the miss that turned exact counting off for requests of
@@ -259,6 +275,9 @@ type tokEntry struct {
 	tok   *exact.Tokenizer
 	err   error
 	drift *drift
+	caps  []string
+	// numCtx is the digest's Modelfile num_ctx (Details.NumCtx).
+	numCtx int
 	// facts are the digest's facts as its verbose /api/show gave them
 	// (factsErr: incomplete, to be asked again).
 	facts    modelinfo.Facts
@@ -342,7 +361,7 @@ func (b *Backend) fetch(ctx context.Context, name string) Details {
 	// which Ollama answers by reading the model's file again.
 	te, _ := b.models.tokenizers.Get(m.Digest)
 	if te != nil && m.Digest != "" && te.factsErr == nil {
-		m.Facts = te.facts
+		m.Facts, m.Capabilities, m.NumCtx = te.facts, te.caps, te.numCtx
 		m.Tokenizer, m.TokenizerErr, m.drift = te.tok, te.err, te.drift
 		return m
 	}
@@ -368,12 +387,14 @@ func (b *Backend) fetch(ctx context.Context, name string) Details {
 		}
 	}
 	m.Facts, m.Err = modelinfo.Parse(show.ModelInfo)
+	m.Capabilities = show.Capabilities
+	m.NumCtx = modelfileNumCtx(show.Modelfile)
 	if m.Err != nil {
 		b.log.Warn("model facts incomplete", "model", name, "err", m.Err)
 	}
 	if verbose {
 		start := b.now()
-		te = &tokEntry{drift: &drift{}, facts: m.Facts, factsErr: m.Err}
+		te = &tokEntry{drift: &drift{}, facts: m.Facts, factsErr: m.Err, caps: m.Capabilities, numCtx: m.NumCtx}
 		show.Name = name
 		te.tok, te.err = exact.New(show.Show)
 		if te.err != nil {
@@ -391,4 +412,19 @@ func (b *Backend) fetch(ctx context.Context, name string) Details {
 	}
 	m.Tokenizer, m.TokenizerErr, m.drift = te.tok, te.err, te.drift
 	return m
+}
+
+// modelfileNumCtx returns the num_ctx a Modelfile's text sets (the last
+// "PARAMETER num_ctx N" line, as Ollama keeps the last), 0 when none does.
+func modelfileNumCtx(modelfile string) int {
+	n := 0
+	for line := range strings.Lines(modelfile) {
+		f := strings.Fields(line)
+		if len(f) == 3 && strings.EqualFold(f[0], "PARAMETER") && strings.EqualFold(f[1], "num_ctx") {
+			if v, err := strconv.Atoi(f[2]); err == nil && v > 0 {
+				n = v
+			}
+		}
+	}
+	return n
 }

@@ -36,6 +36,27 @@ func (l Window) WithOutput(n int) Window {
 	return l
 }
 
+// Yield returns l with the reply reserve lowered to floor when it is
+// larger (floor ≤ 0 changes nothing). For a backend that counts no reply
+// into the window (Ollama: num_predict only caps the reply), a request's
+// max_tokens is room the reply may use where the prompt leaves it, never
+// a reason to cut the prompt: only floor, the model's own reserve, is
+// kept free whatever the prompt (an agent's max_tokens 32000 on an
+// 8192-token window cuts nothing of a 6000-token prompt; the reply gets
+// the 2192 tokens left).
+func (l Window) Yield(floor int) Window {
+	if floor > 0 && l.MaxOutputTokens > floor {
+		l.MaxOutputTokens = floor
+	}
+	return l
+}
+
+// ReplyRoom is what a prompt of prompt tokens leaves the reply of the
+// window: MaxTokens − Reserved − prompt, never negative.
+func (l Window) ReplyRoom(prompt int) int {
+	return max(0, l.MaxTokens-l.Reserved-prompt)
+}
+
 // Cap returns l with the window narrowed to window tokens when that is
 // smaller (the num_ctx the backend runs with); window ≤ 0 changes nothing.
 func (l Window) Cap(window int) Window {

@@ -110,6 +110,7 @@ type Context struct {
 	NumParallel    int      `mapstructure:"num_parallel"`
 	ReserveOutput  int      `mapstructure:"reserve_output"`
 	RespectClient  bool     `mapstructure:"respect_client"`
+	ModelNumCtx    string   `mapstructure:"model_num_ctx"`
 }
 
 // Strategy is how a conversation is cut when it outgrows the window.
@@ -242,7 +243,7 @@ func Default() Config {
 	c.Session = Session{Header: "X-Session-ID", Fingerprint: true, ScopeHeader: []string{"Authorization", "X-Api-Key", "Api-Key"}}
 	c.Tokens = Tokens{Encoding: "auto", ApproxCharsPerToken: 4, ImageTokens: 768, Calibrate: true, Exact: true, CacheEntries: 100000}
 	c.Context = Context{AutoSize: true, MinSize: 2048, MaxSize: 131072, VRAMBuffer: 512 << 20,
-		KVQuantization: "f16", NumParallel: 1, ReserveOutput: 1024, RespectClient: true}
+		KVQuantization: "f16", NumParallel: 1, ReserveOutput: 1024, RespectClient: true, ModelNumCtx: "ceiling"}
 	c.Strategy.Mode = "smart"
 	c.Strategy.Threshold = 0.80
 	c.Strategy.Target = 0.60

@@ -75,6 +75,7 @@ func (c Config) GPUConfig() gpu.Config {
 		VRAMBuffer:     uint64(c.Context.VRAMBuffer),
 		KVQuantization: c.Context.KVQuantization,
 		NumParallel:    c.Context.NumParallel,
+		ModelNumCtx:    c.Context.ModelNumCtx,
 	}
 }
 

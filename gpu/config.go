@@ -65,7 +65,19 @@ type Config struct {
 	// num_ctx tokens for each parallel slot; 0 means 1.
 	// [context.num_parallel]
 	NumParallel int
+	// ModelNumCtx is what a model's own num_ctx (a Modelfile's PARAMETER
+	// num_ctx, Workload.NumCtx) is to the sizing: "ceiling" (the
+	// default), the user's largest num_ctx for that model, sized from
+	// memory below it; or "ignore", sized as any other model.
+	// [context.model_num_ctx]
+	ModelNumCtx string
 }
+
+// What context.model_num_ctx may say.
+const (
+	ModelNumCtxCeiling = "ceiling"
+	ModelNumCtxIgnore  = "ignore"
+)
 
 // GuardConfig holds the memory guard's levels, as fractions of device
 // memory in use. A zero field means its default.
@@ -113,6 +125,9 @@ func (c Config) withDefaults() Config {
 	if c.NumParallel <= 0 {
 		c.NumParallel = 1
 	}
+	if c.ModelNumCtx == "" {
+		c.ModelNumCtx = ModelNumCtxCeiling
+	}
 	return c
 }
 
@@ -137,6 +152,11 @@ func (c Config) Validate() error {
 	case "", ProbeAuto, ProbeNVIDIA, ProbeAMD, ProbeApple, ProbeCPU:
 	default:
 		errs = append(errs, fmt.Errorf("gpu.probe: %q is not one of auto, nvidia, amd, apple, cpu", c.Probe))
+	}
+	switch c.ModelNumCtx {
+	case "", ModelNumCtxCeiling, ModelNumCtxIgnore:
+	default:
+		errs = append(errs, fmt.Errorf("context.model_num_ctx: %q is not ceiling or ignore", c.ModelNumCtx))
 	}
 	if c.PollActive < 0 {
 		errs = append(errs, fmt.Errorf("gpu.poll_active: %v is negative", c.PollActive))

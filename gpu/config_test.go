@@ -21,6 +21,7 @@ func TestConfigZeroValueDefaults(t *testing.T) {
 		VRAMBuffer:     512 << 20,
 		KVQuantization: "f16",
 		NumParallel:    1,
+		ModelNumCtx:    "ceiling",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)

@@ -26,6 +26,11 @@ type Workload struct {
 	// /api/show does not know, a backend that is down) num_ctx is sized
 	// to it rather than to min_size. 0 when unknown too.
 	Window int
+	// NumCtx is the model's own num_ctx (its Modelfile's PARAMETER
+	// num_ctx, in /api/show), 0 when it sets none. With
+	// context.model_num_ctx ceiling it caps num_ctx as the trained
+	// length does: a user who wrote it chose it.
+	NumCtx int
 }
 
 // GuessCap bounds the num_ctx given a model whose facts are unknown (so
@@ -142,7 +147,7 @@ type modelState struct {
 
 type decisionKey struct {
 	seq, epoch, bpt, weights uint64
-	contextLength            int
+	contextLength, numCtx    int
 }
 
 // NewSizer returns a Sizer; zero fields of cfg mean their defaults.
@@ -219,7 +224,7 @@ func (s *Sizer) Decide(m Workload, snap Reading) Decision {
 		s.models.Add(m.Name, st)
 	}
 	bpt := m.Facts.BytesPerToken(c.KVQuantization, c.NumParallel)
-	key := decisionKey{seq: snap.Seq, epoch: s.epoch, bpt: bpt, weights: m.Weights, contextLength: m.Facts.ContextLength}
+	key := decisionKey{seq: snap.Seq, epoch: s.epoch, bpt: bpt, weights: m.Weights, contextLength: m.Facts.ContextLength, numCtx: m.NumCtx}
 	if snap.Seq > 0 && key == st.lastKey {
 		return st.last
 	}
@@ -237,6 +242,12 @@ func (s *Sizer) decide(m Workload, snap Reading, st *modelState, auto bool, targ
 	upper := c.MaxSize
 	if n := m.Facts.ContextLength; n > 0 {
 		lower, upper = min(lower, n), min(upper, n)
+	}
+	// The model's own num_ctx: the user's ceiling for it.
+	ceiling := 0
+	if n := m.NumCtx; n > 0 && c.ModelNumCtx == ModelNumCtxCeiling && n < upper {
+		ceiling = n
+		lower, upper = min(lower, n), n
 	}
 	var why strings.Builder
 
@@ -316,7 +327,9 @@ func (s *Sizer) decide(m Workload, snap Reading, st *modelState, auto bool, targ
 	n := fit
 	if n > uint64(upper) {
 		n = uint64(upper)
-		if upper == m.Facts.ContextLength && upper < c.MaxSize {
+		if upper == ceiling {
+			fmt.Fprintf(&why, ", capped by the model's own num_ctx %d (context.model_num_ctx: ceiling)", upper)
+		} else if upper == m.Facts.ContextLength && upper < c.MaxSize {
 			fmt.Fprintf(&why, ", capped by context_length %d", upper)
 		} else {
 			fmt.Fprintf(&why, ", capped by max_size %d", upper)
@@ -332,7 +345,9 @@ func (s *Sizer) decide(m Workload, snap Reading, st *modelState, auto bool, targ
 	}
 	if b < lower {
 		b = lower
-		if lower < c.MinSize {
+		if lower < c.MinSize && lower == ceiling {
+			fmt.Fprintf(&why, ", raised to the model's own num_ctx %d", lower)
+		} else if lower < c.MinSize {
 			fmt.Fprintf(&why, ", raised to context_length %d", lower)
 		} else {
 			fmt.Fprintf(&why, ", raised to min_size %d", lower)

@@ -103,6 +103,43 @@ func TestSizerDecide(t *testing.T) {
 			wantReason: "…, capped by context_length 32768",
 		},
 		{
+			name: "capped by the model's own num_ctx", snap: snap(1, 40*gb),
+			model: func(t *testing.T) Workload {
+				m := llama(t)
+				m.NumCtx = 32768
+				return m
+			},
+			wantNumCtx: 32768, wantLimit: 32768,
+			wantReason: "…, capped by the model's own num_ctx 32768 (context.model_num_ctx: ceiling)",
+		},
+		{
+			name: "below the model's own num_ctx when memory is short", snap: snap(1, 2*gb),
+			model: func(t *testing.T) Workload {
+				m := llama(t)
+				m.NumCtx = 32768
+				return m
+			},
+			wantNumCtx: 12288, wantLimit: 12288,
+		},
+		{
+			name: "the model's own num_ctx ignored", cfg: Config{ModelNumCtx: ModelNumCtxIgnore}, snap: snap(1, 40*gb),
+			model: func(t *testing.T) Workload {
+				m := llama(t)
+				m.NumCtx = 32768
+				return m
+			},
+			wantNumCtx: 131072, wantLimit: 131072,
+		},
+		{
+			name: "a fixed target_size within the model's own num_ctx", cfg: Config{AutoSize: boolp(false), TargetSize: 65536}, snap: snap(1, 40*gb),
+			model: func(t *testing.T) Workload {
+				m := llama(t)
+				m.NumCtx = 16384
+				return m
+			},
+			wantNumCtx: 16384, wantLimit: 16384,
+		},
+		{
 			name: "tiny model capped by its context_length", snap: snap(1, 1*gb),
 			model:      func(t *testing.T) Workload { return Workload{Name: "tiny", Facts: facts(t, "tiny")} },
 			wantNumCtx: 8192, wantLimit: 8192,

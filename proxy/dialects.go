@@ -9,6 +9,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
+	"github.com/ctxproxy/ctxproxy/proxy/translate"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ollama/ollama/api"
@@ -83,11 +84,11 @@ func (c *exactCounter) shape() string {
 // the messages as sent, for the conversation dialects the messages of
 // the /api/chat body they are translated to, which is what Ollama
 // renders and evaluates.
-func exactFor(model *exact.Tokenizer, req *wire.Request) exactPrompt {
+func exactFor(model *exact.Tokenizer, req *wire.Request, opts translate.RequestOptions) exactPrompt {
 	if req.Conv == nil {
 		return newExactCounter(model, req)
 	}
-	c := &dialectCounter{req: req}
+	c := &dialectCounter{req: req, opts: opts}
 	oreq, err := c.ollama(req.Body)
 	if err != nil {
 		c.exactCounter = &exactCounter{model: model, err: err}
@@ -104,11 +105,12 @@ func exactFor(model *exact.Tokenizer, req *wire.Request) exactPrompt {
 // loop checks the whole prompt, so the two need only be close.
 type dialectCounter struct {
 	*exactCounter
-	req *wire.Request
+	req  *wire.Request
+	opts translate.RequestOptions // as the request will be translated
 }
 
 func (c *dialectCounter) ollama(body []byte) (*wire.Request, error) {
-	out, _, err := wire.ToOllama(c.req.Dialect, body, 0, 0)
+	out, _, err := wire.ToOllama(c.req.Dialect, body, c.opts, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +142,7 @@ func (c *dialectCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) b
 // The session records it as a turn appended to what it holds.
 func continueServerState(log *slog.Logger, ex *exchange, req *wire.Request, p *plan, ollama bool) ([]byte, *wire.Error) {
 	if p.translate || ollama {
-		if _, rt, err := wire.ToOllama(req.Dialect, req.Body, 0, 0); err != nil {
+		if _, rt, err := wire.ToOllama(req.Dialect, req.Body, translate.RequestOptions{}, 0); err != nil {
 			return nil, wire.TranslationError(rt, err)
 		}
 		return nil, &wire.Error{Status: http.StatusBadRequest, Code: "unsupported_parameter",

@@ -156,23 +156,42 @@ func TestTruncateFalse(t *testing.T) {
 	}
 }
 
-// TestReserveNeverZeroesTheLimit: num_predict as large as the window
-// would leave no room for the prompt; ctxproxy keeps a quarter of the
-// window for it, says so, and still manages the conversation.
-func TestReserveNeverZeroesTheLimit(t *testing.T) {
+// TestReplyGivesWay: a num_predict as large as the window, bound for
+// Ollama (which counts no reply into the window), never cuts a prompt
+// that leaves the model's own reserve free: the reply's reserve shrinks
+// to that floor first, the reply gets the room the prompt leaves, and a
+// warning says how much. A longer conversation is cut to the window less
+// the floor only.
+func TestReplyGivesWay(t *testing.T) {
 	m, pre := bpeModel()
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Model: m, Pretokenizer: pre})
 	sys := newSystem(t, be.URL, setup{})
-	body := textConversation("tiny", 200, 4, map[string]any{"options": map[string]any{"num_ctx": 8192, "num_predict": 9000}})
-	resp := post(t, sys.url+"/api/chat", body, nil)
-	limit := header(resp, "X-Ctxproxy-Limit")
-	sent := header(resp, "X-Ctxproxy-Tokens")
-	got := promptEvalCount(t, resp)
-	if limit != 8192/4 || sent > limit || got != sent {
-		t.Fatalf("limit %d, sent %d, prompt_eval_count %d", limit, sent, got)
-	}
-	if w := strings.Join(resp.Header.Values("X-Ctxproxy-Warning"), " | "); !strings.Contains(w, "reply reserve") {
-		t.Errorf("no warning about the reserve: %q", w)
+	const floor = 1024 // context.reserve_output
+	for _, turns := range []int{20, 200} {
+		body := textConversation("tiny", turns, 4, map[string]any{"options": map[string]any{"num_ctx": 8192, "num_predict": 9000}})
+		resp := post(t, sys.url+"/api/chat", body, nil)
+		limit := header(resp, "X-Ctxproxy-Limit")
+		before, sent := header(resp, "X-Ctxproxy-Tokens-Before"), header(resp, "X-Ctxproxy-Tokens")
+		got := promptEvalCount(t, resp)
+		if limit != 8192-floor || sent > limit || got != sent {
+			t.Fatalf("%d turns: limit %d, sent %d, prompt_eval_count %d", turns, limit, sent, got)
+		}
+		if (turns == 20) != (before <= limit) {
+			t.Fatalf("%d turns make %d tokens: the test needs one conversation under the %d limit and one over it", turns, before, limit)
+		}
+		if before <= limit && (sent != before || resp.Header.Get("X-Ctxproxy-Notice") != "") {
+			t.Errorf("%d turns: a %d-token prompt that fits was cut to %d (%s)", turns, before, sent, resp.Header.Get("X-Ctxproxy-Notice"))
+		}
+		if before > limit && resp.Header.Get("X-Ctxproxy-Notice") == "" {
+			t.Errorf("%d turns: a %d-token prompt over the limit was not cut", turns, before)
+		}
+		want := fmt.Sprintf("the reply has room for %d of the 9000 tokens asked", 8192-sent)
+		if w := strings.Join(resp.Header.Values("X-Ctxproxy-Warning"), " | "); !strings.Contains(w, want) {
+			t.Errorf("%d turns: warnings %q, want %q", turns, w, want)
+		}
+		if b := resp.Header.Get("X-Ctxproxy-Budget"); !strings.Contains(b, fmt.Sprintf("reserve=%d ", 8192-sent)) {
+			t.Errorf("%d turns: budget %q does not reserve what the prompt leaves (%d)", turns, b, 8192-sent)
+		}
 	}
 }
 

@@ -128,6 +128,12 @@ func setPlanHeaders(ex *exchange, p *plan) {
 	if b := p.alloc; b.Total > 0 {
 		h.set("X-Ctxproxy-Budget", budgetHeader(b))
 	}
+	if p.replyAsked > 0 && p.counter != nil {
+		if room := p.lim.ReplyRoom(p.after.Tokens); room < p.replyAsked {
+			ex.warn(fmt.Sprintf("the reply has room for %d of the %d tokens asked: the prompt takes %d of the %d-token window "+
+				"(ctxproxy cuts the prompt only to keep %d free for the reply)", room, p.replyAsked, p.after.Tokens, p.lim.MaxTokens, p.lim.MaxOutputTokens))
+		}
+	}
 }
 
 // budgetHeader is X-Ctxproxy-Budget's value: "total=8192 system=120

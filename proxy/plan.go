@@ -17,6 +17,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/inband"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
+	"github.com/ctxproxy/ctxproxy/proxy/translate"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -51,8 +52,10 @@ type plan struct {
 	result    rewrite.Result
 	translate bool
 	// reply carries a translated request's answer back to the client's
-	// dialect.
-	reply   wire.Translation
+	// dialect; ollamaOpts are how its request is translated (the server's
+	// version, what the model cannot do; num_ctx is set when encoding).
+	reply      wire.Translation
+	ollamaOpts translate.RequestOptions
 	counter promptCounter
 	// exact is the backend's model when the prompt was counted with its
 	// own tokenizer; nil when estimated. exactShape is the request's shape
@@ -73,6 +76,10 @@ type plan struct {
 	// how its window was divided (setPlanHeaders).
 	lim   budget.Window
 	alloc budget.Budget
+	// replyAsked is the reply the request asked for when it was more than
+	// the floor lim keeps (Window.Yield): the reply gets what the prompt
+	// leaves of it. 0 otherwise.
+	replyAsked int
 	tools json.RawMessage
 	// window is the context window the backend runs the request with,
 	// when ctxproxy knows it (num_ctx, or Ollama's default): a reported
@@ -198,6 +205,9 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 	var mi backend.Details
 	if toOllama {
 		mi = s.be.Model(ctx, req.Model)
+		if p.translate {
+			p.ollamaOpts = translate.RequestOptions{Version: s.be.Version(ctx), NoThinking: mi.Lacks("thinking")}
+		}
 		p.numCtx = req.NumCtx
 		if s.sizer != nil {
 			var snap gpu.Reading
@@ -208,7 +218,7 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 			if s.tokens != nil && mi.Facts.ContextLength == 0 {
 				window = s.tokens.Window(req.Model, 0).MaxTokens
 			}
-			d := s.sizer.Decide(gpu.Workload{Name: req.Model, Facts: mi.Facts, Weights: mi.Weights, Window: window}, snap)
+			d := s.sizer.Decide(gpu.Workload{Name: req.Model, Facts: mi.Facts, Weights: mi.Weights, Window: window, NumCtx: mi.NumCtx}, snap)
 			p.numReason = d.Reason
 			if req.NumCtx > 0 && s.cfg.RespectClient {
 				var why string
@@ -251,11 +261,26 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 		case p.numCtx > 0:
 			lim = lim.Cap(p.numCtx)
 		case toOllama:
-			lim = lim.Cap(ollamaDefaultCtx)
-			p.window = ollamaDefaultCtx
+			// Ollama's window for a request that sets none: the
+			// model's own num_ctx, else its default.
+			w := ollamaDefaultCtx
+			if mi.NumCtx > 0 {
+				w = mi.NumCtx
+			}
+			lim = lim.Cap(w)
+			p.window = w
 		}
+		// The reply's reserve: the request's max_tokens or num_predict,
+		// else the model's. Ollama counts no reply into the window, so
+		// bound for it a larger request gives way to the prompt down to
+		// the model's own reserve, the floor, before a message is cut.
+		floor := lim.MaxOutputTokens
 		if req.MaxOutput > 0 {
 			lim = lim.WithOutput(req.MaxOutput)
+		}
+		if toOllama && lim.MaxOutputTokens > floor {
+			p.replyAsked = lim.MaxOutputTokens
+			lim = lim.Yield(floor)
 		}
 		if floored, ok := lim.Floor(); ok {
 			ex.warn(fmt.Sprintf("the reply reserve (%d tokens) left less than a quarter of the %d-token window for the prompt; "+
@@ -271,7 +296,7 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 			p.notExact = mi.TokenizerErr.Error()
 		}
 		if toOllama && mi.Tokenizer != nil && !s.cfg.NoExact {
-			ec := exactFor(mi.Tokenizer, req)
+			ec := exactFor(mi.Tokenizer, req, p.ollamaOpts)
 			if ec.failed() == nil {
 				p.before = ec.Prompt(p.messages, req.Tools)
 			}
@@ -333,8 +358,13 @@ func (p *plan) allocate() {
 	}
 	overhead := p.counter.Overhead(p.tools)
 	template := min(overhead, p.counter.Overhead(nil))
+	reserve := p.lim.MaxOutputTokens
+	if p.replyAsked > 0 {
+		// What the prompt leaves the reply, up to what it asked for.
+		reserve = max(reserve, min(p.replyAsked, p.lim.ReplyRoom(p.after.Tokens)))
+	}
 	p.alloc = budget.Budget{Total: p.lim.MaxTokens, SystemPrompt: system, Tools: overhead - template, Template: template,
-		ResponseReserve: p.lim.MaxOutputTokens, Conversation: max(0, p.after.Tokens-system-overhead)}
+		ResponseReserve: reserve, Conversation: max(0, p.after.Tokens-system-overhead)}
 }
 
 // cut trims the conversation to the plan's limit less shrink tokens and
@@ -422,7 +452,9 @@ func (s *planner) cut(ctx context.Context, r *http.Request, ex *exchange, req *w
 		}
 	}
 	if p.translate {
-		out, rt, err := wire.ToOllama(req.Dialect, body.Bytes(), p.numCtx, p.after.Tokens)
+		opts := p.ollamaOpts
+		opts.NumCtx = p.numCtx
+		out, rt, err := wire.ToOllama(req.Dialect, body.Bytes(), opts, p.after.Tokens)
 		if err != nil {
 			return nil, wire.TranslationError(rt, err)
 		}

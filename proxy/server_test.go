@@ -86,7 +86,8 @@ func TestForwardedBodies(t *testing.T) {
 			if strings.HasPrefix(name, "openai") {
 				kind, path = fakebackend.OpenAI, "/v1/chat/completions"
 			}
-			be := fakebackend.New(t, kind, fakebackend.Options{})
+			// A model that thinks: one request turns thinking on.
+			be := fakebackend.New(t, kind, fakebackend.Options{Capabilities: []string{"completion", "tools", "thinking"}})
 			_, px := newProxy(t, be.URL, Config{})
 			resp := post(t, px.URL+path, in, map[string]string{"X-Session-ID": "golden"})
 			io.Copy(io.Discard, resp.Body)

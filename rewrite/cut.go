@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -161,13 +162,18 @@ const shrinkFloor = 32
 
 // Shrink makes a conversation that is still too long fit the target
 // without dropping a message (on_overflow: shrink; README, Strategies): it
-// cuts the middle out of the largest contents, tool results first, leaving
-// the note "[… N tokens cut …]". All contents of a kind are cut down to one
-// common size, the largest that fits, taken from a ladder of sizes (…, 512,
-// 768, 1024, 1536, …) so that the same messages are cut the same way while
-// the conversation grows a little. It never cuts a content below about 32
+// cuts the middle out of the largest contents, leaving the note "[… N
+// tokens cut …]", in this order: tool results; then the other messages
+// but the last; then the system prompt and the last message, the larger
+// first, so that a system prompt is whole whenever it fits with the last
+// message, and a short question is not cut to make room for a long
+// system prompt. All contents of a kind are cut down to one common size,
+// the largest that fits, taken from a ladder of sizes (…, 512, 768, 1024,
+// 1536, …) so that the same messages are cut the same way while the
+// conversation grows a little. It never cuts a content below about 32
 // tokens; if that is not enough the result still exceeds the target (the
-// caller decides: Trimmer returns ErrOverflow).
+// caller decides: Trimmer returns ErrOverflow). Its notice says what went
+// of the system prompt apart from the rest.
 type Shrink struct{}
 
 // Name implements Strategy.
@@ -178,37 +184,75 @@ func (s Shrink) Apply(ctx context.Context, in Input) (Result, error) {
 	return run(ctx, s, in)
 }
 
+// Shrink's kinds of content, in the order they are cut.
+const (
+	shrinkToolResults = iota
+	shrinkMiddle
+	shrinkLast // the system prompt and the last message
+)
+
 func (Shrink) prune(p *plan, target int) {
 	if p.c == nil || p.fits(target) {
 		return
 	}
-	before := p.total()
-	cutN := 0
-	for _, tools := range []bool{true, false} {
+	last := -1
+	for i := len(p.msgs) - 1; i >= 0; i-- {
+		if !p.dropped[i] && !isSystem(&p.msgs[i]) {
+			last = i
+			break
+		}
+	}
+	kind := func(i int) int {
+		switch m := &p.msgs[i]; {
+		case isToolResult(m):
+			return shrinkToolResults
+		case isSystem(m) || i == last:
+			return shrinkLast
+		}
+		return shrinkMiddle
+	}
+	was := slices.Clone(p.tok)
+	cut := map[int]bool{}
+	for k := shrinkToolResults; k <= shrinkLast; k++ {
 		var idx []int
 		for i := range p.msgs {
 			m := &p.msgs[i]
-			if !p.dropped[i] && !m.Synthetic && isToolResult(m) == tools && p.tok[i] > shrinkFloor {
+			if !p.dropped[i] && !m.Synthetic && kind(i) == k && p.tok[i] > shrinkFloor {
 				idx = append(idx, i)
 			}
 		}
-		cutN += shrinkKind(p, idx, target)
+		for _, i := range shrinkKind(p, idx, target) {
+			cut[i] = true
+		}
 		if p.fits(target) {
 			break
 		}
 	}
-	if cutN > 0 {
+	msgs, msgTokens, sysTokens := 0, 0, 0
+	for i := range cut {
+		saved := max(was[i]-p.tok[i], 0)
+		if isSystem(&p.msgs[i]) {
+			sysTokens += saved
+		} else {
+			msgs++
+			msgTokens += saved
+		}
+	}
+	if msgs > 0 {
 		p.notes = append(p.notes, fmt.Sprintf("Cut %d tokens out of %d long %s to fit the context window.",
-			max(before-p.total(), 0), cutN, plural(cutN, "message", "messages")))
+			msgTokens, msgs, plural(msgs, "message", "messages")))
+	}
+	if sysTokens > 0 {
+		p.notes = append(p.notes, fmt.Sprintf("Cut %d tokens out of the system prompt to fit the context window.", sysTokens))
 	}
 }
 
 // shrinkKind caps the contents of the messages idx at one common size so
 // that the plan fits target, or at shrinkFloor if no size does. It returns
-// how many messages it cut.
-func shrinkKind(p *plan, idx []int, target int) int {
+// the messages it cut.
+func shrinkKind(p *plan, idx []int, target int) []int {
 	if len(idx) == 0 {
-		return 0
+		return nil
 	}
 	type content struct {
 		i    int
@@ -259,7 +303,7 @@ func shrinkKind(p *plan, idx []int, target int) int {
 			break
 		}
 	}
-	return len(cut)
+	return slices.Sorted(maps.Keys(cut))
 }
 
 // ladder rounds x down to the nearest 2^k or 3·2^(k-1).

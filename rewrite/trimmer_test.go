@@ -217,6 +217,41 @@ func TestShrink(t *testing.T) {
 	}
 }
 
+// TestShrinkKeepsSystemLast: the other messages are cut before the system
+// prompt, which stays whole when it fits with the last message; when it
+// does not, it and the last message are cut, the larger first, so that a
+// short question is not cut for a long system prompt; the notice says
+// what went of the system prompt.
+func TestShrinkKeepsSystemLast(t *testing.T) {
+	// 500, 1500, 1250 and 100 tokens.
+	msgs := numbered(sys(lines(200)), user(lines(600)), asst(lines(500)), user(lines(40)))
+	res := apply(t, Shrink{}, msgs, 1000)
+	m := res.Messages
+	if got := Total(m, counter); got > 1000 {
+		t.Errorf("total %d > 1000", got)
+	}
+	if m[0].Edited || m[3].Edited {
+		t.Errorf("system prompt (cut %v) or last message (cut %v) cut, though the middle was enough", m[0].Edited, m[3].Edited)
+	}
+	if !m[1].Edited || !m[2].Edited || strings.Contains(res.Notice, "system prompt") {
+		t.Errorf("middle cut %v %v, notice %q", m[1].Edited, m[2].Edited, res.Notice)
+	}
+
+	// An agent's first request: a system prompt larger than the window.
+	msgs = numbered(sys(lines(1200)), user(lines(40)))
+	res = apply(t, Shrink{}, msgs, 2000)
+	m = res.Messages
+	if got := Total(m, counter); got > 2000 {
+		t.Errorf("total %d > 2000", got)
+	}
+	if !m[0].Edited || m[1].Edited {
+		t.Errorf("system prompt cut %v, question cut %v; want only the system prompt cut", m[0].Edited, m[1].Edited)
+	}
+	if !strings.Contains(res.Notice, "tokens out of the system prompt") || strings.Contains(res.Notice, "long message") {
+		t.Errorf("notice %q does not say the system prompt was cut, and only it", res.Notice)
+	}
+}
+
 func TestCutMiddle(t *testing.T) {
 	tests := []struct {
 		name string

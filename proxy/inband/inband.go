@@ -436,7 +436,7 @@ func History(msgs []rewrite.Message) ([]rewrite.Message, bool) {
 // in-band command's) in a conversation dialect's shape, streamed or not,
 // by translating an Ollama answer as a backend reply is translated.
 func writeDialectAnswer(w http.ResponseWriter, req *wire.Request, text string) {
-	_, rt, err := wire.ToOllama(req.Dialect, req.Body, 0, 0)
+	_, rt, err := wire.ToOllama(req.Dialect, req.Body, translate.RequestOptions{}, 0)
 	if err != nil {
 		info := translate.Info{Model: req.Model, Stream: req.Stream}
 		rt = wire.TranslationFor(req.Dialect, info)

@@ -237,7 +237,7 @@ func DecodeMessages(body []byte) (*Conversation, error) {
 		var m chat.Message
 		m.Raw = c.annotations(raw, &m)
 		mf := fields(m.Raw)
-		m.Role = str(mf["role"])
+		m.Role = strings.ToLower(str(mf["role"])) // as Ollama reads it
 		if m.Role == "" {
 			return notConversation("messages[%d] has no role", i)
 		}

@@ -237,9 +237,9 @@ func functionName(fn []byte, param string) (string, error) {
 func (r *request) appendThink(dst []byte, info *Info) ([]byte, error) {
 	if r.think != nil {
 		switch string(r.think) {
-		case "true", "false", `"low"`, `"medium"`, `"high"`:
+		case "true", "false", `"low"`, `"medium"`, `"high"`, `"max"`:
 		default:
-			return nil, invalid("think", codeInvalidValue, `think must be a boolean or "low", "medium" or "high"`)
+			return nil, invalid("think", codeInvalidValue, `think must be a boolean or "low", "medium", "high" or "max"`)
 		}
 		dst = append(dst, `,"think":`...)
 		return append(dst, r.think...), nil

@@ -1,7 +1,11 @@
 package translate
 
 import (
+	"errors"
 	"strconv"
+	"strings"
+
+	"golang.org/x/mod/semver"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 )
@@ -38,7 +42,7 @@ func MessagesRequest(body []byte, opts RequestOptions) ([]byte, MessagesInfo, er
 		return nil, info, invalid("", "", "the request body must be a JSON object")
 	}
 	var r request
-	var system, messages, thinking []byte
+	var system, messages, thinking, outputConfig []byte
 	_ = jsonscan.Members(v, func(key, val []byte) error {
 		if jsonscan.KindOf(val) == jsonscan.KindNull {
 			return nil
@@ -68,6 +72,8 @@ func MessagesRequest(body []byte, opts RequestOptions) ([]byte, MessagesInfo, er
 			r.toolChoice = val
 		case "thinking":
 			thinking = val
+		case "output_config":
+			outputConfig = val
 		case "think":
 			r.think = val
 		case "keep_alive":
@@ -96,19 +102,13 @@ func MessagesRequest(body []byte, opts RequestOptions) ([]byte, MessagesInfo, er
 	if !isInteger(r.maxTokens) || r.maxTokens[0] == '-' || string(r.maxTokens) == "0" {
 		return nil, info, invalid("max_tokens", codeInvalidType, "max_tokens must be a positive integer")
 	}
-	if r.think == nil && thinking != nil {
-		if jsonscan.KindOf(thinking) != jsonscan.KindObject {
-			return nil, info, invalid("thinking", codeInvalidType, "thinking must be an object")
+	if r.think == nil {
+		if r.think, err = AnthropicThink(thinking, outputConfig, opts.Version); err != nil {
+			return nil, info, err
 		}
-		// enabled (with a budget) and adaptive turn thinking on; Ollama
-		// has no token budget for it.
-		switch str(fields(thinking)["type"]) {
-		case "enabled", "adaptive":
-			r.think = []byte("true")
-		case "disabled":
-			r.think = []byte("false")
-		default:
-			return nil, info, invalid("thinking.type", codeInvalidValue, `thinking.type must be "enabled", "adaptive" or "disabled"`)
+		if opts.NoThinking && r.think != nil && string(r.think) != "false" {
+			info.Dropped = append(info.Dropped, Drop{Field: "thinking", Reason: "the model cannot think; Ollama's own /v1/messages drops it too"})
+			r.think = nil
 		}
 	}
 
@@ -170,9 +170,15 @@ func anthropicMessages(system, messages []byte, info *Info) ([]ollamaMessage, er
 			return invalid(at, codeInvalidType, "a message must be an object")
 		}
 		f := fields(raw)
-		m := ollamaMessage{role: str(f["role"])}
-		if m.role != "user" && m.role != "assistant" {
-			return invalid(at+".role", codeInvalidValue, `role must be "user" or "assistant"`)
+		m := ollamaMessage{role: strings.ToLower(str(f["role"]))}
+		switch {
+		case m.role == "user", m.role == "assistant", m.role == "system":
+			// A system entry among the messages (Claude Code sends them)
+			// stays where it is, as Ollama's /v1/messages keeps it.
+		case jsonscan.KindOf(f["role"]) != jsonscan.KindString || m.role == "":
+			return invalid(at+".role", codeMissing, `a message needs a role: "user", "assistant" or "system"`)
+		default:
+			// Ollama hands any other role to the chat template as it is.
 		}
 		content := f["content"]
 		switch jsonscan.KindOf(content) {
@@ -236,19 +242,46 @@ func anthropicMessages(system, messages []byte, info *Info) ([]ollamaMessage, er
 				}
 			case "redacted_thinking":
 				info.Dropped = append(info.Dropped, Drop{Field: bat, Reason: "redacted thinking is Anthropic's ciphertext"})
+			case "server_tool_use":
+				// A call to a server tool (Ollama runs web_search): a tool
+				// call, as Ollama's /v1/messages carries it.
+				c, err := anthropicCall(bat, bf)
+				if err != nil {
+					return err
+				}
+				m.calls = append(m.calls, c)
+			case "web_search_tool_result":
+				id := bf["tool_use_id"]
+				if jsonscan.KindOf(id) != jsonscan.KindString {
+					return invalid(bat+".tool_use_id", codeInvalidType, "tool_use_id must be a string")
+				}
+				// The call is usually in this same message.
+				t := ollamaMessage{role: "tool", toolCallID: id, toolName: lastCallName(append(msgs, m), id)}
+				t.texts = [][]byte{jsonscan.AppendString(nil, webSearchResults(bf["content"]))}
+				results = append(results, t)
 			case "":
 				return invalid(bat+".type", codeMissing, "a content block needs a type")
 			default:
-				return invalid(bat+".type", codeUnsupportedValue, "content block type "+strconv.Quote(typ)+" cannot be carried to Ollama; "+
-					"supported: text, image, tool_use, tool_result, thinking")
+				// document, search_result, container_upload, …: Ollama's
+				// /v1/messages leaves blocks it does not know out.
+				info.Dropped = append(info.Dropped, Drop{Field: bat, Reason: "content block type " + strconv.Quote(typ) + " has no Ollama equivalent"})
 			}
 			return nil
 		})
 		if err != nil {
 			return err
 		}
+		keep := len(results) == 0 || len(m.texts) > 0 || len(m.images) > 0 || len(m.calls) > 0 || m.thinking != nil
+		if m.role == "assistant" {
+			// A server tool's results follow its call in the same message.
+			if keep {
+				msgs = append(msgs, m)
+			}
+			msgs = append(msgs, results...)
+			return nil
+		}
 		msgs = append(msgs, results...)
-		if len(results) == 0 || len(m.texts) > 0 || len(m.images) > 0 || len(m.calls) > 0 || m.thinking != nil {
+		if keep {
 			msgs = append(msgs, m)
 		}
 		return nil
@@ -408,11 +441,96 @@ func appendAnthropicTools(dst, tools, choice []byte, info *Info) ([]byte, error)
 			}
 			mode, names = "", []string{name}
 		default:
-			return nil, invalid("tool_choice.type", codeInvalidValue, `tool_choice.type must be "auto", "any", "tool" or "none"`)
+			// Ollama's /v1/messages ignores tool_choice: so does ctxproxy
+			// with one it does not know.
+			info.Dropped = append(info.Dropped, Drop{Field: "tool_choice", Reason: "tool_choice.type " + strconv.Quote(typ) + " is not auto, any, tool or none"})
 		}
 		if f["disable_parallel_tool_use"] != nil {
 			info.Dropped = append(info.Dropped, Drop{Field: "tool_choice.disable_parallel_tool_use", Reason: "Ollama cannot limit calls per turn"})
 		}
 	}
 	return appendChosenTools(dst, list, mode, names, info)
+}
+
+// AnthropicThink maps a Messages request's thinking and output_config
+// members to Ollama's think value (raw JSON, nil for none) as the
+// /v1/messages layer of Ollama version does ("" means the newest rules):
+//
+//   - every version: thinking {"type": "enabled"} (its budget_tokens has
+//     no Ollama equivalent) is true;
+//   - from 0.24: "disabled" is false, and without either
+//     output_config.effort "low", "medium", "high" or "max" ("xhigh" is
+//     high; case and spaces do not matter) is that level;
+//   - anything else ("adaptive", an unknown type, no thinking) leaves
+//     think out: the model's default (a thinking model thinks).
+//
+// Only a thinking that is not an object is an error, as Ollama refuses
+// it when it decodes the request.
+func AnthropicThink(thinking, outputConfig []byte, version string) ([]byte, error) {
+	typ := ""
+	if thinking != nil {
+		if jsonscan.KindOf(thinking) != jsonscan.KindObject {
+			return nil, invalid("thinking", codeInvalidType, "thinking must be an object")
+		}
+		typ = str(fields(thinking)["type"])
+	}
+	newer := version == "" || semver.Compare("v"+version, "v0.24.0") >= 0
+	switch {
+	case typ == "enabled":
+		return []byte("true"), nil
+	case typ == "disabled" && newer:
+		return []byte("false"), nil
+	case !newer || jsonscan.KindOf(outputConfig) != jsonscan.KindObject:
+		return nil, nil
+	}
+	effort := strings.ToLower(strings.TrimSpace(str(fields(outputConfig)["effort"])))
+	switch effort {
+	case "xhigh":
+		return []byte(`"high"`), nil
+	case "low", "medium", "high", "max":
+		return jsonscan.AppendString(nil, effort), nil
+	}
+	return nil, nil
+}
+
+// errStop ends a walk over elements early.
+var errStop = errors.New("stop")
+
+// webSearchResults writes a web_search_tool_result's content as Ollama's
+// /v1/messages does: a line "- title: url" per result, or the error code.
+func webSearchResults(v []byte) string {
+	var b strings.Builder
+	errorText := func(f map[string][]byte) string {
+		if code := str(f["error_code"]); code != "" {
+			return "web_search_tool_result_error: " + code
+		}
+		return "web_search_tool_result_error"
+	}
+	switch jsonscan.KindOf(v) {
+	case jsonscan.KindString:
+		return str(v)
+	case jsonscan.KindObject:
+		if f := fields(v); str(f["type"]) == "web_search_tool_result_error" {
+			return errorText(f)
+		}
+		return string(v)
+	case jsonscan.KindArray:
+		stop := false
+		_ = jsonscan.Elements(v, func(_ int, item []byte) error {
+			f := fields(item)
+			switch str(f["type"]) {
+			case "web_search_result":
+				b.WriteString("- " + str(f["title"]) + ": " + str(f["url"]) + "\n")
+			case "web_search_tool_result_error":
+				b.Reset()
+				b.WriteString(errorText(f))
+				stop = true
+			}
+			if stop {
+				return errStop
+			}
+			return nil
+		})
+	}
+	return b.String()
 }

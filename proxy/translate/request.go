@@ -23,6 +23,15 @@ type RequestOptions struct {
 	// OpenAI's defaults and what Ollama's own /v1 endpoint sends, so a
 	// client sees the same sampling through ctxproxy as without it.
 	ModelSampling bool
+	// Version is the Ollama server's version ("0.17.4"; "" when unknown:
+	// the newest rules), for what its own /v1 layer translates
+	// differently from one version to the next (AnthropicThink).
+	Version string
+	// NoThinking says that the model lacks Ollama's thinking capability.
+	// A Messages request that turns thinking on has it dropped, as
+	// Ollama's own /v1/messages does so that Claude Code runs on any
+	// model; on the other routes the backend's refusal stands.
+	NoThinking bool
 }
 
 // Info is what the response side needs to know about a translated request,

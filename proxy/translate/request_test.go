@@ -107,7 +107,7 @@ func TestRequestRejects(t *testing.T) {
 		{"reasoning_effort unknown", with(`"reasoning_effort":"max"`), "reasoning_effort", codeInvalidValue},
 		{"reasoning not an object", with(`"reasoning":"high"`), "reasoning", codeInvalidType},
 		{"reasoning.effort unknown", with(`"reasoning":{"effort":1}`), "reasoning.effort", codeInvalidValue},
-		{"think unknown", with(`"think":"max"`), "think", codeInvalidValue},
+		{"think unknown", with(`"think":"maximal"`), "think", codeInvalidValue},
 		{"keep_alive a bool", with(`"keep_alive":true`), "keep_alive", codeInvalidType},
 		{"options an array", with(`"options":[]`), "options", codeInvalidType},
 		{"logprobs a string", with(`"logprobs":"yes"`), "logprobs", codeInvalidType},

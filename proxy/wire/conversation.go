@@ -102,16 +102,16 @@ func decodeConversation(d Dialect, body []byte) (*Request, error) {
 			if json.Unmarshal(v, &r) == nil {
 				req.Effort = r.Effort
 			}
-		case "thinking": // Messages: {"type": "enabled" | "adaptive" | "disabled"}
-			var t struct {
-				Type string `json:"type"`
-			}
-			if json.Unmarshal(v, &t) == nil && req.Think == nil {
-				switch t.Type {
-				case "enabled", "adaptive":
-					req.Think = json.RawMessage("true")
-				case "disabled":
-					req.Think = json.RawMessage("false")
+		case "thinking", "output_config": // Messages, mapped as the translation maps them
+			if d == Messages && req.Think == nil {
+				f := func(key string) []byte {
+					if m, ok := FindMember(ms, key); ok {
+						return body[m.ValueStart:m.End]
+					}
+					return nil
+				}
+				if think, err := translate.AnthropicThink(f("thinking"), f("output_config"), ""); err == nil && think != nil {
+					req.Think = think
 				}
 			}
 		case "conversation", "prompt":

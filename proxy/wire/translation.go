@@ -76,12 +76,12 @@ func (r messagesReply) Lines() LineConverter {
 }
 
 // ToOllama translates a request body of dialect d (OpenAI chat,
-// Responses or Messages) into an Ollama /api/chat body with numCtx.
+// Responses or Messages) into an Ollama /api/chat body with opts (the
+// num_ctx, the server's version, what the model cannot do).
 // inputTokens is ctxproxy's count of the prompt, which a Messages stream
 // shows in message_start. The replyTranslator is usable even with an
 // error, for its error shape.
-func ToOllama(d Dialect, body []byte, numCtx, inputTokens int) ([]byte, Translation, error) {
-	opts := translate.RequestOptions{NumCtx: numCtx}
+func ToOllama(d Dialect, body []byte, opts translate.RequestOptions, inputTokens int) ([]byte, Translation, error) {
 	switch d {
 	case Responses:
 		out, info, err := translate.ResponsesRequest(body, opts)

@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -70,6 +71,13 @@ type Options struct {
 	ContextLimit int
 	// ModelInfo is /api/show's model_info (default: a llama 3.1 8B).
 	ModelInfo map[string]any
+	// Modelfile is /api/show's modelfile (default "FROM llama3.1"), its
+	// PARAMETER lines the model's own options.
+	Modelfile string
+	// Capabilities is /api/show's capabilities (default completion and
+	// tools). A chat request that turns thinking on for a model without
+	// "thinking" is refused as Ollama refuses it.
+	Capabilities []string
 	// Hold, when set, holds a stream after its first chunk until Hold is
 	// closed, to prove the proxy does not buffer.
 	Hold chan struct{}
@@ -151,6 +159,12 @@ func (b *Fake) options() Options {
 	}
 	if o.ModelInfo == nil {
 		o.ModelInfo = Llama31ModelInfo()
+	}
+	if o.Modelfile == "" {
+		o.Modelfile = "FROM llama3.1"
+	}
+	if o.Capabilities == nil {
+		o.Capabilities = []string{"completion", "tools"}
 	}
 	if o.Model != nil {
 		o.Model.init(o.Pretokenizer)
@@ -248,9 +262,9 @@ func (b *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]any{"models": []any{}})
 	case b.Kind == Ollama && r.URL.Path == "/api/show":
 		writeJSON(w, 200, map[string]any{
-			"modelfile": "FROM llama3.1", "parameters": "", "template": "{{ .Prompt }}",
+			"modelfile": o.Modelfile, "parameters": parameters(o.Modelfile), "template": "{{ .Prompt }}",
 			"details":    map[string]any{"family": "llama", "parameter_size": "8.0B", "quantization_level": "Q4_K_M"},
-			"model_info": o.ModelInfo, "capabilities": []string{"completion", "tools"},
+			"model_info": o.ModelInfo, "capabilities": o.Capabilities,
 		})
 	case b.Kind == Ollama && r.URL.Path == "/api/chat":
 		b.ollamaChat(w, r, body, o)
@@ -300,7 +314,8 @@ type chatBody struct {
 	Options struct {
 		NumCtx int `json:"num_ctx"`
 	} `json:"options"`
-	Truncate      *bool `json:"truncate"`
+	Truncate      *bool           `json:"truncate"`
+	Think         json.RawMessage `json:"think"`
 	StreamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
@@ -401,6 +416,10 @@ func (b *Fake) ollamaChat(w http.ResponseWriter, r *http.Request, body []byte, o
 	}
 	if o.Status != 0 {
 		writeJSON(w, o.Status, map[string]any{"error": o.ErrorMessage})
+		return
+	}
+	if c.Think != nil && string(c.Think) != "false" && string(c.Think) != "null" && !slices.Contains(o.Capabilities, "thinking") {
+		writeJSON(w, 400, map[string]any{"error": fmt.Sprintf("%q does not support thinking", c.Model)})
 		return
 	}
 	if o.ReplyFunc != nil {
@@ -583,4 +602,16 @@ func NDJSONContent(stream string) string {
 		}
 	}
 	return sb.String()
+}
+
+// parameters is /api/show's parameters text: a Modelfile's PARAMETER
+// lines without the keyword.
+func parameters(modelfile string) string {
+	var b strings.Builder
+	for line := range strings.Lines(modelfile) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "PARAMETER "); ok {
+			b.WriteString(rest + "\n")
+		}
+	}
+	return b.String()
 }
