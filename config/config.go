@@ -79,7 +79,10 @@ type Backend struct {
 type Session struct {
 	Header      string `mapstructure:"header"`
 	Fingerprint bool   `mapstructure:"fingerprint"`
-	Accumulate  bool   `mapstructure:"accumulate"`
+	// ClientIDs names a session after the id a coding agent sends of its
+	// own (Claude Code's, Codex's) when the session header is absent.
+	ClientIDs  bool `mapstructure:"client_ids"`
+	Accumulate bool `mapstructure:"accumulate"`
 	// ScopeHeader lists the headers whose values scope sessions to their
 	// caller (one name or several).
 	ScopeHeader []string `mapstructure:"scope_header"`
@@ -240,7 +243,7 @@ func Default() Config {
 	c.AllowedHosts, c.AllowedOrigins = []string{}, []string{}
 	c.Backend = Backend{URL: "http://127.0.0.1:11434", Kind: "auto", TranslateOpenAI: "auto",
 		ResponseHeaderTimeout: 5 * time.Minute, DialTimeout: 10 * time.Second}
-	c.Session = Session{Header: "X-Session-ID", Fingerprint: true, ScopeHeader: []string{"Authorization", "X-Api-Key", "Api-Key"}}
+	c.Session = Session{Header: "X-Session-ID", Fingerprint: true, ClientIDs: true, ScopeHeader: []string{"Authorization", "X-Api-Key", "Api-Key"}}
 	c.Tokens = Tokens{Encoding: "auto", ApproxCharsPerToken: 4, ImageTokens: 768, Calibrate: true, Exact: true, CacheEntries: 100000}
 	c.Context = Context{AutoSize: true, MinSize: 2048, MaxSize: 131072, VRAMBuffer: 512 << 20,
 		KVQuantization: "f16", NumParallel: 1, ReserveOutput: 1024, RespectClient: true, ModelNumCtx: "ceiling"}

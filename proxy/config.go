@@ -44,6 +44,9 @@ type Config struct {
 	// NoFingerprint turns off the session fingerprint used when a request
 	// has no session header.
 	NoFingerprint bool
+	// NoClientIDs turns off naming a session after the id a coding agent
+	// sends of its own (session.client_ids).
+	NoClientIDs bool
 
 	// BackendKind is ollama, openai or auto (default: ask the backend).
 	BackendKind string

@@ -56,7 +56,7 @@ type plan struct {
 	// version, what the model cannot do; num_ctx is set when encoding).
 	reply      wire.Translation
 	ollamaOpts translate.RequestOptions
-	counter promptCounter
+	counter    promptCounter
 	// exact is the backend's model when the prompt was counted with its
 	// own tokenizer; nil when estimated. exactShape is the request's shape
 	// as exact counting tells shapes apart (exactCounter.shape).
@@ -80,7 +80,7 @@ type plan struct {
 	// the floor lim keeps (Window.Yield): the reply gets what the prompt
 	// leaves of it. 0 otherwise.
 	replyAsked int
-	tools json.RawMessage
+	tools      json.RawMessage
 	// window is the context window the backend runs the request with,
 	// when ctxproxy knows it (num_ctx, or Ollama's default): a reported
 	// count at it may be censored.

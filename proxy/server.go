@@ -159,7 +159,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		store: deps.Store, writer: deps.Writer, status: s.status, once: s.once, log: log}
 	s.rec = &recorder{tokens: deps.Tokens, writer: deps.Writer, trimmer: &s.trimmer, trackers: s.trackers, prefixes: newPrefixes(),
 		metrics: s.metrics, log: log, be: s.be}
-	s.namer = sessionNamer{header: cfg.SessionHeader, scopeHeaders: cfg.ScopeHeaders, noFingerprint: cfg.NoFingerprint}
+	s.namer = sessionNamer{header: cfg.SessionHeader, scopeHeaders: cfg.ScopeHeaders, noFingerprint: cfg.NoFingerprint, noClientIDs: cfg.NoClientIDs}
 	s.guard = &memoryGuard{sessions: s.sessions, trackers: s.trackers, log: log}
 	if deps.Monitor != nil {
 		deps.Monitor.Subscribe(s.guard.onEvent)

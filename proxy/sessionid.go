@@ -20,17 +20,32 @@ const maxClientID = 256
 const scopeLen = 17
 
 // sessionNamer names the session of a chat request: the session header,
-// else a fingerprint; scoped by the caller's credential when configured.
+// else the conversation id the client sends of its own (clientIDs), else
+// a fingerprint; scoped by the caller's credential when configured.
 type sessionNamer struct {
 	header        string
 	scopeHeaders  []string
 	noFingerprint bool
+	noClientIDs   bool
 }
 
-// id returns the session of a request: the session header, else a
-// fingerprint of the model and the first system and user messages (so a
-// client that resends its whole history keeps one session without saying
-// so), else "". With scoping on, a caller's sessions carry its scope; a
+// clientIDHeaders are the headers in which coding agents send the id of
+// their session with every request, with the prefix of the session
+// named after it (the session header itself, X-Session-ID by default,
+// is what opencode sends).
+var clientIDHeaders = []struct{ header, prefix string }{
+	{"X-Claude-Code-Session-Id", "claude-code-"},
+	{"Session-Id", "codex-"},            // Codex since 0.1xx
+	{"Session_id", "codex-"},            // Codex before it
+	{"Conversation_id", "codex-"},       // Codex before it, with session_id
+	{"X-Session-Affinity", "opencode-"}, // opencode, beside X-Session-Id
+}
+
+// id returns the session of a request: the session header, else the
+// session a coding agent names in its own headers or body (clientID),
+// else a fingerprint of the model and the first system and user messages
+// (so a client that resends its whole history keeps one session without
+// saying so), else "". With scoping on, a caller's sessions carry its scope; a
 // caller without a credential may not name a scoped session, and one
 // with a credential that names another's gets a session of its own.
 func (s *sessionNamer) id(r *http.Request, req *wire.Request) (string, *wire.Error) {
@@ -56,9 +71,46 @@ func (s *sessionNamer) id(r *http.Request, req *wire.Request) (string, *wire.Err
 		}
 		return name + scope, nil
 	}
+	if !s.noClientIDs {
+		if id := clientID(r, req); id != "" {
+			return id + scope, nil
+		}
+	}
 	if s.noFingerprint || req.FirstUser == "" {
 		return "", nil
 	}
+	return fingerprint(req) + scope, nil
+}
+
+// clientID returns the session named after the conversation id a coding
+// agent sends with every request (a header of clientIDHeaders, Claude
+// Code's metadata session), or "" when it sends none that fits the
+// store's rule. A body's prompt_cache_key may key several conversations
+// of one user: it names the session together with the fingerprint.
+func clientID(r *http.Request, req *wire.Request) string {
+	ok := func(id string) bool {
+		return id != "" && len(id) <= maxClientID-32 && utf8.ValidString(id) && !isScoped(id)
+	}
+	for _, h := range clientIDHeaders {
+		if id := r.Header.Get(h.header); ok(id) {
+			return h.prefix + id
+		}
+	}
+	switch id := req.ClientSession; {
+	case !ok(id):
+	case req.Dialect == wire.Messages:
+		return "claude-code-" + id
+	case req.FirstUser != "":
+		sum := sha256.Sum256([]byte(id + "\x00" + fingerprint(req)))
+		return "key-" + hex.EncodeToString(sum[:8])
+	}
+	return ""
+}
+
+// fingerprint is the session of a request that names none: a hash of the
+// model and the first system and user messages, so that a client that
+// resends its whole history keeps one session without saying so.
+func fingerprint(req *wire.Request) string {
 	h := sha256.New()
 	parts := [...]string{req.Model, req.FirstSystem, req.FirstUser}
 	buf := make([]byte, 0, min(len(parts[0])+len(parts[1])+len(parts[2])+len(parts), 4096))
@@ -66,7 +118,7 @@ func (s *sessionNamer) id(r *http.Request, req *wire.Request) (string, *wire.Err
 		buf = writeString(h, buf, part)
 		h.Write([]byte{0})
 	}
-	return "fp-" + hex.EncodeToString(h.Sum(nil)[:8]) + scope, nil
+	return "fp-" + hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // writeString writes s to w a piece at a time through buf, and returns

@@ -75,3 +75,70 @@ func TestScopedSessionNeedsItsCredential(t *testing.T) {
 		t.Errorf("a 257-byte id: %d, want 400", resp.StatusCode)
 	}
 }
+
+// TestSessionFromClientIDs: without a session header, a session is named
+// after the id a coding agent sends of its own: Claude Code's header or
+// its metadata, Codex's Session-Id, opencode's X-Session-Affinity; a
+// prompt_cache_key together with the fingerprint, so conversations that
+// share a key stay apart. Two runs of the same prompt never share a
+// session; the session header still wins, a credential still scopes, and
+// session.client_ids: false leaves the fingerprint.
+func TestSessionFromClientIDs(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	_, px := newProxy(t, be.URL, Config{ScopeHeaders: []string{"X-Api-Key"}})
+	messages := func(user string) string {
+		return `{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"` + user + `"}]`
+	}
+	session := func(path, body string, h map[string]string) string {
+		t.Helper()
+		resp := post(t, px.URL+path, []byte(body), h)
+		readAll(t, resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: status %d", path, resp.StatusCode)
+		}
+		return resp.Header.Get("X-Ctxproxy-Session")
+	}
+	const run1, run2 = "eaf42883-e893-41c7-b163-1d3f01b99093", "5b0c1d2e-0000-4000-8000-000000000002"
+	meta := func(id string) string {
+		return `,"metadata":{"user_id":"{\"device_id\":\"d1\",\"account_uuid\":\"\",\"session_id\":\"` + id + `\"}"}}`
+	}
+	cases := []struct {
+		name, path, body string
+		h                map[string]string
+		want             string
+	}{
+		{"claude code header", "/v1/messages", messages("hi") + "}", map[string]string{"X-Claude-Code-Session-Id": run1}, "claude-code-" + run1},
+		{"claude code metadata", "/v1/messages", messages("hi") + meta(run2), nil, "claude-code-" + run2},
+		{"claude code before 2.1", "/v1/messages", messages("hi") + `,"metadata":{"user_id":"user_ab12_account__session_` + run1 + `"}}`, nil, "claude-code-" + run1},
+		{"codex", "/v1/responses", `{"model":"m","input":"hi","prompt_cache_key":"` + run1 + `"}`, map[string]string{"Session-Id": run2}, "codex-" + run2},
+		{"opencode", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, map[string]string{"X-Session-Affinity": "ses_dd9c"}, "opencode-ses_dd9c"},
+		{"the session header wins", "/v1/messages", messages("hi") + "}", map[string]string{"X-Claude-Code-Session-Id": run1, "X-Session-ID": "mine"}, "mine"},
+	}
+	for _, c := range cases {
+		if got := session(c.path, c.body, c.h); got != c.want {
+			t.Errorf("%s: session %q, want %q", c.name, got, c.want)
+		}
+	}
+	// Scoped by the credential, as any other id.
+	if got := session("/v1/messages", messages("hi")+"}", map[string]string{"X-Claude-Code-Session-Id": run1, "X-Api-Key": "k"}); !strings.HasPrefix(got, "claude-code-"+run1+"~") {
+		t.Errorf("with a credential: session %q, want it scoped", got)
+	}
+	// prompt_cache_key: with the fingerprint.
+	chat := func(user, key string) string {
+		return session("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"`+user+`"}],"prompt_cache_key":"`+key+`"}`, nil)
+	}
+	a, b, c, d := chat("hi", "k1"), chat("hi", "k1"), chat("hi", "k2"), chat("other", "k1")
+	if !strings.HasPrefix(a, "key-") || a != b || a == c || a == d {
+		t.Errorf("prompt_cache_key sessions %q %q %q %q: want the same key and conversation alike, others apart", a, b, c, d)
+	}
+	// Two runs of one prompt.
+	if x, y := session("/v1/messages", messages("hi")+meta(run1), nil), session("/v1/messages", messages("hi")+meta(run2), nil); x == y {
+		t.Errorf("two runs share session %q", x)
+	}
+	_, off := newProxy(t, be.URL, Config{NoClientIDs: true})
+	resp := post(t, off.URL+"/v1/messages", []byte(messages("hi")+"}"), map[string]string{"X-Claude-Code-Session-Id": run1})
+	readAll(t, resp.Body)
+	if got := resp.Header.Get("X-Ctxproxy-Session"); !strings.HasPrefix(got, "fp-") {
+		t.Errorf("client ids off: session %q, want a fingerprint", got)
+	}
+}

@@ -23,6 +23,7 @@ func proxyConfig(c config.Config, version string) proxy.Config {
 		DialTimeout:           c.Backend.DialTimeout,
 		SessionHeader:         c.Session.Header,
 		NoFingerprint:         !c.Session.Fingerprint,
+		NoClientIDs:           !c.Session.ClientIDs,
 		ScopeHeaders:          c.Session.ScopeHeader,
 		Accumulate:            c.Session.Accumulate,
 		RespectClient:         c.Context.RespectClient,

@@ -80,6 +80,10 @@ type Request struct {
 	MaxOutput int
 	// FirstSystem and FirstUser feed the session fingerprint.
 	FirstSystem, FirstUser string
+	// ClientSession is the conversation id a client put in its body,
+	// which names the session when no header does (ClientSessionOf);
+	// "" when none.
+	ClientSession string
 	// Conv is the conversation of a Responses or Messages request, which
 	// encodes the body back; nil for the chat dialects.
 	Conv *translate.Conversation
@@ -286,6 +290,8 @@ func (req *Request) decodeMembers(ms []Member) ([]byte, error) {
 		case "truncate":
 			req.Truncate = !bytes.Equal(v, []byte("null"))
 			req.NoTruncate = bytes.Equal(v, []byte("false"))
+		case "prompt_cache_key":
+			req.ClientSession = ClientSessionOf(m.Key, v)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrNotChat, m.Key, err)

@@ -114,6 +114,10 @@ func decodeConversation(d Dialect, body []byte) (*Request, error) {
 					req.Think = think
 				}
 			}
+		case "prompt_cache_key", "metadata":
+			if cs := ClientSessionOf(m.Key, v); cs != "" {
+				req.ClientSession = cs
+			}
 		case "conversation", "prompt":
 			if d == Responses {
 				req.ServerState = m.Key
