@@ -323,33 +323,41 @@ func (s *Sizer) decide(m Workload, snap Reading, st *modelState, auto bool, targ
 		return d
 	}
 
-	// Auto: clamp, bucket, then hysteresis.
+	// Auto: clamp, bucket, then hysteresis. A cap is a size someone
+	// chose (the model's own num_ctx, its trained length, max_size,
+	// target_size): it is kept as it is, not rounded down to a bucket.
 	n := fit
+	capped := false
 	if n > uint64(upper) {
-		n = uint64(upper)
-		if upper == ceiling {
+		n, capped = uint64(upper), true
+		switch {
+		case upper == ceiling:
 			fmt.Fprintf(&why, ", capped by the model's own num_ctx %d (context.model_num_ctx: ceiling)", upper)
-		} else if upper == m.Facts.ContextLength && upper < c.MaxSize {
+		case upper == m.Facts.ContextLength && upper < c.MaxSize:
 			fmt.Fprintf(&why, ", capped by context_length %d", upper)
-		} else {
+		default:
 			fmt.Fprintf(&why, ", capped by max_size %d", upper)
 		}
 	}
 	if target > 0 && n > uint64(target) {
-		n = uint64(target)
+		n, capped = uint64(target), true
 		fmt.Fprintf(&why, ", capped by target_size %d", target)
 	}
-	b := int(n / Bucket * Bucket)
-	if b != int(n) {
-		fmt.Fprintf(&why, ", bucket %d", b)
+	b := int(n)
+	if !capped {
+		b = int(n / Bucket * Bucket)
+		if b != int(n) {
+			fmt.Fprintf(&why, ", bucket %d", b)
+		}
 	}
 	if b < lower {
 		b = lower
-		if lower < c.MinSize && lower == ceiling {
+		switch {
+		case lower < c.MinSize && lower == ceiling:
 			fmt.Fprintf(&why, ", raised to the model's own num_ctx %d", lower)
-		} else if lower < c.MinSize {
+		case lower < c.MinSize:
 			fmt.Fprintf(&why, ", raised to context_length %d", lower)
-		} else {
+		default:
 			fmt.Fprintf(&why, ", raised to min_size %d", lower)
 		}
 	}

@@ -113,6 +113,15 @@ func TestSizerDecide(t *testing.T) {
 			wantReason: "…, capped by the model's own num_ctx 32768 (context.model_num_ctx: ceiling)",
 		},
 		{
+			name: "a cap is kept as it is, not rounded down to a bucket", snap: snap(1, 40*gb),
+			model: func(t *testing.T) Workload {
+				m := llama(t)
+				m.NumCtx = 4834
+				return m
+			},
+			wantNumCtx: 4834, wantLimit: 4834,
+		},
+		{
 			name: "below the model's own num_ctx when memory is short", snap: snap(1, 2*gb),
 			model: func(t *testing.T) Workload {
 				m := llama(t)

@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
@@ -117,4 +119,27 @@ func mustLast(t *testing.T, be *fakebackend.Fake) fakebackend.Request {
 		t.Fatal("the backend got no /api/chat request")
 	}
 	return got
+}
+
+// TestToolsAloneOverTheWindow: a request whose tools alone take the
+// window is answered 400 context_length_exceeded at once, in the
+// client's dialect, and nothing reaches the backend: ctxproxy cuts
+// messages, never tools.
+func TestToolsAloneOverTheWindow(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	sys := newSystem(t, be.URL, setup{tokens: budget.Config{Models: map[string]budget.Model{"llama3.1": {MaxTokens: 2048}}}})
+	var tools []string
+	for i := range 40 {
+		tools = append(tools, fmt.Sprintf(`{"type":"function","function":{"name":"tool%d","description":"%s","parameters":{"type":"object"}}}`,
+			i, strings.Repeat("does a thing with care ", 20)))
+	}
+	body := `{"model":"llama3.1:8b","messages":[{"role":"user","content":"hi"}],"tools":[` + strings.Join(tools, ",") + `]}`
+	resp := post(t, sys.url+"/v1/chat/completions", []byte(body), nil)
+	reply := readAll(t, resp.Body)
+	if resp.StatusCode != 400 || !strings.Contains(reply, "context_length_exceeded") || !strings.Contains(reply, "never tools") {
+		t.Errorf("status %d: %s", resp.StatusCode, reply)
+	}
+	if _, ok := be.Last("/api/chat"); ok {
+		t.Error("the request reached the backend")
+	}
 }

@@ -405,7 +405,15 @@ func (s *planner) cut(ctx context.Context, r *http.Request, ex *exchange, req *w
 			treq.Threshold = max(trimmer.Threshold()-0.2, trimmer.Target())
 		}
 		orig := p.messages
-		room := p.limit - p.counter.Overhead(req.Tools) - shrink
+		overhead := p.counter.Overhead(req.Tools)
+		room := p.limit - overhead - shrink
+		if room <= 0 && trimmer.OnOverflow() != rewrite.OverflowForward && shrink == 0 {
+			// Messages are cut, tools never: a request whose tools alone
+			// leave no room is answered here, not sent to fail.
+			return nil, &wire.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded",
+				Message: fmt.Sprintf("the tools' definitions and the chat template take %d tokens, and the model's context window "+
+					"leaves %d for the prompt; ctxproxy cuts messages, never tools: send fewer tools, or give the model a larger window", overhead, p.limit)}
+		}
 		// Exact counts measure the whole prompt; a strategy measures
 		// messages one by one. Where a template joins messages the two
 		// differ by a few tokens: check the cut prompt, and cut again

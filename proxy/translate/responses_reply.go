@@ -88,14 +88,11 @@ func (r *reply) appendResponsesUsage(dst []byte) []byte {
 	return append(dst, '}')
 }
 
-// responseStatus is "incomplete" when Ollama stopped at num_predict, as
-// OpenAI reports a reply cut by max_output_tokens, else "completed".
-func responseStatus(doneReason []byte) string {
-	if string(doneReason) == `"length"` {
-		return "incomplete"
-	}
-	return "completed"
-}
+// responseStatus is "completed", also when Ollama stopped at num_predict:
+// Ollama's own /v1/responses never reports a reply incomplete, and Codex,
+// which stops with an error on "incomplete", must run on ctxproxy as on
+// Ollama.
+func responseStatus([]byte) string { return "completed" }
 
 // appendReasoningItem writes a reasoning output item; text is the inside
 // of a JSON string token.

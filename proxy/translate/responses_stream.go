@@ -20,7 +20,7 @@ import (
 //	            response.content_part.done, response.output_item.done
 //	each call:  response.output_item.added, response.function_call_arguments.delta,
 //	            response.function_call_arguments.done, response.output_item.done
-//	response.completed (response.incomplete when Ollama stopped at num_predict)
+//	response.completed (also when Ollama stopped at num_predict, as its own /v1/responses answers)
 //
 // Every event carries a sequence_number counting from 0, and the final
 // response repeats the output items with the ids the events gave them
