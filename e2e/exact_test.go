@@ -86,6 +86,14 @@ func createModelShape(o *ollamaServer, name string, v vocabgen.Vocab, shape gguf
 	if err := ggufgen.Write(path, v, shape); err != nil {
 		return err
 	}
+	return createFromFile(o, name, path, &api.CreateRequest{Template: chatMLTemplate,
+		Parameters: map[string]any{"num_predict": 16, "stop": []string{"<|im_end|>"}}})
+}
+
+// createFromFile creates the model name in the real Ollama from the GGUF
+// file at path through its API (blob upload, then create), with req's
+// template and parameters.
+func createFromFile(o *ollamaServer, name, path string, req *api.CreateRequest) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -98,10 +106,8 @@ func createModelShape(o *ollamaServer, name string, v vocabgen.Vocab, shape gguf
 	if err := client.CreateBlob(ctx, digest, bytes.NewReader(data)); err != nil {
 		return fmt.Errorf("upload: %w", err)
 	}
-	return client.Create(ctx, &api.CreateRequest{Model: name, Files: map[string]string{name + ".gguf": digest},
-		Template:   chatMLTemplate,
-		Parameters: map[string]any{"num_predict": 16, "stop": []string{"<|im_end|>"}}},
-		func(api.ProgressResponse) error { return nil })
+	req.Model, req.Files = name, map[string]string{filepath.Base(path): digest}
+	return client.Create(ctx, req, func(api.ProgressResponse) error { return nil })
 }
 
 // exactConfig: no calibration at all, a window that holds the test

@@ -431,8 +431,8 @@ func firstFinish(cs []openai.ChatCompletionChoice) openai.FinishReason {
 // X-Ctxproxy-Dropped header.
 func TestRealOllama_ToolUnits(t *testing.T) {
 	o := need(t)
-	rec := newRecorder(t, o.url)
-	p := startCtxproxy(t, rec.url(), smallWindow)
+	rec := startRecorder(t, o.url)
+	p := startCtxproxy(t, rec.url, smallWindow)
 
 	rows := warmUp(t, p, []chatRequest{
 		{Model: modelTools, Messages: toolConversation(500, 1, false), Tools: toolsJSON},
@@ -442,15 +442,16 @@ func TestRealOllama_ToolUnits(t *testing.T) {
 	// The agent's next step: its last tool results go back to the model.
 	conv := toolConversation(510, 8, true)
 	mark := o.logMark(t)
-	n := rec.count()
+	n := len(rec.chats())
 	res, r := measure(t, p, "long", chatRequest{Model: modelTools, Messages: conv, Tools: toolsJSON}, "X-Session-ID", "e2e-tool-units")
 	lines := o.logSince(t, mark)
 	logTable(t, "tool conversations through ctxproxy", append(rows, r))
 
-	bodies := rec.since(n)
-	if len(bodies) != 1 {
-		t.Fatalf("ctxproxy forwarded %d /api/chat requests for one, want 1", len(bodies))
+	chats := rec.chats()[n:]
+	if len(chats) != 1 {
+		t.Fatalf("ctxproxy forwarded %d /api/chat requests for one, want 1", len(chats))
 	}
+	bodies := [][]byte{chats[0].Req}
 	var fwd struct {
 		Messages []api.Message   `json:"messages"`
 		Tools    json.RawMessage `json:"tools"`

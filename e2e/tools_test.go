@@ -6,15 +6,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
-	"sync"
-	"testing"
 
 	"github.com/ollama/ollama/api"
 )
@@ -127,56 +120,4 @@ func jsonEqual(a, b []byte) bool {
 	ja, _ := json.Marshal(x)
 	jb, _ := json.Marshal(y)
 	return bytes.Equal(ja, jb)
-}
-
-// recorder is a reverse proxy between ctxproxy and Ollama that keeps the
-// body of every POST /api/chat, so a test sees what ctxproxy forwarded.
-type recorder struct {
-	srv    *httptest.Server
-	mu     sync.Mutex
-	bodies [][]byte
-}
-
-func newRecorder(t *testing.T, target string) *recorder {
-	t.Helper()
-	u, err := url.Parse(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1
-	rec := &recorder{}
-	rec.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.URL.Path == "/api/chat" {
-			b, err := io.ReadAll(r.Body)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadGateway)
-				return
-			}
-			rec.mu.Lock()
-			rec.bodies = append(rec.bodies, b)
-			rec.mu.Unlock()
-			r.Body = io.NopCloser(bytes.NewReader(b))
-			r.ContentLength = int64(len(b))
-		}
-		rp.ServeHTTP(w, r)
-	}))
-	t.Cleanup(rec.srv.Close)
-	return rec
-}
-
-func (rec *recorder) url() string { return rec.srv.URL }
-
-// count is the number of bodies recorded so far.
-func (rec *recorder) count() int {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	return len(rec.bodies)
-}
-
-// since returns the bodies recorded after the first n.
-func (rec *recorder) since(n int) [][]byte {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	return append([][]byte(nil), rec.bodies[n:]...)
 }

@@ -205,26 +205,6 @@ func (b *Fake) signalCancel() {
 // up. It is deliberately unlike tiktoken, as a local model's is.
 func TrueTokens(text string) int { return (len(text) + 2) / 3 }
 
-// Llama31ModelInfo is /api/show's model_info for llama3.1 8B.
-func Llama31ModelInfo() map[string]any {
-	return map[string]any{
-		"general.architecture":                   "llama",
-		"general.parameter_count":                8030261248,
-		"llama.block_count":                      32,
-		"llama.context_length":                   131072,
-		"llama.embedding_length":                 4096,
-		"llama.attention.head_count":             32,
-		"llama.attention.head_count_kv":          8,
-		"llama.attention.key_length":             128,
-		"llama.attention.value_length":           128,
-		"llama.feed_forward_length":              14336,
-		"llama.rope.freq_base":                   500000,
-		"llama.vocab_size":                       128256,
-		"tokenizer.ggml.model":                   "gpt2",
-		"llama.attention.layer_norm_rms_epsilon": 1e-05,
-	}
-}
-
 // ServeHTTP answers like the backend of kind b.Kind.
 func (b *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
@@ -602,16 +582,4 @@ func NDJSONContent(stream string) string {
 		}
 	}
 	return sb.String()
-}
-
-// parameters is /api/show's parameters text: a Modelfile's PARAMETER
-// lines without the keyword.
-func parameters(modelfile string) string {
-	var b strings.Builder
-	for line := range strings.Lines(modelfile) {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "PARAMETER "); ok {
-			b.WriteString(rest + "\n")
-		}
-	}
-	return b.String()
 }

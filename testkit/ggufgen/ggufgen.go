@@ -12,6 +12,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 
 	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 	"github.com/ollama/ollama/fs/ggml"
@@ -32,6 +33,13 @@ type Shape struct {
 	// e2e suite checks). Off, the file is the text model alone, the same
 	// bytes as before the layout had a Vision part.
 	Vision bool
+	// Answer, when set, makes the model answer every prompt with this
+	// one token of the vocabulary (a normal token), then its
+	// end-of-sequence token: a reply that ends on its own, as a coding
+	// agent expects of a model (one stopped by its output limit is an
+	// error to some). Unset, replies are printable noise that the
+	// Modelfile's num_predict ends, the same bytes as before.
+	Answer string
 }
 
 func (s Shape) withDefaults() Shape {
@@ -133,6 +141,19 @@ func Write(path string, v vocabgen.Vocab, s Shape) error {
 		if printable(int(t)) {
 			out[t*E] = float32(1 + rng.NormFloat64()*0.05)
 		}
+	}
+	if s.Answer != "" {
+		// Dimension 1 marks the answer token: after any other token,
+		// dimension 0 dominates and the answer's row wins; after the
+		// answer, dimension 1 does and the end-of-sequence row wins.
+		a := slices.Index(v.Tokens, s.Answer)
+		if a < 0 || v.Types[a] != vocabgen.TypeNormal {
+			return fmt.Errorf("ggufgen: the answer %q is not a normal token of the vocabulary", s.Answer)
+		}
+		A, end := uint64(a), uint64(v.EOS)
+		emb[A*E], emb[A*E+1] = 0, 1
+		out[A*E], out[A*E+1] = 8, -8
+		out[end*E+1] = 8
 	}
 	b.Tensors = []*ggml.Tensor{
 		{Name: "token_embd.weight", Kind: 0, Shape: []uint64{E, V}, WriterTo: emb},

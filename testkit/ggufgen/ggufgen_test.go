@@ -1,6 +1,7 @@
 package ggufgen
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -146,5 +147,31 @@ func checkShapes(t *testing.T, g *ggml.GGML, want map[string][]uint64) {
 		if got, ok := names[name]; !ok || !slices.Equal(got, shape) {
 			t.Errorf("%s: shape %v, want %v", name, got, shape)
 		}
+	}
+}
+
+// TestAnswer: a model made to answer one token must have it as a normal
+// token; without Answer the file is what it was.
+func TestAnswer(t *testing.T) {
+	v := vocabgen.SentencePiece(2000, 3)
+	dir := t.TempDir()
+	if err := Write(filepath.Join(dir, "a.gguf"), v, Shape{Answer: "<|im_end|>"}); err == nil {
+		t.Error("a control token was taken for the answer")
+	}
+	if err := Write(filepath.Join(dir, "b.gguf"), v, Shape{Answer: "no such token"}); err == nil {
+		t.Error("a missing token was taken for the answer")
+	}
+	w := v.WithNormal("Hi")
+	if err := Write(filepath.Join(dir, "c.gguf"), w, Shape{Answer: "Hi"}); err != nil {
+		t.Fatal(err)
+	}
+	plain, answer := filepath.Join(dir, "d.gguf"), filepath.Join(dir, "c.gguf")
+	if err := Write(plain, w, Shape{}); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := os.ReadFile(plain)
+	a, _ := os.ReadFile(answer)
+	if len(p) != len(a) || bytes.Equal(p, a) {
+		t.Errorf("answer changes no weight (%d and %d bytes)", len(p), len(a))
 	}
 }

@@ -307,7 +307,13 @@ func SentencePiece(size int, seed uint64) Vocab {
 // WithSpecials returns v with control tokens added at its end: a model
 // family's own markers, which prompts may hold as text and tokenizers
 // must then count as one token each.
-func (v Vocab) WithSpecials(tokens ...string) Vocab {
+func (v Vocab) WithSpecials(tokens ...string) Vocab { return v.with(TypeControl, tokens) }
+
+// WithNormal returns v with normal tokens added at its end (those it
+// lacks), scored below every other piece.
+func (v Vocab) WithNormal(tokens ...string) Vocab { return v.with(TypeNormal, tokens) }
+
+func (v Vocab) with(typ int32, tokens []string) Vocab {
 	v.Tokens, v.Types = slices.Clone(v.Tokens), slices.Clone(v.Types)
 	if v.Scores != nil {
 		v.Scores = slices.Clone(v.Scores)
@@ -317,9 +323,13 @@ func (v Vocab) WithSpecials(tokens ...string) Vocab {
 			continue
 		}
 		v.Tokens = append(v.Tokens, tok)
-		v.Types = append(v.Types, TypeControl)
+		v.Types = append(v.Types, typ)
 		if v.Scores != nil {
-			v.Scores = append(v.Scores, 0)
+			score := float32(0)
+			if typ == TypeNormal {
+				score = -float32(len(v.Tokens))
+			}
+			v.Scores = append(v.Scores, score)
 		}
 	}
 	return v
