@@ -24,6 +24,12 @@ type overflow struct {
 // Overflow errors, as each backend words them:
 //   - Ollama (runner, with "truncate": false): 400 {"error": "the input
 //     length exceeds the context length"} (runner/ollamarunner, v0.17.4);
+//   - Ollama 0.30 and later, which runs llama.cpp's llama-server: with
+//     "truncate": false, llama-server's own error passed on as the error
+//     string ({"error": "{\"error\":{…\"type\":\"exceed_context_size_error\",
+//     \"n_prompt_tokens\":P,\"n_ctx\":N}}"}); with context shift off,
+//     400 {"error": "the prompt is longer than the context length
+//     currently available to the model; …"} (llm/llama_server.go, v0.34.3);
 //   - OpenAI and vLLM: 400 with code "context_length_exceeded" or the
 //     message "This model's maximum context length is N tokens. However,
 //     you requested M tokens (P in the messages, C in the completion)";
@@ -49,7 +55,14 @@ func parseOverflow(status int, body []byte) (overflow, bool) {
 	}
 	var msg string
 	if json.Unmarshal(e.Error, &msg) == nil {
-		return overflow{}, strings.Contains(msg, "exceeds the context length")
+		switch {
+		case strings.Contains(msg, "exceeds the context length"), strings.Contains(msg, "longer than the context length"):
+			return overflow{}, true
+		case strings.HasPrefix(msg, `{"error"`) && strings.Contains(msg, "context"):
+			// llama-server's error, passed on by Ollama as a string.
+			return parseOverflow(status, []byte(msg))
+		}
+		return overflow{}, false
 	}
 	var oe struct {
 		Message  string `json:"message"`

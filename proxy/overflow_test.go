@@ -24,6 +24,11 @@ func TestParseOverflow(t *testing.T) {
 		{"openai resulted", 400, `{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, true, 2000},
 		{"openai code only", 400, `{"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded"}}`, true, 0},
 		{"llama.cpp", 400, `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}`, true, 904},
+		// Ollama 0.34.3, measured: llama-server's error inside Ollama's
+		// string ("truncate": false), and the wording with context shift off.
+		{"ollama 0.34 llama-server", 400, `{"error":"{\"error\":{\"code\":400,\"message\":\"request (15019 tokens) exceeds the available context size (512 tokens), try increasing it\",\"type\":\"exceed_context_size_error\",\"n_prompt_tokens\":15019,\"n_ctx\":512}}"}`, true, 14507},
+		{"ollama 0.34 no shift", 400, `{"error":"the prompt is longer than the context length currently available to the model; shorten the prompt, adjust the context length in settings, or use a model with a longer context length"}`, true, 0},
+		{"ollama 0.34 another llama-server error", 400, `{"error":"{\"error\":{\"code\":400,\"message\":\"invalid grammar\",\"type\":\"invalid_request_error\"}}"}`, false, 0},
 		{"other 400", 400, `{"error":"model 'x' not found"}`, false, 0},
 		{"openai other", 400, `{"error":{"message":"invalid temperature","type":"invalid_request_error","code":null}}`, false, 0},
 		{"not json", 400, `Bad Request`, false, 0},
