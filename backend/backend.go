@@ -74,6 +74,8 @@ type Backend struct {
 	models modelCache
 	remote remoteState
 	disk   diskCache
+	// newer says once that the server is newer than ctxproxy's rules.
+	newer sync.Once
 }
 
 // New returns a Backend for cfg.

@@ -47,6 +47,9 @@ type Details struct {
 
 	fetched time.Time
 	drift   *drift
+	// tokKey finds the tokenizer in the cache: the digest and the
+	// server's version, whose rules it counts with.
+	tokKey string
 }
 
 // drift is the agreement of a model's exact counts with the backend's own,
@@ -231,13 +234,15 @@ func (b *Backend) Prepare(names []string) {
 // it are looked up again (by digest: no /api/show).
 func (b *Backend) UseTokenizer(m Details, tok *exact.Tokenizer) {
 	c := &b.models
-	te, ok := c.tokenizers.Get(m.Digest)
+	te, ok := c.tokenizers.Get(m.tokKey)
 	if !ok || m.Digest == "" {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.tokenizers.Add(m.Digest, &tokEntry{tok: tok, drift: &drift{}, facts: te.facts, factsErr: te.factsErr})
+	swapped := *te
+	swapped.tok, swapped.err, swapped.drift = tok, nil, &drift{}
+	c.tokenizers.Add(m.tokKey, &swapped)
 	for name, e := range c.entries.All() {
 		select {
 		case <-e.ready:
@@ -359,7 +364,11 @@ func (b *Backend) fetch(ctx context.Context, name string) Details {
 	// under any name: a model's files decide both. Another name of it (a
 	// client's "qwen3" for /api/ps's "qwen3:latest") needs no /api/show,
 	// which Ollama answers by reading the model's file again.
-	te, _ := b.models.tokenizers.Get(m.Digest)
+	// The server's version decides how it counts: a tokenizer is kept per
+	// digest and version, and an upgraded server's models are built anew.
+	version := b.Version(ctx)
+	m.tokKey = m.Digest + "@" + version
+	te, _ := b.models.tokenizers.Get(m.tokKey)
 	if te != nil && m.Digest != "" && te.factsErr == nil {
 		m.Facts, m.Capabilities, m.NumCtx = te.facts, te.caps, te.numCtx
 		m.Tokenizer, m.TokenizerErr, m.drift = te.tok, te.err, te.drift
@@ -395,8 +404,14 @@ func (b *Backend) fetch(ctx context.Context, name string) Details {
 	if verbose {
 		start := b.now()
 		te = &tokEntry{drift: &drift{}, facts: m.Facts, factsErr: m.Err, caps: m.Capabilities, numCtx: m.NumCtx}
-		show.Name = name
+		show.Name, show.Version = name, version
 		te.tok, te.err = exact.New(show.Show)
+		if exact.NewerThanChecked(version) {
+			b.newer.Do(func() {
+				b.log.Warn("the backend is a newer Ollama than any ctxproxy has checked its counts against; counting as the newest it knows",
+					"version", version, "newest_checked", exact.NewestChecked)
+			})
+		}
 		if te.err != nil {
 			b.log.Warn("no exact token counts for this model; estimating and calibrating instead", "model", name, "err", te.err)
 		} else {
@@ -404,7 +419,7 @@ func (b *Backend) fetch(ctx context.Context, name string) Details {
 				"took", b.now().Sub(start).Round(time.Millisecond), "cached", fromDisk)
 		}
 		if m.Digest != "" {
-			b.models.tokenizers.Add(m.Digest, te)
+			b.models.tokenizers.Add(m.tokKey, te)
 			if !fromDisk && te.err == nil && m.Err == nil {
 				b.disk.store(m.Digest, show.Show)
 			}

@@ -49,7 +49,7 @@ func TestBPEAsOllama(t *testing.T) {
 func TestBPETokenize(t *testing.T) {
 	v := vocabgen.BPE(4000, "llama-bpe", 12).WithSpecials("<|eot_id|>")
 	kv := ollamaEngine(v.KV())
-	m, err := New(Show{ModelInfo: kv, Template: templates["chatml"]})
+	m, err := New(Show{Version: ollama017, ModelInfo: kv, Template: templates["chatml"]})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,6 +64,9 @@ type Show struct {
 	// Name is the model's name as the client asked for it (the server
 	// treats deepseek-r1 by name).
 	Name string `json:"-"`
+	// Version is the server's version ("0.34.3"), whose rules count the
+	// prompt (versions.go); "" counts with the newest.
+	Version string `json:"-"`
 }
 
 // maxPieces bounds the caches of piece counts and message shares per
@@ -105,6 +108,8 @@ type Tokenizer struct {
 	bpe *bpe
 	// engine is what deciding the runner needs (runOn, OtherEngine).
 	engine engine
+	// rules are the server version's (versions.go).
+	rules serverRules
 
 	seed maphash.Seed
 	// pieces is sharded: a long prompt's new pieces are counted on
@@ -157,6 +162,7 @@ func New(show Show) (*Tokenizer, error) {
 	}
 	m := &Tokenizer{
 		renderer: renderer,
+		rules:    rulesOf(show.Version),
 		// The server drops the <think> part of earlier replies for
 		// these (filterThinkTags in its routes).
 		dropThinking: show.Details.Family == "qwen3" || ollamaModelName(show.Name) == "deepseek-r1",
@@ -204,13 +210,17 @@ func New(show Show) (*Tokenizer, error) {
 		m.engine.bpe = newBPEVocab(vocab.Values, vocab.Merges)
 		vocab.Values, vocab.Merges = nil, nil
 	}
-	m.runOn(onLlamaCpp(kv, len(show.ProjectorInfo) > 0))
+	// llama-server runs every model from Ollama 0.30 on.
+	m.runOn(m.rules.llamaServer || onLlamaCpp(kv, len(show.ProjectorInfo) > 0))
 	m.trie = newTrie(m.special)
 
 	if m.renderer == "" {
 		tmpl, err := template.Parse(cmpOr(show.Template, "{{ .Prompt }}"))
 		if err != nil {
 			return nil, fmt.Errorf("exact: parse the chat template: %w", err)
+		}
+		if m.rules.llamaServer {
+			toolsAsJSON(tmpl.Template.Tree)
 		}
 		m.tmpl = tmpl
 	}
@@ -345,7 +355,7 @@ func (m *Tokenizer) Count(p Prompt) (tokens int, exact bool, err error) {
 // CountPrompt returns the tokens of a rendered prompt, BOS and EOS added
 // as the vocabulary says (the runner encodes a prompt with its specials).
 func (m *Tokenizer) CountPrompt(text string) (int, error) {
-	n, err := m.CountText(text)
+	n, err := m.CountText(m.rules.sent(text, m.renderer, m.engine))
 	if err != nil {
 		return 0, err
 	}

@@ -72,7 +72,7 @@ func TestMistral3Count(t *testing.T) {
 	kv := vocabgen.BPE(2000, "tekken", 1).KV()
 	kv["general.architecture"] = "mistral3"
 	tmpl := "{{ range .Messages }}[INST]{{ .Content }}[/INST]{{ end }}"
-	m, err := New(Show{ModelInfo: kv, Template: tmpl, Capabilities: []string{"completion", "vision"}})
+	m, err := New(Show{Version: ollama017, ModelInfo: kv, Template: tmpl, Capabilities: []string{"completion", "vision"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func TestQwen25VLCount(t *testing.T) {
 	kv := ollamaEngine(vocabgen.BPE(2000, "qwen2", 1).KV())
 	kv["general.architecture"] = "qwen25vl"
 	tmpl := "{{ range .Messages }}[{{ .Role }}]{{ .Content }}{{ end }}"
-	m, err := New(Show{ModelInfo: maps.Clone(kv), Template: tmpl, Capabilities: []string{"completion", "vision"}})
+	m, err := New(Show{Version: ollama017, ModelInfo: maps.Clone(kv), Template: tmpl, Capabilities: []string{"completion", "vision"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestQwen25VLCount(t *testing.T) {
 	// A tower without blocks (as ggufgen writes the text model): the
 	// server refuses images, ctxproxy estimates them.
 	kv["qwen25vl.vision.block_count"] = float64(0)
-	bare, err := New(Show{ModelInfo: kv, Template: tmpl, Capabilities: []string{"completion", "vision"}})
+	bare, err := New(Show{Version: ollama017, ModelInfo: kv, Template: tmpl, Capabilities: []string{"completion", "vision"}})
 	if err != nil {
 		t.Fatal(err)
 	}

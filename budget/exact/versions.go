@@ -1,0 +1,179 @@
+package exact
+
+import (
+	"strings"
+	"text/template/parse"
+
+	"golang.org/x/mod/semver"
+)
+
+// What changed in how Ollama counts a prompt, by its version. Each rule
+// here was read from Ollama's source of the versions named and checked
+// against the real servers in the e2e suite (docs/fidelity.md).
+//
+// From 0.30 Ollama runs every GGUF model in llama.cpp's llama-server
+// instead of its own Go engine, and with it:
+//
+//   - every architecture is tokenized as llama.cpp tokenizes it (its
+//     pre-tokenizer expressions by tokenizer.ggml.pre, its merge order,
+//     its BOS rule), where 0.17 ran many on its own engine;
+//   - a prompt that starts with the BOS text its renderer writes (or
+//     "<bos>") loses it when the file says llama-server adds BOS itself,
+//     so that the prompt has one BOS, not two (llm/llama_server.go);
+//   - a chat template that prints a tool with {{ . }} prints it as JSON
+//     (template.templateTool gained a String method), where 0.17 printed
+//     a Go struct.
+
+// NewestChecked is the newest Ollama version whose rules are known; a
+// newer server is counted with them (NewerThanChecked).
+const NewestChecked = "0.34.3"
+
+// serverRules are the rules of one Ollama version that counting needs.
+type serverRules struct {
+	// llamaServer: 0.30 and later (see above).
+	llamaServer bool
+}
+
+// rulesOf returns the rules of Ollama version ("0.34.3"; "" when unknown:
+// the newest rules).
+func rulesOf(version string) serverRules {
+	return serverRules{llamaServer: atLeast(version, "0.30.0")}
+}
+
+// atLeast reports whether version is want or later; an unknown or
+// unparsable version is taken for the newest.
+func atLeast(version, want string) bool {
+	v := "v" + strings.TrimPrefix(version, "v")
+	if version == "" || !semver.IsValid(v) {
+		return true
+	}
+	return semver.Compare(v, "v"+want) >= 0
+}
+
+// NewerThanChecked reports whether Ollama version is newer than any whose
+// counting rules ctxproxy knows: it is counted with the newest ones, and
+// the proxy says so.
+func NewerThanChecked(version string) bool {
+	v := "v" + strings.TrimPrefix(version, "v")
+	return version != "" && semver.IsValid(v) && semver.Compare(semver.Canonical(v), "v"+NewestChecked) > 0
+}
+
+// leadingBOS is the BOS text each renderer writes first, which
+// llama-server's Ollama takes off again (the renderers' LeadingBOS, 0.34.3).
+var leadingBOS = map[string]string{
+	"cogito":        "<｜begin▁of▁sentence｜>",
+	"deepseek3.1":   "<｜begin▁of▁sentence｜>",
+	"functiongemma": "<bos>",
+	"lfm2":          "<|startoftext|>",
+	"lfm2-thinking": "<|startoftext|>",
+}
+
+// sent returns prompt as the server sends it to its runner: from 0.30,
+// without the BOS text the model's renderer (or template) wrote first,
+// when the file says its tokenizer adds one (tokenizer.ggml.add_bos_token
+// true, or LFM2's and Gemma 4's pre-tokenizers, which add it whatever the
+// file says).
+func (r serverRules) sent(prompt, renderer string, e engine) string {
+	adds := e.pre == "lfm2" || e.pre == "gemma4" || e.kind == "gemma4" || (e.bosKey != nil && *e.bosKey)
+	if !r.llamaServer || !adds {
+		return prompt
+	}
+	if bos := leadingBOS[renderer]; bos != "" && strings.HasPrefix(prompt, bos) {
+		return prompt[len(bos):]
+	}
+	return strings.TrimPrefix(prompt, "<bos>")
+}
+
+// toolsAsJSON rewrites a chat template's tree so that a tool printed
+// whole, {{ . }} (or the range's variable, {{ $tool }}) inside
+// {{ range .Tools }}, prints as JSON through the template's own json
+// function: what Ollama 0.30 and later print, where 0.17 printed the Go
+// struct. The JSON is the same bytes (templateTool's String marshals
+// itself).
+func toolsAsJSON(t *parse.Tree) {
+	if t == nil || t.Root == nil {
+		return
+	}
+	var walk func(n parse.Node)
+	walk = func(n parse.Node) {
+		switch n := n.(type) {
+		case *parse.ListNode:
+			if n == nil {
+				return
+			}
+			for _, c := range n.Nodes {
+				walk(c)
+			}
+		case *parse.IfNode:
+			walk(n.List)
+			walk(n.ElseList)
+		case *parse.WithNode:
+			walk(n.List)
+			walk(n.ElseList)
+		case *parse.RangeNode:
+			if rangesOverTools(n.Pipe) {
+				elem := ""
+				if d := n.Pipe.Decl; len(d) > 0 {
+					elem = d[len(d)-1].Ident[0]
+				}
+				printJSON(t, n.List, elem, true)
+			}
+			walk(n.List)
+			walk(n.ElseList)
+		}
+	}
+	walk(t.Root)
+}
+
+// rangesOverTools reports whether a range's pipeline is .Tools or $.Tools.
+func rangesOverTools(p *parse.PipeNode) bool {
+	if p == nil || len(p.Cmds) != 1 || len(p.Cmds[0].Args) != 1 {
+		return false
+	}
+	switch a := p.Cmds[0].Args[0].(type) {
+	case *parse.FieldNode:
+		return len(a.Ident) == 1 && a.Ident[0] == "Tools"
+	case *parse.VariableNode:
+		return len(a.Ident) == 2 && a.Ident[0] == "$" && a.Ident[1] == "Tools"
+	}
+	return false
+}
+
+// printJSON makes the actions of list that print the range's element
+// whole (dot, while dot is the element, or the variable elem) print it
+// through json.
+func printJSON(t *parse.Tree, list *parse.ListNode, elem string, dotIsElem bool) {
+	if list == nil {
+		return
+	}
+	for _, n := range list.Nodes {
+		switch n := n.(type) {
+		case *parse.ActionNode:
+			p := n.Pipe
+			if len(p.Decl) > 0 || len(p.Cmds) != 1 || len(p.Cmds[0].Args) != 1 {
+				continue
+			}
+			arg := p.Cmds[0].Args[0]
+			whole := false
+			switch a := arg.(type) {
+			case *parse.DotNode:
+				whole = dotIsElem
+			case *parse.VariableNode:
+				whole = elem != "" && len(a.Ident) == 1 && a.Ident[0] == elem
+			}
+			if whole {
+				json := parse.NewIdentifier("json").SetTree(t).SetPos(arg.Position())
+				p.Cmds[0].Args = []parse.Node{json, arg}
+			}
+		case *parse.IfNode:
+			printJSON(t, n.List, elem, dotIsElem)
+			printJSON(t, n.ElseList, elem, dotIsElem)
+		case *parse.WithNode:
+			printJSON(t, n.List, elem, false)
+			printJSON(t, n.ElseList, elem, dotIsElem)
+		case *parse.RangeNode:
+			printJSON(t, n.List, elem, false)
+			printJSON(t, n.ElseList, elem, dotIsElem)
+		}
+	}
+}
