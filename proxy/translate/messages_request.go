@@ -31,6 +31,15 @@ var messagesDrops = map[string]string{
 	"inference_geo":      "Ollama runs where it is",
 }
 
+// messagesStrict are the Messages members Ollama's /v1/messages decodes
+// (MessagesRequest, 0.17.4 to 0.34.3): a value of the wrong type is its
+// 400 too. stop is stop_sequences.
+var messagesStrict = map[string]bool{
+	"model": true, "max_tokens": true, "messages": true, "system": true, "stream": true,
+	"temperature": true, "top_p": true, "top_k": true, "stop": true,
+	"tools": true, "tool_choice": true, "thinking": true, "metadata": true, "output_config": true,
+}
+
 // MessagesRequest translates an Anthropic Messages API request body (POST
 // /v1/messages) into an Ollama /api/chat request body, with num_ctx from
 // opts. Errors are *Error values (status 400); send them with
@@ -41,7 +50,7 @@ func MessagesRequest(body []byte, opts RequestOptions) ([]byte, MessagesInfo, er
 	if err != nil || jsonscan.KindOf(v) != jsonscan.KindObject {
 		return nil, info, invalid("", "", "the request body must be a JSON object")
 	}
-	var r request
+	r := request{version: opts.Version, strict: messagesStrict}
 	var system, messages, thinking, outputConfig []byte
 	_ = jsonscan.Members(v, func(key, val []byte) error {
 		if jsonscan.KindOf(val) == jsonscan.KindNull {
@@ -128,13 +137,11 @@ func MessagesRequest(body []byte, opts RequestOptions) ([]byte, MessagesInfo, er
 	if dst, err = r.appendThink(dst, &info.Info); err != nil {
 		return nil, info, err
 	}
-	if dst, err = r.appendKeepAlive(dst); err != nil {
-		return nil, info, err
-	}
+	dst = r.appendKeepAlive(dst, &info.Info)
 	// Anthropic's clients leave sampling to the server unless they say:
 	// the model's own defaults, not OpenAI's 1.0.
 	opts.ModelSampling = true
-	if dst, err = r.appendOptions(dst, opts); err != nil {
+	if dst, err = r.appendOptions(dst, opts, &info.Info); err != nil {
 		return nil, info, err
 	}
 	return append(dst, '}'), info, nil
@@ -229,7 +236,7 @@ func anthropicMessages(system, messages []byte, info *Info) ([]ollamaMessage, er
 					return invalid(bat+".tool_use_id", codeInvalidType, "tool_use_id must be a string")
 				}
 				t := ollamaMessage{role: "tool", toolCallID: id, toolName: lastCallName(msgs, id)}
-				if err := anthropicResult(bat+".content", bf["content"], &t); err != nil {
+				if err := anthropicResult(bat+".content", bf["content"], &t, info); err != nil {
 					return err
 				}
 				if string(bf["is_error"]) == "true" {
@@ -358,7 +365,7 @@ func anthropicCall(at string, f map[string][]byte) (ollamaCall, error) {
 
 // anthropicResult reads a tool_result's content (a string, or text and
 // image blocks) into t.
-func anthropicResult(at string, v []byte, t *ollamaMessage) error {
+func anthropicResult(at string, v []byte, t *ollamaMessage, info *Info) error {
 	switch jsonscan.KindOf(v) {
 	case jsonscan.KindInvalid:
 		return nil
@@ -372,20 +379,19 @@ func anthropicResult(at string, v []byte, t *ollamaMessage) error {
 	return jsonscan.Elements(v, func(j int, b []byte) error {
 		bat := at + "[" + strconv.Itoa(j) + "]"
 		f := fields(b)
-		switch str(f["type"]) {
-		case "text":
-			if jsonscan.KindOf(f["text"]) != jsonscan.KindString {
-				return invalid(bat+".text", codeInvalidType, "text must be a string")
-			}
+		switch typ := str(f["type"]); {
+		case typ == "text" && jsonscan.KindOf(f["text"]) == jsonscan.KindString:
 			t.texts = append(t.texts, f["text"])
-		case "image":
+		case typ == "image":
 			img, err := anthropicImage(bat, f["source"])
 			if err != nil {
 				return err
 			}
 			t.images = append(t.images, img)
 		default:
-			return invalid(bat+".type", codeUnsupportedValue, "tool results may hold text and image blocks")
+			// document, search_result, …: Ollama's /v1/messages keeps
+			// only the text of a tool result and leaves the rest out.
+			info.Dropped = append(info.Dropped, Drop{Field: bat, Reason: "a tool result carries text and images to Ollama"})
 		}
 		return nil
 	})
@@ -435,11 +441,14 @@ func appendAnthropicTools(dst, tools, choice []byte, info *Info) ([]byte, error)
 		case "any":
 			mode = "required"
 		case "tool":
-			name := str(f["name"])
-			if name == "" {
-				return nil, invalid("tool_choice.name", codeInvalidType, "tool_choice.name must be a non-empty string")
+			if n := f["name"]; n != nil && jsonscan.KindOf(n) != jsonscan.KindString {
+				return nil, invalid("tool_choice.name", codeInvalidType, "tool_choice.name must be a string")
 			}
-			mode, names = "", []string{name}
+			if name := str(f["name"]); name != "" {
+				mode, names = "", []string{name}
+			} else {
+				info.Dropped = append(info.Dropped, Drop{Field: "tool_choice", Reason: "names no tool; tools sent as with auto, as Ollama's /v1/messages ignores tool_choice"})
+			}
 		default:
 			// Ollama's /v1/messages ignores tool_choice: so does ctxproxy
 			// with one it does not know.
@@ -449,7 +458,7 @@ func appendAnthropicTools(dst, tools, choice []byte, info *Info) ([]byte, error)
 			info.Dropped = append(info.Dropped, Drop{Field: "tool_choice.disable_parallel_tool_use", Reason: "Ollama cannot limit calls per turn"})
 		}
 	}
-	return appendChosenTools(dst, list, mode, names, info)
+	return appendChosenTools(dst, list, mode, names, info), nil
 }
 
 // AnthropicThink maps a Messages request's thinking and output_config
