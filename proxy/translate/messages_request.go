@@ -155,7 +155,7 @@ func MessagesRequest(body []byte, opts RequestOptions) ([]byte, MessagesInfo, er
 func anthropicMessages(system, messages []byte, info *Info) ([]ollamaMessage, error) {
 	var msgs []ollamaMessage
 	if system != nil {
-		texts, err := anthropicSystem(system)
+		texts, err := anthropicSystem(system, info)
 		if err != nil {
 			return nil, err
 		}
@@ -182,10 +182,11 @@ func anthropicMessages(system, messages []byte, info *Info) ([]ollamaMessage, er
 		case m.role == "user", m.role == "assistant", m.role == "system":
 			// A system entry among the messages (Claude Code sends them)
 			// stays where it is, as Ollama's /v1/messages keeps it.
-		case jsonscan.KindOf(f["role"]) != jsonscan.KindString || m.role == "":
-			return invalid(at+".role", codeMissing, `a message needs a role: "user", "assistant" or "system"`)
+		case f["role"] != nil && jsonscan.KindOf(f["role"]) != jsonscan.KindString:
+			return invalid(at+".role", codeInvalidType, `role must be a string`)
 		default:
-			// Ollama hands any other role to the chat template as it is.
+			// Ollama hands any other role (or none) to the chat template
+			// as it is.
 		}
 		content := f["content"]
 		switch jsonscan.KindOf(content) {
@@ -209,7 +210,9 @@ func anthropicMessages(system, messages []byte, info *Info) ([]ollamaMessage, er
 			switch typ := str(bf["type"]); typ {
 			case "text":
 				if jsonscan.KindOf(bf["text"]) != jsonscan.KindString {
-					return invalid(bat+".text", codeInvalidType, "text must be a string")
+					// Ollama's /v1/messages skips a text block without text.
+					info.Dropped = append(info.Dropped, Drop{Field: bat, Reason: "a text block without text"})
+					return nil
 				}
 				m.texts = append(m.texts, bf["text"])
 			case "image":
@@ -219,21 +222,18 @@ func anthropicMessages(system, messages []byte, info *Info) ([]ollamaMessage, er
 				}
 				m.images = append(m.images, img)
 			case "tool_use":
-				if m.role != "assistant" {
-					return invalid(bat+".type", codeInvalidValue, "only assistant messages may have tool_use blocks")
-				}
+				// Carried on any role, as Ollama's /v1/messages carries it.
 				c, err := anthropicCall(bat, bf)
 				if err != nil {
 					return err
 				}
 				m.calls = append(m.calls, c)
 			case "tool_result":
-				if m.role != "user" {
-					return invalid(bat+".type", codeInvalidValue, "only user messages may have tool_result blocks")
-				}
+				// Carried on any role, as Ollama's /v1/messages carries it;
+				// a tool_use_id that is not a string is none, as there.
 				id := bf["tool_use_id"]
 				if jsonscan.KindOf(id) != jsonscan.KindString {
-					return invalid(bat+".tool_use_id", codeInvalidType, "tool_use_id must be a string")
+					id = nil
 				}
 				t := ollamaMessage{role: "tool", toolCallID: id, toolName: lastCallName(msgs, id)}
 				if err := anthropicResult(bat+".content", bf["content"], &t, info); err != nil {
@@ -266,8 +266,6 @@ func anthropicMessages(system, messages []byte, info *Info) ([]ollamaMessage, er
 				t := ollamaMessage{role: "tool", toolCallID: id, toolName: lastCallName(append(msgs, m), id)}
 				t.texts = [][]byte{jsonscan.AppendString(nil, webSearchResults(bf["content"]))}
 				results = append(results, t)
-			case "":
-				return invalid(bat+".type", codeMissing, "a content block needs a type")
 			default:
 				// document, search_result, container_upload, …: Ollama's
 				// /v1/messages leaves blocks it does not know out.
@@ -304,7 +302,7 @@ func anthropicMessages(system, messages []byte, info *Info) ([]ollamaMessage, er
 
 // anthropicSystem reads the system prompt: a string, or text blocks
 // (joined with "\n"; cache_control has no Ollama meaning).
-func anthropicSystem(v []byte) ([][]byte, error) {
+func anthropicSystem(v []byte, info *Info) ([][]byte, error) {
 	switch jsonscan.KindOf(v) {
 	case jsonscan.KindString:
 		if jsonscan.IsEmptyString(v) {
@@ -317,9 +315,14 @@ func anthropicSystem(v []byte) ([][]byte, error) {
 	}
 	var texts [][]byte
 	err := jsonscan.Elements(v, func(i int, b []byte) error {
+		if jsonscan.KindOf(b) != jsonscan.KindObject {
+			return invalid("system["+strconv.Itoa(i)+"]", codeInvalidType, "a system block must be an object")
+		}
 		t := fields(b)["text"]
-		if jsonscan.KindOf(b) != jsonscan.KindObject || jsonscan.KindOf(t) != jsonscan.KindString {
-			return invalid("system["+strconv.Itoa(i)+"]", codeInvalidType, "a system block must be a text block")
+		if jsonscan.KindOf(t) != jsonscan.KindString {
+			// Ollama's /v1/messages keeps the text of the system blocks.
+			info.Dropped = append(info.Dropped, Drop{Field: "system[" + strconv.Itoa(i) + "]", Reason: "a system block without text"})
+			return nil
 		}
 		texts = append(texts, t)
 		return nil
@@ -355,10 +358,10 @@ func anthropicCall(at string, f map[string][]byte) (ollamaCall, error) {
 	}
 	switch jsonscan.KindOf(input) {
 	case jsonscan.KindObject:
-	case jsonscan.KindInvalid:
-		input = []byte("{}")
 	default:
-		return ollamaCall{}, invalid(at+".input", codeInvalidType, "input must be an object")
+		// Ollama's /v1/messages (0.17.4) reads input only when it is an
+		// object; 0.34 refuses another one, where ctxproxy is lenient.
+		input = []byte("{}")
 	}
 	return ollamaCall{id: id, name: name, args: input}, nil
 }
@@ -418,11 +421,14 @@ func appendAnthropicTools(dst, tools, choice []byte, info *Info) ([]byte, error)
 				return nil
 			}
 			name := f["name"]
-			if jsonscan.KindOf(name) != jsonscan.KindString || jsonscan.IsEmptyString(name) {
-				return invalid(at+".name", codeInvalidType, "tool name must be a non-empty string")
+			switch jsonscan.KindOf(name) {
+			case jsonscan.KindString:
+			case jsonscan.KindInvalid:
+				name = []byte(`""`) // Ollama's /v1/messages forwards a tool without a name
+			default:
+				return invalid(at+".name", codeInvalidType, "tool name must be a string")
 			}
-			n, _ := jsonscan.Unquote(name)
-			list = append(list, namedTool{n, appendToolFunction(nil, name, f["description"], f["input_schema"])})
+			list = append(list, namedTool{str(name), appendToolFunction(nil, name, f["description"], f["input_schema"])})
 			return nil
 		})
 		if err != nil {

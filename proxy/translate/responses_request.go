@@ -200,7 +200,7 @@ func responsesMessages(instructions, input []byte, version string, info *Info) (
 	}
 	switch jsonscan.KindOf(input) {
 	case jsonscan.KindInvalid:
-		return nil, invalid("input", codeMissing, "input is required")
+		return msgs, nil // the instructions alone, as Ollama's /v1/responses reads it
 	case jsonscan.KindString:
 		return append(msgs, ollamaMessage{role: "user", texts: [][]byte{input}}), nil
 	case jsonscan.KindArray:
@@ -321,10 +321,7 @@ func responsesMessage(at string, f map[string][]byte, info *Info) (ollamaMessage
 	}
 	content, ok := f["content"]
 	if !ok {
-		if m.role == "assistant" {
-			return m, nil
-		}
-		return m, invalid(at+".content", codeMissing, "content is required")
+		return m, nil // an empty message, as Ollama's /v1/responses reads it
 	}
 	var err error
 	m.texts, m.images, err = responsesParts(at+".content", content, false, info)
@@ -357,7 +354,9 @@ func responsesParts(at string, v []byte, output bool, info *Info) ([][]byte, [][
 		switch typ := str(pf["type"]); typ {
 		case "input_text", "output_text", "text", "summary_text", "reasoning_text":
 			if jsonscan.KindOf(pf["text"]) != jsonscan.KindString {
-				return invalid(pat+".text", codeInvalidType, "text must be a string")
+				// Ollama's /v1/responses reads a missing text as "".
+				info.Dropped = append(info.Dropped, Drop{Field: pat, Reason: "a text part without text"})
+				return nil
 			}
 			texts = append(texts, pf["text"])
 		case "refusal":

@@ -204,6 +204,11 @@ var chatSweep = []sweepCase{
 	field("part file", "messages", chatPart(`{"type":"file","file":{"file_data":"data:application/pdf;base64,JVBERg==","filename":"a.pdf"}}`), refBoth),
 	field("part refusal", "messages", chatWith(`{"role":"assistant","content":[{"type":"refusal","refusal":"I cannot"}]}`), refBoth),
 	field("part unknown type", "messages", chatPart(`{"type":"input_text","text":"x"}`), refBoth),
+	field("tool call arguments not JSON", "messages", chatWith(`{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"ls","arguments":"{x"}}]}`), refBoth),
+	field("tool call arguments empty", "messages", chatWith(`{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"ls","arguments":""}}]}`), refBoth),
+	field("part text without text", "messages", chatPart(`{"type":"text"}`), refBoth),
+	field("image_url without url", "messages", chatPart(`{"type":"image_url","image_url":{}}`), refBoth),
+	field("message not an object", "messages", chatWith(`"hi"`), refBoth),
 	field("part text with cache_control", "messages", chatPart(`{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}`), okBoth),
 }
 
@@ -305,6 +310,14 @@ var responsesSweep = []sweepCase{
 	field("message without role", "input", respWith(`{"type":"message","content":"hi"}`), okBoth),
 	field("tools function without name", "tools", respTools(`{"type":"function","parameters":{"type":"object","properties":{}}}`), okBoth),
 	field("text format json_schema string schema", "text", `{"format":{"type":"json_schema","name":"x","schema":""}}`, okBoth),
+	field("instructions not a string", "instructions", `["x"]`, refBoth),
+	field("message item without content", "input", respWith(`{"type":"message","role":"user"}`), okBoth),
+	field("part without type", "input", respWith(`{"type":"message","role":"user","content":[{"text":"x"}]}`), refBoth),
+	field("part unknown type", "input", respWith(`{"type":"message","role":"user","content":[{"type":"input_video","url":"x"}]}`), refBoth),
+	field("input_text without text", "input", respWith(`{"type":"message","role":"user","content":[{"type":"input_text"}]}`), okBoth),
+	field("item without type", "input", respWith(`{"content":"x"}`), refBoth),
+	field("function_call bad arguments", "input", respWith(`{"type":"function_call","call_id":"c","name":"shell","arguments":"{x"}`), refBoth),
+	field("input missing", "input", `null`, okBoth),
 	field("reasoning with content", "input", respWith(`{"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"hmm"}]}`), okBoth),
 }
 
@@ -379,6 +392,20 @@ var messagesSweep = []sweepCase{
 	field("tool_result document", "messages", msgWith(`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_2","name":"Bash","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_2","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"x"}}]}]}`), okBoth),
 	field("tool_use cache_control", "messages", msgWith(`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_2","name":"Bash","input":{},"cache_control":{"type":"ephemeral"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_2","content":"x","cache_control":{"type":"ephemeral"}}]}`), okBoth),
 	field("unknown role", "messages", msgWith(`{"role":"critic","content":"Fine."}`), okBoth),
+	// Shapes no client means to send, but Ollama's own route answers some.
+	field("message without role", "messages", msgWith(`{"content":"hi"}`), okBoth),
+	field("message without content", "messages", msgWith(`{"role":"user"}`), refBoth),
+	field("text block without text", "messages", msgBlock(`{"type":"text"}`), okBoth),
+	field("block without type", "messages", msgBlock(`{"text":"x"}`), okBoth),
+	field("tool_use in a user message", "messages", msgWith(`{"role":"user","content":[{"type":"tool_use","id":"toolu_3","name":"Bash","input":{}}]}`), okBoth),
+	field("tool_result in an assistant message", "messages", msgWith(`{"role":"assistant","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"x"}]}`), okBoth),
+	field("tool_result without tool_use_id", "messages", msgWith(`{"role":"user","content":[{"type":"tool_result","content":"x"}]}`), okBoth),
+	field("tool_use without id", "messages", msgWith(`{"role":"assistant","content":[{"type":"tool_use","name":"Bash","input":{}}]}`), refBoth),
+	field("tool_use without name", "messages", msgWith(`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_3","input":{}}]}`), refBoth),
+	field("tool_use input a string", "messages", msgWith(`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_3","name":"Bash","input":"ls"}]}`), refNew),
+	field("system image block", "system", `[{"type":"text","text":"x"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}]`, okBoth),
+	field("tool without name", "tools", msgTools(`{"description":"x","input_schema":{"type":"object"}}`), okBoth),
+	field("messages empty", "messages", `[]`, refBoth),
 }
 
 // sweepBody is base with the case's members set.
