@@ -250,7 +250,7 @@ func TestBackendErrorGolden(t *testing.T) {
 // *Error's status and body as the client gets them.
 func TestRequestErrorGolden(t *testing.T) {
 	cases := []struct{ name, body string }{
-		{"n_greater_than_one", `{"model":"m","messages":[{"role":"user","content":"hi"}],"n":3}`},
+		{"reasoning_effort_unknown", `{"model":"m","messages":[{"role":"user","content":"hi"}],"reasoning_effort":"turbo"}`},
 		{"http_image", `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/cat.png"}}]}]}`},
 		{"malformed", `{"model":"m","messages":[`},
 	}

@@ -3,9 +3,14 @@ package translate
 import (
 	"bytes"
 	"strconv"
+	"strings"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 )
+
+// inputAudioVersion is the first Ollama version whose /v1 carries an
+// input_audio part (0.18.0 refuses it, 0.20.0 carries it).
+const inputAudioVersion = "0.19.0"
 
 // message holds the raw values of one OpenAI message's fields.
 type message struct {
@@ -18,7 +23,7 @@ type message struct {
 // images attached, where Ollama's own /v1 layer splits every part into a
 // message of its own; keeping one message per turn keeps the chat template's
 // turns and ctxproxy's tool-call units as the client sent them.
-func appendMessages(dst, raw []byte, info *Info) ([]byte, error) {
+func appendMessages(dst, raw []byte, version string, info *Info) ([]byte, error) {
 	if raw == nil {
 		return nil, invalid("messages", codeMissing, "messages is required")
 	}
@@ -37,7 +42,7 @@ func appendMessages(dst, raw []byte, info *Info) ([]byte, error) {
 		}
 		count++
 		var err error
-		dst, err = appendMessage(dst, i, m, &calls, info)
+		dst, err = appendMessage(dst, i, m, &calls, version, info)
 		return err
 	})
 	if err != nil {
@@ -49,7 +54,7 @@ func appendMessages(dst, raw []byte, info *Info) ([]byte, error) {
 	return append(dst, ']'), nil
 }
 
-func appendMessage(dst []byte, i int, raw []byte, calls *[]call, info *Info) ([]byte, error) {
+func appendMessage(dst []byte, i int, raw []byte, calls *[]call, version string, info *Info) ([]byte, error) {
 	if jsonscan.KindOf(raw) != jsonscan.KindObject {
 		return nil, invalid(messagePath(i, ""), codeInvalidType, "a message must be an object")
 	}
@@ -74,13 +79,23 @@ func appendMessage(dst []byte, i int, raw []byte, calls *[]call, info *Info) ([]
 		case "reasoning_content", "reasoning", "thinking":
 			// reasoning_content (DeepSeek, vLLM), reasoning (Ollama's /v1,
 			// OpenRouter) and thinking (Ollama) all carry the same text;
-			// the first one present wins.
-			if m.thinking == nil {
-				m.thinking, m.thinkingKey = val, string(k)
+			// the first one present wins. Ollama's /v1 reads only
+			// reasoning, and refuses one that is not a string; another
+			// name that is not a string is left out.
+			switch {
+			case jsonscan.KindOf(val) == jsonscan.KindString:
+				if m.thinking == nil {
+					m.thinking, m.thinkingKey = val, string(k)
+				}
+			case string(k) == "reasoning":
+				bad = invalid(messagePath(i, ".reasoning"), codeInvalidType, "reasoning must be a string")
+				return bad
+			default:
+				info.Dropped = append(info.Dropped, Drop{Field: messagePath(i, "."+string(k)), Reason: "not a string"})
 			}
 		case "function_call":
-			bad = invalid(messagePath(i, ".function_call"), codeUnsupportedParam, "the legacy function_call is not supported; use tool_calls")
-			return bad
+			// The legacy function API: Ollama's /v1 ignores it too.
+			info.Dropped = append(info.Dropped, Drop{Field: messagePath(i, ".function_call"), Reason: "the legacy function_call; Ollama reads tool_calls"})
 		case "_preserve", "_importance":
 			// ctxproxy's own annotations; the proxy normally strips them first.
 		default:
@@ -105,13 +120,14 @@ func appendMessage(dst []byte, i int, raw []byte, calls *[]call, info *Info) ([]
 	case jsonscan.KindString:
 		dst = append(dst, m.content...)
 	case jsonscan.KindArray:
-		if dst, images, err = appendParts(dst, i, m.content); err != nil {
+		if dst, images, err = appendParts(dst, i, m.content, version); err != nil {
 			return nil, err
 		}
 	case jsonscan.KindInvalid: // absent or null
 		// OpenAI lets an assistant message carry only tool calls (or a
-		// refusal); every other role needs content.
-		if role != "assistant" {
+		// refusal); Ollama's /v1 lets any message with tool calls go
+		// without content; every other message needs it.
+		if role != "assistant" && m.toolCalls == nil {
 			return nil, invalid(messagePath(i, ".content"), codeMissing, "content is required")
 		}
 		dst = append(dst, `""`...)
@@ -120,9 +136,6 @@ func appendMessage(dst []byte, i int, raw []byte, calls *[]call, info *Info) ([]
 	}
 
 	if m.thinking != nil {
-		if jsonscan.KindOf(m.thinking) != jsonscan.KindString {
-			return nil, invalid(messagePath(i, "."+m.thinkingKey), codeInvalidType, m.thinkingKey+" must be a string")
-		}
 		if role == "assistant" {
 			if !jsonscan.IsEmptyString(m.thinking) {
 				dst = append(dst, `,"thinking":`...)
@@ -145,9 +158,7 @@ func appendMessage(dst []byte, i int, raw []byte, calls *[]call, info *Info) ([]
 	}
 
 	if m.toolCalls != nil {
-		if role != "assistant" {
-			return nil, invalid(messagePath(i, ".tool_calls"), codeInvalidValue, "only assistant messages may have tool_calls")
-		}
+		// Any role's tool calls are carried, as Ollama's /v1 carries them.
 		if dst, err = appendToolCalls(dst, i, m.toolCalls, calls); err != nil {
 			return nil, err
 		}
@@ -185,41 +196,28 @@ func appendMessage(dst []byte, i int, raw []byte, calls *[]call, info *Info) ([]
 
 // messageRole checks the role. "developer" (OpenAI's newer name for the
 // system role) becomes "system", since Ollama's chat templates know only
-// system, user, assistant and tool.
+// system, user, assistant and tool; any other role (the legacy "function",
+// or none) is handed to the template as it is, as Ollama's /v1 does.
+// Ollama lowercases roles too.
 func messageRole(i int, raw []byte) (string, error) {
 	if raw == nil {
-		return "", invalid(messagePath(i, ".role"), codeMissing, "role is required")
+		return "", nil
 	}
 	if jsonscan.KindOf(raw) != jsonscan.KindString {
 		return "", invalid(messagePath(i, ".role"), codeInvalidType, "role must be a string")
 	}
-	r := raw
-	for _, c := range raw {
-		if c >= 'A' && c <= 'Z' {
-			r = bytes.ToLower(raw) // Ollama lowercases roles too
-			break
-		}
-	}
-	switch string(r) {
-	case `"system"`, `"developer"`:
+	r := strings.ToLower(str(raw))
+	if r == "developer" {
 		return "system", nil
-	case `"user"`:
-		return "user", nil
-	case `"assistant"`:
-		return "assistant", nil
-	case `"tool"`:
-		return "tool", nil
-	case `"function"`:
-		return "", invalid(messagePath(i, ".role"), codeUnsupportedValue, `the legacy "function" role is not supported; use "tool"`)
 	}
-	return "", invalid(messagePath(i, ".role"), codeInvalidValue, "role must be system, developer, user, assistant or tool")
+	return r, nil
 }
 
 // appendParts writes the text of a parts array as one string (parts joined
 // with "\n", as ctxproxy counts them) and returns the images' base64 data.
 // Text tokens are spliced without decoding: the inside of a valid JSON
 // string token joined with `\n` is again a valid token.
-func appendParts(dst []byte, i int, parts []byte) ([]byte, [][]byte, error) {
+func appendParts(dst []byte, i int, parts []byte, version string) ([]byte, [][]byte, error) {
 	var texts [][]byte
 	var images [][]byte
 	err := jsonscan.Elements(parts, func(j int, p []byte) error {
@@ -228,7 +226,7 @@ func appendParts(dst []byte, i int, parts []byte) ([]byte, [][]byte, error) {
 		if jsonscan.KindOf(p) != jsonscan.KindObject {
 			return invalid(at(""), codeInvalidType, "a content part must be an object")
 		}
-		var typ, text, refusal, imageURL []byte
+		var typ, text, refusal, imageURL, audio []byte
 		_ = jsonscan.Members(p, func(key, val []byte) error {
 			switch {
 			case jsonscan.KeyIs(key, "type"):
@@ -239,6 +237,8 @@ func appendParts(dst []byte, i int, parts []byte) ([]byte, [][]byte, error) {
 				refusal = val
 			case jsonscan.KeyIs(key, "image_url"):
 				imageURL = val
+			case jsonscan.KeyIs(key, "input_audio"):
+				audio = val
 			}
 			return nil
 		})
@@ -262,8 +262,20 @@ func appendParts(dst []byte, i int, parts []byte) ([]byte, [][]byte, error) {
 				return err
 			}
 			images = append(images, img)
-		case `"input_audio"`, `"file"`:
-			return invalid(at(".type"), codeUnsupportedValue, "only text and image content parts are supported")
+		case `"input_audio"`:
+			if !atLeast(version, inputAudioVersion) {
+				// Ollama's /v1 before it refuses the part too.
+				return invalid(at(".type"), codeUnsupportedValue, "only text and image content parts are supported by this Ollama version")
+			}
+			// Audio data goes with the images, as Ollama's /v1 carries it.
+			data := fields(audio)["data"]
+			if jsonscan.KindOf(audio) != jsonscan.KindObject || jsonscan.KindOf(data) != jsonscan.KindString || !validBase64(inside(data)) {
+				return invalid(at(".input_audio.data"), codeInvalidValue, "input_audio.data must be standard base64")
+			}
+			images = append(images, inside(data))
+		case `"file"`:
+			// Ollama's /v1 refuses it too ("invalid message format").
+			return invalid(at(".type"), codeUnsupportedValue, "only text, image and audio content parts are supported")
 		case "":
 			return invalid(at(".type"), codeMissing, "a content part needs a type")
 		default:
@@ -418,21 +430,18 @@ func appendToolCalls(dst []byte, i int, raw []byte, calls *[]call) ([]byte, erro
 		if jsonscan.KindOf(tc) != jsonscan.KindObject {
 			return invalid(at(""), codeInvalidType, "a tool call must be an object")
 		}
-		var id, typ, fn []byte
+		// type is not read: Ollama's /v1 carries a call of any type as
+		// the function it names.
+		var id, fn []byte
 		_ = jsonscan.Members(tc, func(key, val []byte) error {
 			switch {
 			case jsonscan.KeyIs(key, "id"):
 				id = val
-			case jsonscan.KeyIs(key, "type"):
-				typ = val
 			case jsonscan.KeyIs(key, "function"):
 				fn = val
 			}
 			return nil
 		})
-		if typ != nil && string(typ) != `"function"` && jsonscan.KindOf(typ) != jsonscan.KindNull {
-			return invalid(at(".type"), codeUnsupportedValue, "only function tool calls are supported")
-		}
 		if jsonscan.KindOf(fn) != jsonscan.KindObject {
 			return invalid(at(".function"), codeInvalidType, "function must be an object")
 		}
@@ -446,7 +455,11 @@ func appendToolCalls(dst []byte, i int, raw []byte, calls *[]call) ([]byte, erro
 			}
 			return nil
 		})
-		if jsonscan.KindOf(name) != jsonscan.KindString {
+		switch jsonscan.KindOf(name) {
+		case jsonscan.KindString:
+		case jsonscan.KindInvalid, jsonscan.KindNull:
+			name = []byte(`""`) // Ollama's /v1 forwards a call without a name
+		default:
 			return invalid(at(".function.name"), codeInvalidType, "function name must be a string")
 		}
 		switch jsonscan.KindOf(id) {

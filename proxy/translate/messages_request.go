@@ -31,6 +31,15 @@ var messagesDrops = map[string]string{
 	"inference_geo":      "Ollama runs where it is",
 }
 
+// messagesStrict are the Messages members Ollama's /v1/messages decodes
+// (MessagesRequest, 0.17.4 to 0.34.3): a value of the wrong type is its
+// 400 too. stop is stop_sequences.
+var messagesStrict = map[string]bool{
+	"model": true, "max_tokens": true, "messages": true, "system": true, "stream": true,
+	"temperature": true, "top_p": true, "top_k": true, "stop": true,
+	"tools": true, "tool_choice": true, "thinking": true, "metadata": true, "output_config": true,
+}
+
 // MessagesRequest translates an Anthropic Messages API request body (POST
 // /v1/messages) into an Ollama /api/chat request body, with num_ctx from
 // opts. Errors are *Error values (status 400); send them with
@@ -41,7 +50,7 @@ func MessagesRequest(body []byte, opts RequestOptions) ([]byte, MessagesInfo, er
 	if err != nil || jsonscan.KindOf(v) != jsonscan.KindObject {
 		return nil, info, invalid("", "", "the request body must be a JSON object")
 	}
-	var r request
+	r := request{version: opts.Version, strict: messagesStrict}
 	var system, messages, thinking, outputConfig []byte
 	_ = jsonscan.Members(v, func(key, val []byte) error {
 		if jsonscan.KindOf(val) == jsonscan.KindNull {
@@ -128,13 +137,11 @@ func MessagesRequest(body []byte, opts RequestOptions) ([]byte, MessagesInfo, er
 	if dst, err = r.appendThink(dst, &info.Info); err != nil {
 		return nil, info, err
 	}
-	if dst, err = r.appendKeepAlive(dst); err != nil {
-		return nil, info, err
-	}
+	dst = r.appendKeepAlive(dst, &info.Info)
 	// Anthropic's clients leave sampling to the server unless they say:
 	// the model's own defaults, not OpenAI's 1.0.
 	opts.ModelSampling = true
-	if dst, err = r.appendOptions(dst, opts); err != nil {
+	if dst, err = r.appendOptions(dst, opts, &info.Info); err != nil {
 		return nil, info, err
 	}
 	return append(dst, '}'), info, nil
@@ -148,7 +155,7 @@ func MessagesRequest(body []byte, opts RequestOptions) ([]byte, MessagesInfo, er
 func anthropicMessages(system, messages []byte, info *Info) ([]ollamaMessage, error) {
 	var msgs []ollamaMessage
 	if system != nil {
-		texts, err := anthropicSystem(system)
+		texts, err := anthropicSystem(system, info)
 		if err != nil {
 			return nil, err
 		}
@@ -175,10 +182,11 @@ func anthropicMessages(system, messages []byte, info *Info) ([]ollamaMessage, er
 		case m.role == "user", m.role == "assistant", m.role == "system":
 			// A system entry among the messages (Claude Code sends them)
 			// stays where it is, as Ollama's /v1/messages keeps it.
-		case jsonscan.KindOf(f["role"]) != jsonscan.KindString || m.role == "":
-			return invalid(at+".role", codeMissing, `a message needs a role: "user", "assistant" or "system"`)
+		case f["role"] != nil && jsonscan.KindOf(f["role"]) != jsonscan.KindString:
+			return invalid(at+".role", codeInvalidType, `role must be a string`)
 		default:
-			// Ollama hands any other role to the chat template as it is.
+			// Ollama hands any other role (or none) to the chat template
+			// as it is.
 		}
 		content := f["content"]
 		switch jsonscan.KindOf(content) {
@@ -202,7 +210,9 @@ func anthropicMessages(system, messages []byte, info *Info) ([]ollamaMessage, er
 			switch typ := str(bf["type"]); typ {
 			case "text":
 				if jsonscan.KindOf(bf["text"]) != jsonscan.KindString {
-					return invalid(bat+".text", codeInvalidType, "text must be a string")
+					// Ollama's /v1/messages skips a text block without text.
+					info.Dropped = append(info.Dropped, Drop{Field: bat, Reason: "a text block without text"})
+					return nil
 				}
 				m.texts = append(m.texts, bf["text"])
 			case "image":
@@ -212,24 +222,21 @@ func anthropicMessages(system, messages []byte, info *Info) ([]ollamaMessage, er
 				}
 				m.images = append(m.images, img)
 			case "tool_use":
-				if m.role != "assistant" {
-					return invalid(bat+".type", codeInvalidValue, "only assistant messages may have tool_use blocks")
-				}
+				// Carried on any role, as Ollama's /v1/messages carries it.
 				c, err := anthropicCall(bat, bf)
 				if err != nil {
 					return err
 				}
 				m.calls = append(m.calls, c)
 			case "tool_result":
-				if m.role != "user" {
-					return invalid(bat+".type", codeInvalidValue, "only user messages may have tool_result blocks")
-				}
+				// Carried on any role, as Ollama's /v1/messages carries it;
+				// a tool_use_id that is not a string is none, as there.
 				id := bf["tool_use_id"]
 				if jsonscan.KindOf(id) != jsonscan.KindString {
-					return invalid(bat+".tool_use_id", codeInvalidType, "tool_use_id must be a string")
+					id = nil
 				}
 				t := ollamaMessage{role: "tool", toolCallID: id, toolName: lastCallName(msgs, id)}
-				if err := anthropicResult(bat+".content", bf["content"], &t); err != nil {
+				if err := anthropicResult(bat+".content", bf["content"], &t, info); err != nil {
 					return err
 				}
 				if string(bf["is_error"]) == "true" {
@@ -259,8 +266,6 @@ func anthropicMessages(system, messages []byte, info *Info) ([]ollamaMessage, er
 				t := ollamaMessage{role: "tool", toolCallID: id, toolName: lastCallName(append(msgs, m), id)}
 				t.texts = [][]byte{jsonscan.AppendString(nil, webSearchResults(bf["content"]))}
 				results = append(results, t)
-			case "":
-				return invalid(bat+".type", codeMissing, "a content block needs a type")
 			default:
 				// document, search_result, container_upload, …: Ollama's
 				// /v1/messages leaves blocks it does not know out.
@@ -297,7 +302,7 @@ func anthropicMessages(system, messages []byte, info *Info) ([]ollamaMessage, er
 
 // anthropicSystem reads the system prompt: a string, or text blocks
 // (joined with "\n"; cache_control has no Ollama meaning).
-func anthropicSystem(v []byte) ([][]byte, error) {
+func anthropicSystem(v []byte, info *Info) ([][]byte, error) {
 	switch jsonscan.KindOf(v) {
 	case jsonscan.KindString:
 		if jsonscan.IsEmptyString(v) {
@@ -310,9 +315,14 @@ func anthropicSystem(v []byte) ([][]byte, error) {
 	}
 	var texts [][]byte
 	err := jsonscan.Elements(v, func(i int, b []byte) error {
+		if jsonscan.KindOf(b) != jsonscan.KindObject {
+			return invalid("system["+strconv.Itoa(i)+"]", codeInvalidType, "a system block must be an object")
+		}
 		t := fields(b)["text"]
-		if jsonscan.KindOf(b) != jsonscan.KindObject || jsonscan.KindOf(t) != jsonscan.KindString {
-			return invalid("system["+strconv.Itoa(i)+"]", codeInvalidType, "a system block must be a text block")
+		if jsonscan.KindOf(t) != jsonscan.KindString {
+			// Ollama's /v1/messages keeps the text of the system blocks.
+			info.Dropped = append(info.Dropped, Drop{Field: "system[" + strconv.Itoa(i) + "]", Reason: "a system block without text"})
+			return nil
 		}
 		texts = append(texts, t)
 		return nil
@@ -348,17 +358,17 @@ func anthropicCall(at string, f map[string][]byte) (ollamaCall, error) {
 	}
 	switch jsonscan.KindOf(input) {
 	case jsonscan.KindObject:
-	case jsonscan.KindInvalid:
-		input = []byte("{}")
 	default:
-		return ollamaCall{}, invalid(at+".input", codeInvalidType, "input must be an object")
+		// Ollama's /v1/messages (0.17.4) reads input only when it is an
+		// object; 0.34 refuses another one, where ctxproxy is lenient.
+		input = []byte("{}")
 	}
 	return ollamaCall{id: id, name: name, args: input}, nil
 }
 
 // anthropicResult reads a tool_result's content (a string, or text and
 // image blocks) into t.
-func anthropicResult(at string, v []byte, t *ollamaMessage) error {
+func anthropicResult(at string, v []byte, t *ollamaMessage, info *Info) error {
 	switch jsonscan.KindOf(v) {
 	case jsonscan.KindInvalid:
 		return nil
@@ -372,20 +382,19 @@ func anthropicResult(at string, v []byte, t *ollamaMessage) error {
 	return jsonscan.Elements(v, func(j int, b []byte) error {
 		bat := at + "[" + strconv.Itoa(j) + "]"
 		f := fields(b)
-		switch str(f["type"]) {
-		case "text":
-			if jsonscan.KindOf(f["text"]) != jsonscan.KindString {
-				return invalid(bat+".text", codeInvalidType, "text must be a string")
-			}
+		switch typ := str(f["type"]); {
+		case typ == "text" && jsonscan.KindOf(f["text"]) == jsonscan.KindString:
 			t.texts = append(t.texts, f["text"])
-		case "image":
+		case typ == "image":
 			img, err := anthropicImage(bat, f["source"])
 			if err != nil {
 				return err
 			}
 			t.images = append(t.images, img)
 		default:
-			return invalid(bat+".type", codeUnsupportedValue, "tool results may hold text and image blocks")
+			// document, search_result, …: Ollama's /v1/messages keeps
+			// only the text of a tool result and leaves the rest out.
+			info.Dropped = append(info.Dropped, Drop{Field: bat, Reason: "a tool result carries text and images to Ollama"})
 		}
 		return nil
 	})
@@ -412,11 +421,14 @@ func appendAnthropicTools(dst, tools, choice []byte, info *Info) ([]byte, error)
 				return nil
 			}
 			name := f["name"]
-			if jsonscan.KindOf(name) != jsonscan.KindString || jsonscan.IsEmptyString(name) {
-				return invalid(at+".name", codeInvalidType, "tool name must be a non-empty string")
+			switch jsonscan.KindOf(name) {
+			case jsonscan.KindString:
+			case jsonscan.KindInvalid:
+				name = []byte(`""`) // Ollama's /v1/messages forwards a tool without a name
+			default:
+				return invalid(at+".name", codeInvalidType, "tool name must be a string")
 			}
-			n, _ := jsonscan.Unquote(name)
-			list = append(list, namedTool{n, appendToolFunction(nil, name, f["description"], f["input_schema"])})
+			list = append(list, namedTool{str(name), appendToolFunction(nil, name, f["description"], f["input_schema"])})
 			return nil
 		})
 		if err != nil {
@@ -435,11 +447,14 @@ func appendAnthropicTools(dst, tools, choice []byte, info *Info) ([]byte, error)
 		case "any":
 			mode = "required"
 		case "tool":
-			name := str(f["name"])
-			if name == "" {
-				return nil, invalid("tool_choice.name", codeInvalidType, "tool_choice.name must be a non-empty string")
+			if n := f["name"]; n != nil && jsonscan.KindOf(n) != jsonscan.KindString {
+				return nil, invalid("tool_choice.name", codeInvalidType, "tool_choice.name must be a string")
 			}
-			mode, names = "", []string{name}
+			if name := str(f["name"]); name != "" {
+				mode, names = "", []string{name}
+			} else {
+				info.Dropped = append(info.Dropped, Drop{Field: "tool_choice", Reason: "names no tool; tools sent as with auto, as Ollama's /v1/messages ignores tool_choice"})
+			}
 		default:
 			// Ollama's /v1/messages ignores tool_choice: so does ctxproxy
 			// with one it does not know.
@@ -449,7 +464,7 @@ func appendAnthropicTools(dst, tools, choice []byte, info *Info) ([]byte, error)
 			info.Dropped = append(info.Dropped, Drop{Field: "tool_choice.disable_parallel_tool_use", Reason: "Ollama cannot limit calls per turn"})
 		}
 	}
-	return appendChosenTools(dst, list, mode, names, info)
+	return appendChosenTools(dst, list, mode, names, info), nil
 }
 
 // AnthropicThink maps a Messages request's thinking and output_config

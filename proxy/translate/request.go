@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"time"
+
+	"golang.org/x/mod/semver"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
 )
@@ -61,13 +64,53 @@ type Drop struct {
 
 // request holds the raw values of the top-level fields Request reads.
 type request struct {
-	model, messages, stream, streamOptions                        []byte
-	temperature, topP, topK, minP, repeatPenalty                  []byte
-	presencePenalty, frequencyPenalty, seed, stop                 []byte
-	maxTokens, maxCompletionTokens                                []byte
-	tools, toolChoice, responseFormat                             []byte
-	reasoningEffort, reasoning, think, keepAlive, options         []byte
-	logprobs, topLogprobs, n, modalities, functions, functionCall []byte
+	model, messages, stream, streamOptions                []byte
+	temperature, topP, topK, minP, repeatPenalty          []byte
+	presencePenalty, frequencyPenalty, seed, stop         []byte
+	maxTokens, maxCompletionTokens                        []byte
+	tools, toolChoice, responseFormat                     []byte
+	reasoningEffort, reasoning, think, keepAlive, options []byte
+	logprobs, topLogprobs, n, modalities                  []byte
+
+	// version is the Ollama server's version ("" for the newest rules).
+	version string
+	// strict names the members that Ollama's own /v1 route of this
+	// dialect decodes and checks, so that a bad value is refused there
+	// too: ctxproxy answers 400 for those. A bad value of any other
+	// member (one Ollama's route ignores, or one of Ollama's extras that
+	// ctxproxy honours) is dropped, as Ollama would answer 200 (lenient).
+	strict map[string]bool
+}
+
+// chatStrict are the chat completions members Ollama's /v1 decodes
+// (ChatCompletionRequest, 0.17.4 to 0.34.3): a value of the wrong type
+// is its 400 too.
+var chatStrict = map[string]bool{
+	"model": true, "messages": true, "stream": true, "stream_options": true,
+	"max_tokens": true, "seed": true, "temperature": true, "top_p": true,
+	"frequency_penalty": true, "presence_penalty": true, "response_format": true,
+	"tools": true, "reasoning": true, "reasoning_effort": true,
+	"logprobs": true, "top_logprobs": true,
+}
+
+// lenient turns e into a drop when e's member is one Ollama's own /v1
+// route ignores (see request.strict), and returns e otherwise.
+func (r *request) lenient(info *Info, e *Error) error {
+	root := e.Param
+	if i := strings.IndexAny(root, ".["); i >= 0 {
+		root = root[:i]
+	}
+	if r.strict[root] {
+		return e
+	}
+	info.Dropped = append(info.Dropped, Drop{Field: e.Param, Reason: e.Message + "; left out, as Ollama's own /v1 ignores it"})
+	return nil
+}
+
+// atLeast reports whether the Ollama version is min or newer; an unknown
+// version ("") is the newest.
+func atLeast(version, min string) bool {
+	return version == "" || semver.Compare("v"+version, "v"+min) >= 0
 }
 
 // dropReasons are the OpenAI fields Request leaves out on purpose, with why.
@@ -84,6 +127,8 @@ var dropReasons = map[string]string{
 	"web_search_options":  "Ollama has no web search",
 	"verbosity":           "Ollama has no verbosity control",
 	"audio":               "Ollama has no audio output",
+	"functions":           "the legacy function API, which Ollama's /v1 ignores too; send tools",
+	"function_call":       "the legacy function API, which Ollama's /v1 ignores too; send tool_choice",
 }
 
 // Request translates an OpenAI chat completion request body into an Ollama
@@ -91,11 +136,13 @@ var dropReasons = map[string]string{
 // body of a POST /v1/chat/completions bound for an Ollama backend, forwards
 // the result to /api/chat, and keeps the Info for the response side.
 //
-// Input it cannot translate (malformed JSON, wrong types, unknown roles, a
-// value Ollama cannot honour such as n > 1 or an http image URL) returns a
-// *Error with status 400, ready to send. Fields with no Ollama equivalent
-// that can safely be ignored are dropped and listed in Info.Dropped;
-// FIELDS.md has the table of every field and what happens to it.
+// Input Ollama's own /v1/chat/completions refuses too (malformed JSON, a
+// member it decodes sent with the wrong type, an http image URL, an
+// unknown reasoning effort) returns a *Error with status 400, ready to
+// send; never a request Ollama's /v1 would answer. Fields with no Ollama
+// equivalent, or that Ollama's /v1 ignores (n, tool_choice, the legacy
+// functions), are dropped and listed in Info.Dropped; FIELDS.md has the
+// table of every field and what happens to it.
 func Request(body []byte, opts RequestOptions) ([]byte, Info, error) {
 	var info Info
 	v, err := jsonscan.Valid(body)
@@ -105,7 +152,7 @@ func Request(body []byte, opts RequestOptions) ([]byte, Info, error) {
 	if jsonscan.KindOf(v) != jsonscan.KindObject {
 		return nil, info, invalid("", codeInvalidType, "the request body must be a JSON object")
 	}
-	var r request
+	r := request{version: opts.Version, strict: chatStrict}
 	err = jsonscan.Members(v, func(key, val []byte) error {
 		if jsonscan.KindOf(val) == jsonscan.KindNull {
 			return nil // null means absent, as OpenAI treats it
@@ -166,10 +213,6 @@ func Request(body []byte, opts RequestOptions) ([]byte, Info, error) {
 			r.n = val
 		case "modalities":
 			r.modalities = val
-		case "functions":
-			r.functions = val
-		case "function_call":
-			r.functionCall = val
 		default:
 			reason, ok := dropReasons[string(k)]
 			if !ok {
@@ -191,9 +234,7 @@ func Request(body []byte, opts RequestOptions) ([]byte, Info, error) {
 
 // translate checks the fields and writes the Ollama request.
 func (r *request) translate(dst []byte, opts RequestOptions, info *Info) ([]byte, error) {
-	if err := r.unsupported(); err != nil {
-		return nil, err
-	}
+	r.dropUnsupported(info)
 
 	if err := checkModel(r.model, info); err != nil {
 		return nil, err
@@ -213,12 +254,12 @@ func (r *request) translate(dst []byte, opts RequestOptions, info *Info) ([]byte
 	dst = append(dst, r.model...)
 	dst = append(dst, `,"messages":`...)
 	var err error
-	if dst, err = appendMessages(dst, r.messages, info); err != nil {
+	if dst, err = appendMessages(dst, r.messages, r.version, info); err != nil {
 		return nil, err
 	}
 	dst = appendStreamFlag(dst, info.Stream)
 
-	if dst, err = r.appendFormat(dst); err != nil {
+	if dst, err = r.appendFormat(dst, info); err != nil {
 		return nil, err
 	}
 	if dst, err = r.appendTools(dst, info); err != nil {
@@ -227,9 +268,7 @@ func (r *request) translate(dst []byte, opts RequestOptions, info *Info) ([]byte
 	if dst, err = r.appendThink(dst, info); err != nil {
 		return nil, err
 	}
-	if dst, err = r.appendKeepAlive(dst); err != nil {
-		return nil, err
-	}
+	dst = r.appendKeepAlive(dst, info)
 	if r.logprobs != nil {
 		if jsonscan.KindOf(r.logprobs) != jsonscan.KindBool {
 			return nil, invalid("logprobs", codeInvalidType, "logprobs must be a boolean")
@@ -245,43 +284,21 @@ func (r *request) translate(dst []byte, opts RequestOptions, info *Info) ([]byte
 		dst = append(dst, `,"top_logprobs":`...)
 		dst = append(dst, r.topLogprobs...)
 	}
-	if dst, err = r.appendOptions(dst, opts); err != nil {
+	if dst, err = r.appendOptions(dst, opts, info); err != nil {
 		return nil, err
 	}
 	return append(dst, '}'), nil
 }
 
-// unsupported rejects the fields whose request cannot be honoured and
-// must not be silently ignored.
-func (r *request) unsupported() error {
-	if r.n != nil {
-		if jsonscan.KindOf(r.n) != jsonscan.KindNumber {
-			return invalid("n", codeInvalidType, "n must be an integer")
-		}
-		if string(r.n) != "1" {
-			return invalid("n", codeUnsupportedValue, "n must be 1: Ollama returns a single choice")
-		}
+// dropUnsupported lists what Ollama cannot honour and its own /v1
+// ignores: n (Ollama returns one choice) and audio output.
+func (r *request) dropUnsupported(info *Info) {
+	if r.n != nil && string(r.n) != "1" {
+		info.Dropped = append(info.Dropped, Drop{Field: "n", Reason: "Ollama returns a single choice, as its own /v1 does"})
 	}
-	if r.functions != nil {
-		return invalid("functions", codeUnsupportedParam, "the legacy functions parameter is not supported; use tools")
+	if r.modalities != nil && string(bytes.Join(bytes.Fields(r.modalities), nil)) != `["text"]` {
+		info.Dropped = append(info.Dropped, Drop{Field: "modalities", Reason: "Ollama answers in text only, as its own /v1 does"})
 	}
-	if r.functionCall != nil {
-		return invalid("function_call", codeUnsupportedParam, "the legacy function_call parameter is not supported; use tool_choice")
-	}
-	if r.modalities != nil {
-		if jsonscan.KindOf(r.modalities) != jsonscan.KindArray {
-			return invalid("modalities", codeInvalidType, "modalities must be an array")
-		}
-		var err error
-		_ = jsonscan.Elements(r.modalities, func(_ int, m []byte) error {
-			if string(m) != `"text"` {
-				err = invalid("modalities", codeUnsupportedValue, "only text output is supported")
-			}
-			return err
-		})
-		return err
-	}
-	return nil
 }
 
 func (r *request) includeUsage(info *Info) (bool, error) {
@@ -332,13 +349,21 @@ func messagePath(i int, suffix string) string {
 }
 
 // appendKeepAlive carries keep_alive, a duration string or a number of
-// seconds, as it was sent; every dialect has it with Ollama's meaning.
-func (r *request) appendKeepAlive(dst []byte) ([]byte, error) {
+// seconds, as it was sent; every dialect has it with Ollama's meaning. A
+// value /api/chat would not read is dropped: Ollama's own /v1 ignores
+// keep_alive.
+func (r *request) appendKeepAlive(dst []byte, info *Info) []byte {
 	if r.keepAlive == nil {
-		return dst, nil
+		return dst
 	}
-	if k := jsonscan.KindOf(r.keepAlive); k != jsonscan.KindString && k != jsonscan.KindNumber {
-		return nil, invalid("keep_alive", codeInvalidType, "keep_alive must be a duration string or a number of seconds")
+	ok := jsonscan.KindOf(r.keepAlive) == jsonscan.KindNumber
+	if jsonscan.KindOf(r.keepAlive) == jsonscan.KindString {
+		_, err := time.ParseDuration(str(r.keepAlive))
+		ok = err == nil
 	}
-	return append(append(dst, `,"keep_alive":`...), r.keepAlive...), nil
+	if !ok {
+		info.Dropped = append(info.Dropped, Drop{Field: "keep_alive", Reason: "not a duration string or a number of seconds; left out, as Ollama's own /v1 ignores it"})
+		return dst
+	}
+	return append(append(dst, `,"keep_alive":`...), r.keepAlive...)
 }

@@ -34,17 +34,15 @@ func TestRequestRejects(t *testing.T) {
 		{"messages not an array", `{"model":"m","messages":{"role":"user"}}`, "messages", codeInvalidType},
 		{"messages empty", `{"model":"m","messages":[]}`, "messages", codeInvalidValue},
 		{"message not an object", withMsg(`"hi"`), "messages[0]", codeInvalidType},
-		{"role missing", withMsg(`{"content":"hi"}`), "messages[0].role", codeMissing},
 		{"role a number", withMsg(`{"role":1,"content":"hi"}`), "messages[0].role", codeInvalidType},
-		{"unknown role", withMsg(`{"role":"narrator","content":"hi"}`), "messages[0].role", codeInvalidValue},
-		{"function role", withMsg(`{"role":"function","name":"f","content":"hi"}`), "messages[0].role", codeUnsupportedValue},
 		{"content a number", withMsg(`{"role":"user","content":42}`), "messages[0].content", codeInvalidType},
 		{"content an object", withMsg(`{"role":"user","content":{"text":"hi"}}`), "messages[0].content", codeInvalidType},
 		{"user content null", withMsg(`{"role":"user","content":null}`), "messages[0].content", codeMissing},
 		{"part not an object", withMsg(`{"role":"user","content":["hi"]}`), "messages[0].content[0]", codeInvalidType},
 		{"part without type", withMsg(`{"role":"user","content":[{"text":"hi"}]}`), "messages[0].content[0].type", codeMissing},
 		{"part unknown type", withMsg(`{"role":"user","content":[{"type":"video","video":"x"}]}`), "messages[0].content[0].type", codeInvalidValue},
-		{"part audio", withMsg(`{"role":"user","content":[{"type":"input_audio","input_audio":{}}]}`), "messages[0].content[0].type", codeUnsupportedValue},
+		{"part audio", withMsg(`{"role":"user","content":[{"type":"input_audio","input_audio":{}}]}`), "messages[0].content[0].input_audio.data", codeInvalidValue},
+		{"part file", withMsg(`{"role":"user","content":[{"type":"file","file":{"file_id":"f"}}]}`), "messages[0].content[0].type", codeUnsupportedValue},
 		{"part text a number", withMsg(`{"role":"user","content":[{"type":"text","text":1}]}`), "messages[0].content[0].text", codeInvalidType},
 		{"http image", withMsg(`{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x/a.png"}}]}`), "messages[0].content[0].image_url.url", codeUnsupportedValue},
 		{"https image", withMsg(`{"role":"user","content":[{"type":"image_url","image_url":"https://x/a.png"}]}`), "messages[0].content[0].image_url", codeUnsupportedValue},
@@ -56,60 +54,31 @@ func TestRequestRejects(t *testing.T) {
 		{"image data after padding", withMsg(`{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,ab==cd=="}}]}`), "messages[0].content[0].image_url.url", codeInvalidValue},
 		{"image empty", withMsg(`{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,"}}]}`), "messages[0].content[0].image_url.url", codeInvalidValue},
 		{"image url missing", withMsg(`{"role":"user","content":[{"type":"image_url","image_url":{}}]}`), "messages[0].content[0].image_url.url", codeInvalidType},
-		{"tool_calls on a user", withMsg(`{"role":"user","content":"x","tool_calls":[]}`), "messages[0].tool_calls", codeInvalidValue},
 		{"tool_calls not an array", withMsg(`{"role":"assistant","tool_calls":{}}`), "messages[0].tool_calls", codeInvalidType},
 		{"tool call not an object", withMsg(`{"role":"assistant","tool_calls":[1]}`), "messages[0].tool_calls[0]", codeInvalidType},
-		{"tool call custom type", withMsg(`{"role":"assistant","tool_calls":[{"id":"a","type":"custom","custom":{}}]}`), "messages[0].tool_calls[0].type", codeUnsupportedValue},
+		{"tool call custom type", withMsg(`{"role":"assistant","tool_calls":[{"id":"a","type":"custom","custom":{}}]}`), "messages[0].tool_calls[0].function", codeInvalidType},
 		{"tool call without function", withMsg(`{"role":"assistant","tool_calls":[{"id":"a","type":"function"}]}`), "messages[0].tool_calls[0].function", codeInvalidType},
-		{"tool call without name", withMsg(`{"role":"assistant","tool_calls":[{"id":"a","function":{"arguments":"{}"}}]}`), "messages[0].tool_calls[0].function.name", codeInvalidType},
 		{"tool call arguments not JSON", withMsg(`{"role":"assistant","tool_calls":[{"id":"a","function":{"name":"f","arguments":"{city: Paris"}}]}`), "messages[0].tool_calls[0].function.arguments", codeInvalidValue},
 		{"tool call arguments an array", withMsg(`{"role":"assistant","tool_calls":[{"id":"a","function":{"name":"f","arguments":"[1]"}}]}`), "messages[0].tool_calls[0].function.arguments", codeInvalidValue},
 		{"tool call arguments a number", withMsg(`{"role":"assistant","tool_calls":[{"id":"a","function":{"name":"f","arguments":3}}]}`), "messages[0].tool_calls[0].function.arguments", codeInvalidValue},
 		{"tool call id a number", withMsg(`{"role":"assistant","tool_calls":[{"id":7,"function":{"name":"f","arguments":"{}"}}]}`), "messages[0].tool_calls[0].id", codeInvalidType},
-		{"legacy function_call message", withMsg(`{"role":"assistant","function_call":{"name":"f","arguments":"{}"}}`), "messages[0].function_call", codeUnsupportedParam},
 		{"name a number", withMsg(`{"role":"user","content":"x","name":5}`), "messages[0].name", codeInvalidType},
 		{"tool_call_id a number", withMsg(`{"role":"tool","content":"x","tool_call_id":5}`), "messages[0].tool_call_id", codeInvalidType},
-		{"reasoning a number", withMsg(`{"role":"assistant","content":"x","reasoning_content":5}`), "messages[0].reasoning_content", codeInvalidType},
-		{"n is 2", with(`"n":2`), "n", codeUnsupportedValue},
-		{"n is 0", with(`"n":0`), "n", codeUnsupportedValue},
-		{"n a string", with(`"n":"1"`), "n", codeInvalidType},
-		{"legacy functions", with(`"functions":[{"name":"f"}]`), "functions", codeUnsupportedParam},
-		{"legacy function_call", with(`"function_call":"auto"`), "function_call", codeUnsupportedParam},
-		{"audio output", with(`"modalities":["text","audio"]`), "modalities", codeUnsupportedValue},
-		{"modalities not an array", with(`"modalities":"text"`), "modalities", codeInvalidType},
 		{"stream a string", with(`"stream":"yes"`), "stream", codeInvalidType},
 		{"stream_options not an object", with(`"stream":true,"stream_options":true`), "stream_options", codeInvalidType},
 		{"include_usage a string", with(`"stream":true,"stream_options":{"include_usage":"yes"}`), "stream_options.include_usage", codeInvalidType},
 		{"temperature a string", with(`"temperature":"0.7"`), "temperature", codeInvalidType},
 		{"top_p a bool", with(`"top_p":true`), "top_p", codeInvalidType},
 		{"max_tokens a float", with(`"max_tokens":10.5`), "max_tokens", codeInvalidType},
-		{"max_completion_tokens a string", with(`"max_completion_tokens":"10"`), "max_completion_tokens", codeInvalidType},
 		{"seed a float", with(`"seed":1e3`), "seed", codeInvalidType},
-		{"stop a number", with(`"stop":5`), "stop", codeInvalidType},
-		{"stop array with a number", with(`"stop":["a",5]`), "stop", codeInvalidType},
 		{"tools not an array", with(`"tools":{}`), "tools", codeInvalidType},
 		{"tool not an object", with(`"tools":[1]`), "tools[0]", codeInvalidType},
-		{"tool custom type", with(`"tools":[{"type":"web_search"}]`), "tools[0].type", codeUnsupportedValue},
-		{"tool without function", with(`"tools":[{"type":"function"}]`), "tools[0].function", codeInvalidType},
-		{"tool without name", with(`"tools":[{"type":"function","function":{"parameters":{}}}]`), "tools[0].function.name", codeInvalidType},
-		{"tool_choice unknown string", with(`"tool_choice":"always"`), "tool_choice", codeInvalidValue},
-		{"tool_choice a number", with(`"tool_choice":1`), "tool_choice", codeInvalidType},
-		{"tool_choice unknown type", with(`"tool_choice":{"type":"custom"}`), "tool_choice.type", codeUnsupportedValue},
-		{"tool_choice without name", with(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{}}`), "tool_choice.function.name", codeInvalidType},
-		{"tool_choice names a missing tool", with(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}`), "tool_choice", codeInvalidValue},
-		{"tool_choice required without tools", with(`"tool_choice":"required"`), "tool_choice", codeInvalidValue},
-		{"allowed_tools not an object", with(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"allowed_tools","allowed_tools":[]}`), "tool_choice.allowed_tools", codeInvalidType},
-		{"allowed_tools without tools", with(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"auto"}}`), "tool_choice.allowed_tools.tools", codeInvalidType},
 		{"response_format a string", with(`"response_format":"json"`), "response_format", codeInvalidType},
-		{"response_format without type", with(`"response_format":{}`), "response_format.type", codeMissing},
-		{"response_format unknown type", with(`"response_format":{"type":"yaml"}`), "response_format.type", codeUnsupportedValue},
 		{"json_schema schema a string", with(`"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":"{}"}}`), "response_format.json_schema.schema", codeInvalidType},
-		{"reasoning_effort unknown", with(`"reasoning_effort":"max"`), "reasoning_effort", codeInvalidValue},
+		{"reasoning_effort unknown", with(`"reasoning_effort":"turbo"`), "reasoning_effort", codeInvalidValue},
 		{"reasoning not an object", with(`"reasoning":"high"`), "reasoning", codeInvalidType},
 		{"reasoning.effort unknown", with(`"reasoning":{"effort":1}`), "reasoning.effort", codeInvalidValue},
-		{"think unknown", with(`"think":"maximal"`), "think", codeInvalidValue},
-		{"keep_alive a bool", with(`"keep_alive":true`), "keep_alive", codeInvalidType},
-		{"options an array", with(`"options":[]`), "options", codeInvalidType},
+		{"message reasoning a number", withMsg(`{"role":"assistant","content":"x","reasoning":5}`), "messages[0].reasoning", codeInvalidType},
 		{"logprobs a string", with(`"logprobs":"yes"`), "logprobs", codeInvalidType},
 		{"top_logprobs a float", with(`"top_logprobs":1.5`), "top_logprobs", codeInvalidType},
 		{"deep nesting", with(`"metadata":` + strings.Repeat("[", jsonscan.MaxDepth+1) + strings.Repeat("]", jsonscan.MaxDepth+1)), "", ""},
@@ -257,4 +226,72 @@ func FuzzRequest(f *testing.F) {
 			t.Fatalf("output lacks model, messages or stream:\n%s", body)
 		}
 	})
+}
+
+// TestRequestLeavesOutWhatOllamaIgnores: what Ollama's own /v1 ignores
+// (or carries as it is) is translated, never a 400 of ctxproxy's own;
+// what cannot be carried is listed in Dropped.
+func TestRequestLeavesOutWhatOllamaIgnores(t *testing.T) {
+	const user = `{"role":"user","content":"hi"}`
+	withMsg := func(m string) string { return `{"model":"m","messages":[` + m + `]}` }
+	with := func(extra string) string { return `{"model":"m","messages":[` + user + `],` + extra + `}` }
+	cases := []struct {
+		name, body string
+		dropped    string // a Dropped field, "" for none expected
+	}{
+		{"role missing", withMsg(`{"content":"hi"}`), ""},
+		{"unknown role", withMsg(`{"role":"narrator","content":"hi"}`), ""},
+		{"function role", withMsg(`{"role":"function","name":"f","content":"hi"}`), "messages[0].name"},
+		{"tool_calls on a user", withMsg(`{"role":"user","content":"x","tool_calls":[]}`), ""},
+		{"tool call without name", withMsg(`{"role":"assistant","tool_calls":[{"id":"a","function":{"arguments":"{}"}}]}`), ""},
+		{"legacy function_call message", withMsg(`{"role":"assistant","function_call":{"name":"f","arguments":"{}"}}`), "messages[0].function_call"},
+		{"reasoning a number", withMsg(`{"role":"assistant","content":"x","reasoning_content":5}`), "messages[0].reasoning_content"},
+		{"n is 2", with(`"n":2`), "n"},
+		{"n is 0", with(`"n":0`), "n"},
+		{"n a string", with(`"n":"1"`), "n"},
+		{"legacy functions", with(`"functions":[{"name":"f"}]`), "functions"},
+		{"legacy function_call", with(`"function_call":"auto"`), "function_call"},
+		{"audio output", with(`"modalities":["text","audio"]`), "modalities"},
+		{"modalities not an array", with(`"modalities":"text"`), "modalities"},
+		{"max_completion_tokens a string", with(`"max_completion_tokens":"10"`), "max_completion_tokens"},
+		{"stop a number", with(`"stop":5`), "stop"},
+		{"stop array with a number", with(`"stop":["a",5]`), "stop"},
+		{"tool custom type", with(`"tools":[{"type":"web_search"}]`), "tools[0]"},
+		{"tool without function", with(`"tools":[{"type":"function"}]`), ""},
+		{"tool without name", with(`"tools":[{"type":"function","function":{"parameters":{}}}]`), ""},
+		{"tool_choice unknown string", with(`"tool_choice":"always"`), "tool_choice"},
+		{"tool_choice a number", with(`"tool_choice":1`), "tool_choice"},
+		{"tool_choice unknown type", with(`"tool_choice":{"type":"custom"}`), "tool_choice"},
+		{"tool_choice without name", with(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{}}`), "tool_choice"},
+		{"tool_choice names a missing tool", with(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}`), "tool_choice"},
+		{"tool_choice required without tools", with(`"tool_choice":"required"`), "tool_choice"},
+		{"allowed_tools not an object", with(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"allowed_tools","allowed_tools":[]}`), "tool_choice"},
+		{"allowed_tools without tools", with(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"auto"}}`), "tool_choice"},
+		{"response_format without type", with(`"response_format":{}`), "response_format.type"},
+		{"response_format unknown type", with(`"response_format":{"type":"yaml"}`), "response_format.type"},
+		{"think unknown", with(`"think":"maximal"`), "think"},
+		{"keep_alive a bool", with(`"keep_alive":true`), "keep_alive"},
+		{"options an array", with(`"options":[]`), "options"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			body, info, err := Request([]byte(tc.body), RequestOptions{NumCtx: 2048})
+			if err != nil {
+				t.Fatalf("err = %v, want a translation", err)
+			}
+			var req ollamaRequest
+			if err := json.Unmarshal(body, &req); err != nil {
+				t.Fatalf("not an /api/chat request: %v\n%s", err, body)
+			}
+			if tc.dropped == "" {
+				return
+			}
+			for _, d := range info.Dropped {
+				if d.Field == tc.dropped {
+					return
+				}
+			}
+			t.Errorf("Dropped = %+v, want %q listed", info.Dropped, tc.dropped)
+		})
+	}
 }

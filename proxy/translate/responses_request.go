@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -33,6 +34,27 @@ var responsesDrops = map[string]string{
 	"stream_options":      "no Ollama equivalent",
 }
 
+// responsesStrict are the Responses members Ollama's /v1/responses
+// decodes (ResponsesRequest, 0.17.4 to 0.34.3): a value of the wrong type
+// is its 400 too. From 0.22 it maps reasoning.effort to think and refuses
+// an effort it does not know; before, it ignores it.
+func responsesStrict(version string) map[string]bool {
+	strict := map[string]bool{
+		"model": true, "input": true, "instructions": true, "stream": true,
+		"max_output_tokens": true, "temperature": true, "top_p": true,
+		"text": true, "tools": true, "include": true, "truncation": true,
+	}
+	if atLeast(version, "0.22.0") {
+		strict["reasoning"] = true
+	}
+	return strict
+}
+
+// hostedItemsVersion is the first Ollama version whose /v1/responses
+// takes web_search_call and tool_search items (0.32.0 refuses them,
+// 0.34.3 takes them).
+const hostedItemsVersion = "0.33.0"
+
 // ResponsesRequest translates an OpenAI Responses API request body (POST
 // /v1/responses) into an Ollama /api/chat request body, with num_ctx from
 // opts. Errors are *Error values in OpenAI's shape (status 400), ready to
@@ -48,7 +70,7 @@ func ResponsesRequest(body []byte, opts RequestOptions) ([]byte, ResponsesInfo, 
 	if err != nil || jsonscan.KindOf(v) != jsonscan.KindObject {
 		return nil, info, invalid("", "", "the request body must be a JSON object")
 	}
-	var r request
+	r := request{version: opts.Version, strict: responsesStrict(opts.Version)}
 	var input, text []byte
 	var bad error
 	_ = jsonscan.Members(v, func(key, val []byte) error {
@@ -138,7 +160,7 @@ func ResponsesRequest(body []byte, opts RequestOptions) ([]byte, ResponsesInfo, 
 	dst = append(dst, `{"model":`...)
 	dst = append(dst, r.model...)
 	dst = append(dst, `,"messages":`...)
-	msgs, err := responsesMessages(info.instructions, input, &info.Info)
+	msgs, err := responsesMessages(info.instructions, input, r.version, &info.Info)
 	if err != nil {
 		return nil, info, err
 	}
@@ -153,10 +175,8 @@ func ResponsesRequest(body []byte, opts RequestOptions) ([]byte, ResponsesInfo, 
 	if dst, err = r.appendThink(dst, &info.Info); err != nil {
 		return nil, info, err
 	}
-	if dst, err = r.appendKeepAlive(dst); err != nil {
-		return nil, info, err
-	}
-	if dst, err = r.appendOptions(dst, opts); err != nil {
+	dst = r.appendKeepAlive(dst, &info.Info)
+	if dst, err = r.appendOptions(dst, opts, &info.Info); err != nil {
 		return nil, info, err
 	}
 	return append(dst, '}'), info, nil
@@ -167,7 +187,7 @@ func ResponsesRequest(body []byte, opts RequestOptions) ([]byte, ResponsesInfo, 
 // Function calls join the assistant message before them and reasoning
 // becomes the thinking of the assistant message after it, as Ollama's own
 // Responses layer pairs them.
-func responsesMessages(instructions, input []byte, info *Info) ([]ollamaMessage, error) {
+func responsesMessages(instructions, input []byte, version string, info *Info) ([]ollamaMessage, error) {
 	var msgs []ollamaMessage
 	switch jsonscan.KindOf(instructions) {
 	case jsonscan.KindInvalid:
@@ -180,7 +200,7 @@ func responsesMessages(instructions, input []byte, info *Info) ([]ollamaMessage,
 	}
 	switch jsonscan.KindOf(input) {
 	case jsonscan.KindInvalid:
-		return nil, invalid("input", codeMissing, "input is required")
+		return msgs, nil // the instructions alone, as Ollama's /v1/responses reads it
 	case jsonscan.KindString:
 		return append(msgs, ollamaMessage{role: "user", texts: [][]byte{input}}), nil
 	case jsonscan.KindArray:
@@ -206,7 +226,7 @@ func responsesMessages(instructions, input []byte, info *Info) ([]ollamaMessage,
 		}
 		switch typ {
 		case "message":
-			m, err := responsesMessage(at, f)
+			m, err := responsesMessage(at, f, info)
 			if err != nil {
 				return err
 			}
@@ -229,10 +249,10 @@ func responsesMessages(instructions, input []byte, info *Info) ([]ollamaMessage,
 			}
 		case "function_call_output":
 			id := f["call_id"]
-			if jsonscan.KindOf(id) != jsonscan.KindString {
+			if id != nil && jsonscan.KindOf(id) != jsonscan.KindString {
 				return invalid(at+".call_id", codeInvalidType, "call_id must be a string")
 			}
-			texts, images, err := responsesParts(at+".output", f["output"], true)
+			texts, images, err := responsesParts(at+".output", f["output"], true, info)
 			if err != nil {
 				return err
 			}
@@ -240,6 +260,29 @@ func responsesMessages(instructions, input []byte, info *Info) ([]ollamaMessage,
 				toolCallID: id, toolName: lastCallName(msgs, id)})
 		case "reasoning":
 			thinking = append(thinking, reasoningTexts(f)...)
+		case "agent_message":
+			// A message between Codex's agents: a user message under the
+			// envelope Ollama's /v1/responses writes (0.34 and later; an
+			// older one refuses the item, where ctxproxy is lenient).
+			texts, images, err := responsesParts(at+".content", f["content"], true, info)
+			if err != nil {
+				return err
+			}
+			if author, recipient := str(f["author"]), str(f["recipient"]); author != "" || recipient != "" {
+				head := fmt.Sprintf("Agent message from %q to %q:", author, recipient)
+				texts = append([][]byte{jsonscan.AppendString(nil, head)}, texts...)
+			}
+			msgs = append(msgs, ollamaMessage{role: "user", texts: texts, images: images})
+		case "web_search_call", "tool_search_call", "tool_search_output":
+			// A hosted tool's call: history for OpenAI's servers. Ollama's
+			// /v1/responses skips web_search_call from 0.33 on (and carries
+			// Codex's tool search, a hosted tool ctxproxy does not send);
+			// before, it refuses these items, as ctxproxy does then.
+			if !atLeast(version, hostedItemsVersion) {
+				return invalid(at+".type", codeUnsupportedValue, "input item type "+strconv.Quote(typ)+" cannot be carried to Ollama "+version+"; "+
+					"supported: message, function_call, function_call_output, reasoning")
+			}
+			info.Dropped = append(info.Dropped, Drop{Field: at, Reason: "a hosted tool's item; the model sees the messages around it"})
 		case "item_reference":
 			return invalid(at+".type", codeUnsupportedValue, "item_reference refers to items kept by OpenAI's servers, which Ollama does not have; send the items themselves")
 		case "":
@@ -263,37 +306,32 @@ func responsesMessages(instructions, input []byte, info *Info) ([]ollamaMessage,
 }
 
 // responsesMessage reads a message item.
-func responsesMessage(at string, f map[string][]byte) (ollamaMessage, error) {
+func responsesMessage(at string, f map[string][]byte, info *Info) (ollamaMessage, error) {
 	role := f["role"]
 	var m ollamaMessage
-	switch strings.ToLower(str(role)) {
-	case "user":
-		m.role = "user"
-	case "assistant":
-		m.role = "assistant"
-	case "system", "developer":
+	if role != nil && jsonscan.KindOf(role) != jsonscan.KindString {
+		return m, invalid(at+".role", codeInvalidType, "role must be a string")
+	}
+	switch m.role = strings.ToLower(str(role)); m.role {
+	case "developer":
 		m.role = "system"
-	case "":
-		return m, invalid(at+".role", codeMissing, "a message needs a role")
 	default:
-		return m, invalid(at+".role", codeInvalidValue, "role must be user, assistant, system or developer")
+		// user, assistant, system; any other role (or none) is handed to
+		// the template as it is, as Ollama's /v1/responses does.
 	}
 	content, ok := f["content"]
 	if !ok {
-		if m.role == "assistant" {
-			return m, nil
-		}
-		return m, invalid(at+".content", codeMissing, "content is required")
+		return m, nil // an empty message, as Ollama's /v1/responses reads it
 	}
 	var err error
-	m.texts, m.images, err = responsesParts(at+".content", content, false)
+	m.texts, m.images, err = responsesParts(at+".content", content, false, info)
 	return m, err
 }
 
 // responsesParts reads a content value, a string or an array of parts,
 // into text tokens and image data. output marks a function_call_output's
 // output, where a missing value means an empty result.
-func responsesParts(at string, v []byte, output bool) ([][]byte, [][]byte, error) {
+func responsesParts(at string, v []byte, output bool, info *Info) ([][]byte, [][]byte, error) {
 	switch jsonscan.KindOf(v) {
 	case jsonscan.KindString:
 		return [][]byte{v}, nil, nil
@@ -316,7 +354,9 @@ func responsesParts(at string, v []byte, output bool) ([][]byte, [][]byte, error
 		switch typ := str(pf["type"]); typ {
 		case "input_text", "output_text", "text", "summary_text", "reasoning_text":
 			if jsonscan.KindOf(pf["text"]) != jsonscan.KindString {
-				return invalid(pat+".text", codeInvalidType, "text must be a string")
+				// Ollama's /v1/responses reads a missing text as "".
+				info.Dropped = append(info.Dropped, Drop{Field: pat, Reason: "a text part without text"})
+				return nil
 			}
 			texts = append(texts, pf["text"])
 		case "refusal":
@@ -326,8 +366,11 @@ func responsesParts(at string, v []byte, output bool) ([][]byte, [][]byte, error
 			texts = append(texts, pf["refusal"])
 		case "input_image":
 			url, ok := pf["image_url"]
-			if !ok {
-				return invalid(pat+".image_url", codeUnsupportedValue, "images must be sent as a base64 data: URL in image_url (file_id needs OpenAI's file store)")
+			if !ok || string(url) == `""` {
+				// A file_id names OpenAI's file store: Ollama's
+				// /v1/responses skips such an image too.
+				info.Dropped = append(info.Dropped, Drop{Field: pat, Reason: "an image without image_url (file_id needs OpenAI's file store)"})
+				return nil
 			}
 			img, err := imageData(url)
 			if err != nil {
@@ -351,11 +394,15 @@ func responsesParts(at string, v []byte, output bool) ([][]byte, [][]byte, error
 // JSON, become the object Ollama expects.
 func responsesCall(at string, f map[string][]byte) (ollamaCall, error) {
 	id, name := f["call_id"], f["name"]
-	if jsonscan.KindOf(id) != jsonscan.KindString {
+	if id != nil && jsonscan.KindOf(id) != jsonscan.KindString {
 		return ollamaCall{}, invalid(at+".call_id", codeInvalidType, "call_id must be a string")
 	}
-	if jsonscan.KindOf(name) != jsonscan.KindString || jsonscan.IsEmptyString(name) {
-		return ollamaCall{}, invalid(at+".name", codeInvalidType, "name must be a non-empty string")
+	switch jsonscan.KindOf(name) {
+	case jsonscan.KindString:
+	case jsonscan.KindInvalid:
+		name = []byte(`""`) // Ollama's /v1 forwards a call without a name
+	default:
+		return ollamaCall{}, invalid(at+".name", codeInvalidType, "name must be a string")
 	}
 	args, msg := appendArguments(nil, f["arguments"])
 	if msg != "" {
@@ -417,25 +464,11 @@ func appendResponsesFormat(dst, text []byte, info *Info) ([]byte, []byte, error)
 		return nil, nil, invalid("text.format", codeInvalidType, "text.format must be an object")
 	}
 	f := fields(format)
-	switch str(f["type"]) {
-	case "text":
-		return dst, format, nil
-	case "json_object":
-		return append(dst, `,"format":"json"`...), format, nil
-	case "json_schema":
-		schema := f["schema"]
-		if schema == nil {
-			return append(dst, `,"format":"json"`...), format, nil
-		}
-		if jsonscan.KindOf(schema) != jsonscan.KindObject {
-			return nil, nil, invalid("text.format.schema", codeInvalidType, "schema must be an object")
-		}
-		dst = append(dst, `,"format":`...)
-		return append(dst, schema...), format, nil
-	case "":
-		return nil, nil, invalid("text.format.type", codeMissing, "text.format.type is required")
+	if t := f["type"]; t != nil && jsonscan.KindOf(t) != jsonscan.KindString {
+		return nil, nil, invalid("text.format.type", codeInvalidType, "text.format.type must be a string")
 	}
-	return nil, nil, invalid("text.format.type", codeUnsupportedValue, "text.format.type must be text, json_object or json_schema")
+	dst, err := appendFormatType(dst, "text.format", "text.format.schema", str(f["type"]), f["schema"], info)
+	return dst, format, err
 }
 
 // appendResponsesTools writes the function tools in Ollama's shape and
@@ -459,22 +492,22 @@ func appendResponsesTools(dst, tools, choice []byte, info *Info) ([]byte, error)
 				return nil
 			}
 			name := f["name"]
-			if jsonscan.KindOf(name) != jsonscan.KindString || jsonscan.IsEmptyString(name) {
-				return invalid(at+".name", codeInvalidType, "function name must be a non-empty string")
+			switch jsonscan.KindOf(name) {
+			case jsonscan.KindString:
+			case jsonscan.KindInvalid:
+				name = []byte(`""`) // Ollama's /v1 forwards a function without a name
+			default:
+				return invalid(at+".name", codeInvalidType, "function name must be a string")
 			}
-			n, _ := jsonscan.Unquote(name)
-			list = append(list, namedTool{n, appendToolFunction(nil, name, f["description"], f["parameters"])})
+			list = append(list, namedTool{str(name), appendToolFunction(nil, name, f["description"], f["parameters"])})
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
 	}
-	mode, names, err := responsesChoice(choice)
-	if err != nil {
-		return nil, err
-	}
-	return appendChosenTools(dst, list, mode, names, info)
+	mode, names := responsesChoice(choice, info)
+	return appendChosenTools(dst, list, mode, names, info), nil
 }
 
 // namedTool is a tool in Ollama's shape with its function name.
@@ -485,17 +518,20 @@ type namedTool struct {
 
 // appendChosenTools writes the tools tool_choice leaves: none for "none",
 // the named ones for a choice of functions, all of them otherwise (Ollama
-// cannot force a call, so "required" is logged).
-func appendChosenTools(dst []byte, tools []namedTool, mode string, names []string, info *Info) ([]byte, error) {
+// cannot force a call, so "required" is logged). Ollama's own /v1 layers
+// ignore tool_choice: a choice that names no tool sent, or "required"
+// without tools, is dropped (logged) and the tools are sent as with auto.
+func appendChosenTools(dst []byte, tools []namedTool, mode string, names []string, info *Info) []byte {
 	switch {
 	case mode == "none":
 		if len(tools) > 0 {
 			info.Dropped = append(info.Dropped, Drop{Field: "tools", Reason: `tool_choice is "none"`})
 		}
-		return dst, nil
+		return dst
 	case mode == "required" && names == nil:
 		if len(tools) == 0 {
-			return nil, invalid("tool_choice", codeInvalidValue, "tool_choice needs tools")
+			info.Dropped = append(info.Dropped, Drop{Field: "tool_choice", Reason: "no tools to require"})
+			return dst
 		}
 		info.Dropped = append(info.Dropped, Drop{Field: "tool_choice", Reason: "Ollama cannot force a tool call; tools sent as with auto"})
 	case names != nil:
@@ -509,13 +545,14 @@ func appendChosenTools(dst []byte, tools []namedTool, mode string, names []strin
 			}
 		}
 		if len(kept) == 0 {
-			return nil, invalid("tool_choice", codeInvalidValue, "tool_choice names no function in tools")
+			info.Dropped = append(info.Dropped, Drop{Field: "tool_choice", Reason: "names no tool sent; tools sent as with auto, as Ollama's own /v1 ignores tool_choice"})
+			break
 		}
 		info.Dropped = append(info.Dropped, Drop{Field: "tool_choice", Reason: "Ollama cannot force a tool call; only the chosen tools sent"})
 		tools = kept
 	}
 	if len(tools) == 0 {
-		return dst, nil
+		return dst
 	}
 	dst = append(dst, `,"tools":[`...)
 	for i, t := range tools {
@@ -524,53 +561,59 @@ func appendChosenTools(dst []byte, tools []namedTool, mode string, names []strin
 		}
 		dst = append(dst, t.raw...)
 	}
-	return append(dst, ']'), nil
+	return append(dst, ']')
 }
 
 // responsesChoice reads tool_choice: "none", "auto", "required",
 // {"type":"function","name"} or {"type":"allowed_tools","tools":[…]}.
-func responsesChoice(tc []byte) (string, []string, error) {
+// Ollama's /v1/responses ignores tool_choice, so one ctxproxy cannot read,
+// or one that chooses a hosted tool (never sent to Ollama), is dropped
+// (logged) and the tools are sent as with "auto".
+func responsesChoice(tc []byte, info *Info) (string, []string) {
+	ignore := func(why string) (string, []string) {
+		info.Dropped = append(info.Dropped, Drop{Field: "tool_choice", Reason: why + "; tools sent as with auto, as Ollama's own /v1 ignores tool_choice"})
+		return "auto", nil
+	}
 	switch jsonscan.KindOf(tc) {
 	case jsonscan.KindInvalid:
-		return "auto", nil, nil
+		return "auto", nil
 	case jsonscan.KindString:
 		switch s := str(tc); s {
 		case "none", "auto", "required":
-			return s, nil, nil
+			return s, nil
 		}
-		return "", nil, invalid("tool_choice", codeInvalidValue, `tool_choice must be "none", "auto", "required" or an object`)
+		return ignore(`not "none", "auto", "required" or an object`)
 	case jsonscan.KindObject:
 	default:
-		return "", nil, invalid("tool_choice", codeInvalidType, "tool_choice must be a string or an object")
+		return ignore("not a string or an object")
 	}
 	f := fields(tc)
 	switch typ := str(f["type"]); typ {
 	case "function":
-		name := str(f["name"])
-		if name == "" {
-			return "", nil, invalid("tool_choice.name", codeInvalidType, "function name must be a non-empty string")
+		if name := str(f["name"]); name != "" {
+			return "", []string{name}
 		}
-		return "", []string{name}, nil
+		return ignore("names no function")
 	case "allowed_tools":
 		var names []string
-		if jsonscan.KindOf(f["tools"]) != jsonscan.KindArray {
-			return "", nil, invalid("tool_choice.tools", codeInvalidType, "allowed_tools needs a tools array")
-		}
-		_ = jsonscan.Elements(f["tools"], func(_ int, t []byte) error {
-			if jsonscan.KindOf(t) == jsonscan.KindObject {
-				if n := str(fields(t)["name"]); n != "" {
-					names = append(names, n)
+		if jsonscan.KindOf(f["tools"]) == jsonscan.KindArray {
+			_ = jsonscan.Elements(f["tools"], func(_ int, t []byte) error {
+				if jsonscan.KindOf(t) == jsonscan.KindObject {
+					if n := str(fields(t)["name"]); n != "" {
+						names = append(names, n)
+					}
 				}
-			}
-			return nil
-		})
-		mode := str(f["mode"])
-		if mode == "required" {
-			return mode, names, nil
+				return nil
+			})
 		}
-		return "", names, nil
+		if names == nil {
+			return ignore("allowed_tools lists no function")
+		}
+		if str(f["mode"]) == "required" {
+			return "required", names
+		}
+		return "", names
 	default:
-		// A hosted tool (web_search, file_search, …): never sent to Ollama.
-		return "", nil, invalid("tool_choice.type", codeUnsupportedValue, "tool_choice can only choose function tools")
+		return ignore("chooses a hosted tool (" + strconv.Quote(typ) + "), which is not sent to Ollama")
 	}
 }
