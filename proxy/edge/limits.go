@@ -130,8 +130,8 @@ const bodyCost = 2
 // the release; ok false when none came in time (503 already written).
 func (g *Gate) BodyBudget(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
 	n := r.ContentLength
-	if n < 0 || n > g.maxBody {
-		n = g.maxBody // chunked: as much as it may be
+	if n < 0 || n > g.maxBody || compressed(r) {
+		n = g.maxBody // chunked or compressed: as much as it may be
 	}
 	n = min(max(n, 1)*bodyCost, g.lim.BodyMemory)
 	if err := g.Acquire(r.Context(), g.memory, n); err != nil {
@@ -150,6 +150,9 @@ func (g *Gate) TakeBody(w http.ResponseWriter, r *http.Request, d wire.Dialect) 
 		return nil, nil, http.StatusServiceUnavailable
 	}
 	body, aerr := ReadBody(r, g.maxBody)
+	if aerr == nil {
+		body, aerr = DecodeBody(r, body, g.maxBody)
+	}
 	if aerr != nil {
 		release()
 		wire.WriteError(w, d, *aerr)
