@@ -143,3 +143,29 @@ func TestToolsAloneOverTheWindow(t *testing.T) {
 		t.Error("the request reached the backend")
 	}
 }
+
+// TestCloudModelPassedThrough: a model Ollama answers from its cloud is
+// forwarded as sent, to the route the client named, with a notice: never
+// counted with a local tokenizer, translated, or given a num_ctx.
+func TestCloudModelPassedThrough(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	sys := newSystem(t, be.URL, setup{})
+	for _, c := range []struct{ path, body string }{
+		{"/api/chat", `{"model":"gpt-oss:120b-cloud","stream":false,"messages":[{"role":"user","content":"hi"}]}`},
+		{"/v1/chat/completions", `{"model":"kimi-k2:cloud","messages":[{"role":"user","content":"hi"}]}`},
+	} {
+		resp := post(t, sys.url+c.path, []byte(c.body), nil)
+		readAll(t, resp.Body)
+		got, ok := be.Last(c.path)
+		if resp.StatusCode != 200 || !ok || string(got.Body) != c.body {
+			t.Errorf("%s: status %d, forwarded %v %s", c.path, resp.StatusCode, ok, got.Body)
+		}
+		if n := resp.Header.Get("X-Ctxproxy-Tokens"); n != "" || resp.Header.Get("X-Ctxproxy-Num-Ctx") != "" ||
+			!strings.Contains(resp.Header.Get("X-Ctxproxy-Notice"), "Ollama's cloud") {
+			t.Errorf("%s: counted %q, notice %q", c.path, n, resp.Header.Get("X-Ctxproxy-Notice"))
+		}
+	}
+	if _, ok := be.Last("/api/show"); ok {
+		t.Error("ctxproxy asked the backend for a cloud model's details")
+	}
+}

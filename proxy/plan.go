@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -102,6 +103,13 @@ type plan struct {
 	fixed wire.Payload
 }
 
+// cloudModel reports whether Ollama answers model from its cloud rather
+// than on this machine: a name whose tag ends in "cloud" ("gpt-oss:120b-cloud",
+// "kimi-k2:cloud"), as Ollama tells them apart.
+func cloudModel(model string) bool {
+	return strings.HasSuffix(model, "-cloud") || strings.HasSuffix(model, ":cloud")
+}
+
 // resendable reports whether an overflow the backend reports is cut
 // harder and sent again.
 func (p *plan) resendable(*wire.Request) bool { return p.resend }
@@ -139,6 +147,15 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 	}
 	toOllama := (req.Dialect == wire.Ollama && kind != KindOpenAI) || p.translate
 	p.toOllama = toOllama
+	if toOllama && cloudModel(req.Model) {
+		// Ollama answers it from its cloud: the model's tokenizer and
+		// window are not this server's. Its own route takes it as sent.
+		p.translate, p.toOllama = false, false
+		p.fixed = wire.PayloadOf(req.Body)
+		ex.headers.Set("X-Ctxproxy-Notice", "Not counted or trimmed: "+req.Model+
+			" is answered by Ollama's cloud, whose tokenizer and window ctxproxy cannot see.")
+		return p, nil
+	}
 	if req.ServerState != "" {
 		body, aerr := continueServerState(s.log, ex, req, p, kind == KindOllama)
 		p.fixed = wire.PayloadOf(body)
