@@ -53,6 +53,11 @@ type SessionStats struct {
 	// (Ollama reads again only what follows the common prefix). Absent
 	// until two requests were forwarded.
 	PrefixKept *float64 `json:"prefix_kept,omitempty"`
+	// CachedTokens are the prompt tokens the backend says it reused from
+	// its prompt cache for the last request (Ollama 0.30 and later:
+	// prompt_eval_cached_count): its own measure of what PrefixKept
+	// estimates. Absent when the backend did not say.
+	CachedTokens *int `json:"cached_tokens,omitempty"`
 }
 
 // Budget is how a request's window (Total, num_ctx or the model's) was

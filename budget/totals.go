@@ -32,6 +32,11 @@ type Turn struct {
 	// keep), when PrefixKnown.
 	PrefixKept  float64
 	PrefixKnown bool
+	// CachedTokens are the prompt tokens the backend says it reused from
+	// its prompt cache (Ollama 0.30 and later), when CachedKnown: its own
+	// measure of what PrefixKept estimates.
+	CachedTokens int
+	CachedKnown  bool
 	// Budget is how the request's window was divided (the
 	// X-Ctxproxy-Budget header); the zero Budget when it was not counted.
 	Budget Budget
@@ -58,6 +63,10 @@ type Totals struct {
 	// earlier request when the last did not measure it.
 	PrefixKept  float64
 	PrefixKnown bool
+	// CachedTokens is the last request's Turn.CachedTokens, when
+	// CachedKnown (that request's backend said).
+	CachedTokens int
+	CachedKnown  bool
 }
 
 // Add returns the totals after turn.
@@ -71,6 +80,7 @@ func (t Totals) Add(turn Turn) Totals {
 		AllCompletionTokens: t.AllCompletionTokens + max(turn.CompletionTokens, 0),
 		LastTruncation:      t.LastTruncation, LastRequest: turn.At, Budget: turn.Budget,
 		PrefixKept: t.PrefixKept, PrefixKnown: t.PrefixKnown,
+		CachedTokens: turn.CachedTokens, CachedKnown: turn.CachedKnown,
 	}
 	if turn.PrefixKnown {
 		next.PrefixKept, next.PrefixKnown = turn.PrefixKept, true

@@ -39,6 +39,7 @@ type metrics struct {
 	added                     prometheus.Histogram
 	numCtx                    prometheus.Histogram
 	prefixKept                prometheus.Histogram
+	promptCached              prometheus.Histogram
 
 	// inflight counts intercepted chat requests being forwarded (from
 	// the forward to the last byte of the response), streams those of
@@ -123,6 +124,11 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 		Help: "Share of a session's forwarded prompt (by tokens) that its previous forwarded prompt began with: " +
 			"what the backend's prompt cache can keep. Observed from a session's second request on.",
 		Buckets: []float64{0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1}})
+	m.promptCached = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "ctxproxy_prompt_cached_ratio",
+		Help: "Share of a forwarded prompt's tokens that the backend says it reused from its prompt cache " +
+			"(Ollama 0.30 and later: prompt_eval_cached_count): its own measure of what ctxproxy_prefix_kept_ratio estimates.",
+		Buckets: []float64{0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1}})
 	// A histogram rather than a gauge by model: the model of a request
 	// is client data, and every distinct name would be a new series.
 	m.numCtx = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -167,7 +173,7 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 	}
 	reg.MustRegister(m.exactDisagreements, m.exactCounts, m.overflowRetries, m.overflowFailures, m.rawOverflows, m.repliesCut, m.refused)
 	reg.MustRegister(m.requests, m.unparsable, m.duration, m.tokensBefore, m.tokensAfter, m.dropped,
-		m.summarized, m.truncations, m.calibrationError, m.added, m.numCtx, m.prefixKept, inflight, streams,
+		m.summarized, m.truncations, m.calibrationError, m.added, m.numCtx, m.prefixKept, m.promptCached, inflight, streams,
 		m.summaries, m.summaryFailures, m.summaryDuration, m.reloads, m.lastReload, m.lastReloadFailed)
 	if deps.Monitor != nil {
 		reg.MustRegister(gpuCollector{deps.Monitor})

@@ -122,6 +122,30 @@ func TestPrefixKeptRecorded(t *testing.T) {
 	}
 }
 
+// TestPromptCachedRecorded: what the backend says it took from its prompt
+// cache (Ollama 0.30 and later) is the session's cached_tokens and a
+// metric, beside ctxproxy's own prefix_kept.
+func TestPromptCachedRecorded(t *testing.T) {
+	cached := 7
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{PromptCached: &cached})
+	e := newAdminEnv(t, "", func(c *Config, _ *Deps) { c.Backend = be.URL })
+	body, _ := json.Marshal(map[string]any{"model": tinyModel, "stream": false,
+		"messages": []map[string]string{{"role": "user", "content": "what is cached"}}})
+	resp := post(t, e.ts.URL+"/api/chat", body, map[string]string{"X-Session-ID": "cached"})
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err := e.writer.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := e.json("GET", sessionPath("cached"), nil, 200)["stats"].(map[string]any)
+	if st["cached_tokens"] != float64(7) {
+		t.Errorf("stats.cached_tokens %v, want 7", st["cached_tokens"])
+	}
+	if n := scrape(t, e.ts.URL)["ctxproxy_prompt_cached_ratio_count"]; n != 1 {
+		t.Errorf("ctxproxy_prompt_cached_ratio observed %v times, want 1", n)
+	}
+}
+
 // BenchmarkPrefixKept is a resent 100-message, 100 KB conversation's
 // prefix measure, after the reply, per recorded turn.
 func BenchmarkPrefixKept(b *testing.B) {

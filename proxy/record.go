@@ -173,6 +173,10 @@ func (s *recorder) record(ex *exchange, p *plan, rep wire.Reply, truncated bool,
 		Truncated: truncated, Retries: p.retries, At: now, Budget: p.alloc}
 	if rep.PromptTokens > 0 {
 		turn.PromptTokens, turn.CompletionTokens = rep.PromptTokens, rep.OutputTokens
+		if rep.CachedTokens >= 0 {
+			turn.CachedTokens, turn.CachedKnown = rep.CachedTokens, true
+			s.metrics.promptCached.Observe(float64(min(rep.CachedTokens, rep.PromptTokens)) / float64(rep.PromptTokens))
+		}
 	}
 	// How much of the prompt stayed put since the session's last turn:
 	// what the backend's prompt cache could keep.

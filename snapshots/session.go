@@ -84,6 +84,9 @@ type Stats struct {
 	// PrefixKept is the share of the last forwarded prompt that the one
 	// before began with; nil until two were forwarded.
 	PrefixKept *float64 `json:"prefix_kept,omitempty"`
+	// CachedTokens are the prompt tokens the backend reused from its
+	// prompt cache on the last request, as it said; nil when it did not.
+	CachedTokens *int `json:"cached_tokens,omitempty"`
 	// Budget is how the last request's window was divided; nil when it
 	// was not counted.
 	Budget *Allocation `json:"budget,omitempty"`

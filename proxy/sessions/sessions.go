@@ -449,7 +449,7 @@ func StatsOf(st snapshots.Stats) api.SessionStats {
 		t := st.LastTruncation.UTC()
 		out.LastTruncation = &t
 	}
-	out.PrefixKept = st.PrefixKept
+	out.PrefixKept, out.CachedTokens = st.PrefixKept, st.CachedTokens
 	if a := st.Budget; a != nil {
 		b := budget.Budget{Total: a.Total, SystemPrompt: a.System, Tools: a.Tools, Template: a.Template, ResponseReserve: a.Reserve,
 			Conversation: a.Conversation}

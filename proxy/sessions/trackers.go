@@ -60,6 +60,9 @@ func TotalsOf(st snapshots.Stats) budget.Totals {
 	if st.PrefixKept != nil {
 		t.PrefixKept, t.PrefixKnown = *st.PrefixKept, true
 	}
+	if st.CachedTokens != nil {
+		t.CachedTokens, t.CachedKnown = *st.CachedTokens, true
+	}
 	if a := st.Budget; a != nil {
 		t.Budget = budget.Budget{Total: a.Total, SystemPrompt: a.System, Tools: a.Tools, Template: a.Template, ResponseReserve: a.Reserve,
 			Conversation: a.Conversation}
@@ -79,6 +82,10 @@ func StoredStats(t budget.Totals) snapshots.Stats {
 	if t.PrefixKnown {
 		kept := t.PrefixKept
 		st.PrefixKept = &kept
+	}
+	if t.CachedKnown {
+		cached := t.CachedTokens
+		st.CachedTokens = &cached
 	}
 	if b := t.Budget; b.Total > 0 {
 		st.Budget = &snapshots.Allocation{Total: b.Total, System: b.SystemPrompt, Tools: b.Tools, Template: b.Template,

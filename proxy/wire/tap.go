@@ -21,6 +21,11 @@ type Reply struct {
 	// PromptTokens is prompt_eval_count / usage.prompt_tokens; -1 when the
 	// backend did not say.
 	PromptTokens int
+	// CachedTokens are the prompt tokens the backend reused from its
+	// prompt cache (Ollama 0.30 and later: prompt_eval_cached_count;
+	// OpenAI: usage.prompt_tokens_details.cached_tokens; Anthropic:
+	// cache_read_input_tokens); -1 when it did not say.
+	CachedTokens int
 	OutputTokens int
 	Content      string
 	Thinking     string
@@ -76,7 +81,7 @@ func NewTap(rc io.ReadCloser, d Dialect, status int, contentType string, limit i
 	if limit <= 0 {
 		limit = maxCapture
 	}
-	return &tap{rc: rc, dialect: d, kind: kind, r: Reply{Status: status, PromptTokens: -1}, done: done, limit: limit}
+	return &tap{rc: rc, dialect: d, kind: kind, r: Reply{Status: status, PromptTokens: -1, CachedTokens: -1}, done: done, limit: limit}
 }
 
 func (t *tap) Read(p []byte) (int, error) {
@@ -204,7 +209,9 @@ type event struct {
 	Done            bool   `json:"done"`
 	DoneReason      string `json:"done_reason"`
 	PromptEvalCount *int   `json:"prompt_eval_count"`
-	EvalCount       int    `json:"eval_count"`
+	// PromptEvalCachedCount: Ollama 0.30 and later.
+	PromptEvalCachedCount *int `json:"prompt_eval_cached_count"`
+	EvalCount             int  `json:"eval_count"`
 	// OpenAI
 	Choices []struct {
 		Index        int             `json:"index"`
@@ -213,8 +220,11 @@ type event struct {
 		FinishReason json.RawMessage `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens *int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
 	Error json.RawMessage `json:"error"`
 }
@@ -290,6 +300,9 @@ func (t *tap) decodeEvent(data []byte, whole bool) {
 		t.r.PromptTokens = *e.PromptEvalCount
 		t.r.OutputTokens = e.EvalCount
 	}
+	if e.PromptEvalCachedCount != nil {
+		t.r.CachedTokens = *e.PromptEvalCachedCount
+	}
 	if e.Done || (whole && e.Message != nil) {
 		t.r.Complete = true
 		t.r.FinishReason = e.DoneReason
@@ -337,6 +350,9 @@ func (t *tap) decodeEvent(data []byte, whole bool) {
 	if e.Usage != nil {
 		t.r.PromptTokens = e.Usage.PromptTokens
 		t.r.OutputTokens = e.Usage.CompletionTokens
+		if d := e.Usage.PromptTokensDetails; d != nil && d.CachedTokens != nil {
+			t.r.CachedTokens = *d.CachedTokens
+		}
 		if whole {
 			t.r.Complete = true
 		}

@@ -37,6 +37,11 @@ type dialectEvent struct {
 type dialectUsage struct {
 	InputTokens  *int `json:"input_tokens"`
 	OutputTokens int  `json:"output_tokens"`
+	// Anthropic's prompt cache reads; the Responses API's cached tokens.
+	CacheReadInputTokens *int `json:"cache_read_input_tokens"`
+	InputTokensDetails   *struct {
+		CachedTokens *int `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
 }
 
 type dialectMessage struct {
@@ -121,6 +126,12 @@ func (t *tap) usage(u *dialectUsage) {
 	}
 	if u.InputTokens != nil {
 		t.r.PromptTokens = *u.InputTokens
+	}
+	switch {
+	case u.CacheReadInputTokens != nil:
+		t.r.CachedTokens = *u.CacheReadInputTokens
+	case u.InputTokensDetails != nil && u.InputTokensDetails.CachedTokens != nil:
+		t.r.CachedTokens = *u.InputTokensDetails.CachedTokens
 	}
 	t.r.OutputTokens = u.OutputTokens
 }

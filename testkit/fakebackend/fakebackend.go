@@ -74,6 +74,9 @@ type Options struct {
 	// Modelfile is /api/show's modelfile (default "FROM llama3.1"), its
 	// PARAMETER lines the model's own options.
 	Modelfile string
+	// PromptCached, when set, is the prompt_eval_cached_count of every
+	// /api/chat answer, as Ollama 0.30 and later report it.
+	PromptCached *int
 	// Capabilities is /api/show's capabilities (default completion and
 	// tools). A chat request that turns thinking on for a model without
 	// "thinking" is refused as Ollama refuses it.
@@ -430,6 +433,9 @@ func (b *Fake) ollamaChat(w http.ResponseWriter, r *http.Request, body []byte, o
 		"model": c.Model, "created_at": created, "done": true, "done_reason": "stop",
 		"total_duration": 123456789, "load_duration": 1234567, "prompt_eval_count": prompt,
 		"prompt_eval_duration": 2345678, "eval_count": o.Tokenize(o.Reply), "eval_duration": 3456789,
+	}
+	if o.PromptCached != nil {
+		final["prompt_eval_cached_count"] = min(*o.PromptCached, prompt)
 	}
 	var calls []any
 	for i, tc := range o.ToolCalls {

@@ -95,6 +95,9 @@ type Turn struct {
 	// or not); Forwarded is X-Ctxproxy-Tokens, or Evaluated for Ollama
 	// alone; Limit is X-Ctxproxy-Limit (the window for Ollama alone).
 	Evaluated, Forwarded, Limit int
+	// Cached is Ollama's prompt_eval_cached_count (0.30 and later): the
+	// prompt tokens it took from its cache; -1 when it does not say.
+	Cached int
 	// Kept is the share of the forwarded prompt's text that the previous
 	// forwarded prompt began with; Cut is set when the previous
 	// forwarded prompt is not a prefix of this one.
@@ -120,8 +123,9 @@ type Half struct {
 	MeanForwarded float64
 	MeanShare     float64
 	Cuts          int
-	// MeanKept is the mean of Kept.
-	MeanKept float64
+	// MeanKept is the mean of Kept; MeanCached the mean share of the
+	// prompt the backend took from its cache (-1 when it did not say).
+	MeanKept, MeanCached float64
 	// Reloads counts turns whose load_duration shows a model load
 	// (over 100 ms).
 	Reloads int
@@ -134,8 +138,13 @@ func (r Result) SecondHalf() Half {
 	if len(turns) == 0 {
 		return h
 	}
-	var fwd, share, kept float64
+	var fwd, share, kept, cached float64
+	said := 0
 	for _, t := range turns {
+		if t.Cached >= 0 && t.Evaluated > 0 {
+			cached += float64(t.Cached) / float64(t.Evaluated)
+			said++
+		}
 		h.PromptTime += t.PromptEval
 		h.Wall += t.Wall
 		fwd += float64(t.Forwarded)
@@ -152,6 +161,10 @@ func (r Result) SecondHalf() Half {
 	}
 	n := float64(len(turns))
 	h.MeanForwarded, h.MeanShare, h.MeanKept = fwd/n, share/n, kept/n
+	h.MeanCached = -1
+	if said > 0 {
+		h.MeanCached = cached / float64(said)
+	}
 	return h
 }
 
@@ -258,6 +271,7 @@ type message struct {
 type chatReply struct {
 	Message            message `json:"message"`
 	PromptEvalCount    int     `json:"prompt_eval_count"`
+	PromptEvalCached   *int    `json:"prompt_eval_cached_count"`
 	PromptEvalDuration int64   `json:"prompt_eval_duration"`
 	LoadDuration       int64   `json:"load_duration"`
 	Error              string  `json:"error"`
@@ -296,7 +310,10 @@ func send(ctx context.Context, base, session string, cfg Config, history []messa
 	}
 	t := Turn{
 		Wall: wall, PromptEval: time.Duration(r.PromptEvalDuration), Load: time.Duration(r.LoadDuration),
-		Evaluated: r.PromptEvalCount, Forwarded: r.PromptEvalCount, Limit: cfg.Window,
+		Evaluated: r.PromptEvalCount, Forwarded: r.PromptEvalCount, Limit: cfg.Window, Cached: -1,
+	}
+	if r.PromptEvalCached != nil {
+		t.Cached = *r.PromptEvalCached
 	}
 	if proxied {
 		t.Forwarded, _ = strconv.Atoi(resp.Header.Get("X-Ctxproxy-Tokens"))

@@ -10,8 +10,8 @@ import (
 // each prompt time as a multiple of the per-turn trimmer's.
 func Table(w io.Writer, results []Result) {
 	ref := find(results, PerTurn)
-	fmt.Fprintln(w, "| path | prompt time | × trimmer | wall time | forwarded (of limit) | cuts | prefix kept | reloads | summarizer calls | summaries |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	fmt.Fprintln(w, "| path | prompt time | × trimmer | wall time | forwarded (of limit) | cuts | prefix kept | cached (backend) | reloads | summarizer calls | summaries |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, r := range results {
 		h := r.SecondHalf()
 		ratio := "—"
@@ -22,13 +22,16 @@ func Table(w io.Writer, results []Result) {
 		if first, missing := r.FirstSummary(); first > 0 {
 			sums = fmt.Sprintf("from turn %d, %d turns without", first, missing)
 		}
-		cuts, kept := fmt.Sprint(h.Cuts), fmt.Sprintf("%.2f", h.MeanKept)
+		cuts, kept, cached := fmt.Sprint(h.Cuts), fmt.Sprintf("%.2f", h.MeanKept), "—"
+		if h.MeanCached >= 0 { // Ollama 0.30 and later say
+			cached = fmt.Sprintf("%.2f", h.MeanCached)
+		}
 		if r.Path == Alone { // Ollama cuts inside, out of the recorder's sight
 			cuts, kept = "every turn", "—"
 		}
-		fmt.Fprintf(w, "| %s | %.2f s | %s | %.2f s | %.0f (%.0f%%) | %s | %s | %d | %d | %s |\n",
+		fmt.Fprintf(w, "| %s | %.2f s | %s | %.2f s | %.0f (%.0f%%) | %s | %s | %s | %d | %d | %s |\n",
 			r.Path, h.PromptTime.Seconds(), ratio, h.Wall.Seconds(), h.MeanForwarded, 100*h.MeanShare,
-			cuts, kept, h.Reloads, r.SummarizerCalls, sums)
+			cuts, kept, cached, h.Reloads, r.SummarizerCalls, sums)
 	}
 }
 

@@ -325,6 +325,7 @@
       stat('usage', pct(st.usage, 1)),
       stat('tokens forwarded', num(st.sent)),
       stat('prefix kept (prompt cache)', pct(st.prefix_kept)),
+      stat('cached (backend, last request)', st.cached_tokens === undefined ? '–' : num(st.cached_tokens)),
       stat('num_ctx', st.num_ctx ? num(st.num_ctx) : '–'),
       stat('messages', num(sess.messages)),
       stat('dropped (last request)', num(st.dropped || 0)),
