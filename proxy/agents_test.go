@@ -169,3 +169,31 @@ func TestCloudModelPassedThrough(t *testing.T) {
 		t.Error("ctxproxy asked the backend for a cloud model's details")
 	}
 }
+
+// TestResponsesCompactionLeftToOllama: a Responses request that holds
+// Ollama's own compaction items (Codex's remote compaction) goes to
+// Ollama's own /v1/responses as sent, with a notice; an ordinary one is
+// translated and managed, so Ollama's compaction and ctxproxy's cuts
+// never act on one request.
+func TestResponsesCompactionLeftToOllama(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	sys := newSystem(t, be.URL, setup{})
+	for _, item := range []string{
+		`{"type":"compaction","encrypted_content":"opaque"}`,
+		`{"type":"compaction_trigger"}`,
+	} {
+		body := `{"model":"llama3.1:8b","stream":true,"input":[{"role":"user","content":"hi"},` + item + `]}`
+		resp := post(t, sys.url+"/v1/responses", []byte(body), nil)
+		readAll(t, resp.Body)
+		got, ok := be.Last("/v1/responses")
+		if !ok || string(got.Body) != body || !strings.Contains(resp.Header.Get("X-Ctxproxy-Notice"), "Ollama's own compaction") {
+			t.Errorf("%s: forwarded to /v1/responses %v, notice %q", item, ok, resp.Header.Get("X-Ctxproxy-Notice"))
+		}
+	}
+	n := len(be.Requests())
+	resp := post(t, sys.url+"/v1/responses", []byte(`{"model":"llama3.1:8b","input":"hi"}`), nil)
+	readAll(t, resp.Body)
+	if got := be.Requests(); len(got) <= n || got[len(got)-1].Path != "/api/chat" {
+		t.Error("an ordinary Responses request was not translated")
+	}
+}

@@ -512,11 +512,13 @@ func TestDialectsMalformed(t *testing.T) {
 		forwarded  bool   // reached the backend unchanged at path
 		shape      string // "openai" or "anthropic" error
 	}{
-		{"/v1/responses", `{"model":`, 404, true, ""},
-		{"/v1/responses", `{"model":"m","input":42}`, 404, true, ""},
-		{"/v1/responses", `[1,2]`, 404, true, ""},
-		{"/v1/messages", `{"model":"m","messages":"nope","max_tokens":5}`, 404, true, ""},
-		{"/v1/messages", `{"model":"m","messages":[{"content":"no role"}],"max_tokens":5}`, 404, true, ""},
+		// Forwarded as sent to Ollama's own route, which answers them (the
+		// fake as Ollama: 400 for JSON it cannot parse).
+		{"/v1/responses", `{"model":`, 400, true, ""},
+		{"/v1/responses", `{"model":"m","input":42}`, 200, true, ""},
+		{"/v1/responses", `[1,2]`, 400, true, ""},
+		{"/v1/messages", `{"model":"m","messages":"nope","max_tokens":5}`, 200, true, ""},
+		{"/v1/messages", `{"model":"m","messages":[{"content":"no role"}],"max_tokens":5}`, 200, true, ""},
 		{"/v1/messages", `{"model":"llama3.1:8b","messages":[{"role":"user","content":"hi"}]}`, 400, false, "anthropic"},
 		{"/v1/responses", `{"model":"llama3.1:8b","input":[{"type":"web_search_call","id":"x"}]}`, 400, false, "openai"},
 		{"/v1/messages", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}]}`, 400, false, "anthropic"},

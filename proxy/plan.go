@@ -147,6 +147,15 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 	}
 	toOllama := (req.Dialect == wire.Ollama && kind != KindOpenAI) || p.translate
 	p.toOllama = toOllama
+	if p.translate && req.Conv != nil && req.Conv.Compaction {
+		// Ollama's own compaction (Codex's remote compaction): only its
+		// /v1/responses reads it, so the request goes there as sent.
+		p.translate, p.toOllama = false, false
+		p.fixed = wire.PayloadOf(req.Body)
+		ex.headers.Set("X-Ctxproxy-Notice", "Not counted or trimmed: the input holds Ollama's own compaction, "+
+			"which only its /v1/responses reads; ctxproxy leaves this request to it.")
+		return p, nil
+	}
 	if toOllama && cloudModel(req.Model) {
 		// Ollama answers it from its cloud: the model's tokenizer and
 		// window are not this server's. Its own route takes it as sent.

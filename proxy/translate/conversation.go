@@ -49,6 +49,11 @@ type Conversation struct {
 	// cannot see or count. Trim nothing then; to Ollama the request is
 	// refused (see ResponsesRequest).
 	PreviousResponseID string
+	// Compaction reports that a Responses input holds the items of
+	// Ollama's own compaction (0.34: "compaction", which only it can
+	// expand, or "compaction_trigger", which asks it to compact): such a
+	// request is left to Ollama's own /v1/responses.
+	Compaction bool
 	// FirstSystem and FirstUser feed the session fingerprint.
 	FirstSystem, FirstUser string
 

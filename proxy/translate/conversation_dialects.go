@@ -42,6 +42,10 @@ func DecodeResponses(body []byte) (*Conversation, error) {
 				group = append(group, item)
 				return nil
 			}
+			switch str(itemFields["type"]) {
+			case "compaction", "compaction_trigger":
+				c.Compaction = true
+			}
 			responsesItem(&m, itemFields)
 			m.Raw = item
 			if len(group) > 0 {

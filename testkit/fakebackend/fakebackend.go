@@ -258,7 +258,7 @@ func (b *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"id": "gpt-4o", "object": "model", "created": 1700000000, "owned_by": "fake"}}})
 	case r.URL.Path == "/v1/chat/completions":
 		b.openaiChat(w, r, body, o)
-	case b.Kind == OpenAI && (r.URL.Path == "/v1/responses" || r.URL.Path == "/v1/messages"):
+	case r.URL.Path == "/v1/responses" || r.URL.Path == "/v1/messages": // Ollama serves both too
 		b.dialectChat(w, r, body, o)
 	default:
 		if b.Kind == Ollama {
