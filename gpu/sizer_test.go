@@ -24,6 +24,15 @@ func loaded(s Reading, models ...modelinfo.Loaded) Reading {
 
 func boolp(b bool) *bool { return &b }
 
+// withNumCtx is model with a Modelfile num_ctx of n.
+func withNumCtx(model func(*testing.T) Workload, n int) func(*testing.T) Workload {
+	return func(t *testing.T) Workload {
+		m := model(t)
+		m.NumCtx = n
+		return m
+	}
+}
+
 func TestSizerDecide(t *testing.T) {
 	llama := func(t *testing.T) Workload { return Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")} }
 	tests := []struct {
@@ -104,48 +113,28 @@ func TestSizerDecide(t *testing.T) {
 		},
 		{
 			name: "capped by the model's own num_ctx", snap: snap(1, 40*gb),
-			model: func(t *testing.T) Workload {
-				m := llama(t)
-				m.NumCtx = 32768
-				return m
-			},
+			model:      withNumCtx(llama, 32768),
 			wantNumCtx: 32768, wantLimit: 32768,
 			wantReason: "…, capped by the model's own num_ctx 32768 (context.model_num_ctx: ceiling)",
 		},
 		{
 			name: "a cap is kept as it is, not rounded down to a bucket", snap: snap(1, 40*gb),
-			model: func(t *testing.T) Workload {
-				m := llama(t)
-				m.NumCtx = 4834
-				return m
-			},
+			model:      withNumCtx(llama, 4834),
 			wantNumCtx: 4834, wantLimit: 4834,
 		},
 		{
 			name: "below the model's own num_ctx when memory is short", snap: snap(1, 2*gb),
-			model: func(t *testing.T) Workload {
-				m := llama(t)
-				m.NumCtx = 32768
-				return m
-			},
+			model:      withNumCtx(llama, 32768),
 			wantNumCtx: 12288, wantLimit: 12288,
 		},
 		{
 			name: "the model's own num_ctx ignored", cfg: Config{ModelNumCtx: ModelNumCtxIgnore}, snap: snap(1, 40*gb),
-			model: func(t *testing.T) Workload {
-				m := llama(t)
-				m.NumCtx = 32768
-				return m
-			},
+			model:      withNumCtx(llama, 32768),
 			wantNumCtx: 131072, wantLimit: 131072,
 		},
 		{
 			name: "a fixed target_size within the model's own num_ctx", cfg: Config{AutoSize: boolp(false), TargetSize: 65536}, snap: snap(1, 40*gb),
-			model: func(t *testing.T) Workload {
-				m := llama(t)
-				m.NumCtx = 16384
-				return m
-			},
+			model:      withNumCtx(llama, 16384),
 			wantNumCtx: 16384, wantLimit: 16384,
 		},
 		{

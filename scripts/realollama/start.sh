@@ -11,7 +11,8 @@
 # weights, a byte-level BPE vocabulary of 276 tokens and an 8192-token
 # window, stopping after 16 output tokens. Their text is printable noise:
 # they test plumbing, never answers. The first run builds Ollama (build.sh)
-# into $REALOLLAMA_CACHE (default ~/.cache/realollama).
+# into $REALOLLAMA_CACHE (default ~/.cache/realollama); REALOLLAMA_VERSION
+# picks it (v0.17.4 by default; v0.34.3 is the llama-server era).
 #
 #   scripts/realollama/start.sh PORT [WORKDIR]
 set -euo pipefail
@@ -23,7 +24,7 @@ ver=${REALOLLAMA_VERSION:-v0.17.4}
 cache=${REALOLLAMA_CACHE:-$HOME/.cache/realollama}
 bin=$cache/$ver/bin/ollama
 
-[ -x "$bin" ] || "$here/build.sh" "$cache/$ver" "$ver" >&2
+[ -x "$bin" ] && [ -e "$cache/$ver/.built" ] || "$here/build.sh" "$cache/$ver" "$ver" >&2
 mkdir -p "$work/models"
 (cd "$repo" && GOFLAGS=-buildvcs=false go run ./scripts/realollama/mkmodel -o "$work/tiny.gguf") >&2
 cat > "$work/Modelfile.tiny" <<'MF'
