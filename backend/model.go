@@ -16,6 +16,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget/exact"
 	"github.com/ctxproxy/ctxproxy/internal/cache"
 	"github.com/ctxproxy/ctxproxy/modelinfo"
+	"github.com/ollama/ollama/api"
 )
 
 // Details is what ctxproxy knows of one Ollama model.
@@ -442,4 +443,31 @@ func modelfileNumCtx(modelfile string) int {
 		}
 	}
 	return n
+}
+
+// Render returns the prompt the server builds for p on model, rendered by
+// the server itself (Ollama's _debug_render_only: the template or
+// renderer run, nothing generated): for a renderer ctxproxy cannot render
+// as this server does (exact.Tokenizer.ServerRenders). numCtx is the
+// num_ctx the request will run with, so that rendering does not make the
+// server load the model again at another size.
+func (b *Backend) Render(ctx context.Context, model string, numCtx int, p exact.Prompt) (string, error) {
+	req := api.ChatRequest{Model: model, Messages: p.Messages, Tools: p.Tools, Think: p.Think, DebugRenderOnly: true}
+	stream := false
+	req.Stream = &stream
+	if numCtx > 0 {
+		req.Options = map[string]any{"num_ctx": numCtx}
+	}
+	var out struct {
+		DebugInfo *struct {
+			RenderedTemplate string `json:"rendered_template"`
+		} `json:"_debug_info"`
+	}
+	if _, err := b.JSON(ctx, http.MethodPost, "/api/chat", req, &out, showLimit); err != nil {
+		return "", err
+	}
+	if out.DebugInfo == nil {
+		return "", fmt.Errorf("the backend did not render the prompt (no _debug_info in its answer)")
+	}
+	return out.DebugInfo.RenderedTemplate, nil
 }

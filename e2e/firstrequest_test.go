@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -68,10 +69,18 @@ func TestRealOllama_FirstRequestPrepared(t *testing.T) {
 	// Cold: the first request arrives as ctxproxy starts, before any
 	// memory sample could prepare the model, and nothing is cached on
 	// disk yet. Then a restart on the same tokenizer directory.
+	dir := t.TempDir()
 	withCache := strings.Replace(exactConfig, "tokens: {calibrate: false}",
-		fmt.Sprintf("tokens: {calibrate: false, tokenizer_dir: %q}", t.TempDir()), 1)
+		fmt.Sprintf("tokens: {calibrate: false, tokenizer_dir: %q}", dir), 1)
 	cold := startCtxproxy(t, o.url, withCache)
 	coldFirst, coldSecond := timed(cold, 962), timed(cold, 963)
+	// The build prepared from /api/ps (the model is loaded) may still be
+	// writing the tokenizer's file when the requests are answered.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if files, _ := filepath.Glob(filepath.Join(dir, "*.json.gz")); len(files) > 0 {
+			break
+		}
+	}
 	cold.stop()
 	restarted := startCtxproxy(t, o.url, withCache)
 	cachedFirst, cachedSecond := timed(restarted, 964), timed(restarted, 965)

@@ -26,6 +26,9 @@ var suite struct {
 	repo, bin string
 	// ollama is the real server; nil when setup failed (see unavailable).
 	ollama *ollamaServer
+	// version is the real server's, as its /api/version says
+	// (REALOLLAMA_VERSION chooses it).
+	version string
 	// unavailable says why the real Ollama could not be started: tests
 	// skip with it, or fail when CI is set.
 	unavailable string
@@ -85,6 +88,8 @@ func runSuite(m *testing.M) int {
 	} else {
 		suite.ollama = o
 		defer o.stop()
+		suite.version = o.version()
+		fmt.Fprintf(os.Stderr, "e2e: Ollama %s\n", suite.version)
 	}
 	code := m.Run()
 	if code != 0 && suite.ollama != nil {

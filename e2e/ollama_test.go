@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ollama/ollama/api"
+	"golang.org/x/mod/semver"
 )
 
 // ollamaServer is the real Ollama that start.sh started.
@@ -20,6 +21,28 @@ type ollamaServer struct {
 	url     string
 	pgid    int
 	logPath string
+}
+
+// version is the server's version as its /api/version says ("0.17.4").
+func (o *ollamaServer) version() string {
+	resp, err := http.Get(o.url + "/api/version")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Version string `json:"version"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&v)
+	return v.Version
+}
+
+// llamaServer reports whether the suite's Ollama is of the llama-server
+// era (0.30 and later): every model runs in llama.cpp's llama-server,
+// none on Ollama's own engine.
+func llamaServer() bool {
+	v := "v" + suite.version
+	return semver.IsValid(v) && semver.Compare(v, "v0.30.0") >= 0
 }
 
 // stop stops serve and its runners (the whole process group).

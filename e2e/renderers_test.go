@@ -289,10 +289,10 @@ func openaiImageBody(model string, msgs []api.Message) []byte {
 }
 
 // TestRealOllama_Qwen3Engine: a qwen3-architecture model, which Ollama
-// runs on its own engine, with a 32,000-token vocabulary split as Qwen 2
-// (digits one by one), is counted exactly on every route, with its
-// ChatML template and with the qwen3-coder renderer, tools and hard text
-// included.
+// runs on its own engine (before 0.30; in llama-server after), with a
+// 32,000-token vocabulary split as Qwen 2 (digits one by one), is counted
+// exactly on every route, with its ChatML template and with the
+// qwen3-coder renderer, tools and hard text included.
 func TestRealOllama_Qwen3Engine(t *testing.T) {
 	o := need(t)
 	const base = "gen-qwen3"
@@ -322,7 +322,11 @@ func TestRealOllama_Qwen3Engine(t *testing.T) {
 			}
 		}
 	}
-	if !logHas(p.logPath, `"tokenizer":"ollama:gpt2/qwen2"`) {
-		t.Error("the model was not counted as Ollama's own engine runs it")
+	want := `"tokenizer":"ollama:gpt2/qwen2"`
+	if llamaServer() {
+		want = `"tokenizer":"llama.cpp:gpt2/qwen2"`
+	}
+	if !logHas(p.logPath, want) {
+		t.Errorf("the model was not counted as Ollama %s runs it (%s)", suite.version, want)
 	}
 }

@@ -64,7 +64,7 @@ func visionTokenizer(t *testing.T, base, name string) *exact.Tokenizer {
 	if !slices.Contains(show.Capabilities, string(model.CapabilityVision)) {
 		t.Fatalf("%s: capabilities %v, no vision", name, show.Capabilities)
 	}
-	show.Name = name
+	show.Name, show.Version = name, suite.version // counted as this server counts
 	tok, err := exact.New(show)
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)

@@ -49,6 +49,8 @@ type exactPrompt interface {
 	approximate() bool
 	// prompt is the last prompt counted, as the server renders it.
 	prompt() exact.Prompt
+	// useServer renders on the server what only it renders exactly.
+	useServer(render func(exact.Prompt) (string, error))
 }
 
 func (c *exactCounter) prompt() exact.Prompt {

@@ -46,6 +46,10 @@ type exactCounter struct {
 	// err is the first counting error; the request is then counted by
 	// budget's estimate instead (see prepare).
 	err error
+	// render renders a prompt on the server, for a model whose prompts
+	// only the server renders exactly (exact.Tokenizer.ServerRenders);
+	// nil renders with ctxproxy's own, not exactly.
+	render func(exact.Prompt) (string, error)
 	// approx: the last prompt's count is not exact (images for a
 	// vision model whose image cost the server decides at run time: all
 	// but Gemma 3 on Ollama's engine); it is not compared with the
@@ -102,7 +106,7 @@ func (c *exactCounter) Prompt(msgs []rewrite.Message, _ json.RawMessage) budget.
 	for i := range msgs {
 		c.images = append(c.images, msgs[i].Images)
 	}
-	n, whole, err := c.model.Count(c.prompt())
+	n, whole, err := c.count(c.prompt())
 	if err != nil && c.err == nil {
 		c.err = err
 	}
@@ -110,6 +114,25 @@ func (c *exactCounter) Prompt(msgs []rewrite.Message, _ json.RawMessage) budget.
 	c.total = n
 	return budget.Estimate{Tokens: n, Raw: n, Chars: n, Exact: true}
 }
+
+// count counts p as the server renders it: on the server for a model
+// whose renderer only it has right (without images, whose cost the
+// renderer places), else with ctxproxy's own rendering.
+func (c *exactCounter) count(p exact.Prompt) (int, bool, error) {
+	if c.render == nil || !c.model.ServerRenders() || len(p.Images) > 0 {
+		return c.model.Count(p)
+	}
+	text, err := c.render(p)
+	if err != nil {
+		n, _, _ := c.model.Count(p)
+		return n, false, nil // counted, not exactly: the reply calibrates it
+	}
+	n, err := c.model.CountPrompt(text)
+	return n, err == nil, err
+}
+
+// useServer makes c render on the server what only it renders exactly.
+func (c *exactCounter) useServer(render func(exact.Prompt) (string, error)) { c.render = render }
 
 // Overhead is the part of the last counted prompt that is no message's
 // share: BOS, the reply priming, the model's SYSTEM, the tools.

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -148,6 +150,9 @@ func (s *Server) answer(resp *http.Response, ex *exchange, p *plan, done func(wi
 	if p != nil && resp.StatusCode == http.StatusNotFound {
 		s.modelNotFound(ex, p)
 	}
+	if p != nil && resp.StatusCode >= http.StatusInternalServerError {
+		s.loadFailed(resp, ex, p)
+	}
 	for k, v := range ex.headers {
 		resp.Header[k] = v
 	}
@@ -191,6 +196,37 @@ func (s *Server) modelNotFound(ex *exchange, p *plan) {
 		s.sizer.Forget(p.model)
 	}
 	ex.headers = http.Header{"X-Ctxproxy-Notice": {"the backend does not have model " + strconv.Quote(p.model) + "; nothing was recorded"}}
+}
+
+// loadFailed says, once per model, that the backend could not load it: a
+// model its runner cannot read (an architecture its llama.cpp lacks, a
+// tensor it finds of another shape) fails on every request with a 500
+// whose words are the runner's. The answer passes on as it came.
+func (s *Server) loadFailed(resp *http.Response, ex *exchange, p *plan) {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
+	if err != nil || !bytes.Contains(body, []byte("error loading model")) && !bytes.Contains(body, []byte("process has terminated")) {
+		return
+	}
+	why := string(body)
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		why = e.Error
+	}
+	ex.warn("the backend could not load " + strconv.Quote(p.model) + "; its runner said: " + firstLine(why))
+	s.plan.once.warn("load:"+p.model, "the backend could not load the model; its requests fail until it can",
+		"model", p.model, "error", why)
+}
+
+// firstLine is s up to its first line break.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
 
 // gzipBody inflates a compressed response body and closes the original.

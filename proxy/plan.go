@@ -14,6 +14,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/budget/exact"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/inband"
@@ -323,6 +324,10 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 		}
 		if toOllama && mi.Tokenizer != nil && !s.cfg.NoExact {
 			ec := exactFor(mi.Tokenizer, req, p.ollamaOpts)
+			if mi.Tokenizer.ServerRenders() {
+				numCtx := p.numCtx
+				ec.useServer(func(pr exact.Prompt) (string, error) { return s.be.Render(ctx, req.Model, numCtx, pr) })
+			}
 			if ec.failed() == nil {
 				p.before = ec.Prompt(p.messages, req.Tools)
 			}

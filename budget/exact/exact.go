@@ -110,6 +110,10 @@ type Tokenizer struct {
 	engine engine
 	// rules are the server version's (versions.go).
 	rules serverRules
+	// serverRenders: the server renders the prompts (ServerRenders);
+	// standIn: ctxproxy lacks its renderer and renders a message's share
+	// with ChatML instead.
+	serverRenders, standIn bool
 
 	seed maphash.Seed
 	// pieces is sharded: a long prompt's new pieces are counted on
@@ -156,13 +160,19 @@ func New(show Show) (*Tokenizer, error) {
 		}
 	}
 
+	rules := rulesOf(show.Version)
 	renderer, err := RendererOf(show)
-	if err != nil {
+	// From 0.30 the renderers change from one version to the next: the
+	// server renders the prompts of a model that has one (ServerRenders).
+	serverRenders := rules.llamaServer && renderer != ""
+	if err != nil && !serverRenders {
 		return nil, err
 	}
 	m := &Tokenizer{
-		renderer: renderer,
-		rules:    rulesOf(show.Version),
+		renderer:      renderer,
+		serverRenders: serverRenders,
+		standIn:       serverRenders && err != nil,
+		rules:         rules,
 		// The server drops the <think> part of earlier replies for
 		// these (filterThinkTags in its routes).
 		dropThinking: show.Details.Family == "qwen3" || ollamaModelName(show.Name) == "deepseek-r1",
@@ -185,6 +195,9 @@ func New(show Show) (*Tokenizer, error) {
 		spacePrefix: boolOr(kv["tokenizer.ggml.add_space_prefix"], true)}
 	if b, ok := kv["tokenizer.ggml.add_bos_token"].(bool); ok {
 		m.engine.bosKey = &b
+	}
+	if len(vocab.BOS) > 0 {
+		m.engine.bosText = vocab.Values[vocab.BOS[0]]
 	}
 	switch model {
 	case "gpt2":
@@ -214,8 +227,12 @@ func New(show Show) (*Tokenizer, error) {
 	m.runOn(m.rules.llamaServer || onLlamaCpp(kv, len(show.ProjectorInfo) > 0))
 	m.trie = newTrie(m.special)
 
-	if m.renderer == "" {
-		tmpl, err := template.Parse(cmpOr(show.Template, "{{ .Prompt }}"))
+	if m.renderer == "" || m.standIn {
+		text := cmpOr(show.Template, "{{ .Prompt }}")
+		if m.standIn {
+			text = chatMLStandIn
+		}
+		tmpl, err := template.Parse(text)
 		if err != nil {
 			return nil, fmt.Errorf("exact: parse the chat template: %w", err)
 		}
@@ -296,7 +313,7 @@ func (m *Tokenizer) Render(p Prompt) (string, error) {
 	if think == nil && m.thinking {
 		think = &api.ThinkValue{Value: true} // the server's default for thinking models
 	}
-	if m.renderer != "" {
+	if m.renderer != "" && !m.standIn {
 		return renderers.RenderWithRenderer(m.renderer, msgs, p.Tools, think)
 	}
 	var b bytes.Buffer
@@ -318,6 +335,25 @@ func (m *Tokenizer) Render(p Prompt) (string, error) {
 // model without vision gets only an image's tag in the text, which is
 // counted exactly.
 func (m *Tokenizer) Count(p Prompt) (tokens int, exact bool, err error) {
+	tokens, exact, err = m.countLocal(p)
+	return tokens, exact && !m.serverRenders, err
+}
+
+// ServerRenders reports whether the server must render this model's
+// prompts for an exact count: a model with a renderer, on Ollama 0.30 and
+// later, whose renderers change from one version to the next and which
+// has renderers ctxproxy lacks. Count then renders with ctxproxy's own
+// (or ChatML) and says the count is not exact; CountPrompt counts what
+// the server rendered.
+func (m *Tokenizer) ServerRenders() bool { return m.serverRenders }
+
+// chatMLStandIn renders a message's share for a renderer ctxproxy lacks:
+// its text and a few tokens of structure, close enough for a strategy
+// weighing messages; the whole prompt is counted as the server renders it.
+const chatMLStandIn = "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
+
+// countLocal is Count, rendered by ctxproxy.
+func (m *Tokenizer) countLocal(p Prompt) (tokens int, exact bool, err error) {
 	text, err := m.Render(p)
 	if err != nil {
 		return 0, false, err

@@ -504,13 +504,27 @@ func TestRenderer(t *testing.T) {
 		t.Errorf("the renderer named in the Modelfile text was not used:\n%.400s", got)
 	}
 
-	// A renderer ctxproxy lacks (a newer Ollama's) is never counted with
-	// the template: the model is unsupported, and the error names it.
+	// A renderer ctxproxy lacks is never counted with the template: on
+	// 0.17.4 the model is unsupported, and the error names it; from 0.30
+	// the server renders its prompts (ServerRenders), and ctxproxy's own
+	// count of one is not exact.
 	for _, s := range []Show{{ModelInfo: kv, Renderer: "no-such-renderer"},
 		{ModelInfo: kv, Template: show.Template, Modelfile: "FROM x\nRENDERER no-such-renderer\n"}} {
+		s.Version = ollama017
 		_, err := New(s)
 		if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), `"no-such-renderer"`) {
 			t.Errorf("an unknown renderer: %v", err)
+		}
+		s.Version = "0.34.3"
+		m, err := New(s)
+		if err != nil || !m.ServerRenders() || m.Renderer() != "no-such-renderer" {
+			t.Fatalf("an unknown renderer on 0.34.3: %v", err)
+		}
+		if _, exact, err := m.Count(p); err != nil || exact {
+			t.Errorf("counted without the server as exact (%v)", err)
+		}
+		if n, err := m.Share(p.Messages[0], nil); err != nil || n == 0 {
+			t.Errorf("no share for a message of a renderer ctxproxy lacks: %d, %v", n, err)
 		}
 	}
 }

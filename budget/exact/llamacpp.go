@@ -72,7 +72,9 @@ type engine struct {
 	arch        string // general.architecture
 	spacePrefix bool
 	// bosKey is the file's tokenizer.ggml.add_bos_token, nil without one.
-	bosKey   *bool
+	bosKey *bool
+	// bosText is the BOS token's text ("<s>", "<|begin_of_text|>").
+	bosText  string
 	llamaCpp bool
 }
 

@@ -22,8 +22,9 @@ func init() {
 // server fills it, else the RENDERER line of the Modelfile text, which is
 // where Ollama v0.17.4 names it (its template then is not what the
 // server renders). A renderer this package does not have is an error
-// wrapping ErrUnsupported that names it: such a model is never counted
-// with its template, which the server does not use.
+// wrapping ErrUnsupported that names it, with the name: such a model is
+// never counted with its template, which the server does not use (from
+// Ollama 0.30 the server renders it for ctxproxy: ServerRenders).
 func RendererOf(show Show) (string, error) {
 	name := show.Renderer
 	if name == "" && strings.Contains(strings.ToUpper(show.Modelfile), "RENDERER") {
@@ -41,7 +42,7 @@ func RendererOf(show Show) (string, error) {
 		return "", nil
 	}
 	if !KnownRenderer(name) {
-		return "", fmt.Errorf("%w: the model's renderer %q is not one ctxproxy has (it renders as Ollama v0.17.4 does; a newer Ollama has renderers it lacks)",
+		return name, fmt.Errorf("%w: the model's renderer %q is not one ctxproxy has (it renders as Ollama v0.17.4 does; a newer Ollama has renderers it lacks)",
 			ErrUnsupported, name)
 	}
 	return name, nil

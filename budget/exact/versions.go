@@ -78,7 +78,13 @@ func (r serverRules) sent(prompt, renderer string, e engine) string {
 	if !r.llamaServer || !adds {
 		return prompt
 	}
-	if bos := leadingBOS[renderer]; bos != "" && strings.HasPrefix(prompt, bos) {
+	bos := leadingBOS[renderer]
+	if bos == "" && renderer != "" && !KnownRenderer(renderer) {
+		// A renderer of a newer Ollama than ctxproxy knows: those write
+		// the model's own BOS text first.
+		bos = e.bosText
+	}
+	if bos != "" && strings.HasPrefix(prompt, bos) {
 		return prompt[len(bos):]
 	}
 	return strings.TrimPrefix(prompt, "<bos>")
