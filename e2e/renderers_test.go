@@ -236,8 +236,9 @@ var pixel = func() []byte {
 
 // TestRealOllama_ImageOnTextModel: an image sent to a model without
 // vision costs only its tag in the text, which ctxproxy counts exactly
-// (on /api/chat, /v1/chat/completions and /api/generate); and the
-// model's plain requests stay exact after it.
+// (on /api/chat, /v1/chat/completions and /api/generate); from Ollama
+// 0.30, whose llama-server refuses it, the client gets that refusal as
+// it would directly. The model's plain requests stay exact after it.
 func TestRealOllama_ImageOnTextModel(t *testing.T) {
 	o := need(t)
 	p := startCtxproxy(t, o.url, exactConfig)
@@ -249,6 +250,15 @@ func TestRealOllama_ImageOnTextModel(t *testing.T) {
 		if route == "/api/chat" {
 			body, _ = json.Marshal(chatRequest{Model: modelTiny, Messages: msgs})
 		}
+		if llamaServer() {
+			_, _, direct := countedAndEvaluatedBody(o.url, route, body)
+			_, _, through := countedAndEvaluatedBody(p.url, route, body)
+			if direct == nil || through == nil || !strings.Contains(through.Error(), "HTTP 400") ||
+				!strings.Contains(through.Error(), "does not support multimodal") {
+				t.Errorf("%s with an image on Ollama %s: directly %v, through ctxproxy %v", route, suite.version, direct, through)
+			}
+			continue
+		}
 		sent, eval, err := countedAndEvaluatedBody(p.url, route, body)
 		if err != nil {
 			t.Fatalf("%s: %v", route, err)
@@ -258,7 +268,11 @@ func TestRealOllama_ImageOnTextModel(t *testing.T) {
 		}
 	}
 	body, _ := json.Marshal(api.GenerateRequest{Model: modelTiny, Prompt: "Describe it.", Images: []api.ImageData{pixel}, Stream: new(bool)})
-	if sent, eval, err := generateCounted(p.url, body); err != nil || sent != eval {
+	if sent, eval, err := generateCounted(p.url, body); llamaServer() {
+		if err == nil {
+			t.Errorf("/api/generate with an image on Ollama %s: answered, where llama-server refuses it", suite.version)
+		}
+	} else if err != nil || sent != eval {
 		t.Errorf("/api/generate with an image: X-Ctxproxy-Tokens %d, prompt_eval_count %d, %v", sent, eval, err)
 	}
 	plain := conversation(951, 3)
