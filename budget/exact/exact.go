@@ -347,11 +347,6 @@ func (m *Tokenizer) Count(p Prompt) (tokens int, exact bool, err error) {
 // the server rendered.
 func (m *Tokenizer) ServerRenders() bool { return m.serverRenders }
 
-// chatMLStandIn renders a message's share for a renderer ctxproxy lacks:
-// its text and a few tokens of structure, close enough for a strategy
-// weighing messages; the whole prompt is counted as the server renders it.
-const chatMLStandIn = "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
-
 // countLocal is Count, rendered by ctxproxy.
 func (m *Tokenizer) countLocal(p Prompt) (tokens int, exact bool, err error) {
 	text, err := m.Render(p)
@@ -578,55 +573,3 @@ func Pretokenizer(pre string) []string {
 }
 
 // The model_info values are JSON-decoded: arrays of any, numbers float64.
-
-func strings_(v any) []string {
-	a, _ := v.([]any)
-	out := make([]string, 0, len(a))
-	for _, x := range a {
-		s, _ := x.(string)
-		out = append(out, s)
-	}
-	return out
-}
-
-func ints(v any) []int32 {
-	a, _ := v.([]any)
-	out := make([]int32, 0, len(a))
-	for _, x := range a {
-		n, _ := number(x)
-		out = append(out, int32(n))
-	}
-	return out
-}
-
-func floats(v any) []float32 {
-	a, _ := v.([]any)
-	out := make([]float32, 0, len(a))
-	for _, x := range a {
-		f, _ := x.(float64)
-		out = append(out, float32(f))
-	}
-	return out
-}
-
-func number(v any) (int, bool) {
-	f, ok := v.(float64)
-	if !ok || f != float64(int(f)) {
-		return 0, false
-	}
-	return int(f), true
-}
-
-func boolOr(v any, def bool) bool {
-	if b, ok := v.(bool); ok {
-		return b
-	}
-	return def
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}

@@ -58,6 +58,11 @@ func NewerThanChecked(version string) bool {
 	return version != "" && semver.IsValid(v) && semver.Compare(semver.Canonical(v), "v"+NewestChecked) > 0
 }
 
+// chatMLStandIn renders a message's share for a renderer ctxproxy lacks:
+// its text and a few tokens of structure, close enough for a strategy
+// weighing messages; the whole prompt is counted as the server renders it.
+const chatMLStandIn = "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
+
 // leadingBOS is the BOS text each renderer writes first, which
 // llama-server's Ollama takes off again (the renderers' LeadingBOS, 0.34.3).
 var leadingBOS = map[string]string{
