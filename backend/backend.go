@@ -142,6 +142,18 @@ func (b *Backend) Version(ctx context.Context) string {
 	return b.version
 }
 
+// Detected returns the kind and version the backend has said so far,
+// without asking it (for metrics and status, which must not probe).
+func (b *Backend) Detected() (kind, version string) {
+	b.kindMu.Lock()
+	defer b.kindMu.Unlock()
+	kind = b.kind
+	if b.configured == KindOllama || b.configured == KindOpenAI {
+		kind = b.configured
+	}
+	return kind, b.version
+}
+
 // probe returns the detected kind, asking /api/version when it is time.
 func (b *Backend) probe(ctx context.Context) string {
 	b.kindMu.Lock()

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ctxproxy/ctxproxy/backend"
+	"github.com/ctxproxy/ctxproxy/budget/exact"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -202,6 +204,26 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 		reg.MustRegister(sc)
 	}
 	return m
+}
+
+// descBackend is ctxproxy_backend_info: what the backend said it is, and
+// whether it is newer than the Ollama versions whose counting rules
+// ctxproxy knows (it is counted with the newest, and the log says so).
+var descBackend = prometheus.NewDesc("ctxproxy_backend_info",
+	"1, labelled with the backend's kind and version (Ollama's /api/version) and whether that version is newer "+
+		"than any whose counting rules ctxproxy knows (then it counts as the newest it knows).",
+	[]string{"kind", "version", "newer_than_checked"}, nil)
+
+// backendCollector reports ctxproxy_backend_info from what the backend
+// said, without asking it again.
+type backendCollector struct{ be *backend.Backend }
+
+func (backendCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descBackend }
+
+func (c backendCollector) Collect(ch chan<- prometheus.Metric) {
+	kind, version := c.be.Detected()
+	ch <- prometheus.MustNewConstMetric(descBackend, prometheus.GaugeValue, 1, kind, version,
+		strconv.FormatBool(exact.NewerThanChecked(version)))
 }
 
 // track counts one forwarded request as in flight until the returned

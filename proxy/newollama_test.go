@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -79,5 +81,28 @@ func TestLoadFailureSaid(t *testing.T) {
 	w := strings.Join(resp.Header.Values("X-Ctxproxy-Warning"), " | ")
 	if !strings.Contains(w, `could not load "llama3.1:8b"`) || !strings.Contains(w, "tensor 'blk.0.attn_output.weight' not found") || strings.Contains(w, "more") {
 		t.Errorf("warning %q", w)
+	}
+}
+
+// TestBackendInfo: the backend's kind and version are a metric, and a
+// version newer than any ctxproxy's rules know is marked.
+func TestBackendInfo(t *testing.T) {
+	for version, newer := range map[string]string{"0.34.3": "false", "0.40.1": "true"} {
+		fake := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+		front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/api/version" {
+				w.Write([]byte(`{"version":"` + version + `"}`))
+				return
+			}
+			fake.ServeHTTP(w, r)
+		}))
+		t.Cleanup(front.Close)
+		sys := newSystem(t, front.URL, setup{})
+		resp := post(t, sys.url+"/api/chat", textConversation("llama3.1:8b", 2, 1, nil), nil)
+		readAll(t, resp.Body)
+		want := `ctxproxy_backend_info{kind="ollama",newer_than_checked="` + newer + `",version="` + version + `"} 1`
+		if m := metricsText(t, sys.url); !strings.Contains(m, want) {
+			t.Errorf("no %s in the metrics", want)
+		}
 	}
 }

@@ -123,6 +123,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 			Client: &http.Client{Transport: transport}})
 	}
 	s.transport = transport
+	s.registry.MustRegister(backendCollector{s.be})
 	s.rp = &httputil.ReverseProxy{
 		Rewrite:   s.shape,
 		Transport: transport,
