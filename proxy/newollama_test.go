@@ -106,3 +106,19 @@ func TestBackendInfo(t *testing.T) {
 		}
 	}
 }
+
+// TestNewRoutesPassThrough: the routes newer Ollama versions added
+// (Responses compaction, audio transcription, model aliases) reach the
+// backend as sent.
+func TestNewRoutesPassThrough(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	sys := newSystem(t, be.URL, setup{})
+	for _, path := range []string{"/v1/responses/compact", "/v1/audio/transcriptions", "/api/experimental/aliases"} {
+		body := `{"model":"llama3.1:8b","input":[{"role":"user","content":"hi"}]}`
+		resp := post(t, sys.url+path, []byte(body), nil)
+		readAll(t, resp.Body)
+		if got, ok := be.Last(path); !ok || string(got.Body) != body {
+			t.Errorf("%s did not reach the backend as sent", path)
+		}
+	}
+}
