@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
@@ -120,5 +122,20 @@ func TestNewRoutesPassThrough(t *testing.T) {
 		if got, ok := be.Last(path); !ok || string(got.Body) != body {
 			t.Errorf("%s did not reach the backend as sent", path)
 		}
+	}
+}
+
+// TestWindowOllamaChose: when ctxproxy sets no num_ctx and the model's
+// Modelfile sets none, the window is the one the backend runs the model
+// with now (/api/ps; from 0.30 Ollama chooses it by its free memory).
+func TestWindowOllamaChose(t *testing.T) {
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	off := false
+	sys := newSystem(t, be.URL, setup{gpu: gpu.Config{AutoSize: &off},
+		loaded: []modelinfo.Loaded{{Name: "llama3.1:8b", Size: 6 << 30, NumCtx: 32768}}})
+	resp := post(t, sys.url+"/api/chat", textConversation("llama3.1:8b", 2, 1, nil), nil)
+	readAll(t, resp.Body)
+	if limit := header(resp, "X-Ctxproxy-Limit"); limit != 32768-1024 {
+		t.Errorf("limit %d, want the window Ollama runs the model with (32768) less the reserve", limit)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -51,6 +52,9 @@ type setup struct {
 	tokens    budget.Config
 	cfg       Config
 	free      uint64 // bytes of GPU memory free (default 20 GiB of 24)
+	// loaded are the models the backend's /api/ps lists, as the monitor
+	// samples them (none by default, and no source of them).
+	loaded []modelinfo.Loaded
 }
 
 func newSystem(t testing.TB, backendURL string, su setup) *system {
@@ -61,7 +65,11 @@ func newSystem(t testing.TB, backendURL string, su setup) *system {
 		free = 20 << 30
 	}
 	probe := &fixedProbe{devices: []gpu.Device{{Vendor: "nvidia", Name: "Fake GPU", Total: 24 << 30, Used: 24<<30 - free, Free: free}}}
-	mon := gpu.NewMonitor(probe, su.gpu, gpu.MonitorOptions{Logger: log})
+	opts := gpu.MonitorOptions{Logger: log}
+	if su.loaded != nil {
+		opts.Loaded = func(context.Context) ([]modelinfo.Loaded, error) { return su.loaded, nil }
+	}
+	mon := gpu.NewMonitor(probe, su.gpu, opts)
 	mon.Sample(context.Background())
 	scfg := snapshots.Config{Dir: t.TempDir()}
 	store, err := snapshots.NewFileStore(scfg, log)

@@ -104,6 +104,17 @@ type plan struct {
 	fixed wire.Payload
 }
 
+// loadedNumCtx is the num_ctx the backend runs model with now, as its
+// /api/ps said at the last memory sample; 0 when it is not loaded.
+func loadedNumCtx(snap gpu.Reading, model string) int {
+	for _, m := range snap.Models {
+		if m.Name == model || m.Name == model+":latest" {
+			return m.NumCtx
+		}
+	}
+	return 0
+}
+
 // cloudModel reports whether Ollama answers model from its cloud rather
 // than on this machine: a name whose tag ends in "cloud" ("gpt-oss:120b-cloud",
 // "kimi-k2:cloud"), as Ollama tells them apart.
@@ -230,6 +241,10 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 
 	// num_ctx from the memory actually free (Ollama only).
 	var mi backend.Details
+	var snap gpu.Reading
+	if toOllama && s.monitor != nil {
+		snap = s.monitor.Current(ctx)
+	}
 	if toOllama {
 		mi = s.be.Model(ctx, req.Model)
 		if p.translate {
@@ -237,10 +252,6 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 		}
 		p.numCtx = req.NumCtx
 		if s.sizer != nil {
-			var snap gpu.Reading
-			if s.monitor != nil {
-				snap = s.monitor.Current(ctx)
-			}
 			window := 0
 			if s.tokens != nil && mi.Facts.ContextLength == 0 {
 				window = s.tokens.Window(req.Model, 0).MaxTokens
@@ -289,10 +300,14 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 			lim = lim.Cap(p.numCtx)
 		case toOllama:
 			// Ollama's window for a request that sets none: the
-			// model's own num_ctx, else its default.
+			// model's own num_ctx, else the one it runs the model with
+			// now (from 0.30 Ollama chooses it by its free memory), else
+			// its smallest default.
 			w := ollamaDefaultCtx
-			if mi.NumCtx > 0 {
+			if n := loadedNumCtx(snap, req.Model); mi.NumCtx > 0 {
 				w = mi.NumCtx
+			} else if n > 0 {
+				w = n
 			}
 			lim = lim.Cap(w)
 			p.window = w
