@@ -192,7 +192,7 @@ func New(show Show) (*Tokenizer, error) {
 	pre, _ := kv["tokenizer.ggml.pre"].(string)
 	arch, _ := kv["general.architecture"].(string)
 	m.engine = engine{vocab: vocab, kind: model, pre: pre, arch: arch,
-		spacePrefix: boolOr(kv["tokenizer.ggml.add_space_prefix"], true)}
+		spacePrefix: boolOr(kv["tokenizer.ggml.add_space_prefix"], true), llamaServer: rules.llamaServer}
 	if b, ok := kv["tokenizer.ggml.add_bos_token"].(bool); ok {
 		m.engine.bosKey = &b
 	}

@@ -76,7 +76,14 @@ type engine struct {
 	// bosText is the BOS token's text ("<s>", "<|begin_of_text|>").
 	bosText  string
 	llamaCpp bool
+	// llamaServer: the server is Ollama 0.30 or later, whose llama.cpp is
+	// newer than 0.17.4's and has more rules (llamaServerRules).
+	llamaServer bool
 }
+
+// rule returns llama.cpp's rule for e's pre-tokenizer, from the table of
+// the llama.cpp e's server runs.
+func (e engine) rule() (llamaCppRule, bool) { return llamaCppRuleOf(e.pre, e.llamaServer) }
 
 // addsBOS reports whether e's runner adds the BOS token to a prompt: the
 // file's add_bos_token when it has one, else the runner's default. For
@@ -95,7 +102,7 @@ func (e engine) addsBOS() bool {
 	if !e.llamaCpp {
 		return !slices.Contains(noBOSArchitectures, e.arch)
 	}
-	rule, _ := llamaCppRuleOf(e.pre)
+	rule, _ := e.rule()
 	return e.kind != "gpt2" || rule.addsBOS
 }
 
@@ -104,7 +111,7 @@ func (e engine) exprs() []string {
 	if own, ok := ollamaPretokenizer(e.arch, e.pre); ok && !e.llamaCpp {
 		return own
 	}
-	if rule, ok := llamaCppRuleOf(e.pre); ok && e.llamaCpp {
+	if rule, ok := e.rule(); ok && e.llamaCpp {
 		return rule.exprs
 	}
 	return Pretokenizer(e.pre)
@@ -130,7 +137,7 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 	case "gpt2":
 		m.name = runner + ":gpt2/" + cmpOr(e.pre, "default")
 		exprs := e.exprs()
-		rule, _ := llamaCppRuleOf(e.pre)
+		rule, _ := e.rule()
 		m.bpe = newBPE(e.bpe, exprs, llamaCpp, !llamaCpp || rule.wholeWords)
 		m.tok = nil
 	case "llama":

@@ -110,6 +110,73 @@ var llamaCppRules = []llamaCppRule{
 	}, false, false},
 }
 
+// llamaServerRules are the rules the llama.cpp of Ollama 0.30 and later
+// adds (llama-server, built from llama.cpp b10969 in Ollama 0.34.3; its
+// llama-vocab.cpp and unicode.cpp): pre-tokenizer values with expressions
+// of their own. Every value of llamaCppRules keeps its expressions and
+// flags there, and llamaServerAliases are the new values that share a
+// rule of that table. Three changes of its expression engine are written
+// into the expressions below: \p{Lu}, \p{Ll}, \p{Lt}, \p{Lm} and \p{Lo}
+// are read as any letter (so those are written \p{L}), "~" counts as a
+// symbol (\p{S}, as Go's tables have it), and Qwen 2's and Qwen 3.5's
+// expressions are hand-written code that splits as they do. Values whose
+// tokenizer is not byte-level (gemma4, granite-embed-multi-311m and
+// sarvam-moe split only at newlines and merge raw UTF-8 with "▁" for a
+// space; whitespace) have no rule here.
+var llamaServerRules = []llamaCppRule{
+	{[]string{"qwen35"}, []string{
+		`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+	}, false, false},
+	{[]string{"granite-embed-multi-97m"}, []string{
+		`[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))*((?=[\p{L}\p{M}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))+((?=[\p{L}\p{M}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+	}, true, false},
+	{[]string{"tiny_aya", "cohere2moe"}, []string{
+		splitAFMoE, // llama.cpp groups digits in threes with AFMoE's code
+		`[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]*[\p{L}\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+[\p{L}\p{M}]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+	}, false, false},
+	{[]string{"youtu"}, []string{
+		`[가-힣ㄱ-ㆎ]+|[！…“”‘’—：；，、-〿︰-﹏]+|[ㄅ-ㄯ]+|[一-龥぀-ゟ゠-ヿ]+`,
+		`[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]*[\p{L}\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+[\p{L}\p{M}]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+	}, true, false},
+	{[]string{"spark2_5"}, []string{
+		`\p{N}{1,3}`,
+		`[一-龥぀-ゟ゠-ヿ]+`,
+		"[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+|[\r\n]|\\s+(?!\\S)|\\s+",
+		`\p{N}`,
+	}, false, false},
+	{[]string{"jais-2"}, []string{
+		`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s{512}(?!\S)|\s{256}(?!\S)|\s{128}(?!\S)|\s{64}(?!\S)|\s{32}(?!\S)|\s{16}(?!\S)|\s{8}(?!\S)|\s{4}(?!\S)|\s{1,2}(?!\S)|\s{1}`,
+	}, false, false},
+	{[]string{"exaone-moe"}, []string{
+		`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+`,
+	}, false, false},
+	{[]string{"laguna"}, []string{
+		`[^\n]+|[\n]+`,
+		regexQwen2,
+	}, false, false},
+	{[]string{"minicpm5"}, []string{
+		`\p{N}{1,3}`,
+		`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+	}, true, false},
+	{[]string{"ufakzeka"}, []string{
+		`[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+	}, false, false},
+}
+
+// llamaServerAliases are the values the llama.cpp of Ollama 0.30 and
+// later adds to rules llamaCppRules already has, by a value of each.
+var llamaServerAliases = map[string]string{
+	"jina-v5-nano": "llama3",
+	"f2llmv2":      "qwen2",
+	"solar-open":   "qwen2",
+	"modern-bert":  "gpt-2",
+	"mellum2":      "starcoder",
+	"kanana2":      "gpt-4o",
+	"talkie":       "gpt-4o",
+	"joyai-llm":    "deepseek-v3",
+	"hy_v4":        "deepseek-v3",
+}
+
 // llamaCppRule is one rule of llama.cpp's table: the tokenizer.ggml.pre
 // values it serves, its expressions, and its ignore_merges and add_bos.
 type llamaCppRule struct {
@@ -118,16 +185,26 @@ type llamaCppRule struct {
 }
 
 // llamaCppRuleOf returns the rule llama.cpp splits text of the byte-level
-// BPE pre-tokenizer pre with, and false for a value it has no
-// expressions for (whole words and BOS are then off, as llama.cpp's
-// defaults are).
-func llamaCppRuleOf(pre string) (llamaCppRule, bool) {
+// BPE pre-tokenizer pre with: as Ollama v0.17.4 vendors it, or, when
+// llamaServer, as Ollama 0.30 and later run it. It returns false for a
+// value that llama.cpp has no expressions for (whole words and BOS are
+// then off, as llama.cpp's defaults are).
+func llamaCppRuleOf(pre string, llamaServer bool) (llamaCppRule, bool) {
 	if pre == "" {
 		pre = "default"
 	}
-	for _, r := range llamaCppRules {
-		if slices.Contains(r.pres, pre) {
-			return r, true
+	tables := [][]llamaCppRule{llamaCppRules}
+	if llamaServer {
+		if alias, ok := llamaServerAliases[pre]; ok {
+			pre = alias
+		}
+		tables = [][]llamaCppRule{llamaServerRules, llamaCppRules}
+	}
+	for _, table := range tables {
+		for _, r := range table {
+			if slices.Contains(r.pres, pre) {
+				return r, true
+			}
 		}
 	}
 	return llamaCppRule{}, false
