@@ -307,3 +307,26 @@ func TestLlamaServerQwen35(t *testing.T) {
 		t.Errorf("qwen35: %d tokens on 0.34.3 (want %d), %d on 0.17.4 (want another count)", server, want, old)
 	}
 }
+
+// TestLlamaCppUnknownPre: llama.cpp splits a tokenizer.ggml.pre value it
+// does not know with its default rule (0.17.4's: qwen35 among them), not
+// with Ollama's default expression.
+func TestLlamaCppUnknownPre(t *testing.T) {
+	text := "CamelCase 1234567 don't +=+ x"
+	split := func(pre, version string) []string {
+		m, err := New(Show{Version: version, ModelInfo: vocabgen.BPE(600, pre, 1).KV(), Template: "{{ .Prompt }}"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.bpe.split(text)
+	}
+	want := split("default", ollama017)
+	for _, pre := range []string{"no-such-rule", "qwen35", "youtu"} {
+		if got := split(pre, ollama017); !slices.Equal(got, want) {
+			t.Errorf("%s on 0.17.4: split %q, want the default rule's %q", pre, got, want)
+		}
+	}
+	if got := split("qwen35", "0.34.3"); slices.Equal(got, want) {
+		t.Errorf("qwen35 on 0.34.3: split with the default rule, %q", got)
+	}
+}
