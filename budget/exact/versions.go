@@ -66,8 +66,9 @@ func NewerThanChecked(version string) bool {
 // for files Ollama's own converter wrote: gpt-oss gets GPT-4o's
 // pre-tokenizer (its files say "default"), GLM-4.7-Flash GLM-4's, GLM-OCR
 // ChatGLM's, Mistral 3 Tekken's and a Llama 3 vocabulary Llama 3's where
-// the file says none or "default". embeddedVision: the model holds its
-// projector in its own file, which marks a Mistral 3 file as Ollama's.
+// the file says none or "default". embeddedVision: the model's file holds
+// its projector (not a file of its own), which marks a Mistral 3 file as
+// Ollama's.
 func (r serverRules) tokenizerPre(kv map[string]any, embeddedVision bool) string {
 	pre, _ := kv["tokenizer.ggml.pre"].(string)
 	if !r.llamaServer {
