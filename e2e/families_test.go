@@ -55,6 +55,18 @@ var families = []family{
 	{name: "fam-seed-coder", pre: "seed-coder"},
 	{name: "fam-default", pre: "default"},
 	{name: "fam-spm", pre: "spm", specials: []string{"<start_of_turn>", "<end_of_turn>"}},
+	// Rules of the llama.cpp Ollama 0.30 and later run (llama-server),
+	// which 0.17.4's llama.cpp splits with its default rule.
+	{name: "fam-qwen35", pre: "qwen35", ci: true}, // marks kept in words; CI's only cover of llama.cpp's Qwen 3.5 rule
+	{name: "fam-granite-embed-multi-97m", pre: "granite-embed-multi-97m"},
+	{name: "fam-tiny_aya", pre: "tiny_aya"},
+	{name: "fam-youtu", pre: "youtu"},
+	{name: "fam-spark2_5", pre: "spark2_5"},
+	{name: "fam-jais-2", pre: "jais-2"},
+	{name: "fam-exaone-moe", pre: "exaone-moe"},
+	{name: "fam-laguna", pre: "laguna"},
+	{name: "fam-minicpm5", pre: "minicpm5"},
+	{name: "fam-ufakzeka", pre: "ufakzeka"},
 	// llama.cpp's hand-written splitters.
 	{name: "fam-kimi-k2", pre: "kimi-k2", ci: true, specials: []string{"<|im_user|>", "<|im_assistant|>", "<|im_end|>"}},
 	{name: "fam-afmoe", pre: "afmoe"},
@@ -97,13 +109,23 @@ func createFamily(o *ollamaServer, name string, f family, seed uint64) error {
 	} else {
 		v = vocabgen.BPE(32000, f.pre, seed)
 	}
-	v = v.WithSpecials(f.specials...)
+	v = v.WithWords(scriptWords...).WithSpecials(f.specials...)
 	// On Ollama's engine, whether BOS is added is the architecture's
 	// default when the file does not say: leave the key out, so the row
 	// checks ctxproxy's table of those defaults too.
 	v.NoAddBOSKey = f.arch != ""
 	return createModel(o, name, v, f.arch)
 }
+
+// scriptText is where the newer pre-tokenizers part ways: words with
+// combining marks (Hindi vowel signs), "~" (a symbol to llama.cpp from
+// 0.30, to 0.17.4's nothing), capitals outside ASCII, a Turkish
+// apostrophe, Hangul, words a space apart and a long run of spaces.
+// scriptWords are made whole tokens of each generated vocabulary, so that
+// a cut inside them changes the count.
+const scriptText = "नमस्ते दुनिया! cd ~/src && ls ~~ a~b İstanbul'da 한국어 ÀÉÎ Ünïcödé two words" + "       x"
+
+var scriptWords = []string{"नमस्ते", "दुनिया", "~/src", "~~", "İstanbul", "'da", "한국어"}
 
 // familyNamed returns the row of families called name.
 func familyNamed(name string) family {
@@ -149,7 +171,7 @@ func TestRealOllama_Families(t *testing.T) {
 			continue
 		}
 		msgs := conversation(1000+uint64(i), 6)
-		msgs[len(msgs)-1].Content += "\n" + hardText + " " + strings.Join(f.specials, "x ") + " 12" + strings.Join(f.specials, "")
+		msgs[len(msgs)-1].Content += "\n" + hardText + " " + strings.Join(f.specials, "x ") + " 12" + strings.Join(f.specials, "") + "\n" + scriptText
 		msgs = append(msgs[:len(msgs)-1], api.Message{Role: "assistant", Content: "Noted: 99 red balloons, 東京.\n\n```\n]}}}}}\n```"},
 			msgs[len(msgs)-1])
 		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions", "/v1/responses", "/v1/messages"} {

@@ -189,10 +189,10 @@ func New(show Show) (*Tokenizer, error) {
 		shares:       cache.New[uint64, int](maxPieces),
 	}
 	model, _ := kv["tokenizer.ggml.model"].(string)
-	pre, _ := kv["tokenizer.ggml.pre"].(string)
+	pre := rules.tokenizerPre(kv, m.vision && len(show.ProjectorInfo) == 0)
 	arch, _ := kv["general.architecture"].(string)
 	m.engine = engine{vocab: vocab, kind: model, pre: pre, arch: arch,
-		spacePrefix: boolOr(kv["tokenizer.ggml.add_space_prefix"], true)}
+		spacePrefix: boolOr(kv["tokenizer.ggml.add_space_prefix"], true), llamaServer: rules.llamaServer}
 	if b, ok := kv["tokenizer.ggml.add_bos_token"].(bool); ok {
 		m.engine.bosKey = &b
 	}

@@ -76,6 +76,22 @@ type engine struct {
 	// bosText is the BOS token's text ("<s>", "<|begin_of_text|>").
 	bosText  string
 	llamaCpp bool
+	// llamaServer: the server is Ollama 0.30 or later, whose llama.cpp is
+	// newer than 0.17.4's and has more rules (llamaServerRules).
+	llamaServer bool
+}
+
+// rule returns llama.cpp's rule for e's pre-tokenizer, from the table of
+// the llama.cpp e's server runs. A value llama.cpp does not know gets its
+// default rule, as 0.17.4's llama.cpp splits it ("unrecognized
+// pre-tokenizer type, using: 'default'"; llama-server refuses to load
+// such a model).
+func (e engine) rule() llamaCppRule {
+	if r, ok := llamaCppRuleOf(e.pre, e.llamaServer); ok {
+		return r
+	}
+	r, _ := llamaCppRuleOf("default", e.llamaServer)
+	return r
 }
 
 // addsBOS reports whether e's runner adds the BOS token to a prompt: the
@@ -95,8 +111,7 @@ func (e engine) addsBOS() bool {
 	if !e.llamaCpp {
 		return !slices.Contains(noBOSArchitectures, e.arch)
 	}
-	rule, _ := llamaCppRuleOf(e.pre)
-	return e.kind != "gpt2" || rule.addsBOS
+	return e.kind != "gpt2" || e.rule().addsBOS
 }
 
 // exprs are the expressions e's runner splits byte-level BPE text with.
@@ -104,8 +119,8 @@ func (e engine) exprs() []string {
 	if own, ok := ollamaPretokenizer(e.arch, e.pre); ok && !e.llamaCpp {
 		return own
 	}
-	if rule, ok := llamaCppRuleOf(e.pre); ok && e.llamaCpp {
-		return rule.exprs
+	if e.llamaCpp {
+		return e.rule().exprs
 	}
 	return Pretokenizer(e.pre)
 }
@@ -130,8 +145,7 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 	case "gpt2":
 		m.name = runner + ":gpt2/" + cmpOr(e.pre, "default")
 		exprs := e.exprs()
-		rule, _ := llamaCppRuleOf(e.pre)
-		m.bpe = newBPE(e.bpe, exprs, llamaCpp, !llamaCpp || rule.wholeWords)
+		m.bpe = newBPE(e.bpe, exprs, llamaCpp, !llamaCpp || e.rule().wholeWords)
 		m.tok = nil
 	case "llama":
 		m.name = runner + ":spm"

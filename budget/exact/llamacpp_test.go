@@ -145,7 +145,7 @@ func TestLlamaCppRules(t *testing.T) {
 		{"kimi-k2", "Kimi中文 12345", []string{"Kimi", "中文", " ", "123", "45"}},
 		{"afmoe", "abc 12345 中文x", []string{"abc", " ", "12", "345", " ", "中文", "x"}},
 	} {
-		rule, ok := llamaCppRuleOf(c.pre)
+		rule, ok := llamaCppRuleOf(c.pre, false)
 		exprs := rule.exprs
 		if !ok {
 			t.Fatalf("%s: no rule", c.pre)
@@ -155,7 +155,7 @@ func TestLlamaCppRules(t *testing.T) {
 		}
 	}
 	for _, pre := range []string{"no-such-rule"} {
-		if _, ok := llamaCppRuleOf(pre); ok {
+		if _, ok := llamaCppRuleOf(pre, false); ok {
 			t.Errorf("%s has expressions in the table", pre)
 		}
 	}
@@ -187,5 +187,153 @@ func TestOnLlamaCpp(t *testing.T) {
 		if got := onLlamaCpp(c.kv, c.split); got != c.want {
 			t.Errorf("%s: on llama.cpp %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestLlamaServerRules: the llama.cpp of Ollama 0.30 and later has rules
+// 0.17.4's lacks, and of 0.17.4's only DeepSeek V3's and AFMoE's change
+// ("~" became a symbol). Its table compiles, no value selects two of its
+// rules, an alias names a value of the older table, splitting loses no
+// text, and its splits are llama.cpp's where the two versions part: Qwen
+// 3.5 keeps combining marks in words (Hindi vowel signs), GPT-4o cuts
+// words at them in both, "~" leads a DeepSeek V3 word on 0.17.4 and
+// joins punctuation on 0.34.3, and each new rule splits as its
+// expressions say.
+func TestLlamaServerRules(t *testing.T) {
+	text := "Totals: 1234567 and 3.14159.\n\n```go\nfunc main() {}\n```\n\nनमस्ते दुनिया 東京の天気 42度 한국어\n\t\t  x   y ~/src ~~ don't CamelCase İstanbul'da"
+	changed := []string{"deepseek-v3", "hunyuan-dense", "afmoe"}
+	seen := map[string]bool{}
+	for _, r := range llamaCppRules {
+		for _, pre := range r.pres {
+			seen[pre] = !slices.Contains(changed, pre)
+		}
+	}
+	for _, r := range llamaServerRules {
+		for _, pre := range r.pres {
+			if seen[pre] {
+				t.Errorf("%s selects two rules", pre)
+			}
+			seen[pre] = true
+		}
+		parts := newBPE(nil, r.exprs, true, false).split(text)
+		if got := strings.Join(parts, ""); got != text {
+			t.Errorf("%s: split %q, lost text", r.pres[0], parts)
+		}
+	}
+	for alias, pre := range llamaServerAliases {
+		if seen[alias] {
+			t.Errorf("alias %s is also in a table", alias)
+		}
+		if _, ok := llamaCppRuleOf(pre, false); !ok {
+			t.Errorf("alias %s names %s, which 0.17.4's table lacks", alias, pre)
+		}
+		if _, ok := llamaCppRuleOf(alias, false); ok {
+			t.Errorf("%s is in 0.17.4's table", alias)
+		}
+	}
+	// Every other value of 0.17.4's table is the same rule on llama-server.
+	for _, r := range llamaCppRules {
+		for _, pre := range r.pres {
+			got, _ := llamaCppRuleOf(pre, true)
+			same := slices.Equal(got.exprs, r.exprs) && got.wholeWords == r.wholeWords && got.addsBOS == r.addsBOS
+			if same == slices.Contains(changed, pre) {
+				t.Errorf("%s: the same rule on llama-server %v", pre, same)
+			}
+		}
+	}
+
+	hindi := "नमस्ते दुनिया"
+	for _, c := range []struct {
+		pre, text   string
+		old, server []string // nil: no rule of its own
+	}{
+		{"qwen35", hindi + " 123", nil, []string{"नमस्ते", " दुनिया", " ", "1", "2", "3"}},
+		{"gpt-4o", hindi, []string{"नमस", "्त", "े", " द", "ुन", "िय", "ा"}, []string{"नमस", "्त", "े", " द", "ुन", "िय", "ा"}},
+		{"deepseek-v3", " ~/src ~~ ~ü", []string{" ", "~", "/src", " ", "~~", " ", "~ü"}, []string{" ~/", "src", " ~~", " ~", "ü"}},
+		{"afmoe", "ls ~~", []string{"ls", " ", "~~"}, []string{"ls", " ~~"}},
+		{"granite-embed-multi-97m", hindi + " CamelCase", nil, []string{"नमस्ते", " दुनिया", " Camel", "Case"}},
+		{"tiny_aya", "CamelCase 1234567", nil, []string{"CamelCase", " ", "1", "234", "567"}},
+		{"youtu", "한국어CamelCase 12", nil, []string{"한국어", "CamelCase", " ", "1", "2"}},
+		{"spark2_5", "a~b 12345\n\n", nil, []string{"a", "~b", " ", "1", "2", "3", "4", "5", "\n", "\n"}},
+		{"jais-2", "a" + strings.Repeat(" ", 7) + "b", nil, []string{"a", "    ", "  ", " b"}},
+		{"exaone-moe", "two words 12", nil, []string{"two words", " ", "1", "2"}},
+		{"laguna", "ab 12\n\ncd", nil, []string{"ab", " ", "1", "2", "\n\n", "cd"}},
+		{"minicpm5", "x 1234567", nil, []string{"x", " ", "123", "456", "7"}},
+		{"ufakzeka", "İstanbul'da", nil, []string{"İstanbul", "'da"}},
+		// Values the newer llama.cpp adds to a rule 0.17.4 has.
+		{"kanana2", "CamelCase", nil, []string{"Camel", "Case"}},
+		{"hy_v4", "東京 12345", nil, []string{"東京", " ", "123", "45"}},
+	} {
+		for _, server := range []bool{false, true} {
+			want := c.old
+			if server {
+				want = c.server
+			}
+			rule, ok := llamaCppRuleOf(c.pre, server)
+			if ok != (want != nil) {
+				t.Errorf("%s (llama-server %v): a rule %v, want %v", c.pre, server, ok, want != nil)
+				continue
+			}
+			if !ok {
+				continue
+			}
+			if got := newBPE(nil, rule.exprs, true, false).split(c.text); !slices.Equal(got, want) {
+				t.Errorf("%s (llama-server %v) splits %q into %q, want %q", c.pre, server, c.text, got, want)
+			}
+		}
+	}
+	for pre, whole := range map[string]bool{"qwen35": false, "granite-embed-multi-97m": true, "youtu": true, "minicpm5": true, "jina-v5-nano": true, "f2llmv2": false} {
+		if rule, _ := llamaCppRuleOf(pre, true); rule.wholeWords != whole {
+			t.Errorf("%s: ignore_merges %v, want %v", pre, rule.wholeWords, whole)
+		}
+	}
+}
+
+// TestLlamaServerQwen35: a model with Qwen 3.5's pre-tokenizer is counted
+// with llama.cpp's Qwen 3.5 rule on Ollama 0.30 and later (digits one by
+// one, marks kept in words), and as 0.17.4 counted it before.
+func TestLlamaServerQwen35(t *testing.T) {
+	kv := vocabgen.BPE(2000, "qwen35", 1).WithWords("नमस्ते", "दुनिया").KV()
+	text := "नमस्ते दुनिया 1234567"
+	count := func(version string) int {
+		m, err := New(Show{Version: version, ModelInfo: kv, Template: "{{ .Prompt }}"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := m.CountText(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	old, server := count(ollama017), count("0.34.3")
+	// 0.34.3: two words, seven digits; 0.17.4's llama.cpp has no rule
+	// of its own for qwen35.
+	want := 2 + 1 + 7
+	if server != want || old == server {
+		t.Errorf("qwen35: %d tokens on 0.34.3 (want %d), %d on 0.17.4 (want another count)", server, want, old)
+	}
+}
+
+// TestLlamaCppUnknownPre: llama.cpp splits a tokenizer.ggml.pre value it
+// does not know with its default rule (0.17.4's: qwen35 among them), not
+// with Ollama's default expression.
+func TestLlamaCppUnknownPre(t *testing.T) {
+	text := "CamelCase 1234567 don't +=+ x"
+	split := func(pre, version string) []string {
+		m, err := New(Show{Version: version, ModelInfo: vocabgen.BPE(600, pre, 1).KV(), Template: "{{ .Prompt }}"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.bpe.split(text)
+	}
+	want := split("default", ollama017)
+	for _, pre := range []string{"no-such-rule", "qwen35", "youtu"} {
+		if got := split(pre, ollama017); !slices.Equal(got, want) {
+			t.Errorf("%s on 0.17.4: split %q, want the default rule's %q", pre, got, want)
+		}
+	}
+	if got := split("qwen35", "0.34.3"); slices.Equal(got, want) {
+		t.Errorf("qwen35 on 0.34.3: split with the default rule, %q", got)
 	}
 }

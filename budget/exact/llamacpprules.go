@@ -14,7 +14,9 @@ import "slices"
 // which matches the same text. Kimi K2's and AFMoE's steps include
 // llama.cpp's hand-written splitters (llamacppsplit.go). A rule also says
 // whether llama.cpp looks a whole word up before merging (ignore_merges)
-// and whether it adds BOS when the file does not say (add_bos).
+// and whether it adds BOS when the file does not say (add_bos). Its
+// expressions with \p{S} are written as that llama.cpp reads them
+// (deepseekWords0174).
 var llamaCppRules = []llamaCppRule{
 	{[]string{"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"}, []string{
 		regexLlama3,
@@ -32,8 +34,8 @@ var llamaCppRules = []llamaCppRule{
 	}, false, false},
 	{[]string{"deepseek-v3", "hunyuan-dense"}, []string{
 		`\p{N}{1,3}`,
-		`[一-龥぀-ゟ゠-ヿ]+`,
-		"[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+		cjkDeepSeek,
+		deepseekWords0174,
 	}, false, false},
 	{[]string{"deepseek-coder"}, []string{
 		`[\r\n]`,
@@ -99,8 +101,8 @@ var llamaCppRules = []llamaCppRule{
 	}, false, false},
 	{[]string{"afmoe"}, []string{
 		splitAFMoE,
-		`[一-鿿㐀-䶿豈-﫿぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-꧿가-힯ᄀ-ᇿ]+`,
-		"[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+		scriptsAFMoE,
+		deepseekWords0174,
 	}, false, false},
 	{[]string{"default"}, []string{
 		`[\p{P}\$\+<=>\^~\|]+`,
@@ -108,6 +110,99 @@ var llamaCppRules = []llamaCppRule{
 		`\p{N}+`,
 		`[0-9][0-9][0-9]`,
 	}, false, false},
+}
+
+// deepseekWords is the expression of DeepSeek V3's pre-tokenizer (and
+// AFMoE's) that splits words, punctuation and whitespace, as the llama.cpp
+// of Ollama 0.30 and later reads it. 0.17.4's llama.cpp matched \p{S}
+// among ASCII characters with its own list, which lacked "~" (unicode.cpp):
+// there "~" is neither punctuation nor symbol, so it may lead a word and
+// never joins a run of punctuation, as deepseekWords0174 writes it.
+const (
+	// cjkDeepSeek and scriptsAFMoE are the runs of scripts DeepSeek V3's
+	// and AFMoE's pre-tokenizers split off whole.
+	cjkDeepSeek  = `[一-龥぀-ゟ゠-ヿ]+`
+	scriptsAFMoE = `[一-鿿㐀-䶿豈-﫿぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-꧿가-힯ᄀ-ᇿ]+`
+
+	deepseekWords     = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+	deepseekWords0174 = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|(?:[^\\r\\n\\p{L}\\p{P}\\p{S}]|~)?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}-[~]]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+)
+
+// llamaServerRules are the rules the llama.cpp of Ollama 0.30 and later
+// adds (llama-server, built from llama.cpp b10969 in Ollama 0.34.3; its
+// llama-vocab.cpp and unicode.cpp): pre-tokenizer values with expressions
+// of their own, and DeepSeek V3's and AFMoE's, whose \p{S} now holds "~"
+// (deepseekWords). Every other value of llamaCppRules keeps its
+// expressions and flags there, and llamaServerAliases are the new values
+// that share a rule of either table. Two more changes of its expression
+// engine are written into the expressions below: \p{Lu}, \p{Ll}, \p{Lt},
+// \p{Lm} and \p{Lo} are read as any letter (so those are written \p{L}),
+// and Qwen 2's and Qwen 3.5's expressions are hand-written code that
+// splits as they do. Values whose tokenizer is not byte-level (gemma4,
+// granite-embed-multi-311m and sarvam-moe split only at newlines and merge
+// raw UTF-8 with "▁" for a space; whitespace) have no rule here.
+var llamaServerRules = []llamaCppRule{
+	{[]string{"deepseek-v3", "hunyuan-dense"}, []string{
+		`\p{N}{1,3}`,
+		cjkDeepSeek,
+		deepseekWords,
+	}, false, false},
+	{[]string{"afmoe"}, []string{
+		splitAFMoE,
+		scriptsAFMoE,
+		deepseekWords,
+	}, false, false},
+	{[]string{"qwen35"}, []string{
+		`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+	}, false, false},
+	{[]string{"granite-embed-multi-97m"}, []string{
+		`[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))*((?=[\p{L}\p{M}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))+((?=[\p{L}\p{M}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+	}, true, false},
+	{[]string{"tiny_aya", "cohere2moe"}, []string{
+		splitAFMoE, // llama.cpp groups digits in threes with AFMoE's code
+		`[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]*[\p{L}\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+[\p{L}\p{M}]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+	}, false, false},
+	{[]string{"youtu"}, []string{
+		`[가-힣ㄱ-ㆎ]+|[！…“”‘’—：；，、-〿︰-﹏]+|[ㄅ-ㄯ]+|[一-龥぀-ゟ゠-ヿ]+`,
+		`[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]*[\p{L}\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+[\p{L}\p{M}]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+	}, true, false},
+	{[]string{"spark2_5"}, []string{
+		`\p{N}{1,3}`,
+		cjkDeepSeek,
+		"[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+|[\r\n]|\\s+(?!\\S)|\\s+",
+		`\p{N}`,
+	}, false, false},
+	{[]string{"jais-2"}, []string{
+		`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s{512}(?!\S)|\s{256}(?!\S)|\s{128}(?!\S)|\s{64}(?!\S)|\s{32}(?!\S)|\s{16}(?!\S)|\s{8}(?!\S)|\s{4}(?!\S)|\s{1,2}(?!\S)|\s{1}`,
+	}, false, false},
+	{[]string{"exaone-moe"}, []string{
+		`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+`,
+	}, false, false},
+	{[]string{"laguna"}, []string{
+		`[^\n]+|[\n]+`,
+		regexQwen2,
+	}, false, false},
+	{[]string{"minicpm5"}, []string{
+		`\p{N}{1,3}`,
+		`(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+	}, true, false},
+	{[]string{"ufakzeka"}, []string{
+		`[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+	}, false, false},
+}
+
+// llamaServerAliases are the values the llama.cpp of Ollama 0.30 and
+// later adds to rules llamaCppRules already has, by a value of each.
+var llamaServerAliases = map[string]string{
+	"jina-v5-nano": "llama3",
+	"f2llmv2":      "qwen2",
+	"solar-open":   "qwen2",
+	"modern-bert":  "gpt-2",
+	"mellum2":      "starcoder",
+	"kanana2":      "gpt-4o",
+	"talkie":       "gpt-4o",
+	"joyai-llm":    "deepseek-v3",
+	"hy_v4":        "deepseek-v3",
 }
 
 // llamaCppRule is one rule of llama.cpp's table: the tokenizer.ggml.pre
@@ -118,16 +213,26 @@ type llamaCppRule struct {
 }
 
 // llamaCppRuleOf returns the rule llama.cpp splits text of the byte-level
-// BPE pre-tokenizer pre with, and false for a value it has no
-// expressions for (whole words and BOS are then off, as llama.cpp's
-// defaults are).
-func llamaCppRuleOf(pre string) (llamaCppRule, bool) {
+// BPE pre-tokenizer pre with: as Ollama v0.17.4 vendors it, or, when
+// llamaServer, as Ollama 0.30 and later run it. It returns false for a
+// value that llama.cpp has no expressions for (whole words and BOS are
+// then off, as llama.cpp's defaults are).
+func llamaCppRuleOf(pre string, llamaServer bool) (llamaCppRule, bool) {
 	if pre == "" {
 		pre = "default"
 	}
-	for _, r := range llamaCppRules {
-		if slices.Contains(r.pres, pre) {
-			return r, true
+	tables := [][]llamaCppRule{llamaCppRules}
+	if llamaServer {
+		if alias, ok := llamaServerAliases[pre]; ok {
+			pre = alias
+		}
+		tables = [][]llamaCppRule{llamaServerRules, llamaCppRules}
+	}
+	for _, table := range tables {
+		for _, r := range table {
+			if slices.Contains(r.pres, pre) {
+				return r, true
+			}
 		}
 	}
 	return llamaCppRule{}, false

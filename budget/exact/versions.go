@@ -20,6 +20,8 @@ import (
 //   - a prompt that starts with the BOS text its renderer writes (or
 //     "<bos>") loses it when the file says llama-server adds BOS itself,
 //     so that the prompt has one BOS, not two (llm/llama_server.go);
+//   - Ollama's compatibility layer gives files its own converter wrote
+//     the pre-tokenizer llama.cpp expects (tokenizerPre);
 //   - a chat template that prints a tool with {{ . }} prints it as JSON
 //     (template.templateTool gained a String method), where 0.17 printed
 //     a Go struct.
@@ -62,6 +64,52 @@ func NewerThanChecked(version string) bool {
 // its text and a few tokens of structure, close enough for a strategy
 // weighing messages; the whole prompt is counted as the server renders it.
 const chatMLStandIn = "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}<|im_start|>assistant\n"
+
+// tokenizerPre returns the tokenizer.ggml.pre value the server's runner
+// tokenizes a model of model_info kv with. From 0.30 Ollama's
+// compatibility layer (llama/compat in 0.34.3) rewrites it, in memory,
+// for files Ollama's own converter wrote: gpt-oss gets GPT-4o's
+// pre-tokenizer (its files say "default"), GLM-4.7-Flash GLM-4's, GLM-OCR
+// ChatGLM's, Mistral 3 Tekken's and a Llama 3 vocabulary Llama 3's where
+// the file says none or "default". embeddedVision: the model's file holds
+// its projector (not a file of its own), which marks a Mistral 3 file as
+// Ollama's.
+func (r serverRules) tokenizerPre(kv map[string]any, embeddedVision bool) string {
+	pre, _ := kv["tokenizer.ggml.pre"].(string)
+	if !r.llamaServer {
+		return pre
+	}
+	_, hasPre := kv["tokenizer.ggml.pre"]
+	unset := pre == "" || pre == "default"
+	switch arch, _ := kv["general.architecture"].(string); arch {
+	case "gptoss":
+		return "gpt-4o"
+	case "glm4moelite":
+		return "glm4"
+	case "glmocr":
+		if hasPre {
+			return "chatglm-bpe"
+		}
+	case "mistral3":
+		ollamas := embeddedVision
+		for _, k := range []string{"mistral3.rope.scaling.beta_fast", "mistral3.rope.scaling.mscale_all_dim", "mistral3.rope.scaling_beta"} {
+			_, has := kv[k]
+			ollamas = ollamas || has
+		}
+		if ollamas && unset {
+			return "tekken"
+		}
+	case "llama":
+		tokens, _ := kv["tokenizer.ggml.tokens"].([]any)
+		at := func(i int, s string) bool { return i < len(tokens) && tokens[i] == s }
+		tmpl, _ := kv["tokenizer.chat_template"].(string)
+		markers := at(128006, "<|start_header_id|>") || strings.Contains(tmpl, "<|start_header_id|>") || strings.Contains(tmpl, "<|eot_id|>")
+		if unset && at(128009, "<|eot_id|>") && markers {
+			return "llama-bpe"
+		}
+	}
+	return pre
+}
 
 // leadingBOS is the BOS text each renderer writes first, which
 // llama-server's Ollama takes off again (the renderers' LeadingBOS, 0.34.3).

@@ -2,6 +2,7 @@ package exact
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -134,5 +135,58 @@ func TestLeadingBOSTakenOff(t *testing.T) {
 	}
 	if old, now := count("0.17.4"), count("0.34.3"); now != old-1 {
 		t.Errorf("0.34.3 counts %d, 0.17.4 on llama.cpp %d: want one BOS fewer", now, old)
+	}
+}
+
+// TestCompatPre: from 0.30 Ollama's compatibility layer gives the files
+// its converter wrote the pre-tokenizer llama.cpp expects, and ctxproxy
+// counts with that one; 0.17.4 reads the file's.
+func TestCompatPre(t *testing.T) {
+	kv := func(arch, pre string, extra map[string]any) map[string]any {
+		kv := vocabgen.BPE(600, pre, 1).KV()
+		kv["general.architecture"] = arch
+		for k, v := range extra {
+			kv[k] = v
+		}
+		return kv
+	}
+	llama3 := make([]any, 128010)
+	for i := range llama3 {
+		llama3[i] = fmt.Sprintf("t%d", i)
+	}
+	llama3[128006], llama3[128009] = "<|start_header_id|>", "<|eot_id|>"
+	for _, c := range []struct {
+		name   string
+		kv     map[string]any
+		vision bool
+		want   string // on 0.34.3
+	}{
+		{"gpt-oss", kv("gptoss", "default", nil), false, "gpt-4o"},
+		{"glm-4.7-flash", kv("glm4moelite", "llama-bpe", nil), false, "glm4"},
+		{"glm-ocr", kv("glmocr", "llama-bpe", nil), false, "chatglm-bpe"},
+		{"mistral 3, vision inside", kv("mistral3", "default", nil), true, "tekken"},
+		{"mistral 3, Ollama's rope keys", kv("mistral3", "default", map[string]any{"mistral3.rope.scaling_beta": 0.1}), false, "tekken"},
+		{"mistral 3, llama.cpp's file", kv("mistral3", "default", nil), false, "default"},
+		{"mistral 3, its own pre", kv("mistral3", "gpt-4o", nil), true, "gpt-4o"},
+		{"llama 3 without pre", kv("llama", "default", map[string]any{"tokenizer.ggml.tokens": llama3}), false, "llama-bpe"},
+		{"llama, not 3", kv("llama", "default", nil), false, "default"},
+		{"qwen3", kv("qwen3", "qwen2", nil), false, "qwen2"},
+	} {
+		for _, version := range []string{"0.17.4", "0.34.3"} {
+			want := c.want
+			if version == "0.17.4" {
+				want, _ = c.kv["tokenizer.ggml.pre"].(string)
+			}
+			if got := rulesOf(version).tokenizerPre(c.kv, c.vision); got != want {
+				t.Errorf("%s on %s: pre %q, want %q", c.name, version, got, want)
+			}
+		}
+	}
+	m, err := New(Show{Version: "0.34.3", ModelInfo: kv("gptoss", "default", nil), Template: "{{ .Prompt }}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Name() != "llama.cpp:gpt2/gpt-4o" {
+		t.Errorf("gpt-oss on 0.34.3 counted as %s", m.Name())
 	}
 }

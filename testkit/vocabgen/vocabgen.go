@@ -313,6 +313,76 @@ func (v Vocab) WithSpecials(tokens ...string) Vocab { return v.with(TypeControl,
 // lacks), scored below every other piece.
 func (v Vocab) WithNormal(tokens ...string) Vocab { return v.with(TypeNormal, tokens) }
 
+// WithWords returns v with tokens for words added at its end, each word
+// with and without a leading space: for byte-level BPE the merges that
+// make it one token after the merges before them have acted, ranked
+// after every other merge; for SentencePiece its prefixes, "▁" for the
+// space. Text in another script (a word with combining marks) then
+// merges to whole words, so where a pre-tokenizer cuts it shows in the
+// count.
+func (v Vocab) WithWords(words ...string) Vocab {
+	if v.Model != "gpt2" {
+		var pieces []string
+		for _, w := range words {
+			for _, s := range []string{w, "▁" + w} {
+				r := []rune(s)
+				for j := 1; j <= len(r); j++ {
+					pieces = append(pieces, string(r[:j]))
+				}
+			}
+		}
+		return v.WithNormal(pieces...)
+	}
+	index := map[string]bool{}
+	for _, tok := range v.Tokens {
+		index[tok] = true
+	}
+	v.Merges = slices.Clone(v.Merges)
+	ranks := map[[2]string]int{}
+	for i, m := range v.Merges {
+		l, r, _ := strings.Cut(m, " ")
+		if _, ok := ranks[[2]string{l, r}]; !ok {
+			ranks[[2]string{l, r}] = i
+		}
+	}
+	var added []string
+	for _, w := range words {
+		for _, s := range []string{w, " " + w} {
+			for {
+				syms := merged(byteLevel(s), ranks)
+				if len(syms) == 1 {
+					break
+				}
+				tok := syms[0] + syms[1]
+				ranks[[2]string{syms[0], syms[1]}] = len(v.Merges)
+				v.Merges = append(v.Merges, syms[0]+" "+syms[1])
+				if !index[tok] {
+					index[tok] = true
+					added = append(added, tok)
+				}
+			}
+		}
+	}
+	return v.with(TypeNormal, added)
+}
+
+// merged applies ranks to syms, lowest rank first and leftmost among
+// equals, until none applies.
+func merged(syms []string, ranks map[[2]string]int) []string {
+	for {
+		best, at := -1, -1
+		for i := 0; i+1 < len(syms); i++ {
+			if r, ok := ranks[[2]string{syms[i], syms[i+1]}]; ok && (best < 0 || r < best) {
+				best, at = r, i
+			}
+		}
+		if at < 0 {
+			return syms
+		}
+		syms = append(append(syms[:at:at], syms[at]+syms[at+1]), syms[at+2:]...)
+	}
+}
+
 func (v Vocab) with(typ int32, tokens []string) Vocab {
 	v.Tokens, v.Types = slices.Clone(v.Tokens), slices.Clone(v.Types)
 	if v.Scores != nil {
