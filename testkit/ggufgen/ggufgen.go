@@ -80,6 +80,9 @@ func Write(path string, v vocabgen.Vocab, s Shape) error {
 	rng := rand.New(rand.NewPCG(s.Seed, 17))
 	nVocab := len(v.Tokens)
 	headDim := s.Embedding / s.Heads
+	if layout.HeadDim > 0 {
+		headDim = layout.HeadDim
+	}
 	kv := ggml.KV{
 		"general.architecture":                       s.Arch,
 		"general.name":                               "ctxproxy-generated",
@@ -126,7 +129,7 @@ func Write(path string, v vocabgen.Vocab, s Shape) error {
 		return true
 	}
 	b := &Builder{Shape: s, KV: kv, rng: rng, HeadDim: uint64(headDim),
-		E: uint64(s.Embedding), F: uint64(s.FeedForward), K: uint64(headDim * s.KVHeads)}
+		E: uint64(s.Embedding), F: uint64(s.FeedForward), Q: uint64(headDim * s.Heads), K: uint64(headDim * s.KVHeads)}
 	E, V := b.E, uint64(nVocab)
 	emb, out := make(f32, E*V), make(f32, E*V)
 	for t := range V {
