@@ -119,6 +119,17 @@ func (b *Builder) KVHeads(attention func(i int) bool) []uint32 {
 	return heads
 }
 
+// Rename renames the tensor called from, one of those so far.
+func (b *Builder) Rename(from, to string) {
+	for _, t := range b.Tensors {
+		if t.Name == from {
+			t.Name = to
+			return
+		}
+	}
+	panic("ggufgen: no tensor " + from)
+}
+
 // Add appends tensors to the model.
 func (b *Builder) Add(ts ...*ggml.Tensor) { b.Tensors = append(b.Tensors, ts...) }
 
