@@ -7,7 +7,9 @@ import "fmt"
 // multi-head attention (attn_q, attn_k, attn_v, no latent compression),
 // the first leading_dense_block_count layers a gated feed-forward and
 // the others a router over 4 experts, 2 used per token, beside a shared
-// expert.
+// expert. Every head has its keys and values (head_count_kv is the
+// heads), as DeepSeek-OCR's: llama.cpp's deepseek2-ocr (llama-server,
+// Ollama 0.30 and later) reads attn_k and attn_v as wide as attn_q.
 //
 // Unlike the other vision models, Ollama needs the vision part to load
 // the model: it encodes a blank image through it when it loads, and the
@@ -22,6 +24,8 @@ func init() {
 			b.KV["deepseekocr.expert_count"] = uint32(experts)
 			b.KV["deepseekocr.expert_used_count"] = uint32(used)
 			b.KV["deepseekocr.leading_dense_block_count"] = uint32(1)
+			b.KV["deepseekocr.attention.head_count_kv"] = uint32(b.Shape.Heads)
+			b.K = b.Q
 			deepSeekOCRVision(b)
 		},
 		Block: func(b *Builder, p string) {
