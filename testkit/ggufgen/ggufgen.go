@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -67,6 +68,42 @@ func (d f32) WriteTo(w io.Writer) (int64, error) {
 		return 0, err
 	}
 	return int64(len(d) * 4), nil
+}
+
+type f16 []uint16
+
+func (d f16) WriteTo(w io.Writer) (int64, error) {
+	if err := binary.Write(w, binary.LittleEndian, []uint16(d)); err != nil {
+		return 0, err
+	}
+	return int64(len(d) * 2), nil
+}
+
+// halfBits returns the IEEE 754 half-precision bits nearest f (ties to
+// even), ±Inf past its range.
+func halfBits(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int(b>>23&0xff) - 127 + 15
+	mant := b & 0x7fffff
+	round := func(v, rem, halfway uint32) uint32 {
+		if rem > halfway || rem == halfway && v&1 == 1 {
+			v++
+		}
+		return v
+	}
+	switch {
+	case exp >= 31:
+		return sign | 0x7c00
+	case exp <= 0:
+		if exp < -10 {
+			return sign
+		}
+		mant |= 0x800000
+		shift := uint(14 - exp)
+		return sign | uint16(round(mant>>shift, mant&(1<<shift-1), 1<<(shift-1)))
+	}
+	return sign | uint16(round(uint32(exp)<<10|mant>>13, mant&0x1fff, 0x1000))
 }
 
 // Write writes a GGUF model of shape s with vocabulary v to path.

@@ -179,3 +179,20 @@ func TestAnswer(t *testing.T) {
 		t.Errorf("answer changes no weight (%d and %d bytes)", len(p), len(a))
 	}
 }
+
+// TestHalfBits: float32 to IEEE half bits, rounded to the nearest (ties
+// to even), subnormals and the range's ends included.
+func TestHalfBits(t *testing.T) {
+	for _, c := range []struct {
+		f    float32
+		want uint16
+	}{
+		{0, 0}, {1, 0x3c00}, {-2, 0xc000}, {0.1, 0x2e66}, {65504, 0x7bff}, {1e6, 0x7c00},
+		{6.1035156e-05, 0x0400}, {5.9604645e-08, 0x0001}, {1e-9, 0}, {-3.0517578e-05, 0x8200},
+		{1 + 1.0/2048, 0x3c00}, {1 + 3.0/2048, 0x3c02}, // ties to even
+	} {
+		if got := halfBits(c.f); got != c.want {
+			t.Errorf("halfBits(%g) = %#04x, want %#04x", c.f, got, c.want)
+		}
+	}
+}

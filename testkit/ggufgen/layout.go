@@ -147,6 +147,19 @@ func (b *Builder) Random(name string, shape ...uint64) *ggml.Tensor {
 	return &ggml.Tensor{Name: name, Kind: 0, Shape: shape, WriterTo: d}
 }
 
+// RandomF16 is Random in F16, for a tensor a reader takes in that type
+// only.
+func (b *Builder) RandomF16(name string, shape ...uint64) *ggml.Tensor {
+	t := b.Random(name, shape...)
+	d := t.WriterTo.(f32)
+	h := make(f16, len(d))
+	for i, v := range d {
+		h[i] = halfBits(v)
+	}
+	t.Kind, t.WriterTo = 1, h
+	return t
+}
+
 // Ones returns an F32 vector of n ones (a norm's weight).
 func (b *Builder) Ones(name string, n uint64) *ggml.Tensor {
 	return b.Fill(name, 1, n)

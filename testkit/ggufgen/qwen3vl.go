@@ -127,8 +127,11 @@ func qwen3vlVision(b *Builder, arch string) {
 	}
 	b.Add(
 		// The converter folds (width, channels) of the 3D convolution's
-		// kernel into one dimension: patch, patch, frames, 3×width.
-		b.Random("v.patch_embed.weight", P, P, 2, 3*H),
+		// kernel into one dimension: patch, patch, frames, 3×width. In
+		// F16, as published files have it: Ollama's compatibility layer
+		// (llama-server, 0.30 and later) splits it for llama.cpp's clip
+		// from F16 only.
+		b.RandomF16("v.patch_embed.weight", P, P, 2, 3*H),
 		b.Fill("v.patch_embed.bias", 0, H),
 		b.Random("v.pos_embed.weight", H, qwen3vlPositions),
 	)
