@@ -199,11 +199,11 @@ func TestRealOllama_Families(t *testing.T) {
 }
 
 // notLoading are the generated models llama-server (Ollama 0.30 and
-// later) does not load, and why: their tensors are laid out as Ollama's
-// own engine reads them, which its compatibility layer does not translate
-// for a generated file.
+// later) does not load, and why. The other layouts are laid out as
+// published files are, which Ollama's compatibility layer translates for
+// llama.cpp; an architecture llama.cpp does not have at all stays here.
 var notLoading = map[string]string{
-	"fam-arch-gptoss": "Ollama's gptoss tensor names (attn_out), not llama.cpp's",
+	"fam-arch-mllama": "llama.cpp has no mllama (Llama 3.2 Vision), and Ollama from 0.30 no engine of its own",
 }
 
 // cannotLoad reports whether err is the server's refusal to load a model

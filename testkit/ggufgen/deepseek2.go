@@ -9,7 +9,7 @@ package ggufgen
 func init() {
 	layouts["deepseek2"] = Layout{
 		KV: func(b *Builder) {
-			mlaKV(b, "deepseek2")
+			mlaKV(b, "deepseek2", mlaValue)
 			b.KV["deepseek2.attention.head_count_kv"] = uint32(b.Shape.Heads)
 			b.KV["deepseek2.rope.scaling.factor"] = float32(1)
 			b.KV["deepseek2.rope.scaling.yarn_log_multiplier"] = float32(0.1)
@@ -37,13 +37,14 @@ const (
 	mlaExpertFF, mlaDenseLayers = 32, 1
 )
 
-// mlaKV are the keys DeepSeek V3 and GLM-4.7-Flash share, under arch.
-func mlaKV(b *Builder, arch string) {
+// mlaKV are the keys DeepSeek V3 and GLM-4.7-Flash share, under arch,
+// with value the width of a head's value.
+func mlaKV(b *Builder, arch string, value uint64) {
 	kv := map[string]any{
 		"attention.q_lora_rank":      uint32(mlaQRank),
 		"attention.kv_lora_rank":     uint32(mlaKVRank),
 		"attention.key_length":       uint32(mlaNope + mlaRope),
-		"attention.value_length":     uint32(mlaValue),
+		"attention.value_length":     uint32(value),
 		"rope.dimension_count":       uint32(mlaRope),
 		"leading_dense_block_count":  uint32(mlaDenseLayers),
 		"expert_count":               uint32(mlaExperts),

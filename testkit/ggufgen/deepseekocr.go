@@ -7,13 +7,15 @@ import "fmt"
 // multi-head attention (attn_q, attn_k, attn_v, no latent compression),
 // the first leading_dense_block_count layers a gated feed-forward and
 // the others a router over 4 experts, 2 used per token, beside a shared
-// expert.
+// expert. Every head has its keys and values (head_count_kv is the
+// heads), as DeepSeek-OCR's: llama.cpp's deepseek2-ocr (llama-server,
+// Ollama 0.30 and later) reads attn_k and attn_v as wide as attn_q.
 //
 // Unlike the other vision models, Ollama needs the vision part to load
 // the model: it encodes a blank image through it when it loads, and the
 // model code has no check for a missing tower. So the file has a stub
 // of one with no transformer blocks (deepSeekOCRVision), which encodes
-// images too; Shape.Vision adds a block to each of its two encoders
+// images too; Shape.Vision adds blocks to its two encoders
 // (deepseekocrVisionBlocks).
 func init() {
 	const experts, used = 4, 2
@@ -22,6 +24,8 @@ func init() {
 			b.KV["deepseekocr.expert_count"] = uint32(experts)
 			b.KV["deepseekocr.expert_used_count"] = uint32(used)
 			b.KV["deepseekocr.leading_dense_block_count"] = uint32(1)
+			b.KV["deepseekocr.attention.head_count_kv"] = uint32(b.Shape.Heads)
+			b.K = b.Q
 			deepSeekOCRVision(b)
 		},
 		Block: func(b *Builder, p string) {
@@ -89,13 +93,18 @@ func deepSeekOCRVision(b *Builder) {
 // up in its embedding, so the vocabulary must hold it.
 const DeepSeekOCRImageToken = 128815
 
-// deepseekocrVisionBlocks adds one transformer block to each encoder of
-// the stub deepSeekOCRVision writes: a SAM block (layer norms, attention
-// over one qkv projection in 14×14 windows with relative position
-// tables of 2·14−1 rows, an MLP) and a CLIP block (layer norms,
-// attention over one qkv projection, a quick-GELU MLP), named as Ollama
-// v0.17.4 model/models/deepseekocr loads them (model_sam.go,
-// model_vision.go). The vocabulary must reach DeepSeekOCRImageToken.
+// deepseekocrVisionBlocks adds transformer blocks to the encoders of the
+// stub deepSeekOCRVision writes: three SAM blocks (layer norms, attention
+// over one qkv projection with relative position tables, an MLP), the
+// first two in 14×14 windows (tables of 2·14−1 rows), the third global
+// over the 64×64 patches of a 1024-pixel view (2·64−1 rows), and a CLIP
+// block (layer norms, attention over one qkv projection, a quick-GELU
+// MLP), named as Ollama v0.17.4 model/models/deepseekocr loads them
+// (model_sam.go, model_vision.go). A windowed and a global block, as
+// DeepSeek-OCR has (its global ones are 2, 5, 8 and 11): llama.cpp's
+// clip (llama-server, Ollama 0.30 and later) fixes those indexes in its
+// code and sets both kinds' position inputs, aborting on a tower without
+// one of each. The vocabulary must reach DeepSeekOCRImageToken.
 func deepseekocrVisionBlocks(b *Builder) error {
 	toks, _ := b.KV["tokenizer.ggml.tokens"].([]string)
 	if n := len(toks); n <= DeepSeekOCRImageToken {
@@ -103,24 +112,32 @@ func deepseekocrVisionBlocks(b *Builder) error {
 	}
 	sam, clip := uint64(b.KV["deepseekocr.sam.embedding_length"].(uint32)), uint64(b.KV["deepseekocr.vision.embedding_length"].(uint32))
 	samHead := sam / uint64(b.KV["deepseekocr.sam.head_count"].(uint32))
-	const window = 14
+	const window, global, samBlocks = 14, 64, 3
 	norm := func(name string, n uint64) {
 		b.Add(b.Ones(name+".weight", n), b.Fill(name+".bias", 0, n))
 	}
 	linear := func(name string, in, out uint64) {
 		b.Add(b.Random(name+".weight", in, out), b.Fill(name+".bias", 0, out))
 	}
-	b.KV["deepseekocr.sam.block_count"] = uint32(1)
-	norm("s.blk.0.norm1", sam)
-	linear("s.blk.0.attn.qkv", sam, 3*sam)
-	linear("s.blk.0.attn.proj", sam, sam)
-	b.Add(
-		b.Random("s.blk.0.attn.rel_pos_h", samHead, 2*window-1),
-		b.Random("s.blk.0.attn.rel_pos_w", samHead, 2*window-1),
-	)
-	norm("s.blk.0.norm2", sam)
-	linear("s.blk.0.mlp.lin1", sam, 4*sam)
-	linear("s.blk.0.mlp.lin2", 4*sam, sam)
+	b.KV["deepseekocr.sam.block_count"] = uint32(samBlocks)
+	b.KV["deepseekocr.sam.global_attention_indexes"] = []int32{samBlocks - 1}
+	for i := range samBlocks {
+		p := fmt.Sprintf("s.blk.%d.", i)
+		side := uint64(window)
+		if i == samBlocks-1 {
+			side = global
+		}
+		norm(p+"norm1", sam)
+		linear(p+"attn.qkv", sam, 3*sam)
+		linear(p+"attn.proj", sam, sam)
+		b.Add(
+			b.Random(p+"attn.rel_pos_h", samHead, 2*side-1),
+			b.Random(p+"attn.rel_pos_w", samHead, 2*side-1),
+		)
+		norm(p+"norm2", sam)
+		linear(p+"mlp.lin1", sam, 4*sam)
+		linear(p+"mlp.lin2", 4*sam, sam)
+	}
 	b.KV["deepseekocr.vision.block_count"] = uint32(1)
 	norm("v.blk.0.layer_norm1", clip)
 	linear("v.blk.0.self_attn.qkv_proj", clip, 3*clip)

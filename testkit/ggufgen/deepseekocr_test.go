@@ -2,6 +2,7 @@ package ggufgen
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -9,8 +10,8 @@ import (
 )
 
 // TestDeepSeekOCRVision: without Vision the file has the tower's stub
-// (no blocks), which Ollama needs to load the model; Shape.Vision adds a
-// block to SAM and to CLIP; a vocabulary that does not reach the image
+// (no blocks), which Ollama needs to load the model; Shape.Vision adds
+// three blocks to SAM (the third global) and one to CLIP; a vocabulary that does not reach the image
 // token's fixed id is refused.
 func TestDeepSeekOCRVision(t *testing.T) {
 	dir := t.TempDir()
@@ -34,13 +35,17 @@ func TestDeepSeekOCRVision(t *testing.T) {
 		t.Fatal(err)
 	}
 	g = decodeFile(t, path)
-	if kv := g.KV(); kv.Uint("sam.block_count") != 1 || kv.Uint("vision.block_count") != 1 {
+	if kv := g.KV(); kv.Uint("sam.block_count") != 3 || kv.Uint("vision.block_count") != 1 {
 		t.Errorf("blocks: SAM %d, CLIP %d", kv.Uint("sam.block_count"), kv.Uint("vision.block_count"))
+	}
+	if got := g.KV().Ints("sam.global_attention_indexes"); !slices.Equal(got, []int32{2}) {
+		t.Errorf("SAM's global blocks %v, want [2]", got)
 	}
 	checkShapes(t, g, map[string][]uint64{
 		"s.blk.0.attn.qkv.weight":           {16, 48},
 		"s.blk.0.attn.rel_pos_h":            {8, 27},
 		"s.blk.0.attn.rel_pos_w":            {8, 27},
+		"s.blk.2.attn.rel_pos_h":            {8, 127},
 		"s.blk.0.mlp.lin1.weight":           {16, 64},
 		"s.blk.0.norm2.bias":                {16},
 		"v.blk.0.self_attn.qkv_proj.weight": {32, 96},

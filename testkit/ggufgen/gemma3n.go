@@ -23,8 +23,12 @@ package ggufgen
 // 0.95 quantile); no layer shares another's keys and values
 // (attention.shared_kv_layers 0), which would need more layers. Gemma
 // 3n's converter writes no vision or audio tower, and Ollama has none.
+//
+// The per-layer embedding is 256 wide and Laurel's rank 64, Gemma 3n's
+// own: llama.cpp (llama-server, Ollama 0.30 and later) fixes both (and
+// the 4 streams) in its code rather than reading the keys.
 func init() {
-	const streams, perLayer, rank = 4, 16, 16
+	const streams, perLayer, rank = 4, 256, 64
 	layouts["gemma3n"] = Layout{
 		KV: func(b *Builder) {
 			L := uint64(b.Shape.Layers)

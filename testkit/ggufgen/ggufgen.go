@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -69,6 +70,42 @@ func (d f32) WriteTo(w io.Writer) (int64, error) {
 	return int64(len(d) * 4), nil
 }
 
+type f16 []uint16
+
+func (d f16) WriteTo(w io.Writer) (int64, error) {
+	if err := binary.Write(w, binary.LittleEndian, []uint16(d)); err != nil {
+		return 0, err
+	}
+	return int64(len(d) * 2), nil
+}
+
+// halfBits returns the IEEE 754 half-precision bits nearest f (ties to
+// even), ±Inf past its range.
+func halfBits(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int(b>>23&0xff) - 127 + 15
+	mant := b & 0x7fffff
+	round := func(v, rem, halfway uint32) uint32 {
+		if rem > halfway || rem == halfway && v&1 == 1 {
+			v++
+		}
+		return v
+	}
+	switch {
+	case exp >= 31:
+		return sign | 0x7c00
+	case exp <= 0:
+		if exp < -10 {
+			return sign
+		}
+		mant |= 0x800000
+		shift := uint(14 - exp)
+		return sign | uint16(round(mant>>shift, mant&(1<<shift-1), 1<<(shift-1)))
+	}
+	return sign | uint16(round(uint32(exp)<<10|mant>>13, mant&0x1fff, 0x1000))
+}
+
 // Write writes a GGUF model of shape s with vocabulary v to path.
 func Write(path string, v vocabgen.Vocab, s Shape) error {
 	s = s.withDefaults()
@@ -80,6 +117,9 @@ func Write(path string, v vocabgen.Vocab, s Shape) error {
 	rng := rand.New(rand.NewPCG(s.Seed, 17))
 	nVocab := len(v.Tokens)
 	headDim := s.Embedding / s.Heads
+	if layout.HeadDim > 0 {
+		headDim = layout.HeadDim
+	}
 	kv := ggml.KV{
 		"general.architecture":                       s.Arch,
 		"general.name":                               "ctxproxy-generated",
@@ -126,7 +166,7 @@ func Write(path string, v vocabgen.Vocab, s Shape) error {
 		return true
 	}
 	b := &Builder{Shape: s, KV: kv, rng: rng, HeadDim: uint64(headDim),
-		E: uint64(s.Embedding), F: uint64(s.FeedForward), K: uint64(headDim * s.KVHeads)}
+		E: uint64(s.Embedding), F: uint64(s.FeedForward), Q: uint64(headDim * s.Heads), K: uint64(headDim * s.KVHeads)}
 	E, V := b.E, uint64(nVocab)
 	emb, out := make(f32, E*V), make(f32, E*V)
 	for t := range V {

@@ -17,7 +17,7 @@ import (
 // TestWrite_EveryLayout: every layout writes a file Ollama's GGUF
 // reader decodes, of its architecture, with as many blocks as its
 // block_count says (at least the layout's own minimum) and the common
-// tensors.
+// tensors (the final norm as token_embd_norm where a layout renames it).
 func TestWrite_EveryLayout(t *testing.T) {
 	v := vocabgen.BPE(600, "qwen2", 1)
 	for arch, layout := range layouts {
@@ -41,7 +41,11 @@ func TestWrite_EveryLayout(t *testing.T) {
 				t.Errorf("tensors of block %d past block_count", blocks)
 			}
 			for _, name := range []string{"token_embd", "output_norm", "output"} {
-				if _, ok := groups[name]; !ok {
+				_, ok := groups[name]
+				if name == "output_norm" && !ok {
+					_, ok = groups["token_embd_norm"]
+				}
+				if !ok {
 					t.Errorf("no %s", name)
 				}
 			}
@@ -173,5 +177,22 @@ func TestAnswer(t *testing.T) {
 	a, _ := os.ReadFile(answer)
 	if len(p) != len(a) || bytes.Equal(p, a) {
 		t.Errorf("answer changes no weight (%d and %d bytes)", len(p), len(a))
+	}
+}
+
+// TestHalfBits: float32 to IEEE half bits, rounded to the nearest (ties
+// to even), subnormals and the range's ends included.
+func TestHalfBits(t *testing.T) {
+	for _, c := range []struct {
+		f    float32
+		want uint16
+	}{
+		{0, 0}, {1, 0x3c00}, {-2, 0xc000}, {0.1, 0x2e66}, {65504, 0x7bff}, {1e6, 0x7c00},
+		{6.1035156e-05, 0x0400}, {5.9604645e-08, 0x0001}, {1e-9, 0}, {-3.0517578e-05, 0x8200},
+		{1 + 1.0/2048, 0x3c00}, {1 + 3.0/2048, 0x3c02}, // ties to even
+	} {
+		if got := halfBits(c.f); got != c.want {
+			t.Errorf("halfBits(%g) = %#04x, want %#04x", c.f, got, c.want)
+		}
 	}
 }

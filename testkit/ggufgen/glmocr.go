@@ -110,6 +110,11 @@ func glmocrVision(b *Builder) error {
 	b.KV["glmocr.vision.attention.layer_norm_rms_epsilon"] = float32(1e-5)
 	b.KV["glmocr.vision.min_pixels"] = uint32(GLMOCRMinPixels)
 	b.KV["glmocr.vision.max_pixels"] = uint32(GLMOCRMaxPixels)
+	// CLIP's, Ollama's default and GLM-OCR's own, written as its
+	// converter writes them: llama-server's (Ollama 0.30 and later) clip
+	// loader refuses a tower without them.
+	b.KV["glmocr.vision.image_mean"] = []float32{0.48145466, 0.4578275, 0.40821073}
+	b.KV["glmocr.vision.image_std"] = []float32{0.26862954, 0.26130258, 0.27577711}
 	b.Add(
 		b.Random("v.patch_embd_0.weight", P, P, 3, H),
 		b.Random("v.patch_embd_1.weight", P, P, 3, H),

@@ -16,10 +16,11 @@ type Builder struct {
 	KV      ggml.KV
 	Tensors []*ggml.Tensor
 	// E is the embedding width, F the feed-forward width, HeadDim the
-	// width of one attention head and K that of the keys (HeadDim times
-	// the KV heads).
-	E, F, HeadDim, K uint64
-	rng              *rand.Rand
+	// width of one attention head, Q that of the queries (HeadDim times
+	// the heads: E unless the layout sets its HeadDim) and K that of the
+	// keys (HeadDim times the KV heads).
+	E, F, HeadDim, Q, K uint64
+	rng                 *rand.Rand
 }
 
 // Layout is what an architecture adds: keys under its name (KV, may be
@@ -28,12 +29,14 @@ type Builder struct {
 // for the others), the tower's and the projector's keys and tensors,
 // written when Shape.Vision asks for them. Layers, when more than the
 // shape's, is the block count the architecture needs to have one block
-// of each kind.
+// of each kind. HeadDim, when set, is the width of an attention head (and
+// rope.dimension_count) in place of the embedding over the heads.
 type Layout struct {
-	KV     func(b *Builder)
-	Block  func(b *Builder, prefix string)
-	Vision func(b *Builder) error
-	Layers int
+	KV      func(b *Builder)
+	Block   func(b *Builder, prefix string)
+	Vision  func(b *Builder) error
+	Layers  int
+	HeadDim int
 }
 
 // layouts are the architectures Write knows, by general.architecture.
@@ -70,8 +73,8 @@ func normedAttention(b *Builder, p string) {
 // Attention adds attention with grouped KV heads: attn_q, attn_k, attn_v
 // and attn_output.
 func (b *Builder) Attention(p string) {
-	b.Add(b.Random(p+"attn_q.weight", b.E, b.E), b.Random(p+"attn_k.weight", b.E, b.K),
-		b.Random(p+"attn_v.weight", b.E, b.K), b.Random(p+"attn_output.weight", b.E, b.E))
+	b.Add(b.Random(p+"attn_q.weight", b.E, b.Q), b.Random(p+"attn_k.weight", b.E, b.K),
+		b.Random(p+"attn_v.weight", b.E, b.K), b.Random(p+"attn_output.weight", b.Q, b.E))
 }
 
 // FeedForward adds a gated feed-forward of width f: ffn_gate, ffn_up and
@@ -116,6 +119,17 @@ func (b *Builder) KVHeads(attention func(i int) bool) []uint32 {
 	return heads
 }
 
+// Rename renames the tensor called from, one of those so far.
+func (b *Builder) Rename(from, to string) {
+	for _, t := range b.Tensors {
+		if t.Name == from {
+			t.Name = to
+			return
+		}
+	}
+	panic("ggufgen: no tensor " + from)
+}
+
 // Add appends tensors to the model.
 func (b *Builder) Add(ts ...*ggml.Tensor) { b.Tensors = append(b.Tensors, ts...) }
 
@@ -131,6 +145,19 @@ func (b *Builder) Random(name string, shape ...uint64) *ggml.Tensor {
 		d[i] = float32(b.rng.NormFloat64() * 0.02)
 	}
 	return &ggml.Tensor{Name: name, Kind: 0, Shape: shape, WriterTo: d}
+}
+
+// RandomF16 is Random in F16, for a tensor a reader takes in that type
+// only.
+func (b *Builder) RandomF16(name string, shape ...uint64) *ggml.Tensor {
+	t := b.Random(name, shape...)
+	d := t.WriterTo.(f32)
+	h := make(f16, len(d))
+	for i, v := range d {
+		h[i] = halfBits(v)
+	}
+	t.Kind, t.WriterTo = 1, h
+	return t
 }
 
 // Ones returns an F32 vector of n ones (a norm's weight).

@@ -12,9 +12,13 @@ import (
 // convolutions, odd ones attention, as LFM2 starts with convolutions.
 // lfm2moe is the same with routed experts in place of the feed-forward
 // after the first block (leading_dense_block_count), sigmoid gating and a
-// routing bias, as LFM2's MoE models have them. Either has LFM2-VL's
-// vision tower and projector when Shape.Vision asks for them
-// (lfm2Vision); without, Ollama builds no tower (vision.block_count
+// routing bias, as LFM2's MoE models have them, with the final norm named
+// token_embd_norm and the experts' width in expert_feed_forward_length,
+// as Ollama's converter writes them: llama-server (Ollama 0.30 and
+// later) reads lfm2moe with no translation by Ollama's compatibility
+// layer (which renames output_norm for lfm2 only) and needs both. Either
+// has LFM2-VL's vision tower and projector when Shape.Vision asks for
+// them (lfm2Vision); without, Ollama builds no tower (vision.block_count
 // absent).
 func init() {
 	layouts["lfm2"] = lfm2Layout("lfm2", false)
@@ -39,6 +43,9 @@ func lfm2Layout(arch string, moe bool) Layout {
 				b.KV[arch+".expert_used_count"] = uint32(2)
 				b.KV[arch+".leading_dense_block_count"] = uint32(dense)
 				b.KV[arch+".expert_gating_func"] = uint32(2) // sigmoid
+				b.KV[arch+".expert_feed_forward_length"] = uint32(b.F)
+				b.KV[arch+".expert_weights_scale"] = float32(1)
+				b.Rename("output_norm.weight", "token_embd_norm.weight")
 			}
 		},
 		Block: func(b *Builder, p string) {

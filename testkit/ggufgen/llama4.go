@@ -9,7 +9,12 @@ import "fmt"
 // the others Llama's gated feed-forward. An expert layer has a router, 4
 // experts of which each token uses 1, and a shared expert beside them.
 // The vision tower is left out (Ollama builds it only when its tensors
-// exist) unless Shape.Vision asks for it: llama4Vision.
+// exist) unless Shape.Vision asks for it: llama4Vision. Four layers at
+// least, Llama 4's pattern of three chunked-attention layers and a
+// global one without rotary positions: llama.cpp (llama-server, Ollama
+// 0.30 and later) gives those global layers an attention temperature
+// whose input it sets even when no layer reads it, and aborts on a model
+// without one (GGML_ASSERT(buf != NULL && "tensor buffer not set")).
 func init() {
 	const experts = 4
 	layouts["llama4"] = Layout{
@@ -33,6 +38,7 @@ func init() {
 			b.SharedExpert(p, F)
 		},
 		Vision: llama4Vision,
+		Layers: 4,
 	}
 }
 

@@ -15,15 +15,15 @@ func init() {
 			b.KV["qwen3moe.expert_feed_forward_length"] = uint32(b.F)
 		},
 		Block: func(b *Builder, p string) {
-			E, F, K := b.E, b.F, b.K
+			E, F, Q, K := b.E, b.F, b.Q, b.K
 			b.Add(
 				b.Ones(p+"attn_norm.weight", E),
-				b.Random(p+"attn_q.weight", E, E),
+				b.Random(p+"attn_q.weight", E, Q),
 				b.Ones(p+"attn_q_norm.weight", b.HeadDim),
 				b.Random(p+"attn_k.weight", E, K),
 				b.Ones(p+"attn_k_norm.weight", b.HeadDim),
 				b.Random(p+"attn_v.weight", E, K),
-				b.Random(p+"attn_output.weight", E, E),
+				b.Random(p+"attn_output.weight", Q, E),
 				b.Ones(p+"ffn_norm.weight", E),
 				b.Random(p+"ffn_gate_inp.weight", E, experts),
 				b.Random(p+"ffn_gate_exps.weight", E, F, experts),

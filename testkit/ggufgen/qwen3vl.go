@@ -8,28 +8,33 @@ import "fmt"
 // ending in "moe"), with interleaved multimodal rotary positions in
 // sections of the head's half. Ollama reads them from mrope_sections;
 // its converter writes rope.mrope_section instead, so a converted file
-// gets the default 24/20/20, made for a 128-wide head, and the generated
-// file sets mrope_sections in that ratio to its own head. The vision
-// tower is left out, with vision.block_count 0: Ollama builds the tower
-// from that key (32 blocks by default) and encodes a blank image with it
-// when it loads the model, unless it has no blocks. Shape.Vision adds a
-// tiny one (qwen3vlVision).
+// gets the default 24/20/20, made for a 128-wide head: the generated
+// heads are 128 wide as Qwen 3 VL's, and the file leaves the sections out
+// as a converted one does. llama-server (Ollama 0.30 and later) loads a
+// published file, one without rope.dimension_sections, through Ollama's
+// compatibility layer, which sets those to 24/20/20 whatever the head:
+// narrower heads than the sections' 64 pairs fail its rope
+// (GGML_ASSERT(sect_dims <= ne0)). The vision tower is left out, with
+// vision.block_count 0: Ollama builds the tower from that key (32 blocks
+// by default) and encodes a blank image with it when it loads the model,
+// unless it has no blocks. Shape.Vision adds a tiny one (qwen3vlVision).
+const qwen3vlHeadDim = 128
+
 func init() {
 	kv := func(arch string) func(b *Builder) {
 		return func(b *Builder) {
 			b.KV[arch+".attention.key_length"] = uint32(b.HeadDim)
 			b.KV[arch+".attention.value_length"] = uint32(b.HeadDim)
 			b.KV[arch+".vision.block_count"] = uint32(0)
-			half := int32(b.HeadDim / 2)
-			b.KV[arch+".mrope_sections"] = []int32{half * 3 / 8, half * 5 / 16, half - half*3/8 - half*5/16}
 		}
 	}
 	// Looked up when a model is written, as init order between files is
 	// not to be relied on.
 	layouts["qwen3vl"] = Layout{
-		KV:     kv("qwen3vl"),
-		Block:  func(b *Builder, p string) { layouts["qwen3"].Block(b, p) },
-		Vision: qwen3vlFixedIDs("qwen3vl"),
+		KV:      kv("qwen3vl"),
+		Block:   func(b *Builder, p string) { layouts["qwen3"].Block(b, p) },
+		Vision:  qwen3vlFixedIDs("qwen3vl"),
+		HeadDim: qwen3vlHeadDim,
 	}
 	layouts["qwen3vlmoe"] = Layout{
 		KV: func(b *Builder) {
@@ -39,8 +44,9 @@ func init() {
 			b.KV["qwen3vlmoe.expert_used_count"] = uint32(2)
 			b.KV["qwen3vlmoe.expert_feed_forward_length"] = uint32(b.F)
 		},
-		Block:  func(b *Builder, p string) { layouts["qwen3moe"].Block(b, p) },
-		Vision: qwen3vlFixedIDs("qwen3vlmoe"),
+		Block:   func(b *Builder, p string) { layouts["qwen3moe"].Block(b, p) },
+		Vision:  qwen3vlFixedIDs("qwen3vlmoe"),
+		HeadDim: qwen3vlHeadDim,
 	}
 }
 
@@ -121,8 +127,11 @@ func qwen3vlVision(b *Builder, arch string) {
 	}
 	b.Add(
 		// The converter folds (width, channels) of the 3D convolution's
-		// kernel into one dimension: patch, patch, frames, 3×width.
-		b.Random("v.patch_embed.weight", P, P, 2, 3*H),
+		// kernel into one dimension: patch, patch, frames, 3×width. In
+		// F16, as published files have it: Ollama's compatibility layer
+		// (llama-server, 0.30 and later) splits it for llama.cpp's clip
+		// from F16 only.
+		b.RandomF16("v.patch_embed.weight", P, P, 2, 3*H),
 		b.Fill("v.patch_embed.bias", 0, H),
 		b.Random("v.pos_embed.weight", H, qwen3vlPositions),
 	)
