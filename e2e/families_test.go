@@ -5,6 +5,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,6 +25,10 @@ type family struct {
 	// specials are the family's own control tokens, added to the
 	// vocabulary and written as text into the prompt.
 	specials []string
+	// bos, when set, is the vocabulary's BOS token (added as a control
+	// token if it lacks it), and the file says its tokenizer adds it
+	// (add_bos_token true), as the files of a renderer's family do.
+	bos string
 	// ci marks the representative rows CI runs; the others run with
 	// CTXPROXY_E2E_FAMILIES=all (scripts/families.sh), or by name,
 	// architecture or pre-tokenizer (CTXPROXY_E2E_FAMILIES=gemma3,falcon).
@@ -114,6 +119,10 @@ func createFamily(o *ollamaServer, name string, f family, seed uint64) error {
 	// default when the file does not say: leave the key out, so the row
 	// checks ctxproxy's table of those defaults too.
 	v.NoAddBOSKey = f.arch != ""
+	if f.bos != "" {
+		v = v.WithSpecials(f.bos)
+		v.BOS, v.AddBOS, v.NoAddBOSKey = slices.Index(v.Tokens, f.bos), true, false
+	}
 	return createModel(o, name, v, f.arch)
 }
 

@@ -40,9 +40,13 @@ func (o *ollamaServer) version() string {
 // llamaServer reports whether the suite's Ollama is of the llama-server
 // era (0.30 and later): every model runs in llama.cpp's llama-server,
 // none on Ollama's own engine.
-func llamaServer() bool {
+func llamaServer() bool { return serverAtLeast("0.30.0") }
+
+// serverAtLeast reports whether the suite's Ollama is version want
+// ("0.32.0") or later.
+func serverAtLeast(want string) bool {
 	v := "v" + suite.version
-	return semver.IsValid(v) && semver.Compare(v, "v0.30.0") >= 0
+	return semver.IsValid(v) && semver.Compare(v, "v"+want) >= 0
 }
 
 // stop stops serve and its runners (the whole process group).

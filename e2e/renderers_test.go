@@ -20,45 +20,79 @@ import (
 	"github.com/ollama/ollama/api"
 )
 
-// renderers are the built-in renderers of Ollama v0.17.4, each with the
-// parser its models ship with, on a generated model of the family that
-// ships it (a row of families) with the control tokens the renderer
-// writes added to its vocabulary, so that they count as the one token
-// each they are.
+// renderers are the built-in renderers of Ollama v0.17.4 and those
+// later servers add, each with the parser its models ship with, on a
+// generated model of the family that ships it (a row of families: its
+// architecture where testkit/ggufgen writes one the server loads, else
+// llama) with the control tokens the renderer writes added to its
+// vocabulary, so that they count as the one token each they are. bos is
+// the BOS token the renderer writes first, made the vocabulary's own and
+// added by its tokenizer, as the family's files have it: the server then
+// takes the written one off (its LeadingBOS). since is the Ollama
+// version a row runs from ("" for v0.17.4's): 0.30, whose server renders
+// for ctxproxy the renderers ctxproxy lacks, or the first version read
+// that has the renderer (Ollama 0.32.0's source has ornith and cohere,
+// 0.30.0's neither; 0.34.3's has the four newest, 0.32.0's none).
 var renderers = []struct {
 	renderer, parser, base string
 	specials               []string
+	bos, since             string
 }{
-	{"qwen3-coder", "qwen3-coder", "fam-arch-qwen3moe", qwenTools},
-	{"qwen3-vl-instruct", "qwen3-vl-instruct", "fam-arch-qwen3vl", qwenTools},
-	{"qwen3-vl-thinking", "qwen3-vl-thinking", "fam-arch-qwen3vlmoe", qwenTools},
-	{"qwen3.5", "qwen3.5", "fam-arch-qwen35", qwenTools},
-	{"cogito", "cogito", "fam-llama3", []string{"<|begin_of_text|>", "<think>", "</think>"}},
-	{"deepseek3.1", "deepseek3", "fam-arch-deepseek2", []string{"<｜begin▁of▁sentence｜>", "<｜tool▁calls▁begin｜>",
-		"<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<｜tool▁output▁begin｜>",
-		"<｜tool▁output▁end｜>", "<think>", "</think>"}},
-	{"olmo3", "olmo3", "fam-arch-olmo3", []string{"<|im_start|>", "<|im_end|>", "<functions>", "</functions>"}},
-	{"olmo3.1", "olmo3", "fam-arch-olmo3", []string{"<|im_start|>", "<|im_end|>", "<functions>", "</functions>"}},
-	{"olmo3-think", "olmo3-think", "fam-arch-olmo3", []string{"<|im_start|>", "<|im_end|>", "<think>", "</think>"}},
-	{"olmo3-32b-think", "olmo3-think", "fam-arch-olmo3", []string{"<|im_start|>", "<|im_end|>", "<think>", "</think>"}},
-	{"nemotron-3-nano", "nemotron-3-nano", "fam-arch-nemotron_h", qwenTools},
-	{"functiongemma", "functiongemma", "fam-arch-gemma3", []string{"<start_function_declaration>", "<end_function_declaration>",
-		"<start_function_call>", "<end_function_call>", "<start_function_response>", "<end_function_response>", "<escape>"}},
-	{"glm-4.7", "glm-4.7", "fam-arch-glm4moelite", glmTools},
-	{"glm-ocr", "glm-ocr", "fam-arch-glmocr", glmTools},
-	{"lfm2", "lfm2", "fam-arch-lfm2", []string{"<|im_start|>", "<|im_end|>", "<|tool_call_start|>", "<|tool_call_end|>",
-		"<|tool_list_start|>", "<|tool_list_end|>", "<|tool_response_start|>", "<|tool_response_end|>"}},
-	{"lfm2-thinking", "lfm2-thinking", "fam-arch-lfm2", []string{"<|im_start|>", "<|im_end|>", "<think>", "</think>",
-		"<|tool_call_start|>", "<|tool_call_end|>"}},
+	{renderer: "qwen3-coder", parser: "qwen3-coder", base: "fam-arch-qwen3moe", specials: qwenTools},
+	{renderer: "qwen3-vl-instruct", parser: "qwen3-vl-instruct", base: "fam-arch-qwen3vl", specials: qwenTools},
+	{renderer: "qwen3-vl-thinking", parser: "qwen3-vl-thinking", base: "fam-arch-qwen3vlmoe", specials: qwenTools},
+	{renderer: "qwen3.5", parser: "qwen3.5", base: "fam-arch-qwen35", specials: qwenTools},
+	{renderer: "cogito", parser: "cogito", base: "fam-llama3", specials: []string{"<|begin_of_text|>", "<think>", "</think>"}},
+	{renderer: "deepseek3.1", parser: "deepseek3", base: "fam-arch-deepseek2", specials: []string{"<｜begin▁of▁sentence｜>",
+		"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>",
+		"<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>", "<think>", "</think>"}},
+	{renderer: "olmo3", parser: "olmo3", base: "fam-arch-olmo3", specials: []string{"<|im_start|>", "<|im_end|>", "<functions>", "</functions>"}},
+	{renderer: "olmo3.1", parser: "olmo3", base: "fam-arch-olmo3", specials: []string{"<|im_start|>", "<|im_end|>", "<functions>", "</functions>"}},
+	{renderer: "olmo3-think", parser: "olmo3-think", base: "fam-arch-olmo3", specials: []string{"<|im_start|>", "<|im_end|>", "<think>", "</think>"}},
+	{renderer: "olmo3-32b-think", parser: "olmo3-think", base: "fam-arch-olmo3", specials: []string{"<|im_start|>", "<|im_end|>", "<think>", "</think>"}},
+	{renderer: "nemotron-3-nano", parser: "nemotron-3-nano", base: "fam-arch-nemotron_h", specials: qwenTools},
+	{renderer: "functiongemma", parser: "functiongemma", base: "fam-arch-gemma3", specials: []string{"<start_function_declaration>",
+		"<end_function_declaration>", "<start_function_call>", "<end_function_call>", "<start_function_response>",
+		"<end_function_response>", "<escape>"}},
+	{renderer: "glm-4.7", parser: "glm-4.7", base: "fam-arch-glm4moelite", specials: glmTools},
+	{renderer: "glm-ocr", parser: "glm-ocr", base: "fam-arch-glmocr", specials: glmTools},
+	{renderer: "lfm2", parser: "lfm2", base: "fam-arch-lfm2", specials: []string{"<|im_start|>", "<|im_end|>", "<|tool_call_start|>",
+		"<|tool_call_end|>", "<|tool_list_start|>", "<|tool_list_end|>", "<|tool_response_start|>", "<|tool_response_end|>"}},
+	{renderer: "lfm2-thinking", parser: "lfm2-thinking", base: "fam-arch-lfm2", specials: []string{"<|im_start|>", "<|im_end|>",
+		"<think>", "</think>", "<|tool_call_start|>", "<|tool_call_end|>"}},
+	// Ollama 0.30 and later. Qwen 3.8 and Ornith ship as Qwen 3.5
+	// architectures (qwen3.8 with Qwen 3.5's parser); Gemma 4, Laguna,
+	// Cohere's Command and Glimmer as architectures ggufgen does not
+	// write, so on llama, with a vocabulary of the tokenizer kind they
+	// have (Gemma's SentencePiece, byte-level BPE for the others).
+	{renderer: "qwen3.8", parser: "qwen3.5", base: "fam-arch-qwen35", specials: qwenTools, since: "0.34.3"},
+	{renderer: "ornith", parser: "ornith", base: "fam-arch-qwen35moe", specials: qwenTools, since: "0.32.0"},
+	{renderer: "nemotron-3.5-nano", parser: "nemotron-3.5-nano", base: "fam-arch-nemotron_h", specials: qwenTools, since: "0.34.3"},
+	{renderer: "gemma4", parser: "gemma4", base: "fam-spm", specials: gemma4Tools, bos: "<bos>", since: "0.30.0"},
+	{renderer: "gemma4-small", parser: "gemma4", base: "fam-spm", specials: gemma4Tools, bos: "<bos>", since: "0.30.0"},
+	{renderer: "gemma4-large", parser: "gemma4", base: "fam-spm", specials: gemma4Tools, bos: "<bos>", since: "0.30.0"},
+	{renderer: "laguna", parser: "laguna", base: "fam-llama3", specials: lagunaTools, bos: "〈|EOS|〉", since: "0.30.0"},
+	{renderer: "poolside-v1", parser: "poolside-v1", base: "fam-llama3", specials: lagunaTools, bos: "〈|EOS|〉", since: "0.34.3"},
+	{renderer: "cohere", parser: "cohere", base: "fam-gpt-2", bos: "<BOS_TOKEN>", since: "0.32.0", specials: []string{
+		"<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|SYSTEM_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>",
+		"<|START_THINKING|>", "<|END_THINKING|>", "<|START_TEXT|>", "<|END_TEXT|>", "<|START_ACTION|>", "<|END_ACTION|>",
+		"<|START_TOOL_RESULT|>", "<|END_TOOL_RESULT|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"}},
+	{renderer: "glimmer", parser: "glimmer", base: "fam-llama3", bos: "<|begin_of_text|>", since: "0.34.3", specials: []string{
+		"<|start|>", "<|message|>", "<|eom|>", "<|eot|>", "<|patch|>"}},
 }
 
-// The control tokens of the Qwen family's and GLM's tool and thinking
-// markup.
+// The control tokens of the tool and thinking markup of the Qwen family,
+// GLM, Gemma 4 and Laguna.
 var (
 	qwenTools = []string{"<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
 		"<think>", "</think>"}
 	glmTools = []string{"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "<think>", "</think>",
 		"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"}
+	gemma4Tools = []string{"<|turn>", "<turn|>", "<|think|>", "<|channel>", "<channel|>", "<|tool>", "<tool|>", "<|tool_call>",
+		"<tool_call|>", "<|tool_response>", "<tool_response|>", `<|"|>`}
+	lagunaTools = []string{"<system>", "</system>", "<user>", "</user>", "<assistant>", "</assistant>", "<think>", "</think>",
+		"<available_tools>", "</available_tools>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+		"</arg_value>", "<tool_response>", "</tool_response>"}
 )
 
 // hardText is what tokenizers disagree on: digits, CJK, code fences,
@@ -96,31 +130,45 @@ func createRendered(t *testing.T, o *ollamaServer, name, renderer, parser string
 }
 
 // TestRealOllama_Renderers: a model Ollama renders with a built-in
-// renderer (named only in its Modelfile by v0.17.4), built on a 32,000-
-// token generated model of its family, is counted exactly from its first
-// request, on /api/chat (whole and streamed) and
-// /v1/chat/completions, with tools, thinking and hard text.
+// renderer (named only in its Modelfile by v0.17.4; from 0.30 rendered
+// by the server for ctxproxy), built on a 32,000-token generated model of
+// its family, is counted exactly from its first request, on /api/chat
+// (whole and streamed) and /v1/chat/completions with tools, thinking and
+// hard text, and on /v1/responses and /v1/messages (carried to
+// /api/chat) with the hard text.
 func TestRealOllama_Renderers(t *testing.T) {
 	o := need(t)
 	p := startCtxproxy(t, o.url, exactConfig)
 	defer p.stop()
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-18s %-22s %7s %7s\n", "renderer", "route", "sent", "ollama")
+	rows := 0
 	for i, r := range renderers {
+		if r.since != "" && !serverAtLeast(r.since) {
+			continue
+		}
+		rows++
 		name := "rend-" + strings.ReplaceAll(r.renderer, ".", "-")
 		base := familyNamed(r.base)
 		base.specials = append(slices.Clone(base.specials), r.specials...)
+		base.bos = r.bos
 		if err := createFamily(o, name+"-base", base, 600+uint64(i)); err != nil {
 			t.Fatalf("%s: creating its base: %v", r.renderer, err)
 		}
 		createRendered(t, o, name, r.renderer, r.parser, name+"-base")
 		msgs, tools := rendererConversation(900+uint64(i)), toolsJSON
+		plain := conversation(900+uint64(i), 6)
+		plain[len(plain)-1].Content += "\n" + hardText
 		if r.parser == "olmo3-think" {
 			// Its parser has no tool calls: a conversation without.
-			msgs, tools = conversation(900+uint64(i), 6), nil
-			msgs[len(msgs)-1].Content += "\n" + hardText
+			msgs, tools = plain, nil
 		}
-		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {
+		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions", "/v1/responses", "/v1/messages"} {
+			msgs, tools := msgs, tools
+			if route == "/v1/responses" || route == "/v1/messages" {
+				// Their requests are written here without tools.
+				msgs, tools = plain, nil
+			}
 			sent, eval, err := countedAndEvaluated(p.url, route, name, msgs, tools)
 			if err != nil {
 				t.Errorf("%s %s: %v", r.renderer, route, err)
@@ -132,7 +180,7 @@ func TestRealOllama_Renderers(t *testing.T) {
 			}
 		}
 	}
-	t.Log(b.String())
+	t.Logf("%d renderers on Ollama %s\n%s", rows, suite.version, b.String())
 }
 
 // countedAndEvaluated sends msgs to ctxproxy at base on route ("/api/chat",

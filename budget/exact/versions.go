@@ -112,27 +112,41 @@ func (r serverRules) tokenizerPre(kv map[string]any, embeddedVision bool) string
 }
 
 // leadingBOS is the BOS text each renderer writes first, which
-// llama-server's Ollama takes off again (the renderers' LeadingBOS, 0.34.3).
+// llama-server's Ollama takes off again (the renderers' LeadingBOS,
+// 0.34.3): those of 0.17.4 that write one, and every renderer added
+// since, "" for those that write none.
 var leadingBOS = map[string]string{
 	"cogito":        "<｜begin▁of▁sentence｜>",
 	"deepseek3.1":   "<｜begin▁of▁sentence｜>",
 	"functiongemma": "<bos>",
 	"lfm2":          "<|startoftext|>",
 	"lfm2-thinking": "<|startoftext|>",
+	// Added after 0.17.4.
+	"qwen3.8":           "",
+	"ornith":            "",
+	"nemotron-3.5-nano": "",
+	"gemma4":            "<bos>",
+	"gemma4-small":      "<bos>",
+	"gemma4-large":      "<bos>",
+	"laguna":            "〈|EOS|〉",
+	"poolside-v1":       "〈|EOS|〉",
+	"cohere":            "<BOS_TOKEN>",
+	"glimmer":           "<|begin_of_text|>",
 }
 
 // sent returns prompt as the server sends it to its runner: from 0.30,
 // without the BOS text the model's renderer (or template) wrote first,
 // when the file says its tokenizer adds one (tokenizer.ggml.add_bos_token
 // true, or LFM2's and Gemma 4's pre-tokenizers, which add it whatever the
-// file says).
+// file says). What else the prompt starts with stays: "<bos>" aside, the
+// server takes off only the text the renderer says it writes.
 func (r serverRules) sent(prompt, renderer string, e engine) string {
 	adds := e.pre == "lfm2" || e.pre == "gemma4" || e.kind == "gemma4" || (e.bosKey != nil && *e.bosKey)
 	if !r.llamaServer || !adds {
 		return prompt
 	}
-	bos := leadingBOS[renderer]
-	if bos == "" && renderer != "" && !KnownRenderer(renderer) {
+	bos, listed := leadingBOS[renderer]
+	if !listed && renderer != "" && !KnownRenderer(renderer) {
 		// A renderer of a newer Ollama than ctxproxy knows: those write
 		// the model's own BOS text first.
 		bos = e.bosText

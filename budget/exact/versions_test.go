@@ -190,3 +190,34 @@ func TestCompatPre(t *testing.T) {
 		t.Errorf("gpt-oss on 0.34.3 counted as %s", m.Name())
 	}
 }
+
+// TestLeadingBOSOfNewerRenderers: the renderers Ollama added after 0.17.4
+// have their own LeadingBOS on 0.34.3, which the server takes off whatever
+// the model's BOS token is called; those that write none leave the
+// prompt as it is, even where it starts with the model's BOS text. Only
+// a renderer of a newer Ollama than ctxproxy knows is taken to write the
+// model's own.
+func TestLeadingBOSOfNewerRenderers(t *testing.T) {
+	adds := true
+	e := engine{kind: "gpt2", bosKey: &adds, bosText: "<s>"}
+	rules := rulesOf("0.34.3")
+	for renderer, bos := range map[string]string{
+		"gemma4": "<bos>", "gemma4-small": "<bos>", "gemma4-large": "<bos>", "laguna": "〈|EOS|〉",
+		"poolside-v1": "〈|EOS|〉", "cohere": "<BOS_TOKEN>", "glimmer": "<|begin_of_text|>",
+	} {
+		if got := rules.sent(bos+"<s>hi", renderer, e); got != "<s>hi" {
+			t.Errorf("%s: sent %q, want %q taken off", renderer, got, bos)
+		}
+	}
+	for _, renderer := range []string{"qwen3.8", "ornith", "nemotron-3.5-nano"} {
+		if got := rules.sent("<s>hi", renderer, e); got != "<s>hi" {
+			t.Errorf("%s writes no BOS, yet %q was sent", renderer, got)
+		}
+	}
+	if got := rules.sent("<s>hi", "a-renderer-of-a-newer-ollama", e); got != "hi" {
+		t.Errorf("a renderer ctxproxy does not know: sent %q, want the model's BOS text taken off", got)
+	}
+	if got := rulesOf("0.17.4").sent("<BOS_TOKEN>hi", "cohere", e); got != "<BOS_TOKEN>hi" {
+		t.Errorf("0.17.4 takes nothing off, yet %q was sent", got)
+	}
+}
