@@ -168,9 +168,9 @@ const shrinkFloor = 32
 // first, so that a system prompt is whole whenever it fits with the last
 // message, and a short question is not cut to make room for a long
 // system prompt. All contents of a kind are cut down to one common size,
-// the largest that fits, taken from a ladder of sizes (…, 512, 768, 1024,
-// 1536, …) so that the same messages are cut the same way while the
-// conversation grows a little. It never cuts a content below about 32
+// the largest that fits, taken from a ladder of sizes (…, 1024, 1152,
+// 1280, …, 1920, 2048, 2304, …: eight per doubling) so that the same
+// messages are cut the same way while the conversation grows a little. It never cuts a content below about 32
 // tokens; if that is not enough the result still exceeds the target (the
 // caller decides: Trimmer returns ErrOverflow). Its notice says what went
 // of the system prompt apart from the rest.
@@ -306,7 +306,11 @@ func shrinkKind(p *plan, idx []int, target int) []int {
 	return slices.Sorted(maps.Keys(cut))
 }
 
-// ladder rounds x down to the nearest 2^k or 3·2^(k-1).
+// ladder rounds x down to the nearest step of eight per doubling,
+// 2^k·(1 + j/8): the same cut while a conversation grows a little (the
+// backend's prompt cache stays warm), and never more than a ninth of a
+// content cut beyond what the target needs (a 2,499-token system prompt
+// that must lose one token keeps 2,304).
 func ladder(x int) int {
 	if x < shrinkFloor {
 		return shrinkFloor
@@ -315,8 +319,6 @@ func ladder(x int) int {
 	for p*2 <= x {
 		p *= 2
 	}
-	if q := p + p/2; q <= x {
-		return q
-	}
-	return p
+	step := max(p/8, 1)
+	return p + (x-p)/step*step
 }

@@ -252,6 +252,37 @@ func TestShrinkKeepsSystemLast(t *testing.T) {
 	}
 }
 
+// TestShrinkCutsLittleMore: when the middle, cut to its floor, leaves the
+// conversation a few tokens over, the system prompt loses those tokens and
+// at most a ninth more (the ladder's step), not a third of itself.
+func TestShrinkCutsLittleMore(t *testing.T) {
+	// A 2,500-token system prompt, a 60-token message between and a short
+	// question: the middle can give about 20 tokens, 40 are needed.
+	msgs := numbered(sys(lines(1000)), user(lines(24)), asst("ok"), user(lines(8)))
+	total := Total(msgs, counter)
+	target := total - 40
+	res := apply(t, Shrink{}, msgs, target)
+	m := res.Messages
+	if got := Total(m, counter); got > target {
+		t.Errorf("total %d > %d", got, target)
+	}
+	before, after := counter.CountText(msgs[0].Content), counter.CountText(m[0].Content)
+	if !m[0].Edited || before-after > before/9+40 {
+		t.Errorf("system prompt of %d tokens cut to %d for a 40-token overflow (notice %q)", before, after, res.Notice)
+	}
+	if m[3].Edited {
+		t.Errorf("the question was cut")
+	}
+}
+
+func TestLadder(t *testing.T) {
+	for x, want := range map[int]int{1: shrinkFloor, 32: 32, 33: 32, 36: 36, 63: 60, 64: 64, 1000: 960, 2499: 2304, 4096: 4096, 4607: 4096, 4608: 4608} {
+		if got := ladder(x); got != want {
+			t.Errorf("ladder(%d) = %d, want %d", x, got, want)
+		}
+	}
+}
+
 func TestCutMiddle(t *testing.T) {
 	tests := []struct {
 		name string
