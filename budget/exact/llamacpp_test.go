@@ -110,13 +110,12 @@ func TestLlamaCppMerges(t *testing.T) {
 	}
 }
 
-// TestLlamaCppRules: every rule of llama.cpp's table compiles, no
-// tokenizer.ggml.pre value selects two rules, splitting loses and adds no
-// text, and a few splits that tell rules apart come out as llama.cpp's.
-func TestLlamaCppRules(t *testing.T) {
-	text := "Totals: 1234567 and 3.14159.\n\n```go\nfunc main() {}\n```\n\n東京の天気 42度\n\t\t  x   y <|im_start|> don't IMGIMGABZ"
-	seen := map[string]bool{}
-	for _, r := range llamaCppRules {
+// checkRuleTable: no tokenizer.ggml.pre value of rules selects two rules
+// (seen holds those already taken), and splitting text with each loses
+// and adds nothing.
+func checkRuleTable(t *testing.T, rules []llamaCppRule, seen map[string]bool, text string) {
+	t.Helper()
+	for _, r := range rules {
 		for _, pre := range r.pres {
 			if seen[pre] {
 				t.Errorf("%s selects two rules", pre)
@@ -128,6 +127,14 @@ func TestLlamaCppRules(t *testing.T) {
 			t.Errorf("%s: split %q, lost text", r.pres[0], parts)
 		}
 	}
+}
+
+// TestLlamaCppRules: every rule of llama.cpp's table compiles, no
+// tokenizer.ggml.pre value selects two rules, splitting loses and adds no
+// text, and a few splits that tell rules apart come out as llama.cpp's.
+func TestLlamaCppRules(t *testing.T) {
+	text := "Totals: 1234567 and 3.14159.\n\n```go\nfunc main() {}\n```\n\n東京の天気 42度\n\t\t  x   y <|im_start|> don't IMGIMGABZ"
+	checkRuleTable(t, llamaCppRules, map[string]bool{}, text)
 	for _, c := range []struct {
 		pre, text string
 		want      []string
@@ -208,18 +215,7 @@ func TestLlamaServerRules(t *testing.T) {
 			seen[pre] = !slices.Contains(changed, pre)
 		}
 	}
-	for _, r := range llamaServerRules {
-		for _, pre := range r.pres {
-			if seen[pre] {
-				t.Errorf("%s selects two rules", pre)
-			}
-			seen[pre] = true
-		}
-		parts := newBPE(nil, r.exprs, true, false).split(text)
-		if got := strings.Join(parts, ""); got != text {
-			t.Errorf("%s: split %q, lost text", r.pres[0], parts)
-		}
-	}
+	checkRuleTable(t, llamaServerRules, seen, text)
 	for alias, pre := range llamaServerAliases {
 		if seen[alias] {
 			t.Errorf("alias %s is also in a table", alias)
