@@ -126,6 +126,8 @@ type ollamaShow struct {
 	shows   atomic.Int32
 	verbose atomic.Int32
 	vocab   vocabgen.Vocab
+	// hold, when set, keeps each /api/show waiting until it is closed.
+	hold chan struct{}
 }
 
 func (o *ollamaShow) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -137,6 +139,9 @@ func (o *ollamaShow) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"name": "tiny:latest", "model": "tiny:latest", "size": 444000, "digest": o.digest.Load()}}})
 	case "/api/show":
 		o.shows.Add(1)
+		if o.hold != nil {
+			<-o.hold
+		}
 		var req struct {
 			Model   string `json:"model"`
 			Verbose bool   `json:"verbose"`
@@ -195,6 +200,32 @@ func TestModelTokenizerPerDigest(t *testing.T) {
 	clk.add(modelTTL + time.Second)
 	if m := b.Model(ctx, "tiny"); m.Tokenizer == first || o.verbose.Load() != 2 {
 		t.Fatalf("new digest: new tokenizer %v, verbose calls %d", m.Tokenizer != first, o.verbose.Load())
+	}
+}
+
+// TestModelOneBuildPerDigest: two names of one model asked at once (a
+// client's "tiny" while "tiny:latest" is being read) make one /api/show
+// and one tokenizer, which both get.
+func TestModelOneBuildPerDigest(t *testing.T) {
+	o := &ollamaShow{vocab: vocabgen.BPE(2000, "llama-bpe", 1), hold: make(chan struct{})}
+	o.digest.Store("sha256:aaa")
+	b, _ := newBackend(t, o)
+	ctx := context.Background()
+	first := make(chan Details)
+	go func() { first <- b.Model(ctx, "tiny") }()
+	for o.shows.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	second := make(chan Details)
+	go func() { second <- b.Model(ctx, "tiny:latest") }()
+	time.Sleep(20 * time.Millisecond) // let the second reach its wait
+	close(o.hold)
+	m1, m2 := <-first, <-second
+	if m1.Err != nil || m2.Err != nil || m1.Tokenizer == nil || m1.Tokenizer != m2.Tokenizer {
+		t.Fatalf("errors %v, %v; one tokenizer %v", m1.Err, m2.Err, m1.Tokenizer != nil && m1.Tokenizer == m2.Tokenizer)
+	}
+	if n := o.shows.Load(); n != 1 {
+		t.Errorf("%d /api/show calls for two names of one model at once, want 1", n)
 	}
 }
 

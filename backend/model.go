@@ -266,6 +266,33 @@ type modelCache struct {
 	tokenizers *cache.LRU[string, *tokEntry]
 	// prepared are the names Prepare was given (loaded models: a few).
 	prepared sync.Map
+	// building holds the tokenizer keys (digest and version) a fetch is
+	// building now: another name of the same model waits for that build
+	// rather than start a second (guarded by mu).
+	building map[string]chan struct{}
+}
+
+// claim makes the caller the builder of key's tokenizer and returns nil,
+// or returns the channel closed when the fetch building it now is done.
+func (c *modelCache) claim(key string) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if done, ok := c.building[key]; ok {
+		return done
+	}
+	if c.building == nil {
+		c.building = map[string]chan struct{}{}
+	}
+	c.building[key] = make(chan struct{})
+	return nil
+}
+
+// release ends the build of key that claim gave the caller.
+func (c *modelCache) release(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	close(c.building[key])
+	delete(c.building, key)
 }
 
 func newModelCache() modelCache {
@@ -369,6 +396,23 @@ func (b *Backend) fetch(ctx context.Context, name string) Details {
 	// digest and version, and an upgraded server's models are built anew.
 	version := b.Version(ctx)
 	m.tokKey = m.Digest + "@" + version
+	if m.Digest != "" {
+		// Two names of one model asked at once (a client's "qwen3" and
+		// Prepare's "qwen3:latest"): one reads and builds, the other waits.
+		for {
+			done := b.models.claim(m.tokKey)
+			if done == nil {
+				defer b.models.release(m.tokKey)
+				break
+			}
+			select {
+			case <-done:
+			case <-ctx.Done():
+				m.Err = ctx.Err()
+				return m
+			}
+		}
+	}
 	te, _ := b.models.tokenizers.Get(m.tokKey)
 	if te != nil && m.Digest != "" && te.factsErr == nil {
 		m.Facts, m.Capabilities, m.NumCtx = te.facts, te.caps, te.numCtx
