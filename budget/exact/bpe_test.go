@@ -140,7 +140,9 @@ func hardText() string {
 // like a real 128k one, 6.5 bytes a token on average and 237,000 merges
 // (every other split of a token into two tokens added, as vocabularies
 // converted from tiktoken have them: Llama 3 has 280,000); /spm-128k
-// and /spm-262k for SentencePiece (Gemma's are 262,144 tokens).
+// and /spm-262k for SentencePiece (Gemma's are 262,144 tokens);
+// /realistic-second: a second model of the realistic vocabulary, under
+// another template, while the first is held (the tables are shared).
 //
 //	go test ./budget/exact -run '^$' -bench TokenizerHeap -benchtime 3x
 func BenchmarkTokenizerHeap(b *testing.B) {
@@ -148,11 +150,22 @@ func BenchmarkTokenizerHeap(b *testing.B) {
 	b.Run("plain", func(b *testing.B) { benchmarkHeap(b, v) })
 	v.Merges = withDetours(v.Tokens, v.Merges)
 	b.Run("realistic", func(b *testing.B) { benchmarkHeap(b, v) })
+	b.Run("realistic-second", func(b *testing.B) { benchmarkHeap(b, v, v) })
 	b.Run("spm-128k", func(b *testing.B) { benchmarkHeap(b, vocabgen.SentencePiece(128000, 3)) })
 	b.Run("spm-262k", func(b *testing.B) { benchmarkHeap(b, vocabgen.SentencePiece(262144, 3)) })
 }
 
-func benchmarkHeap(b *testing.B, v vocabgen.Vocab) {
+// benchmarkHeap: the heap a tokenizer of v keeps, built while a model of
+// each vocabulary in others (another template) is held.
+func benchmarkHeap(b *testing.B, v vocabgen.Vocab, others ...vocabgen.Vocab) {
+	var held []*Tokenizer
+	for _, o := range others {
+		m, err := New(Show{ModelInfo: o.KV(), Template: "{{ .System }}{{ .Prompt }}"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		held = append(held, m)
+	}
 	data, _ := json.Marshal(map[string]any{"model_info": v.KV(), "template": "{{ .Prompt }}"})
 	text := vocabgen.Text(2000, 1)
 	heap := func() uint64 {
@@ -181,6 +194,7 @@ func benchmarkHeap(b *testing.B, v vocabgen.Vocab) {
 		runtime.KeepAlive(m)
 	}
 	b.ReportMetric(grew/1e6, "MB-heap")
+	runtime.KeepAlive(held)
 }
 
 // FuzzBPEAsOllama: for any text, the compact BPE in Ollama's order counts

@@ -95,11 +95,15 @@ type Tokenizer struct {
 	thinking  bool
 	name      string
 
-	special []string  // control and user-defined tokens, in vocabulary order
-	trie    *trieNode // the specials, to find which a prompt holds in one pass
-	addBOS  bool
-	addEOS  bool
-	whole   bool // the tokenizer does not cut at special tokens: encode whole
+	// tables are the vocabulary's, shared with the models that have the
+	// same one (sharedTables: they were built for another).
+	tables       *tables
+	sharedTables bool
+	special      []string  // control and user-defined tokens, in vocabulary order
+	trie         *trieNode // the specials, to find which a prompt holds in one pass
+	addBOS       bool
+	addEOS       bool
+	whole        bool // the tokenizer does not cut at special tokens: encode whole
 	// spmPrefix writes a space before text that starts the prompt or
 	// follows a special token: llama.cpp's way (see llamacpp.go).
 	spmPrefix bool
@@ -204,28 +208,23 @@ func New(show Show) (*Tokenizer, error) {
 		if len(vocab.Merges) == 0 {
 			return nil, fmt.Errorf("%w: gpt2 vocabulary without merges", ErrUnsupported)
 		}
-		// m.tok: runOn, the runners split differently.
 	case "llama":
 		if len(vocab.Scores) != len(vocab.Values) {
 			return nil, fmt.Errorf("%w: %d scores for %d tokens", ErrUnsupported, len(vocab.Scores), len(vocab.Values))
 		}
-		m.tok = tokenizer.NewSentencePiece(vocab)
 	case "bert":
-		m.tok = tokenizer.NewWordPiece(vocab, true)
 		m.whole = true
 		m.addBOS, m.addEOS = false, false
 	default:
 		return nil, fmt.Errorf("%w: tokenizer.ggml.model %q", ErrUnsupported, model)
 	}
-	m.special = vocab.SpecialVocabulary()
-	if model == "gpt2" {
-		// Counting needs only the compact form: drop the strings.
-		m.engine.bpe = newBPEVocab(vocab.Values, vocab.Merges)
-		vocab.Values, vocab.Merges = nil, nil
-	}
-	// llama-server runs every model from Ollama 0.30 on.
+	// The tables of a vocabulary another model has are that model's.
+	m.tables, m.sharedTables = tablesOf(model, vocab)
+	m.tok, m.special, m.trie = m.tables.tok, m.tables.special, m.tables.trie
+	m.engine.vocab, m.engine.bpe = m.tables.vocab, m.tables.bpe
+	// llama-server runs every model from Ollama 0.30 on (for byte-level
+	// BPE, runOn sets m.tok aside: the runners split differently).
 	m.runOn(m.rules.llamaServer || onLlamaCpp(kv, len(show.ProjectorInfo) > 0))
-	m.trie = newTrie(m.special)
 
 	if m.renderer == "" || m.standIn {
 		text := cmpOr(show.Template, "{{ .Prompt }}")

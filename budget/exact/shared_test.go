@@ -1,0 +1,62 @@
+package exact
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
+)
+
+// TestTablesShared: models with one vocabulary (another template, another
+// name) share its tables and count the same; another vocabulary, or the
+// same tokens with other merges, gets its own; and tables no model holds
+// any more are released.
+func TestTablesShared(t *testing.T) {
+	runtime.GC() // the tables of earlier tests' models go
+	for _, v := range []vocabgen.Vocab{vocabgen.BPE(3000, "llama-bpe", 7), vocabgen.SentencePiece(3000, 7)} {
+		a, err := New(Show{Version: ollama017, ModelInfo: v.KV(), Template: templates["chatml"]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := New(Show{Version: ollama017, ModelInfo: v.KV(), Template: "{{ .Prompt }}"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.tables != b.tables || a.sharedTables || !b.sharedTables {
+			t.Errorf("%s: one vocabulary, tables shared %v (%v, %v)", a.Name(), a.tables == b.tables, a.sharedTables, b.sharedTables)
+		}
+		text := "Totals: 1234567 and 3.14159 東京の天気 <|im_start|> don't"
+		na, _ := a.CountText(text)
+		nb, _ := b.CountText(text)
+		if na != nb || na == 0 {
+			t.Errorf("%s: the same text counted %d and %d", a.Name(), na, nb)
+		}
+		runtime.KeepAlive(a)
+		runtime.KeepAlive(b)
+	}
+
+	base := vocabgen.BPE(3000, "llama-bpe", 7).KV()
+	other := vocabgen.BPE(3000, "llama-bpe", 7).KV()
+	merges := other["tokenizer.ggml.merges"].([]any)
+	merges[0], merges[1] = merges[1], merges[0]
+	a, _ := New(Show{Version: ollama017, ModelInfo: base})
+	b, _ := New(Show{Version: ollama017, ModelInfo: other})
+	if a.tables == b.tables || b.sharedTables {
+		t.Error("merges in another order share tables")
+	}
+	c, _ := New(Show{Version: ollama017, ModelInfo: vocabgen.BPE(3001, "llama-bpe", 7).KV()})
+	if c.tables == a.tables || c.sharedTables {
+		t.Error("another vocabulary shares tables")
+	}
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(b)
+
+	// Released with the last model that had them.
+	c = nil
+	runtime.GC()
+	runtime.GC()
+	d, _ := New(Show{Version: ollama017, ModelInfo: vocabgen.BPE(3001, "llama-bpe", 7).KV()})
+	if d.sharedTables {
+		t.Error("tables no model held were kept")
+	}
+}
