@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,6 +52,8 @@ type Details struct {
 	// tokKey finds the tokenizer in the cache: the digest and the
 	// server's version, whose rules it counts with.
 	tokKey string
+	// built: this fetch read a verbose /api/show and built a tokenizer.
+	built bool
 }
 
 // drift is the agreement of a model's exact counts with the backend's own,
@@ -354,6 +357,11 @@ func (b *Backend) Model(ctx context.Context, name string) Details {
 		c.mu.Unlock()
 		e.model = b.fetch(ctx, name)
 		close(e.ready)
+		if e.model.built {
+			// The answer it was built from is garbage now (fetch has
+			// returned): give its memory back.
+			returnMemory()
+		}
 		return e.model
 	}
 	c.mu.Unlock()
@@ -447,6 +455,7 @@ func (b *Backend) fetch(ctx context.Context, name string) Details {
 		b.log.Warn("model facts incomplete", "model", name, "err", m.Err)
 	}
 	if verbose {
+		m.built = true
 		start := b.now()
 		te = &tokEntry{drift: &drift{}, facts: m.Facts, factsErr: m.Err, caps: m.Capabilities, numCtx: m.NumCtx}
 		show.Name, show.Version = name, version
@@ -472,6 +481,33 @@ func (b *Backend) fetch(ctx context.Context, name string) Details {
 	}
 	m.Tokenizer, m.TokenizerErr, m.drift = te.tok, te.err, te.drift
 	return m
+}
+
+// freeing coalesces returnMemory's work: again is set by each call,
+// running while a goroutine returns memory.
+var freeing struct{ running, again atomic.Bool }
+
+// returnMemory gives the system back, in the background, the memory a
+// tokenizer's build leaves behind: the decoded verbose /api/show (megabytes
+// of strings) and the build's scratch, which the runtime would keep for
+// minutes. Measured on five tokenizers of 128,000–201,088 tokens built one
+// after another: 124 MiB of RSS without it, 61 MiB with it
+// (docs/benchmarks.md). Builds that end while it runs are covered by one
+// more pass.
+func returnMemory() {
+	freeing.again.Store(true)
+	if !freeing.running.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		for freeing.again.Swap(false) {
+			debug.FreeOSMemory()
+		}
+		freeing.running.Store(false)
+		if freeing.again.Load() {
+			returnMemory()
+		}
+	}()
 }
 
 // modelfileNumCtx returns the num_ctx a Modelfile's text sets (the last
