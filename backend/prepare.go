@@ -215,8 +215,13 @@ func (p *Poller) Run(ctx context.Context) {
 	}
 }
 
+// pollTimeout bounds the listing of one poll.
+const pollTimeout = 30 * time.Second
+
 // poll asks the server for its models and prepares what is new.
 func (p *Poller) poll(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
 	if p.b.Kind(ctx) != KindOllama {
 		return
 	}
