@@ -4,6 +4,10 @@
 // how to count its prompts exactly (the model's own tokenizer and chat
 // template, loaded once per model digest).
 //
+// Tokenizers are prepared before a model's first request where they can
+// be (prepare.go): a Poller per server prepares its models as they appear
+// (those loaded, or all), and Prepare those a request names.
+//
 // A Backend is built first at start-up and handed to whatever needs it.
 // It never pins a failure: a kind that could not be detected and model
 // information that could not be read are asked for again, with backoff,
@@ -52,6 +56,8 @@ type Config struct {
 	// TokenizerDir keeps what builds each model digest's tokenizer
 	// across restarts ("" keeps nothing).
 	TokenizerDir string
+	// Prepare is what is prepared before a model's first request.
+	Prepare Preparation
 }
 
 // Backend is the server behind ctxproxy. It is safe for concurrent use.
@@ -72,6 +78,7 @@ type Backend struct {
 	lastOK atomic.Int64 // unix ns of the backend's last answer
 
 	models modelCache
+	prep   *preparer
 	remote remoteState
 	disk   diskCache
 	// newer says once that the server is newer than ctxproxy's rules.
@@ -92,6 +99,7 @@ func New(cfg Config) *Backend {
 		b.configured = KindAuto
 	}
 	b.models = newModelCache()
+	b.prep = newPreparer(b, cfg.Prepare)
 	b.remote = newRemoteState()
 	return b
 }

@@ -204,31 +204,17 @@ func abs(x int) int {
 }
 
 // Prepare fetches, in the background and one after another, what
-// counting the models named needs (their facts, and the tokenizer, a
-// verbose /api/show of megabytes for a real vocabulary), for the names it
-// has not been given before: serve passes the models the backend has
-// loaded (/api/ps) at start and whenever that list changes, so that the
-// first request to a loaded model does not wait for its tokenizer. Other
-// models are prepared on first use.
+// counting the models named needs (their facts and their tokenizer),
+// for the names it has not been given before, up to
+// Preparation.MaxModels: the Poller gives it the server's models, and
+// the proxy the model of each request, so that a first request finds
+// its tokenizer built or being built (and waits for that build rather
+// than start another). It does nothing with Preparation.Mode none or a
+// server that is not Ollama (prepare.go).
 func (b *Backend) Prepare(names []string) {
-	var fresh []string
-	for _, n := range names {
-		if _, seen := b.models.prepared.LoadOrStore(n, true); !seen {
-			fresh = append(fresh, n)
-		}
+	if kind, _ := b.Detected(); b.prep.mode != PrepareNone && kind != KindOpenAI {
+		b.prep.add(names)
 	}
-	if len(fresh) == 0 {
-		return
-	}
-	go func() {
-		for _, n := range fresh {
-			start := b.now()
-			if m := b.Model(context.Background(), n); m.Tokenizer != nil {
-				b.log.Debug("tokenizer prepared before the model's first request", "model", n,
-					"took", b.now().Sub(start).Round(time.Millisecond))
-			}
-		}
-	}()
 }
 
 // UseTokenizer makes tok count the models of m's digest from now on: the
@@ -267,8 +253,6 @@ type modelCache struct {
 	// tokenizers by digest, so a refetch of an unchanged model (or two
 	// names of one model) does not parse its vocabulary again.
 	tokenizers *cache.LRU[string, *tokEntry]
-	// prepared are the names Prepare was given (loaded models: a few).
-	prepared sync.Map
 	// building holds the tokenizer keys (digest and version) a fetch is
 	// building now: another name of the same model waits for that build
 	// rather than start a second (guarded by mu).
@@ -380,16 +364,8 @@ func (b *Backend) fetch(ctx context.Context, name string) Details {
 	defer cancel()
 	m := Details{Name: name, fetched: b.now()}
 
-	var tags struct {
-		Models []struct {
-			Name   string `json:"name"`
-			Model  string `json:"model"`
-			Size   uint64 `json:"size"`
-			Digest string `json:"digest"`
-		} `json:"models"`
-	}
-	if _, err := b.JSON(ctx, http.MethodGet, "/api/tags", nil, &tags, 64<<20); err == nil {
-		for _, t := range tags.Models {
+	if tags, err := tags(ctx, b); err == nil {
+		for _, t := range tags {
 			if t.Name == name || t.Model == name || t.Name == name+":latest" {
 				m.Weights, m.Digest = t.Size, t.Digest
 			}

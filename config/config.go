@@ -100,6 +100,15 @@ type Tokens struct {
 	// across restarts; "" is snapshots.dir/tokenizers, "none" keeps
 	// nothing.
 	TokenizerDir string `mapstructure:"tokenizer_dir"`
+	// Prepare is which Ollama models have their tokenizer built before
+	// their first request: loaded, all or none.
+	Prepare string `mapstructure:"prepare"`
+	// PrepareInterval is how often the backend's models are listed for
+	// Prepare; 0 lists them once, at start.
+	PrepareInterval time.Duration `mapstructure:"prepare_interval"`
+	// PrepareMaxModels is how many models are prepared in the background
+	// at most.
+	PrepareMaxModels int `mapstructure:"prepare_max_models"`
 }
 
 // Context is how the context window (Ollama's num_ctx) is sized.
@@ -244,7 +253,8 @@ func Default() Config {
 	c.Backend = Backend{URL: "http://127.0.0.1:11434", Kind: "auto", TranslateOpenAI: "auto",
 		ResponseHeaderTimeout: 5 * time.Minute, DialTimeout: 10 * time.Second}
 	c.Session = Session{Header: "X-Session-ID", Fingerprint: true, ClientIDs: true, ScopeHeader: []string{"Authorization", "X-Api-Key", "Api-Key"}}
-	c.Tokens = Tokens{Encoding: "auto", ApproxCharsPerToken: 4, ImageTokens: 768, Calibrate: true, Exact: true, CacheEntries: 100000}
+	c.Tokens = Tokens{Encoding: "auto", ApproxCharsPerToken: 4, ImageTokens: 768, Calibrate: true, Exact: true, CacheEntries: 100000,
+		Prepare: "loaded", PrepareInterval: 30 * time.Second, PrepareMaxModels: 16}
 	c.Context = Context{AutoSize: true, MinSize: 2048, MaxSize: 131072, VRAMBuffer: 512 << 20,
 		KVQuantization: "f16", NumParallel: 1, ReserveOutput: 1024, RespectClient: true, ModelNumCtx: "ceiling"}
 	c.Strategy.Mode = "smart"
@@ -423,7 +433,13 @@ func (c Config) validate() []string {
 	if c.Session.Header == "" {
 		p = append(p, "session.header: must not be empty")
 	}
-	// tokens: and models: are validated by budget.Config (packageProblems).
+	// tokens: and models: are validated by budget.Config (packageProblems),
+	// but for the preparation of tokenizers.
+	oneOf(&p, "tokens.prepare", c.Tokens.Prepare, "loaded", "all", "none")
+	if c.Tokens.PrepareInterval < 0 {
+		p = append(p, "tokens.prepare_interval: must not be negative (0 lists the models once, at start)")
+	}
+	positive(&p, "tokens.prepare_max_models", int64(c.Tokens.PrepareMaxModels))
 	if c.Snapshots.TTL < 0 || c.Snapshots.MaxSessions < 0 || c.Snapshots.MaxBytes < 0 {
 		p = append(p, "snapshots.ttl, snapshots.max_sessions and snapshots.max_bytes: must not be negative (0 keeps every session)")
 	}

@@ -192,3 +192,31 @@ func TestSnapshotsRedisCluster(t *testing.T) {
 		t.Errorf("problems %q, want %q", problems, want)
 	}
 }
+
+// tokens.prepare, prepare_interval and prepare_max_models load from the
+// environment, need a restart, and bad values are problems, every one.
+func TestTokensPrepare(t *testing.T) {
+	env := map[string]string{"CTXPROXY_TOKENS_PREPARE": "all", "CTXPROXY_TOKENS_PREPARE_INTERVAL": "0",
+		"CTXPROXY_TOKENS_PREPARE_MAX_MODELS": "4"}
+	c, _, problems := Load(LoadOptions{Getenv: func(k string) string { return env[k] }})
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	if c.Tokens.Prepare != "all" || c.Tokens.PrepareInterval != 0 || c.Tokens.PrepareMaxModels != 4 {
+		t.Errorf("loaded %+v", c.Tokens)
+	}
+	if applied, restart := Diff(Default(), c); len(applied) != 0 || len(restart) != 3 {
+		t.Errorf("Diff: applied %v, restart %v", applied, restart)
+	}
+	env = map[string]string{"CTXPROXY_TOKENS_PREPARE": "some", "CTXPROXY_TOKENS_PREPARE_INTERVAL": "-1s",
+		"CTXPROXY_TOKENS_PREPARE_MAX_MODELS": "0"}
+	_, _, problems = Load(LoadOptions{Getenv: func(k string) string { return env[k] }})
+	want := []string{
+		`tokens.prepare: "some" is not one of loaded, all, none`,
+		"tokens.prepare_interval: must not be negative (0 lists the models once, at start)",
+		"tokens.prepare_max_models: 0 must be positive",
+	}
+	if !slices.Equal(problems, want) {
+		t.Errorf("problems %q, want %q", problems, want)
+	}
+}

@@ -218,7 +218,11 @@ func (s *Server) passthrough(w http.ResponseWriter, r *http.Request) {
 		s.preflight(w, r)
 		return
 	}
-	if b, ok := r.Body.(*edge.RateBody); ok {
+	b, limited := r.Body.(*edge.RateBody)
+	if r.Method == http.MethodPost && mentions[r.URL.Path] && r.Body != nil {
+		r.Body = &mention{ReadCloser: r.Body, prepare: s.be.Prepare}
+	}
+	if limited {
 		// The transport's own goroutine reads the body, and may still be
 		// reading it (if only to find its end) when the backend's answer
 		// starts to go out. Without full duplex, Go's HTTP/1 server

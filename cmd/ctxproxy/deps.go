@@ -17,7 +17,6 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
-	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/proxy"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -32,8 +31,10 @@ type noStore struct{ snapshots.Store }
 func (noStore) Close() error { return nil }
 
 type system struct {
-	deps      proxy.Deps
-	monitor   *gpu.Monitor
+	deps    proxy.Deps
+	monitor *gpu.Monitor
+	// poller prepares the backend's models before their first request.
+	poller    *backend.Poller
 	writer    *snapshots.Writer
 	store     snapshots.Store
 	compactor *rewrite.Compactor
@@ -58,8 +59,13 @@ func newBackend(c config.Config, log *slog.Logger) (*backend.Backend, *http.Tran
 		return nil, nil, fmt.Errorf("%w: backend.url %q is not an http(s) URL", config.ErrInvalid, config.RedactURL(c.Backend.URL))
 	}
 	tr := proxy.NewTransport(proxyConfig(c, versionString()))
+	prep := backend.Preparation{Mode: c.Tokens.Prepare, Interval: c.Tokens.PrepareInterval, MaxModels: c.Tokens.PrepareMaxModels}
+	if !c.Tokens.Exact {
+		// Estimates need no tokenizer to prepare.
+		prep.Mode = backend.PrepareNone
+	}
 	return backend.New(backend.Config{URL: u, Kind: c.Backend.Kind, Client: &http.Client{Transport: tr},
-		Log: log.With("component", "backend"), TokenizerDir: tokenizerDir(c)}), tr, nil
+		Log: log.With("component", "backend"), TokenizerDir: tokenizerDir(c), Prepare: prep}), tr, nil
 }
 
 // tokenizerDir is tokens.tokenizer_dir: "" for none ("none", or exact
@@ -126,18 +132,7 @@ func build(ctx context.Context, c config.Config, log *slog.Logger, h hooks) (*sy
 		store.Close()
 		return nil, fmt.Errorf("gpu: %w", err)
 	}
-	// Each sample lists the backend's loaded models; their tokenizers are
-	// prepared as they appear, before their first request.
-	loaded := func(ctx context.Context) ([]modelinfo.Loaded, error) {
-		l, err := be.LoadedModels(ctx)
-		names := make([]string, len(l))
-		for i, m := range l {
-			names[i] = m.Name
-		}
-		be.Prepare(names)
-		return l, err
-	}
-	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: log.With("component", "gpu"), Loaded: loaded})
+	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: log.With("component", "gpu"), Loaded: be.LoadedModels})
 	deps := proxy.Deps{Tokens: tokens, Trimmer: trimmer, Sizer: gpu.NewSizer(gcfg), Monitor: mon, Backend: be, StoreOps: ops}
 	var writer *snapshots.Writer
 	if c.Snapshots.Store != config.StoreNone {
@@ -148,6 +143,6 @@ func build(ctx context.Context, c config.Config, log *slog.Logger, h hooks) (*sy
 	}
 	return &system{
 		deps:    deps,
-		monitor: mon, writer: writer, store: store, compactor: compactor, newTrimmer: newTrimmer,
+		monitor: mon, poller: backend.NewPoller(be), writer: writer, store: store, compactor: compactor, newTrimmer: newTrimmer,
 	}, nil
 }
