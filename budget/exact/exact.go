@@ -87,6 +87,10 @@ type Tokenizer struct {
 	// images is how the family's images cost on Ollama's engine, nil
 	// when ctxproxy does not know its rule (visionFamilies).
 	images imageCoster
+	// serverImages is how the family's images cost on llama-server
+	// (Ollama 0.30 and later), nil when ctxproxy does not know its rule
+	// there (serverFamilies).
+	serverImages imageCoster
 	// projector is what an image costs on llama.cpp's runner, an
 	// estimate (projectorEstimate).
 	projector int
@@ -182,6 +186,7 @@ func New(show Show) (*Tokenizer, error) {
 		vision:       slices.Contains(show.Capabilities, "vision"),
 		images:       imagesOf(kv),
 		projector:    projectorEstimate(show.ProjectorInfo),
+		serverImages: serverImagesOf(kv, show.ProjectorInfo),
 		addBOS:       vocab.AddBOS && len(vocab.BOS) > 0,
 		addEOS:       vocab.AddEOS && len(vocab.EOS) > 0,
 		seed:         maphash.MakeSeed(),

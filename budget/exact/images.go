@@ -93,6 +93,27 @@ func gemma3Images(kv map[string]any) imageCoster {
 	return func(chat.Image) (int, bool) { return n + 4, true }
 }
 
+// gemma3ServerImages: on llama-server (Ollama 0.30 and later) Gemma 3's
+// images cost a fixed number of tokens too, but clip's, not the file's
+// mm_tokens_per_image: the image is resized to vision.image_size pixels
+// square, cut into patch_size squares, and each 4×4 block of patches
+// pooled into one embedding (clip's default merge for the "gemma3"
+// projector; Ollama's compatibility layer sets no other), between the
+// <start_of_image> and <end_of_image> mtmd writes around it, and no
+// "\n\n" (Ollama's Go engine wrote those). The keys must be there: clip
+// refuses a tower without them, and so the rule is unknown (nil).
+func gemma3ServerImages(kv map[string]any) imageCoster {
+	size, ok1 := number(kv["gemma3.vision.image_size"])
+	patch, ok2 := number(kv["gemma3.vision.patch_size"])
+	if !ok1 || !ok2 || size <= 0 || patch <= 0 {
+		return nil
+	}
+	const merge = 4
+	side := size / patch
+	n := side * side / (merge * merge)
+	return func(chat.Image) (int, bool) { return n + 2, true }
+}
+
 // positiveKeyOr returns model_info's whole number at key, or def when it
 // is missing or not positive (the image processors divide by these).
 func positiveKeyOr(kv map[string]any, key string, def int) int {
