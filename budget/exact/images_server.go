@@ -1,5 +1,11 @@
 package exact
 
+import (
+	"math"
+
+	"github.com/ctxproxy/ctxproxy/chat"
+)
+
 // Images on Ollama 0.30 and later. From 0.30 Ollama runs every model in
 // llama.cpp's llama-server, whose multimodal library (mtmd, with its
 // clip vision encoders) turns an image into prompt tokens, not Ollama's
@@ -18,7 +24,8 @@ package exact
 // llama-server Ollama in the e2e suite. Other families, and models whose
 // projector is a file of its own, are estimated (projectorEstimate).
 var serverFamilies = map[string]func(kv map[string]any) imageCoster{
-	"gemma3": gemma3ServerImages,
+	"gemma3":   gemma3ServerImages,
+	"qwen25vl": qwen25vlServerImages,
 }
 
 // serverImagesOf returns how a model's images cost on llama-server: nil
@@ -34,4 +41,46 @@ func serverImagesOf(kv, projectorInfo map[string]any) imageCoster {
 		return rule(kv)
 	}
 	return nil
+}
+
+// dynSize is clip's size-dependent resize (mtmd's dyn_size preprocessor,
+// the Qwen-VL and GLM-4V projectors'): each side is rounded to a multiple
+// of factor = patch_size × merge pixels (halves away from zero, at least
+// one factor); an image over maxTokens squares is scaled down by
+// √(pixels/max) and floored to multiples of factor, one under minTokens
+// scaled up by √(min/pixels) and ceiled; each factor×factor square is one
+// token, between the two marker tokens mtmd writes around the image
+// (markers). The arithmetic is clip's, in single precision.
+type dynSize struct {
+	factor, minTokens, maxTokens, markers int
+}
+
+func (d dynSize) cost(img chat.Image) (int, bool) {
+	if !img.Known() {
+		n, _ := d.cost(chat.Image{Width: 1024, Height: 768})
+		return n, false
+	}
+	w, h := d.resize(img.Width, img.Height)
+	return (w/d.factor)*(h/d.factor) + d.markers, true
+}
+
+// resize returns the sides, in pixels, clip resizes a width×height image
+// to (calc_size_preserved_ratio).
+func (d dynSize) resize(width, height int) (w, h int) {
+	f := float32(d.factor)
+	round := func(x float32) int { return int(math.Round(float64(x/f))) * d.factor }
+	floor := func(x float32) int { return int(math.Floor(float64(x/f))) * d.factor }
+	ceil := func(x float32) int { return int(math.Ceil(float64(x/f))) * d.factor }
+	area := d.factor * d.factor
+	minPixels, maxPixels := d.minTokens*area, d.maxTokens*area
+	w, h = max(d.factor, round(float32(width))), max(d.factor, round(float32(height)))
+	switch {
+	case maxPixels > 0 && w*h > maxPixels:
+		beta := float32(math.Sqrt(float64(float32(height) * float32(width) / float32(maxPixels))))
+		h, w = max(d.factor, floor(float32(height)/beta)), max(d.factor, floor(float32(width)/beta))
+	case minPixels > 0 && w*h < minPixels:
+		beta := float32(math.Sqrt(float64(float32(minPixels) / (float32(height) * float32(width)))))
+		h, w = ceil(float32(height)*beta), ceil(float32(width)*beta)
+	}
+	return w, h
 }

@@ -70,3 +70,51 @@ func TestGemma3ServerImages(t *testing.T) {
 		}
 	}
 }
+
+// TestQwenVLServerImages: on llama-server the Qwen-VL families' images
+// are clip's squares of patch_size × spatial_merge_size pixels, at least
+// 1024 of them for qwen25vl (Ollama's --image-min-tokens), at most 4096, plus vision start and end; the sizes were
+// worked out apart from the rule, in single precision as clip does.
+func TestQwenVLServerImages(t *testing.T) {
+	real := func(arch string) map[string]any {
+		return map[string]any{arch + ".vision.patch_size": float64(14), arch + ".vision.spatial_merge_size": float64(2), arch + ".vision.max_pixels": float64(1 << 20)}
+	}
+	gen := func(arch string) map[string]any {
+		return map[string]any{arch + ".vision.patch_size": float64(16), arch + ".vision.spatial_merge_size": float64(2)}
+	}
+	for _, c := range []struct {
+		arch string
+		keys map[string]any
+		img  chat.Image
+		want int
+	}{
+		{"qwen25vl", real("qwen25vl"), chat.Image{Width: 1920, Height: 1080}, 69*39 + 2},
+		{"qwen25vl", real("qwen25vl"), chat.Image{Width: 640, Height: 480}, 37*28 + 2},
+		{"qwen25vl", real("qwen25vl"), chat.Image{Width: 4000, Height: 3000}, 73*55 + 2},
+		{"qwen25vl", real("qwen25vl"), chat.Image{Width: 10, Height: 10}, 32*32 + 2},
+		{"qwen25vl", real("qwen25vl"), chat.Image{Width: 3000, Height: 20}, 392*3 + 2},
+		// The e2e suite's generated model (16-pixel squares).
+		{"qwen25vl", map[string]any{"qwen25vl.vision.patch_size": float64(8)}, chat.Image{Width: 120, Height: 72}, 42*25 + 2},
+		{"qwen25vl", map[string]any{"qwen25vl.vision.patch_size": float64(8)}, chat.Image{Width: 2000, Height: 50}, 203*6 + 2},
+	} {
+		m := serverVision(t, ollama034, c.arch, c.keys)
+		if n, exact := imageShare(t, m, c.img); n != c.want || !exact {
+			t.Errorf("%s %v: %d, exact %v; want %d, exact", c.arch, c.img, n, exact, c.want)
+		}
+	}
+	// An image of unknown size: an estimate. No patch size: clip refuses
+	// the tower, ctxproxy estimates at 768. A family without a rule there
+	// (qwen3next) is an estimate.
+	if _, exact := imageShare(t, serverVision(t, ollama034, "qwen25vl", real("qwen25vl")), chat.Image{}); exact {
+		t.Error("qwen25vl, unknown size: exact")
+	}
+	for _, arch := range []string{"qwen25vl", "qwen3next"} {
+		keys := gen(arch)
+		if arch == "qwen25vl" {
+			keys = map[string]any{}
+		}
+		if n, exact := imageShare(t, serverVision(t, ollama034, arch, keys), chat.Image{Width: 64, Height: 64}); exact || n != imageTokens {
+			t.Errorf("%s %v: %d, exact %v; want %d, an estimate", arch, keys, n, exact, imageTokens)
+		}
+	}
+}
