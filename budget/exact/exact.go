@@ -186,7 +186,6 @@ func New(show Show) (*Tokenizer, error) {
 		vision:       slices.Contains(show.Capabilities, "vision"),
 		images:       imagesOf(kv),
 		projector:    projectorEstimate(show.ProjectorInfo),
-		serverImages: serverImagesOf(kv, show.ProjectorInfo),
 		addBOS:       vocab.AddBOS && len(vocab.BOS) > 0,
 		addEOS:       vocab.AddEOS && len(vocab.EOS) > 0,
 		seed:         maphash.MakeSeed(),
@@ -245,6 +244,9 @@ func New(show Show) (*Tokenizer, error) {
 			toolsAsJSON(tmpl.Template.Tree)
 		}
 		m.tmpl = tmpl
+	}
+	if m.vision && m.rules.llamaServer {
+		m.serverImages = serverImagesOf(kv, show.ProjectorInfo, m.markerTokens)
 	}
 	return m, nil
 }

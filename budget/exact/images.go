@@ -102,7 +102,7 @@ func gemma3Images(kv map[string]any) imageCoster {
 // <start_of_image> and <end_of_image> mtmd writes around it, and no
 // "\n\n" (Ollama's Go engine wrote those). The keys must be there: clip
 // refuses a tower without them, and so the rule is unknown (nil).
-func gemma3ServerImages(kv map[string]any) imageCoster {
+func gemma3ServerImages(kv map[string]any, text func(string) int) imageCoster {
 	size, ok1 := number(kv["gemma3.vision.image_size"])
 	patch, ok2 := number(kv["gemma3.vision.patch_size"])
 	if !ok1 || !ok2 || size <= 0 || patch <= 0 {
@@ -110,8 +110,8 @@ func gemma3ServerImages(kv map[string]any) imageCoster {
 	}
 	const merge = 4
 	side := size / patch
-	n := side * side / (merge * merge)
-	return func(chat.Image) (int, bool) { return n + 2, true }
+	n := side*side/(merge*merge) + text("<start_of_image>") + text("<end_of_image>")
+	return func(chat.Image) (int, bool) { return n, true }
 }
 
 // positiveKeyOr returns model_info's whole number at key, or def when it

@@ -76,15 +76,15 @@ func (g qwen25vlGrid) cost(img chat.Image) (int, bool) {
 // --image-min-tokens 1024 for the Qwen-VL families) and clip's 4096, plus
 // <|vision_start|> and <|vision_end|>. Without a patch size clip refuses
 // the tower: the rule is unknown (nil).
-func qwen25vlServerImages(kv map[string]any) imageCoster {
-	return qwenVLServer(kv, "qwen25vl", 1024)
+func qwen25vlServerImages(kv map[string]any, text func(string) int) imageCoster {
+	return qwenVLServer(kv, text, "qwen25vl", 1024)
 }
 
 // qwenVLServer is the llama-server rule of the Qwen-VL projectors (clip's
 // qwen2vl, qwen2.5vl_merger and qwen3vl_merger) for architecture arch,
 // whose vision keys Ollama's compatibility layer hands to clip, with at
 // least minTokens squares an image.
-func qwenVLServer(kv map[string]any, arch string, minTokens int) imageCoster {
+func qwenVLServer(kv map[string]any, text func(string) int, arch string, minTokens int) imageCoster {
 	patch, ok := number(kv[arch+".vision.patch_size"])
 	merge := 2
 	if v, has := kv[arch+".vision.spatial_merge_size"]; has {
@@ -93,5 +93,6 @@ func qwenVLServer(kv map[string]any, arch string, minTokens int) imageCoster {
 	if !ok || patch <= 0 || merge <= 0 {
 		return nil
 	}
-	return dynSize{factor: patch * merge, minTokens: minTokens, maxTokens: 4096, markers: 2}.cost
+	markers := text("<|vision_start|>") + text("<|vision_end|>")
+	return dynSize{factor: patch * merge, minTokens: minTokens, maxTokens: 4096, markers: markers}.cost
 }

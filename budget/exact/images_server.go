@@ -20,10 +20,12 @@ import (
 // resize, tiling), plus the marker text mtmd writes around it.
 //
 // serverFamilies maps each architecture whose images ctxproxy counts that
-// way to its rule, made from model_info; each is checked against a real
+// way to its rule, made from model_info and a function that counts the
+// tokens of marker text as llama-server does (mtmd tokenizes each marker
+// on its own, special tokens parsed); each is checked against a real
 // llama-server Ollama in the e2e suite. Other families, and models whose
 // projector is a file of its own, are estimated (projectorEstimate).
-var serverFamilies = map[string]func(kv map[string]any) imageCoster{
+var serverFamilies = map[string]func(kv map[string]any, text func(string) int) imageCoster{
 	"gemma3":   gemma3ServerImages,
 	"qwen25vl": qwen25vlServerImages,
 }
@@ -32,15 +34,23 @@ var serverFamilies = map[string]func(kv map[string]any) imageCoster{
 // when ctxproxy does not know its family's rule there, or the projector
 // is a file of its own (projector_info holds its facts), which Ollama's
 // compatibility layer leaves as it is.
-func serverImagesOf(kv, projectorInfo map[string]any) imageCoster {
+func serverImagesOf(kv, projectorInfo map[string]any, text func(string) int) imageCoster {
 	if len(projectorInfo) > 0 {
 		return nil
 	}
 	arch, _ := kv["general.architecture"].(string)
 	if rule := serverFamilies[arch]; rule != nil {
-		return rule(kv)
+		return rule(kv, text)
 	}
 	return nil
+}
+
+// markerTokens counts the tokens of a marker mtmd writes around (or
+// into) an image: text tokenized on its own, its special tokens one
+// each.
+func (m *Tokenizer) markerTokens(text string) int {
+	n, _ := m.CountText(text)
+	return n
 }
 
 // dynSize is clip's size-dependent resize (mtmd's dyn_size preprocessor,
@@ -49,7 +59,7 @@ func serverImagesOf(kv, projectorInfo map[string]any) imageCoster {
 // one factor); an image over maxTokens squares is scaled down by
 // √(pixels/max) and floored to multiples of factor, one under minTokens
 // scaled up by √(min/pixels) and ceiled; each factor×factor square is one
-// token, between the two marker tokens mtmd writes around the image
+// token, plus the tokens of the markers mtmd writes around the image
 // (markers). The arithmetic is clip's, in single precision.
 type dynSize struct {
 	factor, minTokens, maxTokens, markers int

@@ -12,11 +12,16 @@ import (
 // ollama034 is a llama-server Ollama.
 const ollama034 = "0.34.3"
 
+// serverMarkers are the marker tokens mtmd writes around images, which
+// serverVision's vocabulary holds as special tokens.
+var serverMarkers = []string{"<start_of_image>", "<end_of_image>", "<|vision_start|>", "<|vision_end|>", "[IMG_BREAK]", "[IMG_END]", "<|image_start|>", "<|image_end|>"}
+
 // serverVision makes a vision model of architecture arch with model_info
-// keys extra, for Ollama version, on a small BPE vocabulary.
+// keys extra, for Ollama version, on a small BPE vocabulary that holds
+// serverMarkers.
 func serverVision(t *testing.T, version, arch string, extra map[string]any) *Tokenizer {
 	t.Helper()
-	kv := vocabgen.BPE(2000, "qwen2", 1).KV()
+	kv := vocabgen.BPE(2000, "qwen2", 1).WithSpecials(serverMarkers...).KV()
 	kv["general.architecture"] = arch
 	maps.Copy(kv, extra)
 	m, err := New(Show{Version: version, ModelInfo: kv, Template: "{{ range .Messages }}[{{ .Role }}]{{ .Content }}{{ end }}", Capabilities: []string{"completion", "vision"}})
@@ -68,6 +73,20 @@ func TestGemma3ServerImages(t *testing.T) {
 				t.Errorf("%s %v, image %v: %d, exact %v; want %d, exact %v", c.version, c.keys, img, n, exact, c.want, c.exact)
 			}
 		}
+	}
+	// A vocabulary without the markers as special tokens: mtmd tokenizes
+	// their text, and so does ctxproxy.
+	kv := vocabgen.BPE(2000, "qwen2", 1).KV()
+	kv["general.architecture"] = "gemma3"
+	maps.Copy(kv, keys)
+	m, err := New(Show{Version: ollama034, ModelInfo: kv, Template: "{{ range .Messages }}[{{ .Role }}]{{ .Content }}{{ end }}", Capabilities: []string{"vision"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin, _ := m.CountText("<start_of_image>")
+	end, _ := m.CountText("<end_of_image>")
+	if n, exact := imageShare(t, m, chat.Image{Width: 56, Height: 56}); begin < 2 || n != 256+begin+end || !exact {
+		t.Errorf("gemma3, markers as text: %d, exact %v; want %d+%d+%d", n, exact, 256, begin, end)
 	}
 }
 
