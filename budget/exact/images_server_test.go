@@ -92,7 +92,8 @@ func TestGemma3ServerImages(t *testing.T) {
 
 // TestQwenVLServerImages: on llama-server the Qwen-VL families' images
 // are clip's squares of patch_size × spatial_merge_size pixels, at least
-// 1024 of them for qwen25vl (Ollama's --image-min-tokens), at most 4096, plus vision start and end; the sizes were
+// 1024 of them for qwen25vl and qwen3vl (Ollama's --image-min-tokens), 8
+// for qwen35, at most 4096, plus vision start and end; the sizes were
 // worked out apart from the rule, in single precision as clip does.
 func TestQwenVLServerImages(t *testing.T) {
 	real := func(arch string) map[string]any {
@@ -112,9 +113,16 @@ func TestQwenVLServerImages(t *testing.T) {
 		{"qwen25vl", real("qwen25vl"), chat.Image{Width: 4000, Height: 3000}, 73*55 + 2},
 		{"qwen25vl", real("qwen25vl"), chat.Image{Width: 10, Height: 10}, 32*32 + 2},
 		{"qwen25vl", real("qwen25vl"), chat.Image{Width: 3000, Height: 20}, 392*3 + 2},
-		// The e2e suite's generated model (16-pixel squares).
+		// The e2e suite's generated models (16-pixel patches).
 		{"qwen25vl", map[string]any{"qwen25vl.vision.patch_size": float64(8)}, chat.Image{Width: 120, Height: 72}, 42*25 + 2},
 		{"qwen25vl", map[string]any{"qwen25vl.vision.patch_size": float64(8)}, chat.Image{Width: 2000, Height: 50}, 203*6 + 2},
+		{"qwen3vl", gen("qwen3vl"), chat.Image{Width: 333, Height: 77}, 67*16 + 2},
+		{"qwen3vlmoe", gen("qwen3vlmoe"), chat.Image{Width: 2000, Height: 1500}, 63*47 + 2},
+		{"qwen35", gen("qwen35"), chat.Image{Width: 100, Height: 60}, 4*3 + 2},
+		{"qwen35", gen("qwen35"), chat.Image{Width: 208, Height: 176}, 7*6 + 2},
+		{"qwen35moe", gen("qwen35moe"), chat.Image{Width: 1920, Height: 1080}, 60*34 + 2},
+		{"qwen35", gen("qwen35"), chat.Image{Width: 10, Height: 10}, 3*3 + 2},
+		{"qwen35", gen("qwen35"), chat.Image{Width: 5000, Height: 10}, 156*1 + 2},
 	} {
 		m := serverVision(t, ollama034, c.arch, c.keys)
 		if n, exact := imageShare(t, m, c.img); n != c.want || !exact {
@@ -122,8 +130,8 @@ func TestQwenVLServerImages(t *testing.T) {
 		}
 	}
 	// An image of unknown size: an estimate. No patch size: clip refuses
-	// the tower, ctxproxy estimates at 768. A family without a rule there
-	// (qwen3next) is an estimate.
+	// the tower, ctxproxy estimates at 768. qwen3next's tower is not
+	// translated for clip: an estimate.
 	if _, exact := imageShare(t, serverVision(t, ollama034, "qwen25vl", real("qwen25vl")), chat.Image{}); exact {
 		t.Error("qwen25vl, unknown size: exact")
 	}
