@@ -32,6 +32,7 @@ var serverFamilies = map[string]func(kv map[string]any, text func(string) int) i
 	"qwen3vlmoe": qwen3vlServerImages,
 	"qwen35":     qwen35ServerImages,
 	"qwen35moe":  qwen35ServerImages,
+	"mistral3":   mistral3ServerImages,
 }
 
 // serverImagesOf returns how a model's images cost on llama-server: nil

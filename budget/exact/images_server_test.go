@@ -14,7 +14,7 @@ const ollama034 = "0.34.3"
 
 // serverMarkers are the marker tokens mtmd writes around images, which
 // serverVision's vocabulary holds as special tokens.
-var serverMarkers = []string{"<start_of_image>", "<end_of_image>", "<|vision_start|>", "<|vision_end|>", "[IMG_BREAK]", "[IMG_END]", "<|image_start|>", "<|image_end|>"}
+var serverMarkers = []string{"<start_of_image>", "<end_of_image>", "<|vision_start|>", "<|vision_end|>", "[IMG_BREAK]", "[IMG_END]", "<|image_start|>", "<|image_end|>", "<|begin_of_image|>", "<|end_of_image|>"}
 
 // serverVision makes a vision model of architecture arch with model_info
 // keys extra, for Ollama version, on a small BPE vocabulary that holds
@@ -143,5 +143,31 @@ func TestQwenVLServerImages(t *testing.T) {
 		if n, exact := imageShare(t, serverVision(t, ollama034, arch, keys), chat.Image{Width: 64, Height: 64}); exact || n != imageTokens {
 			t.Errorf("%s %v: %d, exact %v; want %d, an estimate", arch, keys, n, exact, imageTokens)
 		}
+	}
+}
+
+// TestMistral3ServerImages: on llama-server a Mistral 3 image is clip's
+// pixtral squares (patch_size × spatial_merge_size pixels, 8 to 1024 of
+// them), a break between rows and [IMG_END]; worked out apart from the
+// rule.
+func TestMistral3ServerImages(t *testing.T) {
+	keys := map[string]any{"mistral3.vision.patch_size": float64(14), "mistral3.spatial_merge_size": float64(2), "mistral3.vision.longest_edge": float64(224)}
+	m := serverVision(t, ollama034, "mistral3", keys)
+	for _, c := range []struct {
+		w, h, cols, rows int
+	}{
+		{56, 56, 3, 3}, {120, 72, 4, 3}, {20, 20, 3, 3}, {90, 500, 3, 18}, {1000, 100, 36, 4},
+		{500, 560, 18, 20}, {1540, 1540, 32, 32}, {1000, 999, 32, 31}, {400, 10, 14, 1},
+	} {
+		want := c.cols*c.rows + c.rows - 1 + 1
+		if n, exact := imageShare(t, m, chat.Image{Width: c.w, Height: c.h}); n != want || !exact {
+			t.Errorf("%d×%d: %d, exact %v; want %d, exact", c.w, c.h, n, exact, want)
+		}
+	}
+	if _, exact := imageShare(t, m, chat.Image{}); exact {
+		t.Error("unknown size: exact")
+	}
+	if n, exact := imageShare(t, serverVision(t, ollama034, "mistral3", map[string]any{}), chat.Image{Width: 56, Height: 56}); exact || n != imageTokens {
+		t.Errorf("no patch size: %d, exact %v; want %d, an estimate", n, exact, imageTokens)
 	}
 }
