@@ -33,6 +33,7 @@ var serverFamilies = map[string]func(kv map[string]any, text func(string) int) i
 	"qwen35":     qwen35ServerImages,
 	"qwen35moe":  qwen35ServerImages,
 	"mistral3":   mistral3ServerImages,
+	"llama4":     llama4ServerImages,
 }
 
 // serverImagesOf returns how a model's images cost on llama-server: nil

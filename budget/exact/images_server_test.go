@@ -171,3 +171,31 @@ func TestMistral3ServerImages(t *testing.T) {
 		t.Errorf("no patch size: %d, exact %v; want %d, an estimate", n, exact, imageTokens)
 	}
 }
+
+// TestLlama4ServerImages: on llama-server a Llama 4 image is one tile of
+// (image_size/patch_size/merge)² tokens when it fits a tile, else the
+// tiles of the best canvas of up to 3×3 and an overview, between
+// <|image_start|> and <|image_end|>; the canvases worked out apart from
+// the rule.
+func TestLlama4ServerImages(t *testing.T) {
+	for _, c := range []struct {
+		keys    map[string]any
+		w, h    int
+		x, y    int
+		perTile int
+	}{
+		{map[string]any{"llama4.vision.image_size": float64(336), "llama4.vision.patch_size": float64(14), "llama4.vision.pixel_shuffle_ratio": 0.5}, 336, 336, 0, 0, 144},
+		{map[string]any{"llama4.vision.image_size": float64(336), "llama4.vision.patch_size": float64(14), "llama4.vision.pixel_shuffle_ratio": 0.5}, 1024, 768, 3, 3, 144},
+		{map[string]any{"llama4.vision.image_size": float64(336), "llama4.vision.patch_size": float64(14)}, 500, 200, 2, 1, 144},
+		{map[string]any{"llama4.vision.image_size": float64(336), "llama4.vision.patch_size": float64(14), "llama4.vision.pixel_shuffle_ratio": 0.25}, 2000, 300, 3, 1, 36},
+		{map[string]any{"llama4.vision.image_size": float64(56), "llama4.vision.patch_size": float64(14)}, 57, 57, 2, 2, 4},
+		{map[string]any{"llama4.vision.image_size": float64(56), "llama4.vision.patch_size": float64(14)}, 50, 400, 1, 3, 4},
+		{map[string]any{"llama4.vision.image_size": float64(56), "llama4.vision.patch_size": float64(14)}, 168, 112, 3, 2, 4},
+	} {
+		m := serverVision(t, ollama034, "llama4", c.keys)
+		want := (1+c.x*c.y)*c.perTile + 2
+		if n, exact := imageShare(t, m, chat.Image{Width: c.w, Height: c.h}); n != want || !exact {
+			t.Errorf("%v %d×%d: %d, exact %v; want %d, exact", c.keys, c.w, c.h, n, exact, want)
+		}
+	}
+}
