@@ -34,6 +34,7 @@ var serverFamilies = map[string]func(kv map[string]any, text func(string) int) i
 	"qwen35moe":  qwen35ServerImages,
 	"mistral3":   mistral3ServerImages,
 	"llama4":     llama4ServerImages,
+	"glmocr":     glmocrServerImages,
 }
 
 // serverImagesOf returns how a model's images cost on llama-server: nil

@@ -199,3 +199,19 @@ func TestLlama4ServerImages(t *testing.T) {
 		}
 	}
 }
+
+// TestGLMOCRServerImages: on llama-server a GLM-OCR image is clip's glm4v
+// squares of patch_size × spatial_merge_size pixels, 8 to 4096 of them,
+// min_pixels and max_pixels unread, between <|begin_of_image|> and
+// <|end_of_image|>; worked out apart from the rule.
+func TestGLMOCRServerImages(t *testing.T) {
+	keys := map[string]any{"glmocr.vision.patch_size": float64(14), "glmocr.vision.spatial_merge_size": float64(2), "glmocr.vision.max_pixels": float64(100352)}
+	m := serverVision(t, ollama034, "glmocr", keys)
+	for _, c := range []struct{ w, h, cols, rows int }{
+		{400, 300, 14, 11}, {10, 10, 3, 3}, {1000, 200, 36, 7}, {1920, 1080, 69, 39}, {3000, 3000, 64, 64},
+	} {
+		if n, exact := imageShare(t, m, chat.Image{Width: c.w, Height: c.h}); n != c.cols*c.rows+2 || !exact {
+			t.Errorf("%d×%d: %d, exact %v; want %d, exact", c.w, c.h, n, exact, c.cols*c.rows+2)
+		}
+	}
+}
