@@ -26,15 +26,16 @@ import (
 // llama-server Ollama in the e2e suite. Other families, and models whose
 // projector is a file of its own, are estimated (projectorEstimate).
 var serverFamilies = map[string]func(kv map[string]any, text func(string) int) imageCoster{
-	"gemma3":     gemma3ServerImages,
-	"qwen25vl":   qwen25vlServerImages,
-	"qwen3vl":    qwen3vlServerImages,
-	"qwen3vlmoe": qwen3vlServerImages,
-	"qwen35":     qwen35ServerImages,
-	"qwen35moe":  qwen35ServerImages,
-	"mistral3":   mistral3ServerImages,
-	"llama4":     llama4ServerImages,
-	"glmocr":     glmocrServerImages,
+	"gemma3":      gemma3ServerImages,
+	"qwen25vl":    qwen25vlServerImages,
+	"qwen3vl":     qwen3vlServerImages,
+	"qwen3vlmoe":  qwen3vlServerImages,
+	"qwen35":      qwen35ServerImages,
+	"qwen35moe":   qwen35ServerImages,
+	"mistral3":    mistral3ServerImages,
+	"llama4":      llama4ServerImages,
+	"glmocr":      glmocrServerImages,
+	"deepseekocr": deepseekocrServerImages,
 }
 
 // serverImagesOf returns how a model's images cost on llama-server: nil

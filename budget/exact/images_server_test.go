@@ -215,3 +215,25 @@ func TestGLMOCRServerImages(t *testing.T) {
 		}
 	}
 }
+
+// TestDeepSeekOCRServerImages: on llama-server a DeepSeek-OCR image is
+// clip's 273-token global view, plus its grid's tiles when it is larger
+// than a 640-pixel tile, and the "\n" mtmd writes after it; the grids
+// worked out apart from the rule (clip compares a tie with the later
+// grid's pixels: 906² and 1000×500 keep the earlier grid).
+func TestDeepSeekOCRServerImages(t *testing.T) {
+	m := serverVision(t, ollama034, "deepseekocr", nil)
+	nl, _ := m.CountText("\n")
+	for _, c := range []struct{ w, h, x, y int }{
+		{1200, 800, 3, 2}, {800, 1200, 2, 3}, {10, 10, 0, 0}, {905, 905, 2, 2}, {906, 906, 2, 2},
+		{600, 300, 0, 0}, {1000, 500, 2, 1}, {300, 1000, 1, 3}, {2000, 150, 9, 1}, {1920, 1080, 4, 2},
+	} {
+		want := 273 + nl
+		if c.x > 0 {
+			want += (10*c.x + 1) * 10 * c.y
+		}
+		if n, exact := imageShare(t, m, chat.Image{Width: c.w, Height: c.h}); n != want || !exact {
+			t.Errorf("%d×%d: %d, exact %v; want %d, exact", c.w, c.h, n, exact, want)
+		}
+	}
+}
