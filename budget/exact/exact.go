@@ -17,6 +17,12 @@
 // rendered again (text/template, microseconds) but only its new pieces
 // are tokenized. The cached sum equals a whole encode of the prompt; the
 // tests check it against the reference on generated vocabularies.
+//
+// A vision model's images cost what its family's rule says for their
+// sizes: before Ollama 0.30 the rule of Ollama's Go engine (its model
+// code; visionFamilies), from 0.30 the rule of llama.cpp's multimodal
+// library mtmd and its clip encoders, which llama-server runs
+// (serverFamilies). A family without a rule is estimated.
 package exact
 
 import (

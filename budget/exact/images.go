@@ -27,7 +27,8 @@ type imageCoster func(img chat.Image) (tokens int, exact bool)
 // model code in Ollama v0.17.4 (model/models/<arch>: its image processor
 // and PostTokenize) and is checked against a real server in the e2e
 // suite. Other families, and every family on llama.cpp's runner, are
-// estimated at imageTokens.
+// estimated at imageTokens. From Ollama 0.30 llama-server runs every
+// model, and serverFamilies' rules apply instead.
 var visionFamilies = map[string]func(kv map[string]any) imageCoster{
 	"gemma3":      gemma3Images,
 	"qwen25vl":    qwen25vlImages,
