@@ -12,19 +12,22 @@ import (
 // llama4Sizes are the images TestRealOllama_Llama4Vision sends and what
 // each costs the generated model (56-pixel tiles of 4 embeddings, at most
 // 14 tiles): one tile is its 4 <|patch|> tokens and 3 markers; n tiles
-// are n·(4+1) plus a global tile's 4+3.
+// are n·(4+1) plus a global tile's 4+3. On llama-server (last column) an
+// image larger than a tile is fitted to a canvas of 1 to 3 tiles across
+// and down (mtmd's llava-uhd slicing), each tile and an overview 4 tokens,
+// between <|image_start|> and <|image_end|>; no separators.
 var llama4Sizes = []mistral3Size{
-	{56, 56, 7},         // exactly one tile
-	{20, 20, 7},         // tiny: scaled up to one tile
-	{112, 56, 2*5 + 7},  // 2×1 tiles
-	{57, 57, 4*5 + 7},   // a pixel over: 2×2
-	{168, 112, 6*5 + 7}, // 3×2
-	{50, 400, 8*5 + 7},  // 1×8
-	{200, 150, 12*5 + 7},
-	{390, 100, 14*5 + 7},  // 7×2: the most tiles
-	{1000, 50, 14*5 + 7},  // wider than any canvas: 14×1, scaled down
-	{300, 300, 9*5 + 7},   // larger than any canvas: 3×3, scaled down
-	{1024, 768, 12*5 + 7}, // 4×3, scaled down
+	{56, 56, 7, 4 + 2},                 // exactly one tile
+	{20, 20, 7, 4 + 2},                 // tiny: scaled up to one tile
+	{112, 56, 2*5 + 7, (2+1)*4 + 2},    // 2×1 tiles
+	{57, 57, 4*5 + 7, (4+1)*4 + 2},     // a pixel over: 2×2
+	{168, 112, 6*5 + 7, (6+1)*4 + 2},   // 3×2
+	{50, 400, 8*5 + 7, (3+1)*4 + 2},    // 1×8; 1×3 on llama-server
+	{200, 150, 12*5 + 7, (9+1)*4 + 2},  // 4×3; 3×3
+	{390, 100, 14*5 + 7, (3+1)*4 + 2},  // 7×2: the most tiles; 3×1
+	{1000, 50, 14*5 + 7, (3+1)*4 + 2},  // wider than any canvas: 14×1, scaled down; 3×1
+	{300, 300, 9*5 + 7, (9+1)*4 + 2},   // larger than any canvas: 3×3, scaled down
+	{1024, 768, 12*5 + 7, (9+1)*4 + 2}, // 4×3, scaled down; 3×3
 }
 
 // llama4ImageTokens are the names of Llama 4's image tokens, from

@@ -22,28 +22,40 @@ import (
 )
 
 // mistral3Size is an image a real-server check sends and what it
-// costs the generated model.
-type mistral3Size struct{ w, h, cost int }
+// costs the generated model: on Ollama's engine (cost) and on
+// llama-server, 0.30 and later (server).
+type mistral3Size struct{ w, h, cost, server int }
+
+// want is what the image costs on the suite's server.
+func (s mistral3Size) want() int {
+	if llamaServer() {
+		return s.server
+	}
+	return s.cost
+}
 
 // mistral3Sizes are the images TestRealOllama_Mistral3Vision sends and
 // what each costs the generated model (longest edge 224, 14-pixel
-// patches merged 2×2): rows of merged patches × (columns + 1).
+// patches merged 2×2): rows of merged patches × (columns + 1). On
+// llama-server clip's pixtral resize keeps 8 to 1024 squares of 28
+// pixels whatever the longest edge: rows × (columns + 1) of the squares
+// given, a break between rows and [IMG_END] after the last.
 var mistral3Sizes = []mistral3Size{
-	{56, 56, 2 * 3},     // 4×4 patches
-	{120, 72, 3 * 5},    // 9×6 patches: the odd column dropped
-	{20, 20, 1 * 2},     // tiny: padded up to 2×2 patches
-	{42, 70, 2 * 2},     // 3×5 patches
-	{224, 224, 8 * 9},   // exactly the longest edge
-	{90, 500, 8 * 2},    // scaled down to 40×224
-	{1000, 100, 1 * 9},  // scaled down to 224×22
-	{28, 200, 7 * 2},    // 2×15 patches
-	{29, 29, 1 * 2},     // 3×3 patches
-	{500, 560, 8 * 8},   // scaled down to 200×224
-	{223, 225, 8 * 9},   // scaled down to 222×224
-	{57, 43, 2 * 3},     // 5×4 patches
-	{1540, 1540, 8 * 9}, // Ollama's default longest edge, scaled to 224
-	{300, 100, 3 * 9},   // scaled down to 224×74
-	{1000, 999, 8 * 9},  // scaled down to 224×223
+	{56, 56, 2 * 3, 3 * 4},       // 4×4 patches
+	{120, 72, 3 * 5, 3 * 5},      // 9×6 patches: the odd column dropped
+	{20, 20, 1 * 2, 3 * 4},       // tiny: padded up to 2×2 patches
+	{42, 70, 2 * 2, 4 * 4},       // 3×5 patches
+	{224, 224, 8 * 9, 8 * 9},     // exactly the longest edge
+	{90, 500, 8 * 2, 18 * 4},     // scaled down to 40×224
+	{1000, 100, 1 * 9, 4 * 37},   // scaled down to 224×22
+	{28, 200, 7 * 2, 8 * 3},      // 2×15 patches
+	{29, 29, 1 * 2, 3 * 4},       // 3×3 patches
+	{500, 560, 8 * 8, 20 * 19},   // scaled down to 200×224
+	{223, 225, 8 * 9, 8 * 9},     // scaled down to 222×224
+	{57, 43, 2 * 3, 3 * 5},       // 5×4 patches
+	{1540, 1540, 8 * 9, 32 * 33}, // Ollama's default longest edge, scaled to 224
+	{300, 100, 3 * 9, 4 * 12},    // scaled down to 224×74
+	{1000, 999, 8 * 9, 31 * 33},  // scaled down to 224×223
 }
 
 // mistral3Crashes are images Ollama v0.17.4's Mistral 3 cannot run: with
@@ -51,7 +63,8 @@ var mistral3Sizes = []mistral3Size{
 // patch, and the runner stops (an index out of range in the text model's
 // forward pass, or a negative count in PostTokenize). The server answers
 // an error; there is no count to match, and the rule says its cost is
-// not exact.
+// not exact. llama-server scales them up to 3×3 squares, 14×1 and 1×9,
+// and counts them like any other.
 var mistral3Crashes = [][2]int{{14, 14}, {400, 10}, {10, 100}}
 
 // TestRealOllama_Mistral3Vision: a generated Mistral 3 with a Pixtral
@@ -68,7 +81,9 @@ var mistral3Crashes = [][2]int{{14, 14}, {400, 10}, {10, 100}}
 func TestRealOllama_Mistral3Vision(t *testing.T) {
 	o := need(t)
 	const name = "gen-mistral3-vision"
-	v := vocabgen.BPE(32000, "tekken", 71).WithSpecials("[INST]", "[/INST]", "[SYSTEM_PROMPT]")
+	// [IMG_BREAK] and [IMG_END] are control tokens as in Mistral's files:
+	// mtmd writes [IMG_END] after an image as text, parsing specials.
+	v := vocabgen.BPE(32000, "tekken", 71).WithSpecials("[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[IMG_BREAK]", "[IMG_END]")
 	if err := createModelShape(o, name, v, ggufgen.Shape{Seed: 5, Arch: "mistral3", Vision: true, Embedding: 32}); err != nil {
 		t.Fatalf("creating the model: %v", err)
 	}
@@ -82,6 +97,10 @@ func TestRealOllama_Mistral3Vision(t *testing.T) {
 	for _, c := range mistral3Crashes {
 		msgs := conversation(1398, 1)
 		msgs[len(msgs)-1].Images = []api.ImageData{testPNG(c[0], c[1])}
+		if llamaServer() {
+			mistral3Compare(t, o.url, tok, name, msgs, []cpchat.Image{{Width: c[0], Height: c[1]}})
+			continue
+		}
 		body, _ := json.Marshal(chatRequest{Model: name, Messages: msgs})
 		resp, err := http.Post(o.url+"/api/chat", "application/json", bytes.NewReader(body))
 		if err != nil {
@@ -113,9 +132,9 @@ func mistral3CheckSizes(t *testing.T, base string, tok *exact.Tokenizer, name st
 		bare := slices.Clone(msgs)
 		bare[len(bare)-1].Images = nil
 		_, bareEval := mistral3Compare(t, base, tok, name, bare, nil)
-		fmt.Fprintf(&b, "%4d×%-7d %7d %7d %7d %7d\n", c.w, c.h, counted, eval, eval-bareEval, c.cost)
-		if eval-bareEval != c.cost {
-			t.Errorf("%d×%d: the image added %d tokens on the server, want %d", c.w, c.h, eval-bareEval, c.cost)
+		fmt.Fprintf(&b, "%4d×%-7d %7d %7d %7d %7d\n", c.w, c.h, counted, eval, eval-bareEval, c.want())
+		if eval-bareEval != c.want() {
+			t.Errorf("%d×%d: the image added %d tokens on the server, want %d", c.w, c.h, eval-bareEval, c.want())
 		}
 	}
 	three := sizes[len(sizes)-3:]

@@ -33,16 +33,19 @@ func qwen25vlVisionVocab(t *testing.T) vocabgen.Vocab {
 // to hit each branch of SmartResize with the generated tower's 16-pixel
 // squares (8-pixel patches merged 2×2) and its 100,000-pixel limit, and
 // what each costs by Ollama v0.17.4's processor worked out by hand:
-// squares high × squares wide, plus vision start and end.
+// squares high × squares wide, plus vision start and end. On llama-server
+// clip keeps an image between 1024 squares (Ollama's --image-min-tokens)
+// and 4096 and ignores max_pixels: every size is scaled up, to the
+// squares wide × high given.
 var qwen25vlSizes = []sizedImage{
-	{"3.5 squares a side", 56, 56, 4*4 + 2},
-	{"under 56×56: scaled up", 20, 20, 4*4 + 2},
-	{"halves round to even", 120, 72, 4*8 + 2},
-	{"over max_pixels: scaled down", 600, 400, 16*24 + 2},
-	{"square over max_pixels", 400, 400, 19*19 + 2},
-	{"wide, just under max_pixels", 2000, 50, 3*125 + 2},
-	{"odd sizes", 333, 77, 5*21 + 2},
-	{"tall and narrow", 17, 300, 19*1 + 2},
+	{"3.5 squares a side", 56, 56, 4*4 + 2, 32*32 + 2},
+	{"under 56×56: scaled up", 20, 20, 4*4 + 2, 32*32 + 2},
+	{"halves round to even", 120, 72, 4*8 + 2, 42*25 + 2},
+	{"over max_pixels: scaled down", 600, 400, 16*24 + 2, 40*27 + 2},
+	{"square over max_pixels", 400, 400, 19*19 + 2, 32*32 + 2},
+	{"wide, just under max_pixels", 2000, 50, 3*125 + 2, 203*6 + 2},
+	{"odd sizes", 333, 77, 5*21 + 2, 67*16 + 2},
+	{"tall and narrow", 17, 300, 19*1 + 2, 8*135 + 2},
 }
 
 // TestRealOllama_Qwen25VLVision: a generated Qwen 2.5 VL with a vision
@@ -96,9 +99,9 @@ func TestRealOllama_Qwen25VLVision(t *testing.T) {
 		// The image is really there: it adds its cost on the server
 		// (the tag "[img-0]" splits the text where Qwen 2's
 		// pre-tokenizer splits it anyway, after the newline).
-		fmt.Fprintf(&b, "%-30s %-10s %7d %7s %7d\n", "  the image alone", size, s.cost, "", eval-bareEval)
-		if eval-bareEval != s.cost {
-			t.Errorf("%s (%s): the image added %d tokens on the server, want %d", s.name, size, eval-bareEval, s.cost)
+		fmt.Fprintf(&b, "%-30s %-10s %7d %7s %7d\n", "  the image alone", size, s.want(), "", eval-bareEval)
+		if eval-bareEval != s.want() {
+			t.Errorf("%s (%s): the image added %d tokens on the server, want %d", s.name, size, eval-bareEval, s.want())
 		}
 	}
 	wide, odd := qwen25vlSizes[3], qwen25vlSizes[6]

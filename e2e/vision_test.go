@@ -50,8 +50,9 @@ func testPNG(w, h int) []byte {
 
 // TestRealOllama_GemmaVision: a generated Gemma 3 with a vision tower
 // (shown with the vision capability) counts images exactly on Ollama's
-// engine: each costs mm_tokens_per_image plus the four tokens around
-// them, the [img-N] tags nothing, on /api/chat (whole and streamed),
+// engine (each costs mm_tokens_per_image plus the four tokens around
+// them) and on llama-server (clip's pooled patches and two markers), the
+// [img-N] tags nothing, on /api/chat (whole and streamed),
 // /v1/chat/completions and /api/generate, with one image and with two;
 // and ctxproxy holds those counts against the backend's reports.
 func TestRealOllama_GemmaVision(t *testing.T) {
@@ -121,7 +122,7 @@ func TestRealOllama_GemmaVision(t *testing.T) {
 		}
 	}
 	// The image is really there: the same conversation without it is
-	// ggufgen.Gemma3VisionTokens+4 tokens shorter on the server.
+	// gemmaImageTokens() shorter on the server.
 	bare := slices.Clone(one)
 	bare[len(bare)-1].Images = nil
 	body, _ := json.Marshal(chatRequest{Model: name, Messages: bare})
@@ -133,13 +134,27 @@ func TestRealOllama_GemmaVision(t *testing.T) {
 		if sent != eval {
 			t.Errorf("without the image: X-Ctxproxy-Tokens %d, prompt_eval_count %d", sent, eval)
 		}
-		if d := oneEval - eval; d != ggufgen.Gemma3VisionTokens+4 {
-			t.Errorf("the image added %d tokens on the server, want %d", d, ggufgen.Gemma3VisionTokens+4)
+		if d := oneEval - eval; d != gemmaImageTokens() {
+			t.Errorf("the image added %d tokens on the server, want %d", d, gemmaImageTokens())
 		}
 	}
 	t.Log(b.String())
 
 	visionChecked(t, p, name, requests)
+}
+
+// gemmaImageTokens is what one image adds to the generated Gemma 3's
+// prompt on the server: on Ollama's engine its mm_tokens_per_image and
+// four markers ("\n\n", <start_of_image>, <end_of_image>, "\n\n"); on
+// llama-server (0.30 and later) clip's 4×4 patches pooled 4×4 into one
+// embedding, between <start_of_image> and <end_of_image>, and one token
+// more: the text after the image is tokenized on its own, and llama.cpp's
+// SentencePiece tokenizer gives it a space prefix.
+func gemmaImageTokens() int {
+	if llamaServer() {
+		return 1 + 2 + 1
+	}
+	return ggufgen.Gemma3VisionTokens + 4
 }
 
 // generateCounted posts a whole /api/generate body to ctxproxy at base

@@ -22,11 +22,22 @@ import (
 // report against its count.
 
 // sizedImage is an image case: a w×h PNG and what it costs by the
-// family's model code, worked out by hand.
+// family's model code (Ollama's engine), worked out by hand; server is
+// what it costs on llama-server (0.30 and later), by llama.cpp's clip and
+// mtmd, 0 where ctxproxy has no rule for the family there.
 type sizedImage struct {
-	name string
-	w, h int
-	cost int
+	name   string
+	w, h   int
+	cost   int
+	server int
+}
+
+// want is what the image costs on the suite's server.
+func (s sizedImage) want() int {
+	if llamaServer() {
+		return s.server
+	}
+	return s.cost
 }
 
 // visionCases returns the image cases a vision test runs: all of them

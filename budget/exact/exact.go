@@ -17,6 +17,12 @@
 // rendered again (text/template, microseconds) but only its new pieces
 // are tokenized. The cached sum equals a whole encode of the prompt; the
 // tests check it against the reference on generated vocabularies.
+//
+// A vision model's images cost what its family's rule says for their
+// sizes: before Ollama 0.30 the rule of Ollama's Go engine (its model
+// code; visionFamilies), from 0.30 the rule of llama.cpp's multimodal
+// library mtmd and its clip encoders, which llama-server runs
+// (serverFamilies). A family without a rule is estimated.
 package exact
 
 import (
@@ -87,6 +93,10 @@ type Tokenizer struct {
 	// images is how the family's images cost on Ollama's engine, nil
 	// when ctxproxy does not know its rule (visionFamilies).
 	images imageCoster
+	// serverImages is how the family's images cost on llama-server
+	// (Ollama 0.30 and later), nil when ctxproxy does not know its rule
+	// there (serverFamilies).
+	serverImages imageCoster
 	// projector is what an image costs on llama.cpp's runner, an
 	// estimate (projectorEstimate).
 	projector int
@@ -239,6 +249,9 @@ func New(show Show) (*Tokenizer, error) {
 			toolsAsJSON(tmpl.Template.Tree)
 		}
 		m.tmpl = tmpl
+	}
+	if m.vision && m.rules.llamaServer {
+		m.serverImages = serverImagesOf(kv, show.ProjectorInfo, m.markerTokens)
 	}
 	return m, nil
 }

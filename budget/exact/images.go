@@ -27,7 +27,8 @@ type imageCoster func(img chat.Image) (tokens int, exact bool)
 // model code in Ollama v0.17.4 (model/models/<arch>: its image processor
 // and PostTokenize) and is checked against a real server in the e2e
 // suite. Other families, and every family on llama.cpp's runner, are
-// estimated at imageTokens.
+// estimated at imageTokens. From Ollama 0.30 llama-server runs every
+// model, and serverFamilies' rules apply instead.
 var visionFamilies = map[string]func(kv map[string]any) imageCoster{
 	"gemma3":      gemma3Images,
 	"qwen25vl":    qwen25vlImages,
@@ -91,6 +92,27 @@ func gemma3Images(kv map[string]any) imageCoster {
 		n = 256
 	}
 	return func(chat.Image) (int, bool) { return n + 4, true }
+}
+
+// gemma3ServerImages: on llama-server (Ollama 0.30 and later) Gemma 3's
+// images cost a fixed number of tokens too, but clip's, not the file's
+// mm_tokens_per_image: the image is resized to vision.image_size pixels
+// square, cut into patch_size squares, and each 4×4 block of patches
+// pooled into one embedding (clip's default merge for the "gemma3"
+// projector; Ollama's compatibility layer sets no other), between the
+// <start_of_image> and <end_of_image> mtmd writes around it, and no
+// "\n\n" (Ollama's Go engine wrote those). The keys must be there: clip
+// refuses a tower without them, and so the rule is unknown (nil).
+func gemma3ServerImages(kv map[string]any, text func(string) int) imageCoster {
+	size, ok1 := number(kv["gemma3.vision.image_size"])
+	patch, ok2 := number(kv["gemma3.vision.patch_size"])
+	if !ok1 || !ok2 || size <= 0 || patch <= 0 {
+		return nil
+	}
+	const merge = 4
+	side := size / patch
+	n := side*side/(merge*merge) + text("<start_of_image>") + text("<end_of_image>")
+	return func(chat.Image) (int, bool) { return n, true }
 }
 
 // positiveKeyOr returns model_info's whole number at key, or def when it

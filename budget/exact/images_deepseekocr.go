@@ -2,6 +2,7 @@ package exact
 
 import (
 	"math"
+	"slices"
 
 	"github.com/ctxproxy/ctxproxy/chat"
 )
@@ -76,6 +77,63 @@ func deepseekocrCrops(width, height int) (x, y int) {
 					best = [2]int{i, j}
 				}
 			}
+		}
+	}
+	return best[0], best[1]
+}
+
+// deepseekocrServerImages: on llama-server (Ollama 0.30 and later) clip's
+// "deepseekocr" projector fixes the same sizes (16-pixel patches, a
+// 1024-pixel global view, 640-pixel tiles, 2 to 9 of them): the global
+// view is 16 rows of 16 plus a newline each and a view separator (273),
+// and an image larger than a tile on a side adds its grid's tiles, each
+// row of x tiles 10 rows of 10·x + 1. The grid is clip's
+// (deepseekocrServerCrops). mtmd writes "\n" after the image.
+func deepseekocrServerImages(_ map[string]any, text func(string) int) imageCoster {
+	newline := text("\n")
+	global := deepseekocrBase / deepseekocrPixelsEach
+	local := deepseekocrCrop / deepseekocrPixelsEach
+	return func(img chat.Image) (int, bool) {
+		known := img.Known()
+		if !known {
+			img = chat.Image{Width: 1024, Height: 768}
+		}
+		n := (global+1)*global + 1 + newline
+		if img.Width > deepseekocrCrop || img.Height > deepseekocrCrop {
+			x, y := deepseekocrServerCrops(img.Width, img.Height)
+			n += (local*x + 1) * (local * y)
+		}
+		return n, known
+	}
+}
+
+// deepseekocrServerCrops returns the grid clip cuts a width×height image
+// into: of the grids of 2 to 9 tiles, listed by their tiles (fewest
+// first), the first whose x/y is nearest the image's aspect ratio, in
+// single precision; a later grid as near replaces it when the image has
+// more than half that later grid's pixels.
+func deepseekocrServerCrops(width, height int) (x, y int) {
+	var grids [][2]int
+	for n := deepseekocrMinCrops; n <= deepseekocrMaxCrops; n++ {
+		for i := 1; i <= n; i++ {
+			for j := 1; j <= n; j++ {
+				if i*j >= deepseekocrMinCrops && i*j <= deepseekocrMaxCrops && !slices.Contains(grids, [2]int{i, j}) {
+					grids = append(grids, [2]int{i, j})
+				}
+			}
+		}
+	}
+	slices.SortStableFunc(grids, func(a, b [2]int) int { return a[0]*a[1] - b[0]*b[1] })
+	best, bestDiff := [2]int{1, 1}, float32(math.MaxFloat32)
+	ratio := float32(width) / float32(height)
+	area := float32(width * height)
+	for _, g := range grids {
+		diff := float32(math.Abs(float64(ratio - float32(g[0])/float32(g[1]))))
+		switch {
+		case diff < bestDiff:
+			bestDiff, best = diff, g
+		case diff == bestDiff && area > 0.5*float32(deepseekocrCrop*deepseekocrCrop*g[0]*g[1]):
+			best = g
 		}
 	}
 	return best[0], best[1]

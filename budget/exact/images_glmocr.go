@@ -89,3 +89,23 @@ func (g glmocrGrid) resize(height, width int) (rows, cols int) {
 	}
 	return smartResize(height, width, factor, g.temporal, g.minPixels, g.maxPixels)
 }
+
+// glmocrServerImages: on llama-server (Ollama 0.30 and later) Ollama's
+// compatibility layer hands GLM-OCR's tower to clip as a "glm4v"
+// projector, which resizes an image by dynSize: squares of
+// vision.patch_size × vision.spatial_merge_size (2 unless the file says)
+// pixels, between clip's 8 and 4096 of them (min_pixels and max_pixels
+// unread, one frame), one token a square, between <|begin_of_image|> and
+// <|end_of_image|>. Without a patch size clip refuses the tower (nil).
+func glmocrServerImages(kv map[string]any, text func(string) int) imageCoster {
+	patch, ok := number(kv["glmocr.vision.patch_size"])
+	merge := 2
+	if v, has := kv["glmocr.vision.spatial_merge_size"]; has {
+		merge, _ = number(v)
+	}
+	if !ok || patch <= 0 || merge <= 0 {
+		return nil
+	}
+	markers := text("<|begin_of_image|>") + text("<|end_of_image|>")
+	return dynSize{factor: patch * merge, minTokens: 8, maxTokens: 4096, markers: markers}.cost
+}

@@ -86,3 +86,67 @@ func llama4Tiles(canvases [][2]int, size, w, h int) int {
 	}
 	return tiles
 }
+
+// llama4ServerImages: on llama-server (Ollama 0.30 and later) clip's
+// "llama4" projector (Ollama's compatibility layer hands it the tower,
+// with a merge of round(1/pixel_shuffle_ratio), 2 by default) pools each
+// tile of vision.image_size pixels into (image_size/patch_size/merge)²
+// tokens. An image no larger than a tile on both sides is one tile;
+// a larger one is fitted to the best of the canvases of 1 to 3 tiles
+// across and down but one (mtmd's llava-uhd slicing: the most of the
+// image kept, the least canvas wasted) and becomes its tiles plus an
+// overview tile. mtmd writes <|image_start|> before and <|image_end|>
+// after, and no tile separators. The keys must be there: clip refuses a
+// tower without them (nil).
+func llama4ServerImages(kv map[string]any, text func(string) int) imageCoster {
+	size, ok1 := number(kv["llama4.vision.image_size"])
+	patch, ok2 := number(kv["llama4.vision.patch_size"])
+	if !ok1 || !ok2 || size <= 0 || patch <= 0 || size < patch {
+		return nil
+	}
+	merge := 2
+	if ratio, ok := kv["llama4.vision.pixel_shuffle_ratio"].(float64); ok && ratio > 0 {
+		if m := int(math.Round(float64(1 / float32(ratio)))); m > 0 {
+			merge = m
+		}
+	}
+	side := size / patch
+	perTile := side * side / (merge * merge)
+	markers := text("<|image_start|>") + text("<|image_end|>")
+	return func(img chat.Image) (int, bool) {
+		known := img.Known()
+		if !known {
+			img = chat.Image{Width: 1024, Height: 768}
+		}
+		tiles := 1
+		if img.Width > size || img.Height > size {
+			x, y := llama4ServerCanvas(img.Width, img.Height, size)
+			tiles += x * y
+		}
+		return tiles*perTile + markers, known
+	}
+}
+
+// llama4ServerCanvas returns the canvas, in tiles across and down, mtmd
+// fits a w×h image to (select_best_resolution over 1..3 × 1..3 tiles but
+// 1×1, in that order): the one that keeps the most of the image's pixels
+// after an aspect-preserving fit, then the one that wastes the least.
+func llama4ServerCanvas(w, h, tile int) (x, y int) {
+	best, wasted := 0, math.MaxInt
+	for cx := 1; cx <= 3; cx++ {
+		for cy := 1; cy <= 3; cy++ {
+			if cx == 1 && cy == 1 {
+				continue
+			}
+			cw, ch := cx*tile, cy*tile
+			scale := min(float32(cw)/float32(w), float32(ch)/float32(h))
+			fw, fh := int(float32(w)*scale), int(float32(h)*scale)
+			effective := min(fw*fh, w*h)
+			waste := cw*ch - effective
+			if effective > best || (effective == best && waste < wasted) {
+				best, wasted, x, y = effective, waste, cx, cy
+			}
+		}
+	}
+	return x, y
+}

@@ -48,3 +48,33 @@ func mistral3Images(kv map[string]any) imageCoster {
 		return rows * (cols + 1), rows > 0 && cols > 0
 	}
 }
+
+// mistral3ServerImages: on llama-server (Ollama 0.30 and later) Ollama's
+// compatibility layer hands Mistral 3's tower to clip as a "pixtral"
+// projector, which resizes an image by dynSize (squares of patch_size ×
+// spatial_merge_size pixels, between 8 and 1024 of them; longest_edge is
+// not read) and gives one token per square plus an [IMG_BREAK] embedding
+// between rows (the layer supplies one): columns×rows + rows−1. mtmd
+// writes [IMG_END] after the image, nothing before it. Without a patch
+// size clip refuses the tower: the rule is unknown (nil).
+func mistral3ServerImages(kv map[string]any, text func(string) int) imageCoster {
+	patch, ok := number(kv["mistral3.vision.patch_size"])
+	merge := 1 // clip's default for pixtral
+	if v, has := kv["mistral3.spatial_merge_size"]; has {
+		merge, _ = number(v)
+	}
+	if !ok || patch <= 0 || merge <= 0 {
+		return nil
+	}
+	d := dynSize{factor: patch * merge, minTokens: 8, maxTokens: 1024}
+	end := text("[IMG_END]")
+	return func(img chat.Image) (int, bool) {
+		known := img.Known()
+		if !known {
+			img = chat.Image{Width: 1024, Height: 768}
+		}
+		w, h := d.resize(img.Width, img.Height)
+		cols, rows := w/d.factor, h/d.factor
+		return cols*rows + rows - 1 + end, known
+	}
+}

@@ -68,3 +68,31 @@ func (g qwen25vlGrid) cost(img chat.Image) (int, bool) {
 	rows, cols := smartResize(max(img.Height, g.factor), max(img.Width, g.factor), g.factor, 1, qwen25vlMinPixels, g.maxPixels)
 	return rows*cols + 2, runs
 }
+
+// qwen25vlServerImages: on llama-server (Ollama 0.30 and later) clip's
+// Qwen 2.5 VL projector resizes an image by dynSize with factor =
+// vision.patch_size × vision.spatial_merge_size (2 unless the file says),
+// between 1024 squares (Ollama starts llama-server with
+// --image-min-tokens 1024 for the Qwen-VL families) and clip's 4096, plus
+// <|vision_start|> and <|vision_end|>. Without a patch size clip refuses
+// the tower: the rule is unknown (nil).
+func qwen25vlServerImages(kv map[string]any, text func(string) int) imageCoster {
+	return qwenVLServer(kv, text, "qwen25vl", 1024)
+}
+
+// qwenVLServer is the llama-server rule of the Qwen-VL projectors (clip's
+// qwen2vl, qwen2.5vl_merger and qwen3vl_merger) for architecture arch,
+// whose vision keys Ollama's compatibility layer hands to clip, with at
+// least minTokens squares an image.
+func qwenVLServer(kv map[string]any, text func(string) int, arch string, minTokens int) imageCoster {
+	patch, ok := number(kv[arch+".vision.patch_size"])
+	merge := 2
+	if v, has := kv[arch+".vision.spatial_merge_size"]; has {
+		merge, _ = number(v)
+	}
+	if !ok || patch <= 0 || merge <= 0 {
+		return nil
+	}
+	markers := text("<|vision_start|>") + text("<|vision_end|>")
+	return dynSize{factor: patch * merge, minTokens: minTokens, maxTokens: 4096, markers: markers}.cost
+}

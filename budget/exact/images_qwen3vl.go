@@ -77,3 +77,23 @@ func (g qwen3vlGrid) cost(img chat.Image) (int, bool) {
 	rows, cols := smartResize(max(h, g.factor), max(w, g.factor), g.factor, 1, g.shortest, qwen3vlLongestEdge)
 	return rows*cols + 2, exact
 }
+
+// qwen3vlServerImages: on llama-server (Ollama 0.30 and later) Qwen 3
+// VL's images (qwen3vl, qwen3vlmoe; clip's qwen3vl_merger) are sized as
+// Qwen 2.5 VL's (qwenVLServer), at least 1024 squares (Ollama's
+// --image-min-tokens for them); shortest_edge and longest_edge are not
+// read.
+func qwen3vlServerImages(kv map[string]any, text func(string) int) imageCoster {
+	arch, _ := kv["general.architecture"].(string)
+	return qwenVLServer(kv, text, arch, 1024)
+}
+
+// qwen35ServerImages: on llama-server Qwen 3.5's images (qwen35,
+// qwen35moe, whose tower Ollama's compatibility layer hands clip as a
+// qwen3vl_merger) are sized as Qwen 3 VL's, but Ollama sets no
+// --image-min-tokens for them: clip's own minimum of 8 squares. (Ollama's
+// layer does not translate qwen3next's tower: it stays an estimate.)
+func qwen35ServerImages(kv map[string]any, text func(string) int) imageCoster {
+	arch, _ := kv["general.architecture"].(string)
+	return qwenVLServer(kv, text, arch, 8)
+}

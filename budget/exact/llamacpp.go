@@ -157,12 +157,20 @@ func (m *Tokenizer) runOn(llamaCpp bool) {
 }
 
 // imageCost returns what img costs m on the runner it counts for now,
-// and whether that is exact: the family's rule on Ollama's engine
-// (visionFamilies); on llama.cpp's runner, an estimate from the
+// and whether that is exact: on llama-server (Ollama 0.30 and later) the
+// family's rule there (serverFamilies) or the projector's estimate; the
+// family's rule on Ollama's engine (visionFamilies); on llama.cpp's
+// runner, an estimate from the
 // projector's facts (projectorEstimate); else the 768 the server assumes
 // when it fits a prompt to the window. Estimates are corrected by the
 // reply's prompt_eval_count.
 func (m *Tokenizer) imageCost(img chat.Image) (tokens int, exact bool) {
+	if m.rules.llamaServer {
+		if m.serverImages != nil {
+			return m.serverImages(img)
+		}
+		return m.projector, false
+	}
 	if m.images != nil && !m.engine.llamaCpp {
 		return m.images(img)
 	}
