@@ -251,7 +251,13 @@ func New(show Show) (*Tokenizer, error) {
 		m.tmpl = tmpl
 	}
 	if m.vision && m.rules.llamaServer {
-		m.serverImages = serverImagesOf(kv, show.ProjectorInfo, m.markerTokens)
+		// A marker mtmd writes around (or into) an image is text
+		// tokenized on its own, its special tokens one each.
+		markerTokens := func(text string) int {
+			n, _ := m.CountText(text)
+			return n
+		}
+		m.serverImages = serverImagesOf(kv, show.ProjectorInfo, markerTokens)
 	}
 	return m, nil
 }

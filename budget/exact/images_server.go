@@ -53,14 +53,6 @@ func serverImagesOf(kv, projectorInfo map[string]any, text func(string) int) ima
 	return nil
 }
 
-// markerTokens counts the tokens of a marker mtmd writes around (or
-// into) an image: text tokenized on its own, its special tokens one
-// each.
-func (m *Tokenizer) markerTokens(text string) int {
-	n, _ := m.CountText(text)
-	return n
-}
-
 // dynSize is clip's size-dependent resize (mtmd's dyn_size preprocessor,
 // the Qwen-VL and GLM-4V projectors'): each side is rounded to a multiple
 // of factor = patch_size × merge pixels (halves away from zero, at least
