@@ -38,7 +38,9 @@ func TestRealOllama_PromptCache(t *testing.T) {
 	}
 	for _, r := range results[1:] {
 		h := r.SecondHalf()
-		if h.Cuts > 5 || h.MeanKept < 0.7 {
+		// Measured: 0.70–0.77 of the prompt kept (the summaries' lengths
+		// vary from run to run); the trimmer keeps about a tenth.
+		if h.Cuts > 5 || h.MeanKept < 0.6 {
 			t.Errorf("%s: %d cuts in 15 turns, %.2f of the prompt kept on average", r.Path, h.Cuts, h.MeanKept)
 		}
 		// The gap is 3 to 6 times in every run measured; half leaves room
