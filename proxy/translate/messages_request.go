@@ -405,35 +405,13 @@ func anthropicResult(at string, v []byte, t *ollamaMessage, info *Info) error {
 // tools (web search, code execution, …) run on Anthropic's servers: they
 // are left out and listed in Dropped.
 func appendAnthropicTools(dst, tools, choice []byte, info *Info) ([]byte, error) {
-	var list []namedTool
-	if tools != nil {
-		if jsonscan.KindOf(tools) != jsonscan.KindArray {
-			return nil, invalid("tools", codeInvalidType, "tools must be an array")
-		}
-		err := jsonscan.Elements(tools, func(i int, t []byte) error {
-			at := "tools[" + strconv.Itoa(i) + "]"
-			if jsonscan.KindOf(t) != jsonscan.KindObject {
-				return invalid(at, codeInvalidType, "a tool must be an object")
-			}
-			f := fields(t)
-			if typ := str(f["type"]); typ != "" && typ != "custom" {
-				info.Dropped = append(info.Dropped, Drop{Field: at, Reason: "server tool " + strconv.Quote(typ) + " runs on Anthropic's servers; only custom tools are carried"})
-				return nil
-			}
-			name := f["name"]
-			switch jsonscan.KindOf(name) {
-			case jsonscan.KindString:
-			case jsonscan.KindInvalid:
-				name = []byte(`""`) // Ollama's /v1/messages forwards a tool without a name
-			default:
-				return invalid(at+".name", codeInvalidType, "tool name must be a string")
-			}
-			list = append(list, namedTool{str(name), appendToolFunction(nil, name, f["description"], f["input_schema"])})
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
+	list, err := toolList(tools, info, toolDialect{
+		carried: func(typ string) bool { return typ == "" || typ == "custom" },
+		dropped: "server tool %q runs on Anthropic's servers; only custom tools are carried",
+		what:    "tool", schema: "input_schema",
+	})
+	if err != nil {
+		return nil, err
 	}
 	mode, names := "auto", []string(nil)
 	if choice != nil {

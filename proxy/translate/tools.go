@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/ctxproxy/ctxproxy/internal/jsonscan"
@@ -14,38 +15,60 @@ import (
 // (web_search, file_search, mcp, …) run on OpenAI's servers: they are left
 // out and listed in Dropped.
 func appendResponsesTools(dst, tools, choice []byte, info *Info) ([]byte, error) {
-	var list []namedTool
-	if tools != nil {
-		if jsonscan.KindOf(tools) != jsonscan.KindArray {
-			return nil, invalid("tools", codeInvalidType, "tools must be an array")
-		}
-		err := jsonscan.Elements(tools, func(i int, t []byte) error {
-			at := "tools[" + strconv.Itoa(i) + "]"
-			if jsonscan.KindOf(t) != jsonscan.KindObject {
-				return invalid(at, codeInvalidType, "a tool must be an object")
-			}
-			f := fields(t)
-			if typ := str(f["type"]); typ != "function" {
-				info.Dropped = append(info.Dropped, Drop{Field: at, Reason: "hosted tool " + strconv.Quote(typ) + " runs on OpenAI's servers; only function tools are carried"})
-				return nil
-			}
-			name := f["name"]
-			switch jsonscan.KindOf(name) {
-			case jsonscan.KindString:
-			case jsonscan.KindInvalid:
-				name = []byte(`""`) // Ollama's /v1 forwards a function without a name
-			default:
-				return invalid(at+".name", codeInvalidType, "function name must be a string")
-			}
-			list = append(list, namedTool{str(name), appendToolFunction(nil, name, f["description"], f["parameters"])})
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
+	list, err := toolList(tools, info, toolDialect{
+		carried: func(typ string) bool { return typ == "function" },
+		dropped: "hosted tool %q runs on OpenAI's servers; only function tools are carried",
+		what:    "function", schema: "parameters",
+	})
+	if err != nil {
+		return nil, err
 	}
 	mode, names := responsesChoice(choice, info)
 	return appendChosenTools(dst, list, mode, names, info), nil
+}
+
+// toolDialect is how a dialect's tools list names what it carries.
+type toolDialect struct {
+	carried func(typ string) bool // the tool types carried to Ollama
+	dropped string                // why another type is dropped (%q: its type)
+	what    string                // "function" or "tool", in errors
+	schema  string                // the member that holds the parameters' schema
+}
+
+// toolList reads a dialect's tools array into Ollama's shape: the tools
+// of the types d carries, the others left out and listed in Dropped. A
+// tool without a name is carried with an empty one, as Ollama's own
+// routes forward it.
+func toolList(tools []byte, info *Info, d toolDialect) ([]namedTool, error) {
+	if tools == nil {
+		return nil, nil
+	}
+	if jsonscan.KindOf(tools) != jsonscan.KindArray {
+		return nil, invalid("tools", codeInvalidType, "tools must be an array")
+	}
+	var list []namedTool
+	err := jsonscan.Elements(tools, func(i int, t []byte) error {
+		at := "tools[" + strconv.Itoa(i) + "]"
+		if jsonscan.KindOf(t) != jsonscan.KindObject {
+			return invalid(at, codeInvalidType, "a tool must be an object")
+		}
+		f := fields(t)
+		if typ := str(f["type"]); !d.carried(typ) {
+			info.Dropped = append(info.Dropped, Drop{Field: at, Reason: fmt.Sprintf(d.dropped, typ)})
+			return nil
+		}
+		name := f["name"]
+		switch jsonscan.KindOf(name) {
+		case jsonscan.KindString:
+		case jsonscan.KindInvalid:
+			name = []byte(`""`)
+		default:
+			return invalid(at+".name", codeInvalidType, d.what+" name must be a string")
+		}
+		list = append(list, namedTool{str(name), appendToolFunction(nil, name, f["description"], f[d.schema])})
+		return nil
+	})
+	return list, err
 }
 
 // namedTool is a tool in Ollama's shape with its function name.

@@ -9,7 +9,7 @@
 # cores). From 0.30 Ollama runs models in llama.cpp's llama-server, which
 # the module does not carry: it is built from the llama.cpp source that
 # the npm package node-llama-cpp ships as a git bundle, patched and built
-# by Ollama's own llama/server/CMakeLists.txt (about 25 minutes on two
+# by Ollama's own llama/server/CMakeLists.txt (about 7 minutes on two
 # cores), and put in OUTDIR/lib/ollama, where OUTDIR/bin/ollama looks for
 # it. NODE_LLAMA_CPP names the package's version (3.22.1 carries
 # llama.cpp as of 2026-09-28, close to the b10969 Ollama 0.34.3 pins).
