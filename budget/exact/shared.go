@@ -89,17 +89,16 @@ func keyOf(kind string, v *tokenizer.Vocabulary) vocabKey {
 }
 
 // tablesOf returns the tables of kind's vocabulary v, built now or shared
-// with a model that has the same vocabulary, and whether they were
-// shared. v must be valid for kind (New checks it); a vocabulary being
+// with a model that has the same vocabulary. v must be valid for kind (New checks it); a vocabulary being
 // built by another goroutine is built again here, and the first stored
 // wins.
-func tablesOf(kind string, v *tokenizer.Vocabulary) (*tables, bool) {
+func tablesOf(kind string, v *tokenizer.Vocabulary) *tables {
 	key := keyOf(kind, v)
 	vocabTables.Lock()
 	t := vocabTables.m[key].Value()
 	vocabTables.Unlock()
 	if t != nil {
-		return t, true
+		return t
 	}
 	t = &tables{vocab: v, special: v.SpecialVocabulary()}
 	switch kind {
@@ -117,7 +116,7 @@ func tablesOf(kind string, v *tokenizer.Vocabulary) (*tables, bool) {
 	vocabTables.Lock()
 	defer vocabTables.Unlock()
 	if old := vocabTables.m[key].Value(); old != nil {
-		return old, true
+		return old
 	}
 	for k, p := range vocabTables.m {
 		if p.Value() == nil {
@@ -125,5 +124,5 @@ func tablesOf(kind string, v *tokenizer.Vocabulary) (*tables, bool) {
 		}
 	}
 	vocabTables.m[key] = weak.Make(t)
-	return t, false
+	return t
 }

@@ -3,6 +3,7 @@ package exact
 import (
 	"runtime"
 	"testing"
+	"weak"
 
 	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 )
@@ -12,7 +13,6 @@ import (
 // same tokens with other merges, gets its own; and tables no model holds
 // any more are released.
 func TestTablesShared(t *testing.T) {
-	runtime.GC() // the tables of earlier tests' models go
 	for _, v := range []vocabgen.Vocab{vocabgen.BPE(3000, "llama-bpe", 7), vocabgen.SentencePiece(3000, 7)} {
 		a, err := New(Show{Version: ollama017, ModelInfo: v.KV(), Template: templates["chatml"]})
 		if err != nil {
@@ -22,8 +22,8 @@ func TestTablesShared(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a.tables != b.tables || a.sharedTables || !b.sharedTables {
-			t.Errorf("%s: one vocabulary, tables shared %v (%v, %v)", a.Name(), a.tables == b.tables, a.sharedTables, b.sharedTables)
+		if a.tables != b.tables {
+			t.Errorf("%s: one vocabulary, two sets of tables", a.Name())
 		}
 		text := "Totals: 1234567 and 3.14159 東京の天気 <|im_start|> don't"
 		na, _ := a.CountText(text)
@@ -41,22 +41,26 @@ func TestTablesShared(t *testing.T) {
 	merges[0], merges[1] = merges[1], merges[0]
 	a, _ := New(Show{Version: ollama017, ModelInfo: base})
 	b, _ := New(Show{Version: ollama017, ModelInfo: other})
-	if a.tables == b.tables || b.sharedTables {
+	if a.tables == b.tables {
 		t.Error("merges in another order share tables")
 	}
 	c, _ := New(Show{Version: ollama017, ModelInfo: vocabgen.BPE(3001, "llama-bpe", 7).KV()})
-	if c.tables == a.tables || c.sharedTables {
+	if c.tables == a.tables {
 		t.Error("another vocabulary shares tables")
 	}
 	runtime.KeepAlive(a)
 	runtime.KeepAlive(b)
 
-	// Released with the last model that had them.
+	// Released with the last model that had them, and built anew after.
+	held := weak.Make(c.tables)
 	c = nil
 	runtime.GC()
 	runtime.GC()
+	if held.Value() != nil {
+		t.Error("tables no model holds were kept")
+	}
 	d, _ := New(Show{Version: ollama017, ModelInfo: vocabgen.BPE(3001, "llama-bpe", 7).KV()})
-	if d.sharedTables {
-		t.Error("tables no model held were kept")
+	if d.tables == nil || d.tables.bpe == nil {
+		t.Error("a vocabulary whose tables were released is not built again")
 	}
 }
