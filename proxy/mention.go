@@ -15,50 +15,65 @@ import (
 var mentions = map[string]bool{"/api/show": true, "/api/embed": true, "/api/embeddings": true, "/v1/embeddings": true}
 
 // mentionHead is how much of a body is read for its model: the model is
-// prepared when the body names it within these first bytes.
-const mentionHead = 64 << 10
+// prepared when the body names it within these first bytes. Clients name
+// it first: the first mentionQuick bytes are looked at alone, and a body
+// that names it there is not kept further.
+const (
+	mentionHead  = 64 << 10
+	mentionQuick = 1 << 10
+)
 
 // mention is a request body that keeps its first bytes as the backend
-// reads them, and when it is read through them, or closed, hands the
-// model they name ("model", or "name" as /api/show also takes it) to
-// prepare. The request never waits for it.
+// reads them, until they name a model ("model", or "name" as /api/show
+// also takes it), which it hands to prepare; or until it is read through
+// them, or closed. The request never waits for it.
 type mention struct {
 	io.ReadCloser
 	prepare func([]string)
 
-	mu   sync.Mutex
-	head []byte
-	once sync.Once
+	mu      sync.Mutex
+	head    []byte
+	decided bool
 }
 
 func (m *mention) Read(p []byte) (int, error) {
 	n, err := m.ReadCloser.Read(p)
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.decided {
+		return n, err
+	}
+	quick := len(m.head) < mentionQuick
 	m.head = append(m.head, p[:min(n, mentionHead-len(m.head))]...)
-	full := len(m.head) == mentionHead
-	m.mu.Unlock()
-	if full || err != nil {
-		m.done()
+	if quick {
+		if name := modelNamed(m.head[:min(len(m.head), mentionQuick)]); name != "" {
+			m.decide(name)
+			return n, err
+		}
+	}
+	if len(m.head) == mentionHead || err != nil {
+		m.decide(modelNamed(m.head))
 	}
 	return n, err
 }
 
 func (m *mention) Close() error {
 	err := m.ReadCloser.Close()
-	m.done()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.decided {
+		m.decide(modelNamed(m.head))
+	}
 	return err
 }
 
-func (m *mention) done() {
-	m.once.Do(func() {
-		m.mu.Lock()
-		head := m.head
-		m.head = nil
-		m.mu.Unlock()
-		if name := modelNamed(head); name != "" {
-			m.prepare([]string{name})
-		}
-	})
+// decide ends the reading: name is the model the body names, "" for
+// none (m.mu held).
+func (m *mention) decide(name string) {
+	m.decided, m.head = true, nil
+	if name != "" {
+		m.prepare([]string{name})
+	}
 }
 
 // modelNamed returns the model a JSON object names among its members in
