@@ -128,6 +128,7 @@ type ollamaShow struct {
 	vocab   vocabgen.Vocab
 	// hold, when set, keeps each /api/show waiting until it is closed.
 	hold chan struct{}
+	tags atomic.Int32 // /api/tags calls
 }
 
 func (o *ollamaShow) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -135,6 +136,7 @@ func (o *ollamaShow) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/api/version":
 		_, _ = w.Write([]byte(`{"version":"0.17.4"}`))
 	case "/api/tags":
+		o.tags.Add(1)
 		_ = json.NewEncoder(w).Encode(map[string]any{"models": []any{map[string]any{
 			"name": "tiny:latest", "model": "tiny:latest", "size": 444000, "digest": o.digest.Load()}}})
 	case "/api/show":
@@ -218,7 +220,12 @@ func TestModelOneBuildPerDigest(t *testing.T) {
 	}
 	second := make(chan Details)
 	go func() { second <- b.Model(ctx, "tiny:latest") }()
-	time.Sleep(20 * time.Millisecond) // let the second reach its wait
+	// The second has found the digest in /api/tags: it is at its wait,
+	// or a few steps from it.
+	for o.tags.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
 	close(o.hold)
 	m1, m2 := <-first, <-second
 	if m1.Err != nil || m2.Err != nil || m1.Tokenizer == nil || m1.Tokenizer != m2.Tokenizer {
