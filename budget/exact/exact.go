@@ -105,14 +105,13 @@ type Tokenizer struct {
 	thinking  bool
 	name      string
 
-	// tables are the vocabulary's, shared with the models that have the
-	// same one; holding them keeps them shared.
-	tables  *tables
-	special []string  // control and user-defined tokens, in vocabulary order
-	trie    *trieNode // the specials, to find which a prompt holds in one pass
-	addBOS  bool
-	addEOS  bool
-	whole   bool // the tokenizer does not cut at special tokens: encode whole
+	// tables are the vocabulary's (its specials and their trie among
+	// them), shared with the models that have the same one; holding them
+	// keeps them shared.
+	tables *tables
+	addBOS bool
+	addEOS bool
+	whole  bool // the tokenizer does not cut at special tokens: encode whole
 	// spmPrefix writes a space before text that starts the prompt or
 	// follows a special token: llama.cpp's way (see llamacpp.go).
 	spmPrefix bool
@@ -229,7 +228,7 @@ func New(show Show) (*Tokenizer, error) {
 	}
 	// The tables of a vocabulary another model has are that model's.
 	m.tables = tablesOf(model, vocab)
-	m.tok, m.special, m.trie = m.tables.tok, m.tables.special, m.tables.trie
+	m.tok = m.tables.tok
 	m.engine.vocab, m.engine.bpe = m.tables.vocab, m.tables.bpe
 	// llama-server runs every model from Ollama 0.30 on (for byte-level
 	// BPE, runOn sets m.tok aside: the runners split differently).

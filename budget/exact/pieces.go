@@ -82,8 +82,8 @@ type piece struct {
 // The order matters when one special token contains another.
 func (m *Tokenizer) split(text string) []piece {
 	pieces := []piece{{text: text}}
-	for _, i := range m.trie.present(text) {
-		sp := m.special[i]
+	for _, i := range m.tables.trie.present(text) {
+		sp := m.tables.special[i]
 		out := pieces[:0:0]
 		for _, p := range pieces {
 			if p.special {
