@@ -48,13 +48,26 @@ func TestRealOllama_GLMOCRVision(t *testing.T) {
 	tok := visionTokenizer(t, o.url, rendered)
 	msgs := conversation(1301, 2)
 	if llamaServer() {
-		// The server renders (0.30 and later): with an image ctxproxy
-		// renders with its own glm-ocr renderer, and says so.
+		// The server renders (0.30 and later): the Tokenizer alone, with
+		// ctxproxy's own glm-ocr renderer, says its count is an estimate;
+		// through ctxproxy the server renders the prompt, its image tag
+		// included, and the count is exact.
 		with := slices.Clone(msgs)
 		with[len(with)-1].Images = []api.ImageData{testPNG(400, 300)}
 		if _, whole, err := tok.Count(exact.Prompt{Messages: with, Images: []ctxchat.Image{{Width: 400, Height: 300}}}); err != nil || whole {
 			t.Errorf("glm-ocr renderer with an image on llama-server: exact %v, %v; want an estimate", whole, err)
 		}
+		p := startCtxproxy(t, o.url, exactConfig)
+		defer p.stop()
+		routes := []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"}
+		for _, route := range routes {
+			got, eval, err := visionSent(p.url, route, rendered, with)
+			t.Logf("glm-ocr renderer, a 400×300 image, %s: X-Ctxproxy-Tokens %d, prompt_eval_count %d", route, got, eval)
+			if err != nil || got != eval {
+				t.Errorf("glm-ocr renderer, a 400×300 image, %s: X-Ctxproxy-Tokens %d, prompt_eval_count %d, %v", route, got, eval, err)
+			}
+		}
+		visionChecked(t, p, rendered, len(routes))
 		return
 	}
 	bareCount, bareEval := ocrCounted(t, o, tok, rendered, msgs, nil)

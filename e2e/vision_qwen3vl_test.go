@@ -91,7 +91,7 @@ type qwen3vlChat struct {
 //     ctxproxy's backend makes it counts each chat at its
 //     prompt_eval_count: one image of each of sizes, two in one
 //     message, two in two, the same with the renderer (on llama-server
-//     an estimate with it: serverRendered);
+//     an estimate with it: serverRendered, for the server renders it);
 //   - each image adds its rule's cost on the server over the chat
 //     without it;
 //   - through ctxproxy, on /api/chat whole and streamed and
@@ -182,7 +182,7 @@ func qwen3vlVisionChecks(t *testing.T, o *ollamaServer, name, renderer string, s
 	}
 	t.Log("straight to Ollama:\n" + b.String())
 
-	qwen3vlThroughProxy(t, o, checks[1:], rendered)
+	qwen3vlThroughProxy(t, o, checks[1:])
 
 	// Narrower than a square: Ollama's processor panics (SmartResize),
 	// the runner stops and the request fails; ctxproxy's count is an
@@ -211,10 +211,10 @@ func qwen3vlVisionChecks(t *testing.T, o *ollamaServer, name, renderer string, s
 	}
 }
 
-// serverRendered reports whether model's counts are estimates on the
-// suite's server: on llama-server (0.30 and later) the server renders the
-// prompts of a model with a renderer (rendered), and with images ctxproxy
-// renders them with its own renderer, which may differ from the server's.
+// serverRendered reports whether a Tokenizer's own count of model is an
+// estimate on the suite's server: on llama-server (0.30 and later) the
+// server renders the prompts of a model with a renderer (rendered), and
+// ctxproxy counts what it rendered (through ctxproxy: exact).
 func serverRendered(model, rendered string) bool {
 	return llamaServer() && model == rendered
 }
@@ -224,9 +224,10 @@ func serverRendered(model, rendered string) bool {
 // /v1/chat/completions in turn (the images' sizes reach the counter from
 // each dialect's decoder), and wants X-Ctxproxy-Tokens to equal
 // prompt_eval_count on every one, and every report held against the
-// count (none skipped as an estimate, no misses); on llama-server not
-// those of the rendered model (serverRendered).
-func qwen3vlThroughProxy(t *testing.T, o *ollamaServer, checks []qwen3vlChat, rendered string) {
+// count (none skipped as an estimate, no misses): on llama-server the
+// rendered model's too, whose prompts, image tags included, the server
+// renders for ctxproxy.
+func qwen3vlThroughProxy(t *testing.T, o *ollamaServer, checks []qwen3vlChat) {
 	p := startCtxproxy(t, o.url, exactConfig)
 	defer p.stop()
 	var b strings.Builder
@@ -241,9 +242,6 @@ func qwen3vlThroughProxy(t *testing.T, o *ollamaServer, checks []qwen3vlChat, re
 			continue
 		}
 		fmt.Fprintf(&b, "%-46s %-22s %7d %7d\n", c.label, route, got, eval)
-		if serverRendered(c.model, rendered) {
-			continue
-		}
 		sent[c.model]++
 		if got != eval {
 			t.Errorf("%s on %s: X-Ctxproxy-Tokens %d, prompt_eval_count %d", c.label, route, got, eval)

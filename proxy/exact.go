@@ -116,10 +116,10 @@ func (c *exactCounter) Prompt(msgs []rewrite.Message, _ json.RawMessage) budget.
 }
 
 // count counts p as the server renders it: on the server for a model
-// whose renderer only it has right (without images, whose cost the
-// renderer places), else with ctxproxy's own rendering.
+// whose renderer only it has right (its images placed where the
+// renderer writes their tags), else with ctxproxy's own rendering.
 func (c *exactCounter) count(p exact.Prompt) (int, bool, error) {
-	if c.render == nil || !c.model.ServerRenders() || len(p.Images) > 0 {
+	if c.render == nil || !c.model.ServerRenders() {
 		return c.model.Count(p)
 	}
 	text, err := c.render(p)
@@ -127,8 +127,7 @@ func (c *exactCounter) count(p exact.Prompt) (int, bool, error) {
 		n, _, _ := c.model.Count(p)
 		return n, false, nil // counted, not exactly: the reply calibrates it
 	}
-	n, err := c.model.CountPrompt(text)
-	return n, err == nil, err
+	return c.model.CountRendered(text, p.Sizes())
 }
 
 // useServer makes c render on the server what only it renders exactly.

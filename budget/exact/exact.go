@@ -369,11 +369,31 @@ func (m *Tokenizer) countLocal(p Prompt) (tokens int, exact bool, err error) {
 	if err != nil {
 		return 0, false, err
 	}
-	images := 0
+	return m.CountRendered(text, p.Sizes())
+}
+
+// Sizes returns one size per image the messages hold, in order: Images,
+// cut or filled with unknown sizes to that number.
+func (p Prompt) Sizes() []chat.Image {
+	n := 0
 	for _, msg := range p.Messages {
-		images += len(msg.Images)
+		n += len(msg.Images)
 	}
-	if !m.vision || images == 0 {
+	if n <= len(p.Images) {
+		return p.Images[:n]
+	}
+	return append(slices.Clone(p.Images), make([]chat.Image, n-len(p.Images))...)
+}
+
+// CountRendered returns the tokens the server evaluates for a prompt it
+// rendered (text, its images written as [img-N] tags) holding images, in
+// order: for a vision model the runner encodes the text between tags on
+// its own, BOS with the first part only, and puts each image's cost
+// (imageCost) where its tag was. exact is false when an image's cost is
+// an estimate. A model without vision, or a prompt without images, is
+// counted as CountPrompt counts it.
+func (m *Tokenizer) CountRendered(text string, images []chat.Image) (tokens int, exact bool, err error) {
+	if !m.vision || len(images) == 0 {
 		n, err := m.CountPrompt(text)
 		return n, err == nil, err
 	}
@@ -389,8 +409,8 @@ func (m *Tokenizer) countLocal(p Prompt) (tokens int, exact bool, err error) {
 			return 0, false, err
 		}
 		var img chat.Image
-		if i < len(p.Images) {
-			img = p.Images[i]
+		if i < len(images) {
+			img = images[i]
 		}
 		cost, ok := m.imageCost(img)
 		n += k + cost

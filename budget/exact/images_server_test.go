@@ -237,3 +237,50 @@ func TestDeepSeekOCRServerImages(t *testing.T) {
 		}
 	}
 }
+
+// TestCountRendered: a prompt the server rendered, its images written as
+// [img-N] tags by a renderer ctxproxy lacks, is counted as the runner
+// encodes it: the text between tags apart, BOS with the first part, each
+// image's cost where its tag is; the same as Count gives for the same
+// text rendered by ctxproxy, and exact where Count of a server-rendered
+// model is not.
+func TestCountRendered(t *testing.T) {
+	keys := map[string]any{"gemma3.vision.image_size": float64(56), "gemma3.vision.patch_size": float64(14)}
+	local := serverVision(t, ollama034, "gemma3", keys)
+	kv := vocabgen.BPE(2000, "qwen2", 1).WithSpecials(serverMarkers...).KV()
+	kv["general.architecture"] = "gemma3"
+	maps.Copy(kv, keys)
+	rendered, err := New(Show{Version: ollama034, ModelInfo: kv, Renderer: "no-such-renderer", Capabilities: []string{"completion", "vision"}})
+	if err != nil || !rendered.ServerRenders() {
+		t.Fatalf("a renderer model on 0.34.3: %v", err)
+	}
+	p := Prompt{Messages: []api.Message{
+		{Role: "user", Content: "look at these", Images: []api.ImageData{{1}, {2}}},
+		{Role: "assistant", Content: "two cats"},
+		{Role: "user", Content: "and [img] this one", Images: []api.ImageData{{3}}},
+	}, Images: []chat.Image{{Width: 56, Height: 56}, {Width: 640, Height: 480}}}
+	text, err := local.Render(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, wantExact, err := local.Count(p)
+	if err != nil || !wantExact {
+		t.Fatalf("Count = %d, %v, %v", want, wantExact, err)
+	}
+	if _, exact, _ := rendered.Count(p); exact {
+		t.Error("a server-rendered model counted by ctxproxy's own rendering as exact")
+	}
+	got, exact, err := rendered.CountRendered(text, p.Sizes())
+	if err != nil || got != want || !exact {
+		t.Errorf("CountRendered(%q) = %d, %v, %v; want %d, exact", text, got, exact, err, want)
+	}
+	// The images' costs are where the tags are: without the images, the
+	// tags are text.
+	bare, _ := rendered.CountPrompt(text)
+	if n, exact, err := rendered.CountRendered(text, nil); n != bare || !exact || err != nil {
+		t.Errorf("no images: %d, %v, %v; want %d", n, exact, err, bare)
+	}
+	if got := len(p.Sizes()); got != 3 {
+		t.Errorf("Sizes: %d; want one per image, 3", got)
+	}
+}
