@@ -59,15 +59,14 @@ func TestRealOllama_GLMOCRVision(t *testing.T) {
 		}
 		p := startCtxproxy(t, o.url, exactConfig)
 		defer p.stop()
-		routes := []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"}
-		for _, route := range routes {
+		for _, route := range visionRoutes {
 			got, eval, err := visionSent(p.url, route, rendered, with)
 			t.Logf("glm-ocr renderer, a 400×300 image, %s: X-Ctxproxy-Tokens %d, prompt_eval_count %d", route, got, eval)
 			if err != nil || got != eval {
 				t.Errorf("glm-ocr renderer, a 400×300 image, %s: X-Ctxproxy-Tokens %d, prompt_eval_count %d, %v", route, got, eval, err)
 			}
 		}
-		visionChecked(t, p, rendered, len(routes))
+		visionChecked(t, p, rendered, len(visionRoutes))
 		return
 	}
 	bareCount, bareEval := ocrCounted(t, o, tok, rendered, msgs, nil)

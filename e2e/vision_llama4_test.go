@@ -46,7 +46,7 @@ var llama4ImageTokens = []string{
 // what Ollama's engine evaluates (prompt_eval_count of /api/chat, asked
 // directly); each image adds the rule's cost to the same chat without
 // it. Three images in one chat are exact too, and through ctxproxy on
-// /api/chat (whole and streamed), /v1/chat/completions and /api/generate
+// the chat routes (visionRoutes) and /api/generate
 // X-Ctxproxy-Tokens equals prompt_eval_count on every request.
 func TestRealOllama_Llama4Vision(t *testing.T) {
 	o := need(t)

@@ -184,7 +184,7 @@ func mistral3ThroughProxy(t *testing.T, base, name string, sizes []mistral3Size,
 	fmt.Fprintf(&b, "%-12s %-22s %7s %7s\n", "image", "route", "sent", "ollama")
 	requests := 0
 	for _, c := range cases {
-		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions", "/v1/responses", "/v1/messages"} {
+		for _, route := range visionRoutes {
 			sent, eval, err := visionSent(p.url, route, name, c.msgs)
 			if err != nil {
 				t.Errorf("%s %s: %v", c.name, route, err)

@@ -75,7 +75,7 @@ func imagesRefusedOnLlamaServer(name string) bool {
 // Tokenizer, built from /api/show as the proxy builds it, counts each
 // chat (sent whole to Ollama's /api/chat) as prompt_eval_count; that
 // through ctxproxy X-Ctxproxy-Tokens equals prompt_eval_count on
-// /api/chat whole and streamed and /v1/chat/completions, every report
+// each of visionRoutes, every report
 // held against the count; and that each chat's images are really there:
 // without them the server counts cost(image) fewer tokens for each (cost
 // is the test's own figure, worked out by hand from the model's code).
@@ -144,7 +144,7 @@ func visionFamilyCheck(t *testing.T, o *ollamaServer, name string, chats []image
 	defer p.stop()
 	requests := 0
 	for _, c := range chats {
-		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {
+		for _, route := range visionRoutes {
 			sent, eval, err := visionSent(p.url, route, name, c.msgs)
 			if err != nil {
 				t.Errorf("%s %s: %v", c.name, route, err)

@@ -84,7 +84,7 @@ func ocrVisionCheck(t *testing.T, o *ollamaServer, name string, seed uint64, siz
 }
 
 // ocrThroughProxy sends msgs with one image of each size, and with the
-// first two at once, through ctxproxy on three routes, and fails t where
+// first two at once, through ctxproxy on the chat routes (visionRoutes), and fails t where
 // X-Ctxproxy-Tokens is not prompt_eval_count or a report was not held
 // against the count.
 func ocrThroughProxy(t *testing.T, o *ollamaServer, name string, b *strings.Builder, msgs []api.Message, sizes []ocrSize) {
@@ -105,7 +105,7 @@ func ocrThroughProxy(t *testing.T, o *ollamaServer, name string, b *strings.Buil
 	order = append(order, "two in one")
 	requests := 0
 	for _, c := range order {
-		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {
+		for _, route := range visionRoutes {
 			sent, eval, err := visionSent(p.url, route, name, cases[c])
 			if err != nil {
 				t.Errorf("%s %s: %v", c, route, err)

@@ -119,7 +119,7 @@ func TestRealOllama_Qwen25VLVision(t *testing.T) {
 }
 
 // qwen25vlThroughProxy sends chats with images of each size through
-// ctxproxy on /api/chat whole and streamed and /v1/chat/completions:
+// ctxproxy on each of visionRoutes:
 // X-Ctxproxy-Tokens must equal prompt_eval_count on every one, and
 // ctxproxy must hold every report against its count (none skipped as an
 // estimate, no misses).
@@ -133,7 +133,7 @@ func qwen25vlThroughProxy(t *testing.T, o *ollamaServer, name string) {
 		msgs := conversation(1310+uint64(i), 2)
 		msgs[len(msgs)-1].Images = []api.ImageData{testPNG(s.w, s.h)}
 		size := fmt.Sprintf("%d×%d", s.w, s.h)
-		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions", "/v1/responses", "/v1/messages"} {
+		for _, route := range visionRoutes {
 			sent, eval, err := visionSent(p.url, route, name, msgs)
 			if err != nil {
 				t.Errorf("%s on %s: %v", size, route, err)

@@ -220,8 +220,8 @@ func serverRendered(model, rendered string) bool {
 }
 
 // qwen3vlThroughProxy sends the chats of checks to their models through
-// ctxproxy, each on one of /api/chat whole and streamed and
-// /v1/chat/completions in turn (the images' sizes reach the counter from
+// ctxproxy, each on one of visionRoutes in turn (the images' sizes reach
+// the counter from
 // each dialect's decoder), and wants X-Ctxproxy-Tokens to equal
 // prompt_eval_count on every one, and every report held against the
 // count (none skipped as an estimate, no misses): on llama-server the
@@ -233,9 +233,8 @@ func qwen3vlThroughProxy(t *testing.T, o *ollamaServer, checks []qwen3vlChat) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-46s %-22s %7s %7s\n", "chat", "route", "sent", "ollama")
 	sent := map[string]int{}
-	routes := []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"}
 	for i, c := range checks {
-		route := routes[i%len(routes)]
+		route := visionRoutes[i%len(visionRoutes)]
 		got, eval, err := visionSent(p.url, route, c.model, c.msgs)
 		if err != nil {
 			t.Errorf("%s on %s: %v", c.label, route, err)

@@ -52,8 +52,8 @@ func testPNG(w, h int) []byte {
 // (shown with the vision capability) counts images exactly on Ollama's
 // engine (each costs mm_tokens_per_image plus the four tokens around
 // them) and on llama-server (clip's pooled patches and two markers), the
-// [img-N] tags nothing, on /api/chat (whole and streamed),
-// /v1/chat/completions and /api/generate, with one image and with two;
+// [img-N] tags nothing, on the chat routes (visionRoutes)
+// and /api/generate, with one image and with two;
 // and ctxproxy holds those counts against the backend's reports.
 func TestRealOllama_GemmaVision(t *testing.T) {
 	o := need(t)
@@ -92,7 +92,7 @@ func TestRealOllama_GemmaVision(t *testing.T) {
 		name string
 		msgs []api.Message
 	}{{"one", one}, {"two", two}, {"two in one", both}} {
-		for _, route := range []string{"/api/chat", "/api/chat stream", "/v1/chat/completions"} {
+		for _, route := range visionRoutes {
 			sent, eval, err := visionSent(p.url, route, name, c.msgs)
 			if err != nil {
 				t.Errorf("%s %s: %v", c.name, route, err)

@@ -118,6 +118,10 @@ func visionChecked(t *testing.T, p *ctxproxy, name string, requests int) {
 	}
 }
 
+// visionRoutes are the routes the vision tests send images through
+// ctxproxy on: the four chat routes, /api/chat whole and streamed.
+var visionRoutes = []string{"/api/chat", "/api/chat stream", "/v1/chat/completions", "/v1/responses", "/v1/messages"}
+
 // visionSent posts msgs, images attached, to ctxproxy at base on route
 // ("/api/chat stream" streams /api/chat; /v1/chat/completions,
 // /v1/responses and /v1/messages in their own shapes), and
