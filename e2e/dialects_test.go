@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/ollama/ollama/api"
 )
 
@@ -122,8 +124,10 @@ func TestRealOllama_SDKClients(t *testing.T) {
 // calls through /v1/responses and /v1/messages is trimmed to the window,
 // and the prompt the real Ollama evaluated (the reply's input_tokens)
 // equals ctxproxy's X-Ctxproxy-Tokens within 1%, with no truncation line
-// in Ollama's log. Sent directly to Ollama's own /v1 routes, the same
-// conversation is cut silently to its default window.
+// in Ollama's log; the same with the Responses body zstd-compressed and
+// the Messages body gzipped (decoded, counted and trimmed, sent plain).
+// Sent directly to Ollama's own /v1 routes, the same conversation is cut
+// silently to its default window.
 func TestRealOllama_Dialects110Turns(t *testing.T) {
 	o := need(t)
 	p := startCtxproxy(t, o.url, smallWindow)
@@ -131,14 +135,25 @@ func TestRealOllama_Dialects110Turns(t *testing.T) {
 	for _, route := range []struct {
 		name, path string
 		body       func([]api.Message, bool) []byte
+		// encoding compresses the body sent through ctxproxy (Codex
+		// sends its Responses requests zstd-compressed).
+		encoding string
 	}{
-		{"responses", "/v1/responses", responsesRequest},
-		{"messages", "/v1/messages", messagesRequest},
+		{"responses", "/v1/responses", responsesRequest, ""},
+		{"messages", "/v1/messages", messagesRequest, ""},
+		{"responses-zstd", "/v1/responses", responsesRequest, "zstd"},
+		{"messages-gzip", "/v1/messages", messagesRequest, "gzip"},
 	} {
 		t.Run(route.name, func(t *testing.T) {
 			direct := postDialect(t, o.url+route.path, route.body(conv, false), nil)
 			mark := o.logMark(t)
-			res := postDialect(t, p.url+route.path, route.body(conv, false), map[string]string{"X-Session-ID": "e2e-110-" + route.name})
+			hdr := map[string]string{"X-Session-ID": "e2e-110-" + route.name}
+			body := route.body(conv, false)
+			if route.encoding != "" {
+				hdr["Content-Encoding"] = route.encoding
+				body = compressed(t, route.encoding, body)
+			}
+			res := postDialect(t, p.url+route.path, body, hdr)
 			lines := o.logSince(t, mark)
 			sent := headerInt(t, res.header, "X-Ctxproxy-Tokens")
 			before := headerInt(t, res.header, "X-Ctxproxy-Tokens-Before")
@@ -161,6 +176,29 @@ func TestRealOllama_Dialects110Turns(t *testing.T) {
 			}
 		})
 	}
+}
+
+// compressed is body compressed with encoding, gzip or zstd.
+func compressed(t *testing.T, encoding string, body []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	var w io.WriteCloser
+	switch encoding {
+	case "gzip":
+		w = gzip.NewWriter(&buf)
+	case "zstd":
+		z, err := zstd.NewWriter(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w = z
+	default:
+		t.Fatalf("no encoding %q", encoding)
+	}
+	if _, err := w.Write(body); err != nil || w.Close() != nil {
+		t.Fatalf("compressing with %s: %v", encoding, err)
+	}
+	return buf.Bytes()
 }
 
 // turns110 is a conversation of 110 user turns with the assistant's
