@@ -234,7 +234,9 @@ func TestTokenizerDiskCacheOldFile(t *testing.T) {
 // (/load) and reading it and building the tokenizer (/load+build), for a
 // generated 128,000-token vocabulary of each kind, in a process that holds
 // no model of that vocabulary (the shared tables are let go between
-// rounds). MB-file is the file's size.
+// rounds); and writing the file (/store), which the first fetch of a
+// digest does before the request that asked for it is answered. MB-file
+// is the file's size.
 //
 //	go test ./backend -run '^$' -bench TokenizerFromDisk -benchtime 10x
 func BenchmarkTokenizerFromDisk(b *testing.B) {
@@ -254,6 +256,13 @@ func BenchmarkTokenizerFromDisk(b *testing.B) {
 		info, _ := entries[0].Info()
 		size := float64(info.Size()) / 1e6
 		text := vocabgen.Text(200, 1)
+		show := exact.Show{ModelInfo: c.vocab.KV(), Template: "{{ .Prompt }}"}
+		b.Run(c.name+"/store", func(b *testing.B) {
+			for b.Loop() {
+				d.store("sha256:bench", show)
+			}
+			b.ReportMetric(size, "MB-file")
+		})
 		b.Run(c.name+"/load", func(b *testing.B) {
 			for b.Loop() {
 				if _, ok := d.load("sha256:bench"); !ok {
