@@ -434,7 +434,7 @@ func TestTokenizerDiskCache(t *testing.T) {
 	if m := start().Model(ctx, "tiny"); m.Tokenizer == nil || o.verbose.Load() != 2 {
 		t.Errorf("a new digest: %d verbose, want 2", o.verbose.Load())
 	}
-	if err := os.WriteFile(filepath.Join(dir, "sha256-bbb.json.gz"), []byte("not gzip"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "sha256-bbb.vocab"), []byte("not gzip"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if m := start().Model(ctx, "tiny"); m.Tokenizer == nil || o.verbose.Load() != 3 {
@@ -443,12 +443,18 @@ func TestTokenizerDiskCache(t *testing.T) {
 }
 
 // TestTokenizerDiskCachePrune: past diskCacheFiles digests, the least
-// recently written files go.
+// recently written files go, those of the old kind among them.
 func TestTokenizerDiskCachePrune(t *testing.T) {
 	d := diskCache{dir: t.TempDir(), log: slog.New(slog.DiscardHandler)}
 	base := time.Now().Add(-time.Hour)
+	ext := func(i int) string {
+		if i < 2 {
+			return oldExt
+		}
+		return vocabExt
+	}
 	for i := range diskCacheFiles + 5 {
-		p := d.path(fmt.Sprintf("sha256:%03d", i))
+		p := d.path(fmt.Sprintf("sha256:%03d", i), ext(i))
 		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -463,7 +469,7 @@ func TestTokenizerDiskCachePrune(t *testing.T) {
 		t.Fatalf("%d files kept, want %d", len(entries), diskCacheFiles)
 	}
 	for i := range 5 {
-		if _, err := os.Stat(d.path(fmt.Sprintf("sha256:%03d", i))); !os.IsNotExist(err) {
+		if _, err := os.Stat(d.path(fmt.Sprintf("sha256:%03d", i), ext(i))); !os.IsNotExist(err) {
 			t.Errorf("the %d-th oldest file is still there", i+1)
 		}
 	}

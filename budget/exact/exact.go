@@ -73,6 +73,9 @@ type Show struct {
 	// Version is the server's version ("0.34.3"), whose rules count the
 	// prompt (versions.go); "" counts with the newest.
 	Version string `json:"-"`
+	// Vocab, when set, holds the vocabulary's arrays in place of
+	// ModelInfo's (Split): New reads them from here.
+	Vocab *Vocab `json:"-"`
 }
 
 // maxPieces bounds the caches of piece counts and message shares per
@@ -143,12 +146,12 @@ type pieceKey struct {
 // wrapping ErrUnsupported when the vocabulary is missing (a show answer
 // without "verbose") or of a kind Ollama's tokenizers do not have.
 func New(show Show) (*Tokenizer, error) {
-	kv := show.ModelInfo
+	kv := show.modelInfo()
 	vocab := &tokenizer.Vocabulary{
-		Values: strings_(kv["tokenizer.ggml.tokens"]),
-		Types:  ints(kv["tokenizer.ggml.token_type"]),
-		Scores: floats(kv["tokenizer.ggml.scores"]),
-		Merges: strings_(kv["tokenizer.ggml.merges"]),
+		Values: strings_(kv[keyTokens]),
+		Types:  ints(kv[keyTypes]),
+		Scores: floats(kv[keyScores]),
+		Merges: strings_(kv[keyMerges]),
 		AddBOS: boolOr(kv["tokenizer.ggml.add_bos_token"], true), // the runner's own default: runOn
 		AddEOS: boolOr(kv["tokenizer.ggml.add_eos_token"], false),
 	}
@@ -209,7 +212,7 @@ func New(show Show) (*Tokenizer, error) {
 		m.engine.bosKey = &b
 	}
 	if len(vocab.BOS) > 0 {
-		m.engine.bosText = vocab.Values[vocab.BOS[0]]
+		m.engine.bosText = strings.Clone(vocab.Values[vocab.BOS[0]]) // not a share of a kept file's tokens
 	}
 	switch model {
 	case "gpt2":

@@ -101,7 +101,7 @@ func newLFM2Vision(kv map[string]any) lfm2Vision {
 	if !boolOr(key("use_image_special_tokens"), true) {
 		return v // no markers at all
 	}
-	vocab := strings_(kv["tokenizer.ggml.tokens"])
+	vocab := strings_(kv[keyTokens])
 	id := func(k, token string) int {
 		if n, ok := number(key(k)); ok && n != 0 {
 			return n

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"strings"
 	"sync"
 	"weak"
 
@@ -103,9 +104,16 @@ func tablesOf(kind string, v *tokenizer.Vocabulary) *tables {
 	t = &tables{vocab: v, special: v.SpecialVocabulary()}
 	switch kind {
 	case "gpt2":
-		// Counting needs only the compact form: drop the strings.
+		// Counting needs only the compact form: drop the strings. The
+		// specials kept are copies, and so is the vocabulary, whose own
+		// list of specials would hold shares of its tokens: a vocabulary
+		// read from the tokenizer directory has its tokens as shares of
+		// one string, which the specials would keep whole.
 		t.bpe = newBPEVocab(v.Values, v.Merges)
-		v.Values, v.Merges = nil, nil
+		for i, s := range t.special {
+			t.special[i] = strings.Clone(s)
+		}
+		t.vocab = &tokenizer.Vocabulary{Types: v.Types, Scores: v.Scores, BOS: v.BOS, EOS: v.EOS, AddBOS: v.AddBOS, AddEOS: v.AddEOS}
 	case "llama":
 		t.tok = tokenizer.NewSentencePiece(v)
 	case "bert":

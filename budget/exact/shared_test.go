@@ -64,3 +64,63 @@ func TestTablesShared(t *testing.T) {
 		t.Error("a vocabulary whose tables were released is not built again")
 	}
 }
+
+// TestTablesSharedTyped: a vocabulary given typed (Show.Split, as the
+// tokenizer directory keeps it) hashes to the key of the same vocabulary
+// read from JSON, so the two share tables and count alike, whichever is
+// built first; Split leaves the show it is given as it was.
+func TestTablesSharedTyped(t *testing.T) {
+	for _, v := range []vocabgen.Vocab{vocabgen.BPE(3000, "llama-bpe", 11), vocabgen.SentencePiece(3000, 11)} {
+		for _, typedFirst := range []bool{false, true} {
+			show := Show{Version: ollama017, ModelInfo: v.KV(), Template: templates["chatml"]}
+			split := show.Split()
+			if _, ok := show.ModelInfo["tokenizer.ggml.tokens"]; !ok || split.Vocab == nil {
+				t.Fatal("Split took the arrays out of the show it was given, or set no Vocab")
+			}
+			if _, ok := split.ModelInfo["tokenizer.ggml.tokens"]; ok {
+				t.Fatal("Split left the tokens in model_info")
+			}
+			if split.Split().Vocab != split.Vocab {
+				t.Fatal("a split show split again")
+			}
+			order := []Show{show, split}
+			if typedFirst {
+				order = []Show{split, show}
+			}
+			a, err := New(order[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := New(order[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The second finds the first's tables only by keyOf's key.
+			if a.tables != b.tables {
+				t.Errorf("%s (typed first %v): one vocabulary, two sets of tables", a.Name(), typedFirst)
+			}
+			text := "Totals: 1234567 and 3.14159 東京の天気 <|im_start|> don't " + vocabgen.Text(300, 5)
+			na, _ := a.CountText(text)
+			nb, _ := b.CountText(text)
+			if na != nb || na == 0 {
+				t.Errorf("%s: the same text counted %d and %d", a.Name(), na, nb)
+			}
+			runtime.KeepAlive(a)
+			runtime.KeepAlive(b)
+		}
+	}
+}
+
+// TestTokenAtTyped: model_info's tokens are read at an index whether
+// they are JSON's []any or a Vocab's []string.
+func TestTokenAtTyped(t *testing.T) {
+	tokens := []string{"a", "<|eot_id|>"}
+	for _, kv := range []map[string]any{
+		{"tokenizer.ggml.tokens": tokens},
+		{"tokenizer.ggml.tokens": vocabgen.AnySlice(tokens)},
+	} {
+		if tokenAt(kv, 1) != "<|eot_id|>" || tokenAt(kv, 2) != "" {
+			t.Errorf("%T: token 1 %q, token 2 %q", kv["tokenizer.ggml.tokens"], tokenAt(kv, 1), tokenAt(kv, 2))
+		}
+	}
+}

@@ -100,8 +100,7 @@ func (r serverRules) tokenizerPre(kv map[string]any, embeddedVision bool) string
 			return "tekken"
 		}
 	case "llama":
-		tokens, _ := kv["tokenizer.ggml.tokens"].([]any)
-		at := func(i int, s string) bool { return i < len(tokens) && tokens[i] == s }
+		at := func(i int, s string) bool { return tokenAt(kv, i) == s }
 		tmpl, _ := kv["tokenizer.chat_template"].(string)
 		markers := at(128006, "<|start_header_id|>") || strings.Contains(tmpl, "<|start_header_id|>") || strings.Contains(tmpl, "<|eot_id|>")
 		if unset && at(128009, "<|eot_id|>") && markers {
