@@ -126,7 +126,11 @@ func mustLast(t *testing.T, be *fakebackend.Fake) fakebackend.Request {
 // client's dialect, and nothing reaches the backend: ctxproxy cuts
 // messages, never tools.
 func TestToolsAloneOverTheWindow(t *testing.T) {
-	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
+	// A model counted by estimate: the fake's template prints no tools,
+	// so by its bytes the prompt would fit (fitsUnread).
+	info := fakebackend.Llama31ModelInfo()
+	delete(info, "tokenizer.ggml.model")
+	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{ModelInfo: info})
 	sys := newSystem(t, be.URL, setup{tokens: budget.Config{Models: map[string]budget.Model{"llama3.1": {MaxTokens: 2048}}}})
 	var tools []string
 	for i := range 40 {

@@ -101,8 +101,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 		s.refuse(w, ex, *aerr)
 		return
 	}
-	p.allocate()
-	setPlanHeaders(ex, p)
+	if p.pending == nil {
+		// (A prompt forwarded uncounted gets its headers when counted:
+		// forward.)
+		p.allocate()
+		setPlanHeaders(ex, p)
+	}
 	s.metrics.added.Observe(time.Since(ex.start).Seconds())
 
 	// Forward it, stream the answer back, and record the turn.
@@ -125,8 +129,10 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, ex *exchange, r
 		s.refuse(w, ex, *aerr)
 		return
 	}
-	if p != nil && p.retries > 0 {
-		// The headers tell of the prompt that went through.
+	if p != nil && (p.retries > 0 || p.pending != nil) {
+		// The headers tell of the prompt that went through, counted
+		// (settle) if it went uncounted.
+		s.plan.settle(r.Context(), ex, req, p)
 		p.allocate()
 		setPlanHeaders(ex, p)
 	}

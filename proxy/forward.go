@@ -64,6 +64,8 @@ func (s *Server) send(ctx context.Context, r *http.Request, ex *exchange, req *w
 					"for a limit of %d and cut it by up to %d tokens more without success (the model's window may be smaller than configured: "+
 					"see models: in the config)", maxOverflowRetries+1, p.before.Tokens, p.limit, shrink)}, nil
 		}
+		// A prompt forwarded uncounted is counted before it is cut.
+		s.plan.settle(ctx, ex, req, p)
 		shrink = o.shrink(p.limit, attempt, shrink)
 		var aerr *wire.Error
 		if out, aerr = s.plan.cut(ctx, r, ex, req, p, shrink); aerr != nil {

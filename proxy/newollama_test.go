@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -63,7 +64,8 @@ func TestResponsesCompactionLeftToOllama(t *testing.T) {
 	n := len(be.Requests())
 	resp := post(t, sys.url+"/v1/responses", []byte(`{"model":"llama3.1:8b","input":"hi"}`), nil)
 	readAll(t, resp.Body)
-	if got := be.Requests(); len(got) <= n || got[len(got)-1].Path != "/api/chat" {
+	// (The model's tokenizer may still be read in the background.)
+	if got := be.Requests(); len(got) <= n || !slices.ContainsFunc(got[n:], func(r fakebackend.Request) bool { return r.Path == "/api/chat" }) {
 		t.Error("an ordinary Responses request was not translated")
 	}
 }

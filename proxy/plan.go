@@ -102,6 +102,11 @@ type plan struct {
 	// fixed, when set, is forwarded as it is: a request ctxproxy neither
 	// counts nor cuts.
 	fixed wire.Payload
+	// pending is the model whose tokenizer was still being built when
+	// the request's bytes proved it fits as sent (unread): it was
+	// forwarded uncounted, and settle counts it before the answer's
+	// headers leave. nil once counted, or when counted before forwarding.
+	pending *backend.Pending
 }
 
 // loadedNumCtx is the num_ctx the backend runs model with now, as its
@@ -245,8 +250,13 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 	if toOllama && s.monitor != nil {
 		snap = s.monitor.Current(ctx)
 	}
+	var pend *backend.Pending
 	if toOllama {
-		mi = s.be.Model(ctx, req.Model)
+		if s.mayForwardUncounted(r, req) {
+			mi, pend = s.be.ModelSoon(ctx, req.Model)
+		} else {
+			mi = s.be.Model(ctx, req.Model)
+		}
 		if p.translate {
 			p.ollamaOpts = translate.RequestOptions{Version: s.be.Version(ctx), NoThinking: mi.Lacks("thinking")}
 		}
@@ -334,49 +344,20 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 		p.limit, p.lim = lim.Effective(), lim
 		est := s.tokens.MessageCounter(req.Model).Frozen()
 		p.counter = est
-		if toOllama && mi.Tokenizer == nil && mi.TokenizerErr != nil && !s.cfg.NoExact {
-			p.notExact = mi.TokenizerErr.Error()
-		}
-		if toOllama && mi.Tokenizer != nil && !s.cfg.NoExact {
-			ec := exactFor(mi.Tokenizer, req, p.ollamaOpts)
-			if mi.Tokenizer.ServerRenders() {
-				numCtx := p.numCtx
-				ec.useServer(func(pr exact.Prompt) (string, error) { return s.be.Render(ctx, req.Model, numCtx, pr) })
+		if pend != nil {
+			// The model's tokenizer is still being built: a prompt whose
+			// bytes prove it fits goes at once, counted as it goes.
+			if s.fitsUnread(req, p, pend) {
+				p.pending = pend
+				p.before, p.after = est.Prompt(p.messages, req.Tools), est.Prompt(p.messages, req.Tools)
+				p.uncut, p.uncutChanged = p.messages, p.changed
+				p.resend = !clientNoTruncate(req)
+				p.tools = req.Tools
+				return p, nil
 			}
-			if ec.failed() == nil {
-				p.before = ec.Prompt(p.messages, req.Tools)
-			}
-			shape := ec.shape()
-			miss, missed := mi.Missed(shape)
-			switch {
-			case missed:
-				// Counts of this shape disagreed with the backend's
-				// before: estimate, and say why.
-				p.notExact = miss.String() + "; ctxproxy counts these requests to " + strconv.Quote(req.Model) + " by estimate"
-				ex.warn(p.notExact)
-			case ec.failed() == nil:
-				p.counter = ec
-				p.exact, p.exactShape = &mi, shape
-			default:
-				s.once.warn("exact:"+req.Model, "exact counting failed for this request's shape; estimating instead",
-					"model", req.Model, "err", ec.failed())
-			}
+			mi = pend.Wait(ctx)
 		}
-		if remote.API != "" {
-			rc := newRemoteCounter(ctx, s.be, req.Model, est)
-			if before := rc.Prompt(p.messages, req.Tools); rc.err == nil {
-				p.counter, p.before = rc, before
-			} else {
-				s.once.warn("remote:"+req.Model, "the backend's tokenize API failed; estimating instead",
-					"model", req.Model, "api", remote.API, "err", rc.err)
-			}
-		}
-		if p.counter == promptCounter(est) {
-			// Neither the model's tokenizer nor the backend's counted
-			// this prompt (or one failed after it started): estimate.
-			// A failed count's zero estimate must not stand.
-			p.before = est.Prompt(p.messages, req.Tools)
-		}
+		s.countExactly(ctx, ex, req, p, mi, remote, est)
 		p.after = p.before
 	}
 
@@ -386,6 +367,57 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 	p.resend = (p.exact != nil || s.tokens != nil) && !clientNoTruncate(req)
 	p.tools = req.Tools
 	return p, nil
+}
+
+// countExactly counts p's prompt with the model's own tokenizer (mi's)
+// where it has one and the request's shape agreed with the backend's
+// counts before, else with the backend's tokenize API (remote's), else
+// by est: p.before and p.counter are the count and its counter.
+func (s *planner) countExactly(ctx context.Context, ex *exchange, req *wire.Request, p *plan, mi backend.Details, remote backend.Remote, est *budget.MessageCounter) {
+	toOllama := p.toOllama
+	if toOllama && mi.Tokenizer == nil && mi.TokenizerErr != nil && !s.cfg.NoExact {
+		p.notExact = mi.TokenizerErr.Error()
+	}
+	if toOllama && mi.Tokenizer != nil && !s.cfg.NoExact {
+		ec := exactFor(mi.Tokenizer, req, p.ollamaOpts)
+		if mi.Tokenizer.ServerRenders() {
+			numCtx := p.numCtx
+			ec.useServer(func(pr exact.Prompt) (string, error) { return s.be.Render(ctx, req.Model, numCtx, pr) })
+		}
+		if ec.failed() == nil {
+			p.before = ec.Prompt(p.messages, req.Tools)
+		}
+		shape := ec.shape()
+		miss, missed := mi.Missed(shape)
+		switch {
+		case missed:
+			// Counts of this shape disagreed with the backend's
+			// before: estimate, and say why.
+			p.notExact = miss.String() + "; ctxproxy counts these requests to " + strconv.Quote(req.Model) + " by estimate"
+			ex.warn(p.notExact)
+		case ec.failed() == nil:
+			p.counter = ec
+			p.exact, p.exactShape = &mi, shape
+		default:
+			s.once.warn("exact:"+req.Model, "exact counting failed for this request's shape; estimating instead",
+				"model", req.Model, "err", ec.failed())
+		}
+	}
+	if remote.API != "" {
+		rc := newRemoteCounter(ctx, s.be, req.Model, est)
+		if before := rc.Prompt(p.messages, req.Tools); rc.err == nil {
+			p.counter, p.before = rc, before
+		} else {
+			s.once.warn("remote:"+req.Model, "the backend's tokenize API failed; estimating instead",
+				"model", req.Model, "api", remote.API, "err", rc.err)
+		}
+	}
+	if p.counter == promptCounter(est) {
+		// Neither the model's tokenizer nor the backend's counted
+		// this prompt (or one failed after it started): estimate.
+		// A failed count's zero estimate must not stand.
+		p.before = est.Prompt(p.messages, req.Tools)
+	}
 }
 
 // allocate divides the window among the parts of what is forwarded (its
@@ -439,11 +471,14 @@ func (s *planner) cut(ctx context.Context, r *http.Request, ex *exchange, req *w
 		}
 	}
 	// Trim when the conversation outgrows the window.
-	if trimmer := s.trimmer.Load(); trimmer != nil && p.counter != nil && p.limit > 0 && !uncut {
-		mode := r.Header.Get("X-Ctxproxy-Strategy")
+	mode := r.Header.Get("X-Ctxproxy-Strategy")
+	if trimmer := s.trimmer.Load(); trimmer != nil && mode != "" {
 		if _, err := trimmer.Strategy(mode); err != nil {
 			return nil, &wire.Error{Status: http.StatusBadRequest, Message: "X-Ctxproxy-Strategy: " + err.Error()}
 		}
+	}
+	// A prompt forwarded uncounted fits as it is (fitsUnread).
+	if trimmer := s.trimmer.Load(); trimmer != nil && p.counter != nil && p.limit > 0 && !uncut && p.pending == nil {
 		treq := rewrite.Request{Session: ex.session, Model: req.Model, Auth: r.Header.Get("Authorization"),
 			NumCtx: p.numCtx, Mode: mode, MaxMessages: capN}
 		if s.monitor != nil && s.monitor.Reading().Level >= gpu.LevelCompress {

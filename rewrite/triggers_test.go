@@ -131,3 +131,34 @@ func TestSummaryPromptConfigurable(t *testing.T) {
 		t.Errorf("system prompt with instructions %q", sys)
 	}
 }
+
+// TestUntouched: a whole prompt within Untouched is never cut: below the
+// threshold's share (or the one a request sets), and trigger_tokens;
+// with a trigger by message count, no count of tokens tells.
+func TestUntouched(t *testing.T) {
+	msgs := turns(20, 200)
+	total := Total(msgs, counter)
+	for _, c := range []struct {
+		cfg       Config
+		threshold float64
+		want      int
+	}{
+		{Config{}, 0, 8000},
+		{Config{}, 0.6, 6000},
+		{Config{TriggerTokens: 500}, 0, 500},
+		{Config{TriggerMessages: 10}, 0, 0},
+		{Config{KeepMessages: 4}, 0, 0},
+	} {
+		tr := triggerTrimmer(t, c.cfg)
+		got := tr.Untouched(10000, c.threshold)
+		if got != c.want {
+			t.Errorf("%+v, threshold %v: %d, want %d", c.cfg, c.threshold, got, c.want)
+		}
+		if got >= total {
+			// A conversation of that many tokens is left as it is.
+			if res := mustTrim(t, tr, Request{Threshold: c.threshold}, msgs, 10000); res.Dropped != 0 || res.Notice != "" {
+				t.Errorf("%+v: %d tokens within Untouched %d were cut", c.cfg, total, got)
+			}
+		}
+	}
+}

@@ -129,6 +129,8 @@ type Tokenizer struct {
 	// standIn: ctxproxy lacks its renderer and renders a message's share
 	// with ChatML instead.
 	serverRenders, standIn bool
+	// sketch: no vocabulary; counts are bounds (Sketch).
+	sketch bool
 
 	seed maphash.Seed
 	// pieces is sharded: a long prompt's new pieces are counted on
@@ -175,34 +177,15 @@ func New(show Show) (*Tokenizer, error) {
 		}
 	}
 
-	rules := rulesOf(show.Version)
-	renderer, err := RendererOf(show)
-	// From 0.30 the renderers change from one version to the next: the
-	// server renders the prompts of a model that has one (ServerRenders).
-	serverRenders := rules.llamaServer && renderer != ""
-	if err != nil && !serverRenders {
+	m, err := rendering(show)
+	if err != nil {
 		return nil, err
 	}
-	m := &Tokenizer{
-		renderer:      renderer,
-		serverRenders: serverRenders,
-		standIn:       serverRenders && err != nil,
-		rules:         rules,
-		// The server drops the <think> part of earlier replies for
-		// these (filterThinkTags in its routes).
-		dropThinking: show.Details.Family == "qwen3" || ollamaModelName(show.Name) == "deepseek-r1",
-		system:       show.System,
-		preamble:     show.Messages,
-		thinking:     slices.Contains(show.Capabilities, "thinking"),
-		vision:       slices.Contains(show.Capabilities, "vision"),
-		images:       imagesOf(kv),
-		projector:    projectorEstimate(show.ProjectorInfo),
-		addBOS:       vocab.AddBOS && len(vocab.BOS) > 0,
-		addEOS:       vocab.AddEOS && len(vocab.EOS) > 0,
-		seed:         maphash.MakeSeed(),
-		pieces:       cache.NewSharded[pieceKey, int](maxPieces, func(k pieceKey) uint64 { return k.hash }),
-		shares:       cache.New[uint64, int](maxPieces),
-	}
+	rules := m.rules
+	m.addBOS = vocab.AddBOS && len(vocab.BOS) > 0
+	m.addEOS = vocab.AddEOS && len(vocab.EOS) > 0
+	m.pieces = cache.NewSharded[pieceKey, int](maxPieces, func(k pieceKey) uint64 { return k.hash })
+	m.shares = cache.New[uint64, int](maxPieces)
 	model, _ := kv["tokenizer.ggml.model"].(string)
 	pre := rules.tokenizerPre(kv, m.vision && len(show.ProjectorInfo) == 0)
 	arch, _ := kv["general.architecture"].(string)
@@ -237,6 +220,48 @@ func New(show Show) (*Tokenizer, error) {
 	// BPE, runOn sets m.tok aside: the runners split differently).
 	m.runOn(m.rules.llamaServer || onLlamaCpp(kv, len(show.ProjectorInfo) > 0))
 
+	if m.vision && m.rules.llamaServer {
+		// A marker mtmd writes around (or into) an image is text
+		// tokenized on its own, its special tokens one each.
+		markerTokens := func(text string) int {
+			n, _ := m.CountText(text)
+			return n
+		}
+		m.serverImages = serverImagesOf(kv, show.ProjectorInfo, markerTokens)
+	}
+	return m, nil
+}
+
+// rendering is the part of a Tokenizer that renders prompts, built from
+// what a plain /api/show answer has (no vocabulary): the template or
+// renderer, the Modelfile's SYSTEM and MESSAGE lines, the capabilities,
+// and the server version's rules.
+func rendering(show Show) (*Tokenizer, error) {
+	kv := show.modelInfo()
+	rules := rulesOf(show.Version)
+	renderer, err := RendererOf(show)
+	// From 0.30 the renderers change from one version to the next: the
+	// server renders the prompts of a model that has one (ServerRenders).
+	serverRenders := rules.llamaServer && renderer != ""
+	if err != nil && !serverRenders {
+		return nil, err
+	}
+	m := &Tokenizer{
+		renderer:      renderer,
+		serverRenders: serverRenders,
+		standIn:       serverRenders && err != nil,
+		rules:         rules,
+		// The server drops the <think> part of earlier replies for
+		// these (filterThinkTags in its routes).
+		dropThinking: show.Details.Family == "qwen3" || ollamaModelName(show.Name) == "deepseek-r1",
+		system:       show.System,
+		preamble:     show.Messages,
+		thinking:     slices.Contains(show.Capabilities, "thinking"),
+		vision:       slices.Contains(show.Capabilities, "vision"),
+		images:       imagesOf(kv),
+		projector:    projectorEstimate(show.ProjectorInfo),
+		seed:         maphash.MakeSeed(),
+	}
 	if m.renderer == "" || m.standIn {
 		text := cmpOr(show.Template, "{{ .Prompt }}")
 		if m.standIn {
@@ -251,15 +276,32 @@ func New(show Show) (*Tokenizer, error) {
 		}
 		m.tmpl = tmpl
 	}
-	if m.vision && m.rules.llamaServer {
-		// A marker mtmd writes around (or into) an image is text
-		// tokenized on its own, its special tokens one each.
-		markerTokens := func(text string) int {
-			n, _ := m.CountText(text)
-			return n
-		}
-		m.serverImages = serverImagesOf(kv, show.ProjectorInfo, markerTokens)
+	return m, nil
+}
+
+// Sketch returns, from a plain /api/show answer (no vocabulary, which
+// takes the server a while to send and ctxproxy a while to build), a
+// Tokenizer that renders prompts as New's does and whose counts bound
+// the server's from above: a byte-level BPE token stands for one byte of
+// text or more (a special token's text for several), so a prompt has no
+// more tokens than its rendered bytes and BOS and EOS. Its Count is
+// never exact, and images are not bounded (their cost is no text). It
+// returns an error wrapping ErrUnsupported for a vocabulary of another
+// kind, and for a model whose prompts only the server renders.
+func Sketch(show Show) (*Tokenizer, error) {
+	if model, _ := show.ModelInfo["tokenizer.ggml.model"].(string); model != "gpt2" {
+		return nil, fmt.Errorf("%w: no byte bound for tokenizer.ggml.model %q", ErrUnsupported, model)
 	}
+	m, err := rendering(show)
+	if err != nil {
+		return nil, err
+	}
+	if m.serverRenders {
+		return nil, fmt.Errorf("%w: the server renders the prompts of renderer %q", ErrUnsupported, m.renderer)
+	}
+	m.sketch, m.vision = true, false
+	m.addBOS, m.addEOS = true, true
+	m.name = "bytes"
 	return m, nil
 }
 
@@ -355,7 +397,7 @@ func (m *Tokenizer) Render(p Prompt) (string, error) {
 // counted exactly.
 func (m *Tokenizer) Count(p Prompt) (tokens int, exact bool, err error) {
 	tokens, exact, err = m.countLocal(p)
-	return tokens, exact && !m.serverRenders, err
+	return tokens, exact && !m.serverRenders && !m.sketch, err
 }
 
 // ServerRenders reports whether the server must render this model's
@@ -441,8 +483,8 @@ func (m *Tokenizer) CountPrompt(text string) (int, error) {
 // CountText returns the tokens of text with no BOS or EOS added: special
 // tokens written in it count as one token each, as the server parses them.
 func (m *Tokenizer) CountText(text string) (int, error) {
-	if text == "" {
-		return 0, nil
+	if text == "" || m.sketch {
+		return len(text), nil
 	}
 	if m.whole {
 		ids, err := m.tok.Encode(text, false)

@@ -87,6 +87,10 @@ type Options struct {
 	// Stall, when set, delays the response headers until it is closed or
 	// the request is cancelled.
 	Stall chan struct{}
+	// HoldVerbose, when set, holds a verbose /api/show (the vocabulary,
+	// which a real server takes a while to send) until it is closed or
+	// the request is cancelled.
+	HoldVerbose chan struct{}
 	// DieAfter > 0 kills the connection after that many stream chunks,
 	// without the final chunk.
 	DieAfter int
@@ -235,6 +239,13 @@ func (b *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Verbose bool `json:"verbose"`
 		}
 		_ = json.Unmarshal(body, &req)
+		if req.Verbose && o.HoldVerbose != nil {
+			select {
+			case <-o.HoldVerbose:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		writeJSON(w, 200, o.Model.show(req.Verbose))
 	case b.Kind == Ollama && r.URL.Path == "/api/tags":
 		writeJSON(w, 200, map[string]any{"models": []any{map[string]any{
