@@ -208,6 +208,16 @@ func (b *Backend) ModelSoon(ctx context.Context, name string) (Details, *Pending
 	if d, ok := b.known(name); ok {
 		return d, nil
 	}
+	// A model whose files were read before, under another name or by
+	// another process (the tokenizer directory), is built without
+	// asking Ollama for them: sooner than a plain /api/show, which
+	// Ollama answers by reading the model's file.
+	weights, digest := b.listed(ctx, name)
+	if digest != "" {
+		if te, _ := b.models.tokenizers.Get(digest + "@" + b.Version(ctx)); te != nil || b.disk.has(digest) {
+			return b.Model(ctx, name), nil
+		}
+	}
 	p := &Pending{ready: make(chan struct{})}
 	go func() {
 		p.whole = b.Model(context.WithoutCancel(ctx), name)
@@ -218,7 +228,7 @@ func (b *Backend) ModelSoon(ctx context.Context, name string) (Details, *Pending
 	if _, err := b.JSON(ctx, http.MethodPost, "/api/show", map[string]any{"model": name}, &show, showLimit); err != nil {
 		return p.Wait(ctx), nil
 	}
-	m.Weights, m.Digest = b.listed(ctx, name)
+	m.Weights, m.Digest = weights, digest
 	m.Facts, m.Err = modelinfo.Parse(show.ModelInfo)
 	m.Capabilities, m.NumCtx = show.Capabilities, modelfileNumCtx(show.Modelfile)
 	show.Name, show.Version = name, b.Version(ctx)

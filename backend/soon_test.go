@@ -54,4 +54,23 @@ func TestModelSoon(t *testing.T) {
 	if d, pend := b.ModelSoon(ctx, "tiny"); pend != nil || d.Tokenizer == nil {
 		t.Errorf("a model read before: pending %v, tokenizer %v", pend != nil, d.Tokenizer != nil)
 	}
+	// Another name of its digest: built from what was read, no plain
+	// /api/show asked.
+	shows := 0
+	for _, r := range be.Requests() {
+		if r.Path == "/api/show" {
+			shows++
+		}
+	}
+	if d, pend := b.ModelSoon(ctx, "tiny:latest"); pend != nil || d.Tokenizer == nil {
+		t.Errorf("another name of the digest: pending %v, tokenizer %v", pend != nil, d.Tokenizer != nil)
+	}
+	for _, r := range be.Requests() {
+		if r.Path == "/api/show" {
+			shows--
+		}
+	}
+	if shows != 0 {
+		t.Errorf("another name of the digest asked /api/show %d more times", -shows)
+	}
 }

@@ -50,6 +50,18 @@ func (d diskCache) path(digest, ext string) string {
 	return filepath.Join(d.dir, name+ext)
 }
 
+// has reports whether a file is kept for digest (of either kind).
+func (d diskCache) has(digest string) bool {
+	for _, ext := range []string{vocabExt, oldExt} {
+		if p := d.path(digest, ext); p != "" {
+			if _, err := os.Stat(p); err == nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // load returns the Show stored for digest, its Vocab set.
 func (d diskCache) load(digest string) (exact.Show, bool) {
 	p := d.path(digest, vocabExt)

@@ -254,7 +254,7 @@ func Default() Config {
 		ResponseHeaderTimeout: 5 * time.Minute, DialTimeout: 10 * time.Second}
 	c.Session = Session{Header: "X-Session-ID", Fingerprint: true, ClientIDs: true, ScopeHeader: []string{"Authorization", "X-Api-Key", "Api-Key"}}
 	c.Tokens = Tokens{Encoding: "auto", ApproxCharsPerToken: 4, ImageTokens: 768, Calibrate: true, Exact: true, CacheEntries: 100000,
-		Prepare: "loaded", PrepareInterval: 30 * time.Second, PrepareMaxModels: 16}
+		Prepare: "all", PrepareInterval: 10 * time.Second, PrepareMaxModels: 16}
 	c.Context = Context{AutoSize: true, MinSize: 2048, MaxSize: 131072, VRAMBuffer: 512 << 20,
 		KVQuantization: "f16", NumParallel: 1, ReserveOutput: 1024, RespectClient: true, ModelNumCtx: "ceiling"}
 	c.Strategy.Mode = "smart"

@@ -196,13 +196,13 @@ func TestSnapshotsRedisCluster(t *testing.T) {
 // tokens.prepare, prepare_interval and prepare_max_models load from the
 // environment, need a restart, and bad values are problems, every one.
 func TestTokensPrepare(t *testing.T) {
-	env := map[string]string{"CTXPROXY_TOKENS_PREPARE": "all", "CTXPROXY_TOKENS_PREPARE_INTERVAL": "0",
+	env := map[string]string{"CTXPROXY_TOKENS_PREPARE": "loaded", "CTXPROXY_TOKENS_PREPARE_INTERVAL": "0",
 		"CTXPROXY_TOKENS_PREPARE_MAX_MODELS": "4"}
 	c, _, problems := Load(LoadOptions{Getenv: func(k string) string { return env[k] }})
 	if len(problems) > 0 {
 		t.Fatal(problems)
 	}
-	if c.Tokens.Prepare != "all" || c.Tokens.PrepareInterval != 0 || c.Tokens.PrepareMaxModels != 4 {
+	if c.Tokens.Prepare != "loaded" || c.Tokens.PrepareInterval != 0 || c.Tokens.PrepareMaxModels != 4 {
 		t.Errorf("loaded %+v", c.Tokens)
 	}
 	if applied, restart := Diff(Default(), c); len(applied) != 0 || len(restart) != 3 {

@@ -4,8 +4,12 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -34,19 +38,18 @@ import (
 // through ctxproxy must equal prompt_eval_count.
 //
 // It takes about four minutes and is not in CI: FIVE_MODELS=1 runs it,
-// FIVE_MODELS_TOKENS adds tokens settings to ctxproxy's.
+// FIVE_MODELS_TOKENS sets ctxproxy's tokens.prepare keys in place of the
+// defaults.
 func TestRealOllama_FiveModels(t *testing.T) {
 	if os.Getenv("FIVE_MODELS") == "" {
 		t.Skip("FIVE_MODELS=1 runs it (about six minutes)")
 	}
 	o := need(t)
 	// ctxproxy's defaults but calibration: num_ctx from the memory free,
-	// the Modelfile's 32,768 its ceiling, as Ollama loaded the model.
-	yaml := "backend: {kind: ollama}\ntokens: {calibrate: false}\n"
-	if extra := os.Getenv("FIVE_MODELS_TOKENS"); extra != "" {
-		// Other tokens settings, e.g. "prepare: loaded, prepare_interval: 30s".
-		yaml = strings.Replace(yaml, "tokens: {calibrate: false}", "tokens: {calibrate: false, "+extra+"}", 1)
-	}
+	// the Modelfile's 32,768 its ceiling, as Ollama loaded the model;
+	// every model prepared (named, so that the harness leaves it).
+	tokens := cmp.Or(os.Getenv("FIVE_MODELS_TOKENS"), "prepare: all") // e.g. "prepare: loaded, prepare_interval: 30s"
+	yaml := "backend: {kind: ollama}\ntokens: {calibrate: false, " + tokens + "}\n"
 	p := startCtxproxy(t, o.url, yaml)
 	time.Sleep(2 * time.Second) // the first listing of the backend's models
 	idle := vmRSS(t, p.cmd.Process.Pid)
@@ -81,6 +84,7 @@ func TestRealOllama_FiveModels(t *testing.T) {
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + " ms" }
 
 	var b strings.Builder
+	var loads []string
 	fmt.Fprintf(&b, "idle VmRSS %.1f MiB\n", idle)
 	fmt.Fprintf(&b, "%-11s %-17s %9s %9s %9s %9s %7s %7s %11s\n", "when", "model", "direct", "ctxproxy", "added", "second", "tokens", "num_ctx", "VmRSS")
 	for r, when := range []string{"30s after", "right after"} {
@@ -104,9 +108,12 @@ func TestRealOllama_FiveModels(t *testing.T) {
 				return res, time.Since(start)
 			}
 			_, d1 := timed(o.url)
-			_, d2 := timed(o.url)
+			dres, d2 := timed(o.url)
 			direct := min(d1, d2)
 			res, through := timed(p.url)
+			// Ollama's own load and prompt times, direct and through.
+			loads = append(loads, fmt.Sprintf("%s: load %s / %s, prompt eval %s / %s", name,
+				ms(dres.final.LoadDuration), ms(res.final.LoadDuration), ms(dres.final.PromptEvalDuration), ms(res.final.PromptEvalDuration)))
 			_, second := timed(p.url)
 			sent, _ := strconv.Atoi(res.header.Get("X-Ctxproxy-Tokens"))
 			if sent != res.final.PromptEvalCount {
@@ -117,9 +124,34 @@ func TestRealOllama_FiveModels(t *testing.T) {
 				res.header.Get("X-Ctxproxy-Num-Ctx"), rss)
 		}
 	}
+	fmt.Fprintf(&b, "Ollama's times, direct / through ctxproxy:\n  %s\n", strings.Join(loads, "\n  "))
+	// What Ollama itself takes to answer /api/show for a model of each
+	// vocabulary it has not been asked about: plain (what a first
+	// request forwarded uncounted waits for) and verbose (the vocabulary).
+	for i, v := range round(2)[:4] {
+		name := fmt.Sprintf("five-show-%d", i)
+		if err := createFromFile(o, name, v.file, &api.CreateRequest{Template: chatMLTemplate, Parameters: params}); err != nil {
+			t.Fatalf("creating %s: %v", name, err)
+		}
+		show := func(verbose bool) time.Duration {
+			body, _ := json.Marshal(map[string]any{"model": name, "verbose": verbose})
+			start := time.Now()
+			resp, err := http.Post(o.url+"/api/show", "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return time.Since(start)
+		}
+		plain := show(false)
+		verbose := show(true)
+		fmt.Fprintf(&b, "Ollama's /api/show for %s: plain %s, verbose %s\n", v.name, ms(plain), ms(verbose))
+	}
 	// Where ctxproxy built each tokenizer, and how long the build took.
 	for _, rec := range p.logMessages(t, "exact token counts from the model's own tokenizer") {
-		fmt.Fprintf(&b, "built %v: %v (from disk %v)\n", rec["model"], rec["took"], rec["cached"])
+		took, _ := rec["took"].(float64)
+		fmt.Fprintf(&b, "built %v: %s (from disk %v)\n", rec["model"], ms(time.Duration(took)), rec["cached"])
 	}
 	for _, rec := range p.logMessages(t, "tokenizer prepared") {
 		fmt.Fprintf(&b, "prepared %v\n", rec["model"])

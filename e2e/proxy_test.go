@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,8 +31,9 @@ type ctxproxy struct {
 // its config file, waits until /ctxproxy/readyz answers 200 and stops it
 // when the test ends. Flags set listen, backend and JSON debug logging; the
 // harness sets what it must own through the environment (a private
-// snapshots directory, a short shutdown grace) and passes no other
-// CTXPROXY_* variable, so a test's YAML is free to set any other key.
+// snapshots directory, a short shutdown grace, tokens.prepare loaded
+// unless the YAML names a prepare key) and passes no other CTXPROXY_*
+// variable, so a test's YAML is free to set any other key.
 func startCtxproxy(t *testing.T, backend, yaml string) *ctxproxy {
 	t.Helper()
 	dir := t.TempDir()
@@ -70,6 +72,12 @@ func launchCtxproxy(t *testing.T, dir, cfgPath, logPath string, port int, backen
 	cmd.Env = append(environWithout("CTXPROXY_"),
 		"CTXPROXY_SNAPSHOTS_DIR="+filepath.Join(dir, "data"),
 		"CTXPROXY_SHUTDOWN_GRACE=2s")
+	if cfg, _ := os.ReadFile(cfgPath); !bytes.Contains(cfg, []byte("prepare:")) {
+		// The suite's server holds a hundred generated models: preparing
+		// them all at every start of a ctxproxy would only load the
+		// machine. Only the loaded ones, unless a test says otherwise.
+		cmd.Env = append(cmd.Env, "CTXPROXY_TOKENS_PREPARE=loaded")
+	}
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
