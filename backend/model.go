@@ -139,7 +139,7 @@ func (b *Backend) Model(ctx context.Context, name string) Details {
 	if ok {
 		select {
 		case <-e.ready:
-			ok = b.fresh(e.model)
+			ok = e.model.freshAt(b.now())
 		default:
 		}
 	}
@@ -165,14 +165,14 @@ func (b *Backend) Model(ctx context.Context, name string) Details {
 	}
 }
 
-// fresh reports whether m, read before, is still to be trusted: for
-// modelTTL, or modelErrorTTL after an error.
-func (b *Backend) fresh(m Details) bool {
+// freshAt reports whether m, read before, is still to be trusted at now:
+// for modelTTL, or modelErrorTTL after an error.
+func (m Details) freshAt(now time.Time) bool {
 	ttl := modelTTL
 	if m.Err != nil {
 		ttl = modelErrorTTL
 	}
-	return b.now().Sub(m.fetched) <= ttl
+	return now.Sub(m.fetched) <= ttl
 }
 
 // Pending is a model whose tokenizer is being built while a request to it
@@ -205,14 +205,24 @@ func (p *Pending) Wait(ctx context.Context) Details {
 // /api/show says, with the Pending that waits for the rest; where that
 // fails too, it waits for Model.
 func (b *Backend) ModelSoon(ctx context.Context, name string) (Details, *Pending) {
-	if d, ok := b.known(name); ok {
-		return d, nil
+	c := &b.models
+	c.mu.Lock()
+	e, ok := c.entries.Get(name)
+	c.mu.Unlock()
+	if ok {
+		select {
+		case <-e.ready:
+			if e.model.freshAt(b.now()) {
+				return e.model, nil
+			}
+		default:
+		}
 	}
 	// A model whose files were read before, under another name or by
 	// another process (the tokenizer directory), is built without
 	// asking Ollama for them: sooner than a plain /api/show, which
 	// Ollama answers by reading the model's file.
-	weights, digest := b.listed(ctx, name)
+	weights, digest := listed(ctx, b, name)
 	if digest != "" {
 		if te, _ := b.models.tokenizers.Get(digest + "@" + b.Version(ctx)); te != nil || b.disk.has(digest) {
 			return b.Model(ctx, name), nil
@@ -237,26 +247,9 @@ func (b *Backend) ModelSoon(ctx context.Context, name string) (Details, *Pending
 	return m, p
 }
 
-// known returns the Details of name read before and still fresh.
-func (b *Backend) known(name string) (Details, bool) {
-	c := &b.models
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries.Get(name)
-	if !ok {
-		return Details{}, false
-	}
-	select {
-	case <-e.ready:
-		return e.model, b.fresh(e.model)
-	default:
-		return Details{}, false
-	}
-}
-
-// listed returns the size and digest /api/tags gives name; zeros when it
-// lists no such model or cannot be read.
-func (b *Backend) listed(ctx context.Context, name string) (weights uint64, digest string) {
+// listed returns the size and digest b's /api/tags gives name; zeros when
+// it lists no such model or cannot be read.
+func listed(ctx context.Context, b *Backend, name string) (weights uint64, digest string) {
 	if tags, err := tags(ctx, b); err == nil {
 		for _, t := range tags {
 			if t.Name == name || t.Model == name || t.Name == name+":latest" {
@@ -273,7 +266,7 @@ func (b *Backend) fetch(ctx context.Context, name string) Details {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 	defer cancel()
 	m := Details{Name: name, fetched: b.now()}
-	m.Weights, m.Digest = b.listed(ctx, name)
+	m.Weights, m.Digest = listed(ctx, b, name)
 
 	// What a digest already read has (its tokenizer and facts) is reused
 	// under any name: a model's files decide both. Another name of it (a

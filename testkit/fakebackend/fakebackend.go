@@ -239,14 +239,9 @@ func (b *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Verbose bool `json:"verbose"`
 		}
 		_ = json.Unmarshal(body, &req)
-		if req.Verbose && o.HoldVerbose != nil {
-			select {
-			case <-o.HoldVerbose:
-			case <-r.Context().Done():
-				return
-			}
+		if !req.Verbose || b.stall(r, Options{Stall: o.HoldVerbose}) {
+			writeJSON(w, 200, o.Model.show(req.Verbose))
 		}
-		writeJSON(w, 200, o.Model.show(req.Verbose))
 	case b.Kind == Ollama && r.URL.Path == "/api/tags":
 		writeJSON(w, 200, map[string]any{"models": []any{map[string]any{
 			"name": "llama3.1:8b", "model": "llama3.1:8b", "size": 4920753328,
