@@ -87,6 +87,9 @@ func build(ctx context.Context, c config.Config, log *slog.Logger, h hooks) (*sy
 		return nil, err
 	}
 	tokens := budget.NewRegistry(c.BudgetConfig(), log.With("component", "budget"))
+	// The estimating tokenizer most models use is read once per process
+	// (60–80 ms): now, not in the first request, which counts with it too.
+	go tokens.CounterFor("")
 	// snapshots.store none: no conversation content is kept anywhere;
 	// sessions, snapshots and cached summaries are off.
 	var store snapshots.Store = noStore{}
