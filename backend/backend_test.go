@@ -409,12 +409,7 @@ func TestPrepare(t *testing.T) {
 // digest is asked for again. A damaged file is read past.
 func TestTokenizerDiskCache(t *testing.T) {
 	dir := t.TempDir()
-	o := &ollamaShow{vocab: vocabgen.BPE(2000, "llama-bpe", 1)}
-	o.digest.Store("sha256:aaa")
-	srv := httptest.NewServer(o)
-	t.Cleanup(srv.Close)
-	u, _ := url.Parse(srv.URL)
-	start := func() *Backend { return New(Config{URL: u, Client: srv.Client(), TokenizerDir: dir}) }
+	o, start := diskBackends(t, dir)
 	ctx := context.Background()
 	first := start().Model(ctx, "tiny")
 	if first.Tokenizer == nil || o.verbose.Load() != 1 {

@@ -172,12 +172,7 @@ func FuzzVocabFile(f *testing.F) {
 // backend asked.
 func TestTokenizerDiskCacheOldFile(t *testing.T) {
 	dir := t.TempDir()
-	o := &ollamaShow{vocab: vocabgen.BPE(2000, "llama-bpe", 1)}
-	o.digest.Store("sha256:aaa")
-	srv := httptest.NewServer(o)
-	t.Cleanup(srv.Close)
-	u, _ := url.Parse(srv.URL)
-	start := func() *Backend { return New(Config{URL: u, Client: srv.Client(), TokenizerDir: dir}) }
+	o, start := diskBackends(t, dir)
 	ctx := context.Background()
 	writeOld := func(digest string, show any) string {
 		var buf bytes.Buffer
@@ -292,4 +287,17 @@ func BenchmarkTokenizerFromDisk(b *testing.B) {
 			b.ReportMetric(size, "MB-file")
 		})
 	}
+}
+
+// diskBackends serves a 2,000-token vocabulary as the model of digest
+// sha256:aaa, and returns the server and a function that starts a new
+// Backend in front of it on the tokenizer directory dir.
+func diskBackends(t *testing.T, dir string) (*ollamaShow, func() *Backend) {
+	t.Helper()
+	o := &ollamaShow{vocab: vocabgen.BPE(2000, "llama-bpe", 1)}
+	o.digest.Store("sha256:aaa")
+	srv := httptest.NewServer(o)
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	return o, func() *Backend { return New(Config{URL: u, Client: srv.Client(), TokenizerDir: dir}) }
 }
