@@ -349,7 +349,8 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 			// bytes prove it fits goes at once, counted as it goes.
 			if s.fitsUnread(req, p, pend) {
 				p.pending = pend
-				p.before, p.after = est.Prompt(p.messages, req.Tools), est.Prompt(p.messages, req.Tools)
+				p.before = est.Prompt(p.messages, req.Tools) // until settle counts it
+				p.after = p.before
 				p.uncut, p.uncutChanged = p.messages, p.changed
 				p.resend = !clientNoTruncate(req)
 				p.tools = req.Tools
