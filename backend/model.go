@@ -135,14 +135,7 @@ const (
 func (b *Backend) Model(ctx context.Context, name string) Details {
 	c := &b.models
 	c.mu.Lock()
-	e, ok := c.entries.Get(name)
-	if ok {
-		select {
-		case <-e.ready:
-			ok = e.model.freshAt(b.now())
-		default:
-		}
-	}
+	e, ok, _ := c.lookup(name, b.now())
 	if !ok {
 		e = &modelEntry{ready: make(chan struct{})}
 		c.entries.Add(name, e)
@@ -162,6 +155,21 @@ func (b *Backend) Model(ctx context.Context, name string) Details {
 		return e.model
 	case <-ctx.Done():
 		return Details{Name: name, Err: ctx.Err()}
+	}
+}
+
+// lookup returns name's entry, c.mu held: ok when there is one to use
+// (being read, or read and still fresh), ready when it has been read.
+func (c *modelCache) lookup(name string, now time.Time) (e *modelEntry, ok, ready bool) {
+	e, ok = c.entries.Get(name)
+	if !ok {
+		return nil, false, false
+	}
+	select {
+	case <-e.ready:
+		return e, e.model.freshAt(now), true
+	default:
+		return e, true, false
 	}
 }
 
@@ -207,16 +215,10 @@ func (p *Pending) Wait(ctx context.Context) Details {
 func (b *Backend) ModelSoon(ctx context.Context, name string) (Details, *Pending) {
 	c := &b.models
 	c.mu.Lock()
-	e, ok := c.entries.Get(name)
+	e, ok, ready := c.lookup(name, b.now())
 	c.mu.Unlock()
-	if ok {
-		select {
-		case <-e.ready:
-			if e.model.freshAt(b.now()) {
-				return e.model, nil
-			}
-		default:
-		}
+	if ok && ready {
+		return e.model, nil
 	}
 	// A model whose files were read before, under another name or by
 	// another process (the tokenizer directory), is built without

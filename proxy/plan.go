@@ -14,7 +14,6 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
-	"github.com/ctxproxy/ctxproxy/budget/exact"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/inband"
@@ -344,81 +343,29 @@ func (s *planner) prepare(ctx context.Context, r *http.Request, ex *exchange, re
 		p.limit, p.lim = lim.Effective(), lim
 		est := s.tokens.MessageCounter(req.Model).Frozen()
 		p.counter = est
-		if pend != nil {
+		switch {
+		case pend != nil && s.fitsUnread(req, p, pend):
 			// The model's tokenizer is still being built: a prompt whose
-			// bytes prove it fits goes at once, counted as it goes.
-			if s.fitsUnread(req, p, pend) {
-				p.pending = pend
-				p.before = est.Prompt(p.messages, req.Tools) // until settle counts it
-				p.after = p.before
-				p.uncut, p.uncutChanged = p.messages, p.changed
-				p.resend = !clientNoTruncate(req)
-				p.tools = req.Tools
-				return p, nil
-			}
+			// bytes prove it fits goes at once, counted as it goes
+			// (settle); until then, estimated.
+			p.pending = pend
+			p.before = est.Prompt(p.messages, req.Tools)
+		case pend != nil:
 			mi = pend.Wait(ctx)
+			fallthrough
+		default:
+			s.countExactly(ctx, ex, req, p, mi, remote, est)
 		}
-		s.countExactly(ctx, ex, req, p, mi, remote, est)
 		p.after = p.before
 	}
 
 	p.uncut, p.uncutChanged = p.messages, p.changed
-	s.status.Note(admin.ModelSeen{Name: p.model, Facts: mi.Facts, NumCtx: p.numCtx, Reason: p.numReason, Limit: p.limit,
-		Counting: p.countMethod(), Exact: p.exact, NotExact: p.notExact})
+	if p.pending == nil {
+		s.note(p, mi)
+	}
 	p.resend = (p.exact != nil || s.tokens != nil) && !clientNoTruncate(req)
 	p.tools = req.Tools
 	return p, nil
-}
-
-// countExactly counts p's prompt with the model's own tokenizer (mi's)
-// where it has one and the request's shape agreed with the backend's
-// counts before, else with the backend's tokenize API (remote's), else
-// by est: p.before and p.counter are the count and its counter.
-func (s *planner) countExactly(ctx context.Context, ex *exchange, req *wire.Request, p *plan, mi backend.Details, remote backend.Remote, est *budget.MessageCounter) {
-	toOllama := p.toOllama
-	if toOllama && mi.Tokenizer == nil && mi.TokenizerErr != nil && !s.cfg.NoExact {
-		p.notExact = mi.TokenizerErr.Error()
-	}
-	if toOllama && mi.Tokenizer != nil && !s.cfg.NoExact {
-		ec := exactFor(mi.Tokenizer, req, p.ollamaOpts)
-		if mi.Tokenizer.ServerRenders() {
-			numCtx := p.numCtx
-			ec.useServer(func(pr exact.Prompt) (string, error) { return s.be.Render(ctx, req.Model, numCtx, pr) })
-		}
-		if ec.failed() == nil {
-			p.before = ec.Prompt(p.messages, req.Tools)
-		}
-		shape := ec.shape()
-		miss, missed := mi.Missed(shape)
-		switch {
-		case missed:
-			// Counts of this shape disagreed with the backend's
-			// before: estimate, and say why.
-			p.notExact = miss.String() + "; ctxproxy counts these requests to " + strconv.Quote(req.Model) + " by estimate"
-			ex.warn(p.notExact)
-		case ec.failed() == nil:
-			p.counter = ec
-			p.exact, p.exactShape = &mi, shape
-		default:
-			s.once.warn("exact:"+req.Model, "exact counting failed for this request's shape; estimating instead",
-				"model", req.Model, "err", ec.failed())
-		}
-	}
-	if remote.API != "" {
-		rc := newRemoteCounter(ctx, s.be, req.Model, est)
-		if before := rc.Prompt(p.messages, req.Tools); rc.err == nil {
-			p.counter, p.before = rc, before
-		} else {
-			s.once.warn("remote:"+req.Model, "the backend's tokenize API failed; estimating instead",
-				"model", req.Model, "api", remote.API, "err", rc.err)
-		}
-	}
-	if p.counter == promptCounter(est) {
-		// Neither the model's tokenizer nor the backend's counted
-		// this prompt (or one failed after it started): estimate.
-		// A failed count's zero estimate must not stand.
-		p.before = est.Prompt(p.messages, req.Tools)
-	}
 }
 
 // allocate divides the window among the parts of what is forwarded (its
