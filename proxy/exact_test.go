@@ -380,29 +380,3 @@ func TestModelsMaxTokensSetsNumCtx(t *testing.T) {
 		t.Errorf("num_ctx header %d, forwarded %d, limit %d; want 6000 and a limit within it", n, body.Options.NumCtx, header(resp, "X-Ctxproxy-Limit"))
 	}
 }
-
-// BenchmarkExactCounting is what exact counting adds to one request of a
-// resent 100-message conversation: the count before, the overhead and each
-// message's share a strategy asks for, and the count after.
-func BenchmarkExactCounting(b *testing.B) {
-	v := vocabgen.BPE(8000, "llama-bpe", 2)
-	tok, err := exact.New(exact.Show{ModelInfo: v.KV(), Template: fakebackend.ChatML})
-	if err != nil {
-		b.Fatal(err)
-	}
-	body := textConversation("tiny", 100, 1, nil)
-	b.SetBytes(int64(len(body)))
-	for b.Loop() {
-		req, err := wire.DecodeChat(wire.Ollama, body)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ec := newExactCounter(tok, req)
-		ec.Prompt(req.Messages, req.Tools)
-		ec.Overhead(req.Tools)
-		for i := range req.Messages {
-			ec.CountMessage(&req.Messages[i])
-		}
-		ec.Prompt(req.Messages, req.Tools)
-	}
-}

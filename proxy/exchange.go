@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/plan"
+	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
@@ -28,9 +30,6 @@ type exchange struct {
 	// headers are added to the response (X-Ctxproxy-*).
 	headers  http.Header
 	logAttrs []any
-	// named reports that the client named the session (the session
-	// header) rather than ctxproxy fingerprinting it.
-	named bool
 }
 
 // newExchange starts the exchange of a request on route in dialect d.
@@ -92,19 +91,40 @@ func (ex *exchange) warn(msg string) {
 	}
 }
 
+// tell adds what p says for the client to the exchange: its warnings,
+// and the notice of a request left as sent.
+func (ex *exchange) tell(p plan.Plan) {
+	for _, w := range p.Warnings {
+		ex.warn(w)
+	}
+	if p.Notice != "" {
+		ex.headers.Set("X-Ctxproxy-Notice", p.Notice)
+	}
+	if p.TurnWait > time.Millisecond && !slices.Contains(ex.logAttrs, any("turn_wait_ms")) {
+		ex.logAttrs = append(ex.logAttrs, "turn_wait_ms", float64(p.TurnWait.Microseconds())/1000)
+	}
+}
+
+// seen is what the status page shows of how p's model is run and
+// counted.
+func seen(p plan.Plan) admin.ModelSeen {
+	return admin.ModelSeen{Name: p.Model, Facts: p.Details.Facts, NumCtx: p.NumCtx, Reason: p.NumReason, Limit: p.Limit,
+		Counting: p.CountMethod(), Exact: p.Exact, NotExact: p.NotExact}
+}
+
 // setPlanHeaders sets the X-Ctxproxy-* response headers (docs/headers.md).
-func setPlanHeaders(ex *exchange, p *plan) {
+func setPlanHeaders(ex *exchange, p plan.Plan) {
 	h := headerValues{h: ex.headers, vals: make([]string, 0, 11)}
-	if p.counter != nil {
-		h.set("X-Ctxproxy-Tokens", strconv.Itoa(p.after.Tokens))
-		h.set("X-Ctxproxy-Tokens-Before", strconv.Itoa(p.before.Tokens))
-		h.set("X-Ctxproxy-Limit", strconv.Itoa(p.limit))
+	if p.Counter != nil {
+		h.set("X-Ctxproxy-Tokens", strconv.Itoa(p.After.Tokens))
+		h.set("X-Ctxproxy-Tokens-Before", strconv.Itoa(p.Before.Tokens))
+		h.set("X-Ctxproxy-Limit", strconv.Itoa(p.Limit))
 		// Two numbers, each named: the conversation as the client sent
 		// it, and what was forwarded after cutting.
-		usage, fwd := p.usage(), p.forwardedUsage()
+		usage, fwd := p.Usage(), p.ForwardedUsage()
 		h.set("X-Ctxproxy-Usage", strconv.FormatFloat(usage*100, 'f', 1, 64))
 		h.set("X-Ctxproxy-Usage-Forwarded", strconv.FormatFloat(fwd*100, 'f', 1, 64))
-		switch cut := p.result.Notice != ""; {
+		switch cut := p.Result.Notice != ""; {
 		case cut && fwd >= 0.8:
 			ex.warn(fmt.Sprintf("Context at %.0f%% capacity after cutting (the conversation as sent is at %.0f%%).", fwd*100, usage*100))
 		case cut:
@@ -117,22 +137,35 @@ func setPlanHeaders(ex *exchange, p *plan) {
 		}
 	}
 	// Result.Dropped counts every message not forwarded, folded ones too.
-	h.set("X-Ctxproxy-Dropped", strconv.Itoa(p.result.Dropped-p.result.Summarized))
-	h.set("X-Ctxproxy-Summarized", strconv.Itoa(p.result.Summarized))
-	if p.numCtx > 0 {
-		h.set("X-Ctxproxy-Num-Ctx", strconv.Itoa(p.numCtx))
+	h.set("X-Ctxproxy-Dropped", strconv.Itoa(p.Result.Dropped-p.Result.Summarized))
+	h.set("X-Ctxproxy-Summarized", strconv.Itoa(p.Result.Summarized))
+	if p.NumCtx > 0 {
+		h.set("X-Ctxproxy-Num-Ctx", strconv.Itoa(p.NumCtx))
 	}
-	if p.result.Notice != "" {
-		h.set("X-Ctxproxy-Notice", p.result.Notice)
+	if p.Result.Notice != "" {
+		h.set("X-Ctxproxy-Notice", p.Result.Notice)
 	}
-	if b := p.alloc; b.Total > 0 {
+	if b := p.Split; b.Total > 0 {
 		h.set("X-Ctxproxy-Budget", budgetHeader(b))
 	}
-	if p.replyAsked > 0 && p.counter != nil {
-		if room := p.lim.ReplyRoom(p.after.Tokens); room < p.replyAsked {
+	if p.ReplyAsked > 0 && p.Counter != nil {
+		if room := p.Limits.ReplyRoom(p.After.Tokens); room < p.ReplyAsked {
 			ex.warn(fmt.Sprintf("the reply has room for %d of the %d tokens asked: the prompt takes %d of the %d-token window "+
-				"(ctxproxy cuts the prompt only to keep %d free for the reply)", room, p.replyAsked, p.after.Tokens, p.lim.MaxTokens, p.lim.MaxOutputTokens))
+				"(ctxproxy cuts the prompt only to keep %d free for the reply)", room, p.ReplyAsked, p.After.Tokens, p.Limits.MaxTokens, p.Limits.MaxOutputTokens))
 		}
+	}
+}
+
+// setRawHeaders sets the X-Ctxproxy-* response headers of a raw prompt,
+// which is counted and never cut.
+func setRawHeaders(ex *exchange, p plan.Plan) {
+	h := ex.headers
+	h.Set("X-Ctxproxy-Tokens", strconv.Itoa(p.After.Tokens))
+	h.Set("X-Ctxproxy-Tokens-Before", strconv.Itoa(p.Before.Tokens))
+	h.Set("X-Ctxproxy-Limit", strconv.Itoa(p.Limit))
+	h.Set("X-Ctxproxy-Usage", strconv.FormatFloat(float64(p.After.Tokens)*100/float64(max(1, p.Limit)), 'f', 1, 64))
+	if p.NumCtx > 0 {
+		h.Set("X-Ctxproxy-Num-Ctx", strconv.Itoa(p.NumCtx))
 	}
 }
 

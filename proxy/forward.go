@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
 
@@ -27,54 +28,60 @@ import (
 // added), and relay writes the answer as ReverseProxy does, each piece
 // flushed as it arrives.
 
-// send forwards out, the body ctxproxy made of req, and returns the
-// backend's answer. When the backend refuses the prompt as longer than its
-// window, send cuts the conversation harder and sends it again, up to
-// maxOverflowRetries times, before the client has seen anything: a loop
-// around the round trip, so that each resend reads like the first send. A
-// refusal that cutting cannot answer is returned as the backend sent it;
-// a retry ctxproxy gives up on is a *wire.Error for the client. req and p
-// are nil for a request ctxproxy forwards as it came, which is never
-// resent.
-func (s *Server) send(ctx context.Context, r *http.Request, ex *exchange, req *wire.Request, p *plan, out wire.Payload) (*http.Response, *wire.Error, error) {
+// send forwards out, the body of p, and returns the backend's answer and
+// the plan it answers. When the backend refuses the prompt as longer than
+// its window, send cuts the conversation harder (a new plan) and sends it
+// again, up to maxOverflowRetries times, before the client has seen
+// anything: a loop around the round trip, so that each resend reads like
+// the first send. A refusal that cutting cannot answer is returned as the
+// backend sent it; a retry ctxproxy gives up on is a *wire.Error for the
+// client. p is nil for a request ctxproxy forwards as it came, which is
+// never resent.
+func (s *Server) send(ctx context.Context, r *http.Request, ex *exchange, p *plan.Plan, out wire.Payload) (*http.Response, *plan.Plan, *wire.Error, error) {
 	outPath := ""
-	if p != nil && p.translate {
+	if p != nil && p.Translate {
 		outPath = "/api/chat"
 	}
 	shrink := 0
 	for attempt := 0; ; attempt++ {
 		resp, err := s.roundTrip(r, outPath, out)
 		if err != nil {
-			return nil, nil, err
+			return nil, p, nil, err
 		}
-		if req == nil || !p.resendable(req) {
-			return resp, nil, nil
+		if p == nil || !p.Resend {
+			return resp, p, nil, nil
 		}
 		o, refused, resp := overflowOf(resp)
 		if !refused {
 			if attempt > 0 {
 				ex.warn(fmt.Sprintf("the backend refused the prompt as longer than its window; ctxproxy cut it by %d tokens more and retried (%d)", shrink, attempt))
 			}
-			return resp, nil, nil
+			return resp, p, nil, nil
 		}
 		if attempt == maxOverflowRetries {
 			s.metrics.overflowFailures.Inc()
-			return nil, &wire.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded",
+			return nil, p, &wire.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded",
 				Message: fmt.Sprintf("the backend refused the prompt as longer than its context window %d times; ctxproxy counted %d tokens "+
 					"for a limit of %d and cut it by up to %d tokens more without success (the model's window may be smaller than configured: "+
-					"see models: in the config)", maxOverflowRetries+1, p.before.Tokens, p.limit, shrink)}, nil
+					"see models: in the config)", maxOverflowRetries+1, p.Before.Tokens, p.Limit, shrink)}, nil
 		}
 		// A prompt forwarded uncounted is counted before it is cut.
-		s.plan.settle(ctx, ex, req, p)
-		shrink = o.shrink(p.limit, attempt, shrink)
-		var aerr *wire.Error
-		if out, aerr = s.plan.cut(ctx, r, ex, req, p, shrink); aerr != nil {
-			return nil, aerr, nil
+		if p.Uncounted() {
+			settled := s.plan.Settle(ctx, *p)
+			s.status.Note(seen(settled))
+			p = &settled
 		}
-		p.retries = attempt + 1
+		shrink = o.shrink(p.Limit, attempt, shrink)
+		cut, aerr := s.plan.Cut(ctx, *p, shrink)
+		if aerr != nil {
+			return nil, p, aerr, nil
+		}
+		cut.Retries = attempt + 1
+		p, out = &cut, cut.Body
+		ex.tell(cut)
 		s.metrics.overflowRetries.Inc()
 		s.log.Info("the backend refused the prompt as too long; cut harder and sent again",
-			"model", p.model, "session", ex.session, "attempt", p.retries, "sent", p.after.Tokens, "limit", p.limit-shrink)
+			"model", p.Model, "session", ex.session, "attempt", p.Retries, "sent", p.After.Tokens, "limit", p.Limit-shrink)
 	}
 }
 
@@ -147,7 +154,7 @@ func removeHopByHop(h http.Header) {
 // reply put on the body (done runs once it has passed), and an answer to a
 // translated request carried back into the client's dialect. It returns
 // the answer and whether the reply has ended (the tap's Ended), for relay.
-func (s *Server) answer(resp *http.Response, ex *exchange, p *plan, done func(wire.Reply)) (*http.Response, func() bool, error) {
+func (s *Server) answer(resp *http.Response, ex *exchange, p *plan.Plan, done func(wire.Reply)) (*http.Response, func() bool, error) {
 	ex.status = resp.StatusCode
 	if p != nil && resp.StatusCode == http.StatusNotFound {
 		s.modelNotFound(ex, p)
@@ -174,13 +181,13 @@ func (s *Server) answer(resp *http.Response, ex *exchange, p *plan, done func(wi
 		resp.ContentLength = -1
 	}
 	d := ex.dialect
-	if p != nil && p.translate {
+	if p != nil && p.Translate {
 		d = wire.Ollama // the backend answered in Ollama's dialect
 	}
 	tap := wire.NewTap(resp.Body, d, resp.StatusCode, resp.Header.Get("Content-Type"), int(s.cfg.MaxBody), done)
 	resp.Body = tap
-	if p != nil && p.translate {
-		if err := wire.TranslateAnswer(resp, p.reply); err != nil {
+	if p != nil && p.Translate {
+		if err := wire.TranslateAnswer(resp, p.Reply); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -192,19 +199,19 @@ func (s *Server) answer(resp *http.Response, ex *exchange, p *plan, done func(wi
 // row under "Models in use" and what the sizer held for it. Its turn is
 // not recorded (recorder.record), and the headers that described the
 // plan, a num_ctx "guess" among them, give way to one notice.
-func (s *Server) modelNotFound(ex *exchange, p *plan) {
-	s.status.Forget(p.model)
+func (s *Server) modelNotFound(ex *exchange, p *plan.Plan) {
+	s.status.Forget(p.Model)
 	if s.sizer != nil {
-		s.sizer.Forget(p.model)
+		s.sizer.Forget(p.Model)
 	}
-	ex.headers = http.Header{"X-Ctxproxy-Notice": {"the backend does not have model " + strconv.Quote(p.model) + "; nothing was recorded"}}
+	ex.headers = http.Header{"X-Ctxproxy-Notice": {"the backend does not have model " + strconv.Quote(p.Model) + "; nothing was recorded"}}
 }
 
 // loadFailed says, once per model, that the backend could not load it: a
 // model its runner cannot read (an architecture its llama.cpp lacks, a
 // tensor it finds of another shape) fails on every request with a 500
 // whose words are the runner's. The answer passes on as it came.
-func (s *Server) loadFailed(resp *http.Response, ex *exchange, p *plan) {
+func (s *Server) loadFailed(resp *http.Response, ex *exchange, p *plan.Plan) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body = struct {
 		io.Reader
@@ -220,9 +227,9 @@ func (s *Server) loadFailed(resp *http.Response, ex *exchange, p *plan) {
 	if json.Unmarshal(body, &e) == nil && e.Error != "" {
 		why = e.Error
 	}
-	ex.warn("the backend could not load " + strconv.Quote(p.model) + "; its runner said: " + firstLine(why))
-	s.plan.once.warn("load:"+p.model, "the backend could not load the model; its requests fail until it can",
-		"model", p.model, "error", why)
+	ex.warn("the backend could not load " + strconv.Quote(p.Model) + "; its runner said: " + firstLine(why))
+	s.once.Warn("load:"+p.Model, "the backend could not load the model; its requests fail until it can",
+		"model", p.Model, "error", why)
 }
 
 // firstLine is s up to its first line break.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -331,7 +332,7 @@ func TestPruneStoredKeepsToolUnits(t *testing.T) {
 		t.Fatal(err)
 	}
 	counter := budget.NewMessageCounter(budget.Approx{}, 0)
-	p := &plan{accum: true, sent: msgs, counter: counter, limit: 400}
+	p := &plan.Plan{Accumulated: true, Sent: msgs, Counter: counter, Limit: 400}
 	reply := snapshots.Message{Role: "assistant", Content: "done", Raw: json.RawMessage(`{"role":"assistant","content":"done"}`)}
 	pr := pruneStored(trimmer, p, &reply)
 	if pr == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -11,7 +12,7 @@ import (
 
 // pruning is what prunes a session's stored history on a turn: the
 // messages the importance strategy keeps of the conversation as it will
-// be stored (p.sent and the reply), to be stored after a snapshot of the
+// be stored (p.Sent and the reply), to be stored after a snapshot of the
 // whole.
 type pruning struct {
 	full   []rewrite.Message
@@ -31,22 +32,22 @@ type pruning struct {
 // the stored history stays whole and the configured strategy cuts what is
 // forwarded, as for any client; past the window keeping it whole would
 // only make every later turn cut more and warn.
-func pruneStored(t *rewrite.Trimmer, p *plan, reply *snapshots.Message) *pruning {
-	if t == nil || p == nil || !p.accum || p.keepWhole || reply == nil || p.counter == nil || p.limit <= 0 || t.Mode() == "none" {
+func pruneStored(t *rewrite.Trimmer, p *plan.Plan, reply *snapshots.Message) *pruning {
+	if t == nil || p == nil || !p.Accumulated || p.KeepWhole || reply == nil || p.Counter == nil || p.Limit <= 0 || t.Mode() == "none" {
 		return nil
 	}
 	r, err := sessions.FromStored([]snapshots.Message{*reply})
 	if err != nil {
 		return nil
 	}
-	full := make([]rewrite.Message, 0, len(p.sent)+1)
-	full = append(append(full, p.sent...), r...)
+	full := make([]rewrite.Message, 0, len(p.Sent)+1)
+	full = append(append(full, p.Sent...), r...)
 	for i := range full {
 		full[i].Tokens = 0 // counted as stored, not as a strategy left them
 	}
-	overhead := p.counter.Overhead(p.tools)
-	room := p.limit - overhead
-	total := rewrite.Total(full, p.counter)
+	overhead := p.Counter.Overhead(p.Tools)
+	room := p.Limit - overhead
+	total := rewrite.Total(full, p.Counter)
 	if room <= 0 || total <= room {
 		return nil
 	}
@@ -54,11 +55,11 @@ func pruneStored(t *rewrite.Trimmer, p *plan, reply *snapshots.Message) *pruning
 	if err != nil {
 		return nil
 	}
-	res, err := st.Apply(context.Background(), rewrite.Input{Messages: full, Target: int(t.Target() * float64(room)), Counter: p.counter})
+	res, err := st.Apply(context.Background(), rewrite.Input{Messages: full, Target: int(t.Target() * float64(room)), Counter: p.Counter})
 	if err != nil || len(res.Messages) >= len(full) {
 		return nil
 	}
-	return &pruning{full: full, kept: res.Messages, tokens: rewrite.Total(res.Messages, p.counter) + overhead, limit: p.limit}
+	return &pruning{full: full, kept: res.Messages, tokens: rewrite.Total(res.Messages, p.Counter) + overhead, limit: p.Limit}
 }
 
 // apply replaces sess's stored history with what the prune kept, when it

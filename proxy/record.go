@@ -11,6 +11,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -41,33 +42,33 @@ type recorder struct {
 // It runs on the request's goroutine when the backend's answer has ended;
 // store writes are queued, never waited for here. (When replicas share
 // the store, relay holds the reply's last byte until the turn is stored.)
-func (s *recorder) afterReply(ex *exchange, p *plan, rep wire.Reply, hold *bodyHold) {
+func (s *recorder) afterReply(ex *exchange, p *plan.Plan, rep wire.Reply, hold *bodyHold) {
 	if p == nil {
 		return
 	}
 	truncated := false
 	if s.tokens != nil && rep.Status == http.StatusOK && rep.Complete && rep.PromptTokens > 0 {
-		numCtx := p.window
-		if p.numCtx > 0 && (ex.dialect == wire.Ollama || p.translate) {
-			numCtx = p.numCtx
+		numCtx := p.Window
+		if p.NumCtx > 0 && (ex.dialect == wire.Ollama || p.Translate) {
+			numCtx = p.NumCtx
 		}
 		switch {
-		case p.exact != nil:
+		case p.Exact != nil:
 			truncated = s.checkExact(ex, p, rep.PromptTokens, numCtx)
-		case p.after.Exact:
+		case p.After.Exact:
 			// Counted by the backend itself: nothing to calibrate, only
 			// a cut to see.
-			truncated = budget.Truncated(p.after.Tokens, rep.PromptTokens, numCtx, 0.01)
+			truncated = budget.Truncated(p.After.Tokens, rep.PromptTokens, numCtx, 0.01)
 		default:
-			truncated = s.tokens.Observe(p.model, p.after, rep.PromptTokens, numCtx)
+			truncated = s.tokens.Observe(p.Model, p.After, rep.PromptTokens, numCtx)
 		}
-		s.metrics.calibrationError.Observe(relErr(p.after.Tokens, rep.PromptTokens))
+		s.metrics.calibrationError.Observe(relErr(p.After.Tokens, rep.PromptTokens))
 		ex.logAttrs = append(ex.logAttrs, "prompt_tokens", rep.PromptTokens)
 		if truncated {
 			s.metrics.truncations.Inc()
 			s.log.Warn("backend truncated the prompt silently: it reports far fewer prompt tokens than were sent",
-				"model", p.model, "session", ex.session, "sent", p.after.Tokens, "exact", p.exact != nil,
-				"reported", rep.PromptTokens, "num_ctx", p.numCtx)
+				"model", p.Model, "session", ex.session, "sent", p.After.Tokens, "exact", p.Exact != nil,
+				"reported", rep.PromptTokens, "num_ctx", p.NumCtx)
 		}
 	}
 	s.record(ex, p, rep, truncated, hold)
@@ -79,20 +80,20 @@ func (s *recorder) afterReply(ex *exchange, p *plan, rep wire.Reply, hold *bodyH
 // the tokenizer. An uncensored report that disagrees beyond 1% means the
 // tokenizer is wrong for this model (another Ollama version, a renderer):
 // backend.Model.Observe then turns exact counting off for it.
-func (s *recorder) checkExact(ex *exchange, p *plan, reported, numCtx int) (truncated bool) {
-	sent := p.after.Tokens
+func (s *recorder) checkExact(ex *exchange, p *plan.Plan, reported, numCtx int) (truncated bool) {
+	sent := p.After.Tokens
 	censored := budget.Censored(reported, numCtx) || (numCtx > 0 && sent > numCtx)
 	if censored {
 		// Ollama fits an overlong prompt into num_ctx and answers 200.
 		return sent > numCtx && reported <= numCtx
 	}
-	if ec, ok := p.counter.(exactPrompt); ok && ec.approximate() {
+	if p.Approximate() {
 		// Images for a vision model whose image cost is the
 		// projector's at run time, estimated; the tokenizer is not in
 		// question.
 		return false
 	}
-	if p.exact.Observe(s.log, p.exactShape, sent, reported) {
+	if p.Exact.Observe(s.log, p.ExactShape, sent, reported) {
 		s.metrics.exactDisagreements.Inc()
 		s.otherEngine(p, reported)
 	}
@@ -104,24 +105,24 @@ func (s *recorder) checkExact(ex *exchange, p *plan, reported, numCtx int) (trun
 // OLLAMA_NEW_ENGINE changes where ctxproxy cannot see): when that count
 // is the backend's, the model is counted that way from now on, exactly
 // again for every shape.
-func (s *recorder) otherEngine(p *plan, reported int) {
-	ec, ok := p.counter.(exactPrompt)
+func (s *recorder) otherEngine(p *plan.Plan, reported int) {
+	counted, ok := p.Counted()
 	if !ok || s.be == nil {
 		return
 	}
-	other := p.exact.Tokenizer.OtherEngine()
+	other := p.Exact.Tokenizer.OtherEngine()
 	if other == nil {
 		return
 	}
-	n, whole, err := other.Count(ec.prompt())
+	n, whole, err := other.Count(counted)
 	if err != nil || !whole || !backend.Agrees(n, reported) {
 		s.log.Warn("the model's other runner does not count its prompts as the backend does either",
-			"model", p.model, "tokenizer", other.Name(), "estimate", n, "reported", reported)
+			"model", p.Model, "tokenizer", other.Name(), "estimate", n, "reported", reported)
 		return
 	}
-	s.be.UseTokenizer(*p.exact, other)
+	s.be.UseTokenizer(*p.Exact, other)
 	s.log.Warn("the backend runs this model on another engine than ctxproxy assumed (OLLAMA_NEW_ENGINE on the server?); "+
-		"counting it as that engine does from now on, exactly", "model", p.model, "tokenizer", other.Name(), "count", n, "reported", reported)
+		"counting it as that engine does from now on, exactly", "model", p.Model, "tokenizer", other.Name(), "count", n, "reported", reported)
 }
 
 func relErr(est, actual int) float64 {
@@ -139,7 +140,7 @@ func relErr(est, actual int) float64 {
 const replyCutMarker = "\n[… reply cut here: ctxproxy stores at most max_body bytes of a reply; the client got it whole …]"
 
 // record queues the session update for this exchange.
-func (s *recorder) record(ex *exchange, p *plan, rep wire.Reply, truncated bool, hold *bodyHold) {
+func (s *recorder) record(ex *exchange, p *plan.Plan, rep wire.Reply, truncated bool, hold *bodyHold) {
 	if s.writer == nil || ex.session == "" || p == nil {
 		return
 	}
@@ -148,7 +149,7 @@ func (s *recorder) record(ex *exchange, p *plan, rep wire.Reply, truncated bool,
 		// a session named after it would only mislead.
 		return
 	}
-	if len(p.sent) == 0 || (p.accum && len(p.newTurn) == 0) {
+	if len(p.Sent) == 0 || (p.Accumulated && len(p.NewTurn) == 0) {
 		// No messages: a model load or unload, not a turn of the
 		// conversation; recording it would replace the conversation.
 		return
@@ -158,7 +159,7 @@ func (s *recorder) record(ex *exchange, p *plan, rep wire.Reply, truncated bool,
 		// The client got every byte; the session keeps what fits, and
 		// says so where a reader of it will look.
 		s.metrics.repliesCut.Inc()
-		s.log.Warn("reply longer than max_body: the session stores it cut", "session", ex.session, "model", p.model,
+		s.log.Warn("reply longer than max_body: the session stores it cut", "session", ex.session, "model", p.Model,
 			"stored_bytes", len(rep.Content), "stored", whole)
 		rep.Content += replyCutMarker
 	}
@@ -168,9 +169,9 @@ func (s *recorder) record(ex *exchange, p *plan, rep wire.Reply, truncated bool,
 		replyMsg = &m
 	}
 	now := time.Now()
-	turn := budget.Turn{Tokens: p.before.Tokens, Sent: p.after.Tokens, Limit: p.limit, NumCtx: p.numCtx,
-		Dropped: p.result.Dropped - p.result.Summarized, Summarized: p.result.Summarized,
-		Truncated: truncated, Retries: p.retries, At: now, Budget: p.alloc}
+	turn := budget.Turn{Tokens: p.Before.Tokens, Sent: p.After.Tokens, Limit: p.Limit, NumCtx: p.NumCtx,
+		Dropped: p.Result.Dropped - p.Result.Summarized, Summarized: p.Result.Summarized,
+		Truncated: truncated, Retries: p.Retries, At: now, Budget: p.Split}
 	if rep.PromptTokens > 0 {
 		turn.PromptTokens, turn.CompletionTokens = rep.PromptTokens, rep.OutputTokens
 		if rep.CachedTokens >= 0 {
@@ -184,19 +185,19 @@ func (s *recorder) record(ex *exchange, p *plan, rep wire.Reply, truncated bool,
 	if whole {
 		reply = &rewrite.Message{Role: "assistant", Content: rep.Content}
 	}
-	if share, ok := s.prefixes.kept(ex.session, p.messages, reply); ok {
+	if share, ok := s.prefixes.kept(ex.session, p.Messages, reply); ok {
 		s.metrics.prefixKept.Observe(share)
 		turn.PrefixKept, turn.PrefixKnown = share, true
 	}
 	// The messages are converted for the store on the writer, not here
 	// while the client waits for the end of the answer. In accumulate
-	// mode p.sent is the whole stored history: only the new turn is
+	// mode p.Sent is the whole stored history: only the new turn is
 	// converted, and the history only for a pre-overflow snapshot.
-	model, accum, mark, dialect, sent, newTurn := p.model, p.accum, p.restore, ex.dialect, p.sent, p.newTurn
+	model, accum, mark, dialect, sent, newTurn := p.Model, p.Accumulated, p.Restore, ex.dialect, p.Sent, p.NewTurn
 	// The turn's messages share the request body's bytes until the store
 	// has them: the body's share of the memory budget goes back then.
 	// Other replicas wait for the turn until it is stored.
-	stored := thenBoth(hold.keep(), p.turn.hand())
+	stored := thenBoth(hold.keep(), p.Turn.Hand())
 	err := s.writer.UpdateThen(ex.session, func(sess *snapshots.Session) error {
 		if model != "" {
 			sess.Model = model
@@ -233,12 +234,12 @@ func (s *recorder) record(ex *exchange, p *plan, rep wire.Reply, truncated bool,
 	// the automatic snapshot at snapshots.auto_threshold itself, from the
 	// usage recorded above.
 	before := s.trackers.Record(ex.session, turn)
-	if p.result.Dropped > 0 && (before.Requests == 0 || before.Usage() < s.threshold()) {
+	if p.Result.Dropped > 0 && (before.Requests == 0 || before.Usage() < s.threshold()) {
 		s.log.Info("pre-overflow: conversation outgrew the window; snapshot taken before the first cut",
-			"session", ex.session, "tokens", p.before.Tokens, "limit", p.limit)
+			"session", ex.session, "tokens", p.Before.Tokens, "limit", p.Limit)
 		// The turn's own list belongs to the queued update.
-		whole := sessions.StoredMessages(ex.dialect, p.sent)
-		snap := snapshots.NewSnapshot(&snapshots.Session{ID: ex.session, Model: p.model, Messages: whole,
+		whole := sessions.StoredMessages(ex.dialect, p.Sent)
+		snap := snapshots.NewSnapshot(&snapshots.Session{ID: ex.session, Model: p.Model, Messages: whole,
 			Stats: sessions.StoredStats(budget.Totals{}.Add(turn))}, snapshots.ReasonOverflow)
 		if err := s.writer.SaveSnapshot(snap); err != nil {
 			s.log.Warn("snapshot not queued", "session", ex.session, "err", err)
@@ -249,7 +250,7 @@ func (s *recorder) record(ex *exchange, p *plan, rep wire.Reply, truncated bool,
 // prune prunes an accumulated session's stored history that outgrew its
 // window (pruneStored), after a snapshot of the whole (reason prune), so
 // the session stops growing past its window and nothing is lost.
-func (s *recorder) prune(ex *exchange, p *plan, reply *snapshots.Message) {
+func (s *recorder) prune(ex *exchange, p *plan.Plan, reply *snapshots.Message) {
 	pr := pruneStored(s.trimmer.Load(), p, reply)
 	if pr == nil {
 		return
@@ -280,21 +281,21 @@ func (s *recorder) threshold() float64 {
 	return 0.8
 }
 
-func (s *recorder) logExchange(ex *exchange, p *plan) {
+func (s *recorder) logExchange(ex *exchange, p *plan.Plan) {
 	status := ex.status
 	s.metrics.requests.WithLabelValues(ex.route, ex.dialect.String(), strconv.Itoa(status)).Inc()
 	took := time.Since(ex.start)
 	s.metrics.duration.WithLabelValues(ex.route).Observe(took.Seconds())
 	if p != nil {
-		if p.counter != nil {
-			s.metrics.exactCounts.WithLabelValues(p.countMethod()).Inc()
-			s.metrics.tokensBefore.Observe(float64(p.before.Tokens))
-			s.metrics.tokensAfter.Observe(float64(p.after.Tokens))
+		if p.Counter != nil {
+			s.metrics.exactCounts.WithLabelValues(p.CountMethod()).Inc()
+			s.metrics.tokensBefore.Observe(float64(p.Before.Tokens))
+			s.metrics.tokensAfter.Observe(float64(p.After.Tokens))
 		}
-		s.metrics.observeNumCtx(p.numCtx)
-		if p.result.Notice != "" {
-			s.metrics.dropped.Add(float64(p.result.Dropped - p.result.Summarized))
-			s.metrics.summarized.Add(float64(p.result.Summarized))
+		s.metrics.observeNumCtx(p.NumCtx)
+		if p.Result.Notice != "" {
+			s.metrics.dropped.Add(float64(p.Result.Dropped - p.Result.Summarized))
+			s.metrics.summarized.Add(float64(p.Result.Summarized))
 		}
 	}
 	level := slog.LevelInfo
@@ -308,34 +309,22 @@ func (s *recorder) logExchange(ex *exchange, p *plan) {
 	attrs := []any{"route", ex.route, "dialect", ex.dialect.String(), "model", ex.model, "session", ex.session,
 		"stream", ex.stream, "status", status, "duration_ms", ms(took)}
 	if p != nil {
-		if p.counter != nil {
-			attrs = append(attrs, "tokens_before", p.before.Tokens, "tokens", p.after.Tokens, "exact", p.before.Exact, "limit", p.limit,
-				"usage", fmt.Sprintf("%.1f%%", p.usage()*100))
+		if p.Counter != nil {
+			attrs = append(attrs, "tokens_before", p.Before.Tokens, "tokens", p.After.Tokens, "exact", p.Before.Exact, "limit", p.Limit,
+				"usage", fmt.Sprintf("%.1f%%", p.Usage()*100))
 		}
-		if p.numCtx > 0 {
-			attrs = append(attrs, "num_ctx", p.numCtx)
+		if p.NumCtx > 0 {
+			attrs = append(attrs, "num_ctx", p.NumCtx)
 		}
-		if p.result.Notice != "" {
-			attrs = append(attrs, "dropped", p.result.Dropped, "summarized", p.result.Summarized, "notice", p.result.Notice)
+		if p.Result.Notice != "" {
+			attrs = append(attrs, "dropped", p.Result.Dropped, "summarized", p.Result.Summarized, "notice", p.Result.Notice)
 		}
-		if p.translate {
+		if p.Translate {
 			attrs = append(attrs, "translated", true)
 		}
 	}
 	attrs = append(attrs, ex.logAttrs...)
 	s.log.Log(ctx, level, "chat", attrs...)
-}
-
-// countMethod is how the prompt was counted, the method label of
-// ctxproxy_prompt_counts_total.
-func (p *plan) countMethod() string {
-	switch {
-	case p.exact != nil:
-		return "exact"
-	case p.before.Exact:
-		return "backend"
-	}
-	return "estimate"
 }
 
 // ms is d in milliseconds to a tenth, the unit in the attribute's name:

@@ -28,6 +28,8 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/internal/logonce"
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
 	"github.com/ctxproxy/ctxproxy/proxy/inband"
@@ -79,11 +81,11 @@ type Server struct {
 	gate     *edge.Gate
 	trackers *sessions.Trackers
 	tok      *tokenizeRoutes
-	once     *onceLog
+	once     *logonce.Log
 	cleared  *sessions.Cleared
 
-	// plan decides what each chat request forwards.
-	plan *planner
+	// plan decides what each request forwards.
+	plan *plan.Planner
 
 	// The services chat requests share with the admin API.
 	sessions *sessions.Service
@@ -155,9 +157,11 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	s.inband = &inband.Commands{Sessions: s.sessions, Status: s.status, Monitor: deps.Monitor,
 		SessionHeader: cfg.SessionHeader, AdminOff: cfg.AdminOff}
 	s.trackers = sessions.NewTrackers()
-	s.once = newOnceLog(log)
-	s.plan = &planner{cfg: cfg, be: s.be, tokens: deps.Tokens, trimmer: &s.trimmer, sizer: deps.Sizer, monitor: deps.Monitor,
-		store: deps.Store, writer: deps.Writer, status: s.status, once: s.once, log: log}
+	s.once = logonce.New(log)
+	s.plan = plan.New(plan.Config{TranslateOpenAI: cfg.TranslateOpenAI, RespectClient: cfg.RespectClient, NoExact: cfg.NoExact,
+		Accumulate: cfg.Accumulate, Inband: cfg.Inband},
+		plan.Deps{Backend: s.be, Tokens: deps.Tokens, Trimmer: &s.trimmer, Sizer: deps.Sizer, Monitor: deps.Monitor,
+			Store: deps.Store, Writer: deps.Writer, Once: s.once, Log: log})
 	s.rec = &recorder{tokens: deps.Tokens, writer: deps.Writer, trimmer: &s.trimmer, trackers: s.trackers, prefixes: newPrefixes(),
 		metrics: s.metrics, log: log, be: s.be}
 	s.namer = sessionNamer{header: cfg.SessionHeader, scopeHeaders: cfg.ScopeHeaders, noFingerprint: cfg.NoFingerprint, noClientIDs: cfg.NoClientIDs}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -56,11 +57,11 @@ func trivialOllama(b testing.TB) string {
 	return be.URL
 }
 
-func plannedExchange() (*exchange, *plan) {
-	p := &plan{model: "llama3.1:8b", counter: budget.NewMessageCounter(budget.Approx{}, 0), limit: 8192, numCtx: 8192,
-		before: budget.Estimate{Tokens: 9000}, after: budget.Estimate{Tokens: 5000},
-		result: rewrite.Result{Dropped: 10, Notice: "Context trimmed."},
-		alloc:  budget.Budget{Total: 8192, SystemPrompt: 120, Tools: 337, Template: 3, ResponseReserve: 1024, Conversation: 4540}}
+func plannedExchange() (*exchange, plan.Plan) {
+	p := plan.Plan{Model: "llama3.1:8b", Counter: budget.NewMessageCounter(budget.Approx{}, 0), Limit: 8192, NumCtx: 8192,
+		Before: budget.Estimate{Tokens: 9000}, After: budget.Estimate{Tokens: 5000},
+		Result: rewrite.Result{Dropped: 10, Notice: "Context trimmed."},
+		Split:  budget.Budget{Total: 8192, SystemPrompt: 120, Tools: 337, Template: 3, ResponseReserve: 1024, Conversation: 4540}}
 	return &exchange{headers: http.Header{}}, p
 }
 

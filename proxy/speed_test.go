@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
@@ -96,13 +97,13 @@ func BenchmarkPassthroughTags(b *testing.B) {
 }
 
 // loggedExchange is a counted, cut chat exchange as logExchange sees it.
-func loggedExchange() (*recorder, *exchange, *plan) {
+func loggedExchange() (*recorder, *exchange, *plan.Plan) {
 	m := newMetrics(prometheus.NewRegistry(), Deps{})
 	rec := &recorder{metrics: m, log: slog.New(slog.DiscardHandler)}
-	p := &plan{model: "llama3.1:8b", counter: budget.NewMessageCounter(budget.Approx{}, 0), limit: 8192, numCtx: 8192,
-		before: budget.Estimate{Tokens: 9000}, after: budget.Estimate{Tokens: 5000},
-		result: rewrite.Result{Dropped: 10, Notice: "Context trimmed."}}
-	return rec, &exchange{dialect: wire.Ollama, route: "/api/chat", model: p.model, session: "s1", status: 200,
+	p := &plan.Plan{Model: "llama3.1:8b", Counter: budget.NewMessageCounter(budget.Approx{}, 0), Limit: 8192, NumCtx: 8192,
+		Before: budget.Estimate{Tokens: 9000}, After: budget.Estimate{Tokens: 5000},
+		Result: rewrite.Result{Dropped: 10, Notice: "Context trimmed."}}
+	return rec, &exchange{dialect: wire.Ollama, route: "/api/chat", model: p.Model, session: "s1", status: 200,
 		start: time.Now()}, p
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	ollama "github.com/ollama/ollama/api"
@@ -79,23 +80,23 @@ func (tr *tokenizeRoutes) tokenize(r *http.Request, req api.TokenizeRequest) (ap
 	if err != nil {
 		return out, &wire.Error{Status: http.StatusBadRequest, Message: "messages: " + err.Error()}
 	}
-	var pc promptCounter
+	var pc plan.Counter
 	if tok == nil && tr.tokens != nil && !tr.noExact && tr.be.Kind(r.Context()) == KindOpenAI {
 		if remote := tr.be.Remote(r.Context(), req.Model); remote.API != "" {
-			rc := newRemoteCounter(r.Context(), tr.be, req.Model, tr.tokens.MessageCounter(req.Model).Frozen())
-			if e := rc.Prompt(chat.Messages, chat.Tools); rc.err == nil {
+			rc := plan.NewRemote(r.Context(), tr.be, req.Model, tr.tokens.MessageCounter(req.Model).Frozen())
+			if e := rc.Prompt(chat.Messages, chat.Tools); rc.Err() == nil {
 				out.Count, out.Exact, out.Source = e.Tokens, true, "backend:"+remote.API
 				pc = rc
 			}
 		}
 	}
 	if tok != nil {
-		ec := newExactCounter(tok, chat)
-		if ec.err == nil {
+		ec := plan.NewExact(tok, chat)
+		if ec.Err() == nil {
 			e := ec.Prompt(chat.Messages, nil)
-			if ec.err == nil {
-				p := ec.prompt()
-				out.Count, out.Exact, out.Source = e.Tokens, !ec.approx, tok.Name()
+			if ec.Err() == nil {
+				p, _ := ec.Counted()
+				out.Count, out.Exact, out.Source = e.Tokens, !ec.Approximate(), tok.Name()
 				// A vision model's images are embeddings where their tags
 				// were, not the tags' text: their count can be exact, the
 				// rendered text's ids are not.

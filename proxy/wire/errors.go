@@ -20,6 +20,18 @@ type Error struct {
 	Raw []byte
 }
 
+// BadRequest is a 400 with OpenAI's code ("" for none): a request
+// ctxproxy will not forward as it is.
+func BadRequest(code, msg string) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: code, Message: msg}
+}
+
+// Unavailable is a 503: a request ctxproxy cannot serve now and the
+// client may send again.
+func Unavailable(msg string) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Message: msg}
+}
+
 // WriteError writes e in the shape clients of dialect d parse:
 // OpenAI {"error":{"message","type","param","code"}}, Ollama {"error":"..."}.
 func WriteError(w http.ResponseWriter, d Dialect, e Error) {

@@ -1,9 +1,8 @@
-package proxy
+package plan
 
 import (
 	"encoding/json"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strings"
 
@@ -26,11 +25,12 @@ import (
 
 // encodeConversation writes the conversation p forwards back into the
 // request's own dialect; the body as sent when nothing changed.
-func encodeConversation(log *slog.Logger, req *wire.Request, p *plan) []byte {
-	if !p.changed && !req.Annotated {
+func encodeConversation(log *slog.Logger, p *Plan) []byte {
+	req := p.req
+	if !p.Changed && !req.Annotated {
 		return req.Body
 	}
-	body, err := req.Conv.Encode(p.messages)
+	body, err := req.Conv.Encode(p.Messages)
 	if err != nil {
 		log.Error("re-encoding the request failed; forwarding it as sent", "err", err)
 		return req.Body
@@ -40,32 +40,25 @@ func encodeConversation(log *slog.Logger, req *wire.Request, p *plan) []byte {
 
 // exactPrompt is an exact counter of one request's prompt.
 type exactPrompt interface {
-	promptCounter
-	failed() error
-	// shape names what the last prompt counted had (exactCounter.shape).
+	Counter
+	Err() error
+	// shape names what the last prompt counted had (ExactCounter.shape).
 	shape() string
-	// approximate reports that the last prompt's count was not exact
-	// (images for a vision model whose image cost is estimated).
-	approximate() bool
-	// prompt is the last prompt counted, as the server renders it.
-	prompt() exact.Prompt
+	Approximate() bool
+	Counted() (exact.Prompt, bool)
 	// useServer renders on the server what only it renders exactly.
 	useServer(render func(exact.Prompt) (string, error))
 }
 
-func (c *exactCounter) prompt() exact.Prompt {
+func (c *ExactCounter) prompt() exact.Prompt {
 	return exact.Prompt{Messages: c.last, Tools: c.tools, Think: c.think, Images: slices.Concat(c.images...)}
 }
-
-func (c *exactCounter) failed() error { return c.err }
-
-func (c *exactCounter) approximate() bool { return c.approx }
 
 // shape names what the last prompt counted had that a model's template or
 // renderer may treat apart: "tools", "thinking", "images", joined by "+",
 // or "plain". Exact counts that disagree with the backend's are turned
 // off for one shape at a time (backend.Details.Observe).
-func (c *exactCounter) shape() string {
+func (c *ExactCounter) shape() string {
 	var parts []string
 	if len(c.tools) > 0 {
 		parts = append(parts, "tools")
@@ -88,15 +81,15 @@ func (c *exactCounter) shape() string {
 // renders and evaluates.
 func exactFor(model *exact.Tokenizer, req *wire.Request, opts translate.RequestOptions) exactPrompt {
 	if req.Conv == nil {
-		return newExactCounter(model, req)
+		return NewExact(model, req)
 	}
 	c := &dialectCounter{req: req, opts: opts}
 	oreq, err := c.ollama(req.Body)
 	if err != nil {
-		c.exactCounter = &exactCounter{model: model, err: err}
+		c.ExactCounter = &ExactCounter{model: model, err: err}
 		return c
 	}
-	c.exactCounter = newExactCounter(model, oreq)
+	c.ExactCounter = NewExact(model, oreq)
 	return c
 }
 
@@ -106,7 +99,7 @@ func exactFor(model *exact.Tokenizer, req *wire.Request, opts translate.RequestO
 // strategies weigh) is counted from its dialect-neutral fields; the cut
 // loop checks the whole prompt, so the two need only be close.
 type dialectCounter struct {
-	*exactCounter
+	*ExactCounter
 	req  *wire.Request
 	opts translate.RequestOptions // as the request will be translated
 }
@@ -132,7 +125,7 @@ func (c *dialectCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) b
 		}
 		return budget.Estimate{Exact: true}
 	}
-	return c.exactCounter.Prompt(oreq.Messages, tools)
+	return c.ExactCounter.Prompt(oreq.Messages, tools)
 }
 
 // continueServerState handles a Responses request that continues state
@@ -142,16 +135,16 @@ func (c *dialectCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) b
 // unsupported_parameter. Bound for another backend it is forwarded as
 // sent and not trimmed: the window holds context ctxproxy cannot count.
 // The session records it as a turn appended to what it holds.
-func continueServerState(log *slog.Logger, ex *exchange, req *wire.Request, p *plan, ollama bool) ([]byte, *wire.Error) {
-	if p.translate || ollama {
+func continueServerState(log *slog.Logger, p *Plan, ollama bool) ([]byte, *wire.Error) {
+	req := p.req
+	if p.Translate || ollama {
 		if _, rt, err := wire.ToOllama(req.Dialect, req.Body, translate.RequestOptions{}, 0); err != nil {
 			return nil, wire.TranslationError(rt, err)
 		}
-		return nil, &wire.Error{Status: http.StatusBadRequest, Code: "unsupported_parameter",
-			Message: req.ServerState + " refers to state kept by the server, and Ollama keeps none: send the whole conversation in input"}
+		return nil, wire.BadRequest("unsupported_parameter",
+			req.ServerState+" refers to state kept by the server, and Ollama keeps none: send the whole conversation in input")
 	}
-	p.accum, p.newTurn = true, req.Messages
-	ex.headers.Set("X-Ctxproxy-Notice", "Not counted or trimmed: "+req.ServerState+
-		" continues a conversation the backend keeps, which ctxproxy cannot see.")
-	return encodeConversation(log, req, p), nil
+	p.Accumulated, p.NewTurn = true, req.Messages
+	p.Notice = "Not counted or trimmed: " + req.ServerState + " continues a conversation the backend keeps, which ctxproxy cannot see."
+	return encodeConversation(log, p), nil
 }

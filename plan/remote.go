@@ -1,4 +1,4 @@
-package proxy
+package plan
 
 import (
 	"context"
@@ -11,12 +11,12 @@ import (
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
 
-// remoteCounter counts one request with the backend's own tokenize API
+// RemoteCounter counts one request with the backend's own tokenize API
 // (vLLM, llama.cpp's server): whole prompts exactly, by a round trip
 // (none for a prompt counted before). Strategies need each message's
 // share; those are the estimate's, scaled so that they add up to the
 // backend's count, and the cut prompt is counted by the backend again.
-type remoteCounter struct {
+type RemoteCounter struct {
 	ctx   context.Context
 	be    *backend.Backend
 	model string
@@ -27,13 +27,13 @@ type remoteCounter struct {
 	err   error
 }
 
-func newRemoteCounter(ctx context.Context, be *backend.Backend, model string, est *budget.MessageCounter) *remoteCounter {
-	return &remoteCounter{ctx: ctx, be: be, model: model, est: est, ratio: 1}
+func NewRemote(ctx context.Context, be *backend.Backend, model string, est *budget.MessageCounter) *RemoteCounter {
+	return &RemoteCounter{ctx: ctx, be: be, model: model, est: est, ratio: 1}
 }
 
 // Prompt counts msgs and tools with the backend. The first call sets the
 // ratio of the backend's count to the estimate that shares are scaled by.
-func (c *remoteCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) budget.Estimate {
+func (c *RemoteCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) budget.Estimate {
 	arr, err := wire.EncodeMessages(msgs)
 	if err != nil {
 		c.fail(err)
@@ -59,14 +59,14 @@ func (c *remoteCounter) Prompt(msgs []rewrite.Message, tools json.RawMessage) bu
 	return budget.Estimate{Tokens: n, Raw: n, Chars: n, Exact: true}
 }
 
-func (c *remoteCounter) fail(err error) {
+func (c *RemoteCounter) fail(err error) {
 	if c.err == nil {
 		c.err = err
 	}
 }
 
 // CountMessage is m's estimated share, scaled to the backend's count.
-func (c *remoteCounter) CountMessage(m *rewrite.Message) int {
+func (c *RemoteCounter) CountMessage(m *rewrite.Message) int {
 	if m.Tokens > 0 {
 		return m.Tokens
 	}
@@ -77,12 +77,12 @@ func (c *remoteCounter) CountMessage(m *rewrite.Message) int {
 }
 
 // CountText is the estimate of s, scaled.
-func (c *remoteCounter) CountText(s string) int {
+func (c *RemoteCounter) CountText(s string) int {
 	return int(math.Round(float64(c.est.CountText(s)) * c.ratio))
 }
 
 // Overhead is what of the last counted prompt is no message's share.
-func (c *remoteCounter) Overhead(json.RawMessage) int {
+func (c *RemoteCounter) Overhead(json.RawMessage) int {
 	n := c.total
 	for i := range c.last {
 		n -= c.CountMessage(&c.last[i])
@@ -90,4 +90,7 @@ func (c *remoteCounter) Overhead(json.RawMessage) int {
 	return max(0, n)
 }
 
-var _ promptCounter = (*remoteCounter)(nil)
+var _ Counter = (*RemoteCounter)(nil)
+
+// Err is the first error in counting with c.
+func (c *RemoteCounter) Err() error { return c.err }

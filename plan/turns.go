@@ -1,4 +1,4 @@
-package proxy
+package plan
 
 import (
 	"context"
@@ -22,29 +22,26 @@ const turnWaitWarning = "an earlier turn of this session, answered by another ct
 	"snapshots.redis.turn_wait; this turn was sent without it"
 
 // awaitTurns waits, when the store is shared by replicas, for the turns of
-// ex's session begun elsewhere, and announces this one. It returns the
-// mark to end, nil when the store orders no turns.
-func awaitTurns(ctx context.Context, store sessions.Store, ex *exchange, log *slog.Logger) *turnMark {
-	order, waited, gaveUp := sessions.AwaitTurns(ctx, store, ex.session, log)
-	switch {
-	case order == nil:
-		return nil
-	case gaveUp:
-		ex.warn(turnWaitWarning)
-	case waited > time.Millisecond:
-		ex.logAttrs = append(ex.logAttrs, "turn_wait_ms", float64(waited.Microseconds())/1000)
+// session begun elsewhere, and announces this one. It returns the turn to
+// end (nil when the store orders no turns), how long it waited, and
+// whether it gave up waiting.
+func awaitTurns(ctx context.Context, store sessions.Store, session string, log *slog.Logger) (*Turn, time.Duration, bool) {
+	order, waited, gaveUp := sessions.AwaitTurns(ctx, store, session, log)
+	if order == nil {
+		return nil, 0, false
 	}
-	seq, err := order.BeginTurn(ctx, ex.session)
+	seq, err := order.BeginTurn(ctx, session)
 	if err != nil {
-		log.Warn("announcing the turn to other replicas failed", "session", ex.session, "err", err)
-		return nil
+		log.Warn("announcing the turn to other replicas failed", "session", session, "err", err)
+		return nil, waited, gaveUp
 	}
-	return &turnMark{order: order, session: ex.session, seq: seq, log: log, stored: make(chan struct{})}
+	return &Turn{order: order, session: session, seq: seq, log: log, stored: make(chan struct{})}, waited, gaveUp
 }
 
-// turnMark is a turn announced to the other replicas: it ends once, when
-// its record is stored or will not be.
-type turnMark struct {
+// Turn is a turn announced to the other replicas: it ends once, when
+// its record is stored or will not be. The request that holds it
+// releases it, or hands it to the writer with the turn's record.
+type Turn struct {
 	order   snapshots.TurnOrder
 	session string
 	seq     int64
@@ -56,9 +53,9 @@ type turnMark struct {
 	stored chan struct{}
 }
 
-// hand gives the end of m to the writer, which stores the turn's record:
+// Hand gives the end of m to the writer, which stores the turn's record:
 // it returns what the writer calls when done. A nil m returns nil.
-func (m *turnMark) hand() func() {
+func (m *Turn) Hand() func() {
 	if m == nil {
 		return nil
 	}
@@ -66,14 +63,14 @@ func (m *turnMark) hand() func() {
 	return m.end
 }
 
-// release ends m at the end of its request, unless the writer has it.
-func (m *turnMark) release() {
+// Release ends m at the end of its request, unless the writer has it.
+func (m *Turn) Release() {
 	if m != nil && !m.handed.Load() {
 		m.end()
 	}
 }
 
-func (m *turnMark) end() {
+func (m *Turn) end() {
 	m.once.Do(func() {
 		defer close(m.stored)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -85,15 +82,15 @@ func (m *turnMark) end() {
 }
 
 // storeWait bounds how long the last byte of a reply waits for its turn
-// to be stored (awaitStored).
+// to be stored (AwaitStored).
 const storeWait = 5 * time.Second
 
-// awaitStored waits, when the writer has m's turn, until it is stored
+// AwaitStored waits, when the writer has m's turn, until it is stored
 // (or will not be), at most storeWait: relay holds the reply's last byte
 // until then, so that a turn the client has seen whole is in the shared
 // store even if this replica dies the next moment. A nil m, or one whose
 // turn is not recorded, returns at once.
-func (m *turnMark) awaitStored(ctx context.Context) {
+func (m *Turn) AwaitStored(ctx context.Context) {
 	if m == nil || !m.handed.Load() {
 		return
 	}

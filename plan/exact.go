@@ -1,4 +1,4 @@
-package proxy
+package plan
 
 import (
 	"encoding/json"
@@ -11,9 +11,9 @@ import (
 	"github.com/ollama/ollama/api"
 )
 
-// promptCounter counts one request's prompt: budget's estimate (tiktoken
+// Counter counts one request's prompt: budget's estimate (tiktoken
 // corrected by calibration) or the model's own tokenizer.
-type promptCounter interface {
+type Counter interface {
 	rewrite.Counter
 	// Prompt counts a whole prompt, messages and tools.
 	Prompt(msgs []rewrite.Message, tools json.RawMessage) budget.Estimate
@@ -22,15 +22,15 @@ type promptCounter interface {
 }
 
 var (
-	_ promptCounter = (*budget.MessageCounter)(nil)
-	_ promptCounter = (*exactCounter)(nil)
+	_ Counter = (*budget.MessageCounter)(nil)
+	_ Counter = (*ExactCounter)(nil)
 )
 
-// exactCounter counts one request bound for Ollama exactly: its messages
+// ExactCounter counts one request bound for Ollama exactly: its messages
 // rendered with the model's chat template and tokenized with the model's
 // vocabulary (package exact). It is used for one request only, so it
 // keeps the request's tools, think value and last counted messages.
-type exactCounter struct {
+type ExactCounter struct {
 	model *exact.Tokenizer
 	tools api.Tools
 	think *api.ThinkValue
@@ -57,10 +57,10 @@ type exactCounter struct {
 	approx bool
 }
 
-// newExactCounter returns a counter of req's prompt for model; err when
+// NewExact returns a counter of req's prompt for model; err when
 // the request's tools or think value do not decode as Ollama would.
-func newExactCounter(model *exact.Tokenizer, req *wire.Request) *exactCounter {
-	c := &exactCounter{model: model}
+func NewExact(model *exact.Tokenizer, req *wire.Request) *ExactCounter {
+	c := &ExactCounter{model: model}
 	if len(req.Tools) > 0 {
 		if err := json.Unmarshal(req.Tools, &c.tools); err != nil {
 			c.err = err
@@ -100,7 +100,7 @@ func newExactCounter(model *exact.Tokenizer, req *wire.Request) *exactCounter {
 
 // Prompt counts msgs exactly. Every field of the Estimate is the exact
 // count, marked Exact, so nothing calibrates from it.
-func (c *exactCounter) Prompt(msgs []rewrite.Message, _ json.RawMessage) budget.Estimate {
+func (c *ExactCounter) Prompt(msgs []rewrite.Message, _ json.RawMessage) budget.Estimate {
 	c.last = c.messages(msgs)
 	c.images = c.images[:0]
 	for i := range msgs {
@@ -118,7 +118,7 @@ func (c *exactCounter) Prompt(msgs []rewrite.Message, _ json.RawMessage) budget.
 // count counts p as the server renders it: on the server for a model
 // whose renderer only it has right (its images placed where the
 // renderer writes their tags), else with ctxproxy's own rendering.
-func (c *exactCounter) count(p exact.Prompt) (int, bool, error) {
+func (c *ExactCounter) count(p exact.Prompt) (int, bool, error) {
 	if c.render == nil || !c.model.ServerRenders() {
 		return c.model.Count(p)
 	}
@@ -131,11 +131,11 @@ func (c *exactCounter) count(p exact.Prompt) (int, bool, error) {
 }
 
 // useServer makes c render on the server what only it renders exactly.
-func (c *exactCounter) useServer(render func(exact.Prompt) (string, error)) { c.render = render }
+func (c *ExactCounter) useServer(render func(exact.Prompt) (string, error)) { c.render = render }
 
 // Overhead is the part of the last counted prompt that is no message's
 // share: BOS, the reply priming, the model's SYSTEM, the tools.
-func (c *exactCounter) Overhead(json.RawMessage) int {
+func (c *ExactCounter) Overhead(json.RawMessage) int {
 	n := c.total
 	for i, m := range c.last {
 		share, err := c.model.Share(m, c.images[i])
@@ -148,7 +148,7 @@ func (c *exactCounter) Overhead(json.RawMessage) int {
 }
 
 // CountMessage returns m's share of a prompt, cached in m.Tokens.
-func (c *exactCounter) CountMessage(m *rewrite.Message) int {
+func (c *ExactCounter) CountMessage(m *rewrite.Message) int {
 	if m.Tokens > 0 {
 		return m.Tokens
 	}
@@ -161,7 +161,7 @@ func (c *exactCounter) CountMessage(m *rewrite.Message) int {
 }
 
 // CountText returns the tokens of plain text.
-func (c *exactCounter) CountText(s string) int {
+func (c *ExactCounter) CountText(s string) int {
 	n, err := c.model.CountText(s)
 	if err != nil && c.err == nil {
 		c.err = err
@@ -169,7 +169,7 @@ func (c *exactCounter) CountText(s string) int {
 	return n
 }
 
-func (c *exactCounter) messages(msgs []rewrite.Message) []api.Message {
+func (c *ExactCounter) messages(msgs []rewrite.Message) []api.Message {
 	out := make([]api.Message, len(msgs))
 	for i := range msgs {
 		out[i] = c.message(&msgs[i])
@@ -181,7 +181,7 @@ func (c *exactCounter) messages(msgs []rewrite.Message) []api.Message {
 // fields a chat template can print. OpenAI messages get what the
 // translation writes (text parts joined by newlines, reasoning as
 // thinking, tool_name from the call a result answers).
-func (c *exactCounter) message(m *rewrite.Message) api.Message {
+func (c *ExactCounter) message(m *rewrite.Message) api.Message {
 	am := api.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
 	for _, tc := range m.ToolCalls {
 		args := api.NewToolCallFunctionArguments()
@@ -217,3 +217,13 @@ func (c *exactCounter) message(m *rewrite.Message) api.Message {
 	}
 	return am
 }
+
+// Err is the first error in counting with c; the request is then
+// counted by estimate.
+func (c *ExactCounter) Err() error { return c.err }
+
+// Approximate reports that the last prompt's count was not exact.
+func (c *ExactCounter) Approximate() bool { return c.approx }
+
+// Counted is the last prompt counted, as the server renders it.
+func (c *ExactCounter) Counted() (exact.Prompt, bool) { return c.prompt(), true }

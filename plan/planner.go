@@ -1,0 +1,367 @@
+package plan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ctxproxy/ctxproxy/backend"
+	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/internal/logonce"
+	"github.com/ctxproxy/ctxproxy/proxy/inband"
+	"github.com/ctxproxy/ctxproxy/proxy/sessions"
+	"github.com/ctxproxy/ctxproxy/proxy/translate"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
+	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/snapshots"
+)
+
+// settleWait bounds how long an accumulated turn waits for the turns
+// before it to be stored.
+const settleWait = 5 * time.Second
+
+// Config is how the planner plans.
+type Config struct {
+	// TranslateOpenAI is auto, on or off (proxy.Config.TranslateOpenAI).
+	TranslateOpenAI string
+	// RespectClient keeps a client's own options.num_ctx when it fits.
+	RespectClient bool
+	// NoExact counts every prompt by estimate.
+	NoExact bool
+	// Accumulate puts the stored history before every named session's
+	// turn, as Options.Accumulate does for one request.
+	Accumulate bool
+	// Inband applies the in-band commands' history rules (a restore, a
+	// client's edits).
+	Inband bool
+}
+
+// Planner decides what a request forwards. It sends nothing. A nil
+// field turns its part off, as in proxy.Deps.
+type Planner struct {
+	cfg     Config
+	be      *backend.Backend
+	tokens  *budget.Registry
+	trimmer *atomic.Pointer[rewrite.Trimmer]
+	sizer   *gpu.Sizer
+	monitor *gpu.Monitor
+	store   sessions.Store
+	writer  sessions.Writer
+	once    *logonce.Log
+	log     *slog.Logger
+}
+
+// Deps are the parts a Planner reads.
+type Deps struct {
+	Backend *backend.Backend
+	Tokens  *budget.Registry
+	// Trimmer is the strategy in force; a reload swaps it.
+	Trimmer *atomic.Pointer[rewrite.Trimmer]
+	Sizer   *gpu.Sizer
+	Monitor *gpu.Monitor
+	Store   sessions.Store
+	Writer  sessions.Writer
+	Once    *logonce.Log
+	Log     *slog.Logger
+}
+
+// New returns a Planner for cfg over deps.
+func New(cfg Config, deps Deps) *Planner {
+	return &Planner{cfg: cfg, be: deps.Backend, tokens: deps.Tokens, trimmer: deps.Trimmer, sizer: deps.Sizer,
+		monitor: deps.Monitor, store: deps.Store, writer: deps.Writer, once: deps.Once, log: deps.Log}
+}
+
+// Prepare plans a request: for a chat, the history it builds on
+// (accumulated, restored), num_ctx from the memory actually free, the
+// window, and the prompt counted; for a raw prompt, the window and the
+// count. It returns the plan, or an error for the client. A chat plan is
+// cut and encoded by Cut before it is forwarded.
+func (pl *Planner) Prepare(ctx context.Context, in Request, opt Options) (Plan, *wire.Error) {
+	if in.Raw != nil {
+		return pl.prepareRaw(ctx, in, opt), nil
+	}
+	req := in.Chat
+	p := Plan{Model: req.Model, Messages: req.Messages, Sent: req.Messages, Tools: req.Tools, req: req, opt: opt}
+	pl.route(ctx, &p)
+	if p.Fixed || req.ServerState != "" {
+		return pl.asSent(ctx, &p)
+	}
+	if aerr := pl.history(ctx, &p); aerr != nil {
+		return Plan{}, aerr
+	}
+	var snap gpu.Reading
+	if p.ToOllama && pl.monitor != nil {
+		snap = pl.monitor.Current(ctx)
+	}
+	pend := pl.details(ctx, &p, snap)
+	remote := pl.remote(ctx, &p)
+	if pl.tokens != nil {
+		pl.window(&p, snap, remote.Window)
+		pl.count(ctx, &p, pend, remote)
+	}
+	p.uncut, p.uncutChanged = p.Messages, p.Changed
+	p.Resend = (p.Exact != nil || pl.tokens != nil) && !clientNoTruncate(req)
+	return p, nil
+}
+
+// route decides where a chat request goes: translated to Ollama's
+// /api/chat, to Ollama's own chat route, or left as sent (Fixed) to a
+// route only the backend can answer.
+func (pl *Planner) route(ctx context.Context, p *Plan) {
+	req := p.req
+	kind := pl.be.Kind(ctx)
+	switch pl.cfg.TranslateOpenAI {
+	case "on":
+		p.Translate = req.Dialect != wire.Ollama && kind != backend.KindOpenAI
+	case "off":
+	default:
+		p.Translate = req.Dialect != wire.Ollama && kind == backend.KindOllama
+	}
+	p.ToOllama = (req.Dialect == wire.Ollama && kind != backend.KindOpenAI) || p.Translate
+	switch {
+	case p.Translate && req.Conv != nil && req.Conv.Compaction:
+		// Ollama's own compaction (Codex's remote compaction): only its
+		// /v1/responses reads it, so the request goes there as sent.
+		p.Fixed = true
+		p.Notice = "Not counted or trimmed: the input holds Ollama's own compaction, " +
+			"which only its /v1/responses reads; ctxproxy leaves this request to it."
+	case p.ToOllama && cloudModel(req.Model):
+		// Ollama answers it from its cloud: the model's tokenizer and
+		// window are not this server's. Its own route takes it as sent.
+		p.Fixed = true
+		p.Notice = "Not counted or trimmed: " + req.Model +
+			" is answered by Ollama's cloud, whose tokenizer and window ctxproxy cannot see."
+	case req.ServerState != "":
+		return
+	default:
+		return
+	}
+	p.Translate, p.ToOllama = false, false
+	p.Body = wire.PayloadOf(req.Body)
+}
+
+// asSent finishes the plan of a request forwarded as sent: one left to
+// the backend (route), or one that continues state the backend keeps.
+func (pl *Planner) asSent(ctx context.Context, p *Plan) (Plan, *wire.Error) {
+	if p.Fixed {
+		return *p, nil
+	}
+	body, aerr := continueServerState(pl.log, p, pl.be.Kind(ctx) == backend.KindOllama)
+	if aerr != nil {
+		return Plan{}, aerr
+	}
+	p.Fixed, p.Body = true, wire.PayloadOf(body)
+	return *p, nil
+}
+
+// cloudModel reports whether Ollama answers model from its cloud rather
+// than on this machine: a name whose tag ends in "cloud" ("gpt-oss:120b-cloud",
+// "kimi-k2:cloud"), as Ollama tells them apart.
+func cloudModel(model string) bool {
+	return strings.HasSuffix(model, "-cloud") || strings.HasSuffix(model, ":cloud")
+}
+
+// history puts before the turn what it builds on. Accumulating (the
+// client sends only its new turn, in a session it names: a fingerprint
+// of the new turn alone would change every turn), the stored history;
+// for a client that resends everything, a pending restore or its own
+// in-band edits. The conversation dialects are not accumulated: their
+// clients send the whole conversation, or continue the backend's
+// (previous_response_id).
+func (pl *Planner) history(ctx context.Context, p *Plan) *wire.Error {
+	req, opt := p.req, p.opt
+	if opt.Named && pl.store != nil && req.Conv == nil && (pl.cfg.Accumulate || opt.Accumulate) {
+		return pl.accumulate(ctx, p)
+	}
+	if pl.cfg.Inband {
+		if msgs, mark := (inband.Restorer{Store: pl.store, Log: pl.log}).Apply(ctx, opt.Session, p.Messages); mark != nil {
+			p.Messages, p.Sent, p.Changed, p.Restore = msgs, msgs, true, mark
+		} else if msgs, changed := inband.History(p.Messages); changed {
+			p.Messages, p.Sent, p.Changed = msgs, msgs, true
+		}
+	}
+	return nil
+}
+
+// accumulate puts the session's stored history before the turn sent.
+// The turns before this one must be stored before it is built on them
+// (a client that sends its next turn the moment a reply ends would
+// otherwise find the last one missing), and, with replicas sharing the
+// store, the turns answered elsewhere too: the plan holds its Turn.
+func (pl *Planner) accumulate(ctx context.Context, p *Plan) *wire.Error {
+	req, session := p.req, p.opt.Session
+	p.Accumulated, p.NewTurn = true, req.Messages
+	var err error
+	if pl.writer != nil {
+		sctx, cancel := context.WithTimeout(ctx, settleWait)
+		err = pl.writer.Settle(sctx, session)
+		cancel()
+	}
+	if err != nil {
+		pl.log.Warn("the session's last turns are not stored; turn refused", "session", session, "err", err)
+		return wire.Unavailable("ctxproxy could not store this session's last turn yet, so it will not send the next one without it; try again")
+	}
+	var gaveUp bool
+	p.Turn, p.TurnWait, gaveUp = awaitTurns(ctx, pl.store, session, pl.log)
+	if gaveUp {
+		p.warn(turnWaitWarning)
+	}
+	stored, err := pl.store.Get(ctx, session)
+	if err != nil && !errors.Is(err, snapshots.ErrNotFound) {
+		p.Turn.Release()
+		// Sending the new turn alone would answer as if the
+		// conversation were new, without a word: refuse instead.
+		pl.log.Warn("reading the session failed; turn refused", "session", session, "err", err)
+		return wire.Unavailable("ctxproxy could not read this session's history from its store, so it will not send the turn without it; try again")
+	}
+	history := snapshots.Accumulate(stored, sessions.ToStored(req.Messages))
+	msgs, err := sessions.FromStored(history)
+	if err != nil {
+		p.Turn.Release()
+		pl.log.Warn("stored session unreadable; turn refused", "session", session, "err", err)
+		return wire.Unavailable("this session's stored history could not be read, so ctxproxy will not send the turn without it")
+	}
+	p.Messages, p.Sent, p.Changed = msgs, msgs, len(msgs) != len(req.Messages)
+	// A client that asked for no cut keeps its stored history whole
+	// too (pruneStored).
+	p.KeepWhole = clientNoTruncate(req) || p.opt.Strategy == "none"
+	return nil
+}
+
+// clientNoTruncate reports whether the client itself sent Ollama's
+// "truncate": false: it asks that nothing of its prompt be cut, so
+// ctxproxy drops no message either. ctxproxy also sets truncate: false on
+// the requests it manages, but only after this is read, from the body as
+// the client sent it.
+func clientNoTruncate(req *wire.Request) bool {
+	return req.Dialect == wire.Ollama && req.NoTruncate
+}
+
+// ollamaDefaultCtx is the window Ollama uses when a request sets no
+// num_ctx (its documented default); ctxproxy assumes it when it does not
+// set num_ctx itself.
+const ollamaDefaultCtx = 4096
+
+// details asks the backend what it knows of a request bound for Ollama
+// and sizes num_ctx from the memory actually free (snap). It returns the
+// model still being read when the request may go before its tokenizer is
+// built (mayForwardUncounted); nil otherwise.
+func (pl *Planner) details(ctx context.Context, p *Plan, snap gpu.Reading) *backend.Pending {
+	if !p.ToOllama {
+		return nil
+	}
+	req := p.req
+	var pend *backend.Pending
+	if pl.mayForwardUncounted(p) {
+		p.Details, pend = pl.be.ModelSoon(ctx, req.Model)
+	} else {
+		p.Details = pl.be.Model(ctx, req.Model)
+	}
+	mi := p.Details
+	if p.Translate {
+		p.opts = translate.RequestOptions{Version: pl.be.Version(ctx), NoThinking: mi.Lacks("thinking")}
+	}
+	p.NumCtx = req.NumCtx
+	if pl.sizer == nil {
+		return pend
+	}
+	window := 0
+	if pl.tokens != nil && mi.Facts.ContextLength == 0 {
+		window = pl.tokens.Window(req.Model, 0).MaxTokens
+	}
+	d := pl.sizer.Decide(gpu.Workload{Name: req.Model, Facts: mi.Facts, Weights: mi.Weights, Window: window, NumCtx: mi.NumCtx}, snap)
+	p.NumReason = d.Reason
+	switch {
+	case req.NumCtx > 0 && pl.cfg.RespectClient:
+		var why string
+		p.NumCtx, why = d.Client(req.NumCtx)
+		if p.NumCtx != req.NumCtx {
+			p.warn("num_ctx " + strconv.Itoa(req.NumCtx) + " lowered to " + strconv.Itoa(p.NumCtx) + ": " + why)
+		}
+	case d.NumCtx > 0:
+		p.NumCtx = d.NumCtx
+		if d.Guessed {
+			p.warn("num_ctx " + strconv.Itoa(d.NumCtx) + " is a guess: the backend did not give the model's facts")
+			pl.once.Warn("facts:"+req.Model, "the backend did not give the model's facts; num_ctx is a guess",
+				"model", req.Model, "num_ctx", d.NumCtx, "reason", d.Reason, "err", mi.Err)
+		}
+	}
+	return pend
+}
+
+// remote is what a backend that tokenizes (vLLM, llama.cpp's server)
+// says of the model: it counts for itself, and may say the window.
+func (pl *Planner) remote(ctx context.Context, p *Plan) backend.Remote {
+	if p.ToOllama || pl.tokens == nil || pl.cfg.NoExact || p.req.Conv != nil {
+		return backend.Remote{}
+	}
+	return pl.be.Remote(ctx, p.req.Model)
+}
+
+// window sets the plan's limits: the model's (trained: its own context
+// length, or what the backend said), capped by num_ctx, less the reply.
+func (pl *Planner) window(p *Plan, snap gpu.Reading, remoteWindow int) {
+	req := p.req
+	lim := pl.tokens.Window(req.Model, max(p.Details.Facts.ContextLength, remoteWindow))
+	// One notion of the window: a models: max_tokens below the num_ctx
+	// memory allows is the window, and num_ctx follows it, so Ollama
+	// does not reserve memory for tokens ctxproxy will never send.
+	if p.ToOllama && p.NumCtx > lim.MaxTokens && req.NumCtx == 0 {
+		p.NumCtx = lim.MaxTokens
+		p.NumReason += fmt.Sprintf("; capped at the model's window %d (models: or the model table)", lim.MaxTokens)
+	}
+	switch {
+	case p.NumCtx > 0:
+		lim = lim.Cap(p.NumCtx)
+	case p.ToOllama:
+		// Ollama's window for a request that sets none: the model's own
+		// num_ctx, else the one it runs the model with now (from 0.30
+		// Ollama chooses it by its free memory), else its smallest
+		// default.
+		w := ollamaDefaultCtx
+		if n := loadedNumCtx(snap, req.Model); p.Details.NumCtx > 0 {
+			w = p.Details.NumCtx
+		} else if n > 0 {
+			w = n
+		}
+		lim = lim.Cap(w)
+		p.Window = w
+	}
+	// The reply's reserve: the request's max_tokens or num_predict, else
+	// the model's. Ollama counts no reply into the window, so bound for
+	// it a larger request gives way to the prompt down to the model's
+	// own reserve, the floor, before a message is cut.
+	floor := lim.MaxOutputTokens
+	if req.MaxOutput > 0 {
+		lim = lim.WithOutput(req.MaxOutput)
+	}
+	if p.ToOllama && lim.MaxOutputTokens > floor {
+		p.ReplyAsked = lim.MaxOutputTokens
+		lim = lim.Yield(floor)
+	}
+	if floored, ok := lim.Floor(); ok {
+		p.warn(fmt.Sprintf("the reply reserve (%d tokens) left less than a quarter of the %d-token window for the prompt; "+
+			"ctxproxy keeps a quarter (%d tokens) for it", lim.MaxOutputTokens, lim.MaxTokens, floored.Effective()))
+		pl.once.Warn("reserve:"+req.Model, "the reply reserve leaves less than a quarter of the window for the prompt; keeping a quarter",
+			"model", req.Model, "window", lim.MaxTokens, "reserve", lim.MaxOutputTokens)
+		lim = floored
+	}
+	p.Limit, p.Limits = lim.Effective(), lim
+}
+
+// loadedNumCtx is the num_ctx the backend runs model with now, as its
+// /api/ps said at the last memory sample; 0 when it is not loaded.
+func loadedNumCtx(snap gpu.Reading, model string) int {
+	for _, m := range snap.Models {
+		if m.Name == model || m.Name == model+":latest" {
+			return m.NumCtx
+		}
+	}
+	return 0
+}
