@@ -214,7 +214,7 @@ func (pl *Planner) accumulate(ctx context.Context, p *Plan) *wire.Error {
 	}
 	stored, err := pl.store.Get(ctx, session)
 	if err != nil && !errors.Is(err, snapshots.ErrNotFound) {
-		p.Turn.Release()
+		p.Turn.End()
 		// Sending the new turn alone would answer as if the
 		// conversation were new, without a word: refuse instead.
 		pl.log.Warn("reading the session failed; turn refused", "session", session, "err", err)
@@ -223,7 +223,7 @@ func (pl *Planner) accumulate(ctx context.Context, p *Plan) *wire.Error {
 	history := snapshots.Accumulate(stored, sessions.ToStored(req.Messages))
 	msgs, err := sessions.FromStored(history)
 	if err != nil {
-		p.Turn.Release()
+		p.Turn.End()
 		pl.log.Warn("stored session unreadable; turn refused", "session", session, "err", err)
 		return wire.Unavailable("this session's stored history could not be read, so ctxproxy will not send the turn without it")
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
@@ -38,39 +37,26 @@ func awaitTurns(ctx context.Context, store sessions.Store, session string, log *
 	return &Turn{order: order, session: session, seq: seq, log: log, stored: make(chan struct{})}, waited, gaveUp
 }
 
-// Turn is a turn announced to the other replicas: it ends once, when
-// its record is stored or will not be. The request that holds it
-// releases it, or hands it to the writer with the turn's record.
+// Turn is a turn announced to the other replicas: it ends once (End),
+// when its record is stored or will not be. The request that holds it
+// ends it, or hands it to the session writer with the turn's record
+// (proxy's holds).
 type Turn struct {
 	order   snapshots.TurnOrder
 	session string
 	seq     int64
 	log     *slog.Logger
-	// handed says the writer ends it, once the record is stored.
-	handed atomic.Bool
-	once   sync.Once
+	once    sync.Once
 	// stored is closed when the turn has ended.
 	stored chan struct{}
 }
 
-// Hand gives the end of m to the writer, which stores the turn's record:
-// it returns what the writer calls when done. A nil m returns nil.
-func (m *Turn) Hand() func() {
+// End tells the other replicas that the turn has ended, once. A nil m
+// does nothing.
+func (m *Turn) End() {
 	if m == nil {
-		return nil
+		return
 	}
-	m.handed.Store(true)
-	return m.end
-}
-
-// Release ends m at the end of its request, unless the writer has it.
-func (m *Turn) Release() {
-	if m != nil && !m.handed.Load() {
-		m.end()
-	}
-}
-
-func (m *Turn) end() {
 	m.once.Do(func() {
 		defer close(m.stored)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -85,13 +71,12 @@ func (m *Turn) end() {
 // to be stored (AwaitStored).
 const storeWait = 5 * time.Second
 
-// AwaitStored waits, when the writer has m's turn, until it is stored
-// (or will not be), at most storeWait: relay holds the reply's last byte
-// until then, so that a turn the client has seen whole is in the shared
-// store even if this replica dies the next moment. A nil m, or one whose
-// turn is not recorded, returns at once.
+// AwaitStored waits until m has ended (its record stored, or known not
+// to be), at most storeWait: the reply's last byte waits for it, so that
+// a turn the client has seen whole is in the shared store even if this
+// replica dies the next moment. A nil m returns at once.
 func (m *Turn) AwaitStored(ctx context.Context) {
-	if m == nil || !m.handed.Load() {
+	if m == nil {
 		return
 	}
 	t := time.NewTimer(storeWait)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -42,8 +43,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 		ex.status = status
 		return
 	}
-	hold := newBodyHold(release)
-	defer hold.end()
+	h := &holds{body: release}
+	defer h.release()
 
 	// Decode it, reading its member names as the backend reads them.
 	req, err := wire.Decode(d, body, s.cfg.MaxDepth, keyRulesOf(s.kind(r.Context())))
@@ -92,7 +93,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 		s.refuse(w, ex, *aerr)
 		return
 	}
-	defer prepared.Turn.Release()
+	h.turn = prepared.Turn
 	ex.tell(prepared)
 	if !prepared.Fixed && !prepared.Uncounted() {
 		s.status.Note(seen(prepared))
@@ -113,15 +114,16 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 	s.metrics.added.Observe(time.Since(ex.start).Seconds())
 
 	// Forward it, stream the answer back, and record the turn.
-	p = s.forward(w, r, ex, p, cut.Body, hold)
+	p = s.forward(w, r, ex, p, cut.Body, h)
 }
 
 // forward sends out to the backend (cutting harder and resending while it
 // refuses the prompt as too long), then streams its answer to the client
-// through the tap, after which the turn is recorded. It returns the plan
-// the answer came for. p and hold are nil for a request forwarded as it
-// came.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, ex *exchange, p *plan.Plan, out wire.Payload, hold *bodyHold) *plan.Plan {
+// through the tap; at the end of the stream the turn is recorded, and,
+// when other replicas build on it, stored before the reply's last byte
+// leaves. It returns the plan the answer came for. p and h are nil for a
+// request forwarded as it came.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, ex *exchange, p *plan.Plan, out wire.Payload, h *holds) *plan.Plan {
 	defer s.metrics.track(ex.stream)()
 	resp, p, aerr, err := s.send(r.Context(), r, ex, p, out)
 	switch {
@@ -145,20 +147,26 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, ex *exchange, p
 		ex.tell(settled)
 		setPlanHeaders(ex, settled)
 	}
-	resp, ended, err := s.answer(resp, ex, p, func(rep wire.Reply) { s.rec.afterReply(ex, p, rep, hold) })
+	resp, tap, err := s.answer(resp, ex, p)
 	if err != nil {
 		ex.status = s.backendError(w, r, ex.dialect, badAnswer{err})
 		return p
 	}
-	var t *tail
-	if p != nil && p.Turn != nil {
-		// Other replicas build on this turn: it is stored before the
-		// client has the whole reply.
-		turn := p.Turn
-		t = &tail{ended: ended, wait: func() { turn.AwaitStored(r.Context()) }}
-	}
-	relay(w, resp, t)
+	// The turn is recorded when the reply is over, before the client has
+	// all of it; other replicas build on an accumulated turn, so it is
+	// also stored by then.
+	relay(w, resp, tap, p != nil && p.Turn != nil, func() { s.replyEnded(r.Context(), ex, p, tap.Reply(), h) })
 	return p
+}
+
+// replyEnded runs when the reply is over, before its last byte leaves
+// (relay): the recorder calibrates, checks and queues the turn, and a
+// turn the writer has for other replicas is waited for until stored.
+func (s *Server) replyEnded(ctx context.Context, ex *exchange, p *plan.Plan, rep wire.Reply, h *holds) {
+	s.rec.afterReply(ex, p, rep, h)
+	if h.writerHas() {
+		h.turn.AwaitStored(ctx)
+	}
 }
 
 // refuseBody answers a body ctxproxy refuses to read: nested deeper than

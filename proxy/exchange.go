@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
@@ -39,36 +38,50 @@ func newExchange(d wire.Dialect, route string) *exchange {
 	return &exchange{dialect: d, route: route, start: time.Now(), headers: make(http.Header, 16)}
 }
 
-// bodyHold is a request body's share of the memory budget, given back
-// once: when its exchange ends, or, when the exchange queues its turn for
-// the session store, once the store has it (the turn's messages share the
-// body's bytes until then).
-type bodyHold struct {
-	release func()
-	once    sync.Once
-	kept    atomic.Bool
+// holds are what a chat request holds while it runs, besides its place
+// among the requests in flight (edge.Gate.Admit, given back when
+// ServeHTTP returns): its body's share of the memory budget
+// (Gate.TakeBody), and, accumulating on a store replicas share, its turn
+// in the session's order (plan.Turn). The request gives both back when it
+// ends (release), unless it handed them to the session writer with its
+// turn's record (handOver): the turn's messages share the body's bytes
+// until the store has them, and other replicas wait for the turn until
+// it is stored. Only the request's goroutine calls its methods.
+type holds struct {
+	body   func()
+	turn   *plan.Turn
+	handed bool
+	once   sync.Once
 }
 
-func newBodyHold(release func()) *bodyHold { return &bodyHold{release: release} }
-
-// keep hands the hold over to a later owner, and returns what that owner
-// calls when it is done; end then gives nothing back.
-func (h *bodyHold) keep() func() {
+// handOver hands what h holds to the writer, and returns what the writer
+// calls once the turn is stored (or will not be); release then gives
+// nothing back. A nil h returns nil.
+func (h *holds) handOver() func() {
 	if h == nil {
 		return nil
 	}
-	h.kept.Store(true)
+	h.handed = true
 	return h.free
 }
 
-// end gives the hold back when no one kept it.
-func (h *bodyHold) end() {
-	if !h.kept.Load() {
+// release gives back what h holds, unless the writer has it.
+func (h *holds) release() {
+	if !h.handed {
 		h.free()
 	}
 }
 
-func (h *bodyHold) free() { h.once.Do(h.release) }
+// writerHas reports whether the writer has h's turn, which then ends
+// once it is stored.
+func (h *holds) writerHas() bool { return h != nil && h.handed && h.turn != nil }
+
+func (h *holds) free() {
+	h.once.Do(func() {
+		h.body()
+		h.turn.End()
+	})
+}
 
 // headerValues sets headers whose values are one-element slices of one
 // backing array: the plan's ten headers cost one allocation instead of

@@ -151,10 +151,9 @@ func removeHopByHop(h http.Header) {
 
 // answer readies the backend's answer for the client: ctxproxy's headers
 // added, a compressed body inflated, the tap that reads the counts and the
-// reply put on the body (done runs once it has passed), and an answer to a
-// translated request carried back into the client's dialect. It returns
-// the answer and whether the reply has ended (the tap's Ended), for relay.
-func (s *Server) answer(resp *http.Response, ex *exchange, p *plan.Plan, done func(wire.Reply)) (*http.Response, func() bool, error) {
+// reply put on the body, and an answer to a translated request carried
+// back into the client's dialect. It returns the answer and its tap.
+func (s *Server) answer(resp *http.Response, ex *exchange, p *plan.Plan) (*http.Response, *wire.Tap, error) {
 	ex.status = resp.StatusCode
 	if p != nil && resp.StatusCode == http.StatusNotFound {
 		s.modelNotFound(ex, p)
@@ -184,14 +183,15 @@ func (s *Server) answer(resp *http.Response, ex *exchange, p *plan.Plan, done fu
 	if p != nil && p.Translate {
 		d = wire.Ollama // the backend answered in Ollama's dialect
 	}
-	tap := wire.NewTap(resp.Body, d, resp.StatusCode, resp.Header.Get("Content-Type"), int(s.cfg.MaxBody), done)
+	tap := wire.NewTap(resp.Body, d, resp.StatusCode, resp.Header.Get("Content-Type"), int(s.cfg.MaxBody))
 	resp.Body = tap
 	if p != nil && p.Translate {
 		if err := wire.TranslateAnswer(resp, p.Reply); err != nil {
+			tap.Close()
 			return nil, nil, err
 		}
 	}
-	return resp, tap.Ended, nil
+	return resp, tap, nil
 }
 
 // modelNotFound undoes what a chat request for a model the backend does
@@ -246,22 +246,24 @@ type gzipBody struct {
 
 func (g gzipBody) Close() error { return g.body.Close() }
 
-// relay writes resp to the client: its status and headers (hop-by-hop ones
-// removed), then its body as it arrives. A stream (an answer of unknown
-// length) is flushed piece by piece, so that a chunk reaches the client
-// before the next is read; an answer of known length is flushed once,
-// whole, so that it leaves in as few writes as the bare reverse proxy's,
-// and before the work that follows it. An answer the backend stops
-// sending midway aborts the client connection, as httputil.ReverseProxy
-// does, so that the client sees it cut, not ended.
+// relay writes resp to the client: its status and headers (hop-by-hop
+// ones removed), then its body as it arrives. A stream (an answer of
+// unknown length) is flushed piece by piece, so that a chunk reaches the
+// client before the next is read; an answer of known length is flushed
+// once, whole, so that it leaves in as few writes as the bare reverse
+// proxy's. An answer the backend stops sending midway aborts the client
+// connection, as httputil.ReverseProxy does, so that the client sees it
+// cut, not ended.
 //
-// With a tail, the reply's last byte waits for it: once tail.ended says
-// the reply is over (or its known length is reached), the last byte of
-// each piece is held back, and written after tail.wait returns, which it
-// does once the body has ended and the turn is stored. A client never
-// has a whole reply whose turn a replica killed the next moment would
-// lose.
-func relay(w http.ResponseWriter, resp *http.Response, tail *tail) {
+// ended runs once, when the reply is over and before the client has all
+// of it: when the tap has read the whole reply (a stream's end marker,
+// or an answer's known length), before the piece that ends it is
+// written; else at the body's end, before its held last byte; else when
+// the client or the backend went away. With holdLast (a turn other
+// replicas build on, which ended stores), the last byte of each piece is
+// held back once the tap says the reply is over, so that an answer whose
+// end only EOF tells still leaves its last byte after ended.
+func relay(w http.ResponseWriter, resp *http.Response, tap *wire.Tap, holdLast bool, ended func()) {
 	defer resp.Body.Close()
 	removeHopByHop(resp.Header)
 	h := w.Header()
@@ -274,7 +276,15 @@ func relay(w http.ResponseWriter, resp *http.Response, tail *tail) {
 	written := int64(0)
 	buf := copyBuffers.Get()
 	defer copyBuffers.Put(buf)
-	var held []byte // the last byte, held back for tail
+	over := false
+	end := func() {
+		if !over {
+			over = true
+			ended()
+		}
+	}
+	defer end()     // the client went away
+	var held []byte // the last byte, held back
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
@@ -284,23 +294,23 @@ func relay(w http.ResponseWriter, resp *http.Response, tail *tail) {
 				held = nil
 			}
 			written += int64(n)
-			if tail != nil && (tail.ended() || written == resp.ContentLength) {
+			if holdLast && (tap.Ended() || written == resp.ContentLength) {
 				held = []byte{piece[len(piece)-1]}
 				piece = piece[:len(piece)-1]
+			}
+			if written == resp.ContentLength || stream && tap.Complete() {
+				end()
 			}
 			if _, werr := w.Write(piece); werr != nil {
 				return // the client went away
 			}
-			// The last byte of an answer of known length is flushed
-			// before the read that finds its end, which runs the work
-			// after the answer (the tap's done).
 			if stream || written == resp.ContentLength {
 				_ = rc.Flush()
 			}
 		}
 		if err == io.EOF {
+			end()
 			if held != nil {
-				tail.wait()
 				if _, werr := w.Write(held); werr == nil {
 					_ = rc.Flush()
 				}
@@ -308,17 +318,11 @@ func relay(w http.ResponseWriter, resp *http.Response, tail *tail) {
 			return
 		}
 		if err != nil {
-			resp.Body.Close() // the tap records what came
+			resp.Body.Close()
+			end() // what came is recorded
 			panic(http.ErrAbortHandler)
 		}
 	}
-}
-
-// tail is what relay holds a reply's last byte for: ended reports that
-// the reply is over, wait returns once its turn is stored.
-type tail struct {
-	ended func() bool
-	wait  func()
 }
 
 // backendError answers a request the backend could not serve, in the

@@ -37,12 +37,13 @@ type recorder struct {
 	log      *slog.Logger
 }
 
-// afterReply runs when the response has ended: calibrate the counter from
-// the backend's truth, detect silent truncation, and record the session.
-// It runs on the request's goroutine when the backend's answer has ended;
-// store writes are queued, never waited for here. (When replicas share
-// the store, relay holds the reply's last byte until the turn is stored.)
-func (s *recorder) afterReply(ex *exchange, p *plan.Plan, rep wire.Reply, hold *bodyHold) {
+// afterReply runs when the answer has been relayed (all of it but the
+// last byte held for the store, or as much as went through): calibrate
+// the counter from the backend's truth, detect silent truncation, and
+// record the session. It runs on the request's goroutine; store writes
+// are queued, never waited for here (finish waits for the turn where
+// other replicas build on it).
+func (s *recorder) afterReply(ex *exchange, p *plan.Plan, rep wire.Reply, h *holds) {
 	if p == nil {
 		return
 	}
@@ -71,7 +72,7 @@ func (s *recorder) afterReply(ex *exchange, p *plan.Plan, rep wire.Reply, hold *
 				"reported", rep.PromptTokens, "num_ctx", p.NumCtx)
 		}
 	}
-	s.record(ex, p, rep, truncated, hold)
+	s.record(ex, p, rep, truncated, h)
 }
 
 // checkExact compares an exact count of what was forwarded with the
@@ -140,7 +141,7 @@ func relErr(est, actual int) float64 {
 const replyCutMarker = "\n[… reply cut here: ctxproxy stores at most max_body bytes of a reply; the client got it whole …]"
 
 // record queues the session update for this exchange.
-func (s *recorder) record(ex *exchange, p *plan.Plan, rep wire.Reply, truncated bool, hold *bodyHold) {
+func (s *recorder) record(ex *exchange, p *plan.Plan, rep wire.Reply, truncated bool, h *holds) {
 	if s.writer == nil || ex.session == "" || p == nil {
 		return
 	}
@@ -197,7 +198,7 @@ func (s *recorder) record(ex *exchange, p *plan.Plan, rep wire.Reply, truncated 
 	// The turn's messages share the request body's bytes until the store
 	// has them: the body's share of the memory budget goes back then.
 	// Other replicas wait for the turn until it is stored.
-	stored := thenBoth(hold.keep(), p.Turn.Hand())
+	stored := h.handOver()
 	err := s.writer.UpdateThen(ex.session, func(sess *snapshots.Session) error {
 		if model != "" {
 			sess.Model = model
@@ -331,16 +332,4 @@ func (s *recorder) logExchange(ex *exchange, p *plan.Plan) {
 // slog writes a time.Duration to JSON as bare nanoseconds.
 func ms(d time.Duration) float64 {
 	return float64(d.Round(100*time.Microsecond)) / float64(time.Millisecond)
-}
-
-// thenBoth returns a function that calls a and b, those not nil; nil when
-// both are.
-func thenBoth(a, b func()) func() {
-	switch {
-	case a == nil:
-		return b
-	case b == nil:
-		return a
-	}
-	return func() { a(); b() }
 }

@@ -33,7 +33,7 @@ func TranslateAnswer(resp *http.Response, rt Translation) error {
 	}
 	if !rt.Streamed() {
 		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close() // runs the tap's done
+		resp.Body.Close() // the tap has read it whole
 		if err != nil {
 			return err
 		}

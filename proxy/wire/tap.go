@@ -48,10 +48,9 @@ type ReplyCall struct {
 // gets every byte.
 const maxCapture = 32 << 20
 
-// tap wraps a response body: every byte goes to the client unchanged while
-// a parser reads the stream's events on the side. done runs once, when the
-// body ends or is closed.
-type tap struct {
+// Tap wraps a response body: every byte goes to the client unchanged while
+// a parser reads the stream's events on the side. Reply says what it read.
+type Tap struct {
 	rc      io.ReadCloser
 	dialect Dialect
 	kind    string // "ndjson", "sse" or "json"
@@ -61,14 +60,15 @@ type tap struct {
 	content strings.Builder
 	think   strings.Builder
 	once    sync.Once
-	done    func(Reply)
+	// rested: the end of the body was read (rest), once.
+	rested bool
 	// limit is the most reply bytes kept.
 	limit int
 }
 
 // NewTap returns a tap of rc that keeps up to limit bytes of the reply
 // (maxCapture when limit is 0).
-func NewTap(rc io.ReadCloser, d Dialect, status int, contentType string, limit int, done func(Reply)) *tap {
+func NewTap(rc io.ReadCloser, d Dialect, status int, contentType string, limit int) *Tap {
 	kind := "json"
 	if mt, _, err := mime.ParseMediaType(contentType); err == nil {
 		switch mt {
@@ -81,10 +81,10 @@ func NewTap(rc io.ReadCloser, d Dialect, status int, contentType string, limit i
 	if limit <= 0 {
 		limit = maxCapture
 	}
-	return &tap{rc: rc, dialect: d, kind: kind, r: Reply{Status: status, PromptTokens: -1, CachedTokens: -1}, done: done, limit: limit}
+	return &Tap{rc: rc, dialect: d, kind: kind, r: Reply{Status: status, PromptTokens: -1, CachedTokens: -1}, limit: limit}
 }
 
-func (t *tap) Read(p []byte) (int, error) {
+func (t *Tap) Read(p []byte) (int, error) {
 	n, err := t.rc.Read(p)
 	if n > 0 {
 		t.feed(p[:n])
@@ -99,15 +99,15 @@ func (t *tap) Read(p []byte) (int, error) {
 // Ended reports whether the reply is known to be over before its body
 // ends: the stream's end marker has passed, or the body is one JSON value,
 // of which a client can use nothing before its last byte.
-func (t *tap) Ended() bool { return t.kind == "json" || t.r.Complete }
+func (t *Tap) Ended() bool { return t.kind == "json" || t.r.Complete }
 
-func (t *tap) Close() error {
+func (t *Tap) Close() error {
 	err := t.rc.Close()
 	t.finish()
 	return err
 }
 
-func (t *tap) feed(b []byte) {
+func (t *Tap) feed(b []byte) {
 	if t.kind == "json" {
 		if len(t.buf)+len(b) <= t.limit {
 			t.buf = append(t.buf, b...)
@@ -132,7 +132,11 @@ func (t *tap) feed(b []byte) {
 
 // rest reads what is left at the end of the body: the whole JSON body, or
 // a last NDJSON line without a newline.
-func (t *tap) rest() {
+func (t *Tap) rest() {
+	if t.rested {
+		return
+	}
+	t.rested = true
 	if t.kind == "json" {
 		if !t.r.Truncated {
 			t.event(t.buf, true)
@@ -146,9 +150,23 @@ func (t *tap) rest() {
 	}
 }
 
-// finish hands what was learned to done, once: at the stream's end marker,
-// at EOF, or when the body is closed early.
-func (t *tap) finish() {
+// Complete reports that the reply is over: the stream's end marker has
+// passed, or the whole JSON body was read.
+func (t *Tap) Complete() bool { return t.r.Complete }
+
+// Reply is what the tap read of the reply, which ends here: all of it
+// once every byte of the body has passed (the caller knows: its EOF, its
+// known length, or Complete), what came until now before that (a body
+// closed early).
+func (t *Tap) Reply() Reply {
+	t.rest()
+	t.finish()
+	return t.r
+}
+
+// finish completes what was learned, once: at EOF, when the body is
+// closed, or when Reply is asked for.
+func (t *Tap) finish() {
 	t.once.Do(func() {
 		t.r.Content = t.content.String()
 		t.r.Thinking = t.think.String()
@@ -162,13 +180,10 @@ func (t *tap) finish() {
 				t.r.ToolCalls = append(t.r.ToolCalls, *t.calls[i])
 			}
 		}
-		if t.done != nil {
-			t.done(t.r)
-		}
 	})
 }
 
-func (t *tap) line(l []byte) {
+func (t *Tap) line(l []byte) {
 	if t.kind == "sse" {
 		data, ok := bytes.CutPrefix(l, []byte("data:"))
 		if !ok {
@@ -243,7 +258,7 @@ type openaiDelta struct {
 	} `json:"tool_calls"`
 }
 
-func (t *tap) call(i int) *ReplyCall {
+func (t *Tap) call(i int) *ReplyCall {
 	if t.calls == nil {
 		t.calls = map[int]*ReplyCall{}
 	}
@@ -255,7 +270,7 @@ func (t *tap) call(i int) *ReplyCall {
 	return c
 }
 
-func (t *tap) appendContent(sb *strings.Builder, s string) {
+func (t *Tap) appendContent(sb *strings.Builder, s string) {
 	if sb.Len()+len(s) > t.limit {
 		t.r.Truncated = true
 		return
@@ -263,7 +278,7 @@ func (t *tap) appendContent(sb *strings.Builder, s string) {
 	sb.WriteString(s)
 }
 
-func (t *tap) event(data []byte, whole bool) {
+func (t *Tap) event(data []byte, whole bool) {
 	switch t.dialect {
 	case Responses, Messages:
 		t.dialectEvent(data, whole)
@@ -273,7 +288,7 @@ func (t *tap) event(data []byte, whole bool) {
 }
 
 // decodeEvent reads an Ollama or OpenAI event in full.
-func (t *tap) decodeEvent(data []byte, whole bool) {
+func (t *Tap) decodeEvent(data []byte, whole bool) {
 	var e event
 	if json.Unmarshal(data, &e) != nil {
 		return

@@ -73,7 +73,7 @@ type anthropicBlock struct {
 	StopReason  string          `json:"stop_reason"`
 }
 
-func (t *tap) dialectEvent(data []byte, whole bool) {
+func (t *Tap) dialectEvent(data []byte, whole bool) {
 	var e dialectEvent
 	if json.Unmarshal(data, &e) != nil {
 		return
@@ -120,7 +120,7 @@ func (t *tap) dialectEvent(data []byte, whole bool) {
 }
 
 // usage records a reply's token counts.
-func (t *tap) usage(u *dialectUsage) {
+func (t *Tap) usage(u *dialectUsage) {
 	if u == nil {
 		return
 	}
@@ -138,7 +138,7 @@ func (t *tap) usage(u *dialectUsage) {
 
 // responsesOutput reads a whole response's output items: the complete
 // reply, streamed or not.
-func (t *tap) responsesOutput(status string, output []responsesOutput, u *dialectUsage) {
+func (t *Tap) responsesOutput(status string, output []responsesOutput, u *dialectUsage) {
 	for _, it := range output {
 		switch it.Type {
 		case "message":
@@ -160,7 +160,7 @@ func (t *tap) responsesOutput(status string, output []responsesOutput, u *dialec
 }
 
 // anthropicBlock reads one content block (whole, or a stream's start).
-func (t *tap) anthropicBlock(b anthropicBlock, index int) {
+func (t *Tap) anthropicBlock(b anthropicBlock, index int) {
 	switch b.Type {
 	case "text":
 		t.appendContent(&t.content, b.Text)
