@@ -170,7 +170,7 @@ func (pl *Planner) countExactly(ctx context.Context, p *Plan, remote backend.Rem
 // counter (Deps.Tokens) for it.
 func (pl *Planner) prepareRaw(ctx context.Context, in Request, opt Options) Plan {
 	req := in.Raw
-	p := Plan{Model: req.Model, Fixed: true, Body: wire.PayloadOf(in.Body), opt: opt}
+	p := Plan{Model: req.Model, Dialect: in.Dialect, Fixed: true, Body: wire.PayloadOf(in.Body), opt: opt}
 	p.ToOllama = pl.be.Kind(ctx) == backend.KindOllama
 	if p.ToOllama {
 		p.Details = pl.be.Model(ctx, req.Model)

@@ -71,6 +71,8 @@ type Options struct {
 // Prepare, Cut and Settle each return a new one.
 type Plan struct {
 	Model string
+	// Dialect is the client's.
+	Dialect wire.Dialect
 	// Messages are what is forwarded; Sent the conversation as the
 	// client meant it (the stored history included when accumulating);
 	// NewTurn what the client sent this time (accumulating).

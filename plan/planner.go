@@ -87,7 +87,7 @@ func (pl *Planner) Prepare(ctx context.Context, in Request, opt Options) (Plan, 
 		return pl.prepareRaw(ctx, in, opt), nil
 	}
 	req := in.Chat
-	p := Plan{Model: req.Model, Messages: req.Messages, Sent: req.Messages, Tools: req.Tools, req: req, opt: opt}
+	p := Plan{Model: req.Model, Dialect: req.Dialect, Messages: req.Messages, Sent: req.Messages, Tools: req.Tools, req: req, opt: opt}
 	pl.route(ctx, &p)
 	if p.Fixed || req.ServerState != "" {
 		return pl.asSent(ctx, &p)

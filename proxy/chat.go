@@ -30,7 +30,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 	}
 	ex := newExchange(d, r.URL.Path)
 	var p *plan.Plan
-	defer func() { s.rec.logExchange(ex, p) }()
+	defer func() { logExchange(s.log, s.metrics, ex, p) }()
 	if s.monitor != nil {
 		// Memory is sampled every poll_active while a request is in
 		// flight, every poll_idle otherwise.
@@ -160,10 +160,18 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, ex *exchange, p
 }
 
 // replyEnded runs when the reply is over, before its last byte leaves
-// (relay): the recorder calibrates, checks and queues the turn, and a
-// turn the writer has for other replicas is waited for until stored.
+// (relay): the recorder checks the backend's count and queues the turn,
+// and a turn the writer has for other replicas is waited for until
+// stored.
 func (s *Server) replyEnded(ctx context.Context, ex *exchange, p *plan.Plan, rep wire.Reply, h *holds) {
-	s.rec.afterReply(ex, p, rep, h)
+	if p == nil {
+		return
+	}
+	rec := s.rec.Record(*p, plan.Outcome{Reply: rep, Holds: h})
+	s.metrics.recorded(rec)
+	if rec.PromptTokens > 0 {
+		ex.logAttrs = append(ex.logAttrs, "prompt_tokens", rec.PromptTokens)
+	}
 	if h.writerHas() {
 		h.turn.AwaitStored(ctx)
 	}
@@ -235,7 +243,7 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 	}
 	ex := newExchange(d, r.URL.Path)
 	var p *plan.Plan
-	defer func() { s.rec.logExchange(ex, p) }()
+	defer func() { logExchange(s.log, s.metrics, ex, p) }()
 	body, release, status := s.gate.TakeBody(w, r, d)
 	if status != 0 {
 		ex.status = status

@@ -54,10 +54,10 @@ type holds struct {
 	once   sync.Once
 }
 
-// handOver hands what h holds to the writer, and returns what the writer
+// HandOver hands what h holds to the writer, and returns what the writer
 // calls once the turn is stored (or will not be); release then gives
 // nothing back. A nil h returns nil.
-func (h *holds) handOver() func() {
+func (h *holds) HandOver() func() {
 	if h == nil {
 		return nil
 	}

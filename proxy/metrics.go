@@ -10,6 +10,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
@@ -436,4 +437,26 @@ func registerReplica(reg prometheus.Registerer, name string) {
 		ConstLabels: prometheus.Labels{"replica": name}})
 	info.Set(1)
 	reg.MustRegister(info)
+}
+
+// recorded counts what the recorder found of one reply.
+func (m *metrics) recorded(r plan.Recorded) {
+	if r.PromptTokens > 0 {
+		m.calibrationError.Observe(r.CountError)
+	}
+	if r.Truncated {
+		m.truncations.Inc()
+	}
+	if r.Disagreed {
+		m.exactDisagreements.Inc()
+	}
+	if r.ReplyCut {
+		m.repliesCut.Inc()
+	}
+	if r.CachedKnown {
+		m.promptCached.Observe(r.Cached)
+	}
+	if r.PrefixKnown {
+		m.prefixKept.Observe(r.PrefixKept)
+	}
 }

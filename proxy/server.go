@@ -92,7 +92,7 @@ type Server struct {
 	status   *admin.Status
 	inband   *inband.Commands
 	guard    *memoryGuard
-	rec      *recorder
+	rec      *plan.Recorder
 	namer    sessionNamer
 }
 
@@ -162,8 +162,8 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		Accumulate: cfg.Accumulate, Inband: cfg.Inband},
 		plan.Deps{Backend: s.be, Tokens: deps.Tokens, Trimmer: &s.trimmer, Sizer: deps.Sizer, Monitor: deps.Monitor,
 			Store: deps.Store, Writer: deps.Writer, Once: s.once, Log: log})
-	s.rec = &recorder{tokens: deps.Tokens, writer: deps.Writer, trimmer: &s.trimmer, trackers: s.trackers, prefixes: newPrefixes(),
-		metrics: s.metrics, log: log, be: s.be}
+	s.rec = plan.NewRecorder(plan.RecorderDeps{Backend: s.be, Tokens: deps.Tokens, Writer: deps.Writer, Trimmer: &s.trimmer,
+		Trackers: s.trackers, Log: log})
 	s.namer = sessionNamer{header: cfg.SessionHeader, scopeHeaders: cfg.ScopeHeaders, noFingerprint: cfg.NoFingerprint, noClientIDs: cfg.NoClientIDs}
 	s.guard = &memoryGuard{sessions: s.sessions, trackers: s.trackers, log: log}
 	if deps.Monitor != nil {

@@ -97,29 +97,30 @@ func BenchmarkPassthroughTags(b *testing.B) {
 }
 
 // loggedExchange is a counted, cut chat exchange as logExchange sees it.
-func loggedExchange() (*recorder, *exchange, *plan.Plan) {
+func loggedExchange() (*metrics, *exchange, *plan.Plan) {
 	m := newMetrics(prometheus.NewRegistry(), Deps{})
-	rec := &recorder{metrics: m, log: slog.New(slog.DiscardHandler)}
 	p := &plan.Plan{Model: "llama3.1:8b", Counter: budget.NewMessageCounter(budget.Approx{}, 0), Limit: 8192, NumCtx: 8192,
 		Before: budget.Estimate{Tokens: 9000}, After: budget.Estimate{Tokens: 5000},
 		Result: rewrite.Result{Dropped: 10, Notice: "Context trimmed."}}
-	return rec, &exchange{dialect: wire.Ollama, route: "/api/chat", model: p.Model, session: "s1", status: 200,
+	return m, &exchange{dialect: wire.Ollama, route: "/api/chat", model: p.Model, session: "s1", status: 200,
 		start: time.Now()}, p
 }
 
 // With the log level above info, logging an exchange builds no
 // attributes: only the metrics are updated.
 func TestLogExchangeAllocsWhenNotLogged(t *testing.T) {
-	rec, ex, p := loggedExchange()
-	if n := testing.AllocsPerRun(100, func() { rec.logExchange(ex, p) }); n > 4 {
+	m, ex, p := loggedExchange()
+	log := slog.New(slog.DiscardHandler)
+	if n := testing.AllocsPerRun(100, func() { logExchange(log, m, ex, p) }); n > 4 {
 		t.Errorf("%v allocations per exchange with logging off, want at most 4", n)
 	}
 }
 
 func BenchmarkLogExchange(b *testing.B) {
-	rec, ex, p := loggedExchange()
+	m, ex, p := loggedExchange()
+	log := slog.New(slog.DiscardHandler)
 	b.ReportAllocs()
 	for b.Loop() {
-		rec.logExchange(ex, p)
+		logExchange(log, m, ex, p)
 	}
 }

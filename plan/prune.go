@@ -1,10 +1,9 @@
-package proxy
+package plan
 
 import (
 	"context"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -32,8 +31,8 @@ type pruning struct {
 // the stored history stays whole and the configured strategy cuts what is
 // forwarded, as for any client; past the window keeping it whole would
 // only make every later turn cut more and warn.
-func pruneStored(t *rewrite.Trimmer, p *plan.Plan, reply *snapshots.Message) *pruning {
-	if t == nil || p == nil || !p.Accumulated || p.KeepWhole || reply == nil || p.Counter == nil || p.Limit <= 0 || t.Mode() == "none" {
+func pruneStored(t *rewrite.Trimmer, p Plan, reply *snapshots.Message) *pruning {
+	if t == nil || !p.Accumulated || p.KeepWhole || reply == nil || p.Counter == nil || p.Limit <= 0 || t.Mode() == "none" {
 		return nil
 	}
 	r, err := sessions.FromStored([]snapshots.Message{*reply})

@@ -1,4 +1,4 @@
-package proxy
+package plan
 
 import (
 	"hash/maphash"

@@ -1,27 +1,26 @@
-package proxy
+package plan
 
 import (
-	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
-	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
-// recorder does what follows a reply: it calibrates the counter from the
-// backend's own count, detects silent truncation, queues the session's
-// update and snapshot, and logs and counts the exchange.
-type recorder struct {
+// Recorder does what follows a reply: it checks the backend's count of
+// the prompt against the plan's (calibrating an estimate, turning exact
+// counting off for a shape it got wrong, seeing a silent truncation), and
+// queues the session's turn, its snapshots and a prune of its stored
+// history. It returns what it found (Recorded) for the metrics and the
+// log.
+type Recorder struct {
 	// be is the backend, whose models' tokenizers a miss may change
 	// (otherEngine).
 	be      *backend.Backend
@@ -33,29 +32,84 @@ type recorder struct {
 	trackers *sessions.Trackers
 	// prefixes measure how much of each session's prompt stayed put.
 	prefixes *prefixes
-	metrics  *metrics
 	log      *slog.Logger
 }
 
-// afterReply runs when the answer has been relayed (all of it but the
-// last byte held for the store, or as much as went through): calibrate
-// the counter from the backend's truth, detect silent truncation, and
-// record the session. It runs on the request's goroutine; store writes
-// are queued, never waited for here (finish waits for the turn where
-// other replicas build on it).
-func (s *recorder) afterReply(ex *exchange, p *plan.Plan, rep wire.Reply, h *holds) {
-	if p == nil {
-		return
-	}
+// RecorderDeps are the parts a Recorder reads and writes. A nil Tokens
+// checks no count, a nil Writer records no session.
+type RecorderDeps struct {
+	Backend  *backend.Backend
+	Tokens   *budget.Registry
+	Writer   sessions.Writer
+	Trimmer  *atomic.Pointer[rewrite.Trimmer]
+	Trackers *sessions.Trackers
+	Log      *slog.Logger
+}
+
+// NewRecorder returns a Recorder over deps.
+func NewRecorder(deps RecorderDeps) *Recorder {
+	return &Recorder{be: deps.Backend, tokens: deps.Tokens, writer: deps.Writer, trimmer: deps.Trimmer,
+		trackers: deps.Trackers, prefixes: newPrefixes(), log: deps.Log}
+}
+
+// Outcome is how a forwarded request ended, as its handler hands it to
+// the Recorder: the backend's reply as the tap read it (its status, its
+// counts, its text), and what the request holds that the writer takes
+// over with the turn's record.
+type Outcome struct {
+	Reply wire.Reply
+	Holds Holder
+}
+
+// Holder is what a request holds until its turn is stored (its body's
+// memory, its turn in the session's order): HandOver gives it to the
+// writer and returns what the writer calls once the turn is stored, or
+// will not be; nil when nothing is held.
+type Holder interface {
+	HandOver() func()
+}
+
+// Recorded is what the Recorder found of one reply.
+type Recorded struct {
+	// PromptTokens is the backend's count of the prompt; 0 when it gave
+	// none, or the reply was not whole.
+	PromptTokens int
+	// CountError is how far the plan's count was from the backend's,
+	// as a share of the backend's (with PromptTokens).
+	CountError float64
+	// Truncated: the backend cut the prompt without a word.
+	Truncated bool
+	// Disagreed: an exact count disagreed with the backend's, and
+	// exact counting is off for the request's shape.
+	Disagreed bool
+	// ReplyCut: the reply was longer than ctxproxy stores.
+	ReplyCut bool
+	// Cached is the share of the prompt the backend took from its cache,
+	// when it said (CachedKnown).
+	Cached      float64
+	CachedKnown bool
+	// PrefixKept is the share of the prompt that stayed put since the
+	// session's last turn, when it had one here (PrefixKnown).
+	PrefixKept  float64
+	PrefixKnown bool
+}
+
+// Record does what follows the reply o to the request p planned: it
+// checks the backend's count against the plan's, and records the session.
+// It runs on the request's goroutine when the reply is over; store writes
+// are queued, never waited for here.
+func (s *Recorder) Record(p Plan, o Outcome) Recorded {
+	var out Recorded
+	rep := o.Reply
 	truncated := false
 	if s.tokens != nil && rep.Status == http.StatusOK && rep.Complete && rep.PromptTokens > 0 {
 		numCtx := p.Window
-		if p.NumCtx > 0 && (ex.dialect == wire.Ollama || p.Translate) {
+		if p.NumCtx > 0 && (p.Dialect == wire.Ollama || p.Translate) {
 			numCtx = p.NumCtx
 		}
 		switch {
 		case p.Exact != nil:
-			truncated = s.checkExact(ex, p, rep.PromptTokens, numCtx)
+			truncated, out.Disagreed = s.checkExact(p, rep.PromptTokens, numCtx)
 		case p.After.Exact:
 			// Counted by the backend itself: nothing to calibrate, only
 			// a cut to see.
@@ -63,16 +117,15 @@ func (s *recorder) afterReply(ex *exchange, p *plan.Plan, rep wire.Reply, h *hol
 		default:
 			truncated = s.tokens.Observe(p.Model, p.After, rep.PromptTokens, numCtx)
 		}
-		s.metrics.calibrationError.Observe(relErr(p.After.Tokens, rep.PromptTokens))
-		ex.logAttrs = append(ex.logAttrs, "prompt_tokens", rep.PromptTokens)
+		out.PromptTokens, out.CountError, out.Truncated = rep.PromptTokens, relErr(p.After.Tokens, rep.PromptTokens), truncated
 		if truncated {
-			s.metrics.truncations.Inc()
 			s.log.Warn("backend truncated the prompt silently: it reports far fewer prompt tokens than were sent",
-				"model", p.Model, "session", ex.session, "sent", p.After.Tokens, "exact", p.Exact != nil,
+				"model", p.Model, "session", p.opt.Session, "sent", p.After.Tokens, "exact", p.Exact != nil,
 				"reported", rep.PromptTokens, "num_ctx", p.NumCtx)
 		}
 	}
-	s.record(ex, p, rep, truncated, h)
+	s.record(p, o, truncated, &out)
+	return out
 }
 
 // checkExact compares an exact count of what was forwarded with the
@@ -81,24 +134,24 @@ func (s *recorder) afterReply(ex *exchange, p *plan.Plan, rep wire.Reply, h *hol
 // the tokenizer. An uncensored report that disagrees beyond 1% means the
 // tokenizer is wrong for this model (another Ollama version, a renderer):
 // backend.Model.Observe then turns exact counting off for it.
-func (s *recorder) checkExact(ex *exchange, p *plan.Plan, reported, numCtx int) (truncated bool) {
+func (s *Recorder) checkExact(p Plan, reported, numCtx int) (truncated, disagreed bool) {
 	sent := p.After.Tokens
 	censored := budget.Censored(reported, numCtx) || (numCtx > 0 && sent > numCtx)
 	if censored {
 		// Ollama fits an overlong prompt into num_ctx and answers 200.
-		return sent > numCtx && reported <= numCtx
+		return sent > numCtx && reported <= numCtx, false
 	}
 	if p.Approximate() {
 		// Images for a vision model whose image cost is the
 		// projector's at run time, estimated; the tokenizer is not in
 		// question.
-		return false
+		return false, false
 	}
 	if p.Exact.Observe(s.log, p.ExactShape, sent, reported) {
-		s.metrics.exactDisagreements.Inc()
 		s.otherEngine(p, reported)
+		return false, true
 	}
-	return false
+	return false, false
 }
 
 // otherEngine counts p's prompt again as the model's other runner would
@@ -106,7 +159,7 @@ func (s *recorder) checkExact(ex *exchange, p *plan.Plan, reported, numCtx int) 
 // OLLAMA_NEW_ENGINE changes where ctxproxy cannot see): when that count
 // is the backend's, the model is counted that way from now on, exactly
 // again for every shape.
-func (s *recorder) otherEngine(p *plan.Plan, reported int) {
+func (s *Recorder) otherEngine(p Plan, reported int) {
 	counted, ok := p.Counted()
 	if !ok || s.be == nil {
 		return
@@ -137,12 +190,13 @@ func relErr(est, actual int) float64 {
 	return d
 }
 
-// replyCutMarker ends a stored reply that was longer than ctxproxy keeps.
-const replyCutMarker = "\n[… reply cut here: ctxproxy stores at most max_body bytes of a reply; the client got it whole …]"
+// ReplyCutMarker ends a stored reply that was longer than ctxproxy keeps.
+const ReplyCutMarker = "\n[… reply cut here: ctxproxy stores at most max_body bytes of a reply; the client got it whole …]"
 
 // record queues the session update for this exchange.
-func (s *recorder) record(ex *exchange, p *plan.Plan, rep wire.Reply, truncated bool, h *holds) {
-	if s.writer == nil || ex.session == "" || p == nil {
+func (s *Recorder) record(p Plan, o Outcome, truncated bool, out *Recorded) {
+	rep, session := o.Reply, p.opt.Session
+	if s.writer == nil || session == "" {
 		return
 	}
 	if rep.Status == http.StatusNotFound {
@@ -159,14 +213,14 @@ func (s *recorder) record(ex *exchange, p *plan.Plan, rep wire.Reply, truncated 
 	if rep.Truncated {
 		// The client got every byte; the session keeps what fits, and
 		// says so where a reader of it will look.
-		s.metrics.repliesCut.Inc()
-		s.log.Warn("reply longer than max_body: the session stores it cut", "session", ex.session, "model", p.Model,
+		out.ReplyCut = true
+		s.log.Warn("reply longer than max_body: the session stores it cut", "session", session, "model", p.Model,
 			"stored_bytes", len(rep.Content), "stored", whole)
-		rep.Content += replyCutMarker
+		rep.Content += ReplyCutMarker
 	}
 	var replyMsg *snapshots.Message
 	if whole {
-		m := sessions.ReplyMessage(ex.dialect, rep)
+		m := sessions.ReplyMessage(p.Dialect, rep)
 		replyMsg = &m
 	}
 	now := time.Now()
@@ -177,7 +231,7 @@ func (s *recorder) record(ex *exchange, p *plan.Plan, rep wire.Reply, truncated 
 		turn.PromptTokens, turn.CompletionTokens = rep.PromptTokens, rep.OutputTokens
 		if rep.CachedTokens >= 0 {
 			turn.CachedTokens, turn.CachedKnown = rep.CachedTokens, true
-			s.metrics.promptCached.Observe(float64(min(rep.CachedTokens, rep.PromptTokens)) / float64(rep.PromptTokens))
+			out.Cached, out.CachedKnown = float64(min(rep.CachedTokens, rep.PromptTokens))/float64(rep.PromptTokens), true
 		}
 	}
 	// How much of the prompt stayed put since the session's last turn:
@@ -186,20 +240,23 @@ func (s *recorder) record(ex *exchange, p *plan.Plan, rep wire.Reply, truncated 
 	if whole {
 		reply = &rewrite.Message{Role: "assistant", Content: rep.Content}
 	}
-	if share, ok := s.prefixes.kept(ex.session, p.Messages, reply); ok {
-		s.metrics.prefixKept.Observe(share)
+	if share, ok := s.prefixes.kept(session, p.Messages, reply); ok {
+		out.PrefixKept, out.PrefixKnown = share, true
 		turn.PrefixKept, turn.PrefixKnown = share, true
 	}
 	// The messages are converted for the store on the writer, not here
 	// while the client waits for the end of the answer. In accumulate
 	// mode p.Sent is the whole stored history: only the new turn is
 	// converted, and the history only for a pre-overflow snapshot.
-	model, accum, mark, dialect, sent, newTurn := p.Model, p.Accumulated, p.Restore, ex.dialect, p.Sent, p.NewTurn
+	model, accum, mark, dialect, sent, newTurn := p.Model, p.Accumulated, p.Restore, p.Dialect, p.Sent, p.NewTurn
 	// The turn's messages share the request body's bytes until the store
 	// has them: the body's share of the memory budget goes back then.
 	// Other replicas wait for the turn until it is stored.
-	stored := h.handOver()
-	err := s.writer.UpdateThen(ex.session, func(sess *snapshots.Session) error {
+	var stored func()
+	if o.Holds != nil {
+		stored = o.Holds.HandOver()
+	}
+	err := s.writer.UpdateThen(session, func(sess *snapshots.Session) error {
 		if model != "" {
 			sess.Model = model
 		}
@@ -226,24 +283,24 @@ func (s *recorder) record(ex *exchange, p *plan.Plan, rep wire.Reply, truncated 
 		if stored != nil {
 			stored() // the writer will not
 		}
-		s.log.Warn("session not recorded", "session", ex.session, "err", err)
+		s.log.Warn("session not recorded", "session", session, "err", err)
 		return
 	}
-	s.prune(ex, p, replyMsg)
+	s.prune(p, replyMsg)
 	// Snapshot before the first cut of a conversation that has outgrown
 	// the window (the pre-overflow snapshot, docs/sessions.md). The writer takes
 	// the automatic snapshot at snapshots.auto_threshold itself, from the
 	// usage recorded above.
-	before := s.trackers.Record(ex.session, turn)
+	before := s.trackers.Record(session, turn)
 	if p.Result.Dropped > 0 && (before.Requests == 0 || before.Usage() < s.threshold()) {
 		s.log.Info("pre-overflow: conversation outgrew the window; snapshot taken before the first cut",
-			"session", ex.session, "tokens", p.Before.Tokens, "limit", p.Limit)
+			"session", session, "tokens", p.Before.Tokens, "limit", p.Limit)
 		// The turn's own list belongs to the queued update.
-		whole := sessions.StoredMessages(ex.dialect, p.Sent)
-		snap := snapshots.NewSnapshot(&snapshots.Session{ID: ex.session, Model: p.Model, Messages: whole,
+		whole := sessions.StoredMessages(p.Dialect, p.Sent)
+		snap := snapshots.NewSnapshot(&snapshots.Session{ID: session, Model: p.Model, Messages: whole,
 			Stats: sessions.StoredStats(budget.Totals{}.Add(turn))}, snapshots.ReasonOverflow)
 		if err := s.writer.SaveSnapshot(snap); err != nil {
-			s.log.Warn("snapshot not queued", "session", ex.session, "err", err)
+			s.log.Warn("snapshot not queued", "session", session, "err", err)
 		}
 	}
 }
@@ -251,85 +308,34 @@ func (s *recorder) record(ex *exchange, p *plan.Plan, rep wire.Reply, truncated 
 // prune prunes an accumulated session's stored history that outgrew its
 // window (pruneStored), after a snapshot of the whole (reason prune), so
 // the session stops growing past its window and nothing is lost.
-func (s *recorder) prune(ex *exchange, p *plan.Plan, reply *snapshots.Message) {
+func (s *Recorder) prune(p Plan, reply *snapshots.Message) {
+	session := p.opt.Session
 	pr := pruneStored(s.trimmer.Load(), p, reply)
 	if pr == nil {
 		return
 	}
-	if err := s.writer.Snapshot(ex.session, snapshots.ReasonPrune); err != nil {
-		s.log.Warn("snapshot not queued; stored history not pruned", "session", ex.session, "err", err)
+	if err := s.writer.Snapshot(session, snapshots.ReasonPrune); err != nil {
+		s.log.Warn("snapshot not queued; stored history not pruned", "session", session, "err", err)
 		return
 	}
 	now := time.Now()
-	err := s.writer.Update(ex.session, func(sess *snapshots.Session) error {
+	err := s.writer.Update(session, func(sess *snapshots.Session) error {
 		if !pr.apply(sess, now) {
-			s.log.Debug("stored history changed before it was pruned; pruning on a later turn", "session", ex.session)
+			s.log.Debug("stored history changed before it was pruned; pruning on a later turn", "session", session)
 		}
 		return nil
 	})
 	if err != nil {
-		s.log.Warn("stored history not pruned", "session", ex.session, "err", err)
+		s.log.Warn("stored history not pruned", "session", session, "err", err)
 		return
 	}
 	s.log.Info("stored history outgrew the window; pruned by importance after a snapshot",
-		"session", ex.session, "messages", len(pr.full), "kept", len(pr.kept), "tokens", pr.tokens, "limit", pr.limit)
+		"session", session, "messages", len(pr.full), "kept", len(pr.kept), "tokens", pr.tokens, "limit", pr.limit)
 }
 
-func (s *recorder) threshold() float64 {
+func (s *Recorder) threshold() float64 {
 	if t := s.trimmer.Load(); t != nil {
 		return t.Threshold()
 	}
 	return 0.8
-}
-
-func (s *recorder) logExchange(ex *exchange, p *plan.Plan) {
-	status := ex.status
-	s.metrics.requests.WithLabelValues(ex.route, ex.dialect.String(), strconv.Itoa(status)).Inc()
-	took := time.Since(ex.start)
-	s.metrics.duration.WithLabelValues(ex.route).Observe(took.Seconds())
-	if p != nil {
-		if p.Counter != nil {
-			s.metrics.exactCounts.WithLabelValues(p.CountMethod()).Inc()
-			s.metrics.tokensBefore.Observe(float64(p.Before.Tokens))
-			s.metrics.tokensAfter.Observe(float64(p.After.Tokens))
-		}
-		s.metrics.observeNumCtx(p.NumCtx)
-		if p.Result.Notice != "" {
-			s.metrics.dropped.Add(float64(p.Result.Dropped - p.Result.Summarized))
-			s.metrics.summarized.Add(float64(p.Result.Summarized))
-		}
-	}
-	level := slog.LevelInfo
-	if status >= 500 {
-		level = slog.LevelWarn
-	}
-	ctx := context.Background()
-	if !s.log.Enabled(ctx, level) {
-		return // the attributes below cost a dozen allocations
-	}
-	attrs := []any{"route", ex.route, "dialect", ex.dialect.String(), "model", ex.model, "session", ex.session,
-		"stream", ex.stream, "status", status, "duration_ms", ms(took)}
-	if p != nil {
-		if p.Counter != nil {
-			attrs = append(attrs, "tokens_before", p.Before.Tokens, "tokens", p.After.Tokens, "exact", p.Before.Exact, "limit", p.Limit,
-				"usage", fmt.Sprintf("%.1f%%", p.Usage()*100))
-		}
-		if p.NumCtx > 0 {
-			attrs = append(attrs, "num_ctx", p.NumCtx)
-		}
-		if p.Result.Notice != "" {
-			attrs = append(attrs, "dropped", p.Result.Dropped, "summarized", p.Result.Summarized, "notice", p.Result.Notice)
-		}
-		if p.Translate {
-			attrs = append(attrs, "translated", true)
-		}
-	}
-	attrs = append(attrs, ex.logAttrs...)
-	s.log.Log(ctx, level, "chat", attrs...)
-}
-
-// ms is d in milliseconds to a tenth, the unit in the attribute's name:
-// slog writes a time.Duration to JSON as bare nanoseconds.
-func ms(d time.Duration) float64 {
-	return float64(d.Round(100*time.Microsecond)) / float64(time.Millisecond)
 }
