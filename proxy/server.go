@@ -1,12 +1,21 @@
-// Package proxy is ctxproxy's HTTP side: the server, routing, the Ollama
-// and OpenAI dialect codecs, forwarding through httputil.ReverseProxy, the
-// response headers, the admin API and metrics.
+// Package proxy is ctxproxy's HTTP side: the server and its routes, the
+// checks every request meets first (package edge), the options a client
+// sets in headers read once into a plan.Options, forwarding to the
+// backend over Go's http.Transport (cutting harder and resending while
+// the backend refuses a prompt as too long), relaying the answer as it
+// streams, the X-Ctxproxy-* response headers, the log line and the
+// metrics.
 //
-// Four routes are intercepted: POST /api/chat (Ollama), POST
-// /v1/chat/completions (OpenAI), POST /v1/responses (OpenAI's Responses
-// API) and POST /v1/messages (Anthropic's Messages API). Everything else,
-// and every byte of an intercepted request that ctxproxy does not need to
-// change, passes through as the client sent it.
+// Intercepted are the chat routes POST /api/chat (Ollama),
+// /v1/chat/completions (OpenAI), /v1/responses (OpenAI's Responses API)
+// and /v1/messages (Anthropic's Messages API); the raw-prompt routes
+// /api/generate and /v1/completions; and /api/tokenize and
+// /api/detokenize, answered with the model's own tokenizer where ctxproxy
+// has it. What a chat or raw-prompt request forwards is decided by
+// package plan, which knows nothing of HTTP. Everything else passes
+// through httputil.ReverseProxy, and every byte of an intercepted request
+// that ctxproxy does not need to change passes as the client sent it.
+// The admin API and the status page are package admin's.
 package proxy
 
 import (
