@@ -1,8 +1,6 @@
 package plan
 
 import (
-	"encoding/json"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/budget/exact"
@@ -10,25 +8,6 @@ import (
 	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 )
-
-// conversation is a chat body of a system prompt and n messages of
-// 50–350 generated words, ending with the user's turn.
-func conversation(n int, seed uint64) []byte {
-	msgs := []map[string]any{{"role": "system", "content": "You are terse. " + vocabgen.Text(100, seed)}}
-	rng := rand.New(rand.NewPCG(seed, 3))
-	for i := range n {
-		role := "user"
-		if i%2 == 1 {
-			role = "assistant"
-		}
-		msgs = append(msgs, map[string]any{"role": role, "content": vocabgen.Text(50+rng.IntN(300), seed+uint64(i))})
-	}
-	if n%2 == 0 {
-		msgs = append(msgs, map[string]any{"role": "user", "content": "and now?"})
-	}
-	b, _ := json.Marshal(map[string]any{"model": "tiny", "messages": msgs, "stream": false})
-	return b
-}
 
 // BenchmarkExactCounting is what exact counting adds to one request of a
 // resent 100-message conversation: the count before, the overhead and each
@@ -39,7 +18,7 @@ func BenchmarkExactCounting(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	body := conversation(100, 1)
+	body := vocabgen.Conversation("tiny", 100, 1, nil)
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
 		req, err := wire.DecodeChat(wire.Ollama, body)

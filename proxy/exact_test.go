@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -29,26 +28,9 @@ func bpeModel() (*fakebackend.ModelSpec, []string) {
 	return &fakebackend.ModelSpec{Vocab: vocabgen.BPE(8000, "llama-bpe", 2)}, exact.Pretokenizer("llama-bpe")
 }
 
-// textConversation is n turns of generated text in the dialect's shape.
+// textConversation is n turns of generated text (vocabgen.Conversation).
 func textConversation(model string, n int, seed uint64, extra map[string]any) []byte {
-	msgs := []map[string]any{{"role": "system", "content": "You are terse. " + vocabgen.Text(100, seed)}}
-	rng := rand.New(rand.NewPCG(seed, 3))
-	for i := range n {
-		role := "user"
-		if i%2 == 1 {
-			role = "assistant"
-		}
-		msgs = append(msgs, map[string]any{"role": role, "content": vocabgen.Text(50+rng.IntN(300), seed+uint64(i))})
-	}
-	if n%2 == 0 {
-		msgs = append(msgs, map[string]any{"role": "user", "content": "and now?"})
-	}
-	body := map[string]any{"model": model, "messages": msgs, "stream": false}
-	for k, v := range extra {
-		body[k] = v
-	}
-	b, _ := json.Marshal(body)
-	return b
+	return vocabgen.Conversation(model, n, seed, extra)
 }
 
 func promptEvalCount(t *testing.T, resp *http.Response) int {

@@ -12,7 +12,9 @@
 package vocabgen
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -403,4 +405,26 @@ func (v Vocab) with(typ int32, tokens []string) Vocab {
 		}
 	}
 	return v
+}
+
+// Conversation is a chat body for model of a system prompt and n turns
+// of 50–350 bytes of Text each, ending with the user's turn, with the
+// members of extra added.
+func Conversation(model string, n int, seed uint64, extra map[string]any) []byte {
+	msgs := []map[string]any{{"role": "system", "content": "You are terse. " + Text(100, seed)}}
+	rng := rand.New(rand.NewPCG(seed, 3))
+	for i := range n {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		msgs = append(msgs, map[string]any{"role": role, "content": Text(50+rng.IntN(300), seed+uint64(i))})
+	}
+	if n%2 == 0 {
+		msgs = append(msgs, map[string]any{"role": "user", "content": "and now?"})
+	}
+	body := map[string]any{"model": model, "messages": msgs, "stream": false}
+	maps.Copy(body, extra)
+	b, _ := json.Marshal(body)
+	return b
 }
