@@ -1,4 +1,4 @@
-// Package api declares the JSON of ctxproxy's admin API, status and
+// Package adminapi declares the JSON of ctxproxy's admin API, status and
 // tokenize routes (docs/admin-api.md): the server writes these types and
 // ctxproxy's own client, REPL and in-band commands read them, so each
 // shape exists once and the two sides cannot drift apart.
@@ -7,4 +7,4 @@
 // package may use it. Fields are always present unless tagged omitempty;
 // the snapshots package's own JSON (the stored format) is a different
 // thing and is not declared here.
-package api
+package adminapi
