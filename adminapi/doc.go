@@ -4,7 +4,8 @@
 // shape exists once and the two sides cannot drift apart.
 //
 // The package is a leaf: it imports nothing of ctxproxy, so every other
-// package may use it. Fields are always present unless tagged omitempty;
-// the snapshots package's own JSON (the stored format) is a different
-// thing and is not declared here.
+// package may use it. Fields are always present unless tagged omitempty.
+// The snapshots package's own JSON (the stored format) is its own, except
+// for the shapes the two share: Budget, as the planner, the stored
+// session and the admin answer all have it.
 package adminapi

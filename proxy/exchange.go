@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
@@ -139,7 +139,7 @@ func setPlanHeaders(ex *exchange, p *plan) {
 // budgetHeader is X-Ctxproxy-Budget's value: "total=8192 system=120
 // tools=337 template=3 reserve=1024 conversation=5000 available=1708", built in one
 // buffer (it is set on every counted request).
-func budgetHeader(b budget.Budget) string {
+func budgetHeader(b adminapi.Budget) string {
 	buf := make([]byte, 0, 96)
 	for i, part := range [...]struct {
 		key string

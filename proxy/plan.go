@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
@@ -76,7 +77,7 @@ type plan struct {
 	// lim are the model's limits as this request runs with them; alloc
 	// how its window was divided (setPlanHeaders).
 	lim   budget.Window
-	alloc budget.Budget
+	alloc adminapi.Budget
 	// replyAsked is the reply the request asked for when it was more than
 	// the floor lim keeps (Window.Yield): the reply gets what the prompt
 	// leaves of it. 0 otherwise.
@@ -389,7 +390,7 @@ func (p *plan) allocate() {
 		// What the prompt leaves the reply, up to what it asked for.
 		reserve = max(reserve, min(p.replyAsked, p.lim.ReplyRoom(p.after.Tokens)))
 	}
-	p.alloc = budget.Budget{Total: p.lim.MaxTokens, SystemPrompt: system, Tools: overhead - template, Template: template,
+	p.alloc = adminapi.Budget{Total: p.lim.MaxTokens, SystemPrompt: system, Tools: overhead - template, Template: template,
 		ResponseReserve: reserve, Conversation: max(0, p.after.Tokens-system-overhead)}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
@@ -60,7 +61,7 @@ func plannedExchange() (*exchange, *plan) {
 	p := &plan{model: "llama3.1:8b", counter: budget.NewMessageCounter(budget.Approx{}, 0), limit: 8192, numCtx: 8192,
 		before: budget.Estimate{Tokens: 9000}, after: budget.Estimate{Tokens: 5000},
 		result: rewrite.Result{Dropped: 10, Notice: "Context trimmed."},
-		alloc:  budget.Budget{Total: 8192, SystemPrompt: 120, Tools: 337, Template: 3, ResponseReserve: 1024, Conversation: 4540}}
+		alloc:  adminapi.Budget{Total: 8192, SystemPrompt: 120, Tools: 337, Template: 3, ResponseReserve: 1024, Conversation: 4540}}
 	return &exchange{headers: http.Header{}}, p
 }
 

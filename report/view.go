@@ -369,11 +369,11 @@ func writeDevices(w io.Writer, devices []adminapi.Device) {
 // X-Ctxproxy-Budget header): "8,192: 120 system, 337 tools, 3 template,
 // 1,024 reply, 5,000 conversation, 1,708 free"; tools only when there were
 // some.
-func BudgetLine(b adminapi.Budget) string {
+func BudgetLine(b adminapi.BudgetReport) string {
 	tools := ""
 	if b.Tools > 0 {
 		tools = Grouped(b.Tools) + " tools, "
 	}
 	return fmt.Sprintf("%s: %s system, %s%s template, %s reply, %s conversation, %s free", Grouped(b.Total),
-		Grouped(b.System), tools, Grouped(b.Template), Grouped(b.Reserve), Grouped(b.Conversation), Grouped(b.Available))
+		Grouped(b.SystemPrompt), tools, Grouped(b.Template), Grouped(b.ResponseReserve), Grouped(b.Conversation), Grouped(b.Free))
 }

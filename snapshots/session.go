@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // Session is the state ctxproxy keeps for one session id: the conversation
@@ -88,20 +90,9 @@ type Stats struct {
 	// prompt cache on the last request, as it said; nil when it did not.
 	CachedTokens *int `json:"cached_tokens,omitempty"`
 	// Budget is how the last request's window was divided; nil when it
-	// was not counted.
-	Budget *Allocation `json:"budget,omitempty"`
-}
-
-// Allocation is how a request's window was divided: the system prompt,
-// the tools and the chat template's own tokens, the reply's reserve, and
-// the conversation (as forwarded).
-type Allocation struct {
-	Total        int `json:"total"`
-	System       int `json:"system"`
-	Tools        int `json:"tools"`
-	Template     int `json:"template,omitempty"`
-	Reserve      int `json:"reserve"`
-	Conversation int `json:"conversation"`
+	// was not counted. Records written before Template was stored always
+	// read with Template 0.
+	Budget *adminapi.Budget `json:"budget,omitempty"`
 }
 
 // Summary is a cached summary of some iterations of a conversation, keyed

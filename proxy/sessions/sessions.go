@@ -451,10 +451,7 @@ func StatsOf(st snapshots.Stats) adminapi.SessionStats {
 	}
 	out.PrefixKept, out.CachedTokens = st.PrefixKept, st.CachedTokens
 	if a := st.Budget; a != nil {
-		b := budget.Budget{Total: a.Total, SystemPrompt: a.System, Tools: a.Tools, Template: a.Template, ResponseReserve: a.Reserve,
-			Conversation: a.Conversation}
-		out.Budget = &adminapi.Budget{Total: a.Total, System: a.System, Tools: a.Tools, Template: a.Template, Reserve: a.Reserve,
-			Conversation: a.Conversation, Available: b.Available()}
+		out.Budget = &adminapi.BudgetReport{Budget: *a, Free: a.Available()}
 	}
 	return out
 }
