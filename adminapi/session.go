@@ -146,7 +146,9 @@ type Imported struct {
 	Undo     *SnapshotInfo `json:"undo"`
 }
 
-// SnapshotInfo is one snapshot of GET /ctxproxy/sessions/{id}/snapshots.
+// SnapshotInfo is one snapshot of GET /ctxproxy/sessions/{id}/snapshots,
+// and the snapshot's entry in the session store's index, in the same
+// shape.
 type SnapshotInfo struct {
 	ID        string    `json:"id"`
 	SessionID string    `json:"session_id"`
@@ -156,7 +158,8 @@ type SnapshotInfo struct {
 	Usage     float64   `json:"usage"`
 	Reason    string    `json:"reason"`
 	Messages  int       `json:"messages"`
-	Bytes     int       `json:"bytes"`
+	// Bytes is the stored (compressed) size.
+	Bytes int `json:"bytes"`
 }
 
 // Snapshots is GET /ctxproxy/sessions/{id}/snapshots.

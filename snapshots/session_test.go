@@ -1,6 +1,7 @@
 package snapshots
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -146,5 +147,21 @@ func TestOldBudgetRecordReads(t *testing.T) {
 				t.Errorf("encoded again, %s lacks %s", b, name)
 			}
 		}
+	}
+}
+
+// TestOldSnapshotEntryReads: a snapshot record whose index entry leaves
+// out an empty model and a zero usage, as entries were once written,
+// reads as the entry the admin API lists.
+func TestOldSnapshotEntryReads(t *testing.T) {
+	entry := json.RawMessage(`{"id":"snap1","session_id":"s","created":"2025-01-02T03:04:05Z","tokens":0,"reason":"manual","messages":0,"bytes":0}`)
+	data, err := seal(formatSnapshot, entry, []byte(`{"id":"snap1","session_id":"s","created":"2025-01-02T03:04:05Z","tokens":0,"reason":"manual"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := readInfo[adminapi.SnapshotInfo](data, formatSnapshot)
+	want := adminapi.SnapshotInfo{ID: "snap1", SessionID: "s", Created: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Reason: "manual"}
+	if err != nil || got != want {
+		t.Errorf("readInfo = %+v, %v; want %+v", got, err, want)
 	}
 }

@@ -150,7 +150,7 @@ func (s *Service) Get(ctx context.Context, id string) (*snapshots.Session, admin
 // the metadata stays; the cleared state is snapshotted first (reason
 // Clear) so that a clear can be undone. With keepSystem (/context clear)
 // the leading system messages stay.
-func (s *Service) Clear(ctx context.Context, id string, keepSystem bool, reason string) (undo snapshots.SnapshotInfo, err error) {
+func (s *Service) Clear(ctx context.Context, id string, keepSystem bool, reason string) (undo adminapi.SnapshotInfo, err error) {
 	sess, err := s.Store.Get(ctx, id)
 	if err != nil {
 		return undo, NotFound(err, "session %q not found", id)
@@ -181,14 +181,14 @@ func (s *Service) Clear(ctx context.Context, id string, keepSystem bool, reason 
 }
 
 // takeSnapshot saves a Snapshot of session id as stored now.
-func (s *Service) Snapshot(ctx context.Context, id, reason string) (snapshots.SnapshotInfo, error) {
+func (s *Service) Snapshot(ctx context.Context, id, reason string) (adminapi.SnapshotInfo, error) {
 	info, err := snapshots.TakeSnapshot(ctx, s.FullStore(), id, reason)
 	return info, NotFound(err, "session %q not found", id)
 }
 
 // Restore replaces session id's conversation with snapshot snap's and
 // returns how many messages it has now and the undo snapshot.
-func (s *Service) Restore(ctx context.Context, id, snap string) (n int, undo snapshots.SnapshotInfo, err error) {
+func (s *Service) Restore(ctx context.Context, id, snap string) (n int, undo adminapi.SnapshotInfo, err error) {
 	undo, err = snapshots.Restore(ctx, s.FullStore(), id, snap)
 	if err != nil {
 		return 0, undo, NotFound(err, "snapshot %q of session %q not found", snap, id)
@@ -432,12 +432,12 @@ func SessionInfoOf(i snapshots.Listing) adminapi.SessionInfo {
 }
 
 // SnapshotOf is a snapshot's JSON; nil for the zero info (no undo).
-func SnapshotOf(i snapshots.SnapshotInfo) *adminapi.SnapshotInfo {
+func SnapshotOf(i adminapi.SnapshotInfo) *adminapi.SnapshotInfo {
 	if i.ID == "" {
 		return nil
 	}
-	return &adminapi.SnapshotInfo{ID: i.ID, SessionID: i.SessionID, Created: i.Created.UTC(), Model: i.Model,
-		Tokens: i.Tokens, Usage: Finite(i.Usage), Reason: i.Reason, Messages: i.Messages, Bytes: i.Bytes}
+	i.Created, i.Usage = i.Created.UTC(), Finite(i.Usage)
+	return &i
 }
 
 func StatsOf(st snapshots.Stats) adminapi.SessionStats {
