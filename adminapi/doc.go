@@ -5,7 +5,8 @@
 //
 // The package is a leaf: it imports nothing of ctxproxy, so every other
 // package may use it. Fields are always present unless tagged omitempty.
-// The snapshots package's own JSON (the stored format) is its own, except
-// for the shapes the two share: Budget, as the planner, the stored
-// session and the admin answer all have it.
+// The snapshots package's stored format is its own, but for the shapes
+// the two share: Budget, which the planner, the stored session and the
+// admin answer all carry, and SnapshotInfo, a snapshot's entry in the
+// store's index and in the admin API's list.
 package adminapi
