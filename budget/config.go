@@ -65,10 +65,10 @@ func (c Config) Validate() error {
 	if c.ApproxCharsPerToken < 0 || c.ApproxCharsPerToken > 100 || math.IsNaN(c.ApproxCharsPerToken) {
 		errs = append(errs, fmt.Errorf("tokens.approx_chars_per_token: %v is not in (0, 100]", c.ApproxCharsPerToken))
 	}
-	errs = append(errs, check.NotNegative("tokens.image_tokens", c.ImageTokens))
-	errs = append(errs, check.NotNegative("tokens.cache_entries", c.CacheEntries))
-	errs = append(errs, check.NotNegative("context.reserve_output", c.ReserveOutput))
-	errs = append(errs, check.NotNegative("strategy.reserved", c.Reserved))
+	errs = append(errs, check.NotNegative("tokens.image_tokens", c.ImageTokens),
+		check.NotNegative("tokens.cache_entries", c.CacheEntries),
+		check.NotNegative("context.reserve_output", c.ReserveOutput),
+		check.NotNegative("strategy.reserved", c.Reserved))
 	names := make([]string, 0, len(c.Models))
 	for name := range c.Models {
 		names = append(names, name)

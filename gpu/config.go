@@ -155,8 +155,8 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("context.model_num_ctx: %q is not ceiling or ignore", c.ModelNumCtx))
 	}
-	errs = append(errs, check.NotNegative("gpu.poll_active", c.PollActive))
-	errs = append(errs, check.NotNegative("gpu.poll_idle", c.PollIdle))
+	errs = append(errs, check.NotNegative("gpu.poll_active", c.PollActive),
+		check.NotNegative("gpu.poll_idle", c.PollIdle))
 	g := c.Guard
 	for _, f := range []struct {
 		key string
@@ -167,9 +167,9 @@ func (c Config) Validate() error {
 	if d := g.withDefaults(); !(d.CompressAt <= d.ShrinkAt && d.ShrinkAt <= d.EmergencyAt) {
 		errs = append(errs, fmt.Errorf("gpu.guard: need compress_at (%v) ≤ shrink_at (%v) ≤ emergency_at (%v)", d.CompressAt, d.ShrinkAt, d.EmergencyAt))
 	}
-	errs = append(errs, check.NotNegative("context.target_size", c.TargetSize))
-	errs = append(errs, check.NotNegative("context.min_size", c.MinSize))
-	errs = append(errs, check.NotNegative("context.max_size", c.MaxSize))
+	errs = append(errs, check.NotNegative("context.target_size", c.TargetSize),
+		check.NotNegative("context.min_size", c.MinSize),
+		check.NotNegative("context.max_size", c.MaxSize))
 	if c.MinSize > 0 && c.MaxSize > 0 && c.MinSize > c.MaxSize {
 		errs = append(errs, fmt.Errorf("context.min_size %d is above context.max_size %d", c.MinSize, c.MaxSize))
 	}

@@ -97,9 +97,9 @@ func (c SummarizeConfig) withDefaults() SummarizeConfig {
 // Validate reports every problem with c at once.
 func (c SummarizeConfig) Validate() error {
 	var errs []error
-	errs = append(errs, check.NotNegative("summarize.max_tokens", c.MaxTokens))
-	errs = append(errs, check.NotNegative("summarize.keep_recent_tokens", c.KeepRecentTokens))
-	errs = append(errs, check.NotNegative("summarize.timeout", c.Timeout))
+	errs = append(errs, check.NotNegative("summarize.max_tokens", c.MaxTokens),
+		check.NotNegative("summarize.keep_recent_tokens", c.KeepRecentTokens),
+		check.NotNegative("summarize.timeout", c.Timeout))
 	if c.PrefetchAt > 1 {
 		errs = append(errs, fmt.Errorf("summarize.prefetch_at: %v is above 1", c.PrefetchAt))
 	}

@@ -145,10 +145,10 @@ func (c Config) Validate() error {
 	if !(c.AutoThreshold <= 1) { // NaN too
 		errs = append(errs, fmt.Errorf("snapshots.auto_threshold: %v is above 1 (a negative value turns it off)", c.AutoThreshold))
 	}
-	errs = append(errs, check.NotNegative("snapshots.max_count", c.MaxCount))
-	errs = append(errs, check.NotNegative("snapshots.queue_size", c.QueueSize))
-	errs = append(errs, check.NotNegative("snapshots.workers", c.Workers))
-	errs = append(errs, check.NotNegative("snapshots.redis.db", c.Redis.DB))
+	errs = append(errs, check.NotNegative("snapshots.max_count", c.MaxCount),
+		check.NotNegative("snapshots.queue_size", c.QueueSize),
+		check.NotNegative("snapshots.workers", c.Workers),
+		check.NotNegative("snapshots.redis.db", c.Redis.DB))
 	if (c.Redis.SentinelMaster == "") != (len(c.Redis.SentinelAddrs) == 0) {
 		errs = append(errs, errors.New("snapshots.redis.sentinel_master and sentinel_addrs go together: "+
 			"the name of the primary, and the sentinels that monitor it"))
