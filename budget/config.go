@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+
+	"github.com/ctxproxy/ctxproxy/internal/check"
 )
 
 // Config configures counting and limits. Its zero value works: automatic
@@ -63,18 +65,10 @@ func (c Config) Validate() error {
 	if c.ApproxCharsPerToken < 0 || c.ApproxCharsPerToken > 100 || math.IsNaN(c.ApproxCharsPerToken) {
 		errs = append(errs, fmt.Errorf("tokens.approx_chars_per_token: %v is not in (0, 100]", c.ApproxCharsPerToken))
 	}
-	if c.ImageTokens < 0 {
-		errs = append(errs, fmt.Errorf("tokens.image_tokens: %d is negative", c.ImageTokens))
-	}
-	if c.CacheEntries < 0 {
-		errs = append(errs, fmt.Errorf("tokens.cache_entries: %d is negative", c.CacheEntries))
-	}
-	if c.ReserveOutput < 0 {
-		errs = append(errs, fmt.Errorf("context.reserve_output: %d is negative", c.ReserveOutput))
-	}
-	if c.Reserved < 0 {
-		errs = append(errs, fmt.Errorf("strategy.reserved: %d is negative", c.Reserved))
-	}
+	errs = append(errs, check.NotNegative("tokens.image_tokens", c.ImageTokens),
+		check.NotNegative("tokens.cache_entries", c.CacheEntries),
+		check.NotNegative("context.reserve_output", c.ReserveOutput),
+		check.NotNegative("strategy.reserved", c.Reserved))
 	names := make([]string, 0, len(c.Models))
 	for name := range c.Models {
 		names = append(names, name)
@@ -91,8 +85,8 @@ func (c Config) Validate() error {
 		if m.MaxTokens > 0 && m.MaxOutputTokens >= m.MaxTokens {
 			errs = append(errs, fmt.Errorf("models.%s: max_output_tokens %d leaves nothing of max_tokens %d", name, m.MaxOutputTokens, m.MaxTokens))
 		}
-		if m.Multiplier != 0 && !(m.Multiplier >= minRatio && m.Multiplier <= maxRatio) {
-			errs = append(errs, fmt.Errorf("models.%s.multiplier: %v is not in [%v, %v]", name, m.Multiplier, minRatio, maxRatio))
+		if m.Multiplier != 0 {
+			errs = append(errs, check.Within("models."+name+".multiplier", m.Multiplier, minRatio, maxRatio))
 		}
 	}
 	return errors.Join(errs...)

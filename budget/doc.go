@@ -1,7 +1,8 @@
 // Package budget counts tokens and knows model limits: tiktoken and
 // approximate counters, a bounded cache of counts, per-model calibration
-// from what the backend reports, the table of known context windows, the
-// budget of a request and a running tracker.
+// from what the backend reports, the table of known context windows, and a
+// running tracker of how a request's window is divided (adminapi.Budget,
+// the one shape the admin API and the session store show too).
 //
 // The proxy holds one Registry for the life of the process and, for each
 // intercepted chat request:

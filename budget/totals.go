@@ -3,6 +3,8 @@ package budget
 import (
 	"math"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // Turn is what one forwarded request of a conversation adds to its
@@ -39,7 +41,7 @@ type Turn struct {
 	CachedKnown  bool
 	// Budget is how the request's window was divided (the
 	// X-Ctxproxy-Budget header); the zero Budget when it was not counted.
-	Budget Budget
+	Budget adminapi.Budget
 }
 
 // Totals are a conversation's running totals: the numbers of its last
@@ -58,7 +60,7 @@ type Totals struct {
 	// when the last request was answered.
 	LastTruncation, LastRequest time.Time
 	// Budget is the last request's allocation of its window.
-	Budget Budget
+	Budget adminapi.Budget
 	// PrefixKept is the last request's Turn.PrefixKept, kept from an
 	// earlier request when the last did not measure it.
 	PrefixKept  float64

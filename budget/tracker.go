@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/chat"
 )
 
@@ -135,10 +136,10 @@ func (t *Tracker) Tokens() int {
 }
 
 // Budget returns the current allocation of the window.
-func (t *Tracker) Budget() Budget {
+func (t *Tracker) Budget() adminapi.Budget {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return Budget{
+	return adminapi.Budget{
 		Total:           t.limits.MaxTokens,
 		SystemPrompt:    t.system,
 		Tools:           t.tools,

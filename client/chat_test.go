@@ -8,7 +8,7 @@ import (
 	"testing"
 	"testing/iotest"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -191,7 +191,7 @@ func FuzzReadStreams(f *testing.F) {
 		_ = readSSE(strings.NewReader(s), &r, show)
 		_ = readCompletion(strings.NewReader(s), &r, show)
 		_ = errorFrom(500, []byte(s))
-		_ = api.ParseHeaders(http.Header{"X-Ctxproxy-Warning": {s}, "X-Ctxproxy-Usage": {s}})
+		_ = adminapi.ParseHeaders(http.Header{"X-Ctxproxy-Warning": {s}, "X-Ctxproxy-Usage": {s}})
 	})
 }
 

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // Client talks to a running ctxproxy: its admin API under /ctxproxy/ and,
@@ -219,28 +219,28 @@ func sessionPath(id string) string {
 	return "/ctxproxy/sessions/" + url.PathEscape(id)
 }
 
-func (c *Client) Status(ctx context.Context) (api.Status, []byte, error) {
-	return get[api.Status](ctx, c, http.MethodGet, "/ctxproxy/status", nil)
+func (c *Client) Status(ctx context.Context) (adminapi.Status, []byte, error) {
+	return get[adminapi.Status](ctx, c, http.MethodGet, "/ctxproxy/status", nil)
 }
 
-func (c *Client) Sessions(ctx context.Context) ([]api.SessionInfo, []byte, error) {
+func (c *Client) Sessions(ctx context.Context) ([]adminapi.SessionInfo, []byte, error) {
 	v, raw, err := get[struct {
-		Sessions []api.SessionInfo `json:"sessions"`
+		Sessions []adminapi.SessionInfo `json:"sessions"`
 	}](ctx, c, http.MethodGet, "/ctxproxy/sessions", nil)
 	return v.Sessions, raw, err
 }
 
-func (c *Client) Session(ctx context.Context, id string) (api.SessionDetail, []byte, error) {
-	return get[api.SessionDetail](ctx, c, http.MethodGet, sessionPath(id), nil)
+func (c *Client) Session(ctx context.Context, id string) (adminapi.SessionDetail, []byte, error) {
+	return get[adminapi.SessionDetail](ctx, c, http.MethodGet, sessionPath(id), nil)
 }
 
 // putSession creates a session or merges metadata into it.
-func (c *Client) PutSession(ctx context.Context, id string, metadata map[string]any, model string) (api.SessionDetail, []byte, error) {
+func (c *Client) PutSession(ctx context.Context, id string, metadata map[string]any, model string) (adminapi.SessionDetail, []byte, error) {
 	body := map[string]any{"metadata": metadata}
 	if model != "" {
 		body["model"] = model
 	}
-	return get[api.SessionDetail](ctx, c, http.MethodPut, sessionPath(id), body)
+	return get[adminapi.SessionDetail](ctx, c, http.MethodPut, sessionPath(id), body)
 }
 
 // clear empties a session's conversation and stats and keeps its metadata
@@ -254,12 +254,12 @@ func (c *Client) Clear(ctx context.Context, id string, purge bool) ([]byte, erro
 }
 
 // Messages is the session's stored conversation.
-func (c *Client) Messages(ctx context.Context, id string) (api.Messages, []byte, error) {
-	return get[api.Messages](ctx, c, http.MethodGet, sessionPath(id)+"/messages", nil)
+func (c *Client) Messages(ctx context.Context, id string) (adminapi.Messages, []byte, error) {
+	return get[adminapi.Messages](ctx, c, http.MethodGet, sessionPath(id)+"/messages", nil)
 }
 
-func (c *Client) AddMessages(ctx context.Context, id string, msgs []api.NewMessage) (api.Appended, []byte, error) {
-	return get[api.Appended](ctx, c, http.MethodPost, sessionPath(id)+"/messages",
+func (c *Client) AddMessages(ctx context.Context, id string, msgs []adminapi.NewMessage) (adminapi.Appended, []byte, error) {
+	return get[adminapi.Appended](ctx, c, http.MethodPost, sessionPath(id)+"/messages",
 		map[string]any{"messages": msgs})
 }
 
@@ -269,73 +269,73 @@ func (c *Client) Export(ctx context.Context, id string) ([]byte, error) {
 
 // importSession sends an export, a bare array of messages or a chat
 // request body as it is: ctxproxy validates it.
-func (c *Client) Import(ctx context.Context, id string, body []byte) (api.Imported, []byte, error) {
-	return get[api.Imported](ctx, c, http.MethodPost, sessionPath(id)+"/import", body)
+func (c *Client) Import(ctx context.Context, id string, body []byte) (adminapi.Imported, []byte, error) {
+	return get[adminapi.Imported](ctx, c, http.MethodPost, sessionPath(id)+"/import", body)
 }
 
-func (c *Client) Snapshots(ctx context.Context, id string) ([]api.SnapshotInfo, []byte, error) {
+func (c *Client) Snapshots(ctx context.Context, id string) ([]adminapi.SnapshotInfo, []byte, error) {
 	v, raw, err := get[struct {
-		Snapshots []api.SnapshotInfo `json:"snapshots"`
+		Snapshots []adminapi.SnapshotInfo `json:"snapshots"`
 	}](ctx, c, http.MethodGet, sessionPath(id)+"/snapshots", nil)
 	return v.Snapshots, raw, err
 }
 
-func (c *Client) Snapshot(ctx context.Context, id, reason string) (api.SnapshotInfo, []byte, error) {
-	return get[api.SnapshotInfo](ctx, c, http.MethodPost, sessionPath(id)+"/snapshots",
+func (c *Client) Snapshot(ctx context.Context, id, reason string) (adminapi.SnapshotInfo, []byte, error) {
+	return get[adminapi.SnapshotInfo](ctx, c, http.MethodPost, sessionPath(id)+"/snapshots",
 		map[string]string{"reason": reason})
 }
 
-func (c *Client) Restore(ctx context.Context, id, snap string) (api.Restored, []byte, error) {
-	return get[api.Restored](ctx, c, http.MethodPost,
+func (c *Client) Restore(ctx context.Context, id, snap string) (adminapi.Restored, []byte, error) {
+	return get[adminapi.Restored](ctx, c, http.MethodPost,
 		sessionPath(id)+"/snapshots/"+url.PathEscape(snap)+"/restore", nil)
 }
 
-func (c *Client) Compress(ctx context.Context, id string) (api.Compressed, []byte, error) {
-	return get[api.Compressed](ctx, c, http.MethodPost, sessionPath(id)+"/compress", nil)
+func (c *Client) Compress(ctx context.Context, id string) (adminapi.Compressed, []byte, error) {
+	return get[adminapi.Compressed](ctx, c, http.MethodPost, sessionPath(id)+"/compress", nil)
 }
 
 // Compact is Compress with one-off instructions appended to the summary
 // prompt (/compact INSTRUCTIONS); "" is Compress.
-func (c *Client) Compact(ctx context.Context, id, instructions string) (api.Compressed, []byte, error) {
+func (c *Client) Compact(ctx context.Context, id, instructions string) (adminapi.Compressed, []byte, error) {
 	return c.compact(ctx, id, instructions, false)
 }
 
 // CompactDryRun answers what Compact would do, and changes nothing.
-func (c *Client) CompactDryRun(ctx context.Context, id, instructions string) (api.Compressed, []byte, error) {
+func (c *Client) CompactDryRun(ctx context.Context, id, instructions string) (adminapi.Compressed, []byte, error) {
 	return c.compact(ctx, id, instructions, true)
 }
 
-func (c *Client) compact(ctx context.Context, id, instructions string, dryRun bool) (api.Compressed, []byte, error) {
+func (c *Client) compact(ctx context.Context, id, instructions string, dryRun bool) (adminapi.Compressed, []byte, error) {
 	path := sessionPath(id) + "/compress"
 	if dryRun {
 		path += "?dry_run=1"
 	}
 	var body any
 	if instructions != "" {
-		body = api.CompressRequest{Instructions: instructions}
+		body = adminapi.CompressRequest{Instructions: instructions}
 	}
-	return get[api.Compressed](ctx, c, http.MethodPost, path, body)
+	return get[adminapi.Compressed](ctx, c, http.MethodPost, path, body)
 }
 
-func (c *Client) ContextSize(ctx context.Context) (api.ContextSize, []byte, error) {
-	return get[api.ContextSize](ctx, c, http.MethodGet, "/ctxproxy/context/size", nil)
+func (c *Client) ContextSize(ctx context.Context) (adminapi.ContextSize, []byte, error) {
+	return get[adminapi.ContextSize](ctx, c, http.MethodGet, "/ctxproxy/context/size", nil)
 }
 
 // setContextSize fixes the context at tokens, or with tokens 0 returns it
 // to sizing from free VRAM.
-func (c *Client) SetContextSize(ctx context.Context, tokens int) (api.ContextSize, []byte, error) {
+func (c *Client) SetContextSize(ctx context.Context, tokens int) (adminapi.ContextSize, []byte, error) {
 	var body any = map[string]int{"tokens": tokens}
 	if tokens == 0 {
 		body = map[string]bool{"auto": true}
 	}
-	return get[api.ContextSize](ctx, c, http.MethodPut, "/ctxproxy/context/size", body)
+	return get[adminapi.ContextSize](ctx, c, http.MethodPut, "/ctxproxy/context/size", body)
 }
 
 // runningModels asks Ollama, through the proxy's passthrough, which
 // models are loaded and how much memory they take.
-func (c *Client) RunningModels(ctx context.Context) ([]api.RunningModel, []byte, error) {
+func (c *Client) RunningModels(ctx context.Context) ([]adminapi.RunningModel, []byte, error) {
 	v, raw, err := get[struct {
-		Models []api.RunningModel `json:"models"`
+		Models []adminapi.RunningModel `json:"models"`
 	}](ctx, c, http.MethodGet, "/api/ps", nil)
 	return v.Models, raw, err
 }

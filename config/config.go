@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/rewrite"
+	"github.com/ctxproxy/ctxproxy/snapshots"
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 )
@@ -192,20 +193,9 @@ type Snapshots struct {
 	TTL         time.Duration `mapstructure:"ttl"`
 	MaxSessions int           `mapstructure:"max_sessions"`
 	MaxBytes    ByteSize      `mapstructure:"max_bytes"`
-	Redis       struct {
-		Addr     string `mapstructure:"addr"`
-		Password string `mapstructure:"password"`
-		DB       int    `mapstructure:"db"`
-		Prefix   string `mapstructure:"prefix"`
-		// The Sentinel keys are snapshots.RedisConfig's.
-		SentinelMaster   string   `mapstructure:"sentinel_master"`
-		SentinelAddrs    []string `mapstructure:"sentinel_addrs"`
-		SentinelPassword string   `mapstructure:"sentinel_password"`
-		// ClusterAddrs is snapshots.RedisConfig.ClusterAddrs.
-		ClusterAddrs []string `mapstructure:"cluster_addrs"`
-		// TurnWait is snapshots.RedisConfig.TurnWait.
-		TurnWait time.Duration `mapstructure:"turn_wait"`
-	} `mapstructure:"redis"`
+	// Redis is where the Redis store is: snapshots' own settings, under
+	// the same keys.
+	Redis snapshots.RedisConfig `mapstructure:"redis"`
 }
 
 // Model overrides what ctxproxy knows of one model.
@@ -285,9 +275,9 @@ func Default() Config {
 	c.Snapshots.AutoThreshold = 0.80
 	c.Snapshots.MaxCount = 20
 	c.Snapshots.FsyncInterval = time.Second
-	c.Snapshots.Redis.Addr = "127.0.0.1:6379"
-	c.Snapshots.Redis.Prefix = "ctxproxy:"
-	c.Snapshots.Redis.TurnWait = 200 * time.Millisecond
+	c.Snapshots.Redis.Addr = snapshots.DefaultRedisAddr
+	c.Snapshots.Redis.Prefix = snapshots.DefaultRedisPrefix
+	c.Snapshots.Redis.TurnWait = snapshots.DefaultTurnWait
 	c.Snapshots.Redis.SentinelAddrs = []string{}
 	c.Snapshots.Redis.ClusterAddrs = []string{}
 	c.Models = map[string]Model{}

@@ -90,9 +90,7 @@ func (c Config) SnapshotsConfig() snapshots.Config {
 		AutoThreshold: s.AutoThreshold,
 		MaxCount:      s.MaxCount,
 		FsyncInterval: s.FsyncInterval,
-		Redis: snapshots.RedisConfig{Addr: s.Redis.Addr, Password: s.Redis.Password, DB: s.Redis.DB, Prefix: s.Redis.Prefix,
-			SentinelMaster: s.Redis.SentinelMaster, SentinelAddrs: s.Redis.SentinelAddrs,
-			SentinelPassword: s.Redis.SentinelPassword, ClusterAddrs: s.Redis.ClusterAddrs, TurnWait: s.Redis.TurnWait},
+		Redis:         s.Redis,
 	}
 }
 

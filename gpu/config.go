@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/check"
 	"github.com/ctxproxy/ctxproxy/modelinfo"
 )
 
@@ -148,51 +149,33 @@ func (g GuardConfig) withDefaults() GuardConfig {
 // mean the defaults).
 func (c Config) Validate() error {
 	var errs []error
-	switch c.Probe {
-	case "", ProbeAuto, ProbeNVIDIA, ProbeAMD, ProbeApple, ProbeCPU:
-	default:
-		errs = append(errs, fmt.Errorf("gpu.probe: %q is not one of auto, nvidia, amd, apple, cpu", c.Probe))
-	}
+	errs = append(errs, check.OneOf("gpu.probe", c.Probe, ProbeAuto, ProbeNVIDIA, ProbeAMD, ProbeApple, ProbeCPU))
 	switch c.ModelNumCtx {
 	case "", ModelNumCtxCeiling, ModelNumCtxIgnore:
 	default:
 		errs = append(errs, fmt.Errorf("context.model_num_ctx: %q is not ceiling or ignore", c.ModelNumCtx))
 	}
-	if c.PollActive < 0 {
-		errs = append(errs, fmt.Errorf("gpu.poll_active: %v is negative", c.PollActive))
-	}
-	if c.PollIdle < 0 {
-		errs = append(errs, fmt.Errorf("gpu.poll_idle: %v is negative", c.PollIdle))
-	}
+	errs = append(errs, check.NotNegative("gpu.poll_active", c.PollActive),
+		check.NotNegative("gpu.poll_idle", c.PollIdle))
 	g := c.Guard
 	for _, f := range []struct {
 		key string
 		v   float64
 	}{{"compress_at", g.CompressAt}, {"shrink_at", g.ShrinkAt}, {"emergency_at", g.EmergencyAt}} {
-		if f.v < 0 || f.v > 1 {
-			errs = append(errs, fmt.Errorf("gpu.guard.%s: %v is not in [0, 1]", f.key, f.v))
-		}
+		errs = append(errs, check.Within("gpu.guard."+f.key, f.v, 0, 1))
 	}
 	if d := g.withDefaults(); !(d.CompressAt <= d.ShrinkAt && d.ShrinkAt <= d.EmergencyAt) {
 		errs = append(errs, fmt.Errorf("gpu.guard: need compress_at (%v) ≤ shrink_at (%v) ≤ emergency_at (%v)", d.CompressAt, d.ShrinkAt, d.EmergencyAt))
 	}
-	if c.TargetSize < 0 {
-		errs = append(errs, fmt.Errorf("context.target_size: %d is negative", c.TargetSize))
-	}
-	if c.MinSize < 0 {
-		errs = append(errs, fmt.Errorf("context.min_size: %d is negative", c.MinSize))
-	}
-	if c.MaxSize < 0 {
-		errs = append(errs, fmt.Errorf("context.max_size: %d is negative", c.MaxSize))
-	}
+	errs = append(errs, check.NotNegative("context.target_size", c.TargetSize),
+		check.NotNegative("context.min_size", c.MinSize),
+		check.NotNegative("context.max_size", c.MaxSize))
 	if c.MinSize > 0 && c.MaxSize > 0 && c.MinSize > c.MaxSize {
 		errs = append(errs, fmt.Errorf("context.min_size %d is above context.max_size %d", c.MinSize, c.MaxSize))
 	}
 	if !modelinfo.KVType(c.KVQuantization) && c.KVQuantization != "" {
 		errs = append(errs, fmt.Errorf("context.kv_quantization: %q is not one of f16, q8_0, q4_0", c.KVQuantization))
 	}
-	if c.NumParallel < 0 {
-		errs = append(errs, fmt.Errorf("context.num_parallel: %d is negative", c.NumParallel))
-	}
+	errs = append(errs, check.NotNegative("context.num_parallel", c.NumParallel))
 	return errors.Join(errs...)
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // Probe names, as config gpu.probe spells them.
@@ -29,8 +29,8 @@ var (
 
 // Device is the memory of one device, in bytes, Total = Used + Free: the
 // shape the status API and "ctxproxy gpu --json" show, declared once in
-// package api.
-type Device = api.Device
+// package adminapi.
+type Device = adminapi.Device
 
 // newDevice builds a Device from total and free, so that Used + Free =
 // Total even when a source reports them inconsistently.

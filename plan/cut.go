@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
@@ -187,9 +187,9 @@ func checkUncut(p *Plan) *wire.Error {
 // system prompt, the tools, the template's own tokens (what belongs to
 // no message and no tool), the reply's reserve, and the rest of the
 // conversation.
-func (p Plan) split() budget.Budget {
+func (p Plan) split() adminapi.Budget {
 	if p.Counter == nil || p.Limits.MaxTokens <= 0 {
-		return budget.Budget{}
+		return adminapi.Budget{}
 	}
 	system := 0
 	for i := range p.Messages {
@@ -204,6 +204,6 @@ func (p Plan) split() budget.Budget {
 		// What the prompt leaves the reply, up to what it asked for.
 		reserve = max(reserve, min(p.ReplyAsked, p.Limits.ReplyRoom(p.After.Tokens)))
 	}
-	return budget.Budget{Total: p.Limits.MaxTokens, SystemPrompt: system, Tools: overhead - template, Template: template,
+	return adminapi.Budget{Total: p.Limits.MaxTokens, SystemPrompt: system, Tools: overhead - template, Template: template,
 		ResponseReserve: reserve, Conversation: max(0, p.After.Tokens-system-overhead)}
 }

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
@@ -96,7 +97,7 @@ type Plan struct {
 	// them; Split how its window is divided.
 	Limit  int
 	Limits budget.Window
-	Split  budget.Budget
+	Split  adminapi.Budget
 	// Window is the context window the backend runs the request with,
 	// when ctxproxy knows it (num_ctx, or Ollama's default): a reported
 	// count at it may be censored.

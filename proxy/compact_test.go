@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/google/go-cmp/cmp"
 )
@@ -37,7 +37,7 @@ func TestAdminCompactInstructions(t *testing.T) {
 	})
 	p := sessionPath("compact")
 	e.fill("compact", 30, 200)
-	res := e.json("POST", p+"/compress", api.CompressRequest{Instructions: "Keep every number."}, 200)
+	res := e.json("POST", p+"/compress", adminapi.CompressRequest{Instructions: "Keep every number."}, 200)
 	if res["summarized"].(float64) == 0 {
 		t.Fatalf("compact summarized nothing: %v", res)
 	}

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
 	"github.com/ctxproxy/ctxproxy/gpu"
@@ -196,7 +196,7 @@ func TestExactDrift(t *testing.T) {
 		t.Fatalf("agreement after a disagreeing report: %+v", a)
 	}
 	var st struct {
-		Models []api.ModelStatus `json:"models"`
+		Models []adminapi.ModelStatus `json:"models"`
 	}
 	if err := json.Unmarshal([]byte(metricsTextPath(t, sys.url, "/ctxproxy/status")), &st); err != nil || len(st.Models) == 0 {
 		t.Fatalf("status: %v", err)

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
@@ -185,7 +185,7 @@ func setRawHeaders(ex *exchange, p plan.Plan) {
 // budgetHeader is X-Ctxproxy-Budget's value: "total=8192 system=120
 // tools=337 template=3 reserve=1024 conversation=5000 available=1708", built in one
 // buffer (it is set on every counted request).
-func budgetHeader(b budget.Budget) string {
+func budgetHeader(b adminapi.Budget) string {
 	buf := make([]byte, 0, 96)
 	for i, part := range [...]struct {
 		key string

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
@@ -61,7 +61,7 @@ func TestModelNotFoundLeavesNoTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var st api.Status
+	var st adminapi.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
@@ -558,7 +559,7 @@ func TestMemoryGuardEmergency(t *testing.T) {
 
 	sys.probe.devices = []gpu.Device{{Vendor: "nvidia", Name: "Fake GPU", Total: 24 << 30, Used: 23.5 * (1 << 30), Free: 0.5 * (1 << 30)}}
 	sys.monitor.Sample(context.Background())
-	var snaps []snapshots.SnapshotInfo
+	var snaps []adminapi.SnapshotInfo
 	for i := 0; i < 100; i++ {
 		snaps, _ = sys.store.ListSnapshots(context.Background(), "busy")
 		if len(snaps) > 0 {

@@ -5,7 +5,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
@@ -48,7 +48,7 @@ func TestBackendTokenizer(t *testing.T) {
 				t.Errorf("counts by the backend: %v", m[`ctxproxy_prompt_counts_total{method="backend"}`])
 			}
 			// The tokenize endpoint counts with the backend too.
-			var req api.TokenizeRequest
+			var req adminapi.TokenizeRequest
 			_ = json.Unmarshal(body, &req)
 			tb, _ := json.Marshal(req)
 			out := decodeTokenize(t, post(t, sys.url+"/ctxproxy/tokenize", tb, nil))

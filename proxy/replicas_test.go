@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
@@ -375,7 +375,7 @@ func TestReplicasCountAlike(t *testing.T) {
 	for {
 		for i, url := range replicas {
 			resp := post(t, url+"/ctxproxy/tokenize", probe, nil)
-			var v api.TokenizeResponse
+			var v adminapi.TokenizeResponse
 			err := json.NewDecoder(resp.Body).Decode(&v)
 			resp.Body.Close()
 			if err != nil || v.Exact {

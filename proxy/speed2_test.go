@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
@@ -61,7 +62,7 @@ func plannedExchange() (*exchange, plan.Plan) {
 	p := plan.Plan{Model: "llama3.1:8b", Counter: budget.NewMessageCounter(budget.Approx{}, 0), Limit: 8192, NumCtx: 8192,
 		Before: budget.Estimate{Tokens: 9000}, After: budget.Estimate{Tokens: 5000},
 		Result: rewrite.Result{Dropped: 10, Notice: "Context trimmed."},
-		Split:  budget.Budget{Total: 8192, SystemPrompt: 120, Tools: 337, Template: 3, ResponseReserve: 1024, Conversation: 4540}}
+		Split:  adminapi.Budget{Total: 8192, SystemPrompt: 120, Tools: 337, Template: 3, ResponseReserve: 1024, Conversation: 4540}}
 	return &exchange{headers: http.Header{}}, p
 }
 

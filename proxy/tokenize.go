@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
@@ -47,14 +47,14 @@ func (tr *tokenizeRoutes) tokenizerFor(r *http.Request, model string) *exact.Tok
 }
 
 // tokenize counts req as the request path would.
-func (tr *tokenizeRoutes) tokenize(r *http.Request, req api.TokenizeRequest) (api.TokenizeResponse, *wire.Error) {
+func (tr *tokenizeRoutes) tokenize(r *http.Request, req adminapi.TokenizeRequest) (adminapi.TokenizeResponse, *wire.Error) {
 	if req.Model == "" {
-		return api.TokenizeResponse{}, &wire.Error{Status: http.StatusBadRequest, Message: "model is required"}
+		return adminapi.TokenizeResponse{}, &wire.Error{Status: http.StatusBadRequest, Message: "model is required"}
 	}
 	if (req.Content == nil) == (req.Messages == nil) {
-		return api.TokenizeResponse{}, &wire.Error{Status: http.StatusBadRequest, Message: "give either content or messages"}
+		return adminapi.TokenizeResponse{}, &wire.Error{Status: http.StatusBadRequest, Message: "give either content or messages"}
 	}
-	out := api.TokenizeResponse{Model: req.Model}
+	out := adminapi.TokenizeResponse{Model: req.Model}
 	tok := tr.tokenizerFor(r, req.Model)
 	if req.Content != nil {
 		if tok != nil {
@@ -117,7 +117,7 @@ func (tr *tokenizeRoutes) tokenize(r *http.Request, req api.TokenizeRequest) (ap
 		pc = mc
 	}
 	for i := range chat.Messages {
-		out.Messages = append(out.Messages, api.MessageCount{Role: chat.Messages[i].Role, Tokens: pc.CountMessage(&chat.Messages[i])})
+		out.Messages = append(out.Messages, adminapi.MessageCount{Role: chat.Messages[i].Role, Tokens: pc.CountMessage(&chat.Messages[i])})
 	}
 	return out, nil
 }
@@ -155,7 +155,7 @@ func (tr *tokenizeRoutes) readJSON(w http.ResponseWriter, r *http.Request, v any
 }
 
 func (tr *tokenizeRoutes) postTokenize(w http.ResponseWriter, r *http.Request) {
-	var req api.TokenizeRequest
+	var req adminapi.TokenizeRequest
 	if !tr.readJSON(w, r, &req) {
 		return
 	}
@@ -168,7 +168,7 @@ func (tr *tokenizeRoutes) postTokenize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (tr *tokenizeRoutes) postDetokenize(w http.ResponseWriter, r *http.Request) {
-	var req api.DetokenizeRequest
+	var req adminapi.DetokenizeRequest
 	if !tr.readJSON(w, r, &req) {
 		return
 	}
@@ -183,7 +183,7 @@ func (tr *tokenizeRoutes) postDetokenize(w http.ResponseWriter, r *http.Request)
 		wire.WriteError(w, wire.Ollama, wire.Error{Status: http.StatusBadRequest, Message: err.Error()})
 		return
 	}
-	wire.WriteJSON(w, http.StatusOK, api.DetokenizeResponse{Model: req.Model, Content: text, Source: tok.Name()})
+	wire.WriteJSON(w, http.StatusOK, adminapi.DetokenizeResponse{Model: req.Model, Content: text, Source: tok.Name()})
 }
 
 const tokenizeRecheck = 10 * time.Minute

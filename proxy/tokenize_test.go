@@ -9,18 +9,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 	"github.com/ctxproxy/ctxproxy/testkit/vocabgen"
 )
 
-func decodeTokenize(t *testing.T, resp *http.Response) api.TokenizeResponse {
+func decodeTokenize(t *testing.T, resp *http.Response) adminapi.TokenizeResponse {
 	t.Helper()
 	body := readAll(t, resp.Body)
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
-	var out api.TokenizeResponse
+	var out adminapi.TokenizeResponse
 	if err := json.Unmarshal([]byte(body), &out); err != nil {
 		t.Fatal(err)
 	}
@@ -37,20 +37,20 @@ func TestTokenizeEndpoint(t *testing.T) {
 	sys := newSystem(t, be.URL, setup{})
 
 	text := vocabgen.Text(400, 9)
-	body, _ := json.Marshal(api.TokenizeRequest{Model: "tiny", Content: &text})
+	body, _ := json.Marshal(adminapi.TokenizeRequest{Model: "tiny", Content: &text})
 	out := decodeTokenize(t, post(t, sys.url+"/ctxproxy/tokenize", body, nil))
 	if !out.Exact || out.Count != len(out.Tokens) || out.Count == 0 || !strings.HasSuffix(out.Source, ":gpt2/llama-bpe") {
 		t.Fatalf("text: %+v", out)
 	}
-	back, _ := json.Marshal(api.DetokenizeRequest{Model: "tiny", Tokens: out.Tokens})
+	back, _ := json.Marshal(adminapi.DetokenizeRequest{Model: "tiny", Tokens: out.Tokens})
 	resp := post(t, sys.url+"/ctxproxy/detokenize", back, nil)
-	var d api.DetokenizeResponse
+	var d adminapi.DetokenizeResponse
 	if err := json.Unmarshal([]byte(readAll(t, resp.Body)), &d); err != nil || d.Content != text {
 		t.Fatalf("detokenize: %v %q", err, d.Content)
 	}
 
 	chat := textConversation("tiny", 12, 3, nil)
-	var req api.TokenizeRequest
+	var req adminapi.TokenizeRequest
 	_ = json.Unmarshal(chat, &req)
 	body, _ = json.Marshal(req)
 	out = decodeTokenize(t, post(t, sys.url+"/ctxproxy/tokenize", body, nil))
@@ -85,12 +85,12 @@ func TestTokenizeEstimate(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.OpenAI, fakebackend.Options{})
 	sys := newSystem(t, be.URL, setup{})
 	text := "hello there, general kenobi"
-	body, _ := json.Marshal(api.TokenizeRequest{Model: "gpt-4o", Content: &text})
+	body, _ := json.Marshal(adminapi.TokenizeRequest{Model: "gpt-4o", Content: &text})
 	out := decodeTokenize(t, post(t, sys.url+"/ctxproxy/tokenize", body, nil))
 	if out.Exact || out.Tokens != nil || out.Count == 0 || out.Source != "estimate:o200k_base" {
 		t.Errorf("%+v", out)
 	}
-	back, _ := json.Marshal(api.DetokenizeRequest{Model: "gpt-4o", Tokens: []int32{1, 2}})
+	back, _ := json.Marshal(adminapi.DetokenizeRequest{Model: "gpt-4o", Tokens: []int32{1, 2}})
 	if resp := post(t, sys.url+"/ctxproxy/detokenize", back, nil); resp.StatusCode != http.StatusNotImplemented {
 		t.Errorf("detokenize without a tokenizer: %d", resp.StatusCode)
 	}

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/client"
 	"github.com/ctxproxy/ctxproxy/report"
 	"golang.org/x/term"
@@ -74,7 +74,7 @@ type Chat struct {
 	needSystem bool
 	// last is what ctxproxy said about the last turn, for the status line
 	// when the admin API does not answer.
-	last *api.Headers
+	last *adminapi.Headers
 	// turns counts the replies received: leaving after one says how to
 	// come back to the session.
 	turns int
@@ -306,7 +306,7 @@ func (r *Chat) switchModel(ctx context.Context, name string) error {
 // name without a tag: "llama3.1" is "llama3.1:latest".
 func modelIn(name string, names []string) (string, bool) {
 	for _, n := range names {
-		if api.SameModel(n, name) {
+		if adminapi.SameModel(n, name) {
 			return n, true
 		}
 	}
@@ -340,7 +340,7 @@ func (r *Chat) turn(ctx context.Context, text string) {
 	}
 	r.turns++
 	r.needSystem = false
-	h := api.ParseHeaders(reply.Header)
+	h := adminapi.ParseHeaders(reply.Header)
 	r.last = &h
 	if h.Session != "" {
 		r.stored = h.Session

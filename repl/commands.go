@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/client"
 	"github.com/ctxproxy/ctxproxy/report"
 )
@@ -157,7 +157,7 @@ func (a *Commands) printJSON(raw []byte, err error) error {
 
 // undoHint says how to go back after import or restore replaced the
 // context (ctxproxy saved it first).
-func (a *Commands) undoHint(undo *api.SnapshotInfo) error {
+func (a *Commands) undoHint(undo *adminapi.SnapshotInfo) error {
 	if undo == nil || undo.ID == "" {
 		return nil
 	}
@@ -178,11 +178,11 @@ func shellQuote(s string) string {
 }
 
 // gather fetches the proxy status and the session at once.
-func (a *Commands) gather(ctx context.Context) (api.Status, []byte, api.SessionDetail, []byte, error) {
+func (a *Commands) gather(ctx context.Context) (adminapi.Status, []byte, adminapi.SessionDetail, []byte, error) {
 	var (
 		wg               sync.WaitGroup
-		st               api.Status
-		s                api.SessionDetail
+		st               adminapi.Status
+		s                adminapi.SessionDetail
 		rawSt, rawS      []byte
 		errStatus, errSs error
 	)
@@ -223,7 +223,7 @@ func (a *Commands) stats(ctx context.Context) error {
 	}
 	// Only Ollama says how much memory a loaded model takes (GET
 	// /api/ps, passed through); elsewhere the line says it is unknown.
-	var running []api.RunningModel
+	var running []adminapi.RunningModel
 	var rawPS []byte
 	if st.Backend.Kind == client.DialectOllama {
 		if m, raw, err := a.Client.RunningModels(ctx); err == nil {
@@ -347,7 +347,7 @@ func (a *Commands) add(ctx context.Context, args []string) error {
 	if role == "" {
 		role = "user"
 	}
-	r, raw, err := a.Client.AddMessages(ctx, a.Session, []api.NewMessage{{
+	r, raw, err := a.Client.AddMessages(ctx, a.Session, []adminapi.NewMessage{{
 		Role: role, Content: &text, Importance: a.Options.Importance, Metadata: a.Options.Metadata,
 	}})
 	if err != nil || a.JSON {
@@ -360,7 +360,7 @@ func (a *Commands) add(ctx context.Context, args []string) error {
 // size is /context size and /context auto.
 func (a *Commands) size(ctx context.Context, cmd string, args []string) error {
 	var (
-		cs  api.ContextSize
+		cs  adminapi.ContextSize
 		raw []byte
 		err error
 	)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // messageWidth is how much of a message's content a line of Messages
@@ -18,7 +18,7 @@ const messageWidth = 100
 // per stored message, numbered from 1, with its time, role, importance
 // (0..1, "-" when unset; a "*" after it when pinned with _preserve)
 // and the start of its content on one line.
-func Messages(w io.Writer, p Printer, msgs []api.SessionMessage) error {
+func Messages(w io.Writer, p Printer, msgs []adminapi.SessionMessage) error {
 	if len(msgs) == 0 {
 		_, err := fmt.Fprintln(w, "No messages.")
 		return err

@@ -5,14 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 func TestMessages(t *testing.T) {
 	imp := 0.9
 	at := time.Date(2026, 2, 1, 9, 0, 5, 0, time.UTC)
 	var b strings.Builder
-	err := Messages(&b, Printer{}, []api.SessionMessage{
+	err := Messages(&b, Printer{}, []adminapi.SessionMessage{
 		{Role: "system", Content: "Be brief.", Timestamp: at, Importance: &imp, Preserve: true},
 		{Role: "user", Content: "two\nlines\x1b[31m and  spaces", Timestamp: at},
 		{Role: "assistant", Content: strings.Repeat("é", 150), Timestamp: at},

@@ -3,14 +3,14 @@ package report
 import (
 	"fmt"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // The one-line answers of the context commands, the same from the CLI,
 // the REPL and the in-band commands.
 
 // SnapshotSaved is the answer of a snapshot taken.
-func SnapshotSaved(s api.SnapshotInfo) string {
+func SnapshotSaved(s adminapi.SnapshotInfo) string {
 	return fmt.Sprintf("Saved snapshot %s (%s, %s tokens).", Clean(s.ID), Plural(s.Messages, "message"), Grouped(s.Tokens))
 }
 
@@ -21,7 +21,7 @@ func SnapshotRestored(id string, messages int) string {
 
 // Compressed is the answer of a compress that cut something: the counts,
 // then what the strategy did.
-func Compressed(r api.Compressed) string {
+func Compressed(r adminapi.Compressed) string {
 	if r.Dropped == 0 && r.Summarized == 0 && r.Before == r.After && r.Notice != "" {
 		// Nothing was done: the notice says why, and no counts claim
 		// otherwise.
@@ -40,7 +40,7 @@ func Compressed(r api.Compressed) string {
 }
 
 // ContextSize is the answer of a context size shown or set.
-func ContextSize(cs api.ContextSize) string {
+func ContextSize(cs adminapi.ContextSize) string {
 	if !cs.Auto {
 		return fmt.Sprintf("Context size: %s tokens (auto sizing off).", Grouped(cs.Target))
 	}

@@ -5,12 +5,12 @@ import (
 	"io"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // ProxyStatus is "ctxproxy context status" without a session: the whole
 // proxy, then a table of the models it knows.
-func ProxyStatus(w io.Writer, s api.Status) error {
+func ProxyStatus(w io.Writer, s adminapi.Status) error {
 	tw := table(w)
 	up := time.Duration(s.UptimeSeconds * float64(time.Second)).Round(time.Second)
 	fmt.Fprintf(tw, "Version\t%s, up %s\n", Clean(s.Version), up)
@@ -70,7 +70,7 @@ func ProxyStatus(w io.Writer, s api.Status) error {
 }
 
 // Sessions is the table of "ctxproxy context list" without a session.
-func Sessions(w io.Writer, p Printer, sessions []api.SessionInfo) error {
+func Sessions(w io.Writer, p Printer, sessions []adminapi.SessionInfo) error {
 	if len(sessions) == 0 {
 		_, err := fmt.Fprintln(w, "No sessions yet.")
 		return err
@@ -86,7 +86,7 @@ func Sessions(w io.Writer, p Printer, sessions []api.SessionInfo) error {
 }
 
 // Snapshots is /context list: a session's snapshots, newest first.
-func Snapshots(w io.Writer, p Printer, snaps []api.SnapshotInfo) error {
+func Snapshots(w io.Writer, p Printer, snaps []adminapi.SnapshotInfo) error {
 	if len(snaps) == 0 {
 		_, err := fmt.Fprintln(w, "No snapshots yet.")
 		return err

@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // Printer is how things are shown: colors, and the zone times are in.
@@ -45,9 +45,9 @@ type Facts struct {
 	// SessionID names the session even when Session could not be
 	// fetched (nothing stored in it yet).
 	SessionID string
-	Status    *api.Status
-	Session   *api.SessionDetail
-	Head      *api.Headers
+	Status    *adminapi.Status
+	Session   *adminapi.SessionDetail
+	Head      *adminapi.Headers
 }
 
 // ModelName is the model asked about, or the session's.
@@ -78,9 +78,9 @@ func (f Facts) tokens() (tokens, sent, limit int, usage float64, ok bool) {
 	return 0, 0, 0, 0, false
 }
 
-func (f Facts) modelStatus() (api.ModelStatus, bool) {
+func (f Facts) modelStatus() (adminapi.ModelStatus, bool) {
 	if f.Status == nil {
-		return api.ModelStatus{}, false
+		return adminapi.ModelStatus{}, false
 	}
 	return f.Status.Model(f.ModelName())
 }
@@ -217,7 +217,7 @@ func ContextStatus(w io.Writer, p Printer, f Facts) error {
 	return nil
 }
 
-func sessionID(d *api.SessionDetail) string {
+func sessionID(d *adminapi.SessionDetail) string {
 	if d == nil {
 		return ""
 	}
@@ -226,7 +226,7 @@ func sessionID(d *api.SessionDetail) string {
 
 // compressLine is the strategy as auto-compression: "on at 80% (smart,
 // down to 60%)", with the lower threshold memory pressure sets.
-func compressLine(s api.StrategyStatus) string {
+func compressLine(s adminapi.StrategyStatus) string {
 	if s.Mode == "" || s.Mode == "none" {
 		return "off"
 	}
@@ -251,7 +251,7 @@ func sizeLine(f Facts) string {
 
 // requests is the session's request count with the backend's counts over
 // all of them: "59 (5,427 prompt + 960 completion tokens in all)".
-func requests(st api.SessionStats) string {
+func requests(st adminapi.SessionStats) string {
 	if st.AllPromptTokens == 0 && st.AllCompletionTokens == 0 {
 		return Grouped(st.Requests)
 	}
@@ -261,7 +261,7 @@ func requests(st api.SessionStats) string {
 
 // lastRequest is what the backend reported for the session's last
 // request: "5,427 prompt + 16 completion tokens (as the backend counted)".
-func lastRequest(st api.SessionStats) string {
+func lastRequest(st adminapi.SessionStats) string {
 	if st.PromptTokens == 0 && st.CompletionTokens == 0 {
 		return "no counts from the backend yet"
 	}
@@ -270,7 +270,7 @@ func lastRequest(st api.SessionStats) string {
 
 // SessionStats is /stats and "ctxproxy context show": the session and its
 // running token total.
-func SessionStats(w io.Writer, p Printer, s api.SessionDetail) error {
+func SessionStats(w io.Writer, p Printer, s adminapi.SessionDetail) error {
 	tw := table(w)
 	st := s.Stats
 	fmt.Fprintf(tw, "Session\t%s\n", Clean(s.SessionID))
@@ -302,13 +302,13 @@ func SessionStats(w io.Writer, p Printer, s api.SessionDetail) error {
 // MemoryStats is /context stats: the model's memory, KV cache
 // size and compression ratios. running is what the backend says of its
 // loaded models (Ollama's /api/ps), nil when unknown.
-func MemoryStats(w io.Writer, p Printer, f Facts, running []api.RunningModel) error {
+func MemoryStats(w io.Writer, p Printer, f Facts, running []adminapi.RunningModel) error {
 	tw := table(w)
 	model := f.ModelName()
 	fmt.Fprintf(tw, "Model\t%s\n", Clean(orDash(model)))
 	modelMemory := "not reported by the backend"
 	for _, r := range running {
-		if api.SameModel(r.Name, model) || api.SameModel(r.Model, model) {
+		if adminapi.SameModel(r.Name, model) || adminapi.SameModel(r.Model, model) {
 			modelMemory = fmt.Sprintf("%s (%s in VRAM)", BytesIEC(float64(r.Size)), BytesIEC(float64(r.SizeVRAM)))
 		}
 	}
@@ -359,7 +359,7 @@ func MemoryStats(w io.Writer, p Printer, f Facts, running []api.RunningModel) er
 }
 
 // writeDevices writes a line per GPU (or the system memory).
-func writeDevices(w io.Writer, devices []api.Device) {
+func writeDevices(w io.Writer, devices []adminapi.Device) {
 	for _, d := range devices {
 		fmt.Fprintf(w, "Device\t%s: %s, %s free\n", Clean(orDash(d.Name)), gib(d.Used, d.Total, " / "), BytesIEC(float64(d.Free)))
 	}
@@ -369,11 +369,11 @@ func writeDevices(w io.Writer, devices []api.Device) {
 // X-Ctxproxy-Budget header): "8,192: 120 system, 337 tools, 3 template,
 // 1,024 reply, 5,000 conversation, 1,708 free"; tools only when there were
 // some.
-func BudgetLine(b api.Budget) string {
+func BudgetLine(b adminapi.BudgetReport) string {
 	tools := ""
 	if b.Tools > 0 {
 		tools = Grouped(b.Tools) + " tools, "
 	}
 	return fmt.Sprintf("%s: %s system, %s%s template, %s reply, %s conversation, %s free", Grouped(b.Total),
-		Grouped(b.System), tools, Grouped(b.Template), Grouped(b.Reserve), Grouped(b.Conversation), Grouped(b.Available))
+		Grouped(b.SystemPrompt), tools, Grouped(b.Template), Grouped(b.ResponseReserve), Grouped(b.Conversation), Grouped(b.Free))
 }

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 func TestFormatting(t *testing.T) {
@@ -64,25 +64,25 @@ func TestWarningColors(t *testing.T) {
 }
 
 func TestStatusBar(t *testing.T) {
-	st := api.Status{}
+	st := adminapi.Status{}
 	st.GPU.Probe, st.GPU.Total, st.GPU.Used = "cpu", 32<<30, 8<<30
 	st.Context.KVQuantization = "q8_0"
 	st.Strategy.Mode = "none"
-	session := &api.SessionDetail{Model: "qwen3", Snapshots: 1, Stats: api.SessionStats{Tokens: 7372, Limit: 8192, Usage: 0.9}}
+	session := &adminapi.SessionDetail{Model: "qwen3", Snapshots: 1, Stats: adminapi.SessionStats{Tokens: 7372, Limit: 8192, Usage: 0.9}}
 	tests := []struct {
 		name string
 		f    Facts
 		want string
 	}{
 		{"nothing known", Facts{}, ""},
-		{"headers only", Facts{Model: "llama3.1", Head: &api.Headers{Seen: true, Tokens: 3456, Limit: 8192, Usage: 42.2}},
+		{"headers only", Facts{Model: "llama3.1", Head: &adminapi.Headers{Seen: true, Tokens: 3456, Limit: 8192, Usage: 42.2}},
 			"llama3.1 · 3,456/8,192 tokens (42%)"},
 		{"system memory, compression off, 90%", Facts{Status: &st, Session: session},
 			"⚠ qwen3 · 7,372/8,192 tokens (90%) · RAM 8.0/32.0 GiB (25%) · q8_0 · 1 snapshot · auto-compress off"},
 		// Cut to fit: the share is what was forwarded, and no ⚠ for the
 		// conversation as sent.
-		{"sent at 100%, forwarded at 76%", Facts{Session: &api.SessionDetail{Model: "tiny",
-			Stats: api.SessionStats{Tokens: 7135, Sent: 5446, Limit: 7168, Usage: 0.995}}},
+		{"sent at 100%, forwarded at 76%", Facts{Session: &adminapi.SessionDetail{Model: "tiny",
+			Stats: adminapi.SessionStats{Tokens: 7135, Sent: 5446, Limit: 7168, Usage: 0.995}}},
 			"tiny · 7,135 sent → 5,446/7,168 tokens forwarded (76%) · 0 snapshots"},
 	}
 	for _, tt := range tests {
@@ -113,13 +113,13 @@ func FuzzText(f *testing.F) {
 // did; a dry run says what it would do.
 func TestCompressedLine(t *testing.T) {
 	for _, tc := range []struct {
-		r    api.Compressed
+		r    adminapi.Compressed
 		want string
 	}{
-		{api.Compressed{Before: 81, After: 81, Notice: "Nothing to compress: the conversation uses 81 of 1,000 tokens, within the target of 60%."},
+		{adminapi.Compressed{Before: 81, After: 81, Notice: "Nothing to compress: the conversation uses 81 of 1,000 tokens, within the target of 60%."},
 			"Nothing to compress: the conversation uses 81 of 1,000 tokens, within the target of 60%."},
-		{api.Compressed{Before: 1634, After: 1139, Dropped: 9}, "Compressed: 1,634 → 1,139 tokens (9 messages dropped, 0 summarized)."},
-		{api.Compressed{Before: 1634, After: 1139, Dropped: 9, DryRun: true}, "Would compress: 1,634 → 1,139 tokens (9 messages dropped, 0 summarized)."},
+		{adminapi.Compressed{Before: 1634, After: 1139, Dropped: 9}, "Compressed: 1,634 → 1,139 tokens (9 messages dropped, 0 summarized)."},
+		{adminapi.Compressed{Before: 1634, After: 1139, Dropped: 9, DryRun: true}, "Would compress: 1,634 → 1,139 tokens (9 messages dropped, 0 summarized)."},
 	} {
 		if got := Compressed(tc.r); got != tc.want {
 			t.Errorf("Compressed(%+v) = %q, want %q", tc.r, got, tc.want)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ctxproxy/ctxproxy/internal/check"
 )
 
 // Defaults of the summarize: keys (config.example.yaml).
@@ -95,15 +97,9 @@ func (c SummarizeConfig) withDefaults() SummarizeConfig {
 // Validate reports every problem with c at once.
 func (c SummarizeConfig) Validate() error {
 	var errs []error
-	if c.MaxTokens < 0 {
-		errs = append(errs, fmt.Errorf("summarize.max_tokens: %d is negative", c.MaxTokens))
-	}
-	if c.KeepRecentTokens < 0 {
-		errs = append(errs, fmt.Errorf("summarize.keep_recent_tokens: %d is negative", c.KeepRecentTokens))
-	}
-	if c.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("summarize.timeout: %v is negative", c.Timeout))
-	}
+	errs = append(errs, check.NotNegative("summarize.max_tokens", c.MaxTokens),
+		check.NotNegative("summarize.keep_recent_tokens", c.KeepRecentTokens),
+		check.NotNegative("summarize.timeout", c.Timeout))
 	if c.PrefetchAt > 1 {
 		errs = append(errs, fmt.Errorf("summarize.prefetch_at: %v is above 1", c.PrefetchAt))
 	}
@@ -112,12 +108,8 @@ func (c SummarizeConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("summarize.backend: %q is not an http(s) URL", c.Backend))
 		}
 	}
-	if k := c.BackendKind; k != "" && k != "ollama" && k != "openai" {
-		errs = append(errs, fmt.Errorf("summarize.backend_kind: %q is not one of ollama, openai", k))
-	}
-	if k := c.Schedule; k != "" && k != ScheduleAuto && k != ScheduleAhead && k != ScheduleAtCut {
-		errs = append(errs, fmt.Errorf("summarize.schedule: %q is not one of auto, ahead, at_cut", k))
-	}
+	errs = append(errs, check.OneOf("summarize.backend_kind", c.BackendKind, "ollama", "openai"),
+		check.OneOf("summarize.schedule", c.Schedule, ScheduleAuto, ScheduleAhead, ScheduleAtCut))
 	if (c.BackendKind != "" || c.APIKey != "") && c.Backend == "" {
 		errs = append(errs, errors.New("summarize.backend_kind and summarize.api_key need summarize.backend"))
 	}

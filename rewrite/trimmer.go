@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+
+	"github.com/ctxproxy/ctxproxy/internal/check"
 )
 
 // What strategy.on_overflow may say (README, Strategies): what to do when the
@@ -181,9 +183,7 @@ func (c Config) validate(extra map[string]Strategy) error {
 		n   int
 	}{{"trigger_tokens", c.TriggerTokens}, {"trigger_messages", c.TriggerMessages},
 		{"keep_tokens", c.KeepTokens}, {"keep_messages", c.KeepMessages}} {
-		if k.n < 0 {
-			errs = append(errs, fmt.Errorf("strategy.%s: %d is negative", k.key, k.n))
-		}
+		errs = append(errs, check.NotNegative("strategy."+k.key, k.n))
 	}
 	if !slices.Contains([]string{OverflowShrink, OverflowReject, OverflowForward}, c.OnOverflow) {
 		errs = append(errs, fmt.Errorf("strategy.on_overflow: %q is not shrink, reject or forward", c.OnOverflow))

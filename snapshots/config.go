@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/internal/check"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -144,18 +145,10 @@ func (c Config) Validate() error {
 	if !(c.AutoThreshold <= 1) { // NaN too
 		errs = append(errs, fmt.Errorf("snapshots.auto_threshold: %v is above 1 (a negative value turns it off)", c.AutoThreshold))
 	}
-	if c.MaxCount < 0 {
-		errs = append(errs, fmt.Errorf("snapshots.max_count: %d is negative", c.MaxCount))
-	}
-	if c.QueueSize < 0 {
-		errs = append(errs, fmt.Errorf("snapshots.queue_size: %d is negative", c.QueueSize))
-	}
-	if c.Workers < 0 {
-		errs = append(errs, fmt.Errorf("snapshots.workers: %d is negative", c.Workers))
-	}
-	if c.Redis.DB < 0 {
-		errs = append(errs, fmt.Errorf("snapshots.redis.db: %d is negative", c.Redis.DB))
-	}
+	errs = append(errs, check.NotNegative("snapshots.max_count", c.MaxCount),
+		check.NotNegative("snapshots.queue_size", c.QueueSize),
+		check.NotNegative("snapshots.workers", c.Workers),
+		check.NotNegative("snapshots.redis.db", c.Redis.DB))
 	if (c.Redis.SentinelMaster == "") != (len(c.Redis.SentinelAddrs) == 0) {
 		errs = append(errs, errors.New("snapshots.redis.sentinel_master and sentinel_addrs go together: "+
 			"the name of the primary, and the sentinels that monitor it"))

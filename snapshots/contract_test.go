@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // opener opens a store on one backing (a directory, a Redis prefix): each
@@ -373,7 +375,7 @@ func contractList(t *testing.T, open opener) {
 func contractSnapshots(t *testing.T, open opener) {
 	st := open(t, Config{})
 	full := fullSession("snap")
-	var saved []SnapshotInfo
+	var saved []adminapi.SnapshotInfo
 	for i := range 3 {
 		snap := NewSnapshot(full, ReasonManual)
 		snap.Tokens = 100 * (i + 1)
@@ -393,7 +395,7 @@ func contractSnapshots(t *testing.T, open opener) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := diff([]SnapshotInfo{saved[2], saved[1], saved[0]}, list); d != "" {
+	if d := diff([]adminapi.SnapshotInfo{saved[2], saved[1], saved[0]}, list); d != "" {
 		t.Errorf("ListSnapshots, newest first (-want +got):\n%s", d)
 	}
 	got, err := st.LoadSnapshot(ctx, "snap", saved[1].ID)
@@ -473,7 +475,7 @@ func contractRetention(t *testing.T, open opener) {
 func contractRestart(t *testing.T, open opener) {
 	st := open(t, Config{})
 	want := map[string]*Session{}
-	snaps := map[string][]SnapshotInfo{}
+	snaps := map[string][]adminapi.SnapshotInfo{}
 	for i, id := range []string{"one", "two", "a/../three"} {
 		mustUpdate(t, st, id, func(s *Session) {
 			s.Messages = conversation(4+i, 50, id)
@@ -485,7 +487,7 @@ func contractRestart(t *testing.T, open opener) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			snaps[id] = append([]SnapshotInfo{info}, snaps[id]...)
+			snaps[id] = append([]adminapi.SnapshotInfo{info}, snaps[id]...)
 		}
 	}
 	wantList, _ := st.List(ctx)

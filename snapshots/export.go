@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // Export is a session in ctxproxy's portable format, what /export writes
@@ -309,7 +311,7 @@ func contentText(v json.RawMessage) (string, error) {
 // Nothing changes when the data is malformed. Otherwise the conversation
 // it replaces is first saved as a ReasonImport snapshot, returned as undo
 // (zero when there was none), so an import can be undone like a restore.
-func Import(ctx context.Context, st Store, id string, data []byte) (n int, undo SnapshotInfo, err error) {
+func Import(ctx context.Context, st Store, id string, data []byte) (n int, undo adminapi.SnapshotInfo, err error) {
 	if err := CheckID(id); err != nil {
 		return 0, undo, err
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // FileStore keeps sessions and snapshots in files under a directory:
@@ -67,8 +69,8 @@ type FileStore struct {
 	syncs     *syncer
 
 	mu       sync.RWMutex
-	sessions map[string]Listing                 // by key; Bytes is the log's size
-	snaps    map[string]map[string]SnapshotInfo // by key, then snapshot id
+	sessions map[string]Listing                          // by key; Bytes is the log's size
+	snaps    map[string]map[string]adminapi.SnapshotInfo // by key, then snapshot id
 
 	counters counters
 }
@@ -103,7 +105,7 @@ func NewFileStore(cfg Config, log *slog.Logger) (*FileStore, error) {
 		obs:      observer{StoreFile, cfg.Observe},
 		cache:    newStateCache(defaultCacheBytes),
 		sessions: make(map[string]Listing),
-		snaps:    make(map[string]map[string]SnapshotInfo),
+		snaps:    make(map[string]map[string]adminapi.SnapshotInfo),
 	}
 	st.counters.copies = cfg.Dir
 	if abs, err := filepath.Abs(cfg.Dir); err == nil {

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 func (st *FileStore) indexSnapshot(k, snapID string) {
@@ -20,7 +22,7 @@ func (st *FileStore) indexSnapshot(k, snapID string) {
 		st.log.Error("snapshots: read snapshot", "path", path, "err", err)
 		return
 	}
-	info, err := readInfo[SnapshotInfo](data, formatSnapshot)
+	info, err := readInfo[adminapi.SnapshotInfo](data, formatSnapshot)
 	if err == nil && (info.ID != snapID || key(info.SessionID) != k) {
 		err = fmt.Errorf("%w: record holds another snapshot", ErrCorrupt)
 	}
@@ -35,10 +37,10 @@ func (st *FileStore) indexSnapshot(k, snapID string) {
 }
 
 // addSnap indexes a snapshot; st.mu must be held.
-func (st *FileStore) addSnap(k string, info SnapshotInfo) {
+func (st *FileStore) addSnap(k string, info adminapi.SnapshotInfo) {
 	m := st.snaps[k]
 	if m == nil {
-		m = make(map[string]SnapshotInfo)
+		m = make(map[string]adminapi.SnapshotInfo)
 		st.snaps[k] = m
 	}
 	m[info.ID] = info
@@ -57,18 +59,18 @@ func (st *FileStore) snapshotPath(k, snapID string) string {
 }
 
 // SaveSnapshot stores snap and applies the retention limit; see Store.
-func (st *FileStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (_ SnapshotInfo, err error) {
+func (st *FileStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (_ adminapi.SnapshotInfo, err error) {
 	defer st.obs.done(OpSaveSnapshot, &err)
 	if err := CheckID(snap.SessionID); err != nil {
-		return SnapshotInfo{}, err
+		return adminapi.SnapshotInfo{}, err
 	}
 	if snap.ID != "" {
 		if err := checkSnapID(snap.ID); err != nil {
-			return SnapshotInfo{}, err
+			return adminapi.SnapshotInfo{}, err
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return SnapshotInfo{}, err
+		return adminapi.SnapshotInfo{}, err
 	}
 	k := key(snap.SessionID)
 	defer st.snapLocks.lock(k)()
@@ -86,7 +88,7 @@ func (st *FileStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (_ Snapsh
 	}
 	data, info, err := snapshotRecord(&s)
 	if err != nil {
-		return SnapshotInfo{}, err
+		return adminapi.SnapshotInfo{}, err
 	}
 	dir := filepath.Join(st.snapDir, k)
 	switch err := os.Mkdir(dir, privateDir); {
@@ -96,11 +98,11 @@ func (st *FileStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (_ Snapsh
 		st.counters.writeErrors.Add(1)
 		err = fmt.Errorf("snapshots: %w", err)
 		st.log.Error("snapshots: save snapshot", "session", s.SessionID, "err", err)
-		return SnapshotInfo{}, err
+		return adminapi.SnapshotInfo{}, err
 	}
 	if _, err := st.files.write(dir, s.ID+fileExt, data); err != nil {
 		st.log.Error("snapshots: save snapshot", "session", s.SessionID, "err", err)
-		return SnapshotInfo{}, err
+		return adminapi.SnapshotInfo{}, err
 	}
 	st.mu.Lock()
 	st.addSnap(k, info)
@@ -113,7 +115,7 @@ func (st *FileStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (_ Snapsh
 func (st *FileStore) prune(k string) {
 	st.mu.Lock()
 	infos := sortedSnaps(st.snaps[k])
-	var old []SnapshotInfo
+	var old []adminapi.SnapshotInfo
 	if len(infos) > st.maxCount {
 		old = infos[st.maxCount:]
 		for _, info := range old {
@@ -133,8 +135,8 @@ func (st *FileStore) prune(k string) {
 }
 
 // sortedSnaps returns the infos newest first.
-func sortedSnaps(m map[string]SnapshotInfo) []SnapshotInfo {
-	out := make([]SnapshotInfo, 0, len(m))
+func sortedSnaps(m map[string]adminapi.SnapshotInfo) []adminapi.SnapshotInfo {
+	out := make([]adminapi.SnapshotInfo, 0, len(m))
 	for _, info := range m {
 		out = append(out, info)
 	}
@@ -143,7 +145,7 @@ func sortedSnaps(m map[string]SnapshotInfo) []SnapshotInfo {
 }
 
 // ListSnapshots returns session id's snapshots newest first.
-func (st *FileStore) ListSnapshots(ctx context.Context, id string) (_ []SnapshotInfo, err error) {
+func (st *FileStore) ListSnapshots(ctx context.Context, id string) (_ []adminapi.SnapshotInfo, err error) {
 	defer st.obs.done(OpListSnapshots, &err)
 	if err := CheckID(id); err != nil {
 		return nil, err

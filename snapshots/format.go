@@ -9,7 +9,7 @@ package snapshots
 //	{…the Session or Snapshot…}
 //
 // The first line says what the record is and carries its listing entry
-// (SessionInfo or SnapshotInfo), so an index can be built without decoding
+// (Listing or adminapi.SnapshotInfo), so an index can be built without decoding
 // the conversation. sha256 is the hex SHA-256 of the info bytes followed by
 // the body bytes. A record is accepted only when gzip's own CRC-32 and
 // length check out (truncation, appended garbage, flipped bits) and the
@@ -32,6 +32,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 const (
@@ -367,10 +369,10 @@ func sessionRecord(s *Session) ([]byte, Listing, error) {
 
 // snapshotRecord encodes snap with its listing entry (Bytes excluded: the
 // size is known only after compressing).
-func snapshotRecord(snap *Snapshot) ([]byte, SnapshotInfo, error) {
+func snapshotRecord(snap *Snapshot) ([]byte, adminapi.SnapshotInfo, error) {
 	body, err := encodeSnapshot(snap)
 	if err != nil {
-		return nil, SnapshotInfo{}, err
+		return nil, adminapi.SnapshotInfo{}, err
 	}
 	info := snap.Info()
 	data, err := seal(formatSnapshot, info, body)

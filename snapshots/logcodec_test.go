@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // randomText returns text of the kinds chat holds: words, markup, escapes
@@ -80,7 +82,7 @@ func randomChange(r *rand.Rand) (old, s *Session) {
 			Truncations: r.IntN(2), OverflowRetries: r.IntN(2)}
 		if r.IntN(2) == 0 {
 			s.Stats.LastTruncation = t0
-			s.Stats.Budget = &Allocation{Total: 8192, System: 10, Tools: 20, Reserve: 512, Conversation: 7000}
+			s.Stats.Budget = &adminapi.Budget{Total: 8192, SystemPrompt: 10, Tools: 20, ResponseReserve: 512, Conversation: 7000}
 		}
 	}
 	if r.IntN(4) == 0 {

@@ -29,7 +29,7 @@ import (
 //	                                feed:calibration carries what the
 //	                                token counts learn from replies
 //	PREFIX snapshot:KEY:SNAPSHOT-ID a snapshot record
-//	PREFIX snapshots:KEY            hash SNAPSHOT-ID → SnapshotInfo JSON
+//	PREFIX snapshots:KEY            hash SNAPSHOT-ID → adminapi.SnapshotInfo JSON
 //	PREFIX claim:KEY:NAME           a claim on NAME in the session, held by
 //	                                one replica until released or expired
 //	                                (Claimer)

@@ -9,18 +9,19 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/redis/go-redis/v9"
 )
 
 // SaveSnapshot stores snap and applies the retention limit; see Store.
-func (st *RedisStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (_ SnapshotInfo, err error) {
+func (st *RedisStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (_ adminapi.SnapshotInfo, err error) {
 	defer st.obs.done(OpSaveSnapshot, &err)
 	if err := CheckID(snap.SessionID); err != nil {
-		return SnapshotInfo{}, err
+		return adminapi.SnapshotInfo{}, err
 	}
 	if snap.ID != "" {
 		if err := checkSnapID(snap.ID); err != nil {
-			return SnapshotInfo{}, err
+			return adminapi.SnapshotInfo{}, err
 		}
 	}
 	k := key(snap.SessionID)
@@ -33,7 +34,7 @@ func (st *RedisStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (_ Snaps
 		s.ID = newSnapID(s.Created)
 		taken, err := st.rdb.HExists(ctx, st.keys.snapIndex(k), s.ID).Result()
 		if err != nil {
-			return SnapshotInfo{}, st.readErr(err)
+			return adminapi.SnapshotInfo{}, st.readErr(err)
 		}
 		if taken {
 			s.ID = ""
@@ -41,11 +42,11 @@ func (st *RedisStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (_ Snaps
 	}
 	rec, info, err := snapshotRecord(&s)
 	if err != nil {
-		return SnapshotInfo{}, err
+		return adminapi.SnapshotInfo{}, err
 	}
 	ib, err := json.Marshal(info)
 	if err != nil {
-		return SnapshotInfo{}, err
+		return adminapi.SnapshotInfo{}, err
 	}
 	_, err = st.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, st.keys.snap(k, s.ID), rec, 0)
@@ -54,7 +55,7 @@ func (st *RedisStore) SaveSnapshot(ctx context.Context, snap *Snapshot) (_ Snaps
 	})
 	if err != nil {
 		st.log.Error("snapshots: save snapshot", "session", s.SessionID, "err", err)
-		return SnapshotInfo{}, st.writeErr(err)
+		return adminapi.SnapshotInfo{}, st.writeErr(err)
 	}
 	st.wrote(rec)
 	if err := st.prune(ctx, k); err != nil {
@@ -86,14 +87,14 @@ func (st *RedisStore) prune(ctx context.Context, k string) error {
 
 // snapInfos returns session k's snapshot index, newest first, skipping
 // entries that do not decode.
-func (st *RedisStore) snapInfos(ctx context.Context, k string) ([]SnapshotInfo, error) {
+func (st *RedisStore) snapInfos(ctx context.Context, k string) ([]adminapi.SnapshotInfo, error) {
 	all, err := st.rdb.HGetAll(ctx, st.keys.snapIndex(k)).Result()
 	if err != nil {
 		return nil, st.readErr(err)
 	}
-	m := make(map[string]SnapshotInfo, len(all))
+	m := make(map[string]adminapi.SnapshotInfo, len(all))
 	for snapID, v := range all {
-		var info SnapshotInfo
+		var info adminapi.SnapshotInfo
 		if err := json.Unmarshal([]byte(v), &info); err != nil || info.ID != snapID {
 			st.corrupt(st.keys.snapIndex(k)+" "+snapID, fmt.Errorf("%w: index entry", ErrCorrupt))
 			continue
@@ -104,7 +105,7 @@ func (st *RedisStore) snapInfos(ctx context.Context, k string) ([]SnapshotInfo, 
 }
 
 // ListSnapshots returns session id's snapshots newest first.
-func (st *RedisStore) ListSnapshots(ctx context.Context, id string) (_ []SnapshotInfo, err error) {
+func (st *RedisStore) ListSnapshots(ctx context.Context, id string) (_ []adminapi.SnapshotInfo, err error) {
 	defer st.obs.done(OpListSnapshots, &err)
 	if err := CheckID(id); err != nil {
 		return nil, err

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // A snapshot saves the conversation messages, token count and metadata.
@@ -105,14 +107,14 @@ func TestRestoreLoadsMessagesAndMetadata(t *testing.T) {
 // Listing returns every snapshot with its id, timestamp and token count.
 func TestListSnapshotsShowsIDsTimestampsTokens(t *testing.T) {
 	st := newFileStore(t, t.TempDir(), Config{})
-	var want []SnapshotInfo
+	var want []adminapi.SnapshotInfo
 	for i, tokens := range []int{1200, 3400, 5600} {
 		info, err := st.SaveSnapshot(ctx, &Snapshot{SessionID: "s", Tokens: tokens, Reason: ReasonAuto,
 			Created: t0.Add(time.Duration(i) * time.Hour), Messages: conversation(i+1, 10, "x")})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want = append([]SnapshotInfo{info}, want...)
+		want = append([]adminapi.SnapshotInfo{info}, want...)
 	}
 	got, err := st.ListSnapshots(ctx, "s")
 	if err != nil {
@@ -302,7 +304,7 @@ func TestSnapshotIsCompressedJSON(t *testing.T) {
 	lines := bytes.Split(bytes.TrimSuffix(plain, []byte("\n")), []byte("\n"))
 	var head struct {
 		Format string
-		Info   SnapshotInfo
+		Info   adminapi.SnapshotInfo
 	}
 	var body Snapshot
 	if len(lines) != 2 || json.Unmarshal(lines[0], &head) != nil || json.Unmarshal(lines[1], &body) != nil {
@@ -387,7 +389,7 @@ func TestLargeSnapshotDoesNotBlock(t *testing.T) {
 func TestCorruptSnapshotSkipped(t *testing.T) {
 	dir := t.TempDir()
 	st := newFileStore(t, dir, Config{MaxCount: 100})
-	var good, bad []SnapshotInfo
+	var good, bad []adminapi.SnapshotInfo
 	for i := range len(damage) * 2 {
 		info, err := st.SaveSnapshot(ctx, &Snapshot{SessionID: "s", Messages: conversation(8, 200, "snap"), Tokens: i})
 		if err != nil {

@@ -6,11 +6,15 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // Session is the state ctxproxy keeps for one session id: the conversation
 // as last seen (the client's messages plus the assistant's reply), the
-// numbers of the last request, metadata and cached summaries.
+// numbers of the last request, metadata and cached summaries. The admin
+// API's adminapi.SessionDetail shows it with counts in place of the
+// messages, and without the summaries.
 type Session struct {
 	// ID is the client's session id, exactly as sent.
 	ID    string `json:"session_id"`
@@ -52,7 +56,10 @@ type Message struct {
 
 // Stats are a session's numbers. Requests, Truncations and LastTruncation
 // cover the whole session; the others describe the last request. The proxy
-// fills them; Writer reads Usage for automatic snapshots.
+// fills them; Writer reads Usage for automatic snapshots. The admin API
+// shows them as adminapi.SessionStats, a shape of its own: it writes every
+// number where records leave out zeros, a missing truncation time as null,
+// no OverflowRetries, and the budget with what it leaves.
 type Stats struct {
 	// Tokens is the prompt tokens of the conversation as the client sent
 	// it, Limit the effective limit, Usage Tokens/Limit.
@@ -88,20 +95,9 @@ type Stats struct {
 	// prompt cache on the last request, as it said; nil when it did not.
 	CachedTokens *int `json:"cached_tokens,omitempty"`
 	// Budget is how the last request's window was divided; nil when it
-	// was not counted.
-	Budget *Allocation `json:"budget,omitempty"`
-}
-
-// Allocation is how a request's window was divided: the system prompt,
-// the tools and the chat template's own tokens, the reply's reserve, and
-// the conversation (as forwarded).
-type Allocation struct {
-	Total        int `json:"total"`
-	System       int `json:"system"`
-	Tools        int `json:"tools"`
-	Template     int `json:"template,omitempty"`
-	Reserve      int `json:"reserve"`
-	Conversation int `json:"conversation"`
+	// was not counted. Records written before Template was stored always
+	// read with Template 0.
+	Budget *adminapi.Budget `json:"budget,omitempty"`
 }
 
 // Summary is a cached summary of some iterations of a conversation, keyed
@@ -117,7 +113,12 @@ type Summary struct {
 	Created time.Time `json:"created"`
 }
 
-// Listing is what a listing shows of a session.
+// Listing is what a listing shows of a session: its entry in the store's
+// index, stored with each session record. The admin API's row,
+// adminapi.SessionInfo, is another shape: the store keeps Bytes, which
+// the admin API does not show, and leaves out empty fields, which the
+// admin API always writes; the admin API adds ForwardedUsage, worked out
+// from Sent and Limit.
 type Listing struct {
 	ID       string    `json:"session_id"`
 	Model    string    `json:"model,omitempty"`

@@ -1,10 +1,13 @@
 package snapshots
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 func TestAccumulate(t *testing.T) {
@@ -109,5 +112,56 @@ func TestSetMessagesSharesStoredRaw(t *testing.T) {
 	}
 	if &s.Messages[1].Raw[0] != own || string(s.Messages[1].Raw) != `{"role":"assistant","content":"a2"}` {
 		t.Errorf("the changed message's raw bytes = %s, not its own", s.Messages[1].Raw)
+	}
+}
+
+// TestOldBudgetRecordReads: session records written before the budget's
+// template tokens were stored, and those written with them omitted when
+// 0, read with Template 0; the others keep every part. Encoded again, the
+// budget keeps its names.
+func TestOldBudgetRecordReads(t *testing.T) {
+	for _, c := range []struct {
+		record string
+		want   adminapi.Budget
+	}{
+		{`{"session_id":"s","created":"2025-01-02T03:04:05Z","updated":"2025-01-02T03:04:05Z","stats":{"tokens":7000,"usage":0.85,"requests":3,` +
+			`"budget":{"total":8192,"system":10,"tools":20,"reserve":512,"conversation":7000}}}`,
+			adminapi.Budget{Total: 8192, SystemPrompt: 10, Tools: 20, ResponseReserve: 512, Conversation: 7000}},
+		{`{"session_id":"s","created":"2025-01-02T03:04:05Z","updated":"2025-01-02T03:04:05Z","stats":{"tokens":7000,"usage":0.85,"requests":3,` +
+			`"budget":{"total":8192,"system":10,"tools":0,"template":3,"reserve":512,"conversation":7000}}}`,
+			adminapi.Budget{Total: 8192, SystemPrompt: 10, Template: 3, ResponseReserve: 512, Conversation: 7000}},
+	} {
+		s, err := decodeSession([]byte(c.record))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Stats.Budget == nil || *s.Stats.Budget != c.want {
+			t.Errorf("%s: budget %+v, want %+v", c.record, s.Stats.Budget, c.want)
+		}
+		b, err := encodeSession(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{`"total":`, `"system":`, `"tools":`, `"template":`, `"reserve":`, `"conversation":`} {
+			if !strings.Contains(string(b), name) {
+				t.Errorf("encoded again, %s lacks %s", b, name)
+			}
+		}
+	}
+}
+
+// TestOldSnapshotEntryReads: a snapshot record whose index entry leaves
+// out an empty model and a zero usage, as entries were once written,
+// reads as the entry the admin API lists.
+func TestOldSnapshotEntryReads(t *testing.T) {
+	entry := json.RawMessage(`{"id":"snap1","session_id":"s","created":"2025-01-02T03:04:05Z","tokens":0,"reason":"manual","messages":0,"bytes":0}`)
+	data, err := seal(formatSnapshot, entry, []byte(`{"id":"snap1","session_id":"s","created":"2025-01-02T03:04:05Z","tokens":0,"reason":"manual"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := readInfo[adminapi.SnapshotInfo](data, formatSnapshot)
+	want := adminapi.SnapshotInfo{ID: "snap1", SessionID: "s", Created: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Reason: "manual"}
+	if err != nil || got != want {
+		t.Errorf("readInfo = %+v, %v; want %+v", got, err, want)
 	}
 }

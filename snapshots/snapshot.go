@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // Why a snapshot was taken.
@@ -48,24 +50,9 @@ type Snapshot struct {
 	Messages []Message      `json:"messages,omitempty"`
 }
 
-// SnapshotInfo is what a listing shows of a snapshot: ids, timestamps and
-// token counts.
-type SnapshotInfo struct {
-	ID        string    `json:"id"`
-	SessionID string    `json:"session_id"`
-	Created   time.Time `json:"created"`
-	Model     string    `json:"model,omitempty"`
-	Tokens    int       `json:"tokens"`
-	Usage     float64   `json:"usage,omitempty"`
-	Reason    string    `json:"reason"`
-	Messages  int       `json:"messages"`
-	// Bytes is the stored (compressed) size.
-	Bytes int `json:"bytes"`
-}
-
 // Info summarizes snap for a listing. Bytes is left for the store to fill.
-func (snap *Snapshot) Info() SnapshotInfo {
-	return SnapshotInfo{
+func (snap *Snapshot) Info() adminapi.SnapshotInfo {
+	return adminapi.SnapshotInfo{
 		ID:        snap.ID,
 		SessionID: snap.SessionID,
 		Created:   snap.Created,
@@ -105,7 +92,7 @@ func newSnapID(t time.Time) string {
 
 // newer orders snapshot infos newest first (ties by id, descending), the
 // order ListSnapshots returns.
-func newer(a, b SnapshotInfo) int {
+func newer(a, b adminapi.SnapshotInfo) int {
 	if c := b.Created.Compare(a.Created); c != 0 {
 		return c
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // ErrNotFound reports a session or snapshot that does not exist.
@@ -40,10 +42,10 @@ type Store interface {
 	// SaveSnapshot stores snap, making its ID and Created when they are
 	// empty, and then deletes the session's oldest snapshots beyond
 	// snapshots.max_count.
-	SaveSnapshot(ctx context.Context, snap *Snapshot) (SnapshotInfo, error)
+	SaveSnapshot(ctx context.Context, snap *Snapshot) (adminapi.SnapshotInfo, error)
 	// ListSnapshots returns session id's snapshots newest first, from the
 	// in-memory index, so listing reads no file; none is not an error.
-	ListSnapshots(ctx context.Context, id string) ([]SnapshotInfo, error)
+	ListSnapshots(ctx context.Context, id string) ([]adminapi.SnapshotInfo, error)
 	// LoadSnapshot returns snapshot snapID of session id, or ErrNotFound,
 	// or an error wrapping ErrCorrupt.
 	LoadSnapshot(ctx context.Context, id, snapID string) (*Snapshot, error)
@@ -174,10 +176,10 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (Store, error) {
 }
 
 // TakeSnapshot saves a snapshot of session id as it is stored now.
-func TakeSnapshot(ctx context.Context, st Store, id, reason string) (SnapshotInfo, error) {
+func TakeSnapshot(ctx context.Context, st Store, id, reason string) (adminapi.SnapshotInfo, error) {
 	s, err := st.Get(ctx, id)
 	if err != nil {
-		return SnapshotInfo{}, err
+		return adminapi.SnapshotInfo{}, err
 	}
 	return st.SaveSnapshot(ctx, NewSnapshot(s, reason))
 }
@@ -189,7 +191,7 @@ func TakeSnapshot(ctx context.Context, st Store, id, reason string) (SnapshotInf
 // A restore can be undone: the conversation it replaces is first saved as
 // a ReasonRestore snapshot, returned as undo (zero when the session had no
 // messages). When that save fails nothing is restored.
-func Restore(ctx context.Context, st Store, id, snapID string) (undo SnapshotInfo, err error) {
+func Restore(ctx context.Context, st Store, id, snapID string) (undo adminapi.SnapshotInfo, err error) {
 	snap, err := st.LoadSnapshot(ctx, id, snapID)
 	if err != nil {
 		return undo, err

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // gated holds every write until release is called, as a stalled disk or
@@ -31,7 +33,7 @@ func (g *gated) Update(ctx context.Context, id string, fn func(*Session) error) 
 	return g.Store.Update(ctx, id, fn)
 }
 
-func (g *gated) SaveSnapshot(ctx context.Context, snap *Snapshot) (SnapshotInfo, error) {
+func (g *gated) SaveSnapshot(ctx context.Context, snap *Snapshot) (adminapi.SnapshotInfo, error) {
 	<-g.open
 	return g.Store.SaveSnapshot(ctx, snap)
 }

@@ -15,7 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/config"
 	"github.com/ctxproxy/ctxproxy/gpu"
@@ -150,11 +150,11 @@ var errNoProxy = errors.New("no ctxproxy running")
 
 // countRemote asks a running ctxproxy to count data (a chat body, else
 // text) with its backend's tokenizers and its calibration.
-func countRemote(base, token, model string, data []byte, isChat bool) (api.TokenizeResponse, error) {
-	var req api.TokenizeRequest
+func countRemote(base, token, model string, data []byte, isChat bool) (adminapi.TokenizeResponse, error) {
+	var req adminapi.TokenizeRequest
 	if isChat {
 		if err := json.Unmarshal(data, &req); err != nil {
-			return api.TokenizeResponse{}, err
+			return adminapi.TokenizeResponse{}, err
 		}
 	} else {
 		text := string(data)
@@ -163,11 +163,11 @@ func countRemote(base, token, model string, data []byte, isChat bool) (api.Token
 	req.Model = model
 	body, err := json.Marshal(req)
 	if err != nil {
-		return api.TokenizeResponse{}, err
+		return adminapi.TokenizeResponse{}, err
 	}
 	hr, err := http.NewRequest(http.MethodPost, strings.TrimSuffix(base, "/")+"/ctxproxy/tokenize", bytes.NewReader(body))
 	if err != nil {
-		return api.TokenizeResponse{}, errNoProxy
+		return adminapi.TokenizeResponse{}, errNoProxy
 	}
 	hr.Header.Set("Content-Type", "application/json")
 	if token != "" {
@@ -175,19 +175,19 @@ func countRemote(base, token, model string, data []byte, isChat bool) (api.Token
 	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(hr)
 	if err != nil {
-		return api.TokenizeResponse{}, errNoProxy
+		return adminapi.TokenizeResponse{}, errNoProxy
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return api.TokenizeResponse{}, err
+		return adminapi.TokenizeResponse{}, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return api.TokenizeResponse{}, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(answer))
+		return adminapi.TokenizeResponse{}, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(answer))
 	}
-	var out api.TokenizeResponse
+	var out adminapi.TokenizeResponse
 	if err := json.Unmarshal(answer, &out); err != nil {
-		return api.TokenizeResponse{}, fmt.Errorf("not a tokenize answer: %w", err)
+		return adminapi.TokenizeResponse{}, fmt.Errorf("not a tokenize answer: %w", err)
 	}
 	return out, nil
 }
@@ -280,7 +280,7 @@ func gpuFromProxy(base, token, model string) (rep gpu.Report, ok bool, backend s
 		return gpu.Report{}, false, ""
 	}
 	defer resp.Body.Close()
-	var st api.Status
+	var st adminapi.Status
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&st) != nil {
 		return gpu.Report{}, false, ""
 	}

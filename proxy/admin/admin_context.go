@@ -3,7 +3,7 @@ package admin
 import (
 	"net/http"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
@@ -13,7 +13,7 @@ func (s *adminAPI) getContextSize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *adminAPI) putContextSize(w http.ResponseWriter, r *http.Request) {
-	var body api.ContextSizeRequest
+	var body adminapi.ContextSizeRequest
 	if err := readJSON(r, maxAdminBody, &body); err != nil {
 		s.fail(w, err)
 		return

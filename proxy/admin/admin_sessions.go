@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -26,11 +26,11 @@ func (s *adminAPI) listSessions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	out := make([]api.SessionInfo, len(list))
+	out := make([]adminapi.SessionInfo, len(list))
 	for i, info := range list {
 		out[i] = sessions.SessionInfoOf(info)
 	}
-	wire.WriteJSON(w, http.StatusOK, api.Sessions{Sessions: out})
+	wire.WriteJSON(w, http.StatusOK, adminapi.Sessions{Sessions: out})
 }
 
 func (s *adminAPI) getSession(w http.ResponseWriter, r *http.Request) {
@@ -46,7 +46,7 @@ func (s *adminAPI) getSession(w http.ResponseWriter, r *http.Request) {
 // putSession creates a session or merges metadata (a null value removes
 // the key) and the model into it.
 func (s *adminAPI) putSession(w http.ResponseWriter, r *http.Request) {
-	var body api.SessionUpdate
+	var body adminapi.SessionUpdate
 	if err := readJSON(r, maxAdminBody, &body); err != nil {
 		s.fail(w, err)
 		return
@@ -92,7 +92,7 @@ func (s *adminAPI) deleteSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.sessions.Cleared.Take(id)
-		wire.WriteJSON(w, http.StatusOK, api.Purged{Purged: true})
+		wire.WriteJSON(w, http.StatusOK, adminapi.Purged{Purged: true})
 		return
 	}
 	undo, err := s.sessions.Clear(r.Context(), id, false, snapshots.ReasonClear)
@@ -100,7 +100,7 @@ func (s *adminAPI) deleteSession(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	wire.WriteJSON(w, http.StatusOK, api.Cleared{Cleared: true, Undo: sessions.SnapshotOf(undo)})
+	wire.WriteJSON(w, http.StatusOK, adminapi.Cleared{Cleared: true, Undo: sessions.SnapshotOf(undo)})
 }
 
 func (s *adminAPI) getMessages(w http.ResponseWriter, r *http.Request) {
@@ -111,14 +111,14 @@ func (s *adminAPI) getMessages(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, sessions.NotFound(err, "session %q not found", id))
 		return
 	}
-	wire.WriteJSON(w, http.StatusOK, api.Messages{Messages: sessions.MessagesOf(sess.Messages)})
+	wire.WriteJSON(w, http.StatusOK, adminapi.Messages{Messages: sessions.MessagesOf(sess.Messages)})
 }
 
 // appendMessages is `context add`: messages with an importance (and
 // metadata) pinned to a session outside any chat. The session is created
 // when it does not exist.
 func (s *adminAPI) appendMessages(w http.ResponseWriter, r *http.Request) {
-	var body api.NewMessages
+	var body adminapi.NewMessages
 	if err := readJSON(r, maxAdminBody, &body); err != nil {
 		s.fail(w, err)
 		return
@@ -161,7 +161,7 @@ func (s *adminAPI) appendMessages(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	wire.WriteJSON(w, http.StatusOK, api.Appended{Appended: len(msgs), Messages: total})
+	wire.WriteJSON(w, http.StatusOK, adminapi.Appended{Appended: len(msgs), Messages: total})
 }
 
 func (s *adminAPI) exportSession(w http.ResponseWriter, r *http.Request) {
@@ -201,7 +201,7 @@ func (s *adminAPI) importSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.sessions.Remeasure(r.Context(), id)
-	wire.WriteJSON(w, http.StatusOK, api.Imported{Imported: n, Undo: sessions.SnapshotOf(undo)})
+	wire.WriteJSON(w, http.StatusOK, adminapi.Imported{Imported: n, Undo: sessions.SnapshotOf(undo)})
 }
 
 func (s *adminAPI) listSnapshots(w http.ResponseWriter, r *http.Request) {
@@ -219,11 +219,11 @@ func (s *adminAPI) listSnapshots(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out := make([]api.SnapshotInfo, len(list))
+	out := make([]adminapi.SnapshotInfo, len(list))
 	for i, info := range list {
 		out[i] = *sessions.SnapshotOf(info)
 	}
-	wire.WriteJSON(w, http.StatusOK, api.Snapshots{Snapshots: out})
+	wire.WriteJSON(w, http.StatusOK, adminapi.Snapshots{Snapshots: out})
 }
 
 // reasons are the snapshot reasons a client may give.
@@ -262,7 +262,7 @@ func (s *adminAPI) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	wire.WriteJSON(w, http.StatusOK, api.Restored{Restored: snap, Messages: n, Undo: sessions.SnapshotOf(undo)})
+	wire.WriteJSON(w, http.StatusOK, adminapi.Restored{Restored: snap, Messages: n, Undo: sessions.SnapshotOf(undo)})
 }
 
 func (s *adminAPI) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
@@ -289,7 +289,7 @@ func (s *adminAPI) compressSession(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, sessions.Errorf(http.StatusBadRequest, "dry_run: %q is not 1, true, 0 or false", v))
 		return
 	}
-	var body api.CompressRequest
+	var body adminapi.CompressRequest
 	if r.ContentLength != 0 {
 		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&body); err != nil && !errors.Is(err, io.EOF) {
 			s.fail(w, sessions.Errorf(http.StatusBadRequest, "the body is not a JSON object {\"instructions\": \"...\"}: %v", err))

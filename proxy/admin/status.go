@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
@@ -73,25 +73,25 @@ func NewStatus(c StatusConfig) *Status {
 func (s *Status) Limit(model string) int { return s.seen.limit(model) }
 
 // Report gathers GET /ctxproxy/Report from live data.
-func (s *Status) Report(ctx context.Context) api.Status {
+func (s *Status) Report(ctx context.Context) adminapi.Status {
 	info := s.info
-	st := api.Status{
+	st := adminapi.Status{
 		Version:       s.version,
 		UptimeSeconds: math.Round(time.Since(s.start).Seconds()*10) / 10,
-		Backend: api.BackendStatus{URL: s.backend.Redacted(), Kind: s.be.Kind(ctx),
+		Backend: adminapi.BackendStatus{URL: s.backend.Redacted(), Kind: s.be.Kind(ctx),
 			Ready: s.be.Ready(ctx)},
-		Strategy: api.StrategyStatus{Mode: "none"},
-		Context: api.ContextStatus{MinSize: info.minSize(), MaxSize: info.maxSize(),
+		Strategy: adminapi.StrategyStatus{Mode: "none"},
+		Context: adminapi.ContextStatus{MinSize: info.minSize(), MaxSize: info.maxSize(),
 			KVQuantization: cmp.Or(info.KVQuantization, "f16"), NumParallel: max(info.NumParallel, 1)},
-		GPU:       api.GPUStatus{Level: "ok", Devices: []api.Device{}},
+		GPU:       adminapi.GPUStatus{Level: "ok", Devices: []adminapi.Device{}},
 		Models:    s.modelStatuses(),
-		Snapshots: api.SnapshotsStatus{Store: "off"},
-		Summarize: api.SummarizeStatus{Model: info.SummarizeModel, KeepRecent: info.KeepRecent},
+		Snapshots: adminapi.SnapshotsStatus{Store: "off"},
+		Summarize: adminapi.SummarizeStatus{Model: info.SummarizeModel, KeepRecent: info.KeepRecent},
 		Inflight:  s.inflight.Load(),
 		Replica:   info.Replica,
 	}
 	if t := s.trimmer.Load(); t != nil {
-		st.Strategy = api.StrategyStatus{Mode: t.Mode(), Threshold: t.Threshold(), Target: t.Target(),
+		st.Strategy = adminapi.StrategyStatus{Mode: t.Mode(), Threshold: t.Threshold(), Target: t.Target(),
 			OnOverflow: t.OnOverflow(), EffectiveThreshold: s.effectiveThreshold(t)}
 	}
 	if s.sizer != nil {
@@ -111,7 +111,7 @@ func (s *Status) Report(ctx context.Context) api.Status {
 		}
 	}
 	if s.store != nil {
-		st.Snapshots = api.SnapshotsStatus{Store: cmp.Or(info.SnapshotStore, snapshots.StoreFile),
+		st.Snapshots = adminapi.SnapshotsStatus{Store: cmp.Or(info.SnapshotStore, snapshots.StoreFile),
 			AutoThreshold: cmp.Or(info.AutoThreshold, snapshots.DefaultAutoThreshold),
 			MaxCount:      cmp.Or(info.MaxCount, snapshots.DefaultMaxCount)}
 		if list, err := s.store.List(ctx); err == nil {
@@ -125,12 +125,12 @@ func (s *Status) Report(ctx context.Context) api.Status {
 
 // modelStatuses lists the models requests used, most recent first, and
 // any other model calibration has learned about.
-func (s *Status) modelStatuses() []api.ModelStatus {
-	out := []api.ModelStatus{}
+func (s *Status) modelStatuses() []adminapi.ModelStatus {
+	out := []adminapi.ModelStatus{}
 	quant, parallel := cmp.Or(s.info.KVQuantization, "f16"), max(s.info.NumParallel, 1)
 	done := map[string]bool{}
 	add := func(e seenModel) {
-		m := api.ModelStatus{Name: e.name, Effective: e.effective, NumCtx: e.numCtx, Reason: e.reason, Counting: e.counting}
+		m := adminapi.ModelStatus{Name: e.name, Effective: e.effective, NumCtx: e.numCtx, Reason: e.reason, Counting: e.counting}
 		if m.Counting.Method == "" {
 			m.Counting.Method = "estimate"
 		}
@@ -138,7 +138,7 @@ func (s *Status) modelStatuses() []api.ModelStatus {
 			a := e.exact.Agreement()
 			m.Counting.Checked, m.Counting.WorstError, m.Counting.Disagreed = a.Checked, a.WorstError, a.Off
 			for _, x := range a.Misses {
-				m.Counting.Misses = append(m.Counting.Misses, api.CountMiss{Shape: x.Shape, Estimate: x.Estimate,
+				m.Counting.Misses = append(m.Counting.Misses, adminapi.CountMiss{Shape: x.Shape, Estimate: x.Estimate,
 					Reported: x.Reported, Tokenizer: x.Tokenizer})
 			}
 		}
@@ -149,7 +149,7 @@ func (s *Status) modelStatuses() []api.ModelStatus {
 				m.Effective = lim.Effective()
 			}
 			c := s.tokens.Calibration(e.name)
-			m.Calibration = api.CalibrationStatus{Ratio: sessions.Finite(c.Ratio), Observations: c.Observations}
+			m.Calibration = adminapi.CalibrationStatus{Ratio: sessions.Finite(c.Ratio), Observations: c.Observations}
 		}
 		if e.facts.Known() {
 			m.BytesPerToken = e.facts.BytesPerToken(quant, parallel)
@@ -190,9 +190,9 @@ func levelName(l gpu.Level) string {
 	return l.String()
 }
 
-func (s *Status) ContextSize() api.ContextSize {
+func (s *Status) ContextSize() adminapi.ContextSize {
 	if s.sizer == nil {
-		return api.ContextSize{}
+		return adminapi.ContextSize{}
 	}
 	auto, target := s.sizer.Mode()
 	if auto {
@@ -201,7 +201,7 @@ func (s *Status) ContextSize() api.ContextSize {
 			target = seen[0].numCtx
 		}
 	}
-	return api.ContextSize{Auto: auto, Target: target}
+	return adminapi.ContextSize{Auto: auto, Target: target}
 }
 
 // SetContextSize fixes num_ctx at tokens, or with tokens 0 sizes it from
@@ -234,7 +234,7 @@ func (s *Status) Note(m ModelSeen) {
 		return
 	}
 	e := seenModel{name: m.Name, facts: m.Facts, numCtx: m.NumCtx, reason: m.Reason,
-		effective: m.Limit, at: time.Now(), counting: api.CountingStatus{Method: m.Counting, Reason: m.NotExact}}
+		effective: m.Limit, at: time.Now(), counting: adminapi.CountingStatus{Method: m.Counting, Reason: m.NotExact}}
 	if m.Exact != nil {
 		e.counting.Tokenizer, e.exact = m.Exact.Tokenizer.Name(), m.Exact
 	}
@@ -283,7 +283,7 @@ type seenModel struct {
 	reason    string
 	effective int
 	at        time.Time
-	counting  api.CountingStatus
+	counting  adminapi.CountingStatus
 	exact     *backend.Details // for its agreement, when counted exactly
 }
 

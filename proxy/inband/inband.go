@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
@@ -209,7 +209,7 @@ func (ib *Commands) sessionCommand(ctx context.Context, session, model, cmd stri
 		if len(list) == 0 {
 			return "No snapshots yet.", nil
 		}
-		infos := make([]api.SnapshotInfo, len(list))
+		infos := make([]adminapi.SnapshotInfo, len(list))
 		for i, info := range list {
 			infos[i] = *sessions.SnapshotOf(info)
 		}
@@ -281,7 +281,7 @@ func (ib *Commands) size(sub string, args []string) string {
 		_, msg := ib.Sessions.Describe(err)
 		return "ctxproxy: " + msg
 	}
-	return report.ContextSize(api.ContextSize{Auto: tokens == 0, Target: tokens})
+	return report.ContextSize(adminapi.ContextSize{Auto: tokens == 0, Target: tokens})
 }
 
 // statusText is /context: the status of the session, or the
@@ -302,12 +302,12 @@ func (ib *Commands) statusText(ctx context.Context, session, model string) strin
 
 // memoryStatsText is /context stats: model memory, KV cache size and
 // compression ratios.
-func (ib *Commands) memoryStatsText(ctx context.Context, d api.SessionDetail, model string) string {
+func (ib *Commands) memoryStatsText(ctx context.Context, d adminapi.SessionDetail, model string) string {
 	st := ib.Status.Report(ctx)
-	var running []api.RunningModel
+	var running []adminapi.RunningModel
 	if ib.Monitor != nil {
 		if lm, ok := ib.Monitor.Reading().Model(model); ok {
-			running = []api.RunningModel{{Name: model, Size: int64(lm.Size), SizeVRAM: int64(lm.SizeVRAM)}}
+			running = []adminapi.RunningModel{{Name: model, Size: int64(lm.Size), SizeVRAM: int64(lm.SizeVRAM)}}
 		}
 	}
 	f := report.Facts{Model: model, Status: &st, Session: &d}

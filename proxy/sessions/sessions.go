@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ctxproxy/ctxproxy/api"
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/report"
@@ -116,14 +116,14 @@ func (s *Service) FullStore() snapshots.Store {
 }
 
 // session reads session id with its snapshot count.
-func (s *Service) Get(ctx context.Context, id string) (*snapshots.Session, api.SessionDetail, error) {
+func (s *Service) Get(ctx context.Context, id string) (*snapshots.Session, adminapi.SessionDetail, error) {
 	sess, err := s.Store.Get(ctx, id)
 	if err != nil {
-		return nil, api.SessionDetail{}, NotFound(err, "session %q not found", id)
+		return nil, adminapi.SessionDetail{}, NotFound(err, "session %q not found", id)
 	}
 	snaps, err := s.Store.ListSnapshots(ctx, id)
 	if err != nil {
-		return nil, api.SessionDetail{}, err
+		return nil, adminapi.SessionDetail{}, err
 	}
 	md := sess.Metadata
 	if _, ok := md[RestoreKey]; ok {
@@ -134,7 +134,7 @@ func (s *Service) Get(ctx context.Context, id string) (*snapshots.Session, api.S
 	if md == nil {
 		md = map[string]any{}
 	}
-	out := api.SessionDetail{SessionID: sess.ID, Model: sess.Model, Created: sess.Created.UTC(), Updated: sess.Updated.UTC(),
+	out := adminapi.SessionDetail{SessionID: sess.ID, Model: sess.Model, Created: sess.Created.UTC(), Updated: sess.Updated.UTC(),
 		Metadata: md, Stats: StatsOf(sess.Stats), Messages: len(sess.Messages), Snapshots: len(snaps)}
 	// As on the chat routes: a conversation that its last request cut
 	// is judged by what was forwarded, never warned of as "approaching".
@@ -150,7 +150,7 @@ func (s *Service) Get(ctx context.Context, id string) (*snapshots.Session, api.S
 // the metadata stays; the cleared state is snapshotted first (reason
 // Clear) so that a clear can be undone. With keepSystem (/context clear)
 // the leading system messages stay.
-func (s *Service) Clear(ctx context.Context, id string, keepSystem bool, reason string) (undo snapshots.SnapshotInfo, err error) {
+func (s *Service) Clear(ctx context.Context, id string, keepSystem bool, reason string) (undo adminapi.SnapshotInfo, err error) {
 	sess, err := s.Store.Get(ctx, id)
 	if err != nil {
 		return undo, NotFound(err, "session %q not found", id)
@@ -181,14 +181,14 @@ func (s *Service) Clear(ctx context.Context, id string, keepSystem bool, reason 
 }
 
 // takeSnapshot saves a Snapshot of session id as stored now.
-func (s *Service) Snapshot(ctx context.Context, id, reason string) (snapshots.SnapshotInfo, error) {
+func (s *Service) Snapshot(ctx context.Context, id, reason string) (adminapi.SnapshotInfo, error) {
 	info, err := snapshots.TakeSnapshot(ctx, s.FullStore(), id, reason)
 	return info, NotFound(err, "session %q not found", id)
 }
 
 // Restore replaces session id's conversation with snapshot snap's and
 // returns how many messages it has now and the undo snapshot.
-func (s *Service) Restore(ctx context.Context, id, snap string) (n int, undo snapshots.SnapshotInfo, err error) {
+func (s *Service) Restore(ctx context.Context, id, snap string) (n int, undo adminapi.SnapshotInfo, err error) {
 	undo, err = snapshots.Restore(ctx, s.FullStore(), id, snap)
 	if err != nil {
 		return 0, undo, NotFound(err, "snapshot %q of session %q not found", snap, id)
@@ -221,26 +221,26 @@ var errChanged = Errorf(http.StatusConflict, "the session changed while it was b
 // write, no summarizer call. Where summaries are not written yet, its
 // after counts each at the expected length of a summary
 // (rewrite.Request.DryRun); elsewhere it is what the compress would leave.
-func (s *Service) Compress(ctx context.Context, id, instructions string, dryRun bool) (api.Compressed, error) {
+func (s *Service) Compress(ctx context.Context, id, instructions string, dryRun bool) (adminapi.Compressed, error) {
 	trimmer := s.Trimmer.Load()
 	if trimmer == nil || s.Tokens == nil {
-		return api.Compressed{}, Errorf(http.StatusServiceUnavailable, "compress needs token counting and a strategy, and ctxproxy runs without them")
+		return adminapi.Compressed{}, Errorf(http.StatusServiceUnavailable, "compress needs token counting and a strategy, and ctxproxy runs without them")
 	}
 	if trimmer.Mode() == "none" {
-		return api.Compressed{}, Errorf(http.StatusConflict, "nothing to compress with: strategy.mode is none")
+		return adminapi.Compressed{}, Errorf(http.StatusConflict, "nothing to compress with: strategy.mode is none")
 	}
 	sess, err := s.Store.Get(ctx, id)
 	if err != nil {
-		return api.Compressed{}, NotFound(err, "session %q not found", id)
+		return adminapi.Compressed{}, NotFound(err, "session %q not found", id)
 	}
 	msgs, err := FromStored(sess.Messages)
 	if err != nil {
-		return api.Compressed{}, Errorf(http.StatusInternalServerError, "the stored conversation cannot be read: %v", err)
+		return adminapi.Compressed{}, Errorf(http.StatusInternalServerError, "the stored conversation cannot be read: %v", err)
 	}
 	counter := s.Tokens.MessageCounter(sess.Model)
 	limit := s.LimitFor(sess.Model, sess.Stats)
 	before := counter.Prompt(msgs, nil).Tokens
-	res := api.Compressed{Before: before, After: before, DryRun: dryRun}
+	res := adminapi.Compressed{Before: before, After: before, DryRun: dryRun}
 	// Acting from the target itself cuts down to it now: a threshold
 	// lower than the target would lower the target with it (Trim cuts to
 	// min(target, threshold)). The session's model writes the summaries
@@ -421,8 +421,8 @@ func Finite(f float64) float64 {
 	return f
 }
 
-func SessionInfoOf(i snapshots.Listing) api.SessionInfo {
-	out := api.SessionInfo{SessionID: i.ID, Model: i.Model, Created: i.Created.UTC(), Updated: i.Updated.UTC(),
+func SessionInfoOf(i snapshots.Listing) adminapi.SessionInfo {
+	out := adminapi.SessionInfo{SessionID: i.ID, Model: i.Model, Created: i.Created.UTC(), Updated: i.Updated.UTC(),
 		Messages: i.Messages, Tokens: i.Tokens, Limit: i.Limit, Usage: Finite(i.Usage), Requests: i.Requests,
 		Snapshots: i.Snapshots, Sent: i.Sent, ForwardedUsage: Finite(i.Usage)}
 	if i.Sent > 0 && i.Limit > 0 {
@@ -432,16 +432,16 @@ func SessionInfoOf(i snapshots.Listing) api.SessionInfo {
 }
 
 // SnapshotOf is a snapshot's JSON; nil for the zero info (no undo).
-func SnapshotOf(i snapshots.SnapshotInfo) *api.SnapshotInfo {
+func SnapshotOf(i adminapi.SnapshotInfo) *adminapi.SnapshotInfo {
 	if i.ID == "" {
 		return nil
 	}
-	return &api.SnapshotInfo{ID: i.ID, SessionID: i.SessionID, Created: i.Created.UTC(), Model: i.Model,
-		Tokens: i.Tokens, Usage: Finite(i.Usage), Reason: i.Reason, Messages: i.Messages, Bytes: i.Bytes}
+	i.Created, i.Usage = i.Created.UTC(), Finite(i.Usage)
+	return &i
 }
 
-func StatsOf(st snapshots.Stats) api.SessionStats {
-	out := api.SessionStats{Tokens: st.Tokens, Limit: st.Limit, Usage: Finite(UsageOf(st)), Sent: st.Sent, NumCtx: st.NumCtx,
+func StatsOf(st snapshots.Stats) adminapi.SessionStats {
+	out := adminapi.SessionStats{Tokens: st.Tokens, Limit: st.Limit, Usage: Finite(UsageOf(st)), Sent: st.Sent, NumCtx: st.NumCtx,
 		Dropped: st.Dropped, Summarized: st.Summarized, PromptTokens: st.PromptTokens,
 		CompletionTokens: st.CompletionTokens, AllPromptTokens: st.AllPromptTokens, AllCompletionTokens: st.AllCompletionTokens,
 		Requests: st.Requests, Truncations: st.Truncations}
@@ -451,10 +451,7 @@ func StatsOf(st snapshots.Stats) api.SessionStats {
 	}
 	out.PrefixKept, out.CachedTokens = st.PrefixKept, st.CachedTokens
 	if a := st.Budget; a != nil {
-		b := budget.Budget{Total: a.Total, SystemPrompt: a.System, Tools: a.Tools, Template: a.Template, ResponseReserve: a.Reserve,
-			Conversation: a.Conversation}
-		out.Budget = &api.Budget{Total: a.Total, System: a.System, Tools: a.Tools, Template: a.Template, Reserve: a.Reserve,
-			Conversation: a.Conversation, Available: b.Available()}
+		out.Budget = &adminapi.BudgetReport{Budget: *a, Free: a.Available()}
 	}
 	return out
 }
@@ -480,10 +477,10 @@ func UsageWarning(usage float64) string {
 	return ""
 }
 
-func MessagesOf(msgs []snapshots.Message) []api.SessionMessage {
-	out := make([]api.SessionMessage, len(msgs))
+func MessagesOf(msgs []snapshots.Message) []adminapi.SessionMessage {
+	out := make([]adminapi.SessionMessage, len(msgs))
 	for i, m := range msgs {
-		out[i] = api.SessionMessage{Role: m.Role, Content: m.Content, Timestamp: m.Timestamp.UTC(), Importance: m.Importance,
+		out[i] = adminapi.SessionMessage{Role: m.Role, Content: m.Content, Timestamp: m.Timestamp.UTC(), Importance: m.Importance,
 			Metadata: m.Metadata, Preserve: m.Preserve}
 	}
 	return out

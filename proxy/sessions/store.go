@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/internal/cache"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -16,8 +17,8 @@ type Store interface {
 	List(ctx context.Context) ([]snapshots.Listing, error)
 	Delete(ctx context.Context, id string) error
 	Clear(ctx context.Context, id string) error
-	SaveSnapshot(ctx context.Context, snap *snapshots.Snapshot) (snapshots.SnapshotInfo, error)
-	ListSnapshots(ctx context.Context, id string) ([]snapshots.SnapshotInfo, error)
+	SaveSnapshot(ctx context.Context, snap *snapshots.Snapshot) (adminapi.SnapshotInfo, error)
+	ListSnapshots(ctx context.Context, id string) ([]adminapi.SnapshotInfo, error)
 	LoadSnapshot(ctx context.Context, id, snapID string) (*snapshots.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, id, snapID string) error
 }

@@ -64,8 +64,7 @@ func TotalsOf(st snapshots.Stats) budget.Totals {
 		t.CachedTokens, t.CachedKnown = *st.CachedTokens, true
 	}
 	if a := st.Budget; a != nil {
-		t.Budget = budget.Budget{Total: a.Total, SystemPrompt: a.System, Tools: a.Tools, Template: a.Template, ResponseReserve: a.Reserve,
-			Conversation: a.Conversation}
+		t.Budget = *a
 	}
 	return t
 }
@@ -88,8 +87,7 @@ func StoredStats(t budget.Totals) snapshots.Stats {
 		st.CachedTokens = &cached
 	}
 	if b := t.Budget; b.Total > 0 {
-		st.Budget = &snapshots.Allocation{Total: b.Total, System: b.SystemPrompt, Tools: b.Tools, Template: b.Template,
-			Reserve: b.ResponseReserve, Conversation: b.Conversation}
+		st.Budget = &b
 	}
 	return st
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
@@ -265,7 +266,7 @@ func (p *Proxy) Seed(t testing.TB, id, model string, msgs ...snapshots.Message) 
 
 // SeedSnapshot stores snap for session snap.SessionID, as if it had been
 // taken before; the store makes its ID and Created when they are empty.
-func (p *Proxy) SeedSnapshot(t testing.TB, snap snapshots.Snapshot) snapshots.SnapshotInfo {
+func (p *Proxy) SeedSnapshot(t testing.TB, snap snapshots.Snapshot) adminapi.SnapshotInfo {
 	t.Helper()
 	p.Flush(t)
 	if snap.Reason == "" {

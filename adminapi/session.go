@@ -1,4 +1,4 @@
-package api
+package adminapi
 
 import "time"
 
@@ -47,7 +47,7 @@ type SessionStats struct {
 	LastTruncation      *time.Time `json:"last_truncation"`
 	// Budget is how the last request's window was divided (the
 	// X-Ctxproxy-Budget header's parts); absent before a counted request.
-	Budget *Budget `json:"budget,omitempty"`
+	Budget *BudgetReport `json:"budget,omitempty"`
 	// PrefixKept is the share of the last forwarded prompt that the one
 	// before it began with: what the backend's prompt cache could keep
 	// (Ollama reads again only what follows the common prefix). Absent
@@ -60,18 +60,13 @@ type SessionStats struct {
 	CachedTokens *int `json:"cached_tokens,omitempty"`
 }
 
-// Budget is how a request's window (Total, num_ctx or the model's) was
-// divided: the system prompt, the tools, the chat template's own tokens
-// (Template: what belongs to no message and no tool), the reserve for the
-// reply, and the conversation as forwarded; Available is what was left.
-type Budget struct {
-	Total        int `json:"total"`
-	System       int `json:"system"`
-	Tools        int `json:"tools"`
-	Template     int `json:"template"`
-	Reserve      int `json:"reserve"`
-	Conversation int `json:"conversation"`
-	Available    int `json:"available"`
+// BudgetReport is a session's Budget as the admin API shows it: the
+// parts, and Free, what they leave (Budget.Available). Session records
+// keep only the parts, as Free follows from them; the answer carries it
+// so that no client has to work it out.
+type BudgetReport struct {
+	Budget
+	Free int `json:"available"`
 }
 
 // SessionDetail is GET (and the answer of PUT) /ctxproxy/sessions/{id}.
@@ -151,7 +146,9 @@ type Imported struct {
 	Undo     *SnapshotInfo `json:"undo"`
 }
 
-// SnapshotInfo is one snapshot of GET /ctxproxy/sessions/{id}/snapshots.
+// SnapshotInfo is one snapshot of GET /ctxproxy/sessions/{id}/snapshots,
+// and the snapshot's entry in the session store's index, in the same
+// shape.
 type SnapshotInfo struct {
 	ID        string    `json:"id"`
 	SessionID string    `json:"session_id"`
@@ -161,7 +158,8 @@ type SnapshotInfo struct {
 	Usage     float64   `json:"usage"`
 	Reason    string    `json:"reason"`
 	Messages  int       `json:"messages"`
-	Bytes     int       `json:"bytes"`
+	// Bytes is the stored (compressed) size.
+	Bytes int `json:"bytes"`
 }
 
 // Snapshots is GET /ctxproxy/sessions/{id}/snapshots.

@@ -1,20 +1,21 @@
-package budget
+package adminapi
 
-// Budget divides a context window among the parts of a prompt (the
-// X-Ctxproxy-Budget header shows one).
+// Budget is how a request's window (Total: num_ctx or the model's) is
+// divided. The proxy plans each request with one, the X-Ctxproxy-Budget
+// header shows it, session records store the last one, and the admin API
+// reports it (BudgetReport), all in this one shape.
 type Budget struct {
-	// Total is the window being divided (usually Limits.MaxTokens).
-	Total int
+	Total int `json:"total"`
 	// SystemPrompt, Tools, Template and ResponseReserve are allocated
 	// first. Template is what the chat template adds that belongs to no
 	// message and no tool (the reply's priming, the calibrated
 	// per-request offset): a request without tools has Tools 0.
-	SystemPrompt    int
-	Tools           int
-	Template        int
-	ResponseReserve int
-	// Conversation is what the messages use now.
-	Conversation int
+	SystemPrompt    int `json:"system"`
+	Tools           int `json:"tools"`
+	Template        int `json:"template"`
+	ResponseReserve int `json:"reserve"`
+	// Conversation is what the messages use, as forwarded.
+	Conversation int `json:"conversation"`
 }
 
 // ConversationBudget returns what the conversation may use: the total less
