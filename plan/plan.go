@@ -107,7 +107,9 @@ type Plan struct {
 	Before, After budget.Estimate
 	Result        rewrite.Result
 	// Counter counts this request's prompt: the model's own tokenizer,
-	// the backend's tokenize API, or an estimate. nil: not counted.
+	// the backend's tokenize API, or an estimate. nil: not counted. The
+	// plans Cut makes of one prepared plan share it; it remembers the
+	// last prompt it counted (Counted), the one forwarded.
 	Counter Counter
 	// Exact is the backend's model when the prompt was counted with its
 	// own tokenizer (nil when estimated), ExactShape the request's shape
