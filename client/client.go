@@ -321,7 +321,7 @@ func (c *Client) ContextSize(ctx context.Context) (api.ContextSize, []byte, erro
 	return get[api.ContextSize](ctx, c, http.MethodGet, "/ctxproxy/context/size", nil)
 }
 
-// setContextSize fixes the context at tokens, or with tokens 0 returns it
+// SetContextSize fixes the context at tokens, or with tokens 0 returns it
 // to sizing from free VRAM.
 func (c *Client) SetContextSize(ctx context.Context, tokens int) (api.ContextSize, []byte, error) {
 	var body any = map[string]int{"tokens": tokens}
@@ -331,7 +331,7 @@ func (c *Client) SetContextSize(ctx context.Context, tokens int) (api.ContextSiz
 	return get[api.ContextSize](ctx, c, http.MethodPut, "/ctxproxy/context/size", body)
 }
 
-// runningModels asks Ollama, through the proxy's passthrough, which
+// RunningModels asks Ollama, through the proxy's passthrough, which
 // models are loaded and how much memory they take.
 func (c *Client) RunningModels(ctx context.Context) ([]api.RunningModel, []byte, error) {
 	v, raw, err := get[struct {
@@ -340,7 +340,7 @@ func (c *Client) RunningModels(ctx context.Context) ([]api.RunningModel, []byte,
 	return v.Models, raw, err
 }
 
-// availableModels lists the backend's models through the passthrough:
+// Models lists the backend's models through the passthrough:
 // Ollama's /api/tags, or /v1/models for an OpenAI-compatible server.
 func (c *Client) Models(ctx context.Context, dialect string) ([]string, error) {
 	var names []string

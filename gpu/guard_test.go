@@ -86,7 +86,7 @@ func TestGuardShrinksAt90Percent(t *testing.T) {
 
 // At 95% the guard reaches the emergency level, on which the
 // proxy snapshots and clears the active sessions; the Monitor announces it
-// (TestMonitorEvents).
+// (TestMonitorLowMemoryEvent).
 func TestGuardEmergencyAt95Percent(t *testing.T) {
 	checkGuardLevel(t, 0.95, LevelEmergency)
 }

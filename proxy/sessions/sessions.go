@@ -180,7 +180,7 @@ func (s *Service) Clear(ctx context.Context, id string, keepSystem bool, reason 
 	return undo, err
 }
 
-// takeSnapshot saves a Snapshot of session id as stored now.
+// Snapshot saves a Snapshot of session id as stored now.
 func (s *Service) Snapshot(ctx context.Context, id, reason string) (snapshots.SnapshotInfo, error) {
 	info, err := snapshots.TakeSnapshot(ctx, s.FullStore(), id, reason)
 	return info, NotFound(err, "session %q not found", id)

@@ -49,7 +49,7 @@ func (ts *Trackers) Active(d time.Duration) []string {
 	return out
 }
 
-// TotalsOf and statsOf convert between the tracker's totals and the
+// TotalsOf and StoredStats convert between the tracker's totals and the
 // store's copy of them.
 func TotalsOf(st snapshots.Stats) budget.Totals {
 	t := budget.Totals{Tokens: st.Tokens, Sent: st.Sent, Limit: st.Limit, NumCtx: st.NumCtx,

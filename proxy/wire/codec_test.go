@@ -243,7 +243,7 @@ func TestDecodeChatAllocs(t *testing.T) {
 	}
 }
 
-// decodeString shares the bytes of an unescaped string and decodes an
+// DecodeString shares the bytes of an unescaped string and decodes an
 // escaped one.
 func TestDecodeStringShares(t *testing.T) {
 	for in, want := range map[string]string{`""`: "", `"a"`: "a", `"a\"b"`: `a"b`, `"\u00e9t\u00e9"`: "été", `"héllo"`: "héllo"} {
