@@ -162,18 +162,13 @@ func (mc *MessageCounter) Overhead(tools json.RawMessage) int {
 	return max(0, cal.scale(t+replyPriming, c+replyPriming)+int(math.Round(cal.Offset)))
 }
 
-// Tools returns the raw tokens of a request's tools definitions. Ollama's
-// chat templates render each definition as JSON (llama3.1, qwen2.5 and
-// mistral all do), so the compact JSON of the array is counted, plus the
-// section's preamble. Anything that is not a JSON array is counted as
-// text; null or empty costs nothing. Counts are cached by the raw bytes,
-// since agents resend the same tools with every request.
-func (mc *MessageCounter) Tools(tools json.RawMessage) int {
-	n, _ := mc.tools(tools)
-	return n
-}
-
-// tools returns the raw tiktoken and characters/4 counts of a tools array.
+// tools returns the raw tiktoken and characters/4 counts of a request's
+// tools definitions. Ollama's chat templates render each definition as
+// JSON (llama3.1, qwen2.5 and mistral all do), so the compact JSON of the
+// array is counted, plus the section's preamble. Anything that is not a
+// JSON array is counted as text; null or empty costs nothing. Counts are
+// cached by the raw bytes, since agents resend the same tools with every
+// request.
 func (mc *MessageCounter) tools(tools json.RawMessage) (tokens, chr int) {
 	t := bytes.TrimSpace(tools)
 	if len(t) == 0 || string(t) == "null" {

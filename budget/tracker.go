@@ -1,36 +1,14 @@
 package budget
 
 import (
-	"fmt"
 	"sync"
 
 	"github.com/ctxproxy/ctxproxy/chat"
 )
 
-// Warning thresholds, as fractions of the effective limit: the defaults,
-// which the proxy's configuration may change.
-const (
-	WarnAt     = 0.80
-	CriticalAt = 0.90
-)
-
-// Warning returns the capacity warning for usage, a fraction of the
-// effective limit, at the default thresholds: "" below 80%.
-func Warning(usage float64) string {
-	return WarningAt(usage, WarnAt, CriticalAt)
-}
-
-// WarningAt is Warning with the thresholds given: the texts name them
-// ("Context at 85% capacity. …").
-func WarningAt(usage, warn, critical float64) string {
-	switch {
-	case usage >= critical:
-		return fmt.Sprintf("Context at %.0f%% capacity. Auto-trimming soon.", 100*critical)
-	case usage >= warn:
-		return fmt.Sprintf("Context at %.0f%% capacity. Consider /clear or /save.", 100*warn)
-	}
-	return ""
-}
+// WarnAt is the usage, a fraction of the effective limit, from which a
+// conversation is near its limit (NearLimit): the capacity warning's 80%.
+const WarnAt = 0.80
 
 // MessageCounting counts what one message costs in a prompt, structure
 // overhead included. A *MessageCounter does; so does every counter the

@@ -142,27 +142,3 @@ func TestTrackerZeroLimit(t *testing.T) {
 		t.Errorf("negative tools recorded as %d", got)
 	}
 }
-
-// The capacity warnings: none below 80%, one text from 80%, another from
-// 90%; WarningAt takes other thresholds.
-func TestWarningAt80And90Percent(t *testing.T) {
-	tests := []struct {
-		usage float64
-		want  string
-	}{
-		{0, ""},
-		{0.7999, ""},
-		{0.80, "Context at 80% capacity. Consider /clear or /save."},
-		{0.85, "Context at 80% capacity. Consider /clear or /save."},
-		{0.90, "Context at 90% capacity. Auto-trimming soon."},
-		{1.5, "Context at 90% capacity. Auto-trimming soon."},
-	}
-	for _, tt := range tests {
-		if got := Warning(tt.usage); got != tt.want {
-			t.Errorf("Warning(%v) = %q, want %q", tt.usage, got, tt.want)
-		}
-	}
-	if got, want := WarningAt(0.86, 0.85, 0.95), "Context at 85% capacity. Consider /clear or /save."; got != want {
-		t.Errorf("WarningAt = %q, want %q", got, want)
-	}
-}

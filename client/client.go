@@ -46,7 +46,7 @@ func New(base, token string) (*Client, error) {
 	return &Client{
 		base:  strings.TrimSuffix(base, "/"),
 		token: token,
-		// Compress may run a summary on the model: give it room.
+		// Compact may run a summary on the model: give it room.
 		admin: &http.Client{Timeout: 3 * time.Minute},
 		chat:  &http.Client{},
 	}, nil
@@ -290,12 +290,9 @@ func (c *Client) Restore(ctx context.Context, id, snap string) (api.Restored, []
 		sessionPath(id)+"/snapshots/"+url.PathEscape(snap)+"/restore", nil)
 }
 
-func (c *Client) Compress(ctx context.Context, id string) (api.Compressed, []byte, error) {
-	return get[api.Compressed](ctx, c, http.MethodPost, sessionPath(id)+"/compress", nil)
-}
-
-// Compact is Compress with one-off instructions appended to the summary
-// prompt (/compact INSTRUCTIONS); "" is Compress.
+// Compact compresses session id (POST .../compress), with one-off
+// instructions appended to the summary prompt (/compact INSTRUCTIONS);
+// "" adds none.
 func (c *Client) Compact(ctx context.Context, id, instructions string) (api.Compressed, []byte, error) {
 	return c.compact(ctx, id, instructions, false)
 }

@@ -84,16 +84,6 @@ func (d Decision) Client(n int) (numCtx int, reason string) {
 	return lowered, fmt.Sprintf("client num_ctx %d does not fit (at most %d for %s); lowered to %d", n, d.Limit, d.Model, lowered)
 }
 
-// CanAllocate reports whether a KV cache of tokens more tokens fits under
-// the soft limit: free memory less the safety buffer (vram_buffer),
-// counted as Headroom is. Unknown memory or model facts answer false.
-func (d Decision) CanAllocate(tokens int) bool {
-	if tokens < 0 || d.BytesPerToken == 0 || d.Limit == 0 {
-		return false
-	}
-	return uint64(tokens) <= d.Headroom/d.BytesPerToken
-}
-
 // Sizer chooses num_ctx per model from a memory Snapshot,
 // holding each model's choice steady so Ollama does not reload it on every
 // wobble of free memory. It is safe for concurrent use.
@@ -251,8 +241,8 @@ func (s *Sizer) decide(m Workload, snap Reading, st *modelState, auto bool, targ
 	}
 	var why strings.Builder
 
-	// The memory fit, whenever it can be known: Decision.Client and
-	// CanAllocate use it in every mode.
+	// The memory fit, whenever it can be known: Decision.Client uses it
+	// in every mode.
 	var fit, fitNoBuffer uint64
 	known := bpt > 0 && snap.OK()
 	if known {

@@ -375,26 +375,6 @@ func rebuild(body []byte, ms []Member, msgs []chat.Message, setMessages bool, nu
 	return splice(body, ms, edits), nil
 }
 
-// setOption sets options.<key> in an Ollama request body, creating the
-// options object when the request has none.
-func setOption(body []byte, key string, value []byte) ([]byte, error) {
-	ms, err := Members(body)
-	if err != nil {
-		return nil, err
-	}
-	if m, ok := FindMember(ms, "options"); ok && body[m.ValueStart] == '{' {
-		opts, err := SetMember(body[m.ValueStart:m.End], key, value)
-		if err != nil {
-			return nil, err
-		}
-		return ReplaceValue(body, m, opts), nil
-	}
-	k := jsonscan.AppendString(nil, key)
-	opts := append(append(append([]byte{'{'}, k...), ':'), value...)
-	opts = append(opts, '}')
-	return SetMember(body, "options", opts)
-}
-
 // marshalString encodes s as a JSON string without encoding/json's HTML
 // escaping: "<conversation_summary>" stays readable in what is forwarded,
 // as a client's own JSON would have it.

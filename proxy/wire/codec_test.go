@@ -307,3 +307,24 @@ func TestDecodeChatImageSizes(t *testing.T) {
 		}
 	}
 }
+
+// setOption sets options.<key> in an Ollama request body, one edit at a
+// time: what Rebuild must agree with,, creating the
+// options object when the request has none.
+func setOption(body []byte, key string, value []byte) ([]byte, error) {
+	ms, err := Members(body)
+	if err != nil {
+		return nil, err
+	}
+	if m, ok := FindMember(ms, "options"); ok && body[m.ValueStart] == '{' {
+		opts, err := SetMember(body[m.ValueStart:m.End], key, value)
+		if err != nil {
+			return nil, err
+		}
+		return ReplaceValue(body, m, opts), nil
+	}
+	k := jsonscan.AppendString(nil, key)
+	opts := append(append(append([]byte{'{'}, k...), ':'), value...)
+	opts = append(opts, '}')
+	return SetMember(body, "options", opts)
+}
