@@ -3,6 +3,7 @@ package budget
 import (
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/chat"
 )
 
@@ -13,7 +14,7 @@ func TestRegistryTrackerForModel(t *testing.T) {
 	if got, want := tr.Limits(), (Window{MaxTokens: 8192, MaxOutputTokens: 4096}); got != want {
 		t.Errorf("Limits() = %+v, want %+v", got, want)
 	}
-	if got, want := tr.counter.(*MessageCounter).Name(), EncodingCL100K; got != want {
+	if got, want := tr.counter.(*MessageCounter).Name(), tokenizer.EncodingCL100K; got != want {
 		t.Errorf("counter encoding = %q, want %q", got, want)
 	}
 }
@@ -102,7 +103,7 @@ func TestTrackerNearLimitFrom80Percent(t *testing.T) {
 // The running total is kept as turns are added, counting only the new
 // turn.
 func TestTrackerCountsOnlyTheNewTurn(t *testing.T) {
-	inner := &countingCounter{Counter: mustTiktoken(t, EncodingCL100K)}
+	inner := &countingCounter{Counter: mustTiktoken(t, tokenizer.EncodingCL100K)}
 	mc := NewMessageCounter(inner, 0) // no cache: every count reaches inner
 	tr := NewTracker(mc, Window{MaxTokens: 8192})
 	turns := []string{"Hello", "Hi there! How can I help?", "Tell me a joke.", "Why did the chicken cross the road?"}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -57,7 +58,7 @@ func trivialOllama(b testing.TB) string {
 }
 
 func plannedExchange() (*exchange, *plan) {
-	p := &plan{model: "llama3.1:8b", counter: budget.NewMessageCounter(budget.Approx{}, 0), limit: 8192, numCtx: 8192,
+	p := &plan{model: "llama3.1:8b", counter: budget.NewMessageCounter(tokenizer.Approx{}, 0), limit: 8192, numCtx: 8192,
 		before: budget.Estimate{Tokens: 9000}, after: budget.Estimate{Tokens: 5000},
 		result: rewrite.Result{Dropped: 10, Notice: "Context trimmed."},
 		alloc:  budget.Budget{Total: 8192, SystemPrompt: 120, Tools: 337, Template: 3, ResponseReserve: 1024, Conversation: 4540}}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
@@ -99,7 +100,7 @@ func BenchmarkPassthroughTags(b *testing.B) {
 func loggedExchange() (*recorder, *exchange, *plan) {
 	m := newMetrics(prometheus.NewRegistry(), Deps{})
 	rec := &recorder{metrics: m, log: slog.New(slog.DiscardHandler)}
-	p := &plan{model: "llama3.1:8b", counter: budget.NewMessageCounter(budget.Approx{}, 0), limit: 8192, numCtx: 8192,
+	p := &plan{model: "llama3.1:8b", counter: budget.NewMessageCounter(tokenizer.Approx{}, 0), limit: 8192, numCtx: 8192,
 		before: budget.Estimate{Tokens: 9000}, after: budget.Estimate{Tokens: 5000},
 		result: rewrite.Result{Dropped: 10, Notice: "Context trimmed."}}
 	return rec, &exchange{dialect: wire.Ollama, route: "/api/chat", model: p.model, session: "s1", status: 200,
