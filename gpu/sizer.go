@@ -19,7 +19,7 @@ type Workload struct {
 	Facts modelinfo.Facts
 	// Weights is the size of the model's weights in bytes (/api/tags
 	// size); 0 when unknown. Whether the model is loaded, and with what
-	// num_ctx, comes from the Snapshot (MonitorOptions.Loaded).
+	// num_ctx, comes from the Reading (MonitorOptions.Loaded).
 	Weights uint64
 	// Window is the context window the model table or the models:
 	// section gives the model; when its facts are unknown (a model
@@ -84,7 +84,7 @@ func (d Decision) Client(n int) (numCtx int, reason string) {
 	return lowered, fmt.Sprintf("client num_ctx %d does not fit (at most %d for %s); lowered to %d", n, d.Limit, d.Model, lowered)
 }
 
-// Sizer chooses num_ctx per model from a memory Snapshot,
+// Sizer chooses num_ctx per model from a memory Reading,
 // holding each model's choice steady so Ollama does not reload it on every
 // wobble of free memory. It is safe for concurrent use.
 //
@@ -127,7 +127,7 @@ const maxModels = 256
 type modelState struct {
 	held    int    // num_ctx in use; 0 until first sized from memory
 	pending int    // bucket one sample called for; 0 when none
-	seq     uint64 // Snapshot.Seq last counted
+	seq     uint64 // Reading.Seq last counted
 
 	// The last decision and what it was made from: requests between two
 	// samples get it again without rebuilding the reason.
