@@ -3,7 +3,7 @@ package budget
 // Budget divides a context window among the parts of a prompt (the
 // X-Ctxproxy-Budget header shows one).
 type Budget struct {
-	// Total is the window being divided (usually Limits.MaxTokens).
+	// Total is the window being divided (usually Window.MaxTokens).
 	Total int
 	// SystemPrompt, Tools, Template and ResponseReserve are allocated
 	// first. Template is what the chat template adds that belongs to no

@@ -57,8 +57,8 @@ func (t *Tracker) SetSystemPrompt(prompt string) int {
 	return n
 }
 
-// SetTools records the tokens of the tools definitions (see
-// MessageCounter.Tools).
+// SetTools records the tokens of the tools definitions, as
+// MessageCounter.Prompt counts them.
 func (t *Tracker) SetTools(tokens int) {
 	t.mu.Lock()
 	t.tools = max(0, tokens)

@@ -234,7 +234,7 @@ func (c *Client) Session(ctx context.Context, id string) (api.SessionDetail, []b
 	return get[api.SessionDetail](ctx, c, http.MethodGet, sessionPath(id), nil)
 }
 
-// putSession creates a session or merges metadata into it.
+// PutSession creates a session or merges metadata into it.
 func (c *Client) PutSession(ctx context.Context, id string, metadata map[string]any, model string) (api.SessionDetail, []byte, error) {
 	body := map[string]any{"metadata": metadata}
 	if model != "" {
@@ -267,7 +267,7 @@ func (c *Client) Export(ctx context.Context, id string) ([]byte, error) {
 	return c.call(ctx, http.MethodGet, sessionPath(id)+"/export", nil, nil)
 }
 
-// importSession sends an export, a bare array of messages or a chat
+// Import sends an export, a bare array of messages or a chat
 // request body as it is: ctxproxy validates it.
 func (c *Client) Import(ctx context.Context, id string, body []byte) (api.Imported, []byte, error) {
 	return get[api.Imported](ctx, c, http.MethodPost, sessionPath(id)+"/import", body)

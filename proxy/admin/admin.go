@@ -138,7 +138,8 @@ func adminError(w http.ResponseWriter, status int, msg string) {
 	wire.WriteError(w, wire.Ollama, wire.Error{Status: status, Message: msg})
 }
 
-// fail answers err: a statusError as it says, the store's errors by kind.
+// fail answers err: an error of the session service with its status as
+// it says, the store's errors by kind.
 func (s *adminAPI) fail(w http.ResponseWriter, err error) {
 	status, msg := s.sessions.Describe(err)
 	adminError(w, status, msg)
