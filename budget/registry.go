@@ -245,12 +245,6 @@ func (r *Registry) Window(model string, trained int) Window {
 	return l
 }
 
-// Tracker returns a tracker of a conversation with model, counting with
-// the model's message counter and limited by its Limits.
-func (r *Registry) Tracker(model string) *Tracker {
-	return NewTracker(r.MessageCounter(model), r.Window(model, 0))
-}
-
 // state returns the remembered state of model, creating it.
 func (r *Registry) state(model string) *modelState {
 	r.mu.Lock()

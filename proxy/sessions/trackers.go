@@ -31,7 +31,7 @@ func (ts *Trackers) Record(id string, turn budget.Turn) (before budget.Totals) {
 	if !ok {
 		// Only the running totals are kept here: the turn arrives counted,
 		// so the tracker needs no counter or limits of its own.
-		tr = budget.NewTracker(nil, budget.Window{})
+		tr = new(budget.Tracker)
 		ts.lru.Add(id, tr)
 	}
 	before, _ = tr.Record(turn)
