@@ -12,9 +12,9 @@ import (
 // (tokens.cache_entries).
 const DefaultCacheEntries = 100000
 
-// Caching remembers the counts of another Counter, so that a conversation
-// resent with one new message only tokenizes the new one: a message
-// counted before costs a lookup.
+// Caching remembers the counts of a tokenizer.Counter, so that a
+// conversation resent with one new message only tokenizes the new one: a
+// message counted before costs a lookup. Caching is a Counter too.
 //
 // Entries are keyed by a 64-bit seeded hash of the text (the text itself is
 // not kept, so a cached 10 MB message costs 16 bytes) together with the

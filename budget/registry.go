@@ -85,8 +85,9 @@ func (r *Registry) Encoding(model string) string {
 }
 
 // CounterFor returns the text counter for model: a *Caching over the
-// model's tiktoken encoding (cl100k_base for "claude-3-opus"), or over the approximate counter when the encoding is
-// "approximate" or cannot load — then one warning is logged.
+// model's tiktoken encoding (cl100k_base for "claude-3-opus"), or over
+// the approximate counter when the encoding is "approximate" or cannot
+// load — then one warning is logged.
 func (r *Registry) CounterFor(model string) tokenizer.Counter {
 	enc := r.Encoding(model)
 	r.mu.Lock()

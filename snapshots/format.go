@@ -9,7 +9,7 @@ package snapshots
 //	{…the Session or Snapshot…}
 //
 // The first line says what the record is and carries its listing entry
-// (SessionInfo or SnapshotInfo), so an index can be built without decoding
+// (Listing or SnapshotInfo), so an index can be built without decoding
 // the conversation. sha256 is the hex SHA-256 of the info bytes followed by
 // the body bytes. A record is accepted only when gzip's own CRC-32 and
 // length check out (truncation, appended garbage, flipped bits) and the
