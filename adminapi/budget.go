@@ -5,6 +5,7 @@ package adminapi
 // header shows it, session records store the last one, and the admin API
 // reports it (BudgetReport), all in this one shape.
 type Budget struct {
+	// Total is the window being divided (usually Window.MaxTokens).
 	Total int `json:"total"`
 	// SystemPrompt, Tools, Template and ResponseReserve are allocated
 	// first. Template is what the chat template adds that belongs to no

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/chat"
 )
 
@@ -62,34 +63,13 @@ func BenchmarkResendWithTools(b *testing.B) {
 	}
 }
 
-// BenchmarkCold counts a ~100 KB conversation nobody has seen: plain
-// pkoukk/tiktoken-go (EncodeOrdinary per message), the Tiktoken counter on
-// one goroutine, and Prompt with an empty cache, which spreads new
-// messages over GOMAXPROCS goroutines. Run with -cpu 1,N.
+// BenchmarkCold counts a ~100 KB conversation nobody has seen with
+// Prompt and an empty cache, which spreads new messages over GOMAXPROCS
+// goroutines (the tokenizer's BenchmarkCold counts the same texts one by
+// one). Run with -cpu 1,N.
 func BenchmarkCold(b *testing.B) {
 	msgs, size := benchConversation(b, "cold")
-	tk := mustTiktoken(b, EncodingCL100K)
-	enc := reference(b, EncodingCL100K)
-	b.Run("plain-tiktoken-go", func(b *testing.B) {
-		b.SetBytes(int64(size))
-		b.ReportAllocs()
-		for b.Loop() {
-			n := 0
-			for _, m := range msgs {
-				n += len(enc.EncodeOrdinary(m.Content))
-			}
-		}
-	})
-	b.Run("Tiktoken", func(b *testing.B) {
-		b.SetBytes(int64(size))
-		b.ReportAllocs()
-		for b.Loop() {
-			n := 0
-			for _, m := range msgs {
-				n += tk.Count(m.Content)
-			}
-		}
-	})
+	tk := mustTiktoken(b, tokenizer.EncodingCL100K)
 	b.Run("Prompt", func(b *testing.B) {
 		b.SetBytes(int64(size))
 		b.ReportAllocs()
@@ -99,44 +79,8 @@ func BenchmarkCold(b *testing.B) {
 	})
 }
 
-// BenchmarkCountLarge counts one 512 KB tool result: chunks are counted
-// in parallel.
-func BenchmarkCountLarge(b *testing.B) {
-	b.Run("plain-tiktoken-go", func(b *testing.B) {
-		text := strings.Repeat(readTestdata(b, "chat_en.txt"), 100)[:512<<10]
-		enc := reference(b, EncodingCL100K)
-		b.SetBytes(int64(len(text)))
-		b.ReportAllocs()
-		for b.Loop() {
-			enc.EncodeOrdinary(text)
-		}
-	})
-	b.Run("Tiktoken", benchCountLarge)
-}
-
-func benchCountLarge(b *testing.B) {
-	text := strings.Repeat(readTestdata(b, "chat_en.txt"), 100)[:512<<10]
-	tk := mustTiktoken(b, EncodingCL100K)
-	b.SetBytes(int64(len(text)))
-	b.ReportAllocs()
-	for b.Loop() {
-		tk.Count(text)
-	}
-}
-
-// BenchmarkCount10MB estimates a 10 MB message from samples.
-func BenchmarkCount10MB(b *testing.B) {
-	text := strings.Repeat(readTestdata(b, "chat_en.txt"), 10<<20/5295)
-	tk := mustTiktoken(b, EncodingCL100K)
-	b.SetBytes(int64(len(text)))
-	b.ReportAllocs()
-	for b.Loop() {
-		tk.Count(text)
-	}
-}
-
 func BenchmarkCachingHit(b *testing.B) {
-	c := NewCaching(mustTiktoken(b, EncodingCL100K), 0)
+	c := NewCaching(mustTiktoken(b, tokenizer.EncodingCL100K), 0)
 	text := readTestdata(b, "chat_en.txt")[:1000]
 	c.Count(text)
 	b.SetBytes(int64(len(text)))
@@ -147,29 +91,12 @@ func BenchmarkCachingHit(b *testing.B) {
 }
 
 func BenchmarkCachingMiss(b *testing.B) {
-	c := NewCaching(mustTiktoken(b, EncodingCL100K), 0)
+	c := NewCaching(mustTiktoken(b, tokenizer.EncodingCL100K), 0)
 	text := readTestdata(b, "chat_en.txt")[:1000]
 	b.SetBytes(int64(len(text)))
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		c.Count(strconv.Itoa(i) + text)
-	}
-}
-
-func BenchmarkApprox(b *testing.B) {
-	text := readTestdata(b, "chat_en.txt")
-	b.SetBytes(int64(len(text)))
-	b.ReportAllocs()
-	for b.Loop() {
-		Approx{}.Count(text)
-	}
-}
-
-func BenchmarkNewTiktokenShared(b *testing.B) {
-	mustTiktoken(b, EncodingO200K)
-	b.ReportAllocs()
-	for b.Loop() {
-		mustTiktoken(b, EncodingO200K)
 	}
 }
 
@@ -190,7 +117,7 @@ func BenchmarkLimits(b *testing.B) {
 // message is looked up once, not twice, is a matter of speed, which
 // BenchmarkResend shows: the old second look-up was an uncounted peek.)
 func TestPromptCountsKnownMessagesAsHits(t *testing.T) {
-	tk, err := NewTiktoken(EncodingCL100K)
+	tk, err := tokenizer.NewTiktoken(tokenizer.EncodingCL100K)
 	if err != nil {
 		t.Fatal(err)
 	}

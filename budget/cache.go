@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"math"
 
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
@@ -11,9 +12,9 @@ import (
 // (tokens.cache_entries).
 const DefaultCacheEntries = 100000
 
-// Caching remembers the counts of another Counter, so that a conversation
-// resent with one new message only tokenizes the new one: a message
-// counted before costs a lookup.
+// Caching remembers the counts of a tokenizer.Counter, so that a
+// conversation resent with one new message only tokenizes the new one: a
+// message counted before costs a lookup. Caching is a Counter too.
 //
 // Entries are keyed by a 64-bit seeded hash of the text (the text itself is
 // not kept, so a cached 10 MB message costs 16 bytes) together with the
@@ -22,18 +23,18 @@ const DefaultCacheEntries = 100000
 // evicts the least recently used entry, which keeps the entries in use —
 // the messages of live conversations. Caching is safe for concurrent use.
 type Caching struct {
-	inner Counter
+	inner tokenizer.Counter
 	seed  maphash.Seed
 	store *countStore
 }
 
 // NewCaching returns a cache of at most entries counts (0 means
 // DefaultCacheEntries) in front of c.
-func NewCaching(c Counter, entries int) *Caching {
+func NewCaching(c tokenizer.Counter, entries int) *Caching {
 	return newCaching(c, newCountStore(entries))
 }
 
-func newCaching(c Counter, s *countStore) *Caching {
+func newCaching(c tokenizer.Counter, s *countStore) *Caching {
 	return &Caching{inner: c, seed: maphash.MakeSeed(), store: s}
 }
 
@@ -41,7 +42,7 @@ func newCaching(c Counter, s *countStore) *Caching {
 func (c *Caching) Name() string { return c.inner.Name() }
 
 // Inner returns the counter whose counts are cached.
-func (c *Caching) Inner() Counter { return c.inner }
+func (c *Caching) Inner() tokenizer.Counter { return c.inner }
 
 // Count returns the cached count of text, counting it on a miss.
 func (c *Caching) Count(text string) int {

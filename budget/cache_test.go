@@ -5,13 +5,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 )
 
 // The second count of a text comes from the
 // cache (the inner counter is not asked again). That it is faster is
 // measured by BenchmarkCachingHit, not asserted here.
 func TestCachingCountsATextOnce(t *testing.T) {
-	inner := &countingCounter{Counter: mustTiktoken(t, EncodingCL100K)}
+	inner := &countingCounter{Counter: mustTiktoken(t, tokenizer.EncodingCL100K)}
 	c := NewCaching(inner, 0)
 	first := c.Count("The quick brown fox")
 	second := c.Count("The quick brown fox")
@@ -31,7 +33,7 @@ func TestCachingCountsATextOnce(t *testing.T) {
 }
 
 func TestCachingBounded(t *testing.T) {
-	c := NewCaching(Approx{}, 1000)
+	c := NewCaching(tokenizer.Approx{}, 1000)
 	for i := range 5000 {
 		c.Count("text " + strconv.Itoa(i))
 	}
@@ -42,14 +44,14 @@ func TestCachingBounded(t *testing.T) {
 	if st.Evictions == 0 {
 		t.Errorf("no evictions after 5000 distinct texts")
 	}
-	if got, want := c.Count("text 4999"), (Approx{}).Count("text 4999"); got != want {
+	if got, want := c.Count("text 4999"), (tokenizer.Approx{}).Count("text 4999"); got != want {
 		t.Errorf("count after eviction = %d, want %d", got, want)
 	}
 }
 
 // An entry in use survives a flood of new texts.
 func TestCachingKeepsHotEntries(t *testing.T) {
-	inner := &countingCounter{Counter: Approx{}}
+	inner := &countingCounter{Counter: tokenizer.Approx{}}
 	c := NewCaching(inner, 64) // one shard of 64
 	c.Count("hot")
 	for i := range 1000 {
@@ -81,7 +83,7 @@ func TestCountStoreChecksLength(t *testing.T) {
 }
 
 func TestCachingConcurrent(t *testing.T) {
-	c := NewCaching(mustTiktoken(t, EncodingCL100K), 500)
+	c := NewCaching(mustTiktoken(t, tokenizer.EncodingCL100K), 500)
 	texts := make([]string, 200)
 	want := make([]int, len(texts))
 	for i := range texts {

@@ -8,20 +8,21 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/chat"
 )
 
 var shared struct {
 	once     sync.Once
-	counters map[string]Counter
+	counters map[string]tokenizer.Counter
 }
 
 // sharedCounters gives r the process's cached counters, so that the many
 // registries of the simulations do not tokenize the same texts again.
 func sharedCounters(t testing.TB, r *Registry) {
 	shared.once.Do(func() {
-		shared.counters = map[string]Counter{}
-		for _, enc := range []string{EncodingCL100K, EncodingO200K} {
+		shared.counters = map[string]tokenizer.Counter{}
+		for _, enc := range []string{tokenizer.EncodingCL100K, tokenizer.EncodingO200K} {
 			shared.counters[enc] = NewCaching(mustTiktoken(t, enc), 0)
 		}
 	})
@@ -69,7 +70,7 @@ func byteLevel(msgs []chat.Message) int {
 // otherBPE counts with o200k_base under a Llama-3-like template (5 tokens
 // a message, a 24-token default system preamble).
 func otherBPE(t testing.TB) func([]chat.Message) int {
-	count := memo(mustTiktoken(t, EncodingO200K).Count)
+	count := memo(mustTiktoken(t, tokenizer.EncodingO200K).Count)
 	return func(msgs []chat.Message) int {
 		n := 24
 		for _, m := range msgs {
@@ -82,7 +83,7 @@ func otherBPE(t testing.TB) func([]chat.Message) int {
 // sentencePiece counts like a small-vocabulary tokenizer: 1.25 cl100k
 // tokens a token, 4 a message.
 func sentencePiece(t testing.TB) func([]chat.Message) int {
-	count := memo(mustTiktoken(t, EncodingCL100K).Count)
+	count := memo(mustTiktoken(t, tokenizer.EncodingCL100K).Count)
 	return func(msgs []chat.Message) int {
 		n := 1
 		for _, m := range msgs {

@@ -7,7 +7,12 @@ import (
 	"sort"
 
 	"github.com/ctxproxy/ctxproxy/internal/check"
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 )
+
+// EncodingAuto, the default Config.Encoding, picks an encoding by model
+// family (EncodingFor).
+const EncodingAuto = "auto"
 
 // Config configures counting and limits. Its zero value works: automatic
 // encoding, 4 characters per token when approximating, 768 tokens per
@@ -58,7 +63,7 @@ type Model struct {
 func (c Config) Validate() error {
 	var errs []error
 	switch c.Encoding {
-	case "", EncodingAuto, EncodingCL100K, EncodingO200K, EncodingApproximate:
+	case "", EncodingAuto, tokenizer.EncodingCL100K, tokenizer.EncodingO200K, tokenizer.EncodingApproximate:
 	default:
 		errs = append(errs, fmt.Errorf("tokens.encoding: %q is not auto, cl100k_base, o200k_base or approximate", c.Encoding))
 	}
@@ -94,7 +99,9 @@ func (c Config) Validate() error {
 
 func (c Config) calibrate() bool { return c.Calibrate == nil || *c.Calibrate }
 
-func (c Config) approx() Approx { return Approx{CharsPerToken: c.ApproxCharsPerToken} }
+func (c Config) approx() tokenizer.Approx {
+	return tokenizer.Approx{CharsPerToken: c.ApproxCharsPerToken}
+}
 
 func (c Config) reserveOutput() int {
 	if c.ReserveOutput > 0 {

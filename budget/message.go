@@ -8,13 +8,15 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/chat"
+	"github.com/ctxproxy/ctxproxy/internal/parallel"
 )
 
-// Prompt structure overhead, as OpenAI's chat format bills it ("How to
-// count tokens with tiktoken", OpenAI cookbook): every message is wrapped
-// in <|start|>{role}<|message|>…<|end|>, a name adds one token, and the
-// prompt ends with the priming of the reply, <|start|>assistant<|message|>.
+// Prompt structure overhead, as OpenAI's chat format bills it: every
+// message is wrapped in <|start|>{role}<|message|>…<|end|>, a name adds
+// one token, and the prompt ends with the priming of the reply,
+// <|start|>assistant<|message|>.
 // Ollama's templates wrap messages the same way with a few tokens more or
 // less per message; calibration absorbs the difference.
 const (
@@ -38,7 +40,7 @@ const (
 // corrected by the model's calibration when it has one. A MessageCounter
 // is safe for concurrent use.
 type MessageCounter struct {
-	text        Counter
+	text        tokenizer.Counter
 	imageTokens int
 	cal         *calibrator // nil: no correction
 	// fixed, when set, is the correction this counter uses whatever the
@@ -53,7 +55,7 @@ type MessageCounter struct {
 // is counted by text; imageTokens is the cost of one image (0 means
 // DefaultImageTokens). Give it a *Caching so that resent messages are not
 // tokenized again.
-func NewMessageCounter(text Counter, imageTokens int) *MessageCounter {
+func NewMessageCounter(text tokenizer.Counter, imageTokens int) *MessageCounter {
 	if imageTokens == 0 {
 		imageTokens = DefaultImageTokens
 	}
@@ -162,18 +164,13 @@ func (mc *MessageCounter) Overhead(tools json.RawMessage) int {
 	return max(0, cal.scale(t+replyPriming, c+replyPriming)+int(math.Round(cal.Offset)))
 }
 
-// Tools returns the raw tokens of a request's tools definitions. Ollama's
-// chat templates render each definition as JSON (llama3.1, qwen2.5 and
-// mistral all do), so the compact JSON of the array is counted, plus the
-// section's preamble. Anything that is not a JSON array is counted as
-// text; null or empty costs nothing. Counts are cached by the raw bytes,
-// since agents resend the same tools with every request.
-func (mc *MessageCounter) Tools(tools json.RawMessage) int {
-	n, _ := mc.tools(tools)
-	return n
-}
-
-// tools returns the raw tiktoken and characters/4 counts of a tools array.
+// tools returns the raw tiktoken and characters/4 counts of a request's
+// tools definitions. Ollama's chat templates render each definition as
+// JSON (llama3.1, qwen2.5 and mistral all do), so the compact JSON of the
+// array is counted, plus the section's preamble. Anything that is not a
+// JSON array is counted as text; null or empty costs nothing. Counts are
+// cached by the raw bytes, since agents resend the same tools with every
+// request.
 func (mc *MessageCounter) tools(tools json.RawMessage) (tokens, chr int) {
 	t := bytes.TrimSpace(tools)
 	if len(t) == 0 || string(t) == "null" {
@@ -184,7 +181,7 @@ func (mc *MessageCounter) tools(tools json.RawMessage) (tokens, chr int) {
 		if n == 0 {
 			return 0, 0
 		}
-		return n, toolsOverhead + ceil(float64(len(t))/DefaultCharsPerToken)
+		return n, toolsOverhead + charsOf(len(t))
 	}
 	buf := bufPool.Get().(*bytes.Buffer)
 	buf.Reset()
@@ -199,7 +196,7 @@ func (mc *MessageCounter) tools(tools json.RawMessage) (tokens, chr int) {
 	}
 	n := toolsOverhead + mc.text.Count(text)
 	mc.toolCounts.put(key, len(t), n)
-	return n, toolsOverhead + ceil(float64(len(t))/DefaultCharsPerToken)
+	return n, toolsOverhead + charsOf(len(t))
 }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -228,7 +225,12 @@ func (mc *MessageCounter) rawWith(m *chat.Message, content int) (tokens, chr int
 }
 
 // chars is the 4-characters-per-token count calibration also learns from.
-func chars(s string) int { return ceil(float64(len(s)) / DefaultCharsPerToken) }
+func chars(s string) int { return charsOf(len(s)) }
+
+// charsOf is chars of n bytes: n/4, rounded up.
+func charsOf(n int) int { return (n + charsPerToken - 1) / charsPerToken }
+
+const charsPerToken = int(tokenizer.DefaultCharsPerToken)
 
 // role returns the tokens of a role name: one for the usual roles in both
 // OpenAI encodings.
@@ -274,7 +276,7 @@ func (mc *MessageCounter) contents(msgs []chat.Message, dst []int) []int {
 	}
 	if len(pending) >= 2 && size >= parallelMessageBytes && runtime.GOMAXPROCS(0) > 1 {
 		counts := make([]int, len(pending))
-		parallel(len(pending), func(j int) { counts[j] = c.countMiss(keys[j], msgs[pending[j]].Content) })
+		parallel.For(len(pending), func(j int) { counts[j] = c.countMiss(keys[j], msgs[pending[j]].Content) })
 		for j, i := range pending {
 			dst[start+i] = counts[j]
 		}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/chat"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
@@ -17,7 +18,7 @@ var _ rewrite.Counter = (*MessageCounter)(nil)
 
 // countingCounter records the texts its inner counter was asked for.
 type countingCounter struct {
-	Counter
+	tokenizer.Counter
 	mu    sync.Mutex
 	texts []string
 }
@@ -36,7 +37,7 @@ func (c *countingCounter) calls() int {
 }
 
 func newCL100K(t testing.TB) *MessageCounter {
-	return NewMessageCounter(NewCaching(mustTiktoken(t, EncodingCL100K), 0), 0)
+	return NewMessageCounter(NewCaching(mustTiktoken(t, tokenizer.EncodingCL100K), 0), 0)
 }
 
 // A prompt's total includes the message
@@ -98,7 +99,7 @@ func TestCountMessageParts(t *testing.T) {
 		{"empty content", chat.Message{Role: "user"}, 4},
 		{"unknown role counted", chat.Message{Role: "narrator", Content: "Hello"}, base - 1 + mc.CountText("narrator")},
 		{"empty role", chat.Message{Content: "Hello"}, base - 1},
-		{"invalid utf-8", chat.Message{Role: "user", Content: "\xff\xfe\xfd"}, 4 + mustTiktoken(t, EncodingCL100K).Count("\xff\xfe\xfd")},
+		{"invalid utf-8", chat.Message{Role: "user", Content: "\xff\xfe\xfd"}, 4 + mustTiktoken(t, tokenizer.EncodingCL100K).Count("\xff\xfe\xfd")},
 		{"cached Tokens win", chat.Message{Role: "user", Content: "Hello", Tokens: 1234}, 1234},
 	}
 	for _, tt := range tests {
@@ -108,7 +109,7 @@ func TestCountMessageParts(t *testing.T) {
 			}
 		})
 	}
-	custom := NewMessageCounter(NewCaching(mustTiktoken(t, EncodingCL100K), 0), 100)
+	custom := NewMessageCounter(NewCaching(mustTiktoken(t, tokenizer.EncodingCL100K), 0), 100)
 	if got, want := custom.CountMessage(&chat.Message{Role: "user", Images: make([]chat.Image, 3)}), 4+300; got != want {
 		t.Errorf("image_tokens 100: CountMessage = %d, want %d", got, want)
 	}
@@ -155,8 +156,8 @@ func TestTools(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for range 2 { // the second time from the cache
-				if got := mc.Tools(json.RawMessage(tt.tools)); got != tt.want {
-					t.Errorf("Tools = %d, want %d", got, tt.want)
+				if got := toolTokens(mc, json.RawMessage(tt.tools)); got != tt.want {
+					t.Errorf("tools = %d, want %d", got, tt.want)
 				}
 			}
 		})
@@ -164,7 +165,7 @@ func TestTools(t *testing.T) {
 	msgs := []chat.Message{{Role: "user", Content: "Weather in Paris?"}}
 	without := mc.Prompt(msgs, nil).Raw
 	with := mc.Prompt(msgs, json.RawMessage(tools)).Raw
-	if got, want := with-without, mc.Tools(json.RawMessage(tools)); got != want {
+	if got, want := with-without, toolTokens(mc, json.RawMessage(tools)); got != want {
 		t.Errorf("tools add %d to the prompt, want %d", got, want)
 	}
 }
@@ -205,7 +206,7 @@ func fresh(msgs []chat.Message) []chat.Message {
 // resent conversation tokenizes only its new message; the rest comes from
 // the cache of text counts (the proxy decodes messages afresh each time).
 func TestResentConversationTokenizesOnlyTheNewMessage(t *testing.T) {
-	inner := &countingCounter{Counter: mustTiktoken(t, EncodingCL100K)}
+	inner := &countingCounter{Counter: mustTiktoken(t, tokenizer.EncodingCL100K)}
 	mc := NewMessageCounter(NewCaching(inner, 0), 0)
 	msgs := conversation(readTestdata(t, "chat_en.txt"), 100, 1000, "resend")
 	first := mc.Prompt(fresh(msgs), nil)
@@ -225,7 +226,7 @@ func TestResentConversationTokenizesOnlyTheNewMessage(t *testing.T) {
 func TestPromptParallelMatchesSerial(t *testing.T) {
 	msgs := conversation(readTestdata(t, "chat_en.txt"), 60, 2000, "parallel")
 	par := newCL100K(t).Prompt(fresh(msgs), nil)
-	tk := mustTiktoken(t, EncodingCL100K)
+	tk := mustTiktoken(t, tokenizer.EncodingCL100K)
 	serial := NewMessageCounter(tk, 0) // no cache: no warm-up, one by one
 	want := replyPriming
 	for i := range msgs {
@@ -311,4 +312,10 @@ func FuzzPrompt(f *testing.F) {
 			t.Errorf("Prompt = %+v, message Tokens %d", est, msgs[0].Tokens)
 		}
 	})
+}
+
+// toolTokens is the raw count of a tools array.
+func toolTokens(mc *MessageCounter, tools json.RawMessage) int {
+	n, _ := mc.tools(tools)
+	return n
 }

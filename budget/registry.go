@@ -2,9 +2,11 @@ package budget
 
 import (
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/internal/cache"
 )
 
@@ -27,15 +29,15 @@ type Registry struct {
 	// replaces them while requests read them.
 	overrides atomic.Pointer[[]override]
 
-	mu     sync.Mutex         // makes finding and creating a model's state one step
-	texts  map[string]Counter // by encoding
+	mu     sync.Mutex                   // makes finding and creating a model's state one step
+	texts  map[string]tokenizer.Counter // by encoding
 	models *cache.LRU[string, *modelState]
 
 	// sharing publishes observations to the other replicas (Share).
 	sharing sharing
 
 	// newTiktoken builds an encoding; tests replace it to make loading fail.
-	newTiktoken func(encoding string) (Counter, error)
+	newTiktoken func(encoding string) (tokenizer.Counter, error)
 }
 
 type override struct {
@@ -59,10 +61,10 @@ func NewRegistry(cfg Config, log *slog.Logger) *Registry {
 		cfg:    cfg,
 		log:    log,
 		store:  newCountStore(cfg.CacheEntries),
-		texts:  make(map[string]Counter),
+		texts:  make(map[string]tokenizer.Counter),
 		models: cache.New[string, *modelState](maxModels),
-		newTiktoken: func(enc string) (Counter, error) {
-			t, err := NewTiktoken(enc)
+		newTiktoken: func(enc string) (tokenizer.Counter, error) {
+			t, err := tokenizer.NewTiktoken(enc)
 			if err != nil {
 				return nil, err
 			}
@@ -83,21 +85,22 @@ func (r *Registry) Encoding(model string) string {
 }
 
 // CounterFor returns the text counter for model: a *Caching over the
-// model's tiktoken encoding (cl100k_base for "claude-3-opus"), or over the approximate counter when the encoding is
-// "approximate" or cannot load — then one warning is logged.
-func (r *Registry) CounterFor(model string) Counter {
+// model's tiktoken encoding (cl100k_base for "claude-3-opus"), or over
+// the approximate counter when the encoding is "approximate" or cannot
+// load — then one warning is logged.
+func (r *Registry) CounterFor(model string) tokenizer.Counter {
 	enc := r.Encoding(model)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if c, ok := r.texts[enc]; ok {
 		return c
 	}
-	var inner Counter = r.cfg.approx()
-	if enc != EncodingApproximate {
+	var inner tokenizer.Counter = r.cfg.approx()
+	if enc != tokenizer.EncodingApproximate {
 		t, err := r.newTiktoken(enc)
 		if err != nil {
 			r.log.Warn("budget: tokenizer unavailable; approximating token counts",
-				"encoding", enc, "chars_per_token", inner.(Approx).CharsPerToken, "err", err)
+				"encoding", enc, "chars_per_token", inner.(tokenizer.Approx).CharsPerToken, "err", err)
 		} else {
 			inner = t
 		}
@@ -243,12 +246,6 @@ func (r *Registry) Window(model string, trained int) Window {
 	return l
 }
 
-// Tracker returns a tracker of a conversation with model, counting with
-// the model's message counter and limited by its Limits.
-func (r *Registry) Tracker(model string) *Tracker {
-	return NewTracker(r.MessageCounter(model), r.Window(model, 0))
-}
-
 // state returns the remembered state of model, creating it.
 func (r *Registry) state(model string) *modelState {
 	r.mu.Lock()
@@ -263,4 +260,19 @@ func (r *Registry) state(model string) *modelState {
 	st := &modelState{cal: newCalibrator(prior)}
 	r.models.Add(model, st)
 	return st
+}
+
+// EncodingFor returns the tiktoken encoding that fits model: o200k_base for
+// OpenAI's gpt-4o, gpt-4.1, gpt-4.5, gpt-5, o-series and gpt-oss families,
+// cl100k_base for everything else — gpt-4, gpt-3.5 and, as the closest
+// general-purpose BPE, local and non-OpenAI models (Llama 3's tokenizer is
+// derived from it); calibration corrects the rest.
+func EncodingFor(model string) string {
+	m := family(model)
+	for _, p := range []string{"gpt-4o", "chatgpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "gpt-oss", "o1", "o3", "o4"} {
+		if strings.HasPrefix(m, p) {
+			return tokenizer.EncodingO200K
+		}
+	}
+	return tokenizer.EncodingCL100K
 }

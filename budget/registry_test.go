@@ -3,12 +3,15 @@ package budget
 import (
 	"bytes"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/chat"
+	"github.com/google/go-cmp/cmp"
 )
 
 // lockedBuffer is a log sink safe for concurrent writes.
@@ -42,13 +45,13 @@ func TestRegistryCounterForModel(t *testing.T) {
 	if !ok {
 		t.Fatalf("CounterFor(claude-3-opus) is %T, want *Caching", r.CounterFor("claude-3-opus"))
 	}
-	if _, ok := c.Inner().(*Tiktoken); !ok {
-		t.Errorf("inner counter is %T, want *Tiktoken", c.Inner())
+	if _, ok := c.Inner().(*tokenizer.Tiktoken); !ok {
+		t.Errorf("inner counter is %T, want *tokenizer.Tiktoken", c.Inner())
 	}
-	if got, want := c.Name(), EncodingCL100K; got != want {
+	if got, want := c.Name(), tokenizer.EncodingCL100K; got != want {
 		t.Errorf("encoding = %q, want %q", got, want)
 	}
-	if got, want := r.CounterFor("gpt-4o").Name(), EncodingO200K; got != want {
+	if got, want := r.CounterFor("gpt-4o").Name(), tokenizer.EncodingO200K; got != want {
 		t.Errorf("gpt-4o encoding = %q, want %q", got, want)
 	}
 	if r.CounterFor("llama3") != r.CounterFor("mistral") {
@@ -60,11 +63,11 @@ func TestRegistryEncodingConfig(t *testing.T) {
 	tests := []struct {
 		encoding, model, want string
 	}{
-		{"", "gpt-4o", EncodingO200K},
-		{EncodingAuto, "llama3", EncodingCL100K},
-		{EncodingO200K, "llama3", EncodingO200K},
-		{EncodingCL100K, "gpt-4o", EncodingCL100K},
-		{EncodingApproximate, "gpt-4o", EncodingApproximate},
+		{"", "gpt-4o", tokenizer.EncodingO200K},
+		{EncodingAuto, "llama3", tokenizer.EncodingCL100K},
+		{tokenizer.EncodingO200K, "llama3", tokenizer.EncodingO200K},
+		{tokenizer.EncodingCL100K, "gpt-4o", tokenizer.EncodingCL100K},
+		{tokenizer.EncodingApproximate, "gpt-4o", tokenizer.EncodingApproximate},
 	}
 	for _, tt := range tests {
 		r := NewRegistry(Config{Encoding: tt.encoding}, nil)
@@ -72,7 +75,7 @@ func TestRegistryEncodingConfig(t *testing.T) {
 			t.Errorf("encoding %q, model %q: counter %q, want %q", tt.encoding, tt.model, got, tt.want)
 		}
 	}
-	r := NewRegistry(Config{Encoding: EncodingApproximate, ApproxCharsPerToken: 3.5}, nil)
+	r := NewRegistry(Config{Encoding: tokenizer.EncodingApproximate, ApproxCharsPerToken: 3.5}, nil)
 	if got, want := r.CounterFor("x").Count(strings.Repeat("a", 35)), 10; got != want {
 		t.Errorf("approximate 3.5: Count = %d, want %d", got, want)
 	}
@@ -167,5 +170,59 @@ func TestFrozenCounterIgnoresLaterCalibration(t *testing.T) {
 	}
 	if got := frozen.CountText(text); got != before {
 		t.Errorf("frozen counter changed from %d to %d after calibration moved", before, got)
+	}
+}
+
+// Without tiktoken the counter falls
+// back to the approximate one and still counts, with one warning.
+func TestRegistryFallsBackWithoutTiktoken(t *testing.T) {
+	log, logs := captureLog()
+	r := NewRegistry(Config{}, log)
+	r.newTiktoken = func(enc string) (tokenizer.Counter, error) { return nil, os.ErrNotExist }
+	c := r.CounterFor("gpt-4")
+	if got, want := c.Name(), tokenizer.EncodingApproximate; got != want {
+		t.Errorf("Name() = %q, want %q", got, want)
+	}
+	if got, want := c.Count("Hello, world!"), 4; got != want { // 13 bytes / 4, rounded up
+		t.Errorf("Count = %d, want %d", got, want)
+	}
+	r.CounterFor("gpt-4")
+	r.CounterFor("llama3")
+	if got := strings.Count(logs.String(), "tokenizer unavailable"); got != 1 {
+		t.Errorf("logged %d warnings, want 1:\n%s", got, logs)
+	}
+}
+
+func TestEncodingFor(t *testing.T) {
+	got := map[string]string{}
+	for _, m := range []string{
+		"gpt-4o", "gpt-4o-mini-2024-07-18", "openai/gpt-4.1-nano", "o1", "o3-mini", "o4-mini",
+		"gpt-5", "gpt-oss:20b", "chatgpt-4o-latest",
+		"gpt-4", "gpt-4-turbo", "gpt-3.5-turbo", "claude-3-opus", "llama3.1:8b", "",
+	} {
+		got[m] = EncodingFor(m)
+	}
+	want := map[string]string{
+		"gpt-4o": tokenizer.EncodingO200K, "gpt-4o-mini-2024-07-18": tokenizer.EncodingO200K, "openai/gpt-4.1-nano": tokenizer.EncodingO200K,
+		"o1": tokenizer.EncodingO200K, "o3-mini": tokenizer.EncodingO200K, "o4-mini": tokenizer.EncodingO200K, "gpt-5": tokenizer.EncodingO200K,
+		"gpt-oss:20b": tokenizer.EncodingO200K, "chatgpt-4o-latest": tokenizer.EncodingO200K,
+		"gpt-4": tokenizer.EncodingCL100K, "gpt-4-turbo": tokenizer.EncodingCL100K, "gpt-3.5-turbo": tokenizer.EncodingCL100K,
+		"claude-3-opus": tokenizer.EncodingCL100K, "llama3.1:8b": tokenizer.EncodingCL100K, "": tokenizer.EncodingCL100K,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("EncodingFor (-want +got):\n%s", diff)
+	}
+}
+
+// A local model is counted with cl100k_base, or at about 4 characters a
+// token when the tokenizer is unavailable.
+func TestLocalModelsCountWithCL100KOrApprox(t *testing.T) {
+	if got := NewRegistry(Config{}, nil).CounterFor("llama3").Name(); got != tokenizer.EncodingCL100K {
+		t.Errorf("local model counter = %q, want %q", got, tokenizer.EncodingCL100K)
+	}
+	r := NewRegistry(Config{}, nil)
+	r.newTiktoken = func(string) (tokenizer.Counter, error) { return nil, os.ErrNotExist }
+	if got, want := r.CounterFor("llama3").Count(strings.Repeat("x", 400)), 100; got != want {
+		t.Errorf("fallback Count(400 chars) = %d, want %d", got, want)
 	}
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // SetModels replaces the models: overrides while the Registry is in use
-// (a configuration reload); the next call of Limits sees them. Validate
+// (a configuration reload); the next call of Window sees them. Validate
 // them first with Config.Validate.
 //
 // What the Registry learned is kept: a model's calibration comes from the

@@ -41,7 +41,7 @@ func TestSetModels(t *testing.T) {
 			_ = r.Window(tt.model, 0)
 			r.SetModels(tt.after)
 			if got := r.Window(tt.model, 0); got != tt.want {
-				t.Errorf("Limits after SetModels = %+v, want %+v", got, tt.want)
+				t.Errorf("Window after SetModels = %+v, want %+v", got, tt.want)
 			}
 		})
 	}

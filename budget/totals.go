@@ -2,6 +2,7 @@ package budget
 
 import (
 	"math"
+	"sync"
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/adminapi"
@@ -112,6 +113,14 @@ func (t Totals) Usage() float64 {
 	return u
 }
 
+// Tracker holds one session's running totals as the proxy saw its
+// requests (Record, Totals). Its zero value is ready for use, and it is
+// safe for concurrent use.
+type Tracker struct {
+	mu     sync.Mutex
+	totals Totals
+}
+
 // Record adds one request's numbers to the conversation's totals and
 // returns the totals before and after, in one step: of two requests of a
 // session answered at once, each sees the other's, never the same
@@ -130,12 +139,4 @@ func (t *Tracker) Totals() Totals {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.totals
-}
-
-// Resume carries on totals kept elsewhere (a session loaded from the
-// store after a restart, or served before by another replica).
-func (t *Tracker) Resume(totals Totals) {
-	t.mu.Lock()
-	t.totals = totals
-	t.mu.Unlock()
 }

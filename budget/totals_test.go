@@ -5,8 +5,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/ctxproxy/ctxproxy/chat"
 )
 
 // The last request's numbers replace the previous ones; the counts add
@@ -38,7 +36,7 @@ func TestTotalsAdd(t *testing.T) {
 // each sees a distinct "before": the proxy decides once that usage first
 // crossed its threshold.
 func TestTrackerRecordConcurrent(t *testing.T) {
-	tr := NewTracker(newCL100K(t), Window{MaxTokens: 1000})
+	var tr Tracker
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var befores []int
@@ -52,12 +50,8 @@ func TestTrackerRecordConcurrent(t *testing.T) {
 			befores = append(befores, before.Requests)
 			mu.Unlock()
 		})
-		// Counting and reading meanwhile is safe too.
-		wg.Go(func() {
-			tr.Add(&chat.Message{Role: "user", Content: "hello"})
-			_ = tr.Usage()
-			_ = tr.Totals()
-		})
+		// Reading meanwhile is safe too.
+		wg.Go(func() { _ = tr.Totals() })
 	}
 	wg.Wait()
 	if n := tr.Totals().Requests; n != 64 {
@@ -66,19 +60,5 @@ func TestTrackerRecordConcurrent(t *testing.T) {
 	slices.Sort(befores)
 	if len(slices.Compact(befores)) != 64 {
 		t.Errorf("two requests saw the same totals before them")
-	}
-	if n := tr.Messages(); n != 64 {
-		t.Errorf("Messages = %d, want 64", n)
-	}
-}
-
-// A session served before (another replica, a restart) carries on from
-// the totals the store kept.
-func TestTrackerResume(t *testing.T) {
-	tr := NewTracker(newCL100K(t), Window{MaxTokens: 1000})
-	tr.Resume(Totals{Requests: 41, Truncations: 2})
-	_, after := tr.Record(Turn{Tokens: 10, Limit: 1000, Truncated: true})
-	if after.Requests != 42 || after.Truncations != 3 {
-		t.Errorf("after resuming: %+v", after)
 	}
 }

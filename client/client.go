@@ -46,7 +46,7 @@ func New(base, token string) (*Client, error) {
 	return &Client{
 		base:  strings.TrimSuffix(base, "/"),
 		token: token,
-		// Compress may run a summary on the model: give it room.
+		// Compact may run a summary on the model: give it room.
 		admin: &http.Client{Timeout: 3 * time.Minute},
 		chat:  &http.Client{},
 	}, nil
@@ -234,7 +234,7 @@ func (c *Client) Session(ctx context.Context, id string) (adminapi.SessionDetail
 	return get[adminapi.SessionDetail](ctx, c, http.MethodGet, sessionPath(id), nil)
 }
 
-// putSession creates a session or merges metadata into it.
+// PutSession creates a session or merges metadata into it.
 func (c *Client) PutSession(ctx context.Context, id string, metadata map[string]any, model string) (adminapi.SessionDetail, []byte, error) {
 	body := map[string]any{"metadata": metadata}
 	if model != "" {
@@ -267,7 +267,7 @@ func (c *Client) Export(ctx context.Context, id string) ([]byte, error) {
 	return c.call(ctx, http.MethodGet, sessionPath(id)+"/export", nil, nil)
 }
 
-// importSession sends an export, a bare array of messages or a chat
+// Import sends an export, a bare array of messages or a chat
 // request body as it is: ctxproxy validates it.
 func (c *Client) Import(ctx context.Context, id string, body []byte) (adminapi.Imported, []byte, error) {
 	return get[adminapi.Imported](ctx, c, http.MethodPost, sessionPath(id)+"/import", body)
@@ -290,12 +290,9 @@ func (c *Client) Restore(ctx context.Context, id, snap string) (adminapi.Restore
 		sessionPath(id)+"/snapshots/"+url.PathEscape(snap)+"/restore", nil)
 }
 
-func (c *Client) Compress(ctx context.Context, id string) (adminapi.Compressed, []byte, error) {
-	return get[adminapi.Compressed](ctx, c, http.MethodPost, sessionPath(id)+"/compress", nil)
-}
-
-// Compact is Compress with one-off instructions appended to the summary
-// prompt (/compact INSTRUCTIONS); "" is Compress.
+// Compact compresses session id (POST .../compress), with one-off
+// instructions appended to the summary prompt (/compact INSTRUCTIONS);
+// "" adds none.
 func (c *Client) Compact(ctx context.Context, id, instructions string) (adminapi.Compressed, []byte, error) {
 	return c.compact(ctx, id, instructions, false)
 }
@@ -321,7 +318,7 @@ func (c *Client) ContextSize(ctx context.Context) (adminapi.ContextSize, []byte,
 	return get[adminapi.ContextSize](ctx, c, http.MethodGet, "/ctxproxy/context/size", nil)
 }
 
-// setContextSize fixes the context at tokens, or with tokens 0 returns it
+// SetContextSize fixes the context at tokens, or with tokens 0 returns it
 // to sizing from free VRAM.
 func (c *Client) SetContextSize(ctx context.Context, tokens int) (adminapi.ContextSize, []byte, error) {
 	var body any = map[string]int{"tokens": tokens}
@@ -331,7 +328,7 @@ func (c *Client) SetContextSize(ctx context.Context, tokens int) (adminapi.Conte
 	return get[adminapi.ContextSize](ctx, c, http.MethodPut, "/ctxproxy/context/size", body)
 }
 
-// runningModels asks Ollama, through the proxy's passthrough, which
+// RunningModels asks Ollama, through the proxy's passthrough, which
 // models are loaded and how much memory they take.
 func (c *Client) RunningModels(ctx context.Context) ([]adminapi.RunningModel, []byte, error) {
 	v, raw, err := get[struct {
@@ -340,7 +337,7 @@ func (c *Client) RunningModels(ctx context.Context) ([]adminapi.RunningModel, []
 	return v.Models, raw, err
 }
 
-// availableModels lists the backend's models through the passthrough:
+// Models lists the backend's models through the passthrough:
 // Ollama's /api/tags, or /v1/models for an OpenAI-compatible server.
 func (c *Client) Models(ctx context.Context, dialect string) ([]string, error) {
 	var names []string

@@ -43,7 +43,7 @@ const guardRelease = 0.02
 // Guard turns memory usage into a Level, with hysteresis: a level is
 // entered when usage reaches its threshold and left only when usage falls
 // guardRelease below it. A Guard is not safe for concurrent use; the
-// Monitor owns one and publishes its level in each Snapshot.
+// Monitor owns one and publishes its level in each Reading.
 type Guard struct {
 	cfg   GuardConfig
 	level Level

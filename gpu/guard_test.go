@@ -86,7 +86,7 @@ func TestGuardShrinksAt90Percent(t *testing.T) {
 
 // At 95% the guard reaches the emergency level, on which the
 // proxy snapshots and clears the active sessions; the Monitor announces it
-// (TestMonitorEvents).
+// (TestMonitorLowMemoryEvent).
 func TestGuardEmergencyAt95Percent(t *testing.T) {
 	checkGuardLevel(t, 0.95, LevelEmergency)
 }
@@ -108,7 +108,7 @@ func TestSnapshotUsage(t *testing.T) {
 		{"no devices", Reading{}, 0},
 		{"plain", Reading{Devices: []Device{newDevice("nvidia", "a", 100, 40)}}, 0.6},
 		{"sums devices", Reading{Devices: []Device{newDevice("nvidia", "a", 100, 40), newDevice("nvidia", "b", 100, 100)}}, 0.3},
-		// Ollama's loaded models are not pressure (see Snapshot.Usage).
+		// Ollama's loaded models are not pressure (see Reading.Usage).
 		{"leaves out loaded models", loaded(Reading{Devices: []Device{newDevice("nvidia", "a", 100, 5)}}, modelinfo.Loaded{Size: 80, SizeVRAM: 70}), 0.25},
 		{"models unknown: all used memory", Reading{Devices: []Device{newDevice("nvidia", "a", 100, 5)}, Models: []modelinfo.Loaded{{SizeVRAM: 70}}}, 0.95},
 		{"models larger than used", loaded(Reading{Devices: []Device{newDevice("nvidia", "a", 100, 50)}}, modelinfo.Loaded{SizeVRAM: 70}), 0},

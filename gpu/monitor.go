@@ -28,7 +28,7 @@ type MonitorOptions struct {
 	// /api/ps). It is called with each sample so that memory and loaded
 	// models agree; the Sizer needs it to count a loaded model's KV cache
 	// as its own, and the guard to leave the models out of its usage (see
-	// Snapshot.Usage). Without it both treat every model as not loaded.
+	// Reading.Usage). Without it both treat every model as not loaded.
 	Loaded func(ctx context.Context) ([]modelinfo.Loaded, error)
 	// Now and After stand in for time.Now and time.After in tests.
 	Now   func() time.Time

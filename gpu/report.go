@@ -35,7 +35,7 @@ type ModelReport struct {
 	Reason        string `json:"reason"`
 }
 
-// NewReport builds a Report from a snapshot and, when d is not nil, the
+// NewReport builds a Report from a Reading and, when d is not nil, the
 // decision for a model.
 func NewReport(snap Reading, d *Decision) Report {
 	r := Report{

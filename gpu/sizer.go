@@ -19,7 +19,7 @@ type Workload struct {
 	Facts modelinfo.Facts
 	// Weights is the size of the model's weights in bytes (/api/tags
 	// size); 0 when unknown. Whether the model is loaded, and with what
-	// num_ctx, comes from the Snapshot (MonitorOptions.Loaded).
+	// num_ctx, comes from the Reading (MonitorOptions.Loaded).
 	Weights uint64
 	// Window is the context window the model table or the models:
 	// section gives the model; when its facts are unknown (a model
@@ -84,17 +84,7 @@ func (d Decision) Client(n int) (numCtx int, reason string) {
 	return lowered, fmt.Sprintf("client num_ctx %d does not fit (at most %d for %s); lowered to %d", n, d.Limit, d.Model, lowered)
 }
 
-// CanAllocate reports whether a KV cache of tokens more tokens fits under
-// the soft limit: free memory less the safety buffer (vram_buffer),
-// counted as Headroom is. Unknown memory or model facts answer false.
-func (d Decision) CanAllocate(tokens int) bool {
-	if tokens < 0 || d.BytesPerToken == 0 || d.Limit == 0 {
-		return false
-	}
-	return uint64(tokens) <= d.Headroom/d.BytesPerToken
-}
-
-// Sizer chooses num_ctx per model from a memory Snapshot,
+// Sizer chooses num_ctx per model from a memory Reading,
 // holding each model's choice steady so Ollama does not reload it on every
 // wobble of free memory. It is safe for concurrent use.
 //
@@ -137,7 +127,7 @@ const maxModels = 256
 type modelState struct {
 	held    int    // num_ctx in use; 0 until first sized from memory
 	pending int    // bucket one sample called for; 0 when none
-	seq     uint64 // Snapshot.Seq last counted
+	seq     uint64 // Reading.Seq last counted
 
 	// The last decision and what it was made from: requests between two
 	// samples get it again without rebuilding the reason.
@@ -251,8 +241,8 @@ func (s *Sizer) decide(m Workload, snap Reading, st *modelState, auto bool, targ
 	}
 	var why strings.Builder
 
-	// The memory fit, whenever it can be known: Decision.Client and
-	// CanAllocate use it in every mode.
+	// The memory fit, whenever it can be known: Decision.Client uses it
+	// in every mode.
 	var fit, fitNoBuffer uint64
 	known := bpt > 0 && snap.OK()
 	if known {

@@ -439,25 +439,19 @@ func TestDecisionClient(t *testing.T) {
 	}
 }
 
-// An allocation is allowed only while it leaves the 512 MiB safety buffer
-// free.
-func TestCanAllocateHonoursSoftLimit(t *testing.T) {
+// The headroom leaves the 512 MiB safety buffer free; unknown facts or
+// memory leave no limit to fit under.
+func TestHeadroomLeavesSafetyBuffer(t *testing.T) {
 	m := Workload{Name: "llama3.1:8b", Facts: facts(t, "llama3.1-8b")}
 	d := NewSizer(Config{}).Decide(m, snap(1, 1*gb)) // 512 MiB above the buffer = 4096 tokens
-	tests := []struct {
-		tokens int
-		want   bool
-	}{{0, true}, {4096, true}, {4097, false}, {1 << 30, false}, {-1, false}}
-	for _, tt := range tests {
-		if got := d.CanAllocate(tt.tokens); got != tt.want {
-			t.Errorf("CanAllocate(%d) = %v, want %v", tt.tokens, got, tt.want)
-		}
+	if d.BytesPerToken == 0 || d.Headroom/d.BytesPerToken != 4096 {
+		t.Errorf("headroom %d bytes at %d a token, want 4096 tokens", d.Headroom, d.BytesPerToken)
 	}
-	if NewSizer(Config{}).Decide(Workload{Name: "mystery"}, snap(1, 40*gb)).CanAllocate(1) {
-		t.Error("CanAllocate with unknown facts = true")
+	if d := NewSizer(Config{}).Decide(Workload{Name: "mystery"}, snap(1, 40*gb)); d.BytesPerToken != 0 {
+		t.Errorf("unknown facts: %d bytes a token, want 0", d.BytesPerToken)
 	}
-	if NewSizer(Config{}).Decide(m, Reading{}).CanAllocate(1) {
-		t.Error("CanAllocate without a sample = true")
+	if d := NewSizer(Config{}).Decide(m, Reading{}); d.Limit != 0 {
+		t.Errorf("without a sample: limit %d, want 0", d.Limit)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/internal/logonce"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -30,7 +31,7 @@ func newPlanner(t *testing.T, window int) *Planner {
 	}
 	log := slog.New(slog.DiscardHandler)
 	be := backend.New(backend.Config{URL: u, Kind: backend.KindOllama, Client: &http.Client{}, Log: log})
-	tokens := budget.NewRegistry(budget.Config{Encoding: budget.EncodingApproximate,
+	tokens := budget.NewRegistry(budget.Config{Encoding: tokenizer.EncodingApproximate,
 		Models: map[string]budget.Model{"small": {MaxTokens: window, MaxOutputTokens: 64}}}, log)
 	tr, err := rewrite.NewTrimmer(rewrite.Config{}, nil)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -58,7 +59,7 @@ func TestPruneStoredKeepsToolUnits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counter := budget.NewMessageCounter(budget.Approx{}, 0)
+	counter := budget.NewMessageCounter(tokenizer.Approx{}, 0)
 	p := Plan{Accumulated: true, Sent: msgs, Counter: counter, Limit: 400}
 	reply := snapshots.Message{Role: "assistant", Content: "done", Raw: json.RawMessage(`{"role":"assistant","content":"done"}`)}
 	pr := pruneStored(trimmer, p, &reply)

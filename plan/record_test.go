@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -34,7 +35,7 @@ func TestRecordHandsHoldsToTheWriter(t *testing.T) {
 	}
 	writer := snapshots.NewWriter(store, snapshots.Config{}, log)
 	t.Cleanup(func() { writer.Close(context.Background()) })
-	tokens := budget.NewRegistry(budget.Config{Encoding: budget.EncodingApproximate}, log)
+	tokens := budget.NewRegistry(budget.Config{Encoding: tokenizer.EncodingApproximate}, log)
 	rec := NewRecorder(RecorderDeps{Tokens: tokens, Writer: writer, Trimmer: &atomic.Pointer[rewrite.Trimmer]{},
 		Trackers: sessions.NewTrackers(), Log: log})
 

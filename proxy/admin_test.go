@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
@@ -73,7 +74,7 @@ func newAdminEnv(t *testing.T, dir string, opts ...adminOption) *adminEnv {
 	mon := gpu.NewMonitor(fakeProbe{}, gpu.Config{}, gpu.MonitorOptions{})
 	mon.Sample(context.Background())
 	deps := Deps{
-		Tokens: budget.NewRegistry(budget.Config{Encoding: budget.EncodingApproximate,
+		Tokens: budget.NewRegistry(budget.Config{Encoding: tokenizer.EncodingApproximate,
 			Models: map[string]budget.Model{tinyModel: {MaxTokens: 2000, MaxOutputTokens: 100}}}, nil),
 		Trimmer: trimmer, Sizer: gpu.NewSizer(gpu.Config{}), Monitor: mon, Store: store, Writer: writer,
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -34,7 +35,7 @@ func (memProbe) Close() error { return nil }
 // trimming, num_ctx sizing from a fake GPU, and a file store.
 func fullServer(t testing.TB, backendURL string) (*Server, string) {
 	t.Helper()
-	tokens := budget.NewRegistry(budget.Config{Encoding: budget.EncodingApproximate,
+	tokens := budget.NewRegistry(budget.Config{Encoding: tokenizer.EncodingApproximate,
 		Models: map[string]budget.Model{"llama3.1": {MaxTokens: 4096, MaxOutputTokens: 512}}}, nil)
 	trimmer, err := rewrite.NewTrimmer(rewrite.Config{Mode: "smart"}, nil)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
@@ -50,7 +51,7 @@ func undercounting(t *testing.T) (*fakebackend.Fake, *system) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Tokenize: func(s string) int { return len(s) + 1 }})
 	off := false
 	sys := newSystem(t, be.URL, setup{gpu: gpuOff(),
-		tokens: budget.Config{Encoding: budget.EncodingApproximate, Calibrate: &off}})
+		tokens: budget.Config{Encoding: tokenizer.EncodingApproximate, Calibrate: &off}})
 	return be, sys
 }
 

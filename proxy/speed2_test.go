@@ -11,6 +11,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
@@ -59,7 +60,7 @@ func trivialOllama(b testing.TB) string {
 }
 
 func plannedExchange() (*exchange, plan.Plan) {
-	p := plan.Plan{Model: "llama3.1:8b", Counter: budget.NewMessageCounter(budget.Approx{}, 0), Limit: 8192, NumCtx: 8192,
+	p := plan.Plan{Model: "llama3.1:8b", Counter: budget.NewMessageCounter(tokenizer.Approx{}, 0), Limit: 8192, NumCtx: 8192,
 		Before: budget.Estimate{Tokens: 9000}, After: budget.Estimate{Tokens: 5000},
 		Result: rewrite.Result{Dropped: 10, Notice: "Context trimmed."},
 		Split:  adminapi.Budget{Total: 8192, SystemPrompt: 120, Tools: 337, Template: 3, ResponseReserve: 1024, Conversation: 4540}}

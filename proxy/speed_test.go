@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
 	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -99,7 +100,7 @@ func BenchmarkPassthroughTags(b *testing.B) {
 // loggedExchange is a counted, cut chat exchange as logExchange sees it.
 func loggedExchange() (*metrics, *exchange, *plan.Plan) {
 	m := newMetrics(prometheus.NewRegistry(), Deps{})
-	p := &plan.Plan{Model: "llama3.1:8b", Counter: budget.NewMessageCounter(budget.Approx{}, 0), Limit: 8192, NumCtx: 8192,
+	p := &plan.Plan{Model: "llama3.1:8b", Counter: budget.NewMessageCounter(tokenizer.Approx{}, 0), Limit: 8192, NumCtx: 8192,
 		Before: budget.Estimate{Tokens: 9000}, After: budget.Estimate{Tokens: 5000},
 		Result: rewrite.Result{Dropped: 10, Notice: "Context trimmed."}}
 	return m, &exchange{dialect: wire.Ollama, route: "/api/chat", model: p.Model, session: "s1", status: 200,

@@ -55,7 +55,7 @@ func usagef(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, args...)...)
 }
 
-// run runs one context command.
+// Run runs one context command.
 func (a *Commands) Run(ctx context.Context, cmd string, args []string) error {
 	want, known := commandArgs[cmd]
 	switch {

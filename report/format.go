@@ -114,15 +114,10 @@ func MetadataLine(m map[string]any) string {
 	return strings.Join(parts, ", ")
 }
 
-// UsageText shows a conversation's usage of the window, with ⚠ from
-// WarnAt; when ctxproxy cut it, as two numbers, each named: "3,200 as
-// sent / 1,900 (168.4%); 1,100 forwarded (57.9%)". The ⚠ follows what the
-// model saw, so a conversation cut to fit is not flagged for what it was
-// before.
-func UsageText(asSent, forwarded, limit int) string {
-	return Palette{}.usage(asSent, forwarded, limit)
-}
-
+// usage shows a conversation's usage of the window, with ⚠ from WarnAt;
+// when ctxproxy cut it, as two numbers, each named: "3,200 as sent /
+// 1,900 (168.4%); 1,100 forwarded (57.9%)". The ⚠ follows what the model
+// saw, so a conversation cut to fit is not flagged for what it was before.
 func (p Palette) usage(asSent, forwarded, limit int) string {
 	pct := func(n int) float64 { return ratio(float64(n), float64(limit)) }
 	seen := asSent

@@ -18,7 +18,7 @@ const (
 )
 
 // WarnAt is the usage from which a status shows its warning indicator: at
-// 80% and above, as the capacity warning itself (budget.WarnAt).
+// 80% and above, as the capacity warning itself (X-Ctxproxy-Warning).
 const WarnAt = 0.80
 
 // Palette paints text when On; the zero Palette writes plain text (the

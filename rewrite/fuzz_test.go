@@ -162,7 +162,7 @@ func subjects(t testing.TB) []subject {
 		{s: Shrink{}},
 	}
 	for _, mode := range modes {
-		s, err := New(mode, Config{Composite: []string{"tool_results", "sliding_window", "importance"}}, nil)
+		s, err := strategyFor(mode, Config{Composite: []string{"tool_results", "sliding_window", "importance"}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -47,7 +47,8 @@ func maskText(content string, tokens int) string {
 // With strategy.tool_results.max_tokens the Trimmer first cuts each long
 // result middle-out to that size; Mask then hides the old ones entirely,
 // so the whole results kept are the newest few, each at most that size.
-// It ignores the target: New follows it with TokenBudget.
+// It ignores the target: the strategy of a mode follows it with
+// TokenBudget.
 type Mask struct {
 	// KeepLast is how many of the newest tool results stay whole; 0
 	// means DefaultMaskKeepLast, a negative value none (only the last

@@ -23,10 +23,11 @@ var defaultPreserveRoles = []string{roleSystem, roleUser}
 // Its cut is stable across turns (see Budget) while the preserved messages
 // fit the target: it drops the shortest oldest-first run of candidates
 // that fits. Once they alone do not, dropping every reply and then the
-// oldest preserved messages (New's TokenBudget) would move the cut with
-// every new reply, and the backend would read the prompt again from there
-// on every turn; with Steady it drops the oldest messages of every role
-// instead, oldest first, as token_budget does. New sets Steady.
+// oldest preserved messages (the mode's closing TokenBudget) would move
+// the cut with every new reply, and the backend would read the prompt
+// again from there on every turn; with Steady it drops the oldest
+// messages of every role instead, oldest first, as token_budget does. The
+// selective mode sets Steady.
 type Selective struct {
 	// PreserveRoles are the roles never dropped; nil means system and
 	// user. The leading system messages, the newest user

@@ -312,13 +312,13 @@ func TestToolResultsKeepsOtherFields(t *testing.T) {
 }
 
 func TestNewSmartIsSmartThenTokenBudget(t *testing.T) {
-	s, err := New("smart", Config{}, nil)
+	s, err := strategyFor("smart", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, ok := s.(Composite)
 	if !ok || len(c.Strategies) != 2 {
-		t.Fatalf("New(smart) = %#v, want Composite{Smart, TokenBudget}", s)
+		t.Fatalf("strategyFor(smart) = %#v, want Composite{Smart, TokenBudget}", s)
 	}
 	if diff := cmp.Diff(Smart{Fill: true}, c.Strategies[0]); diff != "" {
 		t.Errorf("first strategy (-want +got):\n%s", diff)
@@ -370,7 +370,7 @@ func TestBudgetActsAt85Percent(t *testing.T) {
 }
 
 func TestNewSlidingWindowMode(t *testing.T) {
-	s, err := New("sliding_window", Config{}, nil)
+	s, err := strategyFor("sliding_window", Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +380,7 @@ func TestNewSlidingWindowMode(t *testing.T) {
 }
 
 func TestNewSmartModeFromConfig(t *testing.T) {
-	s, err := New("", Config{Mode: "smart"}, nil)
+	s, err := strategyFor("", Config{Mode: "smart"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,8 +396,8 @@ func (fakeSummarize) Name() string { return "summarize" }
 
 func TestSummarizeModeNeedsASummarizer(t *testing.T) {
 	// Without an LLM there is no summarize strategy: a clear error.
-	if _, err := New("summarize", Config{}, nil); !errors.Is(err, ErrUnknownMode) {
-		t.Errorf("New(summarize) error = %v, want ErrUnknownMode", err)
+	if _, err := strategyFor("summarize", Config{}); !errors.Is(err, ErrUnknownMode) {
+		t.Errorf("strategyFor(summarize) error = %v, want ErrUnknownMode", err)
 	}
 	// With one (the NewTrimmer hook), the mode is a Composite.
 	tr, err := NewTrimmer(Config{Mode: "summarize"}, nil, fakeSummarize{})

@@ -11,9 +11,10 @@ import (
 //
 // When the system messages alone exceed the target, TokenBudget keeps only
 // the system messages and logs a warning, unless KeepTurn is set.
-// ctxproxy's own pipeline (New) sets KeepTurn, because a prompt without the
-// user's question is useless: it keeps the newest user turn and leaves the
-// overflow to strategy.on_overflow (README, Strategies).
+// ctxproxy's own pipeline (every mode's strategy) sets KeepTurn, because a
+// prompt without the user's question is useless: it keeps the newest user
+// turn and leaves the overflow to strategy.on_overflow (README,
+// Strategies).
 type TokenBudget struct {
 	// KeepTurn keeps the newest user turn even when the system messages
 	// alone exceed the target.

@@ -196,19 +196,15 @@ func (c Config) validate(extra map[string]Strategy) error {
 	return errors.Join(errs...)
 }
 
-// New returns the strategy ctxproxy runs for mode ("" means cfg.Mode):
-// the mode's strategy followed by TokenBudget (with KeepTurn), so that the
-// result fits the target even when the mode's own rule is a count
-// (sliding_window), or keeps messages the target has no room for
-// (selective, importance). Smart runs with Fill. composite runs cfg.Composite
-// in order, then TokenBudget unless the list ends with it. none returns None.
-// summarize and hybrid need a Summarizer: New returns an error wrapping
-// ErrUnknownMode for them, and NewTrimmer takes their strategies
-// (Compactor.Summarize, Compactor.Hybrid).
-func New(mode string, cfg Config, log *slog.Logger) (Strategy, error) {
-	return newStrategy(mode, cfg.withDefaults(), log, nil)
-}
-
+// newStrategy returns the strategy ctxproxy runs for mode ("" means
+// cfg.Mode): the mode's strategy followed by TokenBudget (with KeepTurn),
+// so that the result fits the target even when the mode's own rule is a
+// count (sliding_window), or keeps messages the target has no room for
+// (selective, importance). Smart runs with Fill. composite runs
+// cfg.Composite in order, then TokenBudget unless the list ends with it.
+// none returns None. summarize and hybrid need a Summarizer: their
+// strategies come in extra (NewTrimmer's, from Compactor.Summarize and
+// Compactor.Hybrid), and without them the error wraps ErrUnknownMode.
 func newStrategy(mode string, cfg Config, log *slog.Logger, extra map[string]Strategy) (Strategy, error) {
 	if mode == "" {
 		mode = cfg.Mode

@@ -182,7 +182,7 @@ func TestNew(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode, func(t *testing.T) {
-			got, err := New(tt.mode, tt.cfg, nil)
+			got, err := strategyFor(tt.mode, tt.cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -347,4 +347,10 @@ func TestNilCounterAndOddInput(t *testing.T) {
 	if m := (ToolResults{}).Compact(result("a", lines(2000)), nil); m.Edited {
 		t.Error("Compact without a counter edited")
 	}
+}
+
+// strategyFor is the strategy ctxproxy runs for mode under cfg, without a
+// summarizer.
+func strategyFor(mode string, cfg Config) (Strategy, error) {
+	return newStrategy(mode, cfg.withDefaults(), nil, nil)
 }

@@ -9,7 +9,7 @@ package snapshots
 //
 //	uint32 LE  length of the payload
 //	uint32 LE  CRC-32C (Castagnoli) of the 4 length bytes and the payload
-//	payload    kind byte, listing entry (SessionInfo JSON), '\n', body
+//	payload    kind byte, listing entry (Listing JSON), '\n', body
 //
 // and the kinds are
 //

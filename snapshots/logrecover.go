@@ -154,7 +154,7 @@ func replayList(recs []string, id string) replayed {
 }
 
 // infoStart starts every record's listing entry, after its kind byte
-// (json.Marshal of a SessionInfo).
+// (json.Marshal of a Listing).
 var infoStart = []byte(`{"session_id":`)
 
 // resync returns the offset, from or after it, of the first frame in b

@@ -24,7 +24,7 @@ import (
 //	PREFIX ver:KEY                  the session's version, new on every change
 //	PREFIX turns:KEY                the session's turns begun and stored, on
 //	                                every replica (TurnOrder)
-//	PREFIX sessions                 hash KEY → SessionInfo JSON (List)
+//	PREFIX sessions                 hash KEY → Listing JSON (List)
 //	PREFIX feed:NAME                a stream every replica reads (Feed):
 //	                                feed:calibration carries what the
 //	                                token counts learn from replies

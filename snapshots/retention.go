@@ -17,7 +17,7 @@ type Retention struct {
 	MaxSessions int
 	// MaxBytes removes the least recently updated sessions once the
 	// sessions updated after them take this many bytes of storage (each
-	// session's log and snapshots, as stored: SessionInfo.Bytes); 0 is no
+	// session's log and snapshots, as stored: Listing.Bytes); 0 is no
 	// cap. It bounds the disk (or Redis memory) conversations take.
 	MaxBytes int64
 }

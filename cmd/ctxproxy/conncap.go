@@ -46,7 +46,7 @@ type connCap struct {
 	// open holds every connection counted against max, with its place in
 	// idle while it is idle (nil otherwise).
 	open map[net.Conn]*list.Element
-	// idle holds the idle connections as idleConns, longest idle first.
+	// idle holds the idle connections as idleConn values, longest idle first.
 	idle list.List
 
 	refused, idleClosed prometheus.Counter

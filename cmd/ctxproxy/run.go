@@ -442,7 +442,7 @@ const gcPercent = 200
 
 // memoryLimit is the Go runtime's soft memory limit for a body budget:
 // the budget already charges a body for the copies made of it while it
-// is served and stored (proxy's bodyCost), plus room for the rest of the
+// is served and stored (edge's bodyCost), plus room for the rest of the
 // process (tokenizer vocabularies, caches). The heap that stays is far
 // below the limit, so the collector does not run more for it; what it
 // bounds is the garbage a burst of large bodies leaves (at GOGC=200 the

@@ -1,5 +1,7 @@
 // Package jsonscan is ctxproxy's small JSON reader and writer, shared by
-// the proxy's request decoding and the OpenAI ↔ Ollama translation.
+// the decoding of chat requests (proxy/wire), the translation between
+// dialects (proxy/translate), the check of stored messages
+// (proxy/sessions) and the reading of image headers (internal/imagesize).
 package jsonscan
 
 import (

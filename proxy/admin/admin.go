@@ -48,7 +48,7 @@ type adminAPI struct {
 	tokenize, detokenize http.HandlerFunc
 }
 
-// adminRoutes registers the admin API (healthz and readyz are registered
+// routes registers the admin API (healthz and readyz are registered
 // with the chat routes and need no token).
 func (s *adminAPI) routes(mux *http.ServeMux) {
 	mux.Handle("/ctxproxy/status", s.only(byMethod{http.MethodGet: s.getStatus}))
@@ -79,7 +79,7 @@ func (m byMethod) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Method, r.URL.EscapedPath(), strings.Join(allowed, ", ")))
 }
 
-// adminOnly guards an admin route: off when the admin API is off, and
+// only guards an admin route: off when the admin API is off, and
 // with admin.token set only for a request bearing it.
 func (s *adminAPI) only(h http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(s.token))
@@ -138,7 +138,8 @@ func adminError(w http.ResponseWriter, status int, msg string) {
 	wire.WriteError(w, wire.Ollama, wire.Error{Status: status, Message: msg})
 }
 
-// fail answers err: a statusError as it says, the store's errors by kind.
+// fail answers err: an error of the session service with its status as
+// it says, the store's errors by kind.
 func (s *adminAPI) fail(w http.ResponseWriter, err error) {
 	status, msg := s.sessions.Describe(err)
 	adminError(w, status, msg)

@@ -171,9 +171,9 @@ func (s *Status) modelStatuses() []adminapi.ModelStatus {
 	return out
 }
 
-// effectiveThreshold is where trimming starts now: chat.go lowers it by
-// 0.2 (not below the target) while the guard is at the compress level or
-// above.
+// effectiveThreshold is where trimming starts now: the proxy's planner
+// lowers it by 0.2 (not below the target) while the guard is at the
+// compress level or above.
 func (s *Status) effectiveThreshold(t *rewrite.Trimmer) float64 {
 	if s.monitor != nil && s.monitor.Reading().Level >= gpu.LevelCompress {
 		// Rounded: 0.8 − 0.2 is 0.6000000000000001 in floating point.

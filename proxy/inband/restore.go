@@ -9,7 +9,7 @@ import (
 )
 
 // lastRestore finds the newest in-band "/context restore ID" exchange in
-// a conversation a client resends whole, as inbandHistory scans it: the
+// a conversation a client resends whole, as History scans it: the
 // index of the command and its snapshot id, or -1 when there is none or a
 // clear came after it (a clear wins).
 func lastRestore(msgs []rewrite.Message) (at int, snap string) {

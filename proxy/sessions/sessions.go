@@ -22,10 +22,11 @@ import (
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
-// Service is the one place that changes stored Service outside a chat
+// Service is the one place that changes stored sessions outside a chat
 // request: the admin API, the in-band commands and the memory guard clear,
-// restore, snapshot, import and compress through it, so each operation and
-// the session-id rule exist once. Its writes go to the store directly,
+// restore, snapshot and compress through it, and settle and measure a
+// session around an import, so each operation and the session-id rule
+// exist once. Its writes go to the store directly,
 // after the writer's queue is flushed, so that a read sees the last chat
 // turn and a change lands after it.
 type Service struct {
@@ -180,7 +181,7 @@ func (s *Service) Clear(ctx context.Context, id string, keepSystem bool, reason 
 	return undo, err
 }
 
-// takeSnapshot saves a Snapshot of session id as stored now.
+// Snapshot saves a Snapshot of session id as stored now.
 func (s *Service) Snapshot(ctx context.Context, id, reason string) (adminapi.SnapshotInfo, error) {
 	info, err := snapshots.TakeSnapshot(ctx, s.FullStore(), id, reason)
 	return info, NotFound(err, "session %q not found", id)

@@ -50,7 +50,7 @@ func FromStored(msgs []snapshots.Message) ([]rewrite.Message, error) {
 			raw = b
 		}
 		// The store keeps raw bytes as they were sent; check them before
-		// scanning, as decodeChat checks a request body.
+		// scanning, as wire.Decode checks a request body.
 		if _, err := jsonscan.Valid(raw); err != nil {
 			return nil, fmt.Errorf("stored message %d: %w", i, err)
 		}
@@ -69,7 +69,7 @@ func FromStored(msgs []snapshots.Message) ([]rewrite.Message, error) {
 
 // ReplyMessage is the assistant's reply as a message the client would
 // send back in its next request, in the request's dialect; for the
-// conversation dialects in Ollama's chat shape, as storedMessages keeps
+// conversation dialects in Ollama's chat shape, as StoredMessages keeps
 // their messages.
 func ReplyMessage(d wire.Dialect, rep wire.Reply) snapshots.Message {
 	sm := snapshots.Message{Role: "assistant", Content: rep.Content}

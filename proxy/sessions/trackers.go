@@ -31,7 +31,7 @@ func (ts *Trackers) Record(id string, turn budget.Turn) (before budget.Totals) {
 	if !ok {
 		// Only the running totals are kept here: the turn arrives counted,
 		// so the tracker needs no counter or limits of its own.
-		tr = budget.NewTracker(nil, budget.Window{})
+		tr = new(budget.Tracker)
 		ts.lru.Add(id, tr)
 	}
 	before, _ = tr.Record(turn)
@@ -49,7 +49,7 @@ func (ts *Trackers) Active(d time.Duration) []string {
 	return out
 }
 
-// TotalsOf and statsOf convert between the tracker's totals and the
+// TotalsOf and StoredStats convert between the tracker's totals and the
 // store's copy of them.
 func TotalsOf(st snapshots.Stats) budget.Totals {
 	t := budget.Totals{Tokens: st.Tokens, Sent: st.Sent, Limit: st.Limit, NumCtx: st.NumCtx,

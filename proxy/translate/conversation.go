@@ -15,7 +15,7 @@ import (
 // ctxproxy manages: the messages its strategies count, trim and
 // summarize, in rewrite's dialect-neutral form, and the original body, so
 // that Encode can write back only what changed (docs/how-it-works.md). It
-// plays the part the proxy's chatRequest plays for the two chat routes.
+// plays the part wire.Request plays for the two chat routes.
 //
 // One chat.Message stands for:
 //

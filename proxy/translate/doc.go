@@ -1,7 +1,8 @@
-// Package translate carries OpenAI chat completion traffic to Ollama's
-// native chat API and back, so that OpenAI-SDK clients in front of an
-// Ollama backend get ctxproxy's context control: Ollama's own /v1 layer
-// cannot set num_ctx (Ollama #5356, #2722), /api/chat can.
+// Package translate carries OpenAI chat completion, Responses and
+// Anthropic Messages traffic to Ollama's native chat API and back, so that
+// clients of those APIs in front of an Ollama backend get ctxproxy's
+// context control: Ollama's own /v1 layer cannot set num_ctx, /api/chat
+// can.
 //
 // It is pure functions and a stream converter over bytes; the proxy does
 // the HTTP. For a POST /v1/chat/completions bound for Ollama:
@@ -24,6 +25,7 @@
 // Conversation.Encode writes back what a strategy kept, for any backend.
 //
 // The decoder reads only what it maps and moves everything else (message
-// text, tool definitions, schemas) as the original bytes; see json.go.
+// text, tool definitions, schemas) as the original bytes, read with
+// internal/jsonscan.
 // FIELDS.md lists every OpenAI field and what happens to it.
 package translate

@@ -54,8 +54,8 @@ const (
 type Request struct {
 	Dialect Dialect
 	Body    []byte
-	// members are body's top-level members (decodeChat), so that
-	// rebuildBody edits it without scanning it again.
+	// members are body's top-level members (validMembers), so that
+	// Rebuild edits it without scanning it again.
 	members []Member
 	Model   string
 	// Stream is the effective streaming flag (Ollama defaults to true).
@@ -111,7 +111,7 @@ func DecodeChat(d Dialect, body []byte) (*Request, error) {
 // Decode validates body, nested at most depth levels deep, and decodes
 // it as a request of dialect d, its member names read by rules. Its error
 // is jsonscan's when body is not valid JSON within depth (ErrDepth among
-// them), an *ambiguousError, or one wrapping errNotChat; ErrDepth and an
+// them), an *AmbiguousError, or one wrapping ErrNotChat; ErrDepth and an
 // ambiguous body are refused, any other error means the request should be
 // forwarded unchanged.
 func Decode(d Dialect, body []byte, depth int, rules KeyRules) (*Request, error) {
@@ -138,7 +138,7 @@ func Decode(d Dialect, body []byte, depth int, rules KeyRules) (*Request, error)
 // scanned for their members and only small values are decoded (decoding a
 // 100 KB body into maps and back costs about 1 ms). Its error is
 // jsonscan's when the body is not valid JSON within depth (ErrDepth among
-// them), an *ambiguousError, or one wrapping errNotChat.
+// them), an *AmbiguousError, or one wrapping ErrNotChat.
 func decodeChatDepth(d Dialect, body []byte, depth int, rules KeyRules) (*Request, error) {
 	ms, err := validMembers(body, depth)
 	if err != nil {
@@ -373,26 +373,6 @@ func rebuild(body []byte, ms []Member, msgs []chat.Message, setMessages bool, nu
 		return PayloadOf(body), nil
 	}
 	return splice(body, ms, edits), nil
-}
-
-// setOption sets options.<key> in an Ollama request body, creating the
-// options object when the request has none.
-func setOption(body []byte, key string, value []byte) ([]byte, error) {
-	ms, err := Members(body)
-	if err != nil {
-		return nil, err
-	}
-	if m, ok := FindMember(ms, "options"); ok && body[m.ValueStart] == '{' {
-		opts, err := SetMember(body[m.ValueStart:m.End], key, value)
-		if err != nil {
-			return nil, err
-		}
-		return ReplaceValue(body, m, opts), nil
-	}
-	k := jsonscan.AppendString(nil, key)
-	opts := append(append(append([]byte{'{'}, k...), ':'), value...)
-	opts = append(opts, '}')
-	return SetMember(body, "options", opts)
 }
 
 // marshalString encodes s as a JSON string without encoding/json's HTML

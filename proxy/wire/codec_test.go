@@ -243,7 +243,7 @@ func TestDecodeChatAllocs(t *testing.T) {
 	}
 }
 
-// decodeString shares the bytes of an unescaped string and decodes an
+// DecodeString shares the bytes of an unescaped string and decodes an
 // escaped one.
 func TestDecodeStringShares(t *testing.T) {
 	for in, want := range map[string]string{`""`: "", `"a"`: "a", `"a\"b"`: `a"b`, `"\u00e9t\u00e9"`: "été", `"héllo"`: "héllo"} {
@@ -306,4 +306,25 @@ func TestDecodeChatImageSizes(t *testing.T) {
 			t.Errorf("dialect %v: images (-want +got):\n%s", c.d, diff)
 		}
 	}
+}
+
+// setOption sets options.<key> in an Ollama request body, one edit at a
+// time: what Rebuild must agree with,, creating the
+// options object when the request has none.
+func setOption(body []byte, key string, value []byte) ([]byte, error) {
+	ms, err := Members(body)
+	if err != nil {
+		return nil, err
+	}
+	if m, ok := FindMember(ms, "options"); ok && body[m.ValueStart] == '{' {
+		opts, err := SetMember(body[m.ValueStart:m.End], key, value)
+		if err != nil {
+			return nil, err
+		}
+		return ReplaceValue(body, m, opts), nil
+	}
+	k := jsonscan.AppendString(nil, key)
+	opts := append(append(append([]byte{'{'}, k...), ':'), value...)
+	opts = append(opts, '}')
+	return SetMember(body, "options", opts)
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/chat"
 )
 
-// rebuildBody edits a body in one copy; it must give what the member
+// rebuild edits a body in one copy; it must give what the member
 // edits one after another give.
 func TestRebuildBodyMatchesEditsInTurn(t *testing.T) {
 	msgs := []chat.Message{{Role: "user", Content: "hi"}}
@@ -45,7 +45,7 @@ func TestRebuildBodyMatchesEditsInTurn(t *testing.T) {
 							t.Errorf("the payload reads %s, joins %s", read, got)
 						}
 						if err != nil || string(got) != string(want) {
-							t.Errorf("rebuildBody(%s, messages %v, num_ctx %d, truncate %v) = %s, %v; want %s",
+							t.Errorf("rebuild(%s, messages %v, num_ctx %d, truncate %v) = %s, %v; want %s",
 								in, setMsgs, numCtx, noTrunc, got, err, want)
 						}
 					}
@@ -68,7 +68,7 @@ func mustMembers(t *testing.T, b []byte) []Member {
 
 // A 100 KB chat whose num_ctx is set and truncate added: no copy of the
 // body (the payload is its own bytes around the edits) and no scan of it
-// (the members come from decodeChat).
+// (the members come from DecodeChat).
 func TestRebuildBodyAllocs(t *testing.T) {
 	req, err := DecodeChat(Ollama, chatBody100K())
 	if err != nil {

@@ -38,7 +38,7 @@ func Members(obj []byte) ([]Member, error) {
 
 // appendMembersAt appends the members of the object at d[i] (valid JSON),
 // with offsets into d, and returns the index just past the object; dst is
-// a caller's own buffer (decodeMessageAt's, on its stack).
+// a caller's own buffer (messageDecoder.decodeAt's, on its stack).
 func appendMembersAt(dst []Member, d []byte, i int) ([]Member, int, error) {
 	if i >= len(d) || d[i] != '{' {
 		return nil, 0, errNotObject

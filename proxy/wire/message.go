@@ -32,7 +32,7 @@ type wirePart struct {
 // DecodeString decodes a JSON string value. One without escapes (the
 // common case for long chat content) is not copied: the string shares v's
 // bytes, so v must never change afterwards. Request bodies are never
-// edited in place (rebuildBody copies), and a message's Raw already keeps
+// edited in place (Request.Rebuild copies), and a message's Raw already keeps
 // its body alive wherever the message goes, so sharing adds no retention.
 func DecodeString(v []byte) (string, error) {
 	if len(v) > 2 && v[0] == '"' && bytes.IndexByte(v, '\\') < 0 {

@@ -126,7 +126,7 @@ func (e *AmbiguousError) Error() string {
 // field of fs that it names twice or in another spelling resolved as
 // encoding/json decodes it into the backend's type, or nil when each is
 // named at most once and exactly (the common case, checked without
-// allocating). Under exactKeys such an object is an *ambiguousError.
+// allocating). Under ExactKeys such an object is an *AmbiguousError.
 func resolveNames(obj []byte, ms []Member, fs []field, rules KeyRules) ([]byte, error) {
 	var seen uint64 // fs's exact names met once
 	clean := true

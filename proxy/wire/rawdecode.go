@@ -32,7 +32,7 @@ type RawRequest struct {
 var errBadMember = errors.New("member does not fit its field")
 
 // DecodeRaw reads a raw-prompt request the way encoding/json would into
-// rawRequest (keys matched without regard to case, the last of a repeated
+// RawRequest (keys matched without regard to case, the last of a repeated
 // key kept, null leaving a field at zero) and its prompt as a string, in
 // one validating pass and a walk of the top-level members: a 100 KB prompt
 // cost three encoding/json passes and two copies. ok is false for

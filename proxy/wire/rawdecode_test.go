@@ -11,7 +11,7 @@ import (
 
 // rawByJSON reads a raw prompt as Ollama does: encoding/json into its
 // request type (whose options are a map, its keys matched exactly), then
-// the prompt into a string. decodeRaw must agree with it on every input
+// the prompt into a string. DecodeRaw must agree with it on every input
 // (below the depth bound).
 func rawByJSON(body []byte) (RawRequest, string, bool) {
 	var ollama struct {
@@ -152,7 +152,7 @@ func BenchmarkDecodeRaw(b *testing.B) {
 	})
 }
 
-// decodeChat reads model, stream and max_tokens as encoding/json did
+// DecodeChat reads model, stream and max_tokens as encoding/json did
 // (null keeps the default, another type makes the body one ctxproxy does
 // not understand, forwarded as sent).
 func TestDecodeChatSmallValuesAsJSON(t *testing.T) {

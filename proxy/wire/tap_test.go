@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// readInPieces reads r through a tap in pieces of n bytes, so event
+// tapThrough reads body through a tap in pieces of n bytes, so event
 // boundaries fall mid-line.
 func tapThrough(t *testing.T, body, contentType string, d Dialect, n int) (string, Reply) {
 	t.Helper()

@@ -79,7 +79,7 @@ func (r messagesReply) Lines() LineConverter {
 // Responses or Messages) into an Ollama /api/chat body with opts (the
 // num_ctx, the server's version, what the model cannot do).
 // inputTokens is ctxproxy's count of the prompt, which a Messages stream
-// shows in message_start. The replyTranslator is usable even with an
+// shows in message_start. The Translation is usable even with an
 // error, for its error shape.
 func ToOllama(d Dialect, body []byte, opts translate.RequestOptions, inputTokens int) ([]byte, Translation, error) {
 	switch d {

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -576,22 +575,4 @@ func (b *Fake) openaiChat(w http.ResponseWriter, r *http.Request, body []byte, o
 		}
 	}
 	s.chunk("data: [DONE]\n\n")
-}
-
-// Strings for tests that look at what a stream contained.
-
-// NDJSONContent joins the message.content of every line of an Ollama stream.
-func NDJSONContent(stream string) string {
-	var sb strings.Builder
-	for _, line := range strings.Split(stream, "\n") {
-		var v struct {
-			Message struct {
-				Content string `json:"content"`
-			} `json:"message"`
-		}
-		if json.Unmarshal([]byte(line), &v) == nil {
-			sb.WriteString(v.Message.Content)
-		}
-	}
-	return sb.String()
 }

@@ -1,8 +1,10 @@
 // Package house checks the shape of the codebase itself: no source file
 // too long to read in one sitting, no type with so many methods that it
 // does more than one job, no type whose methods are spread over so many
-// files that a reader cannot find them (docs/architecture.md). It has no
-// code, only this test, which `go test ./...` runs with the rest.
+// files that a reader cannot find them, and no function named in the
+// path table of docs/architecture.md missing from the file named there
+// (architecture_test.go). It has no code, only these tests, which
+// `go test ./...` runs with the rest.
 package house
 
 import (

@@ -56,7 +56,7 @@ func (s Reading) Model(name string) (modelinfo.Loaded, bool) {
 	return modelinfo.Loaded{}, false
 }
 
-// OK reports whether the snapshot has device memory to size from.
+// OK reports whether the reading has device memory to size from.
 func (s Reading) OK() bool { return len(s.Devices) > 0 }
 
 // Total is the memory of all devices. Ollama spreads a model's layers, and

@@ -1,4 +1,4 @@
-package budget
+package tokenizer
 
 import (
 	"math"
@@ -15,9 +15,8 @@ type Counter interface {
 	Name() string
 }
 
-// Encoding names accepted by Config.Encoding.
+// Encoding names: what Counter.Name returns.
 const (
-	EncodingAuto        = "auto"
 	EncodingCL100K      = "cl100k_base"
 	EncodingO200K       = "o200k_base"
 	EncodingApproximate = "approximate"
@@ -25,8 +24,8 @@ const (
 
 // Default approximation rates.
 const (
-	// DefaultCharsPerToken is OpenAI's rule of thumb for English text
-	// ("What are tokens and how to count them?": 1 token ≈ 4 characters).
+	// DefaultCharsPerToken is the rule of thumb for English text: 1 token
+	// ≈ 4 characters.
 	DefaultCharsPerToken = 4.0
 	// WordTokens is the same rule of thumb per word (1 token ≈ ¾ of a
 	// word, so about 1.3 tokens a word).

@@ -1,4 +1,4 @@
-package budget
+package tokenizer
 
 import (
 	"unicode"
@@ -11,8 +11,9 @@ import (
 // converts the text to runes, and was most of the time spent counting.
 // Each function returns the end of the piece that starts at p (p < len(s)),
 // taking the alternatives in the patterns' order, with the backtracking
-// they imply worked out by hand. TestPretokenizeMatchesRegexp checks them
-// piece for piece against the patterns on generated text.
+// they imply worked out by hand. TestTiktokenMatchesReference and
+// FuzzTiktoken check the counts they lead to against tiktoken-go, which
+// runs the patterns themselves.
 //
 // Character classes are Go's unicode tables, as in regexp2: \s is
 // unicode.IsSpace, \p{L} unicode.IsLetter, \p{N} unicode.IsNumber.

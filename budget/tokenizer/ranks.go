@@ -1,4 +1,4 @@
-package budget
+package tokenizer
 
 import (
 	"fmt"
@@ -44,7 +44,7 @@ func newRankTable(ranks map[string]int) (*rankTable, error) {
 		total += len(k)
 	}
 	if total > math.MaxUint32 {
-		return nil, fmt.Errorf("budget: %d bytes of tokens", total)
+		return nil, fmt.Errorf("tokenizer: %d bytes of tokens", total)
 	}
 	t.arena = make([]byte, 0, total)
 	for i := range t.slots {
@@ -52,7 +52,7 @@ func newRankTable(ranks map[string]int) (*rankTable, error) {
 	}
 	for k, r := range ranks {
 		if len(k) > math.MaxUint16 || r < 0 || r > math.MaxInt32 {
-			return nil, fmt.Errorf("budget: token of %d bytes with rank %d", len(k), r)
+			return nil, fmt.Errorf("tokenizer: token of %d bytes with rank %d", len(k), r)
 		}
 		h := maphash.String(t.seed, k)
 		i := h & t.mask

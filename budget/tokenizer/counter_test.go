@@ -1,4 +1,4 @@
-package budget
+package tokenizer
 
 import (
 	"math"
@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
-
-	"github.com/google/go-cmp/cmp"
 )
 
 func readTestdata(t testing.TB, name string) string {
@@ -40,26 +38,6 @@ func TestTiktokenCountsSimpleText(t *testing.T) {
 		if got <= 0 || !within(got, 4, 0.05) {
 			t.Errorf("%s: Count(%q) = %d, want 4 (±5%%)", enc, "Hello, world!", got)
 		}
-	}
-}
-
-// Without tiktoken the counter falls
-// back to the approximate one and still counts, with one warning.
-func TestRegistryFallsBackWithoutTiktoken(t *testing.T) {
-	log, logs := captureLog()
-	r := NewRegistry(Config{}, log)
-	r.newTiktoken = func(enc string) (Counter, error) { return nil, os.ErrNotExist }
-	c := r.CounterFor("gpt-4")
-	if got, want := c.Name(), EncodingApproximate; got != want {
-		t.Errorf("Name() = %q, want %q", got, want)
-	}
-	if got, want := c.Count("Hello, world!"), 4; got != want { // 13 bytes / 4, rounded up
-		t.Errorf("Count = %d, want %d", got, want)
-	}
-	r.CounterFor("gpt-4")
-	r.CounterFor("llama3")
-	if got := strings.Count(logs.String(), "tokenizer unavailable"); got != 1 {
-		t.Errorf("logged %d warnings, want 1:\n%s", got, logs)
 	}
 }
 
@@ -228,27 +206,6 @@ func TestTiktokenBadInput(t *testing.T) {
 	}
 }
 
-func TestEncodingFor(t *testing.T) {
-	got := map[string]string{}
-	for _, m := range []string{
-		"gpt-4o", "gpt-4o-mini-2024-07-18", "openai/gpt-4.1-nano", "o1", "o3-mini", "o4-mini",
-		"gpt-5", "gpt-oss:20b", "chatgpt-4o-latest",
-		"gpt-4", "gpt-4-turbo", "gpt-3.5-turbo", "claude-3-opus", "llama3.1:8b", "",
-	} {
-		got[m] = EncodingFor(m)
-	}
-	want := map[string]string{
-		"gpt-4o": EncodingO200K, "gpt-4o-mini-2024-07-18": EncodingO200K, "openai/gpt-4.1-nano": EncodingO200K,
-		"o1": EncodingO200K, "o3-mini": EncodingO200K, "o4-mini": EncodingO200K, "gpt-5": EncodingO200K,
-		"gpt-oss:20b": EncodingO200K, "chatgpt-4o-latest": EncodingO200K,
-		"gpt-4": EncodingCL100K, "gpt-4-turbo": EncodingCL100K, "gpt-3.5-turbo": EncodingCL100K,
-		"claude-3-opus": EncodingCL100K, "llama3.1:8b": EncodingCL100K, "": EncodingCL100K,
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("EncodingFor (-want +got):\n%s", diff)
-	}
-}
-
 // At 3.5 characters a token the count is ceil(length / 3.5).
 func TestApproxCharsPerTokenRoundsUp(t *testing.T) {
 	a := Approx{CharsPerToken: 3.5}
@@ -265,18 +222,5 @@ func TestApproxDefaultIsFourBytesPerToken(t *testing.T) {
 		if got := (Approx{}).Count(text); got != want {
 			t.Errorf("Count(%q) = %d, want %d", text, got, want)
 		}
-	}
-}
-
-// A local model is counted with cl100k_base, or at about 4 characters a
-// token when the tokenizer is unavailable.
-func TestLocalModelsCountWithCL100KOrApprox(t *testing.T) {
-	if got := NewRegistry(Config{}, nil).CounterFor("llama3").Name(); got != EncodingCL100K {
-		t.Errorf("local model counter = %q, want %q", got, EncodingCL100K)
-	}
-	r := NewRegistry(Config{}, nil)
-	r.newTiktoken = func(string) (Counter, error) { return nil, os.ErrNotExist }
-	if got, want := r.CounterFor("llama3").Count(strings.Repeat("x", 400)), 100; got != want {
-		t.Errorf("fallback Count(400 chars) = %d, want %d", got, want)
 	}
 }

@@ -1,4 +1,4 @@
-package budget
+package tokenizer
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"unicode/utf8"
 
+	"github.com/ctxproxy/ctxproxy/internal/parallel"
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 )
 
@@ -55,17 +56,17 @@ func NewTiktoken(encoding string) (*Tiktoken, error) {
 	e.once.Do(func() {
 		piece, ok := pieceFuncs[encoding]
 		if !ok {
-			e.err = fmt.Errorf("budget: encoding %q is not supported (cl100k_base, o200k_base)", encoding)
+			e.err = fmt.Errorf("tokenizer: encoding %q is not supported (cl100k_base, o200k_base)", encoding)
 			return
 		}
 		ranks, err := tiktoken_loader.NewOfflineLoader().LoadTiktokenBpe(encoding + ".tiktoken")
 		if err != nil {
-			e.err = fmt.Errorf("budget: load encoding %q: %w", encoding, err)
+			e.err = fmt.Errorf("tokenizer: load encoding %q: %w", encoding, err)
 			return
 		}
 		table, err := newRankTable(ranks)
 		if err != nil {
-			e.err = fmt.Errorf("budget: load encoding %q: %w", encoding, err)
+			e.err = fmt.Errorf("tokenizer: load encoding %q: %w", encoding, err)
 			return
 		}
 		e.enc = &bpe{ranks: table, piece: piece}
@@ -128,7 +129,7 @@ func (t *Tiktoken) Count(text string) int {
 	var parts []string
 	split(text, func(s string) { parts = append(parts, s) })
 	var total atomic.Int64
-	parallel(len(parts), func(i int) {
+	parallel.For(len(parts), func(i int) {
 		total.Add(int64(t.enc.count(parts[i])))
 	})
 	return int(total.Load())
@@ -138,7 +139,7 @@ func (t *Tiktoken) Count(text string) int {
 func (t *Tiktoken) sampled(text string) int {
 	step := (len(text) - sampleSize) / (samples - 1)
 	var tokens, size atomic.Int64
-	parallel(samples, func(i int) {
+	parallel.For(samples, func(i int) {
 		start := runeStart(text, i*step)
 		end := runeStart(text, min(len(text), i*step+sampleSize))
 		if end <= start {
@@ -190,44 +191,4 @@ func split(s string, fn func(string)) {
 	if start < len(s) {
 		fn(s[start:])
 	}
-}
-
-// parallel runs fn(0..n-1) on up to GOMAXPROCS goroutines and waits.
-func parallel(n int, fn func(i int)) {
-	workers := min(n, runtime.GOMAXPROCS(0))
-	if workers <= 1 {
-		for i := range n {
-			fn(i)
-		}
-		return
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				fn(i)
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// EncodingFor returns the tiktoken encoding that fits model: o200k_base for
-// OpenAI's gpt-4o, gpt-4.1, gpt-4.5, gpt-5, o-series and gpt-oss families,
-// cl100k_base for everything else — gpt-4, gpt-3.5 and, as the closest
-// general-purpose BPE, local and non-OpenAI models (Llama 3's tokenizer is
-// derived from it); calibration corrects the rest.
-func EncodingFor(model string) string {
-	m := family(model)
-	for _, p := range []string{"gpt-4o", "chatgpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "gpt-oss", "o1", "o3", "o4"} {
-		if strings.HasPrefix(m, p) {
-			return EncodingO200K
-		}
-	}
-	return EncodingCL100K
 }

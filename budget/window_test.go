@@ -8,7 +8,7 @@ import (
 )
 
 // claude-3-opus: a 200000-token window, 4096 out.
-func TestRegistryLimitsOfAKnownModel(t *testing.T) {
+func TestRegistryWindowOfAKnownModel(t *testing.T) {
 	l := NewRegistry(Config{}, nil).Window("claude-3-opus", 0)
 	if l.MaxTokens != 200000 || l.MaxOutputTokens != 4096 {
 		t.Errorf("claude-3-opus: %+v, want 200000/4096", l)
@@ -39,20 +39,20 @@ func TestRegistryWarnsOnceForAnUnknownModel(t *testing.T) {
 }
 
 // The effective limit is the window less the reply reserve and Reserved.
-func TestLimitsEffective(t *testing.T) {
+func TestWindowEffective(t *testing.T) {
 	l := Window{MaxTokens: 100000, MaxOutputTokens: 4096, Reserved: 1000}
 	if got, want := l.Effective(), 94904; got != want {
 		t.Errorf("Effective() = %d, want %d", got, want)
 	}
 }
 
-func TestLimitsEffectiveNeverNegative(t *testing.T) {
+func TestWindowEffectiveNeverNegative(t *testing.T) {
 	if got := (Window{MaxTokens: 1000, MaxOutputTokens: 4096}).Effective(); got != 0 {
 		t.Errorf("Effective() = %d, want 0", got)
 	}
 }
 
-func TestLimitsWithOutputAndCap(t *testing.T) {
+func TestWindowWithOutputAndCap(t *testing.T) {
 	l := Window{MaxTokens: 131072, MaxOutputTokens: 1024, Reserved: 100}
 	tests := []struct {
 		name string
@@ -127,7 +127,7 @@ func TestKnownModels(t *testing.T) {
 	}
 }
 
-func TestRegistryLimits(t *testing.T) {
+func TestRegistryWindow(t *testing.T) {
 	cfg := Config{
 		Reserved:      100,
 		ReserveOutput: 2048,
@@ -158,7 +158,7 @@ func TestRegistryLimits(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := r.Window(tt.model, tt.trained); got != tt.want {
-				t.Errorf("Limits(%q, %d) = %+v, want %+v", tt.model, tt.trained, got, tt.want)
+				t.Errorf("Window(%q, %d) = %+v, want %+v", tt.model, tt.trained, got, tt.want)
 			}
 		})
 	}
