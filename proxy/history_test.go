@@ -285,7 +285,7 @@ func checkPruned(t *testing.T, e *adminEnv, id string, decisions []string, full 
 }
 
 // TestRestoreMark: the mark survives a JSON round trip (the stores keep
-// metadata as JSON), and keepMark binds it, keeps a newer one, or ends it.
+// metadata as JSON), and sessions.KeepMark binds it, keeps a newer one, or ends it.
 func TestRestoreMark(t *testing.T) {
 	sess := &snapshots.Session{Metadata: map[string]any{"agent": "x"},
 		Messages: []snapshots.Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}}}
@@ -311,7 +311,7 @@ func TestRestoreMark(t *testing.T) {
 		t.Errorf("not bound: %+v", got)
 	}
 	if md["agent"] != "x" || sessions.MarkOf(md).Prefix != "" {
-		t.Error("keepMark changed the metadata map it was given")
+		t.Error("KeepMark changed the metadata map it was given")
 	}
 	other := bound
 	other.Snapshot = "snap-0"

@@ -238,7 +238,7 @@ func TestMetricsModelLabelsBounded(t *testing.T) {
 }
 
 // BenchmarkMetricsPerRequest is what one intercepted chat request costs in
-// metrics: every observation logChat, modifyResponse and forward make.
+// metrics: every observation logExchange, the recorder (metrics.recorded) and forward make.
 // Compare it with BenchmarkPassthrough/proxy-chat-100KB, the whole request.
 func BenchmarkMetricsPerRequest(b *testing.B) {
 	s, err := New(Config{}, Deps{}, nil)

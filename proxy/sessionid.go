@@ -20,7 +20,7 @@ const maxClientID = 256
 const scopeLen = 17
 
 // sessionNamer names the session of a chat request: the session header,
-// else the conversation id the client sends of its own (clientIDs), else
+// else the conversation id the client sends of its own (clientID), else
 // a fingerprint; scoped by the caller's credential when configured.
 type sessionNamer struct {
 	header        string
