@@ -10,3 +10,15 @@
 // admin answer all carry, and SnapshotInfo, a snapshot's entry in the
 // store's index and in the admin API's list.
 package adminapi
+
+import (
+	"cmp"
+	"strings"
+	"time"
+)
+
+// NewestFirst orders the admin API's listings (sessions, models seen):
+// the most recent first, ties by key; a comparison for slices.SortFunc.
+func NewestFirst(aAt, bAt time.Time, aKey, bKey string) int {
+	return cmp.Or(bAt.Compare(aAt), strings.Compare(aKey, bKey))
+}

@@ -2,8 +2,10 @@ package adminapi
 
 import "time"
 
-// SessionInfo is one row of GET /ctxproxy/sessions.
-type SessionInfo struct {
+// SessionRow is what a listing shows of a session: a row of GET
+// /ctxproxy/sessions (SessionInfo) and the session's entry in the store's
+// index (snapshots.Listing), which keeps it with each session record.
+type SessionRow struct {
 	SessionID string    `json:"session_id"`
 	Model     string    `json:"model"`
 	Created   time.Time `json:"created"`
@@ -13,11 +15,17 @@ type SessionInfo struct {
 	Limit     int       `json:"limit"`
 	Usage     float64   `json:"usage"`
 	// Sent is what the last request forwarded after cutting (0 when
-	// unknown); ForwardedUsage is Sent over Limit.
-	Sent           int     `json:"sent"`
+	// unknown).
+	Sent      int `json:"sent"`
+	Requests  int `json:"requests"`
+	Snapshots int `json:"snapshots"`
+}
+
+// SessionInfo is one row of GET /ctxproxy/sessions.
+type SessionInfo struct {
+	SessionRow
+	// ForwardedUsage is Sent over Limit.
 	ForwardedUsage float64 `json:"forwarded_usage"`
-	Requests       int     `json:"requests"`
-	Snapshots      int     `json:"snapshots"`
 }
 
 // Sessions is GET /ctxproxy/sessions.

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/testkit/loopback"
 )
 
 // suite is what TestMain sets up once for every test.
@@ -167,16 +168,6 @@ func buildCtxproxy(dir string) error {
 	return nil
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 // startOllama runs start.sh on a free port, with env added to its
 // environment. OLLAMA_DEBUG=1 makes the log
 // name each reload ("reloading") and each dropped message ("truncating
@@ -187,7 +178,7 @@ func startOllama(tmp string, env ...string) (*ollamaServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return nil, err
 	}

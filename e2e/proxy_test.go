@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/testkit/loopback"
 )
 
 // ctxproxy is one running ctxproxy binary.
@@ -45,7 +47,7 @@ func startCtxproxy(t *testing.T, backend, yaml string) *ctxproxy {
 	var lastErr error
 	// A free port may be taken between freePort and listen; try again.
 	for range 3 {
-		port, err := freePort()
+		port, err := loopback.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}

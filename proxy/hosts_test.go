@@ -150,8 +150,8 @@ func TestSessionScope(t *testing.T) {
 	sys.flush(t)
 	list, _ := sys.store.List(t.Context())
 	for _, s := range list {
-		if strings.Contains(s.ID, "key-") {
-			t.Errorf("a credential was stored in a session id: %q", s.ID)
+		if strings.Contains(s.SessionID, "key-") {
+			t.Errorf("a credential was stored in a session id: %q", s.SessionID)
 		}
 	}
 	if len(list) != 2 {

@@ -189,7 +189,7 @@ func contractOpaqueIDs(t *testing.T, open opener) {
 	}
 	var ids []string
 	for _, info := range list {
-		ids = append(ids, info.ID)
+		ids = append(ids, info.SessionID)
 	}
 	slices.Sort(ids)
 	want := slices.Sorted(slices.Values(opaqueIDs))
@@ -332,7 +332,7 @@ func contractDelete(t *testing.T, open opener) {
 	if err := st.Delete(ctx, "d"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("second Delete: %v, want ErrNotFound", err)
 	}
-	if list, _ := st.List(ctx); len(list) != 1 || list[0].ID != "other" {
+	if list, _ := st.List(ctx); len(list) != 1 || list[0].SessionID != "other" {
 		t.Errorf("List after Delete = %+v, want only other", list)
 	}
 	// Snapshots without a session are deleted too.
@@ -360,7 +360,7 @@ func contractList(t *testing.T, open opener) {
 	var got []string
 	for _, info := range list {
 		got = append(got, fmt.Sprintf("%s %s msgs=%d tokens=%d limit=%d req=%d snaps=%d",
-			info.ID, info.Model, info.Messages, info.Tokens, info.Limit, info.Requests, info.Snapshots))
+			info.SessionID, info.Model, info.Messages, info.Tokens, info.Limit, info.Requests, info.Snapshots))
 	}
 	want := []string{
 		"first m-first msgs=3 tokens=100 limit=1000 req=2 snaps=0",

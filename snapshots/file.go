@@ -227,7 +227,7 @@ func (st *FileStore) indexSession(k string) {
 			// log, which skips it, keeps a copy and rewrites it.
 			p, _, _ := nextFrame(data[next:])
 			if info, err := payloadInfo(p); err == nil {
-				if _, err := st.load(k, info.ID); err != nil {
+				if _, err := st.load(k, info.SessionID); err != nil {
 					st.log.Error("snapshots: read session", "path", path, "err", err)
 				}
 				return
@@ -243,7 +243,7 @@ func (st *FileStore) indexSession(k string) {
 		cause = fmt.Errorf("%w: a session log without records", ErrCorrupt)
 	}
 	if last != nil {
-		if info, err = payloadInfo(last); err == nil && key(info.ID) != k {
+		if info, err = payloadInfo(last); err == nil && key(info.SessionID) != k {
 			err = fmt.Errorf("%w: record holds another session id", ErrCorrupt)
 		}
 		if err != nil {
@@ -280,9 +280,9 @@ func (st *FileStore) migrate(k string) {
 	info, err := readInfo[Listing](data, formatSession)
 	var s *Session
 	if err == nil {
-		s, err = readSession(data, info.ID)
+		s, err = readSession(data, info.SessionID)
 	}
-	if err == nil && key(info.ID) != k {
+	if err == nil && key(info.SessionID) != k {
 		err = fmt.Errorf("%w: record holds another session id", ErrCorrupt)
 	}
 	if err != nil {
@@ -503,12 +503,7 @@ func (st *FileStore) List(ctx context.Context) (out []Listing, err error) {
 
 // sortSessions orders a listing most recently updated first.
 func sortSessions(infos []Listing) {
-	slices.SortFunc(infos, func(a, b Listing) int {
-		if c := b.Updated.Compare(a.Updated); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
+	slices.SortFunc(infos, func(a, b Listing) int { return adminapi.NewestFirst(a.Updated, b.Updated, a.SessionID, b.SessionID) })
 }
 
 // Delete removes session id and its snapshots.

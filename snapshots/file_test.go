@@ -153,7 +153,7 @@ func TestFileStoreMigratesV1(t *testing.T) {
 	if _, err := os.Stat(v1); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the old file is still there: %v", err)
 	}
-	if list, _ := st.List(ctx); len(list) != 1 || list[0].ID != "golden" || list[0].Messages != len(want.Messages) {
+	if list, _ := st.List(ctx); len(list) != 1 || list[0].SessionID != "golden" || list[0].Messages != len(want.Messages) {
 		t.Errorf("List after converting = %+v", list)
 	}
 	mustUpdate(t, st, "golden", func(s *Session) { s.Messages = append(s.Messages, msg("user", "after")) })
@@ -265,7 +265,7 @@ func TestFileStoreForeignRecord(t *testing.T) {
 	if s, err := st2.Get(ctx, "bob"); err == nil {
 		t.Fatalf("Get(bob) returned %q", s.Messages[0].Content)
 	}
-	if list, _ := st2.List(ctx); len(list) != 1 || list[0].ID != "alice" {
+	if list, _ := st2.List(ctx); len(list) != 1 || list[0].SessionID != "alice" {
 		t.Errorf("List = %+v, want only alice", list)
 	}
 }

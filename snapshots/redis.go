@@ -496,7 +496,7 @@ func (st *RedisStore) List(ctx context.Context) (out []Listing, err error) {
 	keys := make([]string, 0, len(all))
 	for k, v := range all {
 		var info Listing
-		if err := json.Unmarshal([]byte(v), &info); err != nil || key(info.ID) != k {
+		if err := json.Unmarshal([]byte(v), &info); err != nil || key(info.SessionID) != k {
 			st.corrupt(st.keys.index()+" "+k, fmt.Errorf("%w: index entry", ErrCorrupt))
 			continue
 		}

@@ -173,7 +173,7 @@ func TestRedisStoreMigratesV1(t *testing.T) {
 	if d := diff(old, mustGet(t, st, "legacy")); d != "" {
 		t.Errorf("a v1 session (-want +got):\n%s", d)
 	}
-	if list, _ := st.List(ctx); len(list) != 1 || list[0].ID != "legacy" {
+	if list, _ := st.List(ctx); len(list) != 1 || list[0].SessionID != "legacy" {
 		t.Errorf("List = %+v", list)
 	}
 	mustUpdate(t, st, "legacy", func(s *Session) { s.Messages = append(s.Messages, msg("user", "after")) })

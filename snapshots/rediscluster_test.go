@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/testkit/redistest"
 )
 
@@ -133,7 +134,7 @@ func TestRedisCluster(t *testing.T) {
 	}
 	for _, l := range list {
 		if l.Snapshots != 1 || l.Messages != 5 {
-			t.Errorf("listed %s: %d snapshots, %d messages; want 1, 5", l.ID, l.Snapshots, l.Messages)
+			t.Errorf("listed %s: %d snapshots, %d messages; want 1, 5", l.SessionID, l.Snapshots, l.Messages)
 		}
 	}
 	for i := range sessions / 2 {
@@ -309,10 +310,10 @@ func TestRedisClusterIndexLeftBehind(t *testing.T) {
 	rdb := clusterClient(t, addrs)
 	st := newClusterStore(t, addrs, "index:", Config{})
 	mustUpdate(t, st, "kept", func(s *Session) { s.Messages = conversation(2, 10, "kept") })
-	ib, _ := json.Marshal(Listing{ID: "gone"})
+	ib, _ := json.Marshal(Listing{SessionRow: adminapi.SessionRow{SessionID: "gone"}})
 	rdb.HSet(ctx, st.keys.index(), key("gone"), ib)
 	list, err := st.List(ctx)
-	if err != nil || len(list) != 1 || list[0].ID != "kept" {
+	if err != nil || len(list) != 1 || list[0].SessionID != "kept" {
 		t.Errorf("List with the entry of a deleted session = %+v, %v; want kept alone", list, err)
 	}
 	if err := st.Delete(ctx, "gone"); !errors.Is(err, ErrNotFound) {

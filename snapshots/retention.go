@@ -49,10 +49,10 @@ func Collect(ctx context.Context, st Store, r Retention, now time.Time) (int, er
 			continue
 		}
 		// Spare a session a request has touched since the listing.
-		if s, err := st.Get(ctx, info.ID); err == nil && s.Updated.After(info.Updated) {
+		if s, err := st.Get(ctx, info.SessionID); err == nil && s.Updated.After(info.Updated) {
 			continue
 		}
-		switch err := st.Delete(ctx, info.ID); {
+		switch err := st.Delete(ctx, info.SessionID); {
 		case err == nil:
 			deleted++
 		case errors.Is(err, ErrNotFound):

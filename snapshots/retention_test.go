@@ -68,9 +68,9 @@ func TestCollectMaxBytes(t *testing.T) {
 		size := map[string]int64{}
 		for _, info := range list {
 			if info.Bytes <= 0 {
-				t.Fatalf("List gives %s no size: %+v", info.ID, info)
+				t.Fatalf("List gives %s no size: %+v", info.SessionID, info)
 			}
-			size[info.ID] = info.Bytes
+			size[info.SessionID] = info.Bytes
 		}
 		if size["b"] <= size["a"] {
 			t.Errorf("b's snapshot is not counted: a %d bytes, b %d", size["a"], size["b"])

@@ -113,25 +113,11 @@ type Summary struct {
 	Created time.Time `json:"created"`
 }
 
-// Listing is what a listing shows of a session: its entry in the store's
-// index, stored with each session record. The admin API's row,
-// adminapi.SessionInfo, is another shape: the store keeps Bytes, which
-// the admin API does not show, and leaves out empty fields, which the
-// admin API always writes; the admin API adds ForwardedUsage, worked out
-// from Sent and Limit.
+// Listing is a session's entry in the store's index, stored with each
+// session record: the row the admin API lists (adminapi.SessionRow), and
+// what the session takes in the store.
 type Listing struct {
-	ID       string    `json:"session_id"`
-	Model    string    `json:"model,omitempty"`
-	Created  time.Time `json:"created"`
-	Updated  time.Time `json:"updated"`
-	Messages int       `json:"messages"`
-	Tokens   int       `json:"tokens"`
-	Limit    int       `json:"limit,omitempty"`
-	Usage    float64   `json:"usage"`
-	// Sent is what the last request forwarded after cutting.
-	Sent      int `json:"sent,omitempty"`
-	Requests  int `json:"requests"`
-	Snapshots int `json:"snapshots"`
+	adminapi.SessionRow
 	// Bytes is what the session takes in the store, its log and its
 	// snapshots, as stored; Retention.MaxBytes counts it. Filled by List.
 	Bytes int64 `json:"bytes,omitempty"`
@@ -139,18 +125,18 @@ type Listing struct {
 
 // Info summarizes s for a listing. Snapshots is left for the store to fill.
 func (s *Session) Info() Listing {
-	return Listing{
-		ID:       s.ID,
-		Model:    s.Model,
-		Created:  s.Created,
-		Updated:  s.Updated,
-		Messages: len(s.Messages),
-		Tokens:   s.Stats.Tokens,
-		Limit:    s.Stats.Limit,
-		Usage:    finite(s.Stats.Usage),
-		Sent:     s.Stats.Sent,
-		Requests: s.Stats.Requests,
-	}
+	return Listing{SessionRow: adminapi.SessionRow{
+		SessionID: s.ID,
+		Model:     s.Model,
+		Created:   s.Created,
+		Updated:   s.Updated,
+		Messages:  len(s.Messages),
+		Tokens:    s.Stats.Tokens,
+		Limit:     s.Stats.Limit,
+		Usage:     finite(s.Stats.Usage),
+		Sent:      s.Stats.Sent,
+		Requests:  s.Stats.Requests,
+	}}
 }
 
 // Clone returns a copy of s that shares no slice or map with it (message

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -295,12 +294,7 @@ func (sm *seenModels) list() []seenModel {
 	for _, e := range sm.lru.All() {
 		out = append(out, e)
 	}
-	slices.SortFunc(out, func(a, b seenModel) int {
-		if c := b.at.Compare(a.at); c != 0 {
-			return c
-		}
-		return strings.Compare(a.name, b.name)
-	})
+	slices.SortFunc(out, func(a, b seenModel) int { return adminapi.NewestFirst(a.at, b.at, a.name, b.name) })
 	return out
 }
 

@@ -423,9 +423,8 @@ func Finite(f float64) float64 {
 }
 
 func SessionInfoOf(i snapshots.Listing) adminapi.SessionInfo {
-	out := adminapi.SessionInfo{SessionID: i.ID, Model: i.Model, Created: i.Created.UTC(), Updated: i.Updated.UTC(),
-		Messages: i.Messages, Tokens: i.Tokens, Limit: i.Limit, Usage: Finite(i.Usage), Requests: i.Requests,
-		Snapshots: i.Snapshots, Sent: i.Sent, ForwardedUsage: Finite(i.Usage)}
+	out := adminapi.SessionInfo{SessionRow: i.SessionRow, ForwardedUsage: Finite(i.Usage)}
+	out.Created, out.Updated, out.Usage = i.Created.UTC(), i.Updated.UTC(), Finite(i.Usage)
 	if i.Sent > 0 && i.Limit > 0 {
 		out.ForwardedUsage = float64(i.Sent) / float64(i.Limit)
 	}

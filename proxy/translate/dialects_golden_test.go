@@ -18,7 +18,7 @@ type dialect struct {
 	// reply returns the whole answer, a stream converter and the error
 	// body for the request body req.
 	reply  func(t *testing.T, req, body []byte) ([]byte, error)
-	stream func(t *testing.T, req []byte) lineConverter
+	stream func(t *testing.T, req []byte) LineConverter
 	errors func(e *Error) []byte
 }
 
@@ -32,7 +32,7 @@ var dialects = []dialect{
 		reply: func(t *testing.T, req, body []byte) ([]byte, error) {
 			return ResponsesResponse(body, responsesInfo(t, req), testResponseOptions())
 		},
-		stream: func(t *testing.T, req []byte) lineConverter {
+		stream: func(t *testing.T, req []byte) LineConverter {
 			return NewResponsesStream(responsesInfo(t, req), testResponseOptions())
 		},
 		errors: (*Error).JSON,
@@ -46,7 +46,7 @@ var dialects = []dialect{
 		reply: func(t *testing.T, req, body []byte) ([]byte, error) {
 			return MessagesResponse(body, messagesInfo(t, req), testResponseOptions())
 		},
-		stream: func(t *testing.T, req []byte) lineConverter {
+		stream: func(t *testing.T, req []byte) LineConverter {
 			info := messagesInfo(t, req)
 			info.InputTokens = 118 // the proxy's own count
 			return NewMessagesStream(info, testResponseOptions())

@@ -7,9 +7,9 @@ import (
 	"io"
 )
 
-// lineConverter is a stream converter: Stream, ResponsesStream and
-// MessagesStream.
-type lineConverter interface {
+// LineConverter turns Ollama NDJSON lines into a client's stream: Stream,
+// ResponsesStream and MessagesStream.
+type LineConverter interface {
 	Append(dst, line []byte) ([]byte, error)
 	Finish(dst []byte) ([]byte, error)
 }
@@ -17,7 +17,7 @@ type lineConverter interface {
 // copyLines converts the NDJSON stream from r to w, writing and flushing
 // the events of each line before reading the next, and returns Finish's
 // result, or the first read or write error.
-func copyLines(w io.Writer, r io.Reader, c lineConverter) error {
+func copyLines(w io.Writer, r io.Reader, c LineConverter) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var buf, long []byte
 	for {

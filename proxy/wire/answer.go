@@ -64,7 +64,7 @@ func TranslateAnswer(resp *http.Response, rt Translation) error {
 // flushes them before reading further.
 type sseBody struct {
 	src  io.ReadCloser
-	st   LineConverter
+	st   translate.LineConverter
 	in   []byte // an incomplete line
 	out  []byte // converted, not yet read
 	buf  [32 << 10]byte

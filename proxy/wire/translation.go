@@ -7,13 +7,6 @@ import (
 	"github.com/ctxproxy/ctxproxy/proxy/translate"
 )
 
-// LineConverter turns Ollama NDJSON lines into the client's stream
-// (translate.Stream, ResponsesStream, MessagesStream).
-type LineConverter interface {
-	Append(dst, line []byte) ([]byte, error)
-	Finish(dst []byte) ([]byte, error)
-}
-
 // Translation carries Ollama's answer to a translated request back
 // into the client's dialect.
 type Translation interface {
@@ -24,7 +17,7 @@ type Translation interface {
 	// Whole translates a Whole /api/chat answer.
 	Whole(body []byte) ([]byte, error)
 	// Lines returns a converter for a streamed answer.
-	Lines() LineConverter
+	Lines() translate.LineConverter
 }
 
 type openaiReply struct{ info translate.Info }
@@ -39,7 +32,7 @@ func (r openaiReply) Whole(body []byte) ([]byte, error) {
 	return translate.Response(body, r.info, translate.ResponseOptions{})
 }
 
-func (r openaiReply) Lines() LineConverter {
+func (r openaiReply) Lines() translate.LineConverter {
 	return translate.NewStream(r.info, translate.ResponseOptions{})
 }
 
@@ -55,7 +48,7 @@ func (r responsesReply) Whole(body []byte) ([]byte, error) {
 	return translate.ResponsesResponse(body, r.info, translate.ResponseOptions{})
 }
 
-func (r responsesReply) Lines() LineConverter {
+func (r responsesReply) Lines() translate.LineConverter {
 	return translate.NewResponsesStream(r.info, translate.ResponseOptions{})
 }
 
@@ -71,7 +64,7 @@ func (r messagesReply) Whole(body []byte) ([]byte, error) {
 	return translate.MessagesResponse(body, r.info, translate.ResponseOptions{})
 }
 
-func (r messagesReply) Lines() LineConverter {
+func (r messagesReply) Lines() translate.LineConverter {
 	return translate.NewMessagesStream(r.info, translate.ResponseOptions{})
 }
 

@@ -30,6 +30,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/testkit/loopback"
 )
 
 func main() {
@@ -39,7 +41,7 @@ func main() {
 	pulls := flag.Int("pulls", 300, "ollama pulls of a missing model through ctxproxy")
 	flag.Parse()
 	u, err := url.Parse(*ollama)
-	if err != nil || *bin == "" || *ollamaBin == "" || !loopback(u.Hostname()) {
+	if err != nil || *bin == "" || *ollamaBin == "" || !isLoopback(u.Hostname()) {
 		fmt.Fprintln(os.Stderr, "usage: redteam -ctxproxy BIN -ollama http://127.0.0.1:PORT -ollama-bin BIN [-pulls N]")
 		os.Exit(2)
 	}
@@ -101,7 +103,7 @@ func (r *run) start(backend, yaml string, flags ...string) (*proxy, error) {
 	if err := os.WriteFile(filepath.Join(dir, "ctxproxy.yaml"), []byte(yaml), 0o644); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -154,16 +156,7 @@ func (r *run) stopAll() {
 	}
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-func loopback(host string) bool {
+func isLoopback(host string) bool {
 	ip := net.ParseIP(host)
 	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
@@ -473,7 +466,7 @@ func (r *run) cors() error {
 // pprof: the profiler's view of the command line hides the password of
 // the backend URL.
 func (r *run) pprof() error {
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
+	"github.com/ctxproxy/ctxproxy/testkit/loopback"
 )
 
 func main() {
@@ -88,7 +89,7 @@ func (r *run) setup() error {
 		return err
 	}
 	r.dir = dir
-	port, err := freePort()
+	port, err := loopback.FreePort()
 	if err != nil {
 		return err
 	}
@@ -163,7 +164,7 @@ func (r *run) replicas(n int, prefix, conf string) ([]*replica, error) {
 		if err := os.WriteFile(conf, []byte(yaml), 0o644); err != nil {
 			return nil, err
 		}
-		port, err := freePort()
+		port, err := loopback.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -426,15 +427,6 @@ func (r *run) summaries(turns int) error {
 	}
 	fmt.Printf("      %d summarizer calls in %d turns, on one replica and on three\n", calls1, n)
 	return nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // cleanups collects what fakebackend.New asks to run at the end.
