@@ -2,7 +2,6 @@ package plan
 
 import (
 	"log/slog"
-	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -62,11 +61,12 @@ type Outcome struct {
 }
 
 // Holder is what a request holds until its turn is stored (its body's
-// memory, its turn in the session's order): HandOver gives it to the
-// writer and returns what the writer calls once the turn is stored, or
-// will not be; nil when nothing is held.
+// memory, its turn in the session's order). HandOver tells it that the
+// writer has the turn, so that the request no longer gives it back when
+// it ends; Stored gives it back, once the turn is stored or will not be.
 type Holder interface {
-	HandOver() func()
+	HandOver()
+	Stored()
 }
 
 // Recorded is what the Recorder found of one reply.
@@ -102,7 +102,7 @@ func (s *Recorder) Record(p Plan, o Outcome) Recorded {
 	var out Recorded
 	rep := o.Reply
 	truncated := false
-	if s.tokens != nil && rep.Status == http.StatusOK && rep.Complete && rep.PromptTokens > 0 {
+	if s.tokens != nil && rep.Whole() && rep.PromptTokens > 0 {
 		numCtx := p.Window
 		if p.NumCtx > 0 && (p.Dialect == wire.Ollama || p.Translate) {
 			numCtx = p.NumCtx
@@ -199,7 +199,7 @@ func (s *Recorder) record(p Plan, o Outcome, truncated bool, out *Recorded) {
 	if s.writer == nil || session == "" {
 		return
 	}
-	if rep.Status == http.StatusNotFound {
+	if rep.NoModel() {
 		// The backend does not have the model: no turn took place, and
 		// a session named after it would only mislead.
 		return
@@ -209,7 +209,7 @@ func (s *Recorder) record(p Plan, o Outcome, truncated bool, out *Recorded) {
 		// conversation; recording it would replace the conversation.
 		return
 	}
-	whole := rep.Status == http.StatusOK && rep.Complete
+	whole := rep.Whole()
 	if rep.Truncated {
 		// The client got every byte; the session keeps what fits, and
 		// says so where a reader of it will look.
@@ -254,7 +254,8 @@ func (s *Recorder) record(p Plan, o Outcome, truncated bool, out *Recorded) {
 	// Other replicas wait for the turn until it is stored.
 	var stored func()
 	if o.Holds != nil {
-		stored = o.Holds.HandOver()
+		o.Holds.HandOver()
+		stored = o.Holds.Stored
 	}
 	err := s.writer.UpdateThen(session, func(sess *snapshots.Session) error {
 		if model != "" {

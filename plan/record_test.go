@@ -18,10 +18,9 @@ import (
 // hand-overs and the writer's call once the turn is stored.
 type holder struct{ handed, freed atomic.Int32 }
 
-func (h *holder) HandOver() func() {
-	h.handed.Add(1)
-	return func() { h.freed.Add(1) }
-}
+func (h *holder) HandOver() { h.handed.Add(1) }
+
+func (h *holder) Stored() { h.freed.Add(1) }
 
 // The recorder takes a plan and the Outcome of its reply: it queues the
 // turn (an accumulated one appended to the stored history), hands the

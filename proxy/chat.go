@@ -167,7 +167,11 @@ func (s *Server) replyEnded(ctx context.Context, ex *exchange, p *plan.Plan, rep
 	if p == nil {
 		return
 	}
-	rec := s.rec.Record(*p, plan.Outcome{Reply: rep, Holds: h})
+	var holder plan.Holder
+	if h != nil {
+		holder = h
+	}
+	rec := s.rec.Record(*p, plan.Outcome{Reply: rep, Holds: holder})
 	s.metrics.recorded(rec)
 	if rec.PromptTokens > 0 {
 		ex.logAttrs = append(ex.logAttrs, "prompt_tokens", rec.PromptTokens)

@@ -54,16 +54,13 @@ type holds struct {
 	once   sync.Once
 }
 
-// HandOver hands what h holds to the writer, and returns what the writer
-// calls once the turn is stored (or will not be); release then gives
-// nothing back. A nil h returns nil.
-func (h *holds) HandOver() func() {
-	if h == nil {
-		return nil
-	}
-	h.handed = true
-	return h.free
-}
+// HandOver hands what h holds to the writer, which gives it back
+// (Stored) once the turn is stored, or will not be; release then gives
+// nothing back.
+func (h *holds) HandOver() { h.handed = true }
+
+// Stored gives back what h holds, for the writer.
+func (h *holds) Stored() { h.free() }
 
 // release gives back what h holds, unless the writer has it.
 func (h *holds) release() {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"mime"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -37,6 +38,15 @@ type Reply struct {
 	Truncated bool
 }
 
+// Whole reports that the backend answered 200 and the reply came to its
+// end.
+func (r Reply) Whole() bool { return r.Status == http.StatusOK && r.Complete }
+
+// NoModel reports that the backend answered 404: a chat route answers it
+// for a model the backend does not have, and for nothing else.
+func (r Reply) NoModel() bool { return r.Status == http.StatusNotFound }
+
+// ReplyCall is a tool call of the reply, its arguments as they came.
 type ReplyCall struct {
 	ID        string `json:"id,omitempty"`
 	Name      string `json:"name"`
