@@ -213,3 +213,28 @@ func calls(d *ast.FuncDecl) map[string][]int {
 	walk(d.Body, false)
 	return out
 }
+
+// TestPlanWithoutHTTP: the planner knows nothing of HTTP. Package plan
+// imports no net/http, so no *http.Request, header or response reaches
+// it: the proxy reads what it needs into plan.Options at the edge.
+func TestPlanWithoutHTTP(t *testing.T) {
+	dir := filepath.Join(root(t), "plan")
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Go files in %s: %v", dir, err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range file.Imports {
+			if path := strings.Trim(imp.Path.Value, `"`); strings.HasPrefix(path, "net/http") {
+				t.Errorf("%s imports %s: the planner takes what it needs as plan.Options", filepath.Base(f), path)
+			}
+		}
+	}
+}
