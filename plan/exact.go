@@ -44,7 +44,7 @@ type ExactCounter struct {
 	// images are the sizes of last's images, message by message.
 	images [][]chat.Image
 	// err is the first counting error; the request is then counted by
-	// budget's estimate instead (see prepare).
+	// budget's estimate instead (countExactly).
 	err error
 	// render renders a prompt on the server, for a model whose prompts
 	// only the server renders exactly (exact.Tokenizer.ServerRenders);
