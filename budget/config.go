@@ -6,8 +6,8 @@ import (
 	"math"
 	"sort"
 
-	"github.com/ctxproxy/ctxproxy/internal/check"
 	"github.com/ctxproxy/ctxproxy/budget/tokenizer"
+	"github.com/ctxproxy/ctxproxy/internal/check"
 )
 
 // EncodingAuto, the default Config.Encoding, picks an encoding by model
