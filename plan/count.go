@@ -3,7 +3,6 @@ package plan
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"strconv"
 
@@ -160,50 +159,6 @@ func (pl *Planner) countExactly(ctx context.Context, p *Plan, remote backend.Rem
 		// count's zero estimate must not stand.
 		p.Before = est.Prompt(p.Messages, p.Tools)
 	}
-}
-
-// prepareRaw plans a raw prompt (/api/generate, /v1/completions).
-// ctxproxy does not cut one (there are no messages to choose from) and
-// forwards its body as sent, but it counts it against the window the
-// backend runs it with, warns when it is longer, and has the backend's
-// count checked after the reply, as for a chat. The planner needs a
-// counter (Deps.Tokens) for it.
-func (pl *Planner) prepareRaw(ctx context.Context, in Request, opt Options) Plan {
-	req := in.Raw
-	p := Plan{Model: req.Model, Dialect: in.Dialect, Fixed: true, Body: wire.PayloadOf(in.Body), opt: opt}
-	p.ToOllama = pl.be.Kind(ctx) == backend.KindOllama
-	if p.ToOllama {
-		p.Details = pl.be.Model(ctx, req.Model)
-	}
-	lim := pl.tokens.Window(req.Model, p.Details.Facts.ContextLength)
-	switch {
-	case p.ToOllama && in.Dialect == wire.Ollama && req.Options.NumCtx > 0:
-		p.NumCtx = req.Options.NumCtx
-		lim = lim.Cap(req.Options.NumCtx)
-	case p.ToOllama:
-		// No num_ctx (or Ollama's /v1 layer, which ignores it): the
-		// server's default window.
-		lim = lim.Cap(ollamaDefaultCtx)
-	}
-	p.Limit, p.Window = lim.MaxTokens, lim.MaxTokens
-	if tok := p.Details.Tokenizer; p.ToOllama && tok != nil && !pl.cfg.NoExact && req.Suffix == "" && req.Template == "" && len(req.Context) == 0 {
-		pl.countRaw(&p, in, tok)
-	}
-	if p.Counter == nil {
-		mc := pl.tokens.MessageCounter(req.Model).Frozen()
-		p.Counter = mc
-		p.Before = budget.Estimate{Tokens: mc.CountText(in.Prompt) + len(req.Context)}
-	}
-	p.After = p.Before
-	if p.After.Tokens > p.Limit {
-		what := "the backend will cut it or refuse it"
-		if p.ToOllama {
-			what = "Ollama will cut it to fit without a word (or refuse it with \"truncate\": false)"
-		}
-		p.warn(fmt.Sprintf("the prompt (%d tokens) is longer than the model's window (%d): %s; ctxproxy does not cut raw prompts",
-			p.After.Tokens, p.Limit, what))
-	}
-	return p
 }
 
 // countRaw counts a raw prompt with the model's own tokenizer. A raw

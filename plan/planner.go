@@ -28,17 +28,23 @@ const settleWait = 5 * time.Second
 
 // Config is how the planner plans.
 type Config struct {
-	// TranslateOpenAI is auto, on or off (proxy.Config.TranslateOpenAI).
+	// TranslateOpenAI is auto (the default: translate OpenAI-dialect
+	// requests to Ollama's /api/chat when the backend is Ollama), on or
+	// off.
 	TranslateOpenAI string
 	// RespectClient keeps a client's own options.num_ctx when it fits.
 	RespectClient bool
-	// NoExact counts every prompt by estimate.
+	// NoExact counts every prompt by estimate (tiktoken and calibration),
+	// even for Ollama models whose own tokenizer could count it exactly
+	// (tokens.exact: false).
 	NoExact bool
 	// Accumulate puts the stored history before every named session's
-	// turn, as Options.Accumulate does for one request.
+	// turn (clients that send only the new turn), as Options.Accumulate
+	// does for one request.
 	Accumulate bool
-	// Inband applies the in-band commands' history rules (a restore, a
-	// client's edits).
+	// Inband answers /context commands typed as a chat message
+	// (commands.inband; off by default) and applies their history rules
+	// (a restore, a client's edits).
 	Inband bool
 }
 
@@ -110,6 +116,50 @@ func (pl *Planner) Prepare(ctx context.Context, in Request, opt Options) (Plan, 
 	return p, nil
 }
 
+// prepareRaw plans a raw prompt (/api/generate, /v1/completions).
+// ctxproxy does not cut one (there are no messages to choose from) and
+// forwards its body as sent, but it counts it against the window the
+// backend runs it with, warns when it is longer, and has the backend's
+// count checked after the reply, as for a chat. The planner needs a
+// counter (Deps.Tokens) for it.
+func (pl *Planner) prepareRaw(ctx context.Context, in Request, opt Options) Plan {
+	req := in.Raw
+	p := Plan{Model: req.Model, Dialect: in.Dialect, Fixed: true, Body: wire.PayloadOf(in.Body), opt: opt}
+	p.ToOllama = pl.be.Kind(ctx) == backend.KindOllama
+	if p.ToOllama {
+		p.Details = pl.be.Model(ctx, req.Model)
+	}
+	lim := pl.tokens.Window(req.Model, p.Details.Facts.ContextLength)
+	switch {
+	case p.ToOllama && in.Dialect == wire.Ollama && req.Options.NumCtx > 0:
+		p.NumCtx = req.Options.NumCtx
+		lim = lim.Cap(req.Options.NumCtx)
+	case p.ToOllama:
+		// No num_ctx (or Ollama's /v1 layer, which ignores it): the
+		// server's default window.
+		lim = lim.Cap(ollamaDefaultCtx)
+	}
+	p.Limit, p.Window = lim.MaxTokens, lim.MaxTokens
+	if tok := p.Details.Tokenizer; p.ToOllama && tok != nil && !pl.cfg.NoExact && req.Suffix == "" && req.Template == "" && len(req.Context) == 0 {
+		pl.countRaw(&p, in, tok)
+	}
+	if p.Counter == nil {
+		mc := pl.tokens.MessageCounter(req.Model).Frozen()
+		p.Counter = mc
+		p.Before = budget.Estimate{Tokens: mc.CountText(in.Prompt) + len(req.Context)}
+	}
+	p.After = p.Before
+	if p.After.Tokens > p.Limit {
+		what := "the backend will cut it or refuse it"
+		if p.ToOllama {
+			what = "Ollama will cut it to fit without a word (or refuse it with \"truncate\": false)"
+		}
+		p.warn(fmt.Sprintf("the prompt (%d tokens) is longer than the model's window (%d): %s; ctxproxy does not cut raw prompts",
+			p.After.Tokens, p.Limit, what))
+	}
+	return p
+}
+
 // route decides where a chat request goes: translated to Ollama's
 // /api/chat, to Ollama's own chat route, or left as sent (Fixed) to a
 // route only the backend can answer.
@@ -137,8 +187,6 @@ func (pl *Planner) route(ctx context.Context, p *Plan) {
 		p.Fixed = true
 		p.Notice = "Not counted or trimmed: " + req.Model +
 			" is answered by Ollama's cloud, whose tokenizer and window ctxproxy cannot see."
-	case req.ServerState != "":
-		return
 	default:
 		return
 	}

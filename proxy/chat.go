@@ -75,7 +75,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 	}
 
 	// An in-band command is answered here, without the backend.
-	if s.cfg.Inband {
+	if s.cfg.Planning.Inband {
 		if cmd, args, ok := inband.Command(r, req); ok {
 			text := s.inband.Run(r.Context(), ex.session, req.Model, cmd, args)
 			ex.status = http.StatusOK
@@ -95,6 +95,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 	}
 	h.turn = prepared.Turn
 	ex.tell(prepared)
+	if prepared.TurnWait > time.Millisecond {
+		ex.logAttrs = append(ex.logAttrs, "turn_wait_ms", float64(prepared.TurnWait.Microseconds())/1000)
+	}
 	if !prepared.Fixed && !prepared.Uncounted() {
 		s.status.Note(seen(prepared))
 	}

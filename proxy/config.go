@@ -3,6 +3,7 @@ package proxy
 import (
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
 )
@@ -50,22 +51,10 @@ type Config struct {
 
 	// BackendKind is ollama, openai or auto (default: ask the backend).
 	BackendKind string
-	// TranslateOpenAI is auto (default: translate OpenAI chat requests to
-	// Ollama's /api/chat when the backend is Ollama), on or off.
-	TranslateOpenAI string
-	// RespectClient keeps a client's own options.num_ctx when it fits.
-	RespectClient bool
 	// Hosts are the Host and Origin checks against DNS rebinding.
 	Hosts edge.HostPolicy
 	// Limits bound requests in flight, body memory and slow bodies.
 	Limits edge.Limits
-	// NoExact counts every prompt by estimate (tiktoken and calibration),
-	// even for Ollama models whose own tokenizer could count it exactly
-	// (tokens.exact: false).
-	NoExact bool
-	// Accumulate prepends the stored history to every request (clients
-	// that send only the new turn), as X-Ctxproxy-Accumulate: 1 does.
-	Accumulate bool
 
 	// Version is reported by /ctxproxy/status.
 	Version string
@@ -77,9 +66,9 @@ type Config struct {
 	// listens beyond loopback without admin.token (see Loopback), so that
 	// sessions are not open to the network.
 	AdminOff bool
-	// Inband answers /context commands typed as a chat message
-	// (commands.inband; off by default, see inband.go for the risk).
-	Inband bool
+	// Planning is how each request is planned: translation, num_ctx,
+	// exact counting, accumulation, the in-band commands.
+	Planning plan.Config
 	// Status is configuration other packages act on, which
 	// /ctxproxy/status reports.
 	Status admin.StatusInfo

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
@@ -585,7 +586,7 @@ func TestDialectsBackendError(t *testing.T) {
 // shape, streamed or not, without asking the backend.
 func TestDialectsInband(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
-	sys := newSystem(t, be.URL, setup{cfg: Config{Inband: true}})
+	sys := newSystem(t, be.URL, setup{cfg: Config{Planning: plan.Config{Inband: true}}})
 	for _, tc := range []struct{ path, body, dialect string }{
 		{"/v1/responses", `{"model":"llama3.1:8b","input":"/context help"}`, "responses"},
 		{"/v1/responses", `{"model":"llama3.1:8b","input":"/context help","stream":true}`, "responses"},
@@ -688,7 +689,7 @@ func TestDialectsOverflowRetry(t *testing.T) {
 // never a dropped connection or a 5xx of ctxproxy's own.
 func TestDialectsCutBodies(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
-	sys := newSystem(t, be.URL, setup{cfg: Config{Inband: true}})
+	sys := newSystem(t, be.URL, setup{cfg: Config{Planning: plan.Config{Inband: true}}})
 	for _, rt := range dialectRoutes {
 		full := rt.body("llama3.1:8b", 2, 20, false)
 		bodies := [][]byte{[]byte(`{}`), []byte(`null`), []byte(`""`),

@@ -110,9 +110,6 @@ func (ex *exchange) tell(p plan.Plan) {
 	if p.Notice != "" {
 		ex.headers.Set("X-Ctxproxy-Notice", p.Notice)
 	}
-	if p.TurnWait > time.Millisecond && !slices.Contains(ex.logAttrs, any("turn_wait_ms")) {
-		ex.logAttrs = append(ex.logAttrs, "turn_wait_ms", float64(p.TurnWait.Microseconds())/1000)
-	}
 }
 
 // seen is what the status page shows of how p's model is run and

@@ -90,7 +90,7 @@ func lastForwarded(t *testing.T, e *adminEnv) []string {
 // and what the client added after the restore. An edit before the restore
 // (a diverged history) is forwarded as sent, and ends the restore.
 func TestInbandRestoreFullHistory(t *testing.T) {
-	e := newAdminEnv(t, "", func(c *Config, _ *Deps) { c.Inband = true })
+	e := newAdminEnv(t, "", func(c *Config, _ *Deps) { c.Planning.Inband = true })
 	for _, path := range []string{"/api/chat", "/v1/chat/completions"} {
 		t.Run(path, func(t *testing.T) { restoreFullHistory(t, e, path) })
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
@@ -129,7 +130,7 @@ func TestSessionIDRule(t *testing.T) {
 // without holding the credential.
 func TestSessionScope(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
-	sys := newSystem(t, be.URL, setup{cfg: Config{Accumulate: true, ScopeHeaders: []string{"Authorization"}}})
+	sys := newSystem(t, be.URL, setup{cfg: Config{Planning: plan.Config{Accumulate: true}, ScopeHeaders: []string{"Authorization"}}})
 	say := func(key, text string) *http.Response {
 		resp := post(t, sys.url+"/api/chat", []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"`+text+`"}]}`),
 			map[string]string{"X-Session-ID": "shared", "Authorization": "Bearer " + key})

@@ -15,6 +15,7 @@ import (
 	ollama "github.com/ollama/ollama/api"
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
@@ -118,7 +119,7 @@ func openaiClient(base, session string, stream bool) inbandClient {
 // the Ollama and OpenAI client libraries, streamed and not: each answers
 // the same text, and the backend is never called.
 func TestInbandContextCommands(t *testing.T) {
-	e := newAdminEnv(t, "", func(c *Config, _ *Deps) { c.Inband = true })
+	e := newAdminEnv(t, "", func(c *Config, _ *Deps) { c.Planning.Inband = true })
 	e.srv.status.Note(admin.ModelSeen{Name: tinyModel, NumCtx: 4096, Reason: "4096 tokens fit", Limit: 1900, Facts: mustFacts(t),
 		Counting: "estimate"})
 	for _, mode := range []struct {
@@ -204,7 +205,7 @@ func TestInbandOffAndNonCommands(t *testing.T) {
 		{"too many arguments", true, "/context size 1 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newAdminEnv(t, "", func(c *Config, _ *Deps) { c.Inband = tc.inband })
+			e := newAdminEnv(t, "", func(c *Config, _ *Deps) { c.Planning.Inband = tc.inband })
 			if got := ollamaClient(e.ts.URL, "s", false)(t, tc.text); got != "Hello from the model." {
 				t.Errorf("answer %q, want the model's", got)
 			}
@@ -218,7 +219,7 @@ func TestInbandOffAndNonCommands(t *testing.T) {
 // TestInbandWithoutSession: session commands need a session; the status
 // works without one.
 func TestInbandWithoutSession(t *testing.T) {
-	e := newAdminEnv(t, "", func(c *Config, _ *Deps) { c.Inband = true; c.NoFingerprint = true })
+	e := newAdminEnv(t, "", func(c *Config, _ *Deps) { c.Planning.Inband = true; c.NoFingerprint = true })
 	body := func(text string) []byte {
 		b, _ := json.Marshal(map[string]any{"model": "m", "stream": false,
 			"messages": []any{map[string]string{"role": "user", "content": text}}})
@@ -243,7 +244,7 @@ func TestInbandWithoutSession(t *testing.T) {
 // TestInbandSizeRefusedWhenAdminOff: a chat user cannot change everyone's
 // context size on a proxy whose admin API is off.
 func TestInbandSizeRefusedWhenAdminOff(t *testing.T) {
-	e := newAdminEnv(t, "", func(c *Config, _ *Deps) { c.Inband = true; c.AdminOff = true })
+	e := newAdminEnv(t, "", func(c *Config, _ *Deps) { c.Planning.Inband = true; c.AdminOff = true })
 	got := ollamaClient(e.ts.URL, "s", false)(t, "/context size 4096")
 	if !strings.Contains(got, "admin API is off") {
 		t.Errorf("answer: %q", got)
@@ -257,7 +258,7 @@ func TestInbandSizeRefusedWhenAdminOff(t *testing.T) {
 // the chat route does not run the command; the request goes to the model.
 func TestInbandRefusesCrossSite(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Reply: "from the model"})
-	_, px := newProxy(t, be.URL, Config{Inband: true})
+	_, px := newProxy(t, be.URL, Config{Planning: plan.Config{Inband: true}})
 	body := []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"/clear"}]}`)
 	resp := post(t, px.URL+"/api/chat", body, map[string]string{"Sec-Fetch-Site": "cross-site", "X-Session-ID": "s"})
 	if got := readAll(t, resp.Body); !strings.Contains(got, "from the model") {

@@ -21,6 +21,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/modelinfo"
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -288,7 +289,7 @@ func TestNumCtxFromVRAM(t *testing.T) {
 // TestClientNumCtx: a client's own num_ctx is kept when it fits.
 func TestClientNumCtx(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
-	sys := newSystem(t, be.URL, setup{free: 20 << 30, cfg: Config{RespectClient: true}})
+	sys := newSystem(t, be.URL, setup{free: 20 << 30, cfg: Config{Planning: plan.Config{RespectClient: true}}})
 	body := []byte(`{"model":"llama3.1:8b","stream":false,"options":{"num_ctx":4096},"messages":[{"role":"user","content":"hi"}]}`)
 	resp := post(t, sys.url+"/api/chat", body, nil)
 	io.Copy(io.Discard, resp.Body)
@@ -614,7 +615,7 @@ func counterValue(t *testing.T, s *Server, name string) float64 {
 // sees only what came after the clear.
 func TestInbandClearHoldsForFullHistoryClients(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{Reply: "model says"})
-	sys := newSystem(t, be.URL, setup{cfg: Config{Inband: true}})
+	sys := newSystem(t, be.URL, setup{cfg: Config{Planning: plan.Config{Inband: true}}})
 	h := map[string]string{"X-Session-ID": "webui"}
 	turn := func(msgs string) string {
 		resp := post(t, sys.url+"/api/chat", []byte(`{"model":"llama3.1","stream":false,"messages":[`+msgs+`]}`), h)

@@ -17,6 +17,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/rewrite"
@@ -97,7 +98,7 @@ func newReplica(t testing.TB, backendURL, addr string, o replicaOptions) (string
 		t.Cleanup(stop)
 	}
 	name := fmt.Sprintf("replica-%d", replicaNames.Add(1))
-	srv, err := New(Config{Backend: backendURL, Status: admin.StatusInfo{Replica: name}, Inband: o.inband}, Deps{Tokens: tokens, Trimmer: trimmer,
+	srv, err := New(Config{Backend: backendURL, Status: admin.StatusInfo{Replica: name}, Planning: plan.Config{Inband: o.inband}}, Deps{Tokens: tokens, Trimmer: trimmer,
 		Sizer: gpu.NewSizer(gcfg), Monitor: mon, Store: store, Writer: writer}, log)
 	if err != nil {
 		t.Fatal(err)

@@ -156,7 +156,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	s.mux = http.NewServeMux()
-	s.tok = &tokenizeRoutes{be: s.be, tokens: s.tokens, noExact: cfg.NoExact, gate: s.gate, rp: s.rp}
+	s.tok = &tokenizeRoutes{be: s.be, tokens: s.tokens, noExact: cfg.Planning.NoExact, gate: s.gate, rp: s.rp}
 	s.status = admin.NewStatus(admin.StatusConfig{Info: cfg.Status, Version: cfg.Version, BackendURL: u, Backend: s.be,
 		Tokens: deps.Tokens, Trimmer: &s.trimmer, Sizer: deps.Sizer, Monitor: deps.Monitor, Store: deps.Store,
 		Inflight: &s.metrics.inflight, Log: log})
@@ -167,8 +167,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		SessionHeader: cfg.SessionHeader, AdminOff: cfg.AdminOff}
 	s.trackers = sessions.NewTrackers()
 	s.once = logonce.New(log)
-	s.plan = plan.New(plan.Config{TranslateOpenAI: cfg.TranslateOpenAI, RespectClient: cfg.RespectClient, NoExact: cfg.NoExact,
-		Accumulate: cfg.Accumulate, Inband: cfg.Inband},
+	s.plan = plan.New(cfg.Planning,
 		plan.Deps{Backend: s.be, Tokens: deps.Tokens, Trimmer: &s.trimmer, Sizer: deps.Sizer, Monitor: deps.Monitor,
 			Store: deps.Store, Writer: deps.Writer, Once: s.once, Log: log})
 	s.rec = plan.NewRecorder(plan.RecorderDeps{Backend: s.be, Tokens: deps.Tokens, Writer: deps.Writer, Trimmer: &s.trimmer,

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
 )
 
@@ -17,7 +18,7 @@ import (
 // X-Api-Key and Azure's Api-Key scope as Authorization does.
 func TestScopedSessionNeedsItsCredential(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
-	sys := newSystem(t, be.URL, setup{cfg: Config{Accumulate: true,
+	sys := newSystem(t, be.URL, setup{cfg: Config{Planning: plan.Config{Accumulate: true},
 		ScopeHeaders: []string{"Authorization", "X-Api-Key", "Api-Key"}}})
 	say := func(id, text string, h map[string]string) *http.Response {
 		t.Helper()

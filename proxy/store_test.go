@@ -13,6 +13,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 	"github.com/ctxproxy/ctxproxy/testkit/fakebackend"
@@ -58,7 +59,7 @@ func TestStoreFailureVisible(t *testing.T) {
 	writer := snapshots.NewWriter(store, snapshots.Config{}, log)
 	t.Cleanup(func() { writer.Close(context.Background()) })
 	trimmer, _ := rewrite.NewTrimmer(rewrite.Config{}, log)
-	srv, err := New(Config{Backend: be.URL, Accumulate: true}, Deps{Tokens: budget.NewRegistry(budget.Config{}, log),
+	srv, err := New(Config{Backend: be.URL, Planning: plan.Config{Accumulate: true}}, Deps{Tokens: budget.NewRegistry(budget.Config{}, log),
 		Trimmer: trimmer, Sizer: gpu.NewSizer(gpu.Config{}), Store: store, Writer: writer}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +143,7 @@ func httptestServer(t *testing.T, h http.Handler) string {
 // used to be overtaken: counts went 1, 1, 3, 5…).
 func TestAccumulateFastTurns(t *testing.T) {
 	be := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
-	sys := newSystem(t, be.URL, setup{cfg: Config{Accumulate: true}, strategy: rewrite.Config{Mode: "none"}})
+	sys := newSystem(t, be.URL, setup{cfg: Config{Planning: plan.Config{Accumulate: true}}, strategy: rewrite.Config{Mode: "none"}})
 	for i := range 100 {
 		resp := post(t, sys.url+"/api/chat", []byte(`{"model":"m","stream":false,"messages":[{"role":"user","content":"turn `+strconv.Itoa(i)+`"}]}`),
 			map[string]string{"X-Session-ID": "fast"})

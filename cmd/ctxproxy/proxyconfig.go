@@ -4,6 +4,7 @@ import (
 	"os"
 
 	"github.com/ctxproxy/ctxproxy/config"
+	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy"
 	"github.com/ctxproxy/ctxproxy/proxy/admin"
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
@@ -17,7 +18,6 @@ func proxyConfig(c config.Config, version string) proxy.Config {
 	return proxy.Config{
 		Backend:               c.Backend.URL,
 		BackendKind:           c.Backend.Kind,
-		TranslateOpenAI:       c.Backend.TranslateOpenAI,
 		MaxBody:               int64(c.MaxBody),
 		ResponseHeaderTimeout: c.Backend.ResponseHeaderTimeout,
 		DialTimeout:           c.Backend.DialTimeout,
@@ -25,9 +25,8 @@ func proxyConfig(c config.Config, version string) proxy.Config {
 		NoFingerprint:         !c.Session.Fingerprint,
 		NoClientIDs:           !c.Session.ClientIDs,
 		ScopeHeaders:          c.Session.ScopeHeader,
-		Accumulate:            c.Session.Accumulate,
-		RespectClient:         c.Context.RespectClient,
-		NoExact:               !c.Tokens.Exact,
+		Planning: plan.Config{TranslateOpenAI: c.Backend.TranslateOpenAI, Accumulate: c.Session.Accumulate,
+			RespectClient: c.Context.RespectClient, NoExact: !c.Tokens.Exact, Inband: c.Commands.Inband},
 		Limits: edge.Limits{MaxInflight: int64(c.Limits.MaxInflight), BodyMemory: int64(c.Limits.BodyMemory),
 			QueueWait: c.Limits.QueueWait, MinBodyRate: int64(c.Limits.MinBodyRate)},
 		Hosts: edge.HostPolicy{Loopback: edge.Loopback(c.Listen), AllowedHosts: c.AllowedHosts,
@@ -35,7 +34,6 @@ func proxyConfig(c config.Config, version string) proxy.Config {
 		Version:    version,
 		AdminToken: c.Admin.Token,
 		AdminOff:   c.Admin.Token == "" && !edge.Loopback(c.Listen),
-		Inband:     c.Commands.Inband,
 		Status: admin.StatusInfo{
 			MinSize: c.Context.MinSize, MaxSize: c.Context.MaxSize,
 			KVQuantization: c.Context.KVQuantization, NumParallel: c.Context.NumParallel,
