@@ -83,6 +83,8 @@ type Backend struct {
 	disk   diskCache
 	// newer says once that the server is newer than ctxproxy's rules.
 	newer sync.Once
+	// listing is what the Poller last read of the server's models.
+	listing atomic.Pointer[Listing]
 }
 
 // New returns a Backend for cfg.

@@ -38,6 +38,9 @@ type Preparation struct {
 	// MaxModels is how many models are prepared in the background at
 	// most; 0 is DefaultPrepareMax. Others are prepared on first use.
 	MaxModels int
+	// List has the Poller list the server's models (Backend.Listing)
+	// even with PrepareNone: a router of several servers reads them.
+	List bool
 }
 
 // preparer holds the names given to Prepare and prepares them one after
@@ -47,6 +50,7 @@ type preparer struct {
 	mode  string
 	every time.Duration
 	max   int
+	list  bool
 
 	mu    sync.Mutex
 	held  map[string]bool // prepared or queued: counted against max
@@ -60,7 +64,7 @@ func newPreparer(b *Backend, p Preparation) *preparer {
 	if mode == "" {
 		mode = PrepareLoaded
 	}
-	return &preparer{b: b, mode: mode, every: p.Interval, max: cmp.Or(p.MaxModels, DefaultPrepareMax), held: map[string]bool{}}
+	return &preparer{b: b, mode: mode, every: p.Interval, max: cmp.Or(p.MaxModels, DefaultPrepareMax), list: p.List, held: map[string]bool{}}
 }
 
 // add queues the names not given before, up to max.
@@ -190,9 +194,10 @@ func NewPoller(b *Backend) *Poller {
 }
 
 // Run polls at once and then every Preparation.Interval (never with an
-// interval of 0) until ctx ends. It returns at once with PrepareNone.
+// interval of 0) until ctx ends. It returns at once with PrepareNone,
+// unless Preparation.List asks for the listing.
 func (p *Poller) Run(ctx context.Context) {
-	if p.b.prep.mode == PrepareNone {
+	if p.b.prep.mode == PrepareNone && !p.b.prep.list {
 		return
 	}
 	p.poll(ctx)
@@ -231,12 +236,15 @@ func (p *Poller) poll(ctx context.Context) {
 		return
 	}
 	loaded, _ := p.b.LoadedModels(ctx)
+	listing := Listing{At: p.b.now(), Models: make(map[string]bool, len(tags)), Loaded: make(map[string]bool, len(loaded))}
 	var names []string
 	for _, l := range loaded {
 		names = append(names, l.Name)
+		listing.Loaded[l.Name] = true
 	}
 	digests := make(map[string]string, len(tags))
 	for _, t := range tags {
+		listing.Models[t.Name] = true
 		digests[t.Name] = t.Digest
 		if old, ok := p.digests[t.Name]; ok && old != t.Digest {
 			p.b.prep.again(t.Name)
@@ -246,5 +254,8 @@ func (p *Poller) poll(ctx context.Context) {
 		}
 	}
 	p.digests = digests
-	p.b.Prepare(names)
+	p.b.listing.Store(&listing)
+	if p.b.prep.mode != PrepareNone {
+		p.b.Prepare(names)
+	}
 }
