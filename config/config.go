@@ -52,7 +52,10 @@ type Config struct {
 	// Notes say what normalize changed, for the start-up log.
 	Notes []string `mapstructure:"-"`
 
-	Backend   Backend                 `mapstructure:"backend"`
+	Backend Backend `mapstructure:"backend"`
+	// Backends are several servers behind one ctxproxy (backends.go);
+	// empty: the one backend.url.
+	Backends  []Server                `mapstructure:"backends"`
 	Session   Session                 `mapstructure:"session"`
 	Tokens    Tokens                  `mapstructure:"tokens"`
 	Context   Context                 `mapstructure:"context"`
@@ -74,6 +77,12 @@ type Backend struct {
 	TranslateOpenAI       string        `mapstructure:"translate_openai"`
 	ResponseHeaderTimeout time.Duration `mapstructure:"response_header_timeout"`
 	DialTimeout           time.Duration `mapstructure:"dial_timeout"`
+	// Routing chooses among backends:: sessions (each session where its
+	// prompt cache is) or round_robin.
+	Routing string `mapstructure:"routing"`
+	// ProbeInterval is how often each of backends: is probed between
+	// requests.
+	ProbeInterval time.Duration `mapstructure:"probe_interval"`
 }
 
 // Session says how requests map to sessions.
@@ -241,7 +250,8 @@ func Default() Config {
 	c.ShutdownGrace = 30 * time.Second
 	c.AllowedHosts, c.AllowedOrigins = []string{}, []string{}
 	c.Backend = Backend{URL: "http://127.0.0.1:11434", Kind: "auto", TranslateOpenAI: "auto",
-		ResponseHeaderTimeout: 5 * time.Minute, DialTimeout: 10 * time.Second}
+		ResponseHeaderTimeout: 5 * time.Minute, DialTimeout: 10 * time.Second, Routing: "sessions", ProbeInterval: 5 * time.Second}
+	c.Backends = []Server{}
 	c.Session = Session{Header: "X-Session-ID", Fingerprint: true, ClientIDs: true, ScopeHeader: []string{"Authorization", "X-Api-Key", "Api-Key"}}
 	c.Tokens = Tokens{Encoding: "auto", ApproxCharsPerToken: 4, ImageTokens: 768, Calibrate: true, Exact: true, CacheEntries: 100000,
 		Prepare: "all", PrepareInterval: 10 * time.Second, PrepareMaxModels: 16}
@@ -348,6 +358,7 @@ func Load(opts LoadOptions) (Config, string, []string) {
 	c := Default()
 	hook := viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
 		byteSizeHook,
+		serversHook,
 		mapstructure.StringToTimeDurationHookFunc(),
 		mapstructure.StringToSliceHookFunc(","),
 	))
@@ -420,6 +431,7 @@ func (c Config) validate() []string {
 	oneOf(&p, "backend.translate_openai", c.Backend.TranslateOpenAI, "auto", "on", "off")
 	positive(&p, "backend.response_header_timeout", int64(c.Backend.ResponseHeaderTimeout))
 	positive(&p, "backend.dial_timeout", int64(c.Backend.DialTimeout))
+	p = append(p, c.serversProblems()...)
 	if c.Session.Header == "" {
 		p = append(p, "session.header: must not be empty")
 	}
