@@ -167,3 +167,17 @@ func (s *Server) probe(ctx context.Context) {
 	}
 	s.Failed("no answer to a probe")
 }
+
+// Local reads this machine's memory: ctxproxy runs beside the server.
+type Local struct{ Monitor *gpu.Monitor }
+
+// Reading is the monitor's sample, no older than poll_active.
+func (l Local) Reading(ctx context.Context) (gpu.Reading, bool) {
+	if l.Monitor == nil {
+		return gpu.Reading{}, false
+	}
+	return l.Monitor.Current(ctx), true
+}
+
+// Where is "local".
+func (Local) Where() string { return "local" }

@@ -36,6 +36,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/fleet"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/logonce"
 	"github.com/ctxproxy/ctxproxy/plan"
@@ -61,6 +62,9 @@ type Deps struct {
 	// Backend is the server behind ctxproxy; nil builds one from Config
 	// over the proxy's transport.
 	Backend *backend.Backend
+	// Fleet is the servers behind ctxproxy, Backend the first of them;
+	// nil is a fleet of one, Backend.
+	Fleet *fleet.Router
 	// StoreOps, when set, are the store's operation counters
 	// (snapshots.Config.Observe), served on /metrics.
 	StoreOps *StoreOps
@@ -87,6 +91,7 @@ type Server struct {
 	writer  sessions.Writer
 
 	be       *backend.Backend
+	fleet    *fleet.Router
 	gate     *edge.Gate
 	trackers *sessions.Trackers
 	tok      *tokenizeRoutes
@@ -134,6 +139,11 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 			Client: &http.Client{Transport: transport}})
 	}
 	s.transport = transport
+	s.fleet = deps.Fleet
+	if s.fleet == nil {
+		s.fleet, _ = fleet.New([]*fleet.Server{{Name: u.Host, URL: u, Backend: s.be, Transport: transport,
+			Memory: fleet.Local{Monitor: deps.Monitor}}}, "")
+	}
 	s.registry.MustRegister(backendCollector{s.be})
 	s.rp = &httputil.ReverseProxy{
 		Rewrite:   s.shape,

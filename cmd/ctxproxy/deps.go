@@ -13,10 +13,12 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/config"
+	"github.com/ctxproxy/ctxproxy/fleet"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/gpu"
+	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/proxy"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
@@ -33,8 +35,11 @@ func (noStore) Close() error { return nil }
 type system struct {
 	deps    proxy.Deps
 	monitor *gpu.Monitor
-	// poller prepares the backend's models before their first request.
-	poller    *backend.Poller
+	// pollers list each server's models and prepare their tokenizers
+	// before their first request.
+	pollers []*backend.Poller
+	// router chooses the server of each request.
+	router    *fleet.Router
 	writer    *snapshots.Writer
 	store     snapshots.Store
 	compactor *rewrite.Compactor
@@ -52,20 +57,53 @@ type hooks struct {
 
 // newBackend builds the backend first, over the transport forwarded
 // requests use: kind detection, model facts, tokenizers and the
-// summarizer's calls then share one pool and its timeouts.
+// summarizer's calls then share one pool and its timeouts. With several
+// servers it is the first.
 func newBackend(c config.Config, log *slog.Logger) (*backend.Backend, *http.Transport, error) {
-	u, err := url.Parse(c.Backend.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, nil, fmt.Errorf("%w: backend.url %q is not an http(s) URL", config.ErrInvalid, config.RedactURL(c.Backend.URL))
+	servers, err := newServers(c, log)
+	if err != nil {
+		return nil, nil, err
 	}
-	tr := proxy.NewTransport(proxyConfig(c, versionString()))
-	prep := backend.Preparation{Mode: c.Tokens.Prepare, Interval: c.Tokens.PrepareInterval, MaxModels: c.Tokens.PrepareMaxModels}
-	if !c.Tokens.Exact {
-		// Estimates need no tokenizer to prepare.
-		prep.Mode = backend.PrepareNone
+	return servers[0].Backend, servers[0].Transport, nil
+}
+
+// newServers builds each server of the configuration (config.Servers):
+// its transport, with its own timeouts, and its backend. Their memory
+// is set once the monitor is built.
+func newServers(c config.Config, log *slog.Logger) ([]*fleet.Server, error) {
+	conf := c.Servers()
+	out := make([]*fleet.Server, 0, len(conf))
+	for i, sc := range conf {
+		u, err := url.Parse(sc.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			key := "backend.url"
+			if len(c.Backends) > 0 {
+				key = fmt.Sprintf("backends[%d].url", i)
+			}
+			return nil, fmt.Errorf("%w: %s %q is not an http(s) URL", config.ErrInvalid, key, config.RedactURL(sc.URL))
+		}
+		pc := proxyConfig(c, versionString())
+		pc.ResponseHeaderTimeout, pc.DialTimeout = sc.ResponseHeaderTimeout, sc.DialTimeout
+		tr := proxy.NewTransport(pc)
+		prep := backend.Preparation{Mode: c.Tokens.Prepare, Interval: c.Tokens.PrepareInterval, MaxModels: c.Tokens.PrepareMaxModels,
+			List: len(conf) > 1}
+		if !c.Tokens.Exact {
+			// Estimates need no tokenizer to prepare.
+			prep.Mode = backend.PrepareNone
+		}
+		if prep.List && prep.Interval == 0 {
+			prep.Interval = 10 * time.Second // the router reads which server has which model
+		}
+		blog := log.With("component", "backend")
+		if len(conf) > 1 {
+			blog = blog.With("backend", sc.Name)
+		}
+		be := backend.New(backend.Config{URL: u, Kind: sc.Kind, Client: &http.Client{Transport: tr},
+			Log: blog, TokenizerDir: tokenizerDir(c), Prepare: prep})
+		out = append(out, &fleet.Server{Name: sc.Name, URL: u, Backend: be, Transport: tr, Weight: sc.Weight,
+			Models: sc.Models, MaxInFlight: sc.MaxInFlight})
 	}
-	return backend.New(backend.Config{URL: u, Kind: c.Backend.Kind, Client: &http.Client{Transport: tr},
-		Log: log.With("component", "backend"), TokenizerDir: tokenizerDir(c), Prepare: prep}), tr, nil
+	return out, nil
 }
 
 // tokenizerDir is tokens.tokenizer_dir: "" for none ("none", or exact
@@ -82,10 +120,15 @@ func tokenizerDir(c config.Config) string {
 
 // build creates the parts serve runs with.
 func build(ctx context.Context, c config.Config, log *slog.Logger, h hooks) (*system, error) {
-	be, tr, err := newBackend(c, log)
+	servers, err := newServers(c, log)
 	if err != nil {
 		return nil, err
 	}
+	router, err := fleet.New(servers, c.Backend.Routing)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", config.ErrInvalid, err)
+	}
+	be, tr := servers[0].Backend, servers[0].Transport
 	tokens := budget.NewRegistry(c.BudgetConfig(), log.With("component", "budget"))
 	// The estimating tokenizer most models use is read once per process
 	// (60–80 ms): now, not in the first request, which counts with it too.
@@ -135,8 +178,9 @@ func build(ctx context.Context, c config.Config, log *slog.Logger, h hooks) (*sy
 		store.Close()
 		return nil, fmt.Errorf("gpu: %w", err)
 	}
-	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: log.With("component", "gpu"), Loaded: be.LoadedModels})
-	deps := proxy.Deps{Tokens: tokens, Trimmer: trimmer, Sizer: gpu.NewSizer(gcfg), Monitor: mon, Backend: be, StoreOps: ops}
+	mon := gpu.NewMonitor(probe, gcfg, gpu.MonitorOptions{Logger: log.With("component", "gpu"), Loaded: localLoaded(c, servers)})
+	setMemory(c, servers, mon)
+	deps := proxy.Deps{Tokens: tokens, Trimmer: trimmer, Sizer: gpu.NewSizer(gcfg), Monitor: mon, Backend: be, Fleet: router, StoreOps: ops}
 	var writer *snapshots.Writer
 	if c.Snapshots.Store != config.StoreNone {
 		writer = snapshots.NewWriter(store, c.SnapshotsConfig(), log.With("component", "snapshots"))
@@ -146,6 +190,55 @@ func build(ctx context.Context, c config.Config, log *slog.Logger, h hooks) (*sy
 	}
 	return &system{
 		deps:    deps,
-		monitor: mon, poller: backend.NewPoller(be), writer: writer, store: store, compactor: compactor, newTrimmer: newTrimmer,
+		monitor: mon, pollers: pollers(servers), router: router, writer: writer, store: store, compactor: compactor, newTrimmer: newTrimmer,
 	}, nil
+}
+
+// pollers returns the poller of each server.
+func pollers(servers []*fleet.Server) []*backend.Poller {
+	out := make([]*backend.Poller, len(servers))
+	for i, s := range servers {
+		out[i] = backend.NewPoller(s.Backend)
+	}
+	return out
+}
+
+// setMemory tells each server where its free memory is read
+// (backends[].memory): this machine's monitor, or nowhere.
+func setMemory(c config.Config, servers []*fleet.Server, mon *gpu.Monitor) {
+	for i, sc := range c.Servers() {
+		switch sc.Memory {
+		case config.MemoryLocal:
+			servers[i].Memory = fleet.Local{Monitor: mon}
+		case config.MemoryNone:
+		default:
+			servers[i].Memory = fleet.Local{Monitor: mon} // another ctxproxy's: not read yet
+		}
+	}
+}
+
+// localLoaded is what the monitor reads as the models loaded beside
+// the memory it probes: those of the servers whose memory is this
+// machine's (the one backend's, by default).
+func localLoaded(c config.Config, servers []*fleet.Server) func(context.Context) ([]modelinfo.Loaded, error) {
+	var local []*backend.Backend
+	for i, sc := range c.Servers() {
+		if sc.Memory == config.MemoryLocal {
+			local = append(local, servers[i].Backend)
+		}
+	}
+	if len(local) == 1 {
+		return local[0].LoadedModels
+	}
+	return func(ctx context.Context) ([]modelinfo.Loaded, error) {
+		var all []modelinfo.Loaded
+		for _, b := range local {
+			l, err := b.LoadedModels(ctx)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, l...)
+		}
+		return all, nil
+	}
 }

@@ -276,7 +276,10 @@ func serve(ctx context.Context, args []string, e env) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	go sys.monitor.Run(bg)
-	go sys.poller.Run(bg)
+	for _, p := range sys.pollers {
+		go p.Run(bg)
+	}
+	go sys.router.Watch(bg, c.Backend.ProbeInterval)
 	if rs, ok := sys.store.(*snapshots.RedisStore); ok {
 		// Replicas on one Redis learn the calibration of their counts
 		// together, so that each counts a request alike.
