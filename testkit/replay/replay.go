@@ -188,7 +188,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
-	msgs := userMessages(cfg.Turns, cfg.UserChars, cfg.Seed)
+	msgs := UserMessages(cfg.Turns, cfg.UserChars, cfg.Seed)
 	var out []Result
 	for _, path := range cfg.Paths {
 		start := time.Now()
@@ -341,7 +341,9 @@ first well way even because any these give day most us file server build test de
 window token cache prompt reply session backend request error retry user budget summary message
 Alice Bob Carol Dave Erin Frank Grace Heidi Ivan Judy Paris Berlin Tokyo Lagos Lima Oslo`)
 
-func userMessages(turns, chars int, seed uint64) []string {
+// UserMessages returns turns user messages of about chars characters
+// each (from half to one and a half times), the same for a seed.
+func UserMessages(turns, chars int, seed uint64) []string {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	out := make([]string, turns)
 	for i := range out {
