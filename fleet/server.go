@@ -171,10 +171,11 @@ func (s *Server) probe(ctx context.Context) {
 // Local reads this machine's memory: ctxproxy runs beside the server.
 type Local struct{ Monitor *gpu.Monitor }
 
-// Reading is the monitor's sample, no older than poll_active.
+// Reading is the monitor's sample, no older than poll_active; without a
+// monitor, an empty reading (num_ctx is sized without one).
 func (l Local) Reading(ctx context.Context) (gpu.Reading, bool) {
 	if l.Monitor == nil {
-		return gpu.Reading{}, false
+		return gpu.Reading{}, true
 	}
 	return l.Monitor.Current(ctx), true
 }

@@ -141,8 +141,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	s.transport = transport
 	s.fleet = deps.Fleet
 	if s.fleet == nil {
-		s.fleet, _ = fleet.New([]*fleet.Server{{Name: u.Host, URL: u, Backend: s.be, Transport: transport,
-			Memory: fleet.Local{Monitor: deps.Monitor}}}, "")
+		s.fleet = fleet.One(s.be, deps.Monitor)
 	}
 	s.registry.MustRegister(backendCollector{s.be})
 	s.rp = &httputil.ReverseProxy{
@@ -178,9 +177,9 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	s.trackers = sessions.NewTrackers()
 	s.once = logonce.New(log)
 	s.plan = plan.New(cfg.Planning,
-		plan.Deps{Backend: s.be, Tokens: deps.Tokens, Trimmer: &s.trimmer, Sizer: deps.Sizer, Monitor: deps.Monitor,
+		plan.Deps{Fleet: s.fleet, Tokens: deps.Tokens, Trimmer: &s.trimmer, Sizer: deps.Sizer, Monitor: deps.Monitor,
 			Store: deps.Store, Writer: deps.Writer, Once: s.once, Log: log})
-	s.rec = plan.NewRecorder(plan.RecorderDeps{Backend: s.be, Tokens: deps.Tokens, Writer: deps.Writer, Trimmer: &s.trimmer,
+	s.rec = plan.NewRecorder(plan.RecorderDeps{Tokens: deps.Tokens, Writer: deps.Writer, Trimmer: &s.trimmer,
 		Trackers: s.trackers, Log: log})
 	s.namer = sessionNamer{header: cfg.SessionHeader, scopeHeaders: cfg.ScopeHeaders, noFingerprint: cfg.NoFingerprint, noClientIDs: cfg.NoClientIDs}
 	s.guard = &memoryGuard{sessions: s.sessions, trackers: s.trackers, log: log}
