@@ -67,6 +67,9 @@ type Options struct {
 	// Credential is the client's Authorization, for a summarizer on the
 	// same backend; never printed.
 	Credential string
+	// Backend is X-Ctxproxy-Backend: the server the client sends the
+	// request to, by name, with several ("" lets ctxproxy choose).
+	Backend string
 }
 
 // Plan is what the planner decided for one request. It is a value:

@@ -100,14 +100,19 @@ func New(cfg Config, deps Deps) *Planner {
 // cut and encoded by Cut before it is forwarded.
 func (pl *Planner) Prepare(ctx context.Context, in Request, opt Options) (Plan, *wire.Error) {
 	if in.Raw != nil {
-		ch := pl.fleet.Order(in.Raw.Model, "", "")
-		p := pl.prepareRaw(ctx, in, opt, ch.Order[0])
-		p.tries = ch.Order[1:]
+		where := Plan{Model: in.Raw.Model, opt: opt}
+		if aerr := pl.place.choose(ctx, &where, ""); aerr != nil {
+			return Plan{}, aerr
+		}
+		p := pl.prepareRaw(ctx, in, opt, where.Server)
+		p.tries = where.tries
 		return p, nil
 	}
 	req := in.Chat
 	p := Plan{Model: req.Model, Dialect: req.Dialect, Messages: req.Messages, Sent: req.Messages, Tools: req.Tools, req: req, in: in, opt: opt}
-	pl.place.choose(ctx, &p, opt.Session)
+	if aerr := pl.place.choose(ctx, &p, opt.Session); aerr != nil {
+		return Plan{}, aerr
+	}
 	pl.route(ctx, &p)
 	if p.Fixed || req.ServerState != "" {
 		return pl.asSent(ctx, &p)

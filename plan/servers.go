@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/fleet"
 	"github.com/ctxproxy/ctxproxy/internal/cache"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
+	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
 
@@ -45,13 +48,21 @@ func newPlacement(f *fleet.Router, store sessions.Store, log interface{ Debug(st
 }
 
 // choose sets where p goes: the server the router puts first for its
-// model and session, the others as the next tries.
-func (pc *placement) choose(ctx context.Context, p *Plan, session string) {
+// model and session (or the one the client named), the others as the
+// next tries.
+func (pc *placement) choose(ctx context.Context, p *Plan, session string) *wire.Error {
 	prev := pc.previous(ctx, session)
 	ch := pc.fleet.Order(p.Model, prev, session)
+	if name := p.opt.Backend; name != "" && pc.fleet.Several() {
+		named := pc.fleet.Named(name)
+		if named == nil {
+			return wire.BadRequest("", "X-Ctxproxy-Backend: no server is named "+strconv.Quote(name)+" (backends: in the configuration)")
+		}
+		ch = fleet.Choice{Order: append([]*fleet.Server{named}, slices.DeleteFunc(ch.Order, func(s *fleet.Server) bool { return s == named })...)}
+	}
 	p.Server, p.tries = ch.Order[0], ch.Order[1:]
 	if !pc.fleet.Several() {
-		return
+		return nil
 	}
 	p.Backend = p.Server.Name
 	p.Placed = session != "" && pc.shared && prev != p.Server.Name
@@ -63,6 +74,7 @@ func (pc *placement) choose(ctx context.Context, p *Plan, session string) {
 	if session != "" {
 		pc.affinity.Add(session, p.Server.Name)
 	}
+	return nil
 }
 
 // previous is the server of session's previous turn: "" for none, or

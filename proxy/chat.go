@@ -276,7 +276,11 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 	}
 	ex.model = req.Model
 	ex.stream = req.Stream == nil && d == wire.Ollama || req.Stream != nil && *req.Stream
-	prepared, _ := s.plan.Prepare(r.Context(), plan.Raw(d, &req, prompt, body), plan.Options{})
+	prepared, aerr := s.plan.Prepare(r.Context(), plan.Raw(d, &req, prompt, body), plan.Options{Backend: r.Header.Get("X-Ctxproxy-Backend")})
+	if aerr != nil {
+		s.refuse(w, ex, *aerr)
+		return
+	}
 	p = &prepared
 	ex.tell(prepared)
 	setRawHeaders(ex, prepared)

@@ -124,6 +124,15 @@ func TestFleetKeepsSessionsOnTheirServer(t *testing.T) {
 	if len(used) < 2 {
 		t.Fatalf("six sessions all on %v", used)
 	}
+	for _, s := range ss {
+		// The last handler closes its answer just after the client has it.
+		for wait := time.Now().Add(2 * time.Second); s.InFlight() != 0 && time.Now().Before(wait); {
+			time.Sleep(time.Millisecond)
+		}
+		if n := s.InFlight(); n != 0 {
+			t.Fatalf("server %s has %d requests in flight after every answer", s.Name, n)
+		}
+	}
 	// Each server saw only its sessions' turns.
 	for i, f := range fakes {
 		for _, r := range f.Requests() {
@@ -248,4 +257,27 @@ func TestFleetReplicasRouteASessionAlike(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+func TestFleetSendsWhereTheClientSays(t *testing.T) {
+	_, ss := servers(t, 3)
+	deps, _, _ := fileStore(t)
+	url := fleetProxy(t, ss, deps)
+	for _, name := range []string{"c", "a", "b"} {
+		resp := post(t, url+"/api/chat", []byte(`{"model":"llama3.1:8b","stream":false,"messages":[{"role":"user","content":"hi"}]}`),
+			map[string]string{"X-Ctxproxy-Backend": name, "X-Session-ID": "pinned"})
+		if got := resp.Header.Get("X-Ctxproxy-Backend"); resp.StatusCode != http.StatusOK || got != name {
+			t.Fatalf("pinned to %s: %d on %q", name, resp.StatusCode, got)
+		}
+		resp = post(t, url+"/api/generate", []byte(`{"model":"llama3.1:8b","stream":false,"prompt":"hi"}`),
+			map[string]string{"X-Ctxproxy-Backend": name})
+		if got := resp.Header.Get("X-Ctxproxy-Backend"); resp.StatusCode != http.StatusOK || got != name {
+			t.Fatalf("generate pinned to %s: %d on %q", name, resp.StatusCode, got)
+		}
+	}
+	resp := post(t, url+"/api/chat", []byte(`{"model":"llama3.1:8b","messages":[{"role":"user","content":"hi"}]}`),
+		map[string]string{"X-Ctxproxy-Backend": "nowhere"})
+	if data, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(data), `no server is named \"nowhere\"`) {
+		t.Fatalf("unknown server: %d %s", resp.StatusCode, data)
+	}
 }

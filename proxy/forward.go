@@ -15,6 +15,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/ctxproxy/ctxproxy/fleet"
 	"github.com/ctxproxy/ctxproxy/plan"
@@ -167,31 +168,34 @@ func (s *Server) roundTrip(in *http.Request, srv *fleet.Server, outPath string, 
 	// ctxproxy reads intercepted answers (the counts, the reply), so it
 	// asks for them uncompressed; only the transfer encoding changes.
 	out.Header.Del("Accept-Encoding")
-	done := srv.Begin()
+	srv.Begin()
 	tr := srv.Transport
 	if tr == nil {
 		tr = s.transport
 	}
 	resp, err := tr.RoundTrip(out)
 	if err != nil {
-		done()
+		srv.End()
 		return nil, err
 	}
 	srv.Backend.Answered()
 	srv.Answered()
-	resp.Body = inFlight{resp.Body, done}
+	resp.Body = &inFlight{ReadCloser: resp.Body, srv: srv}
 	return resp, nil
 }
 
 // inFlight is an answer's body that ends its request's time in flight on
-// its server when closed.
+// its server when first closed.
 type inFlight struct {
 	io.ReadCloser
-	done func()
+	srv    *fleet.Server
+	closed atomic.Bool
 }
 
-func (b inFlight) Close() error {
-	b.done()
+func (b *inFlight) Close() error {
+	if !b.closed.Swap(true) {
+		b.srv.End()
+	}
 	return b.ReadCloser.Close()
 }
 
