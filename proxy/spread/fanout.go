@@ -90,9 +90,9 @@ func (h *Handler) fanOut(w http.ResponseWriter, r *http.Request, targets []*flee
 			body = t.body
 		}
 		out := h.outbound(ctx, r, s, body)
-		done := s.Begin()
+		s.Begin()
 		go func() {
-			defer done()
+			defer s.End()
 			defer close(t.over)
 			t.resp, t.err = s.Transport.RoundTrip(out)
 			if t.err == nil {

@@ -255,8 +255,8 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, order []*fleet
 // be answered yet.
 func (h *Handler) forwardTo(w http.ResponseWriter, r *http.Request, s *fleet.Server) error {
 	var failed error
-	done := s.Begin()
-	defer done()
+	s.Begin()
+	defer s.End()
 	rp := &httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { h.shape(pr, s) },
 		Transport: s.Transport,
