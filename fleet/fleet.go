@@ -21,9 +21,13 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"net/http"
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/ctxproxy/ctxproxy/backend"
+	"github.com/ctxproxy/ctxproxy/gpu"
 )
 
 // Routing policies.
@@ -66,6 +70,18 @@ func New(servers []*Server, policy string) (*Router, error) {
 		return nil, fmt.Errorf("fleet: routing %q is neither %q nor %q", policy, RouteSessions, RouteRoundRobin)
 	}
 	return &Router{servers: servers, policy: policy, now: time.Now}, nil
+}
+
+// One returns the fleet of one server, b, whose memory is this
+// machine's (mon).
+func One(b *backend.Backend, mon *gpu.Monitor) *Router {
+	u := b.URL()
+	var tr *http.Transport
+	if c := b.Client(); c != nil {
+		tr, _ = c.Transport.(*http.Transport)
+	}
+	return &Router{servers: []*Server{{Name: u.Host, URL: u, Backend: b, Transport: tr, Memory: Local{Monitor: mon}}},
+		policy: RouteSessions, now: time.Now}
 }
 
 // Servers returns the servers in the configuration's order.

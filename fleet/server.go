@@ -87,14 +87,14 @@ func (s *Server) Has(model string) (has, known bool) {
 // IsLoaded reports whether s had model loaded when last listed.
 func (s *Server) IsLoaded(model string) bool { return s.Backend.Listing().IsLoaded(model) }
 
-// Begin counts a request in flight on s until the returned func is
-// called (once).
-func (s *Server) Begin() (done func()) {
+// Begin counts a request in flight on s until End.
+func (s *Server) Begin() {
 	s.inflight.Add(1)
 	s.served.Add(1)
-	var once sync.Once
-	return func() { once.Do(func() { s.inflight.Add(-1) }) }
 }
+
+// End ends a request Begin counted.
+func (s *Server) End() { s.inflight.Add(-1) }
 
 // InFlight is how many requests s has now.
 func (s *Server) InFlight() int { return int(s.inflight.Load()) }
@@ -171,10 +171,11 @@ func (s *Server) probe(ctx context.Context) {
 // Local reads this machine's memory: ctxproxy runs beside the server.
 type Local struct{ Monitor *gpu.Monitor }
 
-// Reading is the monitor's sample, no older than poll_active.
+// Reading is the monitor's sample, no older than poll_active; without a
+// monitor, an empty reading (num_ctx is sized without one).
 func (l Local) Reading(ctx context.Context) (gpu.Reading, bool) {
 	if l.Monitor == nil {
-		return gpu.Reading{}, false
+		return gpu.Reading{}, true
 	}
 	return l.Monitor.Current(ctx), true
 }

@@ -122,8 +122,8 @@ func (pl *Planner) countExactly(ctx context.Context, p *Plan, remote backend.Rem
 	if p.ToOllama && mi.Tokenizer != nil && !pl.cfg.NoExact {
 		ec := exactFor(mi.Tokenizer, req, p.opts)
 		if mi.Tokenizer.ServerRenders() {
-			numCtx := p.NumCtx
-			ec.useServer(func(pr exact.Prompt) (string, error) { return pl.be.Render(ctx, req.Model, numCtx, pr) })
+			numCtx, be := p.NumCtx, p.be()
+			ec.useServer(func(pr exact.Prompt) (string, error) { return be.Render(ctx, req.Model, numCtx, pr) })
 		}
 		if ec.Err() == nil {
 			p.Before = ec.Prompt(p.Messages, p.Tools)
@@ -145,7 +145,7 @@ func (pl *Planner) countExactly(ctx context.Context, p *Plan, remote backend.Rem
 		}
 	}
 	if remote.API != "" {
-		rc := NewRemote(ctx, pl.be, req.Model, est)
+		rc := NewRemote(ctx, p.be(), req.Model, est)
 		if before := rc.Prompt(p.Messages, p.Tools); rc.err == nil {
 			p.Counter, p.Before = rc, before
 		} else {

@@ -21,6 +21,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
+	"github.com/ctxproxy/ctxproxy/fleet"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
 	"github.com/ctxproxy/ctxproxy/proxy/translate"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
@@ -66,6 +67,9 @@ type Options struct {
 	// Credential is the client's Authorization, for a summarizer on the
 	// same backend; never printed.
 	Credential string
+	// Backend is X-Ctxproxy-Backend: the server the client sends the
+	// request to, by name, with several ("" lets ctxproxy choose).
+	Backend string
 }
 
 // Plan is what the planner decided for one request. It is a value:
@@ -152,9 +156,25 @@ type Plan struct {
 	// (X-Ctxproxy-Warning) and the log.
 	Notice   string
 	Warnings []string
+	// Server is the server the plan is made for and goes to. Backend is
+	// its name when there are several ("" with one), Moved the server
+	// the request or its session left for it.
+	Server  *fleet.Server
+	Backend string
+	Moved   string
+	// Placed: this turn puts its session on Server where its record
+	// names no server or another, and replicas share the store: the
+	// record is stored before the reply's last byte leaves, so that the
+	// session's next turn goes to the same server whichever replica
+	// receives it.
+	Placed bool
 
 	req *wire.Request
+	in  Request
 	opt Options
+	// tries are the servers after Server, in the order a refused
+	// request moves to them (Move).
+	tries []*fleet.Server
 	// uncut are the messages before any strategy (accumulated history
 	// and in-band edits applied), uncutChanged whether they already
 	// differ from the request's; a harder cut starts from them again.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/fleet"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/logonce"
 	"github.com/ctxproxy/ctxproxy/proxy/inband"
@@ -52,7 +53,7 @@ type Config struct {
 // field turns its part off, as in proxy.Deps.
 type Planner struct {
 	cfg     Config
-	be      *backend.Backend
+	fleet   *fleet.Router
 	tokens  *budget.Registry
 	trimmer *atomic.Pointer[rewrite.Trimmer]
 	sizer   *gpu.Sizer
@@ -61,10 +62,15 @@ type Planner struct {
 	writer  sessions.Writer
 	once    *logonce.Log
 	log     *slog.Logger
+	// place chooses each plan's server.
+	place *placement
 }
 
 // Deps are the parts a Planner reads.
 type Deps struct {
+	// Fleet is the servers a plan is made for; nil is a fleet of one,
+	// Backend, whose memory is the Monitor's.
+	Fleet   *fleet.Router
 	Backend *backend.Backend
 	Tokens  *budget.Registry
 	// Trimmer is the strategy in force; a reload swaps it.
@@ -79,8 +85,12 @@ type Deps struct {
 
 // New returns a Planner for cfg over deps.
 func New(cfg Config, deps Deps) *Planner {
-	return &Planner{cfg: cfg, be: deps.Backend, tokens: deps.Tokens, trimmer: deps.Trimmer, sizer: deps.Sizer,
-		monitor: deps.Monitor, store: deps.Store, writer: deps.Writer, once: deps.Once, log: deps.Log}
+	if deps.Fleet == nil {
+		deps.Fleet = fleet.One(deps.Backend, deps.Monitor)
+	}
+	return &Planner{cfg: cfg, fleet: deps.Fleet, tokens: deps.Tokens, trimmer: deps.Trimmer, sizer: deps.Sizer,
+		monitor: deps.Monitor, store: deps.Store, writer: deps.Writer, once: deps.Once, log: deps.Log,
+		place: newPlacement(deps.Fleet, deps.Store, deps.Log)}
 }
 
 // Prepare plans a request: for a chat, the history it builds on
@@ -90,10 +100,19 @@ func New(cfg Config, deps Deps) *Planner {
 // cut and encoded by Cut before it is forwarded.
 func (pl *Planner) Prepare(ctx context.Context, in Request, opt Options) (Plan, *wire.Error) {
 	if in.Raw != nil {
-		return pl.prepareRaw(ctx, in, opt), nil
+		where := Plan{Model: in.Raw.Model, opt: opt}
+		if aerr := pl.place.choose(ctx, &where, ""); aerr != nil {
+			return Plan{}, aerr
+		}
+		p := pl.prepareRaw(ctx, in, opt, where.Server)
+		p.tries = where.tries
+		return p, nil
 	}
 	req := in.Chat
-	p := Plan{Model: req.Model, Dialect: req.Dialect, Messages: req.Messages, Sent: req.Messages, Tools: req.Tools, req: req, opt: opt}
+	p := Plan{Model: req.Model, Dialect: req.Dialect, Messages: req.Messages, Sent: req.Messages, Tools: req.Tools, req: req, in: in, opt: opt}
+	if aerr := pl.place.choose(ctx, &p, opt.Session); aerr != nil {
+		return Plan{}, aerr
+	}
 	pl.route(ctx, &p)
 	if p.Fixed || req.ServerState != "" {
 		return pl.asSent(ctx, &p)
@@ -101,19 +120,64 @@ func (pl *Planner) Prepare(ctx context.Context, in Request, opt Options) (Plan, 
 	if aerr := pl.history(ctx, &p); aerr != nil {
 		return Plan{}, aerr
 	}
-	var snap gpu.Reading
-	if p.ToOllama && pl.monitor != nil {
-		snap = pl.monitor.Current(ctx)
+	pl.size(ctx, &p)
+	return p, nil
+}
+
+// Move returns p made again for the next server of its tries: the one
+// it went to could not be reached, or refused it before its answer
+// began. The conversation is the one p was prepared from; its count,
+// num_ctx, window and cut are the new server's. ok is false when no
+// server is left.
+func (pl *Planner) Move(ctx context.Context, p Plan, why string) (_ Plan, ok bool, _ *wire.Error) {
+	if p.in.Raw != nil {
+		q := Plan{Warnings: p.Warnings, in: p.in, opt: p.opt}
+		if !pl.place.next(p, &q, why) {
+			return p, false, nil
+		}
+		moved := pl.prepareRaw(ctx, p.in, p.opt, q.Server)
+		moved.tries, moved.Moved, moved.Backend = q.tries, q.Moved, q.Backend
+		moved.Warnings = append(q.Warnings, moved.Warnings...)
+		return moved, true, nil
 	}
-	pend := pl.details(ctx, &p, snap)
-	remote := pl.remote(ctx, &p)
+	q := Plan{Model: p.Model, Dialect: p.Dialect, Messages: p.uncut, Sent: p.Sent, NewTurn: p.NewTurn, Turn: p.Turn,
+		TurnWait: p.TurnWait, Accumulated: p.Accumulated, Changed: p.uncutChanged, Restore: p.Restore, KeepWhole: p.KeepWhole,
+		Tools: p.Tools, Warnings: p.Warnings, req: p.req, opt: p.opt, in: p.in}
+	if q.Messages == nil {
+		q.Messages = p.req.Messages // a plan left as sent
+	}
+	if !pl.place.next(p, &q, why) {
+		return p, false, nil
+	}
+	pl.route(ctx, &q)
+	if q.Fixed || q.req.ServerState != "" {
+		q, aerr := pl.asSent(ctx, &q)
+		return q, true, aerr
+	}
+	pl.size(ctx, &q)
+	cut, aerr := pl.Cut(ctx, q, 0)
+	return cut, true, aerr
+}
+
+// size makes the plan for its server's window: the model's details and
+// num_ctx from the memory the server has free, the window, the prompt
+// counted.
+func (pl *Planner) size(ctx context.Context, p *Plan) {
+	var snap gpu.Reading
+	known := true
+	if m := p.Server.Memory; p.ToOllama && m != nil {
+		snap, known = m.Reading(ctx)
+	} else if p.ToOllama {
+		known = false
+	}
+	pend := pl.details(ctx, p, snap, known)
+	remote := pl.remote(ctx, p)
 	if pl.tokens != nil {
-		pl.window(&p, snap, remote.Window)
-		pl.count(ctx, &p, pend, remote)
+		pl.window(p, snap, remote.Window)
+		pl.count(ctx, p, pend, remote)
 	}
 	p.uncut, p.uncutChanged = p.Messages, p.Changed
-	p.Resend = (p.Exact != nil || pl.tokens != nil) && !clientNoTruncate(req)
-	return p, nil
+	p.Resend = (p.Exact != nil || pl.tokens != nil) && !clientNoTruncate(p.req)
 }
 
 // prepareRaw plans a raw prompt (/api/generate, /v1/completions).
@@ -122,12 +186,15 @@ func (pl *Planner) Prepare(ctx context.Context, in Request, opt Options) (Plan, 
 // backend runs it with, warns when it is longer, and has the backend's
 // count checked after the reply, as for a chat. The planner needs a
 // counter (Deps.Tokens) for it.
-func (pl *Planner) prepareRaw(ctx context.Context, in Request, opt Options) Plan {
+func (pl *Planner) prepareRaw(ctx context.Context, in Request, opt Options, server *fleet.Server) Plan {
 	req := in.Raw
-	p := Plan{Model: req.Model, Dialect: in.Dialect, Fixed: true, Body: wire.PayloadOf(in.Body), opt: opt}
-	p.ToOllama = pl.be.Kind(ctx) == backend.KindOllama
+	p := Plan{Model: req.Model, Dialect: in.Dialect, Fixed: true, Body: wire.PayloadOf(in.Body), in: in, opt: opt, Server: server}
+	if pl.fleet.Several() {
+		p.Backend = server.Name
+	}
+	p.ToOllama = p.be().Kind(ctx) == backend.KindOllama
 	if p.ToOllama {
-		p.Details = pl.be.Model(ctx, req.Model)
+		p.Details = p.be().Model(ctx, req.Model)
 	}
 	lim := pl.tokens.Window(req.Model, p.Details.Facts.ContextLength)
 	switch {
@@ -165,7 +232,7 @@ func (pl *Planner) prepareRaw(ctx context.Context, in Request, opt Options) Plan
 // route only the backend can answer.
 func (pl *Planner) route(ctx context.Context, p *Plan) {
 	req := p.req
-	kind := pl.be.Kind(ctx)
+	kind := p.be().Kind(ctx)
 	switch pl.cfg.TranslateOpenAI {
 	case "on":
 		p.Translate = req.Dialect != wire.Ollama && kind != backend.KindOpenAI
@@ -200,7 +267,7 @@ func (pl *Planner) asSent(ctx context.Context, p *Plan) (Plan, *wire.Error) {
 	if p.Fixed {
 		return *p, nil
 	}
-	body, aerr := continueServerState(pl.log, p, pl.be.Kind(ctx) == backend.KindOllama)
+	body, aerr := continueServerState(pl.log, p, p.be().Kind(ctx) == backend.KindOllama)
 	if aerr != nil {
 		return Plan{}, aerr
 	}
@@ -297,26 +364,27 @@ func clientNoTruncate(req *wire.Request) bool {
 const ollamaDefaultCtx = 4096
 
 // details asks the backend what it knows of a request bound for Ollama
-// and sizes num_ctx from the memory actually free (snap). It returns the
-// model still being read when the request may go before its tokenizer is
-// built (mayForwardUncounted); nil otherwise.
-func (pl *Planner) details(ctx context.Context, p *Plan, snap gpu.Reading) *backend.Pending {
+// and sizes num_ctx from the memory actually free (snap; known false: the
+// server's memory is read nowhere, and num_ctx is left to it). It
+// returns the model still being read when the request may go before its
+// tokenizer is built (mayForwardUncounted); nil otherwise.
+func (pl *Planner) details(ctx context.Context, p *Plan, snap gpu.Reading, known bool) *backend.Pending {
 	if !p.ToOllama {
 		return nil
 	}
 	req := p.req
 	var pend *backend.Pending
 	if pl.mayForwardUncounted(p) {
-		p.Details, pend = pl.be.ModelSoon(ctx, req.Model)
+		p.Details, pend = p.be().ModelSoon(ctx, req.Model)
 	} else {
-		p.Details = pl.be.Model(ctx, req.Model)
+		p.Details = p.be().Model(ctx, req.Model)
 	}
 	mi := p.Details
 	if p.Translate {
-		p.opts = translate.RequestOptions{Version: pl.be.Version(ctx), NoThinking: mi.Lacks("thinking")}
+		p.opts = translate.RequestOptions{Version: p.be().Version(ctx), NoThinking: mi.Lacks("thinking")}
 	}
 	p.NumCtx = req.NumCtx
-	if pl.sizer == nil {
+	if pl.sizer == nil || !known {
 		return pend
 	}
 	window := 0
@@ -349,7 +417,7 @@ func (pl *Planner) remote(ctx context.Context, p *Plan) backend.Remote {
 	if p.ToOllama || pl.tokens == nil || pl.cfg.NoExact || p.req.Conv != nil {
 		return backend.Remote{}
 	}
-	return pl.be.Remote(ctx, p.req.Model)
+	return p.be().Remote(ctx, p.req.Model)
 }
 
 // window sets the plan's limits: the model's (trained: its own context

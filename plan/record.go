@@ -20,9 +20,6 @@ import (
 // history. It returns what it found (Recorded) for the metrics and the
 // log.
 type Recorder struct {
-	// be is the backend, whose models' tokenizers a miss may change
-	// (otherEngine).
-	be      *backend.Backend
 	tokens  *budget.Registry
 	writer  sessions.Writer
 	trimmer *atomic.Pointer[rewrite.Trimmer]
@@ -37,7 +34,6 @@ type Recorder struct {
 // RecorderDeps are the parts a Recorder reads and writes. A nil Tokens
 // checks no count, a nil Writer records no session.
 type RecorderDeps struct {
-	Backend  *backend.Backend
 	Tokens   *budget.Registry
 	Writer   sessions.Writer
 	Trimmer  *atomic.Pointer[rewrite.Trimmer]
@@ -47,7 +43,7 @@ type RecorderDeps struct {
 
 // NewRecorder returns a Recorder over deps.
 func NewRecorder(deps RecorderDeps) *Recorder {
-	return &Recorder{be: deps.Backend, tokens: deps.Tokens, writer: deps.Writer, trimmer: deps.Trimmer,
+	return &Recorder{tokens: deps.Tokens, writer: deps.Writer, trimmer: deps.Trimmer,
 		trackers: deps.Trackers, prefixes: newPrefixes(), log: deps.Log}
 }
 
@@ -161,7 +157,7 @@ func (s *Recorder) checkExact(p Plan, reported, numCtx int) (truncated, disagree
 // again for every shape.
 func (s *Recorder) otherEngine(p Plan, reported int) {
 	counted, ok := p.Counted()
-	if !ok || s.be == nil {
+	if !ok || p.Server == nil {
 		return
 	}
 	other := p.Exact.Tokenizer.OtherEngine()
@@ -174,7 +170,8 @@ func (s *Recorder) otherEngine(p Plan, reported int) {
 			"model", p.Model, "tokenizer", other.Name(), "estimate", n, "reported", reported)
 		return
 	}
-	s.be.UseTokenizer(*p.Exact, other)
+	// The plan's server's backend: its models' tokenizers change.
+	p.be().UseTokenizer(*p.Exact, other)
 	s.log.Warn("the backend runs this model on another engine than ctxproxy assumed (OLLAMA_NEW_ENGINE on the server?); "+
 		"counting it as that engine does from now on, exactly", "model", p.Model, "tokenizer", other.Name(), "count", n, "reported", reported)
 }
@@ -248,7 +245,7 @@ func (s *Recorder) record(p Plan, o Outcome, truncated bool, out *Recorded) {
 	// while the client waits for the end of the answer. In accumulate
 	// mode p.Sent is the whole stored history: only the new turn is
 	// converted, and the history only for a pre-overflow snapshot.
-	model, accum, mark, dialect, sent, newTurn := p.Model, p.Accumulated, p.Restore, p.Dialect, p.Sent, p.NewTurn
+	model, accum, mark, dialect, sent, newTurn, server := p.Model, p.Accumulated, p.Restore, p.Dialect, p.Sent, p.NewTurn, p.Backend
 	// The turn's messages share the request body's bytes until the store
 	// has them: the body's share of the memory budget goes back then.
 	// Other replicas wait for the turn until it is stored.
@@ -260,6 +257,9 @@ func (s *Recorder) record(p Plan, o Outcome, truncated bool, out *Recorded) {
 	err := s.writer.UpdateThen(session, func(sess *snapshots.Session) error {
 		if model != "" {
 			sess.Model = model
+		}
+		if server != "" {
+			sess.Backend = server
 		}
 		if accum {
 			sess.AppendTurn(sessions.StoredMessages(dialect, newTurn), replyMsg, now)

@@ -158,7 +158,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, ex *exchange, p
 	// The turn is recorded when the reply is over, before the client has
 	// all of it; other replicas build on an accumulated turn, so it is
 	// also stored by then.
-	relay(w, resp, tap, p != nil && p.Turn != nil, func() { s.replyEnded(r.Context(), ex, p, tap.Reply(), h) })
+	relay(w, resp, tap, p != nil && (p.Turn != nil || p.Placed), func() { s.replyEnded(r.Context(), ex, p, tap.Reply(), h) })
 	return p
 }
 
@@ -182,7 +182,18 @@ func (s *Server) replyEnded(ctx context.Context, ex *exchange, p *plan.Plan, rep
 	if h.writerHas() {
 		h.turn.AwaitStored(ctx)
 	}
+	if p.Placed && s.writer != nil {
+		// The session's server is new to its record: other replicas
+		// read it there for the next turn.
+		sctx, cancel := context.WithTimeout(ctx, placeWait)
+		_ = s.writer.Settle(sctx, ex.session)
+		cancel()
+	}
 }
+
+// placeWait bounds how long a reply's last byte waits for the record
+// that places its session on a server.
+const placeWait = 2 * time.Second
 
 // refuseBody answers a body ctxproxy refuses to read: nested deeper than
 // max_depth, or ambiguous toward a backend whose rules it cannot know.
@@ -265,7 +276,11 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 	}
 	ex.model = req.Model
 	ex.stream = req.Stream == nil && d == wire.Ollama || req.Stream != nil && *req.Stream
-	prepared, _ := s.plan.Prepare(r.Context(), plan.Raw(d, &req, prompt, body), plan.Options{})
+	prepared, aerr := s.plan.Prepare(r.Context(), plan.Raw(d, &req, prompt, body), plan.Options{Backend: r.Header.Get("X-Ctxproxy-Backend")})
+	if aerr != nil {
+		s.refuse(w, ex, *aerr)
+		return
+	}
 	p = &prepared
 	ex.tell(prepared)
 	setRawHeaders(ex, prepared)

@@ -110,6 +110,13 @@ func (ex *exchange) tell(p plan.Plan) {
 	if p.Notice != "" {
 		ex.headers.Set("X-Ctxproxy-Notice", p.Notice)
 	}
+	if p.Backend != "" {
+		v := p.Backend
+		if p.Moved != "" {
+			v += "; moved-from=" + p.Moved
+		}
+		ex.headers.Set("X-Ctxproxy-Backend", v)
+	}
 }
 
 // seen is what the status page shows of how p's model is run and

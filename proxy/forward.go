@@ -11,10 +11,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"path"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
+	"github.com/ctxproxy/ctxproxy/fleet"
 	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 )
@@ -33,18 +36,45 @@ import (
 // its window, send cuts the conversation harder (a new plan) and sends it
 // again, up to maxOverflowRetries times, before the client has seen
 // anything: a loop around the round trip, so that each resend reads like
-// the first send. A refusal that cutting cannot answer is returned as the
+// the first send. A server that cannot be reached, or refuses the request
+// as unable to serve it, before its answer began, is left for the next
+// of the plan's servers (Planner.Move, a plan made for that server). A
+// refusal that cutting or moving cannot answer is returned as the
 // backend sent it; a retry ctxproxy gives up on is a *wire.Error for the
 // client. p is nil for a request ctxproxy forwards as it came, which is
 // never resent.
 func (s *Server) send(ctx context.Context, r *http.Request, ex *exchange, p *plan.Plan, out wire.Payload) (*http.Response, *plan.Plan, *wire.Error, error) {
-	outPath := ""
-	if p != nil && p.Translate {
-		outPath = "/api/chat"
-	}
-	shrink := 0
-	for attempt := 0; ; attempt++ {
-		resp, err := s.roundTrip(r, outPath, out)
+	shrink, attempt := 0, 0
+	for {
+		srv := s.fleet.First()
+		outPath := ""
+		if p != nil {
+			srv = p.Server
+			if p.Translate {
+				outPath = "/api/chat"
+			}
+		}
+		resp, err := s.roundTrip(r, srv, outPath, out)
+		why := ""
+		if ctx.Err() == nil {
+			why = refusedBy(srv, resp, err)
+		}
+		if why != "" && p != nil {
+			moved, ok, aerr := s.plan.Move(ctx, *p, why)
+			if aerr != nil {
+				closeBody(resp)
+				return nil, p, aerr, nil
+			}
+			if ok {
+				closeBody(resp)
+				s.log.Warn("backend could not serve the request; sent to the next", "backend", srv.Name, "why", why,
+					"to", moved.Server.Name, "model", moved.Model, "session", ex.session)
+				s.metrics.moved.WithLabelValues(srv.Name).Inc()
+				p, out = &moved, moved.Body
+				ex.tell(moved)
+				continue
+			}
+		}
 		if err != nil {
 			return nil, p, nil, err
 		}
@@ -76,7 +106,8 @@ func (s *Server) send(ctx context.Context, r *http.Request, ex *exchange, p *pla
 		if aerr != nil {
 			return nil, p, aerr, nil
 		}
-		cut.Retries = attempt + 1
+		attempt++
+		cut.Retries = attempt
 		p, out = &cut, cut.Body
 		ex.tell(cut)
 		s.metrics.overflowRetries.Inc()
@@ -85,9 +116,39 @@ func (s *Server) send(ctx context.Context, r *http.Request, ex *exchange, p *pla
 	}
 }
 
-// roundTrip sends body to the backend in place of in's body, at outPath
-// when it is set (a request translated to Ollama's /api/chat).
-func (s *Server) roundTrip(in *http.Request, outPath string, body wire.Payload) (*http.Response, error) {
+// refusedBy says why srv did not serve a request, when its answer (resp,
+// or err) is one the next server may serve: it could not be reached or
+// went away before answering, or it answered that it cannot serve the
+// request now (502, 503, 504, 429) or lacks the model (404). "" when it
+// served it. A server that could not be reached is taken out for a while.
+func refusedBy(srv *fleet.Server, resp *http.Response, err error) string {
+	switch {
+	case err != nil:
+		srv.Failed(err.Error())
+		if isDialError(err) {
+			return "could not be reached"
+		}
+		return "went away before answering"
+	case resp.StatusCode == http.StatusNotFound:
+		return "does not have the model"
+	case resp.StatusCode == http.StatusBadGateway, resp.StatusCode == http.StatusServiceUnavailable,
+		resp.StatusCode == http.StatusGatewayTimeout, resp.StatusCode == http.StatusTooManyRequests:
+		return "answered " + resp.Status
+	}
+	return ""
+}
+
+// closeBody closes resp's body, when there is one.
+func closeBody(resp *http.Response) {
+	if resp != nil {
+		resp.Body.Close()
+	}
+}
+
+// roundTrip sends body to srv in place of in's body, at outPath when it
+// is set (a request translated to Ollama's /api/chat). The request is in
+// flight on srv until its answer's body is closed.
+func (s *Server) roundTrip(in *http.Request, srv *fleet.Server, outPath string, body wire.Payload) (*http.Response, error) {
 	out := in.Clone(in.Context())
 	out.RequestURI = ""
 	out.Body = body.Body()
@@ -96,9 +157,9 @@ func (s *Server) roundTrip(in *http.Request, outPath string, body wire.Payload) 
 	out.GetBody = func() (io.ReadCloser, error) { return body.Body(), nil }
 	removeHopByHop(out.Header)
 	pr := &httputil.ProxyRequest{In: in, Out: out}
-	s.shape(pr)
+	s.shapeFor(pr, srv.URL)
 	if outPath != "" {
-		out.URL.Path = path.Join("/", s.backend.Path, outPath)
+		out.URL.Path = path.Join("/", srv.URL.Path, outPath)
 		out.URL.RawPath = ""
 	}
 	// ctxproxy has read the whole body already: waiting for the backend's
@@ -107,18 +168,45 @@ func (s *Server) roundTrip(in *http.Request, outPath string, body wire.Payload) 
 	// ctxproxy reads intercepted answers (the counts, the reply), so it
 	// asks for them uncompressed; only the transfer encoding changes.
 	out.Header.Del("Accept-Encoding")
-	resp, err := s.transport.RoundTrip(out)
-	if err == nil {
-		s.be.Answered()
+	srv.Begin()
+	tr := srv.Transport
+	if tr == nil {
+		tr = s.transport
 	}
-	return resp, err
+	resp, err := tr.RoundTrip(out)
+	if err != nil {
+		srv.End()
+		return nil, err
+	}
+	srv.Backend.Answered()
+	srv.Answered()
+	resp.Body = &inFlight{ReadCloser: resp.Body, srv: srv}
+	return resp, nil
+}
+
+// inFlight is an answer's body that ends its request's time in flight on
+// its server when first closed.
+type inFlight struct {
+	io.ReadCloser
+	srv    *fleet.Server
+	closed atomic.Bool
+}
+
+func (b *inFlight) Close() error {
+	if !b.closed.Swap(true) {
+		b.srv.End()
+	}
+	return b.ReadCloser.Close()
 }
 
 // shape shapes an outbound request as every route does: to the backend,
 // with the client's X-Forwarded-For chain and this hop, and without
 // ctxproxy's own request headers, which never reach the backend.
-func (s *Server) shape(pr *httputil.ProxyRequest) {
-	pr.SetURL(s.backend)
+func (s *Server) shape(pr *httputil.ProxyRequest) { s.shapeFor(pr, s.backend) }
+
+// shapeFor shapes an outbound request to the server at target.
+func (s *Server) shapeFor(pr *httputil.ProxyRequest, target *url.URL) {
+	pr.SetURL(target)
 	pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 	pr.SetXForwarded()
 	for k := range pr.Out.Header {

@@ -34,6 +34,7 @@ type metrics struct {
 	exactDisagreements        prometheus.Counter
 	overflowRetries           prometheus.Counter
 	overflowFailures          prometheus.Counter
+	moved                     *prometheus.CounterVec
 	rawOverflows              prometheus.Counter
 	repliesCut                prometheus.Counter
 	refused                   *prometheus.CounterVec
@@ -100,6 +101,10 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 	m.overflowFailures = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ctxproxy_overflow_failures_total",
 		Help: "Requests the backend still refused as too long after every retry; the client got a context_length_exceeded error."})
+	m.moved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctxproxy_backend_moves_total",
+		Help: "Requests a server could not serve before its answer began (unreachable, gone, busy, without the model) that ctxproxy sent to the next server, by the server left."},
+		[]string{"backend"})
 	m.rawOverflows = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ctxproxy_raw_prompt_overflows_total",
 		Help: "Raw prompts (/api/generate, /v1/completions) longer than the model's window; ctxproxy does not cut them."})
@@ -174,7 +179,7 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 	for _, r := range []string{"applied", "rejected"} {
 		m.reloads.WithLabelValues(r)
 	}
-	reg.MustRegister(m.exactDisagreements, m.exactCounts, m.overflowRetries, m.overflowFailures, m.rawOverflows, m.repliesCut, m.refused)
+	reg.MustRegister(m.exactDisagreements, m.exactCounts, m.overflowRetries, m.overflowFailures, m.rawOverflows, m.repliesCut, m.refused, m.moved)
 	reg.MustRegister(m.requests, m.unparsable, m.duration, m.tokensBefore, m.tokensAfter, m.dropped,
 		m.summarized, m.truncations, m.calibrationError, m.added, m.numCtx, m.prefixKept, m.promptCached, inflight, streams,
 		m.summaries, m.summaryFailures, m.summaryDuration, m.reloads, m.lastReload, m.lastReloadFailed)

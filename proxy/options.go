@@ -22,7 +22,7 @@ const maxMessagesHeader = plan.MaxMessagesHeader
 func options(r *http.Request, sessionHeader, session string) (plan.Options, *wire.Error) {
 	opt := plan.Options{Session: session, Named: r.Header.Get(sessionHeader) != "",
 		Strategy: r.Header.Get("X-Ctxproxy-Strategy"), Accumulate: r.Header.Get("X-Ctxproxy-Accumulate") == "1",
-		Credential: r.Header.Get("Authorization")}
+		Credential: r.Header.Get("Authorization"), Backend: r.Header.Get("X-Ctxproxy-Backend")}
 	if v := strings.TrimSpace(r.Header.Get(maxMessagesHeader)); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {

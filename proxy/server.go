@@ -44,6 +44,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
 	"github.com/ctxproxy/ctxproxy/proxy/inband"
 	"github.com/ctxproxy/ctxproxy/proxy/sessions"
+	"github.com/ctxproxy/ctxproxy/proxy/spread"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 )
@@ -76,6 +77,8 @@ type Server struct {
 	log     *slog.Logger
 	backend *url.URL
 	rp      *httputil.ReverseProxy
+	// spread serves what rp serves when there are several servers.
+	spread *spread.Handler
 	// transport carries every request to the backend: the chat routes'
 	// round trips, the other routes' through rp, ctxproxy's own calls.
 	transport *http.Transport
@@ -141,8 +144,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	s.transport = transport
 	s.fleet = deps.Fleet
 	if s.fleet == nil {
-		s.fleet, _ = fleet.New([]*fleet.Server{{Name: u.Host, URL: u, Backend: s.be, Transport: transport,
-			Memory: fleet.Local{Monitor: deps.Monitor}}}, "")
+		s.fleet = fleet.One(s.be, deps.Monitor)
 	}
 	s.registry.MustRegister(backendCollector{s.be})
 	s.rp = &httputil.ReverseProxy{
@@ -165,6 +167,9 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		},
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
+	s.spread = spread.New(spread.Config{Fleet: s.fleet, MaxBody: cfg.MaxBody, Log: log,
+		Shape: s.shape, Hop: removeHopByHop,
+		Answer: func(resp *http.Response, srv *fleet.Server) { missingV1(resp, srv.URL.Path) }})
 	s.mux = http.NewServeMux()
 	s.tok = &tokenizeRoutes{be: s.be, tokens: s.tokens, noExact: cfg.Planning.NoExact, gate: s.gate, rp: s.rp}
 	s.status = admin.NewStatus(admin.StatusConfig{Info: cfg.Status, Version: cfg.Version, BackendURL: u, Backend: s.be,
@@ -178,9 +183,9 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	s.trackers = sessions.NewTrackers()
 	s.once = logonce.New(log)
 	s.plan = plan.New(cfg.Planning,
-		plan.Deps{Backend: s.be, Tokens: deps.Tokens, Trimmer: &s.trimmer, Sizer: deps.Sizer, Monitor: deps.Monitor,
+		plan.Deps{Fleet: s.fleet, Tokens: deps.Tokens, Trimmer: &s.trimmer, Sizer: deps.Sizer, Monitor: deps.Monitor,
 			Store: deps.Store, Writer: deps.Writer, Once: s.once, Log: log})
-	s.rec = plan.NewRecorder(plan.RecorderDeps{Backend: s.be, Tokens: deps.Tokens, Writer: deps.Writer, Trimmer: &s.trimmer,
+	s.rec = plan.NewRecorder(plan.RecorderDeps{Tokens: deps.Tokens, Writer: deps.Writer, Trimmer: &s.trimmer,
 		Trackers: s.trackers, Log: log})
 	s.namer = sessionNamer{header: cfg.SessionHeader, scopeHeaders: cfg.ScopeHeaders, noFingerprint: cfg.NoFingerprint, noClientIDs: cfg.NoClientIDs}
 	s.guard = &memoryGuard{sessions: s.sessions, trackers: s.trackers, log: log}
@@ -240,8 +245,12 @@ func (s *Server) passthrough(w http.ResponseWriter, r *http.Request) {
 		s.preflight(w, r)
 		return
 	}
+	var next http.Handler = s.rp
+	if s.fleet.Several() {
+		next = s.spread // which prepares each model on its own server
+	}
 	b, limited := r.Body.(*edge.RateBody)
-	if r.Method == http.MethodPost && mentions[r.URL.Path] && r.Body != nil {
+	if r.Method == http.MethodPost && mentions[r.URL.Path] && r.Body != nil && !s.fleet.Several() {
 		r.Body = &mention{ReadCloser: r.Body, prepare: s.be.Prepare}
 	}
 	if limited {
@@ -253,7 +262,7 @@ func (s *Server) passthrough(w http.ResponseWriter, r *http.Request) {
 		// the answer: a streamed reply loses its end (the error line of
 		// an "ollama pull", the last chunk of a large body).
 		if http.NewResponseController(w).EnableFullDuplex() == nil {
-			s.rp.ServeHTTP(closeUnread{w, b}, r)
+			next.ServeHTTP(closeUnread{w, b}, r)
 			if b.Failed() {
 				// The body stopped short (too slow, or cut): the rest
 				// of it is still on the connection, and a server in full
@@ -265,7 +274,7 @@ func (s *Server) passthrough(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.rp.ServeHTTP(w, r)
+	next.ServeHTTP(w, r)
 }
 
 // closeUnread closes the client connection after an answer that starts

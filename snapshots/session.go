@@ -19,6 +19,10 @@ type Session struct {
 	// ID is the client's session id, exactly as sent.
 	ID    string `json:"session_id"`
 	Model string `json:"model,omitempty"`
+	// Backend is the server that answered its last turn, when ctxproxy
+	// forwards to several: its next turn goes there while it can take
+	// it, where the prompt is in the server's cache.
+	Backend string `json:"backend,omitempty"`
 	// Created and Updated are set by the store (UTC).
 	Created time.Time `json:"created"`
 	Updated time.Time `json:"updated"`

@@ -147,6 +147,10 @@ func isContextLength(msg string) bool {
 		strings.Contains(msg, "exceeds maximum context length")
 }
 
+// ErrorText returns the message of an Ollama or OpenAI error body, or
+// the body itself (trimmed, at most 1 KiB) when it is not one.
+func ErrorText(body []byte) string { return errorText(body) }
+
 // errorText returns the "error" string of an Ollama error body, or the body
 // itself (trimmed and bounded) when it is not one.
 func errorText(body []byte) string {
