@@ -21,7 +21,8 @@ import (
 // (X-Ctxproxy-Backend), the sessions are spread over more than one, and
 // the merged /api/tags lists the model once. Then the server of the
 // first session is SIGKILLed, and that session's next turns are answered
-// 200 by another server. No prompt time is asserted (the harness
+// 200 by another server, the first saying it moved (X-Ctxproxy-Backend:
+// "b; moved-from=a"). No prompt time is asserted (the harness
 // measures it).
 func TestRealOllama_Backends(t *testing.T) {
 	need(t)
@@ -112,6 +113,11 @@ func TestRealOllama_Backends(t *testing.T) {
 	moved := fleetbench.ServersOf(after)[1]
 	if len(moved) != 1 || moved[0] == "" || moved[0] == killed {
 		t.Errorf("session 1 after its server %s was killed: turns went to %q, want one other server", killed, moved)
+	}
+	for _, turn := range after {
+		if turn.Session == 1 && turn.Turn == pause+1 && turn.MovedFrom != killed {
+			t.Errorf("session 1 turn %d: X-Ctxproxy-Backend says moved-from=%q, want %q", turn.Turn, turn.MovedFrom, killed)
+		}
 	}
 }
 

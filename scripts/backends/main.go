@@ -302,8 +302,12 @@ func check(o options, routing string, sum fleetbench.Summary, turns []fleetbench
 		moved := killed != "" && len(list) == 2 && list[0] == killed && list[1] != killed
 		if moved {
 			for _, t := range turns {
-				if t.Session == session && t.Turn > pause && t.Backend == killed {
+				switch {
+				case t.Session != session || t.Turn <= pause:
+				case t.Backend == killed:
 					out = append(out, fmt.Sprintf("%s: session %d turn %d answered by the killed server", sum.Name, session, t.Turn))
+				case t.Turn == pause+1 && t.MovedFrom != killed:
+					out = append(out, fmt.Sprintf("%s: session %d turn %d moved to %s without saying so (moved-from=%q)", sum.Name, session, t.Turn, t.Backend, t.MovedFrom))
 				}
 			}
 			continue

@@ -66,7 +66,7 @@ func main() {
 	if len(problems) > 0 {
 		os.Exit(1)
 	}
-	fmt.Fprintf(os.Stderr, "composecheck: %s, %s, %s and %s are valid\n", composeFile, cpuOverride, replicasFile, dockerfile)
+	fmt.Fprintf(os.Stderr, "composecheck: %s, %s, %s, %s and %s are valid\n", composeFile, cpuOverride, replicasFile, backendsFile, dockerfile)
 }
 
 // env is the environment the stack is resolved with: none of the
@@ -195,6 +195,7 @@ func check(ctx context.Context, dir string) []error {
 	}
 
 	problems = append(problems, checkReplicas(ctx, dir)...)
+	problems = append(problems, checkBackends(ctx, dir)...)
 	return append(problems, checkDockerfile(filepath.Join(dir, dockerfile))...)
 }
 

@@ -22,7 +22,7 @@ func TestRepositoryStackIsValid(t *testing.T) {
 func copyStack(t *testing.T, file, old, new string) string {
 	t.Helper()
 	dir := t.TempDir()
-	for _, f := range []string{composeFile, cpuOverride, replicasFile, nginxConf, dockerfile, "deploy/ctxproxy.yaml", "deploy/prometheus.yml"} {
+	for _, f := range []string{composeFile, cpuOverride, replicasFile, backendsFile, nginxConf, dockerfile, "deploy/ctxproxy.yaml", "deploy/prometheus.yml"} {
 		data, err := os.ReadFile(filepath.Join(repo, f))
 		if err != nil {
 			t.Fatal(err)
@@ -70,6 +70,12 @@ func TestBrokenStacksAreRejected(t *testing.T) {
 			"not in a bind-mounted directory"},
 		{"prometheus scrapes elsewhere", "deploy/prometheus.yml", "names: [ctxproxy]", "names: [ollama]", "no scrape config for ctxproxy"},
 		{"cpu override keeps the GPU", cpuOverride, "  ollama:\n    deploy: !reset {}\n", "", "service ollama still reserves a GPU"},
+		{"backends: one server", backendsFile, "a=http://ollama-a:11434,b=http://ollama-b:11434", "a=http://ollama-a:11434",
+			"must name two servers or more"},
+		{"backends: not a service", backendsFile, "b=http://ollama-b:11434", "b=http://ollama-c:11434", `backend host "ollama-c" is not a service`},
+		{"backends: one models volume", backendsFile, "ollama-b-models:/root/.ollama", "ollama-a-models:/root/.ollama", "share the models volume"},
+		{"backends: ctxproxy does not wait", backendsFile, "      ollama-b:\n        condition: service_healthy\n", "",
+			"must depend on ollama-b being healthy"},
 		{"runs as root", dockerfile, "USER 65532:65532", "USER root", "runs as root"},
 		{"no cgo", dockerfile, "CGO_ENABLED=1", "CGO_ENABLED=0", "CGO_ENABLED=1"},
 		{"single stage", dockerfile, "FROM gcr.io/distroless/base-debian12:nonroot", "", "not multi-stage"},

@@ -31,7 +31,7 @@ type Proxy struct {
 // YAML appended (a snapshots: section for replicas).
 func Config(servers []*Ollama, routing, model string, window int, extra string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "backend: {kind: ollama, url: %q, routing: %s, probe_interval: 1s}\nbackends:\n", servers[0].URL, routing)
+	fmt.Fprintf(&b, "backend: {kind: ollama, routing: %s, probe_interval: 1s}\nbackends:\n", routing)
 	for _, s := range servers {
 		fmt.Fprintf(&b, "  - {name: %s, url: %q}\n", s.Name, s.URL)
 	}

@@ -50,8 +50,10 @@ type Turn struct {
 	// wrong (a status other than 200, an error in the stream).
 	Status int
 	Err    string
-	// Backend is the answer's X-Ctxproxy-Backend.
-	Backend string
+	// Backend is the server the answer's X-Ctxproxy-Backend names;
+	// MovedFrom the server it names as moved-from (the session's
+	// previous server, which could not take the turn), if any.
+	Backend, MovedFrom string
 	// TTFB is the time to the answer's first byte; Wall to its end.
 	TTFB, Wall time.Duration
 	// PromptEval is Ollama's prompt_eval_duration, PromptCount its
@@ -204,7 +206,8 @@ func send(ctx context.Context, base, session, model string, history []message, t
 		return turn, ""
 	}
 	defer resp.Body.Close()
-	turn.Status, turn.Backend = resp.StatusCode, resp.Header.Get("X-Ctxproxy-Backend")
+	turn.Status = resp.StatusCode
+	turn.Backend, turn.MovedFrom = parseBackend(resp.Header.Get("X-Ctxproxy-Backend"))
 	r := bufio.NewReader(resp.Body)
 	if _, err := r.Peek(1); err == nil {
 		turn.TTFB = time.Since(start)
@@ -246,4 +249,15 @@ func send(ctx context.Context, base, session, model string, history []message, t
 		turn.Err = "the stream ended without done"
 	}
 	return turn, reply.String()
+}
+
+// parseBackend reads X-Ctxproxy-Backend: "b", or "b; moved-from=a".
+func parseBackend(v string) (server, movedFrom string) {
+	server, params, _ := strings.Cut(v, ";")
+	for p := range strings.SplitSeq(params, ";") {
+		if k, val, ok := strings.Cut(strings.TrimSpace(p), "="); ok && k == "moved-from" {
+			movedFrom = val
+		}
+	}
+	return strings.TrimSpace(server), movedFrom
 }
