@@ -5,7 +5,7 @@
 # replays concurrent chat sessions through ctxproxy with each routing and
 # prints a Markdown table. Flags go to scripts/backends:
 #
-#   scripts/backends.sh                    # 12 sessions × 20 turns (about N minutes)
+#   scripts/backends.sh                    # 12 sessions × 20 turns (about ten minutes on two cores)
 #   scripts/backends.sh -sessions 36       # 36 sessions, 12 at a time
 #   scripts/backends.sh -kill              # a server SIGKILLed after turn 10
 #   scripts/backends.sh -replicas 3        # three replicas on one redis-server

@@ -4,8 +4,9 @@
 // generated model created on each, one ctxproxy with the three as its
 // backends:, and concurrent chat sessions replayed through it as a chat UI
 // sends them (testkit/fleetbench). It runs the replay once per routing
-// (backend.routing: sessions, then round_robin, the servers' models
-// unloaded between runs so that every run starts with cold caches) and
+// (backend.routing: sessions, then round_robin; before each run the
+// model is unloaded from every server and loaded again, so that every
+// run starts with it in memory and its prompt caches empty) and
 // prints a Markdown table: Ollama's prompt time over the second half of
 // the turns, the time to first byte, turns lost, and how many sessions
 // stayed on one server. It exits 1 when a check fails.
@@ -20,6 +21,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,13 +40,19 @@ import (
 	"github.com/ctxproxy/ctxproxy/testkit/loopback"
 )
 
-const model = "bench"
+// model is the model created on every server; window its window in
+// ctxproxy (and the num_ctx it is loaded with): 20 turns fit whole.
+const (
+	model  = "bench"
+	window = 8192
+)
 
 type options struct {
 	bin                                 string
 	sessions, concurrency, turns, chars int
 	replicas                            int
-	kill, keep                          bool
+	kill, keep, cold                    bool
+	stagger                             time.Duration
 	routings                            []string
 	target                              float64
 }
@@ -60,6 +68,8 @@ func main() {
 	flag.IntVar(&o.replicas, "replicas", 1, "ctxproxy replicas (above 1: on one redis-server, each session's turns round robin over them)")
 	flag.BoolVar(&o.kill, "kill", false, "SIGKILL the server with the most sessions between turns turns/2 and turns/2+1")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (logs, configurations)")
+	flag.BoolVar(&o.cold, "cold", false, "start each run with the model unloaded everywhere (else loaded on every server, its cache empty)")
+	flag.DurationVar(&o.stagger, "stagger", 250*time.Millisecond, "pause between the starts of two sessions")
 	flag.StringVar(&routing, "routing", "sessions,round_robin", "backend.routing values to run, in order")
 	flag.Float64Var(&o.target, "target", 0, "most prompt time of sessions over round robin's (0: 0.3 when every session runs at once, else 0.6; negative: none)")
 	flag.Parse()
@@ -221,6 +231,12 @@ func runOnce(ctx context.Context, o options, servers []*fleetbench.Ollama, dir, 
 		if err := s.UnloadAll(ctx); err != nil {
 			return none, nil, err
 		}
+		if o.cold {
+			continue
+		}
+		if err := s.Preload(ctx, model, window); err != nil {
+			return none, nil, err
+		}
 	}
 	name := routing
 	extra := ""
@@ -234,7 +250,7 @@ func runOnce(ctx context.Context, o options, servers []*fleetbench.Ollama, dir, 
 	var urls []string
 	for i := range o.replicas {
 		p, err := fleetbench.StartProxy(ctx, o.bin, filepath.Join(dir, fmt.Sprintf("run%d-%s-%d", n, routing, i)),
-			fleetbench.Config(servers, routing, model, 8192, extra))
+			fleetbench.Config(servers, routing, model, window, extra))
 		if err != nil {
 			return none, nil, err
 		}
@@ -242,7 +258,7 @@ func runOnce(ctx context.Context, o options, servers []*fleetbench.Ollama, dir, 
 		urls = append(urls, p.URL)
 	}
 	plan := fleetbench.Plan{URLs: urls, Model: model, Sessions: o.sessions, Concurrency: o.concurrency, Turns: o.turns,
-		UserChars: o.chars, Seed: 1, ID: fmt.Sprintf("%s-%d", routing, time.Now().UnixNano())}
+		UserChars: o.chars, Seed: 1, Stagger: o.stagger, ID: fmt.Sprintf("%s-%d", routing, time.Now().UnixNano())}
 	killed := ""
 	if o.kill {
 		plan.Pause = o.turns / 2
@@ -255,7 +271,16 @@ func runOnce(ctx context.Context, o options, servers []*fleetbench.Ollama, dir, 
 		return none, nil, err
 	}
 	sum := fleetbench.Summarize(name, turns, o.sessions, o.turns, time.Since(start))
-	fmt.Fprintf(os.Stderr, "backends: %s: done in %s\n", name, sum.Wall.Round(time.Second))
+	perServer := map[string]int{}
+	for _, list := range fleetbench.ServersOf(turns) {
+		perServer[list[0]]++
+	}
+	fmt.Fprintf(os.Stderr, "backends: %s: done in %s; sessions by first server: %v\n", name, sum.Wall.Round(time.Second), perServer)
+	if o.keep {
+		if b, err := json.MarshalIndent(turns, "", " "); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("run%d-%s.json", n, routing)), b, 0o644)
+		}
+	}
 	return sum, check(o, routing, sum, turns, killed, plan.Pause), nil
 }
 

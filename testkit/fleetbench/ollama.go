@@ -214,6 +214,27 @@ func (o *Ollama) UnloadAll(ctx context.Context) error {
 	return fmt.Errorf("%s: models still loaded 30 s after unloading", o.Name)
 }
 
+// Preload loads model with num_ctx numCtx (as ctxproxy will send it, so
+// that its first request does not reload it) without a prompt: the model
+// in memory, its cache empty.
+func (o *Ollama) Preload(ctx context.Context, model string, numCtx int) error {
+	b, _ := json.Marshal(map[string]any{"model": model, "options": map[string]any{"num_ctx": numCtx}})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.URL+"/api/generate", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: loading %s: HTTP %d: %.200s", o.Name, model, resp.StatusCode, data)
+	}
+	return nil
+}
+
 // Create creates model name on the server from the Modelfile at
 // modelfile (its FROM relative to the Modelfile's directory), with the
 // server's own ollama binary.

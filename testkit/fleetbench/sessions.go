@@ -38,6 +38,9 @@ type Plan struct {
 	// far before any goes on. It needs Sessions <= Concurrency.
 	Pause   int
 	AtPause func(done []Turn)
+	// Stagger is the pause between the starts of two sessions: users
+	// do not all begin in the same millisecond.
+	Stagger time.Duration
 	// Timeout bounds one turn (default five minutes).
 	Timeout time.Duration
 }
@@ -105,6 +108,12 @@ func Run(ctx context.Context, p Plan) ([]Turn, error) {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
+		}
+		if s > 0 && p.Stagger > 0 {
+			select {
+			case <-time.After(p.Stagger):
+			case <-ctx.Done():
+			}
 		}
 		if ctx.Err() != nil {
 			break
