@@ -6,6 +6,7 @@
 // status page (headless), throwaway redis-server processes for the Redis
 // store and replicas (redistest), the replay of a long chat against the
 // real Ollama that measures its prompt cache under each strategy (replay),
-// and the check of the codebase's own shape (house). Nothing in the
+// several real Ollama servers behind one ctxproxy with concurrent chat
+// sessions replayed through it (fleetbench), and the check of the codebase's own shape (house). Nothing in the
 // product imports them.
 package testkit
