@@ -281,3 +281,18 @@ func TestFleetSendsWhereTheClientSays(t *testing.T) {
 		t.Fatalf("unknown server: %d %s", resp.StatusCode, data)
 	}
 }
+
+func TestFleetAllGone(t *testing.T) {
+	fakes, ss := servers(t, 2)
+	deps, _, _ := fileStore(t)
+	url := fleetProxy(t, ss, deps)
+	for _, f := range fakes {
+		f.Close()
+	}
+	resp := post(t, url+"/api/chat", []byte(`{"model":"llama3.1:8b","stream":false,"messages":[{"role":"user","content":"hi"}]}`), nil)
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(data), "could not reach the backend at "+fakes[0].URL) &&
+		!strings.Contains(string(data), "could not reach the backend at "+fakes[1].URL) {
+		t.Fatalf("every server gone: %d %s", resp.StatusCode, data)
+	}
+}

@@ -76,7 +76,7 @@ func (s *Server) send(ctx context.Context, r *http.Request, ex *exchange, p *pla
 			}
 		}
 		if err != nil {
-			return nil, p, nil, err
+			return nil, p, nil, atServer{srv.URL, err}
 		}
 		if p == nil || !p.Resend {
 			return resp, p, nil, nil
@@ -421,17 +421,21 @@ func (s *Server) backendError(w http.ResponseWriter, r *http.Request, d wire.Dia
 		s.log.Debug("client gone before the backend answered", "path", r.URL.Path)
 		return 499
 	}
+	target := s.backend
+	if at := (atServer{}); errors.As(err, &at) {
+		target = at.url
+	}
 	e := wire.Error{Status: http.StatusBadGateway,
-		Message: fmt.Sprintf("ctxproxy could not reach the backend at %s", s.backend.Redacted())}
+		Message: fmt.Sprintf("ctxproxy could not reach the backend at %s", target.Redacted())}
 	var bad badAnswer
 	if errors.As(err, &bad) {
-		e.Message = fmt.Sprintf("ctxproxy could not read the answer of the backend at %s", s.backend.Redacted())
+		e.Message = fmt.Sprintf("ctxproxy could not read the answer of the backend at %s", target.Redacted())
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() && !isDialError(err) {
 		e = wire.Error{Status: http.StatusGatewayTimeout,
 			Message: fmt.Sprintf("the backend at %s sent no response headers within %s (backend.response_header_timeout)",
-				s.backend.Redacted(), s.cfg.ResponseHeaderTimeout)}
+				target.Redacted(), s.cfg.ResponseHeaderTimeout)}
 	}
 	if isDialError(err) {
 		s.be.Forget()
@@ -440,6 +444,16 @@ func (s *Server) backendError(w http.ResponseWriter, r *http.Request, d wire.Dia
 	wire.WriteError(w, d, e)
 	return e.Status
 }
+
+// atServer is an error in reaching the server at url.
+type atServer struct {
+	url *url.URL
+	err error
+}
+
+func (a atServer) Error() string { return a.err.Error() }
+
+func (a atServer) Unwrap() error { return a.err }
 
 // badAnswer wraps an error in reading the backend's answer (as opposed to
 // reaching the backend), so the client is told which it was.
