@@ -85,12 +85,7 @@ func (r *Remote) Reading(ctx context.Context) (gpu.Reading, bool) {
 		defer r.mu.Unlock()
 		return r.last, true
 	}
-	done := r.fetching
-	if done == nil {
-		done = make(chan struct{})
-		r.fetching = done
-		go r.fetch(done)
-	}
+	done := r.startFetch()
 	last := r.last
 	r.mu.Unlock()
 	if usable {
@@ -101,18 +96,39 @@ func (r *Remote) Reading(ctx context.Context) (gpu.Reading, bool) {
 	case <-ctx.Done():
 		return gpu.Reading{}, false
 	}
-	return r.Last()
-}
-
-// Last returns the last reading without fetching one; false when there
-// is none younger than MaxAge.
-func (r *Remote) Last() (gpu.Reading, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.last.Seq == 0 || r.now().Sub(r.at) >= cmp.Or(r.MaxAge, RemoteMaxAge) {
 		return gpu.Reading{}, false
 	}
 	return r.last, true
+}
+
+// Last returns the last reading without waiting for one; false when
+// there is none younger than MaxAge. When it is older than Every it
+// starts a fetch for the next caller, so that the status page, which
+// calls it every few seconds, keeps it fresh while no request needs it.
+func (r *Remote) Last() (gpu.Reading, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	age := r.now().Sub(r.at)
+	if r.last.Seq == 0 || age >= cmp.Or(r.Every, RemoteEvery) {
+		r.startFetch()
+	}
+	if r.last.Seq == 0 || age >= cmp.Or(r.MaxAge, RemoteMaxAge) {
+		return gpu.Reading{}, false
+	}
+	return r.last, true
+}
+
+// startFetch starts a fetch unless one is in flight, and returns the
+// channel closed when the one in flight ends; the caller holds r.mu.
+func (r *Remote) startFetch() chan struct{} {
+	if r.fetching == nil {
+		r.fetching = make(chan struct{})
+		go r.fetch(r.fetching)
+	}
+	return r.fetching
 }
 
 // Err is the last fetch's failure; nil when it answered.
