@@ -365,3 +365,11 @@ func (b *Backend) ModelFacts(ctx context.Context, model string) (modelinfo.Facts
 	m := b.Model(ctx, model)
 	return m.Facts, m.Weights, m.Err
 }
+
+// Listing returns what the server last said it has (Poller).
+func (b *Backend) Listing() Listing {
+	if l := b.listing.Load(); l != nil {
+		return *l
+	}
+	return Listing{}
+}

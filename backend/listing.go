@@ -38,11 +38,3 @@ func (l Listing) Has(model string) (has, known bool) {
 func (l Listing) IsLoaded(model string) bool {
 	return l.Loaded[tagged(model)] || l.Loaded[model]
 }
-
-// Listing returns what the server last said it has (Poller).
-func (b *Backend) Listing() Listing {
-	if l := b.listing.Load(); l != nil {
-		return *l
-	}
-	return Listing{}
-}
