@@ -391,7 +391,7 @@ func (pl *Planner) details(ctx context.Context, p *Plan, snap gpu.Reading, known
 	if pl.tokens != nil && mi.Facts.ContextLength == 0 {
 		window = pl.tokens.Window(req.Model, 0).MaxTokens
 	}
-	d := pl.sizer.Decide(gpu.Workload{Name: req.Model, Facts: mi.Facts, Weights: mi.Weights, Window: window, NumCtx: mi.NumCtx}, snap)
+	d := pl.sizer.Decide(gpu.Workload{Name: req.Model, Server: p.Backend, Facts: mi.Facts, Weights: mi.Weights, Window: window, NumCtx: mi.NumCtx}, snap)
 	p.NumReason = d.Reason
 	switch {
 	case req.NumCtx > 0 && pl.cfg.RespectClient:

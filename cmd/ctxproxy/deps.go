@@ -204,7 +204,9 @@ func pollers(servers []*fleet.Server) []*backend.Poller {
 }
 
 // setMemory tells each server where its free memory is read
-// (backends[].memory): this machine's monitor, or nowhere.
+// (backends[].memory): this machine's monitor, nowhere, or the status
+// of the ctxproxy on the server's machine, read with memory_token and
+// the server's own loaded models (its /api/ps).
 func setMemory(c config.Config, servers []*fleet.Server, mon *gpu.Monitor) {
 	for i, sc := range c.Servers() {
 		switch sc.Memory {
@@ -212,7 +214,12 @@ func setMemory(c config.Config, servers []*fleet.Server, mon *gpu.Monitor) {
 			servers[i].Memory = fleet.Local{Monitor: mon}
 		case config.MemoryNone:
 		default:
-			servers[i].Memory = fleet.Local{Monitor: mon} // another ctxproxy's: not read yet
+			u, err := url.Parse(sc.Memory)
+			if err != nil {
+				continue // validated: not reached
+			}
+			servers[i].Memory = &fleet.Remote{URL: u, Token: sc.MemoryToken, Loaded: servers[i].Backend.LoadedModels,
+				Client: &http.Client{Timeout: fleet.RemoteTimeout}}
 		}
 	}
 }
