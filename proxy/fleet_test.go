@@ -296,3 +296,48 @@ func TestFleetAllGone(t *testing.T) {
 		t.Fatalf("every server gone: %d %s", resp.StatusCode, data)
 	}
 }
+
+// TestFleetSpreadsNewSessions: twelve sessions whose first turns arrive
+// at once go four to each of three servers.
+func TestFleetSpreadsNewSessions(t *testing.T) {
+	fakes, ss := servers(t, 3)
+	hold := make(chan struct{})
+	for _, f := range fakes {
+		f.SetOptions(fakebackend.Options{Hold: hold})
+	}
+	deps, _, _ := fileStore(t)
+	url := fleetProxy(t, ss, deps)
+	var wg sync.WaitGroup
+	got := make([]string, 12)
+	for i := range 12 {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"model":"llama3.1:8b","messages":[{"role":"user","content":"session %d"}]}`, i)
+			resp := post(t, url+"/api/chat", []byte(body), map[string]string{"X-Session-ID": fmt.Sprint("new", i)})
+			got[i] = resp.Header.Get("X-Ctxproxy-Backend")
+			io.Copy(io.Discard, resp.Body)
+		})
+	}
+	for wait := time.Now().Add(5 * time.Second); time.Now().Before(wait); time.Sleep(5 * time.Millisecond) {
+		n := 0
+		for _, s := range ss {
+			n += s.InFlight()
+		}
+		if n == 12 {
+			break
+		}
+	}
+	for _, s := range ss {
+		if s.InFlight() != 4 {
+			t.Errorf("server %s has %d of 12 new sessions in flight", s.Name, s.InFlight())
+		}
+	}
+	close(hold)
+	wg.Wait()
+	count := map[string]int{}
+	for _, g := range got {
+		count[g]++
+	}
+	if count["a"] != 4 || count["b"] != 4 || count["c"] != 4 {
+		t.Fatalf("twelve new sessions: %v", count)
+	}
+}
