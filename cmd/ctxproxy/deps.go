@@ -148,7 +148,7 @@ func build(ctx context.Context, c config.Config, log *slog.Logger, h hooks) (*sy
 	}
 	// The summarizer calls the backend over the same transport; its own
 	// timeout is summarize.timeout.
-	sumURL, sumKind := c.Backend.URL, func() string { return be.Kind(context.Background()) }
+	sumURL, sumKind := servers[0].URL.String(), func() string { return be.Kind(context.Background()) }
 	sumCfg := backend.SummarizerConfig{Model: c.Summarize.Model, MaxTokens: c.Summarize.MaxTokens, Timeout: c.Summarize.Timeout}
 	if c.Summarize.Backend != "" {
 		// A summarizer backend of its own: its kind is configured, and
