@@ -158,6 +158,27 @@ func TestFleetKeepsSessionsOnTheirServer(t *testing.T) {
 	if err != nil || s.Backend != where["s0"] {
 		t.Fatalf("stored backend %q (%v), want %q", s.Backend, err, where["s0"])
 	}
+	// And the admin API shows it.
+	resp, err := http.Get(url + "/ctxproxy/sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Sessions []struct {
+			SessionID string `json:"session_id"`
+			Backend   string `json:"backend"`
+		}
+	}
+	json.NewDecoder(resp.Body).Decode(&list)
+	for _, row := range list.Sessions {
+		if row.Backend != where[row.SessionID] {
+			t.Fatalf("listing: session %s on %q, want %q", row.SessionID, row.Backend, where[row.SessionID])
+		}
+	}
+	if len(list.Sessions) != 6 {
+		t.Fatalf("listing: %d sessions", len(list.Sessions))
+	}
 }
 
 func TestFleetMovesASessionWhoseServerIsGone(t *testing.T) {
