@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -69,14 +70,20 @@ func fileStore(t *testing.T) (Deps, *snapshots.FileStore, *snapshots.Writer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := snapshots.NewWriter(store, cfg, nil)
+	w := writerOf(t, store, cfg, nil)
+	return Deps{Store: store, Writer: w}, store, w
+}
+
+// writerOf is store's writer; both are closed when the test ends.
+func writerOf(t testing.TB, store snapshots.Store, cfg snapshots.Config, log *slog.Logger) *snapshots.Writer {
+	w := snapshots.NewWriter(store, cfg, log)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		w.Close(ctx)
 		store.Close()
 	})
-	return Deps{Store: store, Writer: w}, store, w
+	return w
 }
 
 // turn sends a session's turn and returns the server that answered it
@@ -252,14 +259,7 @@ func TestFleetReplicasRouteASessionAlike(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := snapshots.NewWriter(store, cfg, nil)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			w.Close(ctx)
-			store.Close()
-		})
-		urls = append(urls, fleetProxy(t, own, Deps{Store: store, Writer: w}))
+		urls = append(urls, fleetProxy(t, own, Deps{Store: store, Writer: writerOf(t, store, cfg, nil)}))
 	}
 	var wg sync.WaitGroup
 	for i := range 6 {
