@@ -19,6 +19,9 @@ type SessionRow struct {
 	Sent      int `json:"sent"`
 	Requests  int `json:"requests"`
 	Snapshots int `json:"snapshots"`
+	// Backend is the server of the session's last turn, with several
+	// (backends:).
+	Backend string `json:"backend,omitempty"`
 }
 
 // SessionInfo is one row of GET /ctxproxy/sessions.
@@ -90,6 +93,8 @@ type SessionDetail struct {
 	// Warning is the capacity warning from 80% usage ("Context at 80%
 	// capacity. …"); absent below.
 	Warning string `json:"warning,omitempty"`
+	// Backend is the server of the session's last turn, with several.
+	Backend string `json:"backend,omitempty"`
 }
 
 // SessionUpdate is the body of PUT /ctxproxy/sessions/{id}: metadata keys

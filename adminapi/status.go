@@ -18,6 +18,37 @@ type Status struct {
 	// Replica names this ctxproxy (its host name) when replicas share
 	// the Redis store; empty otherwise.
 	Replica string `json:"replica,omitempty"`
+	// Backends are the servers behind ctxproxy when there are several
+	// (backends:); absent with one, whose view is Backend and GPU.
+	Backends []ServerStatus `json:"backends,omitempty"`
+}
+
+// ServerStatus is one of several servers behind ctxproxy.
+type ServerStatus struct {
+	Name string `json:"name"`
+	// URL is its root, a password hidden.
+	URL string `json:"url"`
+	// Kind and Version are what it said it is so far ("" before).
+	Kind    string `json:"kind"`
+	Version string `json:"version,omitempty"`
+	// Up is false while it is taken out: it could not be reached, or
+	// refused a request as unable to serve it. DownUntil (RFC 3339) is
+	// when requests go to it again at the latest, LastError why.
+	Up        bool   `json:"up"`
+	DownUntil string `json:"down_until,omitempty"`
+	LastError string `json:"last_error,omitempty"`
+	// Inflight is its requests now; Served all it was sent.
+	Inflight int    `json:"inflight"`
+	Served   uint64 `json:"served"`
+	// Memory is where its free memory is read for num_ctx: "local",
+	// "none" or "ctxproxy at <URL>".
+	Memory string `json:"memory"`
+	// ModelsListed and ModelsLoaded count what it last listed (its
+	// /api/tags and /api/ps).
+	ModelsListed int `json:"models_listed"`
+	ModelsLoaded int `json:"models_loaded"`
+	// GPU is its memory's last reading; absent when none is known.
+	GPU *GPUStatus `json:"gpu,omitempty"`
 }
 
 // BackendStatus is the server behind ctxproxy.

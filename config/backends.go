@@ -28,7 +28,12 @@ type Server struct {
 	// Memory is where its free memory is read for num_ctx: local (this
 	// machine's probes), none (the server's default window), or the URL
 	// of a ctxproxy on its machine (its /ctxproxy/status).
-	Memory                string        `mapstructure:"memory"`
+	Memory string `mapstructure:"memory"`
+	// MemoryToken is the admin.token of the ctxproxy memory names, sent
+	// as a bearer token when its status is read; "" sends none (that
+	// ctxproxy listens on loopback only, or has no token). Not in the
+	// URL, where logs and the status page would show it.
+	MemoryToken           string        `mapstructure:"memory_token"`
 	ResponseHeaderTimeout time.Duration `mapstructure:"response_header_timeout"`
 	DialTimeout           time.Duration `mapstructure:"dial_timeout"`
 }
@@ -122,11 +127,7 @@ func (c Config) serversProblems() []string {
 		if s.ResponseHeaderTimeout < 0 || s.DialTimeout < 0 {
 			p = append(p, key+": timeouts must not be negative")
 		}
-		if s.Memory != MemoryLocal && s.Memory != MemoryNone {
-			if u, err := url.Parse(s.Memory); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				p = append(p, fmt.Sprintf("%s.memory: %q is neither local, none nor the http(s) URL of a ctxproxy", key, RedactURL(s.Memory)))
-			}
-		}
+		p = append(p, memoryProblems(key, s)...)
 	}
 	return p
 }
@@ -151,4 +152,23 @@ func serversHook(from reflect.Type, to reflect.Type, data any) (any, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// memoryProblems returns what is wrong with a server's memory and
+// memory_token.
+func memoryProblems(key string, s Server) []string {
+	if s.Memory == MemoryLocal || s.Memory == MemoryNone {
+		if s.MemoryToken != "" {
+			return []string{fmt.Sprintf("%s.memory_token: set, but memory is %s, not the URL of a ctxproxy", key, s.Memory)}
+		}
+		return nil
+	}
+	u, err := url.Parse(s.Memory)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return []string{fmt.Sprintf("%s.memory: %q is neither local, none nor the http(s) URL of a ctxproxy", key, RedactURL(s.Memory))}
+	case u.User != nil:
+		return []string{fmt.Sprintf("%s.memory: %q carries credentials; put the other ctxproxy's admin token in memory_token", key, RedactURL(s.Memory))}
+	}
+	return nil
 }

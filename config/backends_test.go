@@ -34,3 +34,28 @@ func TestServersProblems(t *testing.T) {
 		}
 	}
 }
+
+func TestServersMemoryProblems(t *testing.T) {
+	for _, tc := range []struct {
+		s    Server
+		want string // "" for none
+	}{
+		{Server{URL: "http://a:1", Memory: "http://gpu2:8080", MemoryToken: "t"}, ""},
+		{Server{URL: "http://a:1", Memory: "https://gpu2:8080/"}, ""},
+		{Server{URL: "http://a:1"}, ""},
+		{Server{URL: "http://a:1", Memory: "none"}, ""},
+		{Server{URL: "http://a:1", Memory: "local", MemoryToken: "t"}, "backends[0].memory_token"},
+		{Server{URL: "http://a:1", Memory: "http://me:secret@gpu2:8080"}, "memory_token"},
+		{Server{URL: "http://a:1", Memory: "gpu2:8080"}, "backends[0].memory"},
+	} {
+		c := Default()
+		c.Backends = []Server{tc.s}
+		got := strings.Join(c.validate(), "\n")
+		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("%+v: problems %q, want one with %q", tc.s, got, tc.want)
+		}
+		if strings.Contains(got, "secret") {
+			t.Errorf("a problem shows the password: %s", got)
+		}
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"hash/fnv"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +48,8 @@ type Router struct {
 	policy  string
 	next    atomic.Uint64 // round robin's turn
 	now     func() time.Time
+	// taking makes Take's choice and count one step.
+	taking sync.Mutex
 }
 
 // New returns a Router over servers, which must have distinct names.
@@ -187,6 +190,30 @@ func (r *Router) Order(model, previous, key string) Choice {
 			}
 		}
 	}
+	return ch
+}
+
+// Take is Order with the request counted in flight on the first server
+// (Server.Begin; the caller ends it), both under one lock: requests
+// placed at the same moment see each other and spread over the servers.
+// name, when set, is the server the client named: first whatever the
+// order (nil Order when no server has that name).
+func (r *Router) Take(model, previous, key, name string) Choice {
+	if len(r.servers) == 1 {
+		r.servers[0].Begin()
+		return Choice{Order: r.servers}
+	}
+	r.taking.Lock()
+	defer r.taking.Unlock()
+	ch := r.Order(model, previous, key)
+	if name != "" {
+		named := r.Named(name)
+		if named == nil {
+			return Choice{}
+		}
+		ch = Choice{Order: append([]*Server{named}, slices.DeleteFunc(ch.Order, func(s *Server) bool { return s == named })...)}
+	}
+	ch.Order[0].Begin()
 	return ch
 }
 

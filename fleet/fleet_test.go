@@ -163,3 +163,20 @@ func TestNew(t *testing.T) {
 		t.Fatal("one server")
 	}
 }
+
+func TestTake(t *testing.T) {
+	a := server(t, "a", []string{"m:latest"}, nil)
+	b := server(t, "b", []string{"m:latest"}, nil)
+	r, _ := New([]*Server{a, b}, "")
+	ch := r.Take("m", "", "k", "b")
+	if ch.Order[0] != b || b.InFlight() != 1 || a.InFlight() != 0 {
+		t.Fatalf("named b: %v, in flight a %d b %d", names(ch.Order), a.InFlight(), b.InFlight())
+	}
+	if ch := r.Take("m", "", "k", "nowhere"); ch.Order != nil {
+		t.Fatalf("unknown name: %v", names(ch.Order))
+	}
+	// The next new session goes to the server with fewer in flight.
+	if ch := r.Take("m", "", "k", ""); ch.Order[0] != a {
+		t.Fatalf("after b took one: %v", names(ch.Order))
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/ctxproxy/ctxproxy/adminapi"
 )
 
 // Report is what `ctxproxy gpu` and the status page show: the devices and,
@@ -17,6 +19,9 @@ type Report struct {
 	// Source says whose view this is: "here" (probed by this command) or
 	// the running ctxproxy it asked.
 	Source string `json:"source,omitempty"`
+	// Servers are the servers behind the ctxproxy asked, when it has
+	// several: where each one's memory is read, and its last reading.
+	Servers []ServerMemory `json:"servers,omitempty"`
 
 	// Shown in the text form only.
 	Probe string  `json:"-"`
@@ -33,6 +38,16 @@ type ModelReport struct {
 	BytesPerToken uint64 `json:"bytes_per_token"`
 	NumCtx        int    `json:"num_ctx"`
 	Reason        string `json:"reason"`
+}
+
+// ServerMemory is one server's memory in a Report.
+type ServerMemory struct {
+	Name string `json:"name"`
+	// Memory is where it is read: "local", "none", "ctxproxy at <URL>".
+	Memory string `json:"memory"`
+	Up     bool   `json:"up"`
+	// GPU is its last reading; nil while none is known.
+	GPU *adminapi.GPUStatus `json:"gpu,omitempty"`
 }
 
 // NewReport builds a Report from a Reading and, when d is not nil, the
@@ -90,6 +105,10 @@ func (r Report) WriteText(w io.Writer) error {
 	} else {
 		writeTable(&b, rows, []bool{false, false, true, true, true})
 	}
+	if len(r.Servers) > 0 {
+		b.WriteString("\nbackends\n")
+		writeServers(&b, r.Servers)
+	}
 	if m := r.Model; m != nil {
 		bpt := "unknown"
 		if m.BytesPerToken > 0 {
@@ -109,6 +128,23 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeServers writes a table of each server's memory.
+func writeServers(b *strings.Builder, servers []ServerMemory) {
+	rows := [][]string{{"NAME", "STATE", "MEMORY", "PROBE", "GUARD", "TOTAL", "USED", "FREE"}}
+	for _, s := range servers {
+		state := "up"
+		if !s.Up {
+			state = "down"
+		}
+		row := []string{s.Name, state, s.Memory, "-", "-", "-", "-", "-"}
+		if g := s.GPU; g != nil {
+			row = []string{s.Name, state, s.Memory, orDash(g.Probe), orDash(g.Level), gib(g.Total), gib(g.Used), gib(g.Free)}
+		}
+		rows = append(rows, row)
+	}
+	writeTable(b, rows, []bool{false, false, false, false, false, true, true, true})
 }
 
 // writeTable writes rows in columns two spaces apart, right-aligning the

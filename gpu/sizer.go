@@ -14,6 +14,11 @@ import (
 // Ollama's API; the gpu package itself makes no HTTP calls.
 type Workload struct {
 	Name string
+	// Server names the server the model runs on, whose memory the
+	// Reading is: with several servers behind ctxproxy one model has a
+	// held num_ctx (and hysteresis) on each, since each has its own
+	// free memory. "" for a single backend.
+	Server string
 	// Facts come from /api/show model_info (modelinfo.Parse). Zero facts
 	// mean unknown.
 	Facts modelinfo.Facts
@@ -118,6 +123,16 @@ type Sizer struct {
 	models   *cache.LRU[string, *modelState]
 }
 
+// stateKey is the key of what a Sizer holds for m: its model's name
+// alone for a single backend, the server's name and the model's apart
+// for one of several.
+func stateKey(m Workload) string {
+	if m.Server == "" {
+		return m.Name
+	}
+	return m.Server + "\x00" + m.Name
+}
+
 // maxModels bounds the models a Sizer remembers. Clients choose model
 // names; the least recently used go first, so the models in use keep
 // their held num_ctx (forgetting it would let the next sample move it and
@@ -193,12 +208,20 @@ func (s *Sizer) mode() (auto bool, target int) {
 	return false, s.cfg.TargetSize
 }
 
-// Forget drops what the Sizer holds for a model, so that its next
-// decision starts afresh.
+// Forget drops what the Sizer holds for a model, on every server, so
+// that its next decision starts afresh.
 func (s *Sizer) Forget(model string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.models.Remove(model)
+	var keys []string
+	for k := range s.models.All() {
+		if k == model || strings.HasSuffix(k, "\x00"+model) {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		s.models.Remove(k)
+	}
 }
 
 // Decide returns the num_ctx for m under snap. It is cheap (no I/O) and
@@ -208,10 +231,11 @@ func (s *Sizer) Decide(m Workload, snap Reading) Decision {
 	defer s.mu.Unlock()
 	c := s.cfg
 	auto, target := s.mode()
-	st, ok := s.models.Get(m.Name)
+	k := stateKey(m)
+	st, ok := s.models.Get(k)
 	if !ok {
 		st = &modelState{}
-		s.models.Add(m.Name, st)
+		s.models.Add(k, st)
 	}
 	bpt := m.Facts.BytesPerToken(c.KVQuantization, c.NumParallel)
 	key := decisionKey{seq: snap.Seq, epoch: s.epoch, bpt: bpt, weights: m.Weights, contextLength: m.Facts.ContextLength, numCtx: m.NumCtx}

@@ -98,6 +98,12 @@ func New(cfg Config, deps Deps) *Planner {
 // window, and the prompt counted; for a raw prompt, the window and the
 // count. It returns the plan, or an error for the client. A chat plan is
 // cut and encoded by Cut before it is forwarded.
+//
+// The plan's Server counts the request in flight from the moment it is
+// chosen (fleet.Server.Begin), so that requests prepared at the same
+// moment spread over the servers: the handler ends it (End) when the
+// request ends, on the server it ended on. A refused Prepare has ended
+// it.
 func (pl *Planner) Prepare(ctx context.Context, in Request, opt Options) (Plan, *wire.Error) {
 	if in.Raw != nil {
 		where := Plan{Model: in.Raw.Model, opt: opt}
@@ -115,9 +121,14 @@ func (pl *Planner) Prepare(ctx context.Context, in Request, opt Options) (Plan, 
 	}
 	pl.route(ctx, &p)
 	if p.Fixed || req.ServerState != "" {
-		return pl.asSent(ctx, &p)
+		sent, aerr := pl.asSent(ctx, &p)
+		if aerr != nil {
+			p.Server.End()
+		}
+		return sent, aerr
 	}
 	if aerr := pl.history(ctx, &p); aerr != nil {
+		p.Server.End()
 		return Plan{}, aerr
 	}
 	pl.size(ctx, &p)
@@ -128,7 +139,8 @@ func (pl *Planner) Prepare(ctx context.Context, in Request, opt Options) (Plan, 
 // it went to could not be reached, or refused it before its answer
 // began. The conversation is the one p was prepared from; its count,
 // num_ctx, window and cut are the new server's. ok is false when no
-// server is left.
+// server is left. The caller moves the request's count in flight
+// (fleet.Server.End, Begin) when it sends the new plan.
 func (pl *Planner) Move(ctx context.Context, p Plan, why string) (_ Plan, ok bool, _ *wire.Error) {
 	if p.in.Raw != nil {
 		q := Plan{Warnings: p.Warnings, in: p.in, opt: p.opt}
@@ -391,7 +403,7 @@ func (pl *Planner) details(ctx context.Context, p *Plan, snap gpu.Reading, known
 	if pl.tokens != nil && mi.Facts.ContextLength == 0 {
 		window = pl.tokens.Window(req.Model, 0).MaxTokens
 	}
-	d := pl.sizer.Decide(gpu.Workload{Name: req.Model, Facts: mi.Facts, Weights: mi.Weights, Window: window, NumCtx: mi.NumCtx}, snap)
+	d := pl.sizer.Decide(gpu.Workload{Name: req.Model, Server: p.Backend, Facts: mi.Facts, Weights: mi.Weights, Window: window, NumCtx: mi.NumCtx}, snap)
 	p.NumReason = d.Reason
 	switch {
 	case req.NumCtx > 0 && pl.cfg.RespectClient:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 
 	"github.com/ctxproxy/ctxproxy/backend"
@@ -52,13 +51,13 @@ func newPlacement(f *fleet.Router, store sessions.Store, log interface{ Debug(st
 // next tries.
 func (pc *placement) choose(ctx context.Context, p *Plan, session string) *wire.Error {
 	prev := pc.previous(ctx, session)
-	ch := pc.fleet.Order(p.Model, prev, session)
-	if name := p.opt.Backend; name != "" && pc.fleet.Several() {
-		named := pc.fleet.Named(name)
-		if named == nil {
-			return wire.BadRequest("", "X-Ctxproxy-Backend: no server is named "+strconv.Quote(name)+" (backends: in the configuration)")
-		}
-		ch = fleet.Choice{Order: append([]*fleet.Server{named}, slices.DeleteFunc(ch.Order, func(s *fleet.Server) bool { return s == named })...)}
+	name := ""
+	if pc.fleet.Several() {
+		name = p.opt.Backend
+	}
+	ch := pc.fleet.Take(p.Model, prev, session, name)
+	if len(ch.Order) == 0 {
+		return wire.BadRequest("", "X-Ctxproxy-Backend: no server is named "+strconv.Quote(name)+" (backends: in the configuration)")
 	}
 	p.Server, p.tries = ch.Order[0], ch.Order[1:]
 	if !pc.fleet.Several() {

@@ -93,6 +93,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 		s.refuse(w, ex, *aerr)
 		return
 	}
+	// The request is in flight on its server until it ends, on the
+	// server it ends on (a move changes it).
+	server := prepared.Server
+	defer func() { server.End() }()
 	h.turn = prepared.Turn
 	ex.tell(prepared)
 	if prepared.TurnWait > time.Millisecond {
@@ -118,6 +122,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 
 	// Forward it, stream the answer back, and record the turn.
 	p = s.forward(w, r, ex, p, cut.Body, h)
+	server = p.Server
 }
 
 // forward sends out to the backend (cutting harder and resending while it
@@ -281,6 +286,8 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 		s.refuse(w, ex, *aerr)
 		return
 	}
+	server := prepared.Server
+	defer func() { server.End() }()
 	p = &prepared
 	ex.tell(prepared)
 	setRawHeaders(ex, prepared)
@@ -290,4 +297,5 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 			"window", prepared.Limit, "exact", prepared.Exact != nil)
 	}
 	p = s.forward(w, r, ex, p, prepared.Body, nil)
+	server = p.Server
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -69,14 +70,20 @@ func fileStore(t *testing.T) (Deps, *snapshots.FileStore, *snapshots.Writer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := snapshots.NewWriter(store, cfg, nil)
+	w := writerOf(t, store, cfg, nil)
+	return Deps{Store: store, Writer: w}, store, w
+}
+
+// writerOf is store's writer; both are closed when the test ends.
+func writerOf(t testing.TB, store snapshots.Store, cfg snapshots.Config, log *slog.Logger) *snapshots.Writer {
+	w := snapshots.NewWriter(store, cfg, log)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		w.Close(ctx)
 		store.Close()
 	})
-	return Deps{Store: store, Writer: w}, store, w
+	return w
 }
 
 // turn sends a session's turn and returns the server that answered it
@@ -158,6 +165,27 @@ func TestFleetKeepsSessionsOnTheirServer(t *testing.T) {
 	if err != nil || s.Backend != where["s0"] {
 		t.Fatalf("stored backend %q (%v), want %q", s.Backend, err, where["s0"])
 	}
+	// And the admin API shows it.
+	resp, err := http.Get(url + "/ctxproxy/sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Sessions []struct {
+			SessionID string `json:"session_id"`
+			Backend   string `json:"backend"`
+		}
+	}
+	json.NewDecoder(resp.Body).Decode(&list)
+	for _, row := range list.Sessions {
+		if row.Backend != where[row.SessionID] {
+			t.Fatalf("listing: session %s on %q, want %q", row.SessionID, row.Backend, where[row.SessionID])
+		}
+	}
+	if len(list.Sessions) != 6 {
+		t.Fatalf("listing: %d sessions", len(list.Sessions))
+	}
 }
 
 func TestFleetMovesASessionWhoseServerIsGone(t *testing.T) {
@@ -231,14 +259,7 @@ func TestFleetReplicasRouteASessionAlike(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := snapshots.NewWriter(store, cfg, nil)
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			w.Close(ctx)
-			store.Close()
-		})
-		urls = append(urls, fleetProxy(t, own, Deps{Store: store, Writer: w}))
+		urls = append(urls, fleetProxy(t, own, Deps{Store: store, Writer: writerOf(t, store, cfg, nil)}))
 	}
 	var wg sync.WaitGroup
 	for i := range 6 {
@@ -279,5 +300,65 @@ func TestFleetSendsWhereTheClientSays(t *testing.T) {
 		map[string]string{"X-Ctxproxy-Backend": "nowhere"})
 	if data, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(data), `no server is named \"nowhere\"`) {
 		t.Fatalf("unknown server: %d %s", resp.StatusCode, data)
+	}
+}
+
+func TestFleetAllGone(t *testing.T) {
+	fakes, ss := servers(t, 2)
+	deps, _, _ := fileStore(t)
+	url := fleetProxy(t, ss, deps)
+	for _, f := range fakes {
+		f.Close()
+	}
+	resp := post(t, url+"/api/chat", []byte(`{"model":"llama3.1:8b","stream":false,"messages":[{"role":"user","content":"hi"}]}`), nil)
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(data), "could not reach the backend at "+fakes[0].URL) &&
+		!strings.Contains(string(data), "could not reach the backend at "+fakes[1].URL) {
+		t.Fatalf("every server gone: %d %s", resp.StatusCode, data)
+	}
+}
+
+// TestFleetSpreadsNewSessions: twelve sessions whose first turns arrive
+// at once go four to each of three servers.
+func TestFleetSpreadsNewSessions(t *testing.T) {
+	fakes, ss := servers(t, 3)
+	hold := make(chan struct{})
+	for _, f := range fakes {
+		f.SetOptions(fakebackend.Options{Hold: hold})
+	}
+	deps, _, _ := fileStore(t)
+	url := fleetProxy(t, ss, deps)
+	var wg sync.WaitGroup
+	got := make([]string, 12)
+	for i := range 12 {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"model":"llama3.1:8b","messages":[{"role":"user","content":"session %d"}]}`, i)
+			resp := post(t, url+"/api/chat", []byte(body), map[string]string{"X-Session-ID": fmt.Sprint("new", i)})
+			got[i] = resp.Header.Get("X-Ctxproxy-Backend")
+			io.Copy(io.Discard, resp.Body)
+		})
+	}
+	for wait := time.Now().Add(5 * time.Second); time.Now().Before(wait); time.Sleep(5 * time.Millisecond) {
+		n := 0
+		for _, s := range ss {
+			n += s.InFlight()
+		}
+		if n == 12 {
+			break
+		}
+	}
+	for _, s := range ss {
+		if s.InFlight() != 4 {
+			t.Errorf("server %s has %d of 12 new sessions in flight", s.Name, s.InFlight())
+		}
+	}
+	close(hold)
+	wg.Wait()
+	count := map[string]int{}
+	for _, g := range got {
+		count[g]++
+	}
+	if count["a"] != 4 || count["b"] != 4 || count["c"] != 4 {
+		t.Fatalf("twelve new sessions: %v", count)
 	}
 }

@@ -54,7 +54,7 @@ func (s *Server) send(ctx context.Context, r *http.Request, ex *exchange, p *pla
 				outPath = "/api/chat"
 			}
 		}
-		resp, err := s.roundTrip(r, srv, outPath, out)
+		resp, err := s.roundTrip(r, srv, outPath, out, p == nil)
 		why := ""
 		if ctx.Err() == nil {
 			why = refusedBy(srv, resp, err)
@@ -67,6 +67,8 @@ func (s *Server) send(ctx context.Context, r *http.Request, ex *exchange, p *pla
 			}
 			if ok {
 				closeBody(resp)
+				srv.End()
+				moved.Server.Begin()
 				s.log.Warn("backend could not serve the request; sent to the next", "backend", srv.Name, "why", why,
 					"to", moved.Server.Name, "model", moved.Model, "session", ex.session)
 				s.metrics.moved.WithLabelValues(srv.Name).Inc()
@@ -76,7 +78,7 @@ func (s *Server) send(ctx context.Context, r *http.Request, ex *exchange, p *pla
 			}
 		}
 		if err != nil {
-			return nil, p, nil, err
+			return nil, p, nil, atServer{srv.URL, err}
 		}
 		if p == nil || !p.Resend {
 			return resp, p, nil, nil
@@ -146,9 +148,10 @@ func closeBody(resp *http.Response) {
 }
 
 // roundTrip sends body to srv in place of in's body, at outPath when it
-// is set (a request translated to Ollama's /api/chat). The request is in
-// flight on srv until its answer's body is closed.
-func (s *Server) roundTrip(in *http.Request, srv *fleet.Server, outPath string, body wire.Payload) (*http.Response, error) {
+// is set (a request translated to Ollama's /api/chat). With count (a
+// request without a plan, whose server did not count it when chosen), the
+// request is in flight on srv until its answer's body is closed.
+func (s *Server) roundTrip(in *http.Request, srv *fleet.Server, outPath string, body wire.Payload, count bool) (*http.Response, error) {
 	out := in.Clone(in.Context())
 	out.RequestURI = ""
 	out.Body = body.Body()
@@ -168,19 +171,25 @@ func (s *Server) roundTrip(in *http.Request, srv *fleet.Server, outPath string, 
 	// ctxproxy reads intercepted answers (the counts, the reply), so it
 	// asks for them uncompressed; only the transfer encoding changes.
 	out.Header.Del("Accept-Encoding")
-	srv.Begin()
+	if count {
+		srv.Begin()
+	}
 	tr := srv.Transport
 	if tr == nil {
 		tr = s.transport
 	}
 	resp, err := tr.RoundTrip(out)
 	if err != nil {
-		srv.End()
+		if count {
+			srv.End()
+		}
 		return nil, err
 	}
 	srv.Backend.Answered()
 	srv.Answered()
-	resp.Body = &inFlight{ReadCloser: resp.Body, srv: srv}
+	if count {
+		resp.Body = &inFlight{ReadCloser: resp.Body, srv: srv}
+	}
 	return resp, nil
 }
 
@@ -421,17 +430,21 @@ func (s *Server) backendError(w http.ResponseWriter, r *http.Request, d wire.Dia
 		s.log.Debug("client gone before the backend answered", "path", r.URL.Path)
 		return 499
 	}
+	target := s.backend
+	if at := (atServer{}); errors.As(err, &at) {
+		target = at.url
+	}
 	e := wire.Error{Status: http.StatusBadGateway,
-		Message: fmt.Sprintf("ctxproxy could not reach the backend at %s", s.backend.Redacted())}
+		Message: fmt.Sprintf("ctxproxy could not reach the backend at %s", target.Redacted())}
 	var bad badAnswer
 	if errors.As(err, &bad) {
-		e.Message = fmt.Sprintf("ctxproxy could not read the answer of the backend at %s", s.backend.Redacted())
+		e.Message = fmt.Sprintf("ctxproxy could not read the answer of the backend at %s", target.Redacted())
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() && !isDialError(err) {
 		e = wire.Error{Status: http.StatusGatewayTimeout,
 			Message: fmt.Sprintf("the backend at %s sent no response headers within %s (backend.response_header_timeout)",
-				s.backend.Redacted(), s.cfg.ResponseHeaderTimeout)}
+				target.Redacted(), s.cfg.ResponseHeaderTimeout)}
 	}
 	if isDialError(err) {
 		s.be.Forget()
@@ -440,6 +453,16 @@ func (s *Server) backendError(w http.ResponseWriter, r *http.Request, d wire.Dia
 	wire.WriteError(w, d, e)
 	return e.Status
 }
+
+// atServer is an error in reaching the server at url.
+type atServer struct {
+	url *url.URL
+	err error
+}
+
+func (a atServer) Error() string { return a.err.Error() }
+
+func (a atServer) Unwrap() error { return a.err }
 
 // badAnswer wraps an error in reading the backend's answer (as opposed to
 // reaching the backend), so the client is told which it was.

@@ -209,6 +209,7 @@ func newMetrics(reg prometheus.Registerer, deps Deps) *metrics {
 	if sc.store != nil || sc.writer != nil {
 		reg.MustRegister(sc)
 	}
+	registerFleet(reg, deps.Fleet)
 	return m
 }
 

@@ -55,13 +55,7 @@ func newReplica(t testing.TB, backendURL, addr string, o replicaOptions) (string
 	if err != nil {
 		t.Fatal(err)
 	}
-	writer := snapshots.NewWriter(store, scfg, log)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		writer.Close(ctx)
-		store.Close()
-	})
+	writer := writerOf(t, store, scfg, log)
 	var gcfg gpu.Config
 	var tcfg budget.Config
 	scfgStrategy := rewrite.Config{}

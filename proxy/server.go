@@ -171,9 +171,9 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		Shape: s.shape, Hop: removeHopByHop,
 		Answer: func(resp *http.Response, srv *fleet.Server) { missingV1(resp, srv.URL.Path) }})
 	s.mux = http.NewServeMux()
-	s.tok = &tokenizeRoutes{be: s.be, tokens: s.tokens, noExact: cfg.Planning.NoExact, gate: s.gate, rp: s.rp}
+	s.tok = &tokenizeRoutes{be: s.be, fleet: s.fleet, tokens: s.tokens, noExact: cfg.Planning.NoExact, gate: s.gate, rp: s.rp}
 	s.status = admin.NewStatus(admin.StatusConfig{Info: cfg.Status, Version: cfg.Version, BackendURL: u, Backend: s.be,
-		Tokens: deps.Tokens, Trimmer: &s.trimmer, Sizer: deps.Sizer, Monitor: deps.Monitor, Store: deps.Store,
+		Tokens: deps.Tokens, Trimmer: &s.trimmer, Sizer: deps.Sizer, Monitor: deps.Monitor, Fleet: s.fleet, Store: deps.Store,
 		Inflight: &s.metrics.inflight, Log: log})
 	s.cleared = sessions.NewCleared()
 	s.sessions = &sessions.Service{Store: deps.Store, Writer: deps.Writer, Tokens: deps.Tokens, Trimmer: &s.trimmer,

@@ -89,6 +89,8 @@ type fakeAdmin struct {
 	sessions []map[string]any
 	// auth records the Authorization headers received.
 	auth []string
+	// backends, when set, are the status's servers (several behind it).
+	backends []map[string]any
 }
 
 const hostileID = `<img src=x onerror="document.title='pwned'">`
@@ -135,7 +137,7 @@ func (f *fakeAdmin) routes(mux *http.ServeMux) {
 			return
 		}
 		gib := uint64(1 << 30)
-		reply(w, map[string]any{
+		st := map[string]any{
 			"version": "v0.9.0-test", "uptime_seconds": 5025,
 			"backend":  map[string]any{"url": "http://ollama:11434", "kind": "ollama", "ready": true},
 			"strategy": map[string]any{"mode": "smart", "threshold": 0.8, "target": 0.6, "on_overflow": "shrink", "effective_threshold": 0.8},
@@ -154,7 +156,13 @@ func (f *fakeAdmin) routes(mux *http.ServeMux) {
 			"snapshots": map[string]any{"store": "file", "auto_threshold": 0.8, "max_count": 20},
 			"summarize": map[string]any{"model": "", "keep_recent": 3},
 			"sessions":  len(f.sessions), "inflight": 2,
-		})
+		}
+		f.mu.Lock()
+		if f.backends != nil {
+			st["backends"] = f.backends
+		}
+		f.mu.Unlock()
+		reply(w, st)
 	})
 	mux.HandleFunc("GET /ctxproxy/sessions", func(w http.ResponseWriter, r *http.Request) {
 		if f.authorized(w, r) {

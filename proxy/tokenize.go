@@ -15,6 +15,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
 	"github.com/ctxproxy/ctxproxy/budget/exact"
+	"github.com/ctxproxy/ctxproxy/fleet"
 	"github.com/ctxproxy/ctxproxy/plan"
 	"github.com/ctxproxy/ctxproxy/proxy/edge"
 	"github.com/ctxproxy/ctxproxy/proxy/wire"
@@ -27,7 +28,9 @@ import (
 // ctxproxy answers them only after the backend said 404, remembering that
 // for a while.
 type tokenizeRoutes struct {
+	// be is the first server's backend; fleet finds a model's.
 	be      *backend.Backend
+	fleet   *fleet.Router
 	tokens  *budget.Registry // nil: counting is off
 	noExact bool
 	gate    *edge.Gate
@@ -40,10 +43,19 @@ type tokenizeRoutes struct {
 // tokenizerFor returns the model's exact tokenizer when the backend is
 // Ollama and exact counting is on.
 func (tr *tokenizeRoutes) tokenizerFor(r *http.Request, model string) *exact.Tokenizer {
-	if tr.noExact || tr.be.Kind(r.Context()) != KindOllama {
+	be := tr.backendOf(model)
+	if tr.noExact || be.Kind(r.Context()) != KindOllama {
 		return nil
 	}
-	return tr.be.Model(r.Context(), model).Tokenizer
+	return be.Model(r.Context(), model).Tokenizer
+}
+
+// backendOf is the backend of the server a request for model goes to.
+func (tr *tokenizeRoutes) backendOf(model string) *backend.Backend {
+	if tr.fleet == nil || !tr.fleet.Several() {
+		return tr.be
+	}
+	return tr.fleet.Order(model, "", "").Order[0].Backend
 }
 
 // tokenize counts req as the request path would.
@@ -81,9 +93,9 @@ func (tr *tokenizeRoutes) tokenize(r *http.Request, req adminapi.TokenizeRequest
 		return out, &wire.Error{Status: http.StatusBadRequest, Message: "messages: " + err.Error()}
 	}
 	var pc plan.Counter
-	if tok == nil && tr.tokens != nil && !tr.noExact && tr.be.Kind(r.Context()) == KindOpenAI {
-		if remote := tr.be.Remote(r.Context(), req.Model); remote.API != "" {
-			rc := plan.NewRemote(r.Context(), tr.be, req.Model, tr.tokens.MessageCounter(req.Model).Frozen())
+	if be := tr.backendOf(req.Model); tok == nil && tr.tokens != nil && !tr.noExact && be.Kind(r.Context()) == KindOpenAI {
+		if remote := be.Remote(r.Context(), req.Model); remote.API != "" {
+			rc := plan.NewRemote(r.Context(), be, req.Model, tr.tokens.MessageCounter(req.Model).Frozen())
 			if e := rc.Prompt(chat.Messages, chat.Tools); rc.Err() == nil {
 				out.Count, out.Exact, out.Source = e.Tokens, true, "backend:"+remote.API
 				pc = rc

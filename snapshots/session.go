@@ -140,6 +140,7 @@ func (s *Session) Info() Listing {
 		Usage:     finite(s.Stats.Usage),
 		Sent:      s.Stats.Sent,
 		Requests:  s.Stats.Requests,
+		Backend:   s.Backend,
 	}}
 }
 

@@ -148,7 +148,7 @@ func build(ctx context.Context, c config.Config, log *slog.Logger, h hooks) (*sy
 	}
 	// The summarizer calls the backend over the same transport; its own
 	// timeout is summarize.timeout.
-	sumURL, sumKind := c.Backend.URL, func() string { return be.Kind(context.Background()) }
+	sumURL, sumKind := servers[0].URL.String(), func() string { return be.Kind(context.Background()) }
 	sumCfg := backend.SummarizerConfig{Model: c.Summarize.Model, MaxTokens: c.Summarize.MaxTokens, Timeout: c.Summarize.Timeout}
 	if c.Summarize.Backend != "" {
 		// A summarizer backend of its own: its kind is configured, and
@@ -204,7 +204,9 @@ func pollers(servers []*fleet.Server) []*backend.Poller {
 }
 
 // setMemory tells each server where its free memory is read
-// (backends[].memory): this machine's monitor, or nowhere.
+// (backends[].memory): this machine's monitor, nowhere, or the status
+// of the ctxproxy on the server's machine, read with memory_token and
+// the server's own loaded models (its /api/ps).
 func setMemory(c config.Config, servers []*fleet.Server, mon *gpu.Monitor) {
 	for i, sc := range c.Servers() {
 		switch sc.Memory {
@@ -212,7 +214,12 @@ func setMemory(c config.Config, servers []*fleet.Server, mon *gpu.Monitor) {
 			servers[i].Memory = fleet.Local{Monitor: mon}
 		case config.MemoryNone:
 		default:
-			servers[i].Memory = fleet.Local{Monitor: mon} // another ctxproxy's: not read yet
+			u, err := url.Parse(sc.Memory)
+			if err != nil {
+				continue // validated: not reached
+			}
+			servers[i].Memory = &fleet.Remote{URL: u, Token: sc.MemoryToken, Loaded: servers[i].Backend.LoadedModels,
+				Client: &http.Client{Timeout: fleet.RemoteTimeout}}
 		}
 	}
 }

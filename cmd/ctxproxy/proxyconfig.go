@@ -16,7 +16,7 @@ import (
 // of the server.
 func proxyConfig(c config.Config, version string) proxy.Config {
 	return proxy.Config{
-		Backend:               c.Backend.URL,
+		Backend:               c.Servers()[0].URL,
 		BackendKind:           c.Backend.Kind,
 		MaxBody:               int64(c.MaxBody),
 		ResponseHeaderTimeout: c.Backend.ResponseHeaderTimeout,

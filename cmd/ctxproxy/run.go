@@ -208,8 +208,22 @@ func checkConfig(args []string, e env) error {
 		}
 		return config.ErrInvalid
 	}
-	_, err = fmt.Fprintf(e.stdout, "%s: ok (listen %s, backend %s, strategy %s)\n", path, c.Listen, config.RedactURL(c.Backend.URL), c.Strategy.Mode)
+	_, err = fmt.Fprintf(e.stdout, "%s: ok (listen %s, backend %s, strategy %s)\n", path, c.Listen, backendsText(c), c.Strategy.Mode)
 	return err
+}
+
+// backendsText names the servers ctxproxy forwards to, for a line of
+// text: the one URL, or each server's name and URL.
+func backendsText(c config.Config) string {
+	ss := c.Servers()
+	if len(c.Backends) == 0 {
+		return config.RedactURL(ss[0].URL)
+	}
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = s.Name + "=" + config.RedactURL(s.URL)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // newLogger builds the process logger: tint for a terminal, JSON otherwise.
@@ -337,7 +351,7 @@ func serve(ctx context.Context, args []string, e env) error {
 		// long as the model needs.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	log.Info("ctxproxy listening", "addr", ln.Addr().String(), "backend", config.RedactURL(c.Backend.URL),
+	log.Info("ctxproxy listening", "addr", ln.Addr().String(), "backend", backendsText(c),
 		"config", path, "version", versionString())
 	startupChecklist(ctx, c, sys, log)
 
@@ -462,14 +476,20 @@ func startupChecklist(ctx context.Context, c config.Config, sys *system, log *sl
 	for _, n := range c.Notes {
 		log.Info(n)
 	}
-	kctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	kind := sys.deps.Backend.Kind(kctx)
-	cancel()
-	if kind == "unknown" {
-		log.Warn("backend does not answer yet; ctxproxy keeps trying, and forwards requests as they come",
-			"backend", config.RedactURL(c.Backend.URL))
-	} else {
-		log.Info("backend answers", "backend", config.RedactURL(c.Backend.URL), "kind", kind)
+	kind := ""
+	for i, srv := range sys.router.Servers() {
+		kctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		k := srv.Backend.Kind(kctx)
+		cancel()
+		if i == 0 {
+			kind = k
+		}
+		if k == "unknown" {
+			log.Warn("backend does not answer yet; ctxproxy keeps trying, and forwards requests as they come",
+				"backend", srv.URL.Redacted())
+		} else {
+			log.Info("backend answers", "backend", srv.URL.Redacted(), "kind", k)
+		}
 	}
 	if line := knownModels(ctx, c, sys, kind); line != "" {
 		log.Info("models and their windows: " + line)

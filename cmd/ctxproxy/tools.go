@@ -293,6 +293,9 @@ func gpuFromProxy(base, token, model string) (rep gpu.Report, ok bool, backend s
 	if total > 0 {
 		rep.Usage = float64(used) / float64(total)
 	}
+	for _, b := range st.Backends {
+		rep.Servers = append(rep.Servers, gpu.ServerMemory{Name: b.Name, Memory: b.Memory, Up: b.Up, GPU: b.GPU})
+	}
 	if model == "" {
 		return rep, true, st.Backend.URL
 	}

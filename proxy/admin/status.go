@@ -15,6 +15,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/adminapi"
 	"github.com/ctxproxy/ctxproxy/backend"
 	"github.com/ctxproxy/ctxproxy/budget"
+	"github.com/ctxproxy/ctxproxy/fleet"
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/internal/cache"
 	"github.com/ctxproxy/ctxproxy/modelinfo"
@@ -35,6 +36,7 @@ type Status struct {
 	trimmer *atomic.Pointer[rewrite.Trimmer]
 	sizer   *gpu.Sizer
 	monitor *gpu.Monitor
+	fleet   *fleet.Router
 	store   sessions.Store
 	// inflight is the gauge ctxproxy_inflight_requests reads.
 	inflight *atomic.Int64
@@ -54,7 +56,10 @@ type StatusConfig struct {
 	Trimmer    *atomic.Pointer[rewrite.Trimmer]
 	Sizer      *gpu.Sizer
 	Monitor    *gpu.Monitor
-	Store      sessions.Store
+	// Fleet is the servers behind ctxproxy; with several the status
+	// lists each (nil: the one Backend).
+	Fleet *fleet.Router
+	Store sessions.Store
 	// Inflight is the gauge ctxproxy_inflight_requests reads.
 	Inflight *atomic.Int64
 	Log      *slog.Logger
@@ -63,7 +68,7 @@ type StatusConfig struct {
 // NewStatus returns a Status reporting from c.
 func NewStatus(c StatusConfig) *Status {
 	return &Status{info: c.Info, version: c.Version, backend: c.BackendURL, be: c.Backend, tokens: c.Tokens,
-		trimmer: c.Trimmer, sizer: c.Sizer, monitor: c.Monitor, store: c.Store, inflight: c.Inflight,
+		trimmer: c.Trimmer, sizer: c.Sizer, monitor: c.Monitor, fleet: c.Fleet, store: c.Store, inflight: c.Inflight,
 		seen: newSeenModels(), start: time.Now(), log: c.Log}
 }
 
@@ -97,17 +102,10 @@ func (s *Status) Report(ctx context.Context) adminapi.Status {
 		st.Context.Auto, st.Context.TargetSize = s.sizer.Mode()
 	}
 	if s.monitor != nil {
-		snap := s.monitor.Reading()
-		st.GPU.Probe, st.GPU.Level = snap.Probe, levelName(snap.Level)
-		st.GPU.Total, st.GPU.Used, st.GPU.Free = snap.Total(), snap.Used(), snap.Free()
-		if st.GPU.Total > 0 {
-			st.GPU.Usage = float64(st.GPU.Used) / float64(st.GPU.Total)
-		}
-		st.GPU.GuardUsage = sessions.Finite(snap.Usage())
-		st.GPU.Devices = append(st.GPU.Devices, snap.Devices...)
-		if snap.Err != nil {
-			st.GPU.Error = snap.Err.Error()
-		}
+		st.GPU = gpuStatus(s.monitor.Reading())
+	}
+	if s.fleet != nil && s.fleet.Several() {
+		st.Backends = serverStatuses(s.fleet)
 	}
 	if s.store != nil {
 		st.Snapshots = adminapi.SnapshotsStatus{Store: cmp.Or(info.SnapshotStore, snapshots.StoreFile),

@@ -135,7 +135,7 @@ func (s *Service) Get(ctx context.Context, id string) (*snapshots.Session, admin
 	if md == nil {
 		md = map[string]any{}
 	}
-	out := adminapi.SessionDetail{SessionID: sess.ID, Model: sess.Model, Created: sess.Created.UTC(), Updated: sess.Updated.UTC(),
+	out := adminapi.SessionDetail{SessionID: sess.ID, Model: sess.Model, Backend: sess.Backend, Created: sess.Created.UTC(), Updated: sess.Updated.UTC(),
 		Metadata: md, Stats: StatsOf(sess.Stats), Messages: len(sess.Messages), Snapshots: len(snaps)}
 	// As on the chat routes: a conversation that its last request cut
 	// is judged by what was forwarded, never warned of as "approaching".

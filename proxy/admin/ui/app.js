@@ -190,6 +190,30 @@
     setText('summarizer', su.model ? su.model + ' (keeps ' + num(su.keep_recent) + ' recent)' : 'off');
 
     renderModels(s.models || []);
+    renderBackends(s.backends || []);
+  }
+
+  // renderBackends lists the servers behind ctxproxy; the status has
+  // them only when there are several.
+  function renderBackends(servers) {
+    const rows = servers.map((b) => {
+      const state = b.up ? 'up' : 'down' + (b.down_until ? ' until ' + when(b.down_until) : '');
+      const g = b.gpu;
+      return el('tr', null,
+        el('td', { class: 'mono', text: b.name }),
+        el('td', { class: 'mono', text: b.url }),
+        el('td', { text: (b.kind || '–') + (b.version ? ' ' + b.version : '') }),
+        el('td', { title: b.last_error || undefined },
+          el('span', { class: 'badge ' + (b.up ? 'ok' : 'bad'), text: state }),
+          b.last_error ? el('span', { class: 'muted', text: ' ' + b.last_error }) : null),
+        el('td', { class: 'num', text: num(b.inflight) }),
+        el('td', { class: 'num', text: num(b.served) }),
+        el('td', { class: 'num', text: num(b.models_listed) + ' (' + num(b.models_loaded) + ')' }),
+        el('td', { class: 'mono', text: b.memory || 'none' }),
+        el('td', { class: 'num', text: g ? bytes(g.free) + ' / ' + bytes(g.total) + (g.level && g.level !== 'ok' ? ' · ' + g.level : '') : '–' }));
+    });
+    $('backends').tBodies[0].replaceChildren(...rows);
+    $('backends-panel').hidden = rows.length === 0;
   }
   function clampPct(f) { return typeof f === 'number' && isFinite(f) ? Math.min(100, Math.max(0, f * 100)) : 0; }
 
