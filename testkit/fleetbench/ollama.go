@@ -58,7 +58,10 @@ func StartOllama(ctx context.Context, script, name, dir string, env []string, st
 		return nil, err
 	}
 	o := &Ollama{Name: name, script: script, dir: dir, port: port, env: env, stderr: stderr}
-	return o, o.start(ctx)
+	if err := o.start(ctx); err != nil {
+		return nil, err
+	}
+	return o, nil
 }
 
 func (o *Ollama) start(ctx context.Context) error {
