@@ -5,10 +5,10 @@
 # replays concurrent chat sessions through ctxproxy with each routing and
 # prints a Markdown table. Flags go to scripts/backends:
 #
-#   scripts/backends.sh                    # 12 sessions × 20 turns (about ten minutes on two cores)
-#   scripts/backends.sh -sessions 36       # 36 sessions, 12 at a time
-#   scripts/backends.sh -kill              # a server SIGKILLed after turn 10
-#   scripts/backends.sh -replicas 3        # three replicas on one redis-server
+#   scripts/backends.sh                    # 12 sessions × 20 turns (about 9 minutes on two cores)
+#   scripts/backends.sh -sessions 36       # 36 sessions, 12 at a time (about 20 minutes)
+#   scripts/backends.sh -kill -routing sessions       # a server SIGKILLed after turn 10 (about 4 minutes)
+#   scripts/backends.sh -replicas 3 -routing sessions # three replicas on one redis-server (about 3 minutes)
 #   REALOLLAMA_VERSION=v0.34.3 scripts/backends.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
