@@ -8,7 +8,9 @@
 // the cache, while that server is healthy and below its in-flight cap;
 // a new session, or one whose server is gone or saturated, to a server
 // with the model loaded and the fewest requests in flight for its
-// weight. The order Router.Order returns is the order of the tries: a
+// weight (a server that must load the model first counts as two
+// requests busier, so that one with it loaded takes new sessions but
+// is not buried under them). The order Router.Order returns is the order of the tries: a
 // request refused before its answer's headers moves to the next.
 //
 // A server's health is what its requests and a light probe (Router.Watch)
@@ -152,7 +154,10 @@ func (r *Router) Order(model, previous, key string) Choice {
 		} else {
 			c.tiebrk = rendezvous(key, s.Name)
 			if c.rank == 0 && !s.IsLoaded(model) {
-				c.load += 1 << 20 // a server with the model loaded first
+				// A server that would load the model first counts as
+				// that much busier: the one with it loaded takes new
+				// sessions until it has that many more in flight.
+				c.load += float64(loadPenalty) / float64(s.weight())
 			}
 		}
 		c.isPrevs = previous != "" && s.Name == previous && r.policy == RouteSessions
@@ -216,6 +221,10 @@ func (r *Router) Take(model, previous, key, name string) Choice {
 	ch.Order[0].Begin()
 	return ch
 }
+
+// loadPenalty is how many requests in flight a server that must load a
+// model first counts as busier than one that has it loaded.
+const loadPenalty = 2
 
 // rendezvous is the weight of server for key in highest-random-weight
 // order (lowest first here): every replica breaks a tie between servers

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -178,5 +179,21 @@ func TestTake(t *testing.T) {
 	// The next new session goes to the server with fewer in flight.
 	if ch := r.Take("m", "", "k", ""); ch.Order[0] != a {
 		t.Fatalf("after b took one: %v", names(ch.Order))
+	}
+}
+
+// TestOrderLoadedFirstButNotBuried: new sessions go to the server with
+// the model loaded until it has two more in flight than one without.
+func TestOrderLoadedFirstButNotBuried(t *testing.T) {
+	a := server(t, "a", []string{"m:latest"}, []string{"m:latest"})
+	b := server(t, "b", []string{"m:latest"}, nil)
+	r, _ := New([]*Server{a, b}, "")
+	var got []string
+	for i := range 4 {
+		ch := r.Take("m", "", fmt.Sprint("s", i), "")
+		got = append(got, ch.Order[0].Name)
+	}
+	if want := []string{"a", "a", "a", "b"}; !equal(got, want) {
+		t.Fatalf("new sessions: %v, want %v", got, want)
 	}
 }
