@@ -202,6 +202,14 @@ func TestFleetMovesASessionWhoseServerIsGone(t *testing.T) {
 	if !strings.Contains(warning, "backend "+first+" could not be reached") {
 		t.Fatalf("warning %q", warning)
 	}
+	// The headers tell of the plan made for the new server (whose
+	// memory is read nowhere: no num_ctx).
+	resp := post(t, url+"/api/chat", []byte(`{"model":"llama3.1:8b","stream":false,"messages":[{"role":"user","content":"hi"}]}`),
+		map[string]string{"X-Ctxproxy-Backend": first})
+	if got := resp.Header.Get("X-Ctxproxy-Backend"); resp.StatusCode != http.StatusOK || strings.HasPrefix(got, first) ||
+		resp.Header.Get("X-Ctxproxy-Tokens") == "" || resp.Header.Get("X-Ctxproxy-Num-Ctx") != "" {
+		t.Fatalf("sent to the gone %s: %d on %q, headers %v", first, resp.StatusCode, got, resp.Header)
+	}
 	// The next turn stays where it moved, and says nothing more.
 	if again, warning := turn(t, url, "moving", 2); again != name || warning != "" {
 		t.Fatalf("the turn after the move: %q %q, want %q", again, warning, name)

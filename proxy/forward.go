@@ -74,6 +74,9 @@ func (s *Server) send(ctx context.Context, r *http.Request, ex *exchange, p *pla
 				s.metrics.moved.WithLabelValues(srv.Name).Inc()
 				p, out = &moved, moved.Body
 				ex.tell(moved)
+				if !moved.Uncounted() {
+					setPlanHeaders(ex, moved) // the new server's count and num_ctx
+				}
 				continue
 			}
 		}
