@@ -3,10 +3,7 @@
 package e2e
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -57,7 +54,7 @@ func TestRealOllama_Backends(t *testing.T) {
 			Name string `json:"name"`
 		} `json:"models"`
 	}
-	if err := getJSON(p.url+"/api/tags", &tags); err != nil {
+	if err := fleetbench.GetJSON(p.url+"/api/tags", &tags); err != nil {
 		t.Fatal(err)
 	}
 	if n := countNamed(tags.Models, "tiny:latest"); n != 1 {
@@ -135,16 +132,4 @@ func countNamed(models []struct {
 		}
 	}
 	return n
-}
-
-func getJSON(url string, v any) error {
-	resp, err := http.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: HTTP %d", url, resp.StatusCode)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctxproxy/ctxproxy/testkit/fleetbench"
 	"github.com/ctxproxy/ctxproxy/testkit/loopback"
 )
 
@@ -227,54 +228,11 @@ func stopGroup(pgid int, grace time.Duration) {
 		return
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	if waitGroupGone(pgid, grace) {
+	if fleetbench.WaitGone(pgid, grace) {
 		return
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	waitGroupGone(pgid, 5*time.Second)
-}
-
-func waitGroupGone(pgid int, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if !groupAlive(pgid) {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// groupAlive reports whether a process group has a live member. Ollama's
-// serve is not our child (start.sh backgrounds it), so its exit is reaped
-// by init, which in a container may be slow to reap: zombies do not count.
-func groupAlive(pgid int) bool {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return syscall.Kill(-pgid, 0) == nil
-	}
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp ...; comm may hold spaces and parens.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) >= 3 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" && f[0] != "X" {
-			return true
-		}
-	}
-	return false
+	fleetbench.WaitGone(pgid, 5*time.Second)
 }
 
 // watchdog is a second process (this test binary, re-executed) that holds

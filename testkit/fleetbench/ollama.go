@@ -107,19 +107,19 @@ func (o *Ollama) signal(sig syscall.Signal, grace time.Duration) {
 		return
 	}
 	_ = syscall.Kill(-o.PGID, sig)
-	if !waitGone(o.PGID, grace) {
+	if !WaitGone(o.PGID, grace) {
 		_ = syscall.Kill(-o.PGID, syscall.SIGKILL)
-		waitGone(o.PGID, 5*time.Second)
+		WaitGone(o.PGID, 5*time.Second)
 	}
 }
 
-// waitGone waits up to d for a process group to have no live member.
+// WaitGone waits up to d for a process group to have no live member.
 // serve is not our child (start.sh backgrounds it), so its exit may be
 // reaped late: zombies do not count.
-func waitGone(pgid int, d time.Duration) bool {
+func WaitGone(pgid int, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for {
-		if !groupAlive(pgid) {
+		if !GroupAlive(pgid) {
 			return true
 		}
 		if time.Now().After(deadline) {
@@ -129,12 +129,17 @@ func waitGone(pgid int, d time.Duration) bool {
 	}
 }
 
-func groupAlive(pgid int) bool {
+// GroupAlive reports whether a process group has a live member (one
+// that is not a zombie).
+func GroupAlive(pgid int) bool {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return syscall.Kill(-pgid, 0) == nil
 	}
 	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
 		if err != nil {
 			continue
@@ -168,7 +173,7 @@ func (o *Ollama) Version() string {
 	var v struct {
 		Version string `json:"version"`
 	}
-	_ = getJSON(o.URL+"/api/version", &v)
+	_ = GetJSON(o.URL+"/api/version", &v)
 	return v.Version
 }
 
@@ -179,7 +184,7 @@ func (o *Ollama) Loaded() ([]string, error) {
 			Name string `json:"name"`
 		} `json:"models"`
 	}
-	if err := getJSON(o.URL+"/api/ps", &ps); err != nil {
+	if err := GetJSON(o.URL+"/api/ps", &ps); err != nil {
 		return nil, err
 	}
 	var out []string
@@ -251,7 +256,9 @@ func (o *Ollama) Create(ctx context.Context, name, modelfile string) error {
 	return nil
 }
 
-func getJSON(url string, v any) error {
+// GetJSON decodes the JSON answer of GET url into v; an answer other
+// than 200 is an error.
+func GetJSON(url string, v any) error {
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get(url)
 	if err != nil {
