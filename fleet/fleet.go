@@ -46,7 +46,7 @@ const (
 // Router chooses the server of each request. It is safe for concurrent
 // use.
 type Router struct {
-	servers []*Server
+	servers []*Node
 	policy  string
 	next    atomic.Uint64 // round robin's turn
 	now     func() time.Time
@@ -56,7 +56,7 @@ type Router struct {
 
 // New returns a Router over servers, which must have distinct names.
 // policy is RouteSessions ("" too) or RouteRoundRobin.
-func New(servers []*Server, policy string) (*Router, error) {
+func New(servers []*Node, policy string) (*Router, error) {
 	if len(servers) == 0 {
 		return nil, fmt.Errorf("fleet: no server")
 	}
@@ -85,22 +85,22 @@ func One(b *backend.Backend, mon *gpu.Monitor) *Router {
 	if c := b.Client(); c != nil {
 		tr, _ = c.Transport.(*http.Transport)
 	}
-	return &Router{servers: []*Server{{Name: u.Host, URL: u, Backend: b, Transport: tr, Memory: Local{Monitor: mon}}},
+	return &Router{servers: []*Node{{Name: u.Host, URL: u, Backend: b, Transport: tr, Memory: Local{Monitor: mon}}},
 		policy: RouteSessions, now: time.Now}
 }
 
 // Servers returns the servers in the configuration's order.
-func (r *Router) Servers() []*Server { return r.servers }
+func (r *Router) Servers() []*Node { return r.servers }
 
 // First is the first server configured: the one ctxproxy's own calls
 // that name no model go to.
-func (r *Router) First() *Server { return r.servers[0] }
+func (r *Router) First() *Node { return r.servers[0] }
 
 // Several reports whether there is more than one server.
 func (r *Router) Several() bool { return len(r.servers) > 1 }
 
 // Named returns the server called name, nil when there is none.
-func (r *Router) Named(name string) *Server {
+func (r *Router) Named(name string) *Node {
 	for _, s := range r.servers {
 		if s.Name == name {
 			return s
@@ -112,7 +112,7 @@ func (r *Router) Named(name string) *Server {
 // A Choice is the order of the tries for one request, and why the first
 // is not the session's previous server when it is not.
 type Choice struct {
-	Order []*Server
+	Order []*Node
 	// Moved is the session's previous server when the request leaves
 	// it, and Why says why ("down", "saturated", "lacks the model").
 	Moved, Why string
@@ -129,7 +129,7 @@ func (r *Router) Order(model, previous, key string) Choice {
 	}
 	now := r.now()
 	type cand struct {
-		s       *Server
+		s       *Node
 		rank    int // 0 best
 		load    float64
 		tiebrk  uint64
@@ -178,7 +178,7 @@ func (r *Router) Order(model, previous, key string) Choice {
 		}
 		return cmp.Compare(a.tiebrk, b.tiebrk)
 	})
-	ch := Choice{Order: make([]*Server, len(cands))}
+	ch := Choice{Order: make([]*Node, len(cands))}
 	for i, c := range cands {
 		ch.Order[i] = c.s
 		if c.isPrevs && i > 0 {
@@ -199,7 +199,7 @@ func (r *Router) Order(model, previous, key string) Choice {
 }
 
 // Take is Order with the request counted in flight on the first server
-// (Server.Begin; the caller ends it), both under one lock: requests
+// (Node.Begin; the caller ends it), both under one lock: requests
 // placed at the same moment see each other and spread over the servers.
 // name, when set, is the server the client named: first whatever the
 // order (nil Order when no server has that name).
@@ -216,7 +216,7 @@ func (r *Router) Take(model, previous, key, name string) Choice {
 		if named == nil {
 			return Choice{}
 		}
-		ch = Choice{Order: append([]*Server{named}, slices.DeleteFunc(ch.Order, func(s *Server) bool { return s == named })...)}
+		ch = Choice{Order: append([]*Node{named}, slices.DeleteFunc(ch.Order, func(s *Node) bool { return s == named })...)}
 	}
 	ch.Order[0].Begin()
 	return ch

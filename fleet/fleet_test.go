@@ -10,9 +10,9 @@ import (
 	"github.com/ctxproxy/ctxproxy/backend"
 )
 
-// server returns a Server over an httptest server that lists models
+// server returns a Node over an httptest server that lists models
 // (with loaded among them loaded) once polled.
-func server(t *testing.T, name string, models, loaded []string) *Server {
+func server(t *testing.T, name string, models, loaded []string) *Node {
 	t.Helper()
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -45,10 +45,10 @@ func server(t *testing.T, name string, models, loaded []string) *Server {
 	be := backend.New(backend.Config{URL: u, Client: ts.Client(), Prepare: backend.Preparation{Mode: backend.PrepareNone, List: true}})
 	p := backend.NewPoller(be)
 	p.Run(t.Context()) // interval 0: one poll
-	return &Server{Name: name, URL: u, Backend: be}
+	return &Node{Name: name, URL: u, Backend: be}
 }
 
-func names(ss []*Server) []string {
+func names(ss []*Node) []string {
 	var out []string
 	for _, s := range ss {
 		out = append(out, s.Name)
@@ -60,7 +60,7 @@ func TestOrder(t *testing.T) {
 	a := server(t, "a", []string{"qwen3:latest", "llama3.1:8b"}, nil)
 	b := server(t, "b", []string{"qwen3:latest"}, []string{"qwen3:latest"})
 	c := server(t, "c", []string{"llama3.1:8b"}, nil)
-	r, err := New([]*Server{a, b, c}, "")
+	r, err := New([]*Node{a, b, c}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestOrder(t *testing.T) {
 }
 
 func TestOrderBalancesNewSessions(t *testing.T) {
-	var ss []*Server
+	var ss []*Node
 	for _, n := range []string{"a", "b", "c"} {
 		ss = append(ss, server(t, n, []string{"m:latest"}, []string{"m:latest"}))
 	}
@@ -122,7 +122,7 @@ func TestOrderBalancesNewSessions(t *testing.T) {
 }
 
 func TestRoundRobin(t *testing.T) {
-	var ss []*Server
+	var ss []*Node
 	for _, n := range []string{"a", "b", "c"} {
 		ss = append(ss, server(t, n, []string{"m:latest"}, nil))
 	}
@@ -152,14 +152,14 @@ func TestNew(t *testing.T) {
 	if _, err := New(nil, ""); err == nil {
 		t.Fatal("no server accepted")
 	}
-	a := &Server{Name: "a"}
-	if _, err := New([]*Server{a, {Name: "a"}}, ""); err == nil {
+	a := &Node{Name: "a"}
+	if _, err := New([]*Node{a, {Name: "a"}}, ""); err == nil {
 		t.Fatal("two servers named alike accepted")
 	}
-	if _, err := New([]*Server{a}, "random"); err == nil {
+	if _, err := New([]*Node{a}, "random"); err == nil {
 		t.Fatal("unknown routing accepted")
 	}
-	r, _ := New([]*Server{a}, "")
+	r, _ := New([]*Node{a}, "")
 	if ch := r.Order("m", "", ""); len(ch.Order) != 1 || r.Several() {
 		t.Fatal("one server")
 	}
@@ -168,7 +168,7 @@ func TestNew(t *testing.T) {
 func TestTake(t *testing.T) {
 	a := server(t, "a", []string{"m:latest"}, nil)
 	b := server(t, "b", []string{"m:latest"}, nil)
-	r, _ := New([]*Server{a, b}, "")
+	r, _ := New([]*Node{a, b}, "")
 	ch := r.Take("m", "", "k", "b")
 	if ch.Order[0] != b || b.InFlight() != 1 || a.InFlight() != 0 {
 		t.Fatalf("named b: %v, in flight a %d b %d", names(ch.Order), a.InFlight(), b.InFlight())
@@ -187,7 +187,7 @@ func TestTake(t *testing.T) {
 func TestOrderLoadedFirstButNotBuried(t *testing.T) {
 	a := server(t, "a", []string{"m:latest"}, []string{"m:latest"})
 	b := server(t, "b", []string{"m:latest"}, nil)
-	r, _ := New([]*Server{a, b}, "")
+	r, _ := New([]*Node{a, b}, "")
 	var got []string
 	for i := range 4 {
 		ch := r.Take("m", "", fmt.Sprint("s", i), "")

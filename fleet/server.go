@@ -24,10 +24,10 @@ type Memory interface {
 	Where() string
 }
 
-// Server is one server behind ctxproxy: its backend view (kind,
+// Node is one server behind ctxproxy: its backend view (kind,
 // version, models, tokenizers), its transport, what it serves and how
 // much, and what ctxproxy has seen of its health.
-type Server struct {
+type Node struct {
 	// Name names it in X-Ctxproxy-Backend, metrics, the status page
 	// and a session's record.
 	Name string
@@ -56,11 +56,11 @@ type Server struct {
 	lastErr  string
 }
 
-func (s *Server) weight() int { return max(s.Weight, 1) }
+func (s *Node) weight() int { return max(s.Weight, 1) }
 
 // Serves reports whether the configuration lets s have requests for
 // model (its Models filter).
-func (s *Server) Serves(model string) bool {
+func (s *Node) Serves(model string) bool {
 	if len(s.Models) == 0 || model == "" {
 		return true
 	}
@@ -77,7 +77,7 @@ func (s *Server) Serves(model string) bool {
 
 // Has reports whether s lists model; known is false while its models
 // were never listed (then it may have it).
-func (s *Server) Has(model string) (has, known bool) {
+func (s *Node) Has(model string) (has, known bool) {
 	if model == "" {
 		return true, false
 	}
@@ -85,25 +85,25 @@ func (s *Server) Has(model string) (has, known bool) {
 }
 
 // IsLoaded reports whether s had model loaded when last listed.
-func (s *Server) IsLoaded(model string) bool { return s.Backend.Listing().IsLoaded(model) }
+func (s *Node) IsLoaded(model string) bool { return s.Backend.Listing().IsLoaded(model) }
 
 // Begin counts a request in flight on s until End.
-func (s *Server) Begin() {
+func (s *Node) Begin() {
 	s.inflight.Add(1)
 	s.served.Add(1)
 }
 
 // End ends a request Begin counted.
-func (s *Server) End() { s.inflight.Add(-1) }
+func (s *Node) End() { s.inflight.Add(-1) }
 
 // InFlight is how many requests s has now.
-func (s *Server) InFlight() int { return int(s.inflight.Load()) }
+func (s *Node) InFlight() int { return int(s.inflight.Load()) }
 
 // Served is how many requests s was sent.
-func (s *Server) Served() uint64 { return s.served.Load() }
+func (s *Node) Served() uint64 { return s.served.Load() }
 
 // Saturated reports whether s is at its in-flight cap.
-func (s *Server) Saturated() bool {
+func (s *Node) Saturated() bool {
 	return s.MaxInFlight > 0 && s.InFlight() >= s.MaxInFlight
 }
 
@@ -116,7 +116,7 @@ const (
 // Failed takes s out after it could not be reached or refused a request
 // as unable to serve it: no request is sent it until the backoff ends
 // (1 s, doubling to 30 s) or it answers a probe.
-func (s *Server) Failed(why string) {
+func (s *Node) Failed(why string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.backoff = min(max(2*s.backoff, downMin), downMax)
@@ -125,14 +125,14 @@ func (s *Server) Failed(why string) {
 }
 
 // Answered puts s back: it answered.
-func (s *Server) Answered() {
+func (s *Node) Answered() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.down, s.backoff, s.lastErr = time.Time{}, 0, ""
 }
 
 // Up reports whether s is in (not taken out at now).
-func (s *Server) Up(now time.Time) bool {
+func (s *Node) Up(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return !now.Before(s.down)
@@ -147,7 +147,7 @@ type Health struct {
 }
 
 // Health returns s's state now.
-func (s *Server) Health() Health {
+func (s *Node) Health() Health {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
@@ -160,7 +160,7 @@ func (s *Server) Health() Health {
 
 // probe asks s whether it answers; a server taken out whose backoff has
 // not ended is asked too, and put back when it answers.
-func (s *Server) probe(ctx context.Context) {
+func (s *Node) probe(ctx context.Context) {
 	if s.Backend.Probe(ctx) {
 		s.Answered()
 		return

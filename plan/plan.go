@@ -159,7 +159,7 @@ type Plan struct {
 	// Server is the server the plan is made for and goes to. Backend is
 	// its name when there are several ("" with one), Moved the server
 	// the request or its session left for it.
-	Server  *fleet.Server
+	Server  *fleet.Node
 	Backend string
 	Moved   string
 	// Placed: this turn puts its session on Server where its record
@@ -174,7 +174,7 @@ type Plan struct {
 	opt Options
 	// tries are the servers after Server, in the order a refused
 	// request moves to them (Move).
-	tries []*fleet.Server
+	tries []*fleet.Node
 	// uncut are the messages before any strategy (accumulated history
 	// and in-band edits applied), uncutChanged whether they already
 	// differ from the request's; a harder cut starts from them again.

@@ -100,7 +100,7 @@ func New(cfg Config, deps Deps) *Planner {
 // cut and encoded by Cut before it is forwarded.
 //
 // The plan's Server counts the request in flight from the moment it is
-// chosen (fleet.Server.Begin), so that requests prepared at the same
+// chosen (fleet.Node.Begin), so that requests prepared at the same
 // moment spread over the servers: the handler ends it (End) when the
 // request ends, on the server it ended on. A refused Prepare has ended
 // it.
@@ -140,7 +140,7 @@ func (pl *Planner) Prepare(ctx context.Context, in Request, opt Options) (Plan, 
 // began. The conversation is the one p was prepared from; its count,
 // num_ctx, window and cut are the new server's. ok is false when no
 // server is left. The caller moves the request's count in flight
-// (fleet.Server.End, Begin) when it sends the new plan.
+// (fleet.Node.End, Begin) when it sends the new plan.
 func (pl *Planner) Move(ctx context.Context, p Plan, why string) (_ Plan, ok bool, _ *wire.Error) {
 	if p.in.Raw != nil {
 		q := Plan{Warnings: p.Warnings, in: p.in, opt: p.opt}
@@ -198,7 +198,7 @@ func (pl *Planner) size(ctx context.Context, p *Plan) {
 // backend runs it with, warns when it is longer, and has the backend's
 // count checked after the reply, as for a chat. The planner needs a
 // counter (Deps.Tokens) for it.
-func (pl *Planner) prepareRaw(ctx context.Context, in Request, opt Options, server *fleet.Server) Plan {
+func (pl *Planner) prepareRaw(ctx context.Context, in Request, opt Options, server *fleet.Node) Plan {
 	req := in.Raw
 	p := Plan{Model: req.Model, Dialect: in.Dialect, Fixed: true, Body: wire.PayloadOf(in.Body), in: in, opt: opt, Server: server}
 	if pl.fleet.Several() {

@@ -47,7 +47,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, d wire.Dialect) {
 	defer h.release()
 
 	// Decode it, reading its member names as the backend reads them.
-	req, err := wire.Decode(d, body, s.cfg.MaxDepth, keyRulesOf(s.kind(r.Context())))
+	req, err := wire.Decode(d, body, s.cfg.MaxDepth, keyRulesOf(s.be.Kind(r.Context())))
 	if refused := s.refuseBody(w, ex, err); refused {
 		return
 	}

@@ -25,10 +25,10 @@ import (
 )
 
 // servers are n Ollama fakes as the servers of one fleet, named a, b, c….
-func servers(t *testing.T, n int) ([]*fakebackend.Fake, []*fleet.Server) {
+func servers(t *testing.T, n int) ([]*fakebackend.Fake, []*fleet.Node) {
 	t.Helper()
 	var fakes []*fakebackend.Fake
-	var out []*fleet.Server
+	var out []*fleet.Node
 	for i := range n {
 		f := fakebackend.New(t, fakebackend.Ollama, fakebackend.Options{})
 		u, _ := url.Parse(f.URL)
@@ -37,13 +37,13 @@ func servers(t *testing.T, n int) ([]*fakebackend.Fake, []*fleet.Server) {
 			Prepare: backend.Preparation{Mode: backend.PrepareNone, List: true}})
 		backend.NewPoller(be).Run(t.Context())
 		fakes = append(fakes, f)
-		out = append(out, &fleet.Server{Name: string(rune('a' + i)), URL: u, Backend: be, Transport: tr})
+		out = append(out, &fleet.Node{Name: string(rune('a' + i)), URL: u, Backend: be, Transport: tr})
 	}
 	return fakes, out
 }
 
 // fleetProxy is a ctxproxy in front of the fleet, its sessions in store.
-func fleetProxy(t *testing.T, ss []*fleet.Server, store Deps) string {
+func fleetProxy(t *testing.T, ss []*fleet.Node, store Deps) string {
 	t.Helper()
 	router, err := fleet.New(ss, fleet.RouteSessions)
 	if err != nil {
@@ -257,12 +257,12 @@ func TestFleetReplicasRouteASessionAlike(t *testing.T) {
 	for range 3 {
 		// Each replica has its own view of the servers, as separate
 		// processes do.
-		var own []*fleet.Server
+		var own []*fleet.Node
 		for _, s := range ss {
 			be := backend.New(backend.Config{URL: s.URL, Kind: KindOllama, Client: &http.Client{Transport: s.Transport},
 				Prepare: backend.Preparation{Mode: backend.PrepareNone, List: true}})
 			backend.NewPoller(be).Run(t.Context())
-			own = append(own, &fleet.Server{Name: s.Name, URL: s.URL, Backend: be, Transport: s.Transport})
+			own = append(own, &fleet.Node{Name: s.Name, URL: s.URL, Backend: be, Transport: s.Transport})
 		}
 		cfg := snapshots.Config{Store: snapshots.StoreRedis, Redis: snapshots.RedisConfig{Addr: addr, Prefix: "fleet:"}}
 		store, err := snapshots.NewRedisStore(context.Background(), cfg, nil)

@@ -29,10 +29,10 @@ func TestMetricsPerServer(t *testing.T) {
 
 	mon := gpu.NewMonitor(memProbe{total: 24 << 30, free: 16 << 30}, gpu.Config{}, gpu.MonitorOptions{Logger: slog.New(slog.DiscardHandler)})
 	mon.Sample(context.Background())
-	server := func(name, raw string, mem fleet.Memory) *fleet.Server {
+	server := func(name, raw string, mem fleet.Memory) *fleet.Node {
 		u, _ := url.Parse(raw)
 		be := backend.New(backend.Config{URL: u, Kind: backend.KindOllama, Client: &http.Client{}, Log: slog.New(slog.DiscardHandler)})
-		return &fleet.Server{Name: name, URL: u, Backend: be, Memory: mem}
+		return &fleet.Node{Name: name, URL: u, Backend: be, Memory: mem}
 	}
 	a, b := server("gpu1", "http://127.0.0.1:1", fleet.Local{Monitor: mon}), server("gpu2", "http://127.0.0.1:2", nil)
 	a.Begin()
@@ -42,7 +42,7 @@ func TestMetricsPerServer(t *testing.T) {
 	b.Begin()
 	b.End()
 	b.Failed("connection refused")
-	r, err := fleet.New([]*fleet.Server{a, b}, "")
+	r, err := fleet.New([]*fleet.Node{a, b}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

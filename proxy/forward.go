@@ -126,7 +126,7 @@ func (s *Server) send(ctx context.Context, r *http.Request, ex *exchange, p *pla
 // went away before answering, or it answered that it cannot serve the
 // request now (502, 503, 504, 429) or lacks the model (404). "" when it
 // served it. A server that could not be reached is taken out for a while.
-func refusedBy(srv *fleet.Server, resp *http.Response, err error) string {
+func refusedBy(srv *fleet.Node, resp *http.Response, err error) string {
 	switch {
 	case err != nil:
 		srv.Failed(err.Error())
@@ -154,7 +154,7 @@ func closeBody(resp *http.Response) {
 // is set (a request translated to Ollama's /api/chat). With count (a
 // request without a plan, whose server did not count it when chosen), the
 // request is in flight on srv until its answer's body is closed.
-func (s *Server) roundTrip(in *http.Request, srv *fleet.Server, outPath string, body wire.Payload, count bool) (*http.Response, error) {
+func (s *Server) roundTrip(in *http.Request, srv *fleet.Node, outPath string, body wire.Payload, count bool) (*http.Response, error) {
 	out := in.Clone(in.Context())
 	out.RequestURI = ""
 	out.Body = body.Body()
@@ -163,7 +163,7 @@ func (s *Server) roundTrip(in *http.Request, srv *fleet.Server, outPath string, 
 	out.GetBody = func() (io.ReadCloser, error) { return body.Body(), nil }
 	removeHopByHop(out.Header)
 	pr := &httputil.ProxyRequest{In: in, Out: out}
-	s.shapeFor(pr, srv.URL)
+	shaper{s.cfg.SessionHeader}.to(pr, srv.URL)
 	if outPath != "" {
 		out.URL.Path = path.Join("/", srv.URL.Path, outPath)
 		out.URL.RawPath = ""
@@ -200,7 +200,7 @@ func (s *Server) roundTrip(in *http.Request, srv *fleet.Server, outPath string, 
 // its server when first closed.
 type inFlight struct {
 	io.ReadCloser
-	srv    *fleet.Server
+	srv    *fleet.Node
 	closed atomic.Bool
 }
 
@@ -211,13 +211,14 @@ func (b *inFlight) Close() error {
 	return b.ReadCloser.Close()
 }
 
-// shape shapes an outbound request as every route does: to the backend,
-// with the client's X-Forwarded-For chain and this hop, and without
-// ctxproxy's own request headers, which never reach the backend.
-func (s *Server) shape(pr *httputil.ProxyRequest) { s.shapeFor(pr, s.backend) }
+// shaper shapes an outbound request as every route does: to the server
+// at target, with the client's X-Forwarded-For chain and this hop, and
+// without ctxproxy's own request headers (those named X-Ctxproxy-* and
+// the session header), which never reach a server.
+type shaper struct{ sessionHeader string }
 
-// shapeFor shapes an outbound request to the server at target.
-func (s *Server) shapeFor(pr *httputil.ProxyRequest, target *url.URL) {
+// to shapes pr for the server at target.
+func (sh shaper) to(pr *httputil.ProxyRequest, target *url.URL) {
 	pr.SetURL(target)
 	pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 	pr.SetXForwarded()
@@ -226,7 +227,7 @@ func (s *Server) shapeFor(pr *httputil.ProxyRequest, target *url.URL) {
 			delete(pr.Out.Header, k)
 		}
 	}
-	pr.Out.Header.Del(s.cfg.SessionHeader)
+	pr.Out.Header.Del(sh.sessionHeader)
 }
 
 // hopByHop are the headers of one connection, not of the message

@@ -148,7 +148,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	}
 	s.registry.MustRegister(backendCollector{s.be})
 	s.rp = &httputil.ReverseProxy{
-		Rewrite:   s.shape,
+		Rewrite:   func(pr *httputil.ProxyRequest) { shaper{cfg.SessionHeader}.to(pr, u) },
 		Transport: transport,
 		// Go's default: a stream (Server-Sent Events, or a body of unknown
 		// length, as Ollama's NDJSON streams are) is flushed chunk by
@@ -168,8 +168,8 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	s.spread = spread.New(spread.Config{Fleet: s.fleet, MaxBody: cfg.MaxBody, Log: log,
-		Shape: s.shape, Hop: removeHopByHop,
-		Answer: func(resp *http.Response, srv *fleet.Server) { missingV1(resp, srv.URL.Path) }})
+		Shape: func(pr *httputil.ProxyRequest) { shaper{cfg.SessionHeader}.to(pr, u) }, Hop: removeHopByHop,
+		Answer: func(resp *http.Response, srv *fleet.Node) { missingV1(resp, srv.URL.Path) }})
 	s.mux = http.NewServeMux()
 	s.tok = &tokenizeRoutes{be: s.be, fleet: s.fleet, tokens: s.tokens, noExact: cfg.Planning.NoExact, gate: s.gate, rp: s.rp}
 	s.status = admin.NewStatus(admin.StatusConfig{Info: cfg.Status, Version: cfg.Version, BackendURL: u, Backend: s.be,
@@ -295,9 +295,6 @@ func (c closeUnread) WriteHeader(code int) {
 
 // Unwrap lets http.ResponseController reach the connection's own writer.
 func (c closeUnread) Unwrap() http.ResponseWriter { return c.ResponseWriter }
-
-// kind returns the backend's kind: ollama, openai, or unknown.
-func (s *Server) kind(ctx context.Context) string { return s.be.Kind(ctx) }
 
 // Backend returns the backend the server forwards to.
 func (s *Server) Backend() *backend.Backend { return s.be }

@@ -548,8 +548,8 @@ func TestKindDetectionOutlivesClient(t *testing.T) {
 	s, _ := newProxy(t, be.URL, Config{})
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
-	s.kind(gone)
-	if got := s.kind(context.Background()); got != KindOllama {
+	s.be.Kind(gone)
+	if got := s.be.Kind(context.Background()); got != KindOllama {
 		t.Errorf("kind after a detection by a departed client = %q, want %q", got, KindOllama)
 	}
 }

@@ -70,9 +70,9 @@ func newBackend(c config.Config, log *slog.Logger) (*backend.Backend, *http.Tran
 // newServers builds each server of the configuration (config.Servers):
 // its transport, with its own timeouts, and its backend. Their memory
 // is set once the monitor is built.
-func newServers(c config.Config, log *slog.Logger) ([]*fleet.Server, error) {
+func newServers(c config.Config, log *slog.Logger) ([]*fleet.Node, error) {
 	conf := c.Servers()
-	out := make([]*fleet.Server, 0, len(conf))
+	out := make([]*fleet.Node, 0, len(conf))
 	for i, sc := range conf {
 		u, err := url.Parse(sc.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -100,7 +100,7 @@ func newServers(c config.Config, log *slog.Logger) ([]*fleet.Server, error) {
 		}
 		be := backend.New(backend.Config{URL: u, Kind: sc.Kind, Client: &http.Client{Transport: tr},
 			Log: blog, TokenizerDir: tokenizerDir(c), Prepare: prep})
-		out = append(out, &fleet.Server{Name: sc.Name, URL: u, Backend: be, Transport: tr, Weight: sc.Weight,
+		out = append(out, &fleet.Node{Name: sc.Name, URL: u, Backend: be, Transport: tr, Weight: sc.Weight,
 			Models: sc.Models, MaxInFlight: sc.MaxInFlight})
 	}
 	return out, nil
@@ -195,7 +195,7 @@ func build(ctx context.Context, c config.Config, log *slog.Logger, h hooks) (*sy
 }
 
 // pollers returns the poller of each server.
-func pollers(servers []*fleet.Server) []*backend.Poller {
+func pollers(servers []*fleet.Node) []*backend.Poller {
 	out := make([]*backend.Poller, len(servers))
 	for i, s := range servers {
 		out[i] = backend.NewPoller(s.Backend)
@@ -207,7 +207,7 @@ func pollers(servers []*fleet.Server) []*backend.Poller {
 // (backends[].memory): this machine's monitor, nowhere, or the status
 // of the ctxproxy on the server's machine, read with memory_token and
 // the server's own loaded models (its /api/ps).
-func setMemory(c config.Config, servers []*fleet.Server, mon *gpu.Monitor) {
+func setMemory(c config.Config, servers []*fleet.Node, mon *gpu.Monitor) {
 	for i, sc := range c.Servers() {
 		switch sc.Memory {
 		case config.MemoryLocal:
@@ -227,7 +227,7 @@ func setMemory(c config.Config, servers []*fleet.Server, mon *gpu.Monitor) {
 // localLoaded is what the monitor reads as the models loaded beside
 // the memory it probes: those of the servers whose memory is this
 // machine's (the one backend's, by default).
-func localLoaded(c config.Config, servers []*fleet.Server) func(context.Context) ([]modelinfo.Loaded, error) {
+func localLoaded(c config.Config, servers []*fleet.Node) func(context.Context) ([]modelinfo.Loaded, error) {
 	var local []*backend.Backend
 	for i, sc := range c.Servers() {
 		if sc.Memory == config.MemoryLocal {

@@ -25,14 +25,14 @@ func (oneDevice) Devices(context.Context) ([]gpu.Device, error) {
 }
 func (oneDevice) Close() error { return nil }
 
-func testServer(t *testing.T, name, raw string, mem fleet.Memory) *fleet.Server {
+func testServer(t *testing.T, name, raw string, mem fleet.Memory) *fleet.Node {
 	t.Helper()
 	u, err := url.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
 	be := backend.New(backend.Config{URL: u, Kind: backend.KindOllama, Client: &http.Client{}, Log: slog.New(slog.DiscardHandler)})
-	return &fleet.Server{Name: name, URL: u, Backend: be, Memory: mem}
+	return &fleet.Node{Name: name, URL: u, Backend: be, Memory: mem}
 }
 
 func statusOf(t *testing.T, r *fleet.Router, mon *gpu.Monitor) []byte {
@@ -52,7 +52,7 @@ func statusOf(t *testing.T, r *fleet.Router, mon *gpu.Monitor) []byte {
 func TestStatusBackends(t *testing.T) {
 	mon := gpu.NewMonitor(oneDevice{}, gpu.Config{}, gpu.MonitorOptions{Logger: slog.New(slog.DiscardHandler)})
 	mon.Sample(context.Background())
-	one, _ := fleet.New([]*fleet.Server{testServer(t, "solo", "http://127.0.0.1:1", fleet.Local{Monitor: mon})}, "")
+	one, _ := fleet.New([]*fleet.Node{testServer(t, "solo", "http://127.0.0.1:1", fleet.Local{Monitor: mon})}, "")
 	if b := statusOf(t, one, mon); strings.Contains(string(b), `"backends"`) {
 		t.Errorf("one server: status has backends: %s", b)
 	}
@@ -62,7 +62,7 @@ func TestStatusBackends(t *testing.T) {
 	b.Failed("connection refused")
 	a.Begin()
 	defer a.End()
-	two, err := fleet.New([]*fleet.Server{a, b}, "")
+	two, err := fleet.New([]*fleet.Node{a, b}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -166,7 +166,7 @@ func (f *fake) ended(w http.ResponseWriter, model string, lines ...any) {
 }
 
 // server is f as a fleet server, its models listed once (polled).
-func (f *fake) server(t *testing.T) *fleet.Server {
+func (f *fake) server(t *testing.T) *fleet.Node {
 	t.Helper()
 	u, _ := url.Parse(f.srv.URL)
 	tr := &http.Transport{}
@@ -177,22 +177,22 @@ func (f *fake) server(t *testing.T) *fleet.Server {
 	f.mu.Lock()
 	f.requests, f.headers = nil, nil
 	f.mu.Unlock()
-	return &fleet.Server{Name: f.name, URL: u, Backend: be, Transport: tr}
+	return &fleet.Node{Name: f.name, URL: u, Backend: be, Transport: tr}
 }
 
 // downServer is a fleet server nothing listens at.
-func downServer(t *testing.T, name string) *fleet.Server {
+func downServer(t *testing.T, name string) *fleet.Node {
 	t.Helper()
 	ts := httptest.NewServer(http.NotFoundHandler())
 	ts.Close()
 	u, _ := url.Parse(ts.URL)
 	tr := &http.Transport{}
-	return &fleet.Server{Name: name, URL: u, Transport: tr,
+	return &fleet.Node{Name: name, URL: u, Transport: tr,
 		Backend: backend.New(backend.Config{URL: u, Client: &http.Client{Transport: tr}})}
 }
 
 // proxyOver is a Handler over servers, served by an httptest server.
-func proxyOver(t *testing.T, servers ...*fleet.Server) *httptest.Server {
+func proxyOver(t *testing.T, servers ...*fleet.Node) *httptest.Server {
 	t.Helper()
 	r, err := fleet.New(servers, "")
 	if err != nil {

@@ -31,7 +31,7 @@ func (h *Handler) manage(w http.ResponseWriter, r *http.Request, all bool) {
 				BackendHeader, name, strings.Join(names, ", ")))
 			return
 		}
-		h.forward(w, r, []*fleet.Server{s}, nil)
+		h.forward(w, r, []*fleet.Node{s}, nil)
 		return
 	}
 	if all {
@@ -47,7 +47,7 @@ func (h *Handler) manage(w http.ResponseWriter, r *http.Request, all bool) {
 	model := modelOf(body)
 	for _, s := range order {
 		if has, known := s.Has(model); has && known {
-			order = []*fleet.Server{s}
+			order = []*fleet.Node{s}
 			break
 		}
 	}
@@ -56,7 +56,7 @@ func (h *Handler) manage(w http.ResponseWriter, r *http.Request, all bool) {
 
 // target is one server a fanned-out request goes to.
 type target struct {
-	s    *fleet.Server
+	s    *fleet.Node
 	body *io.PipeReader // its request's body; nil for none
 	resp *http.Response
 	err  error
@@ -72,7 +72,7 @@ type target struct {
 // failure of any other is told after it: an extra NDJSON line
 // {"error":"backend <name>: …"} at the end of a streamed answer, a
 // failing status in place of a successful one that is not streamed.
-func (h *Handler) fanOut(w http.ResponseWriter, r *http.Request, targets []*fleet.Server) {
+func (h *Handler) fanOut(w http.ResponseWriter, r *http.Request, targets []*fleet.Node) {
 	if len(targets) == 1 {
 		h.forward(w, r, targets, nil)
 		return

@@ -21,7 +21,7 @@ const maxListing = 64 << 20
 
 // reply is one server's answer to a request asked of several.
 type reply struct {
-	s      *fleet.Server
+	s      *fleet.Node
 	status int
 	header http.Header
 	body   []byte
@@ -30,7 +30,7 @@ type reply struct {
 
 // ask sends r (a GET) to every server of servers at once, each within
 // the listing timeout, and returns their replies in servers' order.
-func (h *Handler) ask(r *http.Request, servers []*fleet.Server) []reply {
+func (h *Handler) ask(r *http.Request, servers []*fleet.Node) []reply {
 	replies := make([]reply, len(servers))
 	var wg sync.WaitGroup
 	for i, s := range servers {

@@ -62,7 +62,7 @@ type Config struct {
 	Hop func(http.Header)
 	// Answer, when set, may edit the answer of a request that went to
 	// one server before the client sees it.
-	Answer func(*http.Response, *fleet.Server)
+	Answer func(*http.Response, *fleet.Node)
 	// MaxBody bounds the body read for its model (default 32 MiB); a
 	// larger one goes to the first server unread.
 	MaxBody int64
@@ -128,9 +128,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // upFirst is every server, those up first, each group in the
 // configuration's order.
-func (h *Handler) upFirst() []*fleet.Server {
+func (h *Handler) upFirst() []*fleet.Node {
 	now := time.Now()
-	var up, down []*fleet.Server
+	var up, down []*fleet.Node
 	for _, s := range h.cfg.Fleet.Servers() {
 		if s.Up(now) {
 			up = append(up, s)
@@ -142,9 +142,9 @@ func (h *Handler) upFirst() []*fleet.Server {
 }
 
 // up is the servers that are up; all of them when none is.
-func (h *Handler) up() []*fleet.Server {
+func (h *Handler) up() []*fleet.Node {
 	now := time.Now()
-	var up []*fleet.Server
+	var up []*fleet.Node
 	for _, s := range h.cfg.Fleet.Servers() {
 		if s.Up(now) {
 			up = append(up, s)
@@ -216,10 +216,10 @@ func modelOf(body []byte) string {
 // its answer as it streams. body, when not nil, is r's body, read
 // already: it is sent again to the next server when one could not be
 // reached. With a nil body r's own is sent, to the first server only.
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, order []*fleet.Server, body []byte) {
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, order []*fleet.Node, body []byte) {
 	replay := body != nil || r.Body == nil || r.Body == http.NoBody
 	var err error
-	var last *fleet.Server
+	var last *fleet.Node
 	for i, s := range order {
 		if body != nil {
 			r.Body = io.NopCloser(bytes.NewReader(body))
@@ -253,7 +253,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, order []*fleet
 // forwardTo relays r to s through a reverse proxy. It returns the error
 // of a request that reached the client with nothing: the client is to
 // be answered yet.
-func (h *Handler) forwardTo(w http.ResponseWriter, r *http.Request, s *fleet.Server) error {
+func (h *Handler) forwardTo(w http.ResponseWriter, r *http.Request, s *fleet.Node) error {
 	var failed error
 	s.Begin()
 	defer s.End()
@@ -277,7 +277,7 @@ func (h *Handler) forwardTo(w http.ResponseWriter, r *http.Request, s *fleet.Ser
 
 // shape readies pr's outbound request for s: shaped as ctxproxy's other
 // routes shape theirs, to s's URL.
-func (h *Handler) shape(pr *httputil.ProxyRequest, s *fleet.Server) {
+func (h *Handler) shape(pr *httputil.ProxyRequest, s *fleet.Node) {
 	if h.cfg.Shape != nil {
 		h.cfg.Shape(pr)
 	}
@@ -287,7 +287,7 @@ func (h *Handler) shape(pr *httputil.ProxyRequest, s *fleet.Server) {
 }
 
 // outbound is r, shaped for s, with body (nil for none).
-func (h *Handler) outbound(ctx context.Context, r *http.Request, s *fleet.Server, body io.ReadCloser) *http.Request {
+func (h *Handler) outbound(ctx context.Context, r *http.Request, s *fleet.Node, body io.ReadCloser) *http.Request {
 	out := r.Clone(ctx)
 	out.RequestURI = ""
 	out.Body = body
@@ -315,6 +315,6 @@ func isDialError(err error) bool {
 }
 
 // failure is what a server said when it failed a request.
-func failure(s *fleet.Server, what string) string {
+func failure(s *fleet.Node, what string) string {
 	return fmt.Sprintf("backend %s: %s", s.Name, what)
 }
