@@ -38,8 +38,6 @@ func (h *Handler) ask(r *http.Request, servers []*fleet.Node) []reply {
 			ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 			defer cancel()
 			rp := reply{s: s}
-			s.Begin()
-			defer s.End()
 			resp, err := s.Transport.RoundTrip(h.outbound(ctx, r, s, nil))
 			if err == nil {
 				s.Answered()
