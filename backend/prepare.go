@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -184,6 +185,10 @@ type Poller struct {
 	interval time.Duration
 	// tick, when set, replaces the ticker (tests).
 	tick <-chan time.Time
+	// mu makes one poll at a time: Run's and Poke's.
+	mu sync.Mutex
+	// poking is set while a Poke's poll waits to start.
+	poking atomic.Bool
 	// digests are the models /api/tags listed at the last poll.
 	digests map[string]string
 }
@@ -191,6 +196,16 @@ type Poller struct {
 // NewPoller returns the poller of b's server, with b's Preparation.
 func NewPoller(b *Backend) *Poller {
 	return &Poller{b: b, interval: b.prep.every}
+}
+
+// Poke polls now, in the background, as Run would at its next tick: the
+// server's models changed (WatchModels). Pokes while a poll waits to
+// start make one; it does nothing where Run would not poll.
+func (p *Poller) Poke() {
+	if p.b.prep.mode == PrepareNone && !p.b.prep.list || !p.poking.CompareAndSwap(false, true) {
+		return
+	}
+	go p.poll(context.Background())
 }
 
 // Run polls at once and then every Preparation.Interval (never with an
@@ -223,8 +238,12 @@ func (p *Poller) Run(ctx context.Context) {
 // pollTimeout bounds the listing of one poll.
 const pollTimeout = 30 * time.Second
 
-// poll asks the server for its models and prepares what is new.
+// poll asks the server for its models and prepares what is new, one
+// poll at a time; a Poke made before it starts is served by it.
 func (p *Poller) poll(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.poking.Store(false)
 	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
 	if p.b.Kind(ctx) != KindOllama {
