@@ -119,6 +119,11 @@ type Tokens struct {
 	// PrepareMaxModels is how many models are prepared in the background
 	// at most.
 	PrepareMaxModels int `mapstructure:"prepare_max_models"`
+	// ModelsDir is Ollama's model directory on this machine, watched so
+	// that a model created or pulled is listed and prepared at once:
+	// "auto" (OLLAMA_MODELS or Ollama's own places, for a server on
+	// loopback), "none", or a path.
+	ModelsDir string `mapstructure:"models_dir"`
 }
 
 // Context is how the context window (Ollama's num_ctx) is sized.
@@ -254,7 +259,7 @@ func Default() Config {
 	c.Backends = []Server{}
 	c.Session = Session{Header: "X-Session-ID", Fingerprint: true, ClientIDs: true, ScopeHeader: []string{"Authorization", "X-Api-Key", "Api-Key"}}
 	c.Tokens = Tokens{Encoding: "auto", ApproxCharsPerToken: 4, ImageTokens: 768, Calibrate: true, Exact: true, CacheEntries: 100000,
-		Prepare: "all", PrepareInterval: 10 * time.Second, PrepareMaxModels: 16}
+		Prepare: "all", PrepareInterval: 10 * time.Second, PrepareMaxModels: 16, ModelsDir: "auto"}
 	c.Context = Context{AutoSize: true, MinSize: 2048, MaxSize: 131072, VRAMBuffer: 512 << 20,
 		KVQuantization: "f16", NumParallel: 1, ReserveOutput: 1024, RespectClient: true, ModelNumCtx: "ceiling"}
 	c.Strategy.Mode = "smart"

@@ -2,7 +2,9 @@ package main
 
 import (
 	"cmp"
+	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 
 	"context"
@@ -201,6 +203,53 @@ func pollers(servers []*fleet.Node) []*backend.Poller {
 		out[i] = backend.NewPoller(s.Backend)
 	}
 	return out
+}
+
+// watchModels watches Ollama's model directory (tokens.models_dir) and
+// has every server list its models as soon as one is created, pulled or
+// removed there, so that the new model's tokenizer is prepared before a
+// person can pick it. Without it, or where it cannot watch, the listing
+// every tokens.prepare_interval finds the model.
+func watchModels(ctx context.Context, c config.Config, pollers []*backend.Poller, log *slog.Logger) {
+	dir := modelsDir(c, os.Getenv)
+	if dir == "" || (!c.Tokens.Exact || c.Tokens.Prepare == backend.PrepareNone) && len(pollers) < 2 {
+		return
+	}
+	err := backend.WatchModels(ctx, dir, log, func() {
+		for _, p := range pollers {
+			p.Poke()
+		}
+	})
+	if err != nil {
+		log.Warn("cannot watch Ollama's models: a model created or pulled is found by the next listing (tokens.prepare_interval)",
+			"dir", dir, "err", err)
+		return
+	}
+	log.Info("watching Ollama's models: a model created or pulled is listed and prepared at once", "dir", dir)
+}
+
+// modelsDir is tokens.models_dir: with auto, where Ollama keeps its
+// models on this machine when a server is on loopback (OLLAMA_MODELS,
+// ~/.ollama/models, the Linux service's), "" when none is found.
+func modelsDir(c config.Config, getenv func(string) string) string {
+	switch d := c.Tokens.ModelsDir; d {
+	case "", "none":
+		return ""
+	case "auto":
+		for _, sc := range c.Servers() {
+			if u, err := url.Parse(sc.URL); err == nil && isLoopback(u.Hostname()) {
+				return backend.FindModels(getenv)
+			}
+		}
+		return ""
+	default:
+		return d
+	}
+}
+
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // setMemory tells each server where its free memory is read

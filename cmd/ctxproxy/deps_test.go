@@ -2,6 +2,8 @@ package main
 
 import (
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/ctxproxy/ctxproxy/config"
@@ -34,5 +36,34 @@ func TestSetMemory(t *testing.T) {
 	}
 	if r.Token != "t0ken" || r.Where() != "ctxproxy at http://gpu2:11435" || r.Loaded == nil || r.Client == nil {
 		t.Errorf("there: %+v", r)
+	}
+}
+
+// tokens.models_dir: auto finds Ollama's directory only for a server on
+// loopback; a path is taken as given; none watches nothing.
+func TestModelsDir(t *testing.T) {
+	models := t.TempDir()
+	if err := os.Mkdir(filepath.Join(models, "manifests"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	getenv := func(k string) string {
+		if k == "OLLAMA_MODELS" {
+			return models
+		}
+		return ""
+	}
+	c := config.Default()
+	for _, tc := range []struct{ url, dir, want string }{
+		{"http://127.0.0.1:11434", "auto", models},
+		{"http://localhost:11434", "auto", models},
+		{"http://[::1]:11434", "auto", models},
+		{"http://gpu1:11434", "auto", ""},
+		{"http://gpu1:11434", "/srv/ollama/models", "/srv/ollama/models"},
+		{"http://127.0.0.1:11434", "none", ""},
+	} {
+		c.Backend.URL, c.Tokens.ModelsDir = tc.url, tc.dir
+		if got := modelsDir(c, getenv); got != tc.want {
+			t.Errorf("%s with %q: %q, want %q", tc.url, tc.dir, got, tc.want)
+		}
 	}
 }

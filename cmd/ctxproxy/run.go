@@ -293,6 +293,7 @@ func serve(ctx context.Context, args []string, e env) error {
 	for _, p := range sys.pollers {
 		go p.Run(bg)
 	}
+	watchModels(bg, c, sys.pollers, log.With("component", "backend"))
 	go sys.router.Watch(bg, c.Backend.ProbeInterval)
 	if rs, ok := sys.store.(*snapshots.RedisStore); ok {
 		// Replicas on one Redis learn the calibration of their counts
