@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -111,4 +112,51 @@ func logLine(path, s string) string {
 func logHas(path, s string) bool {
 	data, _ := os.ReadFile(path)
 	return bytes.Contains(data, []byte(s))
+}
+
+// TestRealOllama_ModelCreatedIsPrepared: a model created straight on
+// Ollama while ctxproxy runs is prepared as soon as Ollama writes its
+// manifest, ctxproxy watching Ollama's model directory
+// (tokens.models_dir): the listing's interval is an hour here, so only
+// the watch can have found it. Its first request through ctxproxy is
+// then counted exactly.
+func TestRealOllama_ModelCreatedIsPrepared(t *testing.T) {
+	o := need(t)
+	if o.models == "" {
+		t.Skip("start.sh did not say where Ollama keeps its models (OLLAMA_MODELS)")
+	}
+	p := startCtxproxy(t, o.url, fmt.Sprintf("backend: {kind: ollama}\ntokens: {calibrate: false, prepare: all, prepare_interval: 1h, models_dir: %q}\n", o.models))
+	if !logHas(p.logPath, "watching Ollama's models") {
+		t.Fatalf("ctxproxy does not watch %s:\n%s", o.models, tail(p.logPath, 20))
+	}
+	const model = "gen-created-watched"
+	if err := createModel(o, model, vocabgen.BPE(32000, "llama-bpe", 77)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		req, _ := http.NewRequest(http.MethodDelete, o.url+"/api/delete", strings.NewReader(`{"model":"`+model+`"}`))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second) // a bound for a loaded machine, not a time asserted
+	prepared := func() bool {
+		for _, rec := range p.logMessages(t, "tokenizer prepared before the model's first request") {
+			if rec["model"] == model+":latest" {
+				return true
+			}
+		}
+		return false
+	}
+	for !prepared() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the model created was not prepared within 30 s of its creation:\n%s", tail(p.logPath, 20))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res := chat(t, p.url, chatRequest{Model: model, Messages: sevenKB(978)})
+	sent, _ := strconv.Atoi(res.header.Get("X-Ctxproxy-Tokens"))
+	if sent != res.final.PromptEvalCount {
+		t.Errorf("X-Ctxproxy-Tokens %d, prompt_eval_count %d", sent, res.final.PromptEvalCount)
+	}
 }

@@ -215,7 +215,7 @@ func startOllama(tmp string, env ...string) (*ollamaServer, error) {
 		return nil, fmt.Errorf("%s printed no OLLAMA_URL, OLLAMA_PGID and OLLAMA_LOG:\n%s", script, out)
 	}
 	suite.watchdog.add(pgid)
-	o := &ollamaServer{url: vars["OLLAMA_URL"], pgid: pgid, logPath: vars["OLLAMA_LOG"]}
+	o := &ollamaServer{url: vars["OLLAMA_URL"], pgid: pgid, logPath: vars["OLLAMA_LOG"], models: vars["OLLAMA_MODELS"]}
 	fmt.Fprintf(os.Stderr, "e2e: Ollama at %s (pgid %d, log %s) after %s\n", o.url, pgid, o.logPath, time.Since(start).Round(time.Second))
 	return o, nil
 }

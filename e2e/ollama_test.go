@@ -21,6 +21,8 @@ type ollamaServer struct {
 	url     string
 	pgid    int
 	logPath string
+	// models is the server's OLLAMA_MODELS; "" when start.sh did not say.
+	models string
 }
 
 // version is the server's version as its /api/version says ("0.17.4").

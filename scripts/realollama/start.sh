@@ -2,7 +2,7 @@
 # Starts a real Ollama server on loopback with two tiny generated models,
 # for the end-to-end tests and the red-team probes:
 #
-#   eval "$(scripts/realollama/start.sh 11500)"   # OLLAMA_URL, OLLAMA_PGID, OLLAMA_LOG
+#   eval "$(scripts/realollama/start.sh 11500)"   # OLLAMA_URL, OLLAMA_PGID, OLLAMA_LOG, OLLAMA_MODELS
 #   ...
 #   kill -TERM -- -"$OLLAMA_PGID"                  # serve and its runners
 #
@@ -64,4 +64,5 @@ fi
 echo "OLLAMA_URL=http://127.0.0.1:$port"
 echo "OLLAMA_PGID=$pgid"
 echo "OLLAMA_LOG=$work/serve.log"
+echo "OLLAMA_MODELS=$work/models"
 echo "OLLAMA_BIN=$bin"
