@@ -190,8 +190,25 @@ func TestFleetKeepsSessionsOnTheirServer(t *testing.T) {
 
 func TestFleetMovesASessionWhoseServerIsGone(t *testing.T) {
 	fakes, ss := servers(t, 3)
+	// Each server has memory of its own, so each plan has a num_ctx of
+	// its own: a move must answer with the new server's.
+	for i, s := range ss {
+		mon := gpu.NewMonitor(memProbe{total: 24 << 30, free: uint64(6+6*i) << 30}, gpu.Config{},
+			gpu.MonitorOptions{Logger: slog.New(slog.DiscardHandler)})
+		mon.Sample(t.Context())
+		s.Memory = fleet.Local{Monitor: mon}
+	}
 	deps, _, _ := fileStore(t)
 	url := fleetProxy(t, ss, deps)
+	numCtx := map[string]string{}
+	for _, s := range ss {
+		resp := post(t, url+"/api/chat", []byte(`{"model":"llama3.1:8b","stream":false,"messages":[{"role":"user","content":"hi"}]}`),
+			map[string]string{"X-Ctxproxy-Backend": s.Name})
+		numCtx[s.Name] = resp.Header.Get("X-Ctxproxy-Num-Ctx")
+	}
+	if numCtx["a"] == "" || numCtx["a"] == numCtx["b"] || numCtx["b"] == numCtx["c"] || numCtx["a"] == numCtx["c"] {
+		t.Fatalf("the servers' plans do not differ: num_ctx %v", numCtx)
+	}
 	first, _ := turn(t, url, "moving", 0)
 	fakes[first[0]-'a'].Close()
 	got, warning := turn(t, url, "moving", 1)
@@ -204,13 +221,14 @@ func TestFleetMovesASessionWhoseServerIsGone(t *testing.T) {
 	if !strings.Contains(warning, "backend "+first+" could not be reached") && !strings.Contains(warning, "backend "+first+" went away before answering") {
 		t.Fatalf("warning %q", warning)
 	}
-	// The headers tell of the plan made for the new server (whose
-	// memory is read nowhere: no num_ctx).
+	// The headers tell of the plan made for the new server: its num_ctx,
+	// not the gone one's.
 	resp := post(t, url+"/api/chat", []byte(`{"model":"llama3.1:8b","stream":false,"messages":[{"role":"user","content":"hi"}]}`),
 		map[string]string{"X-Ctxproxy-Backend": first})
-	if got := resp.Header.Get("X-Ctxproxy-Backend"); resp.StatusCode != http.StatusOK || strings.HasPrefix(got, first) ||
-		resp.Header.Get("X-Ctxproxy-Tokens") == "" || resp.Header.Get("X-Ctxproxy-Num-Ctx") != "" {
-		t.Fatalf("sent to the gone %s: %d on %q, headers %v", first, resp.StatusCode, got, resp.Header)
+	got, _, _ = strings.Cut(resp.Header.Get("X-Ctxproxy-Backend"), "; ")
+	if resp.StatusCode != http.StatusOK || got == first || resp.Header.Get("X-Ctxproxy-Tokens") == "" ||
+		resp.Header.Get("X-Ctxproxy-Num-Ctx") != numCtx[got] {
+		t.Fatalf("sent to the gone %s: %d on %q, headers %v; num_ctx of each server %v", first, resp.StatusCode, got, resp.Header, numCtx)
 	}
 	// The next turn stays where it moved, and says nothing more.
 	if again, warning := turn(t, url, "moving", 2); again != name || warning != "" {
