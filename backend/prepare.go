@@ -28,6 +28,10 @@ const (
 // DefaultPrepareMax is Preparation.MaxModels when it is 0.
 const DefaultPrepareMax = 16
 
+// DefaultPrepareMemory is Preparation.MaxMemory when it is 0: room for
+// the tables of 20 to 40 vocabularies of 128,000–200,000 tokens.
+const DefaultPrepareMemory = 256 << 20
+
 // Preparation is what a Backend prepares in the background.
 type Preparation struct {
 	// Mode is PrepareLoaded ("" too), PrepareAll or PrepareNone. Unless
@@ -39,6 +43,12 @@ type Preparation struct {
 	// MaxModels is how many models are prepared in the background at
 	// most; 0 is DefaultPrepareMax. Others are prepared on first use.
 	MaxModels int
+	// MaxMemory is how many bytes the vocabularies prepared in the
+	// background may hold at most (exact.Tokenizer.Footprint, each
+	// vocabulary counted once however many models share it); 0 is
+	// DefaultPrepareMemory. Once they hold that much, other models are
+	// prepared on first use.
+	MaxMemory int64
 	// List has the Poller list the server's models (Backend.Listing)
 	// even with PrepareNone: a router of several servers reads them.
 	List bool
@@ -51,13 +61,16 @@ type preparer struct {
 	mode  string
 	every time.Duration
 	max   int
+	room  int64 // the bytes prepared vocabularies may hold
 	list  bool
 
-	mu    sync.Mutex
-	held  map[string]bool // prepared or queued: counted against max
-	queue []string
-	busy  bool // the goroutine runs
-	full  bool // max was reached (said once)
+	mu     sync.Mutex
+	held   map[string]bool // prepared or queued: counted against max
+	queue  []string
+	busy   bool         // the goroutine runs
+	full   bool         // max or room was reached (said once)
+	vocabs map[any]bool // the vocabularies prepared (Footprint)
+	bytes  int64        // what they hold
 }
 
 func newPreparer(b *Backend, p Preparation) *preparer {
@@ -65,7 +78,8 @@ func newPreparer(b *Backend, p Preparation) *preparer {
 	if mode == "" {
 		mode = PrepareLoaded
 	}
-	return &preparer{b: b, mode: mode, every: p.Interval, max: cmp.Or(p.MaxModels, DefaultPrepareMax), list: p.List, held: map[string]bool{}}
+	return &preparer{b: b, mode: mode, every: p.Interval, max: cmp.Or(p.MaxModels, DefaultPrepareMax),
+		room: cmp.Or(p.MaxMemory, DefaultPrepareMemory), list: p.List, held: map[string]bool{}, vocabs: map[any]bool{}}
 }
 
 // add queues the names not given before, up to max.
@@ -119,6 +133,17 @@ func (p *preparer) run() {
 	ctx := context.Background()
 	for {
 		p.mu.Lock()
+		if len(p.queue) > 0 && p.bytes >= p.room {
+			if !p.full {
+				p.full = true
+				b.log.Info("tokens.prepare_max_memory reached: other models are prepared on their first request",
+					"max_bytes", p.room, "held_bytes", p.bytes, "vocabularies", len(p.vocabs))
+			}
+			for _, n := range p.queue {
+				delete(p.held, n)
+			}
+			p.queue = nil
+		}
 		if len(p.queue) == 0 {
 			p.busy = false
 			p.mu.Unlock()
@@ -139,8 +164,15 @@ func (p *preparer) run() {
 			delete(p.held, name)
 			p.mu.Unlock()
 		case m.Tokenizer != nil:
+			vocab, size := m.Tokenizer.Footprint()
+			p.mu.Lock()
+			if !p.vocabs[vocab] {
+				p.vocabs[vocab] = true
+				p.bytes += size
+			}
+			p.mu.Unlock()
 			b.log.Debug("tokenizer prepared before the model's first request", "model", name,
-				"took", b.now().Sub(start).Round(time.Millisecond))
+				"took", b.now().Sub(start).Round(time.Millisecond), "vocabulary_bytes", size)
 		}
 	}
 }

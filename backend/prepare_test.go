@@ -229,6 +229,28 @@ func TestPollerMax(t *testing.T) {
 	}
 }
 
+// TestPollerMaxMemory: once the vocabularies prepared hold MaxMemory
+// bytes, other models are left to their first request; models that
+// share a vocabulary count it once.
+func TestPollerMaxMemory(t *testing.T) {
+	o := newOllamaModels("a", "b", "c")
+	b, tick, _ := startPoller(t, o, Preparation{Mode: PrepareAll, MaxMemory: 1})
+	settle(t, b, tick)
+	wantShown(t, o, "a")
+	if m := b.Model(context.Background(), "c"); m.Tokenizer == nil {
+		t.Errorf("a model past the ceiling has no tokenizer on its first request: %v %v", m.Err, m.TokenizerErr)
+	}
+
+	o = newOllamaModels("a", "b", "c")
+	b, tick, _ = startPoller(t, o, Preparation{Mode: PrepareAll})
+	settle(t, b, tick)
+	wantShown(t, o, "a", "b", "c")
+	_, one := b.Model(context.Background(), "a").Tokenizer.Footprint()
+	if b.prep.bytes != one || one <= 0 {
+		t.Errorf("three models of one vocabulary hold %d bytes, the vocabulary %d", b.prep.bytes, one)
+	}
+}
+
 // TestPrepareUnknownForgotten: a name no model has (a request's typo)
 // takes no place under the ceiling.
 func TestPrepareUnknownForgotten(t *testing.T) {

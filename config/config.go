@@ -119,6 +119,9 @@ type Tokens struct {
 	// PrepareMaxModels is how many models are prepared in the background
 	// at most.
 	PrepareMaxModels int `mapstructure:"prepare_max_models"`
+	// PrepareMaxMemory is how much the vocabularies prepared in the
+	// background may hold at most.
+	PrepareMaxMemory ByteSize `mapstructure:"prepare_max_memory"`
 	// ModelsDir is Ollama's model directory on this machine, watched so
 	// that a model created or pulled is listed and prepared at once:
 	// "auto" (OLLAMA_MODELS or Ollama's own places, for a server on
@@ -259,7 +262,7 @@ func Default() Config {
 	c.Backends = []Server{}
 	c.Session = Session{Header: "X-Session-ID", Fingerprint: true, ClientIDs: true, ScopeHeader: []string{"Authorization", "X-Api-Key", "Api-Key"}}
 	c.Tokens = Tokens{Encoding: "auto", ApproxCharsPerToken: 4, ImageTokens: 768, Calibrate: true, Exact: true, CacheEntries: 100000,
-		Prepare: "all", PrepareInterval: 10 * time.Second, PrepareMaxModels: 16, ModelsDir: "auto"}
+		Prepare: "all", PrepareInterval: 10 * time.Second, PrepareMaxModels: 16, PrepareMaxMemory: 256 << 20, ModelsDir: "auto"}
 	c.Context = Context{AutoSize: true, MinSize: 2048, MaxSize: 131072, VRAMBuffer: 512 << 20,
 		KVQuantization: "f16", NumParallel: 1, ReserveOutput: 1024, RespectClient: true, ModelNumCtx: "ceiling"}
 	c.Strategy.Mode = "smart"
@@ -447,6 +450,7 @@ func (c Config) validate() []string {
 		p = append(p, "tokens.prepare_interval: must not be negative (0 lists the models once, at start)")
 	}
 	positive(&p, "tokens.prepare_max_models", int64(c.Tokens.PrepareMaxModels))
+	positive(&p, "tokens.prepare_max_memory", int64(c.Tokens.PrepareMaxMemory))
 	if c.Snapshots.TTL < 0 || c.Snapshots.MaxSessions < 0 || c.Snapshots.MaxBytes < 0 {
 		p = append(p, "snapshots.ttl, snapshots.max_sessions and snapshots.max_bytes: must not be negative (0 keeps every session)")
 	}

@@ -193,28 +193,31 @@ func TestSnapshotsRedisCluster(t *testing.T) {
 	}
 }
 
-// tokens.prepare, prepare_interval and prepare_max_models load from the
-// environment, need a restart, and bad values are problems, every one.
+// tokens.prepare, prepare_interval, prepare_max_models, prepare_max_memory
+// and models_dir load from the environment, need a restart, and bad
+// values are problems, every one.
 func TestTokensPrepare(t *testing.T) {
 	env := map[string]string{"CTXPROXY_TOKENS_PREPARE": "loaded", "CTXPROXY_TOKENS_PREPARE_INTERVAL": "0",
-		"CTXPROXY_TOKENS_PREPARE_MAX_MODELS": "4"}
+		"CTXPROXY_TOKENS_PREPARE_MAX_MODELS": "4", "CTXPROXY_TOKENS_PREPARE_MAX_MEMORY": "64MiB", "CTXPROXY_TOKENS_MODELS_DIR": "/srv/ollama"}
 	c, _, problems := Load(LoadOptions{Getenv: func(k string) string { return env[k] }})
 	if len(problems) > 0 {
 		t.Fatal(problems)
 	}
-	if c.Tokens.Prepare != "loaded" || c.Tokens.PrepareInterval != 0 || c.Tokens.PrepareMaxModels != 4 {
+	if c.Tokens.Prepare != "loaded" || c.Tokens.PrepareInterval != 0 || c.Tokens.PrepareMaxModels != 4 ||
+		c.Tokens.PrepareMaxMemory != 64<<20 || c.Tokens.ModelsDir != "/srv/ollama" {
 		t.Errorf("loaded %+v", c.Tokens)
 	}
-	if applied, restart := Diff(Default(), c); len(applied) != 0 || len(restart) != 3 {
+	if applied, restart := Diff(Default(), c); len(applied) != 0 || len(restart) != 5 {
 		t.Errorf("Diff: applied %v, restart %v", applied, restart)
 	}
 	env = map[string]string{"CTXPROXY_TOKENS_PREPARE": "some", "CTXPROXY_TOKENS_PREPARE_INTERVAL": "-1s",
-		"CTXPROXY_TOKENS_PREPARE_MAX_MODELS": "0"}
+		"CTXPROXY_TOKENS_PREPARE_MAX_MODELS": "0", "CTXPROXY_TOKENS_PREPARE_MAX_MEMORY": "0"}
 	_, _, problems = Load(LoadOptions{Getenv: func(k string) string { return env[k] }})
 	want := []string{
 		`tokens.prepare: "some" is not one of loaded, all, none`,
 		"tokens.prepare_interval: must not be negative (0 lists the models once, at start)",
 		"tokens.prepare_max_models: 0 must be positive",
+		"tokens.prepare_max_memory: 0 must be positive",
 	}
 	if !slices.Equal(problems, want) {
 		t.Errorf("problems %q, want %q", problems, want)

@@ -241,6 +241,14 @@ func (m *Tokenizer) Vision() bool { return m.vision }
 // "ollama:spm").
 func (m *Tokenizer) Name() string { return m.name }
 
+// Footprint returns the vocabulary m counts with, equal for every model
+// that shares it (the same GGUF tokenizer under another name or
+// template) and holding none of it, and about how many bytes its tables
+// hold.
+func (m *Tokenizer) Footprint() (vocab any, bytes int64) {
+	return m.tables.key, m.tables.size
+}
+
 // Renderer names the built-in renderer that builds m's prompts, "" when
 // its chat template does.
 func (m *Tokenizer) Renderer() string { return m.renderer }

@@ -21,6 +21,8 @@ type tables struct {
 	bpe     *bpeVocab             // byte-level BPE
 	special []string              // control and user-defined tokens, in vocabulary order
 	trie    *trieNode             // the specials, to find which a prompt holds in one pass
+	size    int64                 // about the bytes the tables hold (footprint)
+	key     vocabKey
 }
 
 // vocabKey identifies a vocabulary: the tokenizer kind and a 128-bit hash
@@ -101,7 +103,7 @@ func tablesOf(kind string, v *tokenizer.Vocabulary) *tables {
 	if t != nil {
 		return t
 	}
-	t = &tables{vocab: v, special: v.SpecialVocabulary()}
+	t = &tables{vocab: v, special: v.SpecialVocabulary(), key: key}
 	switch kind {
 	case "gpt2":
 		// Counting needs only the compact form: drop the strings. The
@@ -120,6 +122,7 @@ func tablesOf(kind string, v *tokenizer.Vocabulary) *tables {
 		t.tok = tokenizer.NewWordPiece(v, true)
 	}
 	t.trie = newTrie(t.special)
+	t.size = footprint(t, v)
 
 	vocabTables.Lock()
 	defer vocabTables.Unlock()
@@ -133,4 +136,27 @@ func tablesOf(kind string, v *tokenizer.Vocabulary) *tables {
 	}
 	vocabTables.m[key] = weak.Make(t)
 	return t
+}
+
+// footprint is about the bytes t holds, built from v: the compact form of
+// a byte-level BPE vocabulary, or for the others v's strings and numbers
+// as Ollama's tokenizer package holds them (a string header and its bytes
+// per token, and the map from text to id it builds), and the specials.
+func footprint(t *tables, v *tokenizer.Vocabulary) int64 {
+	const header, mapEntry = 16, 48
+	n := int64(4*len(t.vocab.Types) + 4*len(t.vocab.Scores))
+	if b := t.bpe; b != nil {
+		n += int64(len(b.text) + 4*len(b.ends) + 4*len(b.ids) + 8*len(b.pairs) + 4*len(b.ranks))
+	} else {
+		for _, s := range v.Values {
+			n += int64(header + mapEntry + len(s))
+		}
+		for _, s := range v.Merges {
+			n += int64(header + mapEntry + len(s))
+		}
+	}
+	for _, s := range t.special {
+		n += int64(header + len(s))
+	}
+	return n
 }

@@ -124,3 +124,45 @@ func TestTokenAtTyped(t *testing.T) {
 		}
 	}
 }
+
+// TestFootprint: a vocabulary's Footprint is within a factor of two of
+// the heap its tokenizer keeps in use once what it was built from is
+// garbage,
+// for a byte-level BPE and a SentencePiece vocabulary, and two models of
+// one vocabulary name the same one.
+func TestFootprint(t *testing.T) {
+	for _, v := range []vocabgen.Vocab{vocabgen.BPE(128000, "llama-bpe", 9), vocabgen.SentencePiece(64000, 9)} {
+		var ms runtime.MemStats
+		heap := func() int64 {
+			runtime.GC()
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			return int64(ms.HeapAlloc)
+		}
+		before := heap()
+		build := func(tmpl string) *Tokenizer {
+			tok, err := New(Show{Version: ollama017, ModelInfo: v.KV(), Template: tmpl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// In use: what the package builds on first use is built.
+			if _, err := tok.CountText("hello"); err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}
+		a := build("{{ .Prompt }}")
+		kept := heap() - before
+		vocab, size := a.Footprint()
+		t.Logf("%s: footprint %d bytes, heap kept %d", a.Name(), size, kept)
+		if size < kept/2 || size > kept*2 {
+			t.Errorf("%s: footprint %d bytes, heap kept %d", a.Name(), size, kept)
+		}
+		b := build(templates["chatml"])
+		if other, _ := b.Footprint(); other != vocab {
+			t.Errorf("%s: two models of one vocabulary have two footprints", a.Name())
+		}
+		runtime.KeepAlive(a)
+		runtime.KeepAlive(b)
+	}
+}

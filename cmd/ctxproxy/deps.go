@@ -88,7 +88,7 @@ func newServers(c config.Config, log *slog.Logger) ([]*fleet.Node, error) {
 		pc.ResponseHeaderTimeout, pc.DialTimeout = sc.ResponseHeaderTimeout, sc.DialTimeout
 		tr := proxy.NewTransport(pc)
 		prep := backend.Preparation{Mode: c.Tokens.Prepare, Interval: c.Tokens.PrepareInterval, MaxModels: c.Tokens.PrepareMaxModels,
-			List: len(conf) > 1}
+			MaxMemory: int64(c.Tokens.PrepareMaxMemory), List: len(conf) > 1}
 		if !c.Tokens.Exact {
 			// Estimates need no tokenizer to prepare.
 			prep.Mode = backend.PrepareNone
