@@ -163,13 +163,14 @@ func TestRealOllama_FiveModels(t *testing.T) {
 		took, _ := rec["took"].(float64)
 		fmt.Fprintf(&b, "built %v: %s (from disk %v)\n", rec["model"], ms(time.Duration(took)), rec["cached"])
 	}
+	mib := func(v any) float64 { f, _ := v.(float64); return f / (1 << 20) }
 	// When each model was ready, counted from its creation's answer.
 	for _, rec := range p.logMessages(t, "tokenizer prepared") {
 		at, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(rec["time"]))
 		if c, ok := created[fmt.Sprint(rec["model"])]; ok {
-			fmt.Fprintf(&b, "prepared %v %s after it was created\n", rec["model"], ms(at.Sub(c)))
+			fmt.Fprintf(&b, "prepared %v %s after it was created, its vocabulary's tables %.1f MiB\n", rec["model"], ms(at.Sub(c)), mib(rec["vocabulary_bytes"]))
 		} else {
-			fmt.Fprintf(&b, "prepared %v\n", rec["model"])
+			fmt.Fprintf(&b, "prepared %v, its vocabulary's tables %.1f MiB\n", rec["model"], mib(rec["vocabulary_bytes"]))
 		}
 	}
 	t.Log("first requests, direct and through ctxproxy:\n" + b.String())
