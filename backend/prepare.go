@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -219,8 +218,6 @@ type Poller struct {
 	tick <-chan time.Time
 	// mu makes one poll at a time: Run's and Poke's.
 	mu sync.Mutex
-	// poking is set while a Poke's poll waits to start.
-	poking atomic.Bool
 	// digests are the models /api/tags listed at the last poll.
 	digests map[string]string
 }
@@ -230,21 +227,24 @@ func NewPoller(b *Backend) *Poller {
 	return &Poller{b: b, interval: b.prep.every}
 }
 
+// Active reports whether the poller lists its server's models at all:
+// not with PrepareNone, unless Preparation.List asks for the listing.
+func (p *Poller) Active() bool { return p.b.prep.mode != PrepareNone || p.b.prep.list }
+
 // Poke polls now, in the background, as Run would at its next tick: the
-// server's models changed (WatchModels). Pokes while a poll waits to
-// start make one; it does nothing where Run would not poll.
+// server's models changed (WatchModels, which tells a burst of changes
+// once). It does nothing where the poller is not Active.
 func (p *Poller) Poke() {
-	if p.b.prep.mode == PrepareNone && !p.b.prep.list || !p.poking.CompareAndSwap(false, true) {
-		return
+	if p.Active() {
+		go p.poll(context.Background())
 	}
-	go p.poll(context.Background())
 }
 
 // Run polls at once and then every Preparation.Interval (never with an
-// interval of 0) until ctx ends. It returns at once with PrepareNone,
-// unless Preparation.List asks for the listing.
+// interval of 0) until ctx ends. It returns at once unless the poller
+// is Active.
 func (p *Poller) Run(ctx context.Context) {
-	if p.b.prep.mode == PrepareNone && !p.b.prep.list {
+	if !p.Active() {
 		return
 	}
 	p.poll(ctx)
@@ -271,11 +271,10 @@ func (p *Poller) Run(ctx context.Context) {
 const pollTimeout = 30 * time.Second
 
 // poll asks the server for its models and prepares what is new, one
-// poll at a time; a Poke made before it starts is served by it.
+// poll at a time.
 func (p *Poller) poll(ctx context.Context) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.poking.Store(false)
 	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
 	if p.b.Kind(ctx) != KindOllama {

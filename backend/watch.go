@@ -29,14 +29,14 @@ const manifestDepth = 3
 // pull or create of several tags writes several.
 const quietFor = 100 * time.Millisecond
 
-// ModelDirs are where Ollama keeps its models when OLLAMA_MODELS does not
+// modelDirs are where Ollama keeps its models when OLLAMA_MODELS does not
 // say: a user's own server, then the Linux service's.
-var ModelDirs = []string{"~/.ollama/models", "/usr/share/ollama/.ollama/models"}
+var modelDirs = []string{"~/.ollama/models", "/usr/share/ollama/.ollama/models"}
 
 // FindModels returns the first of OLLAMA_MODELS (from getenv) and
-// ModelDirs that holds a manifests directory; "" when none does.
+// modelDirs that holds a manifests directory; "" when none does.
 func FindModels(getenv func(string) string) string {
-	dirs := ModelDirs
+	dirs := modelDirs
 	if d := getenv("OLLAMA_MODELS"); d != "" {
 		dirs = []string{d}
 	}

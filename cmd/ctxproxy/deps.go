@@ -2,10 +2,10 @@ package main
 
 import (
 	"cmp"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"context"
 	"fmt"
@@ -22,6 +22,7 @@ import (
 	"github.com/ctxproxy/ctxproxy/gpu"
 	"github.com/ctxproxy/ctxproxy/modelinfo"
 	"github.com/ctxproxy/ctxproxy/proxy"
+	"github.com/ctxproxy/ctxproxy/proxy/edge"
 	"github.com/ctxproxy/ctxproxy/rewrite"
 	"github.com/ctxproxy/ctxproxy/snapshots"
 )
@@ -211,12 +212,13 @@ func pollers(servers []*fleet.Node) []*backend.Poller {
 // person can pick it. Without it, or where it cannot watch, the listing
 // every tokens.prepare_interval finds the model.
 func watchModels(ctx context.Context, c config.Config, pollers []*backend.Poller, log *slog.Logger) {
+	active := slices.DeleteFunc(slices.Clone(pollers), func(p *backend.Poller) bool { return !p.Active() })
 	dir := modelsDir(c, os.Getenv)
-	if dir == "" || (!c.Tokens.Exact || c.Tokens.Prepare == backend.PrepareNone) && len(pollers) < 2 {
+	if dir == "" || len(active) == 0 {
 		return
 	}
 	err := backend.WatchModels(ctx, dir, log, func() {
-		for _, p := range pollers {
+		for _, p := range active {
 			p.Poke()
 		}
 	})
@@ -237,7 +239,7 @@ func modelsDir(c config.Config, getenv func(string) string) string {
 		return ""
 	case "auto":
 		for _, sc := range c.Servers() {
-			if u, err := url.Parse(sc.URL); err == nil && isLoopback(u.Hostname()) {
+			if u, err := url.Parse(sc.URL); err == nil && edge.Loopback(u.Hostname()) {
 				return backend.FindModels(getenv)
 			}
 		}
@@ -245,11 +247,6 @@ func modelsDir(c config.Config, getenv func(string) string) string {
 	default:
 		return d
 	}
-}
-
-func isLoopback(host string) bool {
-	ip := net.ParseIP(host)
-	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // setMemory tells each server where its free memory is read
