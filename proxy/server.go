@@ -147,8 +147,9 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		s.fleet = fleet.One(s.be, deps.Monitor)
 	}
 	s.registry.MustRegister(backendCollector{s.be})
+	shape := func(pr *httputil.ProxyRequest) { shaper{cfg.SessionHeader}.to(pr, u) }
 	s.rp = &httputil.ReverseProxy{
-		Rewrite:   func(pr *httputil.ProxyRequest) { shaper{cfg.SessionHeader}.to(pr, u) },
+		Rewrite:   shape,
 		Transport: transport,
 		// Go's default: a stream (Server-Sent Events, or a body of unknown
 		// length, as Ollama's NDJSON streams are) is flushed chunk by
@@ -168,7 +169,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	s.spread = spread.New(spread.Config{Fleet: s.fleet, MaxBody: cfg.MaxBody, Log: log,
-		Shape: func(pr *httputil.ProxyRequest) { shaper{cfg.SessionHeader}.to(pr, u) }, Hop: removeHopByHop,
+		Shape: shape, Hop: removeHopByHop,
 		Answer: func(resp *http.Response, srv *fleet.Node) { missingV1(resp, srv.URL.Path) }})
 	s.mux = http.NewServeMux()
 	s.tok = &tokenizeRoutes{be: s.be, fleet: s.fleet, tokens: s.tokens, noExact: cfg.Planning.NoExact, gate: s.gate, rp: s.rp}
