@@ -20,6 +20,8 @@ import (
 // vocabulary).
 type ollamaModels struct {
 	vocab vocabgen.Vocab
+	// vocabs, when set, gives a model a vocabulary of its own.
+	vocabs map[string]vocabgen.Vocab
 	// hold, when set, keeps each /api/show waiting until it is closed.
 	hold chan struct{}
 
@@ -92,7 +94,11 @@ func (o *ollamaModels) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, `{"error":"model not found"}`, http.StatusNotFound)
 			return
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"template": "{{ .Prompt }}", "model_info": o.vocab.KV()})
+		v, ok := o.vocabs[req.Model]
+		if !ok {
+			v = o.vocab
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"template": "{{ .Prompt }}", "model_info": v.KV()})
 	default:
 		http.NotFound(w, r)
 	}
@@ -233,10 +239,15 @@ func TestPollerMax(t *testing.T) {
 // bytes, other models are left to their first request; models that
 // share a vocabulary count it once.
 func TestPollerMaxMemory(t *testing.T) {
+	// Room for a little more than one vocabulary: the first two are
+	// prepared (the second takes them past it), the third is not.
 	o := newOllamaModels("a", "b", "c")
-	b, tick, _ := startPoller(t, o, Preparation{Mode: PrepareAll, MaxMemory: 1})
+	o.vocabs = map[string]vocabgen.Vocab{"b": vocabgen.BPE(600, "default", 2), "c": vocabgen.BPE(700, "default", 3)}
+	probe := newOllamaModels("a")
+	_, one := preparingBackend(t, probe, Preparation{}).Model(context.Background(), "a").Tokenizer.Footprint()
+	b, tick, _ := startPoller(t, o, Preparation{Mode: PrepareAll, MaxMemory: one + 1})
 	settle(t, b, tick)
-	wantShown(t, o, "a")
+	wantShown(t, o, "a", "b")
 	if m := b.Model(context.Background(), "c"); m.Tokenizer == nil {
 		t.Errorf("a model past the ceiling has no tokenizer on its first request: %v %v", m.Err, m.TokenizerErr)
 	}
@@ -245,7 +256,7 @@ func TestPollerMaxMemory(t *testing.T) {
 	b, tick, _ = startPoller(t, o, Preparation{Mode: PrepareAll})
 	settle(t, b, tick)
 	wantShown(t, o, "a", "b", "c")
-	_, one := b.Model(context.Background(), "a").Tokenizer.Footprint()
+	_, one = b.Model(context.Background(), "a").Tokenizer.Footprint()
 	if b.prep.bytes != one || one <= 0 {
 		t.Errorf("three models of one vocabulary hold %d bytes, the vocabulary %d", b.prep.bytes, one)
 	}
